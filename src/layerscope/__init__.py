@@ -1,0 +1,37 @@
+"""layerscope: what happens inside every layer of a PyTorch model.
+
+>>> import layerscope as ls                       # doctest: +SKIP
+>>> prof = ls.profile(model, x)                   # doctest: +SKIP
+>>> print(prof)                                   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from layerscope.collect.session import Profiler, profile
+from layerscope.errors import (
+    InvalidInputError,
+    LayerscopeError,
+    ModelError,
+    ProfileCheckError,
+    SchemaError,
+)
+from layerscope.profile import SCHEMA, Node, Profile, TensorSpec, ValueSpec, load
+
+__all__ = [
+    "SCHEMA",
+    "InvalidInputError",
+    "LayerscopeError",
+    "ModelError",
+    "Node",
+    "Profile",
+    "ProfileCheckError",
+    "Profiler",
+    "SchemaError",
+    "TensorSpec",
+    "ValueSpec",
+    "__version__",
+    "load",
+    "profile",
+]

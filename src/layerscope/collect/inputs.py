@@ -1,0 +1,79 @@
+"""Turn what the user gave (a tensor, args/kwargs, or input shapes) into a call."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from layerscope.errors import InvalidInputError
+
+Shape = Sequence[int]
+
+
+def model_device_dtype(model: nn.Module) -> tuple[torch.device, torch.dtype]:
+    """Device and dtype of the model's first floating tensor (cpu/float32 if none)."""
+    device: torch.device | None = None
+    for t in (*model.parameters(), *model.buffers()):
+        if isinstance(t, torch.nn.parameter.UninitializedTensorMixin):
+            continue
+        if device is None:
+            device = t.device
+        if t.is_floating_point():
+            return t.device, t.dtype
+    return device or torch.device("cpu"), torch.get_default_dtype()
+
+
+def first_embedding(model: nn.Module) -> nn.Embedding | nn.EmbeddingBag | None:
+    """The first leaf module in definition order, if it is an embedding (token inputs)."""
+    for m in model.modules():
+        if not m._modules:
+            return m if isinstance(m, nn.Embedding | nn.EmbeddingBag) else None
+    return None
+
+
+def normalise_shapes(input_shape: Any) -> list[tuple[int, ...]]:
+    """``(1, 3, 224, 224)`` is one input; ``[(1, 8), (1, 8)]`` is two."""
+    if isinstance(input_shape, torch.Size) or (
+        isinstance(input_shape, Sequence) and all(isinstance(d, int) for d in input_shape)
+    ):
+        shapes = [tuple(input_shape)]
+    elif isinstance(input_shape, Sequence) and input_shape and all(
+        isinstance(s, Sequence) and all(isinstance(d, int) for d in s) for s in input_shape
+    ):
+        shapes = [tuple(s) for s in input_shape]
+    else:
+        raise InvalidInputError(
+            f"input_shape must be a sequence of ints or a list of them, got {input_shape!r}"
+        )
+    for s in shapes:
+        if any(isinstance(d, bool) or d < 0 for d in s):
+            raise InvalidInputError(f"input_shape dimensions must be non-negative ints, got {s}")
+    return shapes
+
+
+def random_inputs(
+    model: nn.Module, input_shape: Any, input_dtype: torch.dtype | None = None
+) -> tuple[Any, ...]:
+    """Random tensors of the given shapes on the model's device.
+
+    Floating inputs use the model's dtype. When the model starts with an embedding (or
+    ``input_dtype`` is an integer type), inputs are token ids in ``[0, num_embeddings)``.
+    """
+    shapes = normalise_shapes(input_shape)
+    device, dtype = model_device_dtype(model)
+    emb = first_embedding(model)
+    if input_dtype is None:
+        input_dtype = torch.long if emb is not None else dtype
+    out: list[torch.Tensor] = []
+    for shape in shapes:
+        if input_dtype.is_floating_point or input_dtype.is_complex:
+            out.append(torch.randn(shape, dtype=input_dtype, device=device))
+        elif input_dtype == torch.bool:
+            out.append(torch.randint(0, 2, shape, device=device).bool())
+        else:
+            high = emb.num_embeddings if emb is not None else 2
+            out.append(torch.randint(0, high, shape, dtype=input_dtype, device=device))
+    return tuple(out)

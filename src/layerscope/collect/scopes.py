@@ -1,0 +1,139 @@
+"""The module scope stack: which module is running now, fed by forward pre/post hooks.
+
+``ScopeTracker.current`` answers "which module is running" for any per-op observer (the
+innermost module on the stack, the root when none is). Hooks are installed on every
+module instance of the model and removed in ``uninstall`` (called from ``finally``). The
+post hook is registered with ``always_call=True`` so the stack stays balanced when a
+module raises; the innermost module on an exception's way out is remembered so the error
+can name where it happened.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from torch import nn
+from torch.utils.hooks import RemovableHandle
+
+from layerscope.collect.signature import flatten, flatten_call
+from layerscope.collect.tree import ModelTree
+from layerscope.profile import Node, Signature
+
+#: Distinct input/output signatures kept per module; later distinct ones are only counted.
+MAX_SIGNATURES = 16
+
+
+@dataclass(slots=True)
+class Frame:
+    node: Node
+    module: nn.Module
+    exc_at_entry: BaseException | None
+
+
+class ScopeTracker:
+    """Keeps the stack of running modules and records calls and shapes per node."""
+
+    def __init__(self, tree: ModelTree, record_shapes: bool = True) -> None:
+        self.tree = tree
+        self.record_shapes = record_shapes
+        self.stack: list[Frame] = []
+        self.first_call: dict[int, int] = {}  # id(node) -> sequence number of first call
+        self.extra_signatures: dict[int, int] = {}  # id(node) -> distinct signatures not kept
+        self.error_site: dict[int, tuple[BaseException, Node]] = {}  # id(exc) -> (exc, node)
+        self._seen_in: dict[int, set[Signature]] = {}
+        self._seen_out: dict[int, set[Signature]] = {}
+        self._seq = 0
+        self._handles: list[RemovableHandle] = []
+
+    # ---- queries used by observers -------------------------------------------------
+    @property
+    def current(self) -> Node:
+        """The innermost running module's node; the root outside any module."""
+        return self.stack[-1].node if self.stack else self.tree.root
+
+    # ---- installation --------------------------------------------------------------
+    def install(self) -> None:
+        try:
+            for module in self.tree.modules():
+                self._handles.append(
+                    module.register_forward_pre_hook(self._pre, with_kwargs=True, prepend=True)
+                )
+                self._handles.append(
+                    module.register_forward_hook(
+                        self._post, with_kwargs=True, always_call=True, prepend=True
+                    )
+                )
+        except BaseException:
+            self.uninstall()
+            raise
+
+    def uninstall(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+
+    # ---- hooks ---------------------------------------------------------------------
+    def _resolve(self, module: nn.Module) -> Node:
+        nodes = self.tree.nodes_of[id(module)]
+        if len(nodes) == 1:
+            return nodes[0]
+        # A module registered under several paths: pick the path whose parent is running.
+        parent_of = self.tree.parent
+        for frame in reversed(self.stack):
+            for n in nodes:
+                if parent_of[id(n)] is frame.node:
+                    return n
+        return nodes[0]
+
+    def _pre(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        node = self._resolve(module)
+        node.calls += 1
+        if id(node) not in self.first_call:
+            self.first_call[id(node)] = self._seq
+        self._seq += 1
+        if self.record_shapes:
+            self._remember(node, node.inputs, self._seen_in, flatten_call(args, kwargs))
+        self.stack.append(Frame(node, module, sys.exc_info()[1]))
+
+    def _post(
+        self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
+    ) -> None:
+        # Find this module's frame; normally the top, unless a pre hook of the user's that
+        # runs before ours raised (then it was never pushed).
+        for i in range(len(self.stack) - 1, -1, -1):
+            if self.stack[i].module is module:
+                break
+        else:
+            return
+        frame = self.stack[i]
+        del self.stack[i:]
+        exc = sys.exc_info()[1]
+        if exc is not None and exc is not frame.exc_at_entry:
+            # Raised inside this module: the first (innermost) frame to see it wins.
+            self.error_site.setdefault(id(exc), (exc, frame.node))
+            return
+        if self.record_shapes:
+            self._remember(frame.node, frame.node.outputs, self._seen_out, flatten(output))
+
+    def _remember(
+        self,
+        node: Node,
+        into: list[Signature],
+        seen: dict[int, set[Signature]],
+        sig: Signature,
+    ) -> None:
+        known = seen.setdefault(id(node), set())
+        if sig in known:
+            return
+        if len(known) >= MAX_SIGNATURES:
+            self.extra_signatures[id(node)] = self.extra_signatures.get(id(node), 0) + 1
+            return
+        known.add(sig)
+        into.append(sig)
+
+    def site_of(self, exc: BaseException) -> Node | None:
+        """The innermost module that was running when ``exc`` was raised, if any."""
+        entry = self.error_site.get(id(exc))
+        return entry[1] if entry is not None and entry[0] is exc else None

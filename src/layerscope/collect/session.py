@@ -1,0 +1,217 @@
+"""One measurement session: instrument the model, run it, build the Profile, clean up.
+
+``Profiler`` is the ``with`` block around any user code; ``profile`` runs the model itself
+and also restores everything the run could have changed (RNG, buffers, flags).
+"""
+
+from __future__ import annotations
+
+import platform
+from types import TracebackType
+from typing import Any
+
+import torch
+from torch import nn
+
+from layerscope.collect.inputs import model_device_dtype, random_inputs
+from layerscope.collect.scopes import ScopeTracker
+from layerscope.collect.state import ModelState
+from layerscope.collect.tree import ModelTree, is_lazy
+from layerscope.errors import InvalidInputError, LayerscopeError, ModelError
+from layerscope.metrics.params import fill_parameters
+from layerscope.profile import Node, Profile
+
+_MISSING: Any = object()
+
+
+def unwrap_model(model: Any) -> tuple[nn.Module, list[str]]:
+    """The eager module to instrument, with notices; clear errors for what cannot be."""
+    notices: list[str] = []
+    if isinstance(model, torch.jit.ScriptModule | torch.jit.ScriptFunction):
+        raise InvalidInputError(
+            "TorchScript models cannot be profiled: their submodules run inside the "
+            "TorchScript interpreter, where no Python hook sees them. Profile the eager "
+            "nn.Module the script was made from."
+        )
+    orig = getattr(model, "_orig_mod", None)
+    if type(model).__name__ == "OptimizedModule" and isinstance(orig, nn.Module):
+        notices.append(
+            "torch.compile'd model: layerscope analysed the original eager module "
+            f"({type(orig).__name__}); the compiled graph may fuse or reorder its ops"
+        )
+        model = orig
+    if not isinstance(model, nn.Module):
+        raise InvalidInputError(f"expected a torch.nn.Module, got {type(model).__name__}")
+    return model, notices
+
+
+class Profiler:
+    """Profile whatever code runs inside the ``with`` block.
+
+    >>> with Profiler(model) as p:          # doctest: +SKIP
+    ...     model(x).sum().backward()
+    >>> p.profile.root.metrics["params"]    # doctest: +SKIP
+    """
+
+    def __init__(self, model: nn.Module, *, record_shapes: bool = True) -> None:
+        self.model, self._notices = unwrap_model(model)
+        self.record_shapes = record_shapes
+        self._tracker: ScopeTracker | None = None
+        self._profile: Profile | None = None
+
+    def __enter__(self) -> Profiler:
+        if self._tracker is not None:
+            raise LayerscopeError("a Profiler cannot be entered twice; create a new one")
+        tree = ModelTree.build(self.model)
+        self._tracker = ScopeTracker(tree, record_shapes=self.record_shapes)
+        self._tracker.install()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        assert self._tracker is not None
+        self._tracker.uninstall()
+        if exc is not None:
+            site = self._tracker.site_of(exc)
+            if site is not None:
+                exc.add_note(f"layerscope: raised in module {_describe(site)}")
+        self._profile = build_profile(self._tracker, ran=True, notices=self._notices)
+
+    @property
+    def tracker(self) -> ScopeTracker:
+        if self._tracker is None:
+            raise LayerscopeError("the Profiler has not been entered")
+        return self._tracker
+
+    @property
+    def profile(self) -> Profile:
+        """The result, available once the ``with`` block has exited."""
+        if self._profile is None:
+            raise LayerscopeError("the profile is available after the `with` block exits")
+        return self._profile
+
+
+def profile(
+    model: nn.Module,
+    inputs: Any = _MISSING,
+    /,
+    *,
+    args: tuple[Any, ...] | list[Any] | None = None,
+    kwargs: dict[str, Any] | None = None,
+    input_shape: Any = None,
+    input_dtype: torch.dtype | None = None,
+    record_shapes: bool = True,
+) -> Profile:
+    """Run ``model`` once under instrumentation and return its Profile.
+
+    Give the input as one positional value (passed as ``model(inputs)``), as
+    ``args``/``kwargs``, or as ``input_shape`` (random tensors on the model's device and
+    dtype; token ids if the model starts with an embedding). With no input at all, the
+    profile has structure and parameters only. The model is left exactly as found.
+    """
+    model, notices = unwrap_model(model)
+    given = [
+        name
+        for name, v in (("a positional input", inputs), ("args", args), ("input_shape", input_shape))
+        if v is not _MISSING and v is not None
+    ]
+    if len(given) > 1:
+        raise InvalidInputError(f"give only one of {' / '.join(given)}")
+    if input_shape is not None and kwargs:
+        raise InvalidInputError("input_shape cannot be combined with kwargs")
+    if input_dtype is not None and input_shape is None:
+        raise InvalidInputError("input_dtype only applies with input_shape")
+    if args is not None and not isinstance(args, tuple | list):
+        raise InvalidInputError(f"args must be a tuple or list, got {type(args).__name__}")
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise InvalidInputError(f"kwargs must be a dict, got {type(kwargs).__name__}")
+
+    will_run = bool(given) or bool(kwargs)
+    if not will_run:
+        tree = ModelTree.build(model)
+        return build_profile(ScopeTracker(tree), ran=False, notices=notices)
+
+    state = ModelState.capture(model)
+    try:
+        if inputs is not _MISSING:
+            call_args: tuple[Any, ...] = (inputs,)
+        elif input_shape is not None:
+            call_args = random_inputs(model, input_shape, input_dtype)
+        else:
+            call_args = tuple(args or ())
+        p = Profiler(model, record_shapes=record_shapes)
+        p._notices = notices
+        try:
+            with p:
+                model(*call_args, **(kwargs or {}))
+        except Exception as e:
+            site = p.tracker.site_of(e)
+            where = f" in module {_describe(site)}" if site is not None else ""
+            raise ModelError(
+                f"the model raised {type(e).__name__}{where}: {e}",
+                path=site.path if site is not None else None,
+                module_type=site.type if site is not None else None,
+            ) from e
+    finally:
+        restore_notices = state.restore()
+    prof = p.profile
+    prof.notices.extend(restore_notices)
+    return prof
+
+
+def _describe(node: Node) -> str:
+    return f"'{node.path}' ({node.type})" if node.path else f"<root> ({node.type})"
+
+
+def build_profile(tracker: ScopeTracker, *, ran: bool, notices: list[str]) -> Profile:
+    """Order, number and roll up the tree the tracker filled, and wrap it in a Profile."""
+    tree = tracker.tree
+    notices = list(notices)
+    notices.extend(fill_parameters(tree))
+    if any(is_lazy(m) for m in tree.modules()) and ran:
+        notices.append("the model has lazy modules that were not initialised by this run")
+    first = tracker.first_call
+
+    def order(node: Node, node_id: str, depth: int) -> None:
+        node.node_id = node_id
+        node.depth = depth
+        called = sorted((c for c in node.children if id(c) in first), key=lambda c: first[id(c)])
+        uncalled = [c for c in node.children if id(c) not in first]
+        node.children = called + uncalled
+        for i, child in enumerate(node.children, start=1):
+            order(child, f"{i}" if node_id == "0" else f"{node_id}.{i}", depth + 1)
+
+    order(tree.root, "0", 0)
+    for node in tree.root.walk():
+        extra = tracker.extra_signatures.get(id(node))
+        if extra:
+            notices.append(f"{node.path or '<root>'}: {extra} more distinct shapes not kept")
+    prof = Profile(root=tree.root, notices=notices)
+    prof.rollup()
+    device, dtype = model_device_dtype(tree.model)
+    prof.model = {
+        "name": type(tree.model).__name__,
+        "class": f"{type(tree.model).__module__}.{type(tree.model).__qualname__}",
+        "ran": ran,
+        "training": tree.model.training,
+        "device": str(device),
+        "dtype": str(dtype).removeprefix("torch."),
+    }
+    prof.env = environment()
+    return prof
+
+
+def environment() -> dict[str, Any]:
+    from layerscope import __version__
+
+    return {
+        "layerscope": __version__,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cuda": torch.version.cuda,
+    }

@@ -1,0 +1,89 @@
+"""Flatten any input or output structure into a Signature of tensor and value leaves.
+
+Handles tensors, tuples, lists, named tuples (PackedSequence), dicts and other mappings
+(Hugging Face ``ModelOutput``), dataclasses, ``None`` and scalars. Anything else is one
+opaque leaf recorded by its type. Bounded in depth and leaf count so a huge cache object
+cannot make recording expensive.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from layerscope.profile import Signature, Spec, TensorSpec, ValueSpec
+
+MAX_LEAVES = 64
+MAX_DEPTH = 8
+_SCALARS = (bool, int, float, complex, str, type(None))
+
+
+def tensor_spec(path: str, t: torch.Tensor) -> Spec:
+    if t.is_nested:
+        return ValueSpec(path, "nested_tensor", None)
+    try:
+        shape = tuple(int(s) for s in t.shape)
+    except Exception:  # symbolic sizes that have no concrete value
+        return ValueSpec(path, "Tensor", "symbolic shape")
+    return TensorSpec(path, shape, str(t.dtype).removeprefix("torch."), str(t.device))
+
+
+def value_spec(path: str, v: Any) -> Spec:
+    if isinstance(v, _SCALARS):
+        text = repr(v)
+        return ValueSpec(path, type(v).__name__, text if len(text) <= 40 else text[:37] + "...")
+    return ValueSpec(path, type(v).__name__, None)
+
+
+def _join(prefix: str, key: object) -> str:
+    return f"{prefix}.{key}" if prefix else str(key)
+
+
+def flatten(obj: Any, prefix: str = "") -> Signature:
+    """Leaves of ``obj`` in a deterministic order, each named by its path."""
+    out: list[Spec] = []
+    _walk(obj, prefix, 0, out)
+    return tuple(out)
+
+
+def flatten_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Signature:
+    """A call's inputs: positional arguments named by index, keyword arguments by name."""
+    out: list[Spec] = []
+    for i, a in enumerate(args):
+        _walk(a, str(i), 0, out)
+    for k, v in kwargs.items():
+        _walk(v, str(k), 0, out)
+    return tuple(out)
+
+
+def _walk(obj: Any, path: str, depth: int, out: list[Spec]) -> None:
+    if len(out) >= MAX_LEAVES:
+        if len(out) == MAX_LEAVES:
+            out.append(ValueSpec("...", "truncated", f"more than {MAX_LEAVES} leaves"))
+        return
+    if isinstance(obj, torch.Tensor):
+        out.append(tensor_spec(path, obj))
+        return
+    if depth >= MAX_DEPTH or isinstance(obj, _SCALARS):
+        out.append(value_spec(path, obj))
+        return
+    if isinstance(obj, Mapping):
+        for k, v in obj.items():
+            _walk(v, _join(path, k), depth + 1, out)
+        return
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        for name in obj._fields:
+            _walk(getattr(obj, name), _join(path, name), depth + 1, out)
+        return
+    if isinstance(obj, list | tuple):
+        for i, v in enumerate(obj):
+            _walk(v, _join(path, i), depth + 1, out)
+        return
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        for f in dataclasses.fields(obj):
+            _walk(getattr(obj, f.name, None), _join(path, f.name), depth + 1, out)
+        return
+    out.append(value_spec(path, obj))

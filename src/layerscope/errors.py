@@ -1,0 +1,32 @@
+"""The exceptions layerscope raises: one root, a few precise subclasses."""
+
+from __future__ import annotations
+
+
+class LayerscopeError(Exception):
+    """Root of every error layerscope raises on purpose."""
+
+
+class InvalidInputError(LayerscopeError, ValueError):
+    """The arguments given to layerscope are wrong (bad option, bad shape, bad file)."""
+
+
+class ModelError(LayerscopeError):
+    """The user's model raised while layerscope ran it.
+
+    The original exception is chained as ``__cause__``; ``path`` names the innermost
+    module that was running when it was raised ("" for the root).
+    """
+
+    def __init__(self, message: str, path: str | None = None, module_type: str | None = None):
+        super().__init__(message)
+        self.path = path
+        self.module_type = module_type
+
+
+class SchemaError(LayerscopeError, ValueError):
+    """A saved profile cannot be read: unknown schema version or malformed content."""
+
+
+class ProfileCheckError(LayerscopeError, AssertionError):
+    """A profile violates an invariant (inclusive = self + sum of children)."""

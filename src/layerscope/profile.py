@@ -1,0 +1,328 @@
+"""The result tree: a Profile of Nodes holding numbers only, never formatted strings.
+
+Every metric exists per node as ``self_metrics`` (work done directly in the module) and
+``metrics`` (inclusive: self plus all descendants). ``Profile.rollup()`` derives the
+inclusive values of the additive metrics; ``Profile.self_check()`` asserts the invariant.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, TypeAlias
+
+from layerscope.errors import ProfileCheckError, SchemaError
+
+SCHEMA = "layerscope/1"
+
+#: Metrics for which inclusive = self + sum over children holds exactly.
+ADDITIVE_METRICS: tuple[str, ...] = (
+    "params",
+    "trainable_params",
+    "buffers",
+    "param_bytes",
+    "buffer_bytes",
+    "grad_bytes",
+    "macs",
+    "flops",
+    "backward_macs",
+    "backward_flops",
+    "activation_bytes",
+    "output_bytes",
+)
+
+#: Keys of the per-dtype breakdown, additive like the metrics of the same names.
+DTYPE_KEYS: tuple[str, ...] = ("params", "param_bytes", "buffers", "buffer_bytes")
+
+Number: TypeAlias = int | float
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpec:
+    """Shape, dtype and device of one tensor in a module's inputs or outputs."""
+
+    path: str
+    shape: tuple[int, ...]
+    dtype: str
+    device: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "shape": list(self.shape), "dtype": self.dtype, "device": self.device}
+
+
+@dataclass(frozen=True, slots=True)
+class ValueSpec:
+    """A non-tensor leaf of a module's inputs or outputs: its type and a short repr."""
+
+    path: str
+    type: str
+    value: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "type": self.type, "value": self.value}
+
+
+Spec: TypeAlias = TensorSpec | ValueSpec
+#: One call's inputs (or outputs), flattened to leaves in a fixed order.
+Signature: TypeAlias = tuple[Spec, ...]
+
+
+def spec_from_dict(data: dict[str, Any]) -> Spec:
+    if "shape" in data:
+        return TensorSpec(data["path"], tuple(data["shape"]), data["dtype"], data["device"])
+    return ValueSpec(data["path"], data["type"], data.get("value"))
+
+
+@dataclass(eq=False)
+class Node:
+    """One module (or, in a folded view, a run of repeated modules) in the tree."""
+
+    path: str
+    name: str
+    type: str
+    node_id: str = "0"
+    depth: int = 0
+    calls: int = 0
+    repr: str = ""
+    inputs: list[Signature] = field(default_factory=list)
+    outputs: list[Signature] = field(default_factory=list)
+    metrics: dict[str, Number] = field(default_factory=dict)
+    self_metrics: dict[str, Number] = field(default_factory=dict)
+    by_dtype: dict[str, dict[str, int]] = field(default_factory=dict)
+    self_by_dtype: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: Qualified names of parameters/buffers this module holds but that are counted at
+    #: an ancestor because another module holds them too (tied weights).
+    shared: list[str] = field(default_factory=list)
+    #: How many repeats a folded entry stands for (1 when not folded).
+    repeat: int = 1
+    #: Paths of the modules a folded entry stands for (empty when not folded).
+    members: list[str] = field(default_factory=list)
+    children: list[Node] = field(default_factory=list)
+
+    @property
+    def called(self) -> bool:
+        return self.calls > 0
+
+    @property
+    def is_leaf(self) -> bool:
+        return not self.children
+
+    def walk(self) -> Iterator[Node]:
+        """This node and all its descendants, pre-order."""
+        stack = [self]
+        while stack:
+            node = stack.pop()
+            yield node
+            stack.extend(reversed(node.children))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "name": self.name,
+            "type": self.type,
+            "node_id": self.node_id,
+            "depth": self.depth,
+            "calls": self.calls,
+            "repr": self.repr,
+            "inputs": [[s.to_dict() for s in sig] for sig in self.inputs],
+            "outputs": [[s.to_dict() for s in sig] for sig in self.outputs],
+            "metrics": dict(self.metrics),
+            "self_metrics": dict(self.self_metrics),
+            "by_dtype": {k: dict(v) for k, v in self.by_dtype.items()},
+            "self_by_dtype": {k: dict(v) for k, v in self.self_by_dtype.items()},
+            "shared": list(self.shared),
+            "repeat": self.repeat,
+            "members": list(self.members),
+            "children": [c.to_dict() for c in self.children],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Node:
+        try:
+            return cls(
+                path=data["path"],
+                name=data["name"],
+                type=data["type"],
+                node_id=data["node_id"],
+                depth=data["depth"],
+                calls=data["calls"],
+                repr=data.get("repr", ""),
+                inputs=[tuple(spec_from_dict(s) for s in sig) for sig in data.get("inputs", [])],
+                outputs=[tuple(spec_from_dict(s) for s in sig) for sig in data.get("outputs", [])],
+                metrics=dict(data.get("metrics", {})),
+                self_metrics=dict(data.get("self_metrics", {})),
+                by_dtype={k: dict(v) for k, v in data.get("by_dtype", {}).items()},
+                self_by_dtype={k: dict(v) for k, v in data.get("self_by_dtype", {}).items()},
+                shared=list(data.get("shared", [])),
+                repeat=data.get("repeat", 1),
+                members=list(data.get("members", [])),
+                children=[cls.from_dict(c) for c in data.get("children", [])],
+            )
+        except (KeyError, TypeError, AttributeError) as e:
+            raise SchemaError(f"malformed node in saved profile: {e!r}") from e
+
+    def __repr__(self) -> str:
+        return f"Node({self.node_id} {self.path or '<root>'!s} {self.type}, calls={self.calls})"
+
+
+@dataclass(eq=False)
+class Profile:
+    """What one measurement session found: a tree of Nodes plus model and environment facts."""
+
+    root: Node
+    model: dict[str, Any] = field(default_factory=dict)
+    env: dict[str, Any] = field(default_factory=dict)
+    unsupported_ops: dict[str, Any] = field(default_factory=dict)
+    notices: list[str] = field(default_factory=list)
+    schema: str = SCHEMA
+
+    # ---- queries -------------------------------------------------------------------
+    def nodes(self) -> list[Node]:
+        """All nodes, pre-order (the order of the printed tree)."""
+        return list(self.root.walk())
+
+    def node(self, path: str) -> Node:
+        """The node with this qualified path ("" is the root); KeyError if absent."""
+        for n in self.root.walk():
+            if n.path == path:
+                return n
+        raise KeyError(f"no module with path {path!r} in this profile")
+
+    def by_id(self, node_id: str) -> Node:
+        for n in self.root.walk():
+            if n.node_id == node_id:
+                return n
+        raise KeyError(f"no node with id {node_id!r} in this profile")
+
+    @property
+    def metric_keys(self) -> list[str]:
+        """Metric keys present anywhere in the profile, in the contract's order."""
+        seen: set[str] = set()
+        for n in self.root.walk():
+            seen.update(n.metrics)
+            seen.update(n.self_metrics)
+        known = [k for k in ADDITIVE_METRICS if k in seen]
+        return known + sorted(seen.difference(known))
+
+    # ---- invariants ----------------------------------------------------------------
+    def rollup(self) -> None:
+        """Set inclusive additive metrics and dtype breakdowns from the self values."""
+
+        def visit(node: Node) -> None:
+            for c in node.children:
+                visit(c)
+            for key in ADDITIVE_METRICS:
+                if key in node.self_metrics or any(key in c.metrics for c in node.children):
+                    total: Number = node.self_metrics.get(key, 0)
+                    for c in node.children:
+                        total += c.metrics.get(key, 0)
+                    node.metrics[key] = total
+            merged: dict[str, dict[str, int]] = {}
+            for part in [node.self_by_dtype, *(c.by_dtype for c in node.children)]:
+                for dtype, row in part.items():
+                    acc = merged.setdefault(dtype, dict.fromkeys(DTYPE_KEYS, 0))
+                    for k in DTYPE_KEYS:
+                        acc[k] += row.get(k, 0)
+            node.by_dtype = dict(sorted(merged.items()))
+
+        visit(self.root)
+
+    def self_check(self) -> None:
+        """Assert inclusive = self + sum of children for every additive metric and node."""
+        for node in self.root.walk():
+            for key in ADDITIVE_METRICS:
+                if key not in node.metrics:
+                    continue
+                expected = node.self_metrics.get(key, 0) + sum(
+                    c.metrics.get(key, 0) for c in node.children
+                )
+                got = node.metrics[key]
+                tol = 1e-9 * max(1.0, abs(float(expected)))
+                if abs(got - expected) > tol:
+                    raise ProfileCheckError(
+                        f"{key} of {node.path or '<root>'}: inclusive {got} != "
+                        f"self + children {expected}"
+                    )
+
+    # ---- serialisation -------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": self.schema,
+            "model": _jsonable(self.model),
+            "env": _jsonable(self.env),
+            "unsupported_ops": _jsonable(self.unsupported_ops),
+            "notices": list(self.notices),
+            "root": self.root.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Profile:
+        if not isinstance(data, dict):
+            raise SchemaError("a saved profile must be a JSON object")
+        schema = data.get("schema")
+        if schema != SCHEMA:
+            raise SchemaError(f"unsupported profile schema {schema!r}; this layerscope reads {SCHEMA!r}")
+        if "root" not in data:
+            raise SchemaError("saved profile has no 'root' node")
+        return cls(
+            root=Node.from_dict(data["root"]),
+            model=dict(data.get("model", {})),
+            env=dict(data.get("env", {})),
+            unsupported_ops=dict(data.get("unsupported_ops", {})),
+            notices=list(data.get("notices", [])),
+            schema=schema,
+        )
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, allow_nan=True)
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the profile as JSON (schema ``layerscope/1``); ``ls.load`` reads it back."""
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(self.to_json())
+            f.write("\n")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Profile):
+            return NotImplemented
+        return self.to_dict() == other.to_dict()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    # ---- display -------------------------------------------------------------------
+    def __str__(self) -> str:
+        from layerscope.render.console import render_text
+
+        return render_text(self)
+
+    def __repr__(self) -> str:
+        return (
+            f"Profile({self.root.type}, nodes={sum(1 for _ in self.root.walk())}, "
+            f"params={self.root.metrics.get('params', 0)})"
+        )
+
+    def __rich__(self) -> Any:
+        from layerscope.render.console import build_renderable
+
+        return build_renderable(self)
+
+
+def load(path: str | os.PathLike[str]) -> Profile:
+    """Read a profile saved with ``Profile.save``."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except json.JSONDecodeError as e:
+        raise SchemaError(f"{os.fspath(path)} is not valid JSON: {e}") from e
+    return Profile.from_dict(data)
+
+
+def _jsonable(value: Any) -> Any:
+    """Deep-copy plain JSON data, turning tuples into lists so round trips compare equal."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value
