@@ -1,0 +1,136 @@
+"""Profile a model: build it, run it once on random inputs, print the tree and table.
+
+TARGET names a model: `examples:NAME` for a built-in example (see `--list-examples`),
+`package.module:attr` or `path/to/file.py:attr`, where attr is an nn.Module or a function
+that returns one when called with no arguments.
+
+Examples:
+  layerscope profile examples:tiny_resnet --input-shape 2,3,32,32
+  layerscope profile examples:tiny_gpt --input-shape 2,16 --json gpt.json
+  layerscope profile mypkg.models:build --input-shape 1,3,224,224 --input-shape 1,10
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import os
+import sys
+from typing import Any
+
+import torch
+from torch import nn
+
+from layerscope.cli.common import add_view_arguments, print_profile
+from layerscope.collect.session import profile
+from layerscope.errors import InvalidInputError
+
+NAME = "profile"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("target", nargs="?", help="the model: examples:NAME, module:attr or file.py:attr")
+    p.add_argument(
+        "--input-shape",
+        action="append",
+        metavar="D1,D2,...",
+        help="shape of one random input; repeat for several inputs (e.g. 2,3,32,32)",
+    )
+    p.add_argument(
+        "--input-dtype",
+        default=None,
+        help="dtype of the random inputs (e.g. long, float16); default: the model's, "
+        "or token ids when the model starts with an embedding",
+    )
+    p.add_argument(
+        "--device", default=None, help="move the model there first (e.g. cpu, cuda, meta)"
+    )
+    p.add_argument("--json", metavar="PATH", help="also save the profile as JSON")
+    p.add_argument("--list-examples", action="store_true", help="list built-in examples")
+    add_view_arguments(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.list_examples:
+        from layerscope.examples import EXAMPLES
+
+        for name, ex in EXAMPLES.items():
+            shape = ",".join(str(d) for d in ex.input_shape)
+            print(f"examples:{name:<16} --input-shape {shape:<12} {ex.description}")
+        return 0
+    if not args.target:
+        raise InvalidInputError("give a TARGET model (or --list-examples)")
+    model, default_input = load_target(args.target)
+    if args.device:
+        try:
+            device = torch.device(args.device)
+        except RuntimeError as e:
+            raise InvalidInputError(f"bad --device {args.device!r}: {e}") from None
+        model = model.to(device)
+        if default_input is not None:
+            default_input = default_input.to(device)
+    kwargs: dict[str, Any] = {}
+    if args.input_shape:
+        kwargs["input_shape"] = [parse_shape(s) for s in args.input_shape]
+        if args.input_dtype:
+            kwargs["input_dtype"] = parse_dtype(args.input_dtype)
+    elif default_input is not None:
+        kwargs["args"] = (default_input,)
+    elif args.input_dtype:
+        raise InvalidInputError("--input-dtype needs --input-shape")
+    prof = profile(model, **kwargs)
+    print_profile(prof, args)
+    if args.json:
+        prof.save(args.json)
+    return 0
+
+
+def parse_shape(text: str) -> tuple[int, ...]:
+    try:
+        dims = tuple(int(d) for d in text.replace("x", ",").split(",") if d.strip())
+    except ValueError:
+        raise InvalidInputError(f"bad --input-shape {text!r}: use integers like 2,3,32,32") from None
+    if not dims or any(d < 0 for d in dims):
+        raise InvalidInputError(f"bad --input-shape {text!r}: use integers like 2,3,32,32")
+    return dims
+
+
+def parse_dtype(text: str) -> torch.dtype:
+    dtype = getattr(torch, text.removeprefix("torch."), None)
+    if not isinstance(dtype, torch.dtype):
+        raise InvalidInputError(f"unknown dtype {text!r} (try float32, float16, bfloat16, long)")
+    return dtype
+
+
+def load_target(target: str) -> tuple[nn.Module, torch.Tensor | None]:
+    """The model named by TARGET and, for built-in examples, their default input."""
+    if target.startswith("examples:"):
+        from layerscope.examples import get
+
+        ex = get(target.split(":", 1)[1])
+        return ex.build(), ex.example_input()
+    module_name, sep, attr = target.rpartition(":")
+    if not sep or not module_name or not attr:
+        raise InvalidInputError(f"TARGET must look like module:attr or file.py:attr, got {target!r}")
+    if module_name.endswith(".py"):
+        if not os.path.isfile(module_name):
+            raise InvalidInputError(f"no such file: {module_name}")
+        spec = importlib.util.spec_from_file_location("_layerscope_target", module_name)
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = mod
+        spec.loader.exec_module(mod)
+    else:
+        try:
+            mod = importlib.import_module(module_name)
+        except ImportError as e:
+            raise InvalidInputError(f"cannot import {module_name!r}: {e}") from e
+    obj = getattr(mod, attr, None)
+    if obj is None:
+        raise InvalidInputError(f"{module_name!r} has no attribute {attr!r}")
+    if not isinstance(obj, nn.Module) and callable(obj):
+        obj = obj()
+    if not isinstance(obj, nn.Module):
+        raise InvalidInputError(f"{target} is a {type(obj).__name__}, not an nn.Module")
+    return obj, None

@@ -1,0 +1,23 @@
+"""Show a saved profile (JSON from `layerscope profile --json` or Profile.save).
+
+Nothing is re-run: the view is built from the file alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from layerscope.cli.common import add_view_arguments, print_profile
+from layerscope.profile import load
+
+NAME = "show"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", help="a profile saved as JSON")
+    add_view_arguments(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    print_profile(load(args.file), args)
+    return 0

@@ -1,0 +1,196 @@
+"""The console view: the (folded) module tree beside a table of the metrics present.
+
+One rich Table whose first column draws the tree, so every tree row lines up with its
+numbers; a summary below gives totals, the per-dtype breakdown and notices. Styles are
+theme names (``layerscope.*``), never hard-coded colours.
+"""
+
+from __future__ import annotations
+
+import io
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rich import box
+from rich.console import Console, Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+from rich.theme import Theme
+
+from layerscope.profile import Node, Profile, Signature
+from layerscope.render import units
+
+THEME = Theme(
+    {
+        "layerscope.guide": "dim",
+        "layerscope.id": "bold bright_black",
+        "layerscope.name": "green",
+        "layerscope.type": "cyan",
+        "layerscope.repeat": "bold yellow",
+        "layerscope.uncalled": "dim italic",
+        "layerscope.total": "bold",
+        "layerscope.notice": "yellow",
+        "layerscope.header": "bold",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Column:
+    key: str
+    header: str
+    fmt: Callable[[float], str]
+
+
+#: Metric columns in display order; a column shows when its metric is in the profile.
+METRIC_COLUMNS: tuple[Column, ...] = (
+    Column("params", "Params", units.count),
+    Column("param_bytes", "Param size", units.nbytes),
+    Column("buffer_bytes", "Buffers", units.nbytes),
+    Column("macs", "MACs", units.si),
+    Column("flops", "FLOPs", units.si),
+    Column("backward_flops", "Bwd FLOPs", units.si),
+    Column("activation_bytes", "Activations", units.nbytes),
+    Column("output_bytes", "Output size", units.nbytes),
+    Column("peak_bytes", "Peak", units.nbytes),
+    Column("forward_time", "Fwd time", units.seconds),
+    Column("backward_time", "Bwd time", units.seconds),
+)
+
+
+@dataclass(frozen=True)
+class ViewOptions:
+    fold: bool = True
+    max_depth: int | None = None
+    shapes: bool = True
+
+
+def build_renderable(profile: Profile, options: ViewOptions | None = None) -> RenderableType:
+    """The tree+table and the summary, ready for ``Console.print``."""
+    from layerscope.analysis.fold import fold
+
+    options = options or ViewOptions()
+    shown = fold(profile) if options.fold else profile
+    columns = [c for c in METRIC_COLUMNS if _present(shown, c.key)]
+    table = Table(box=box.SIMPLE_HEAD, header_style="layerscope.header", pad_edge=False)
+    table.add_column("Module", no_wrap=True, overflow="ellipsis")
+    if options.shapes:
+        table.add_column("Input shape", overflow="fold")
+        table.add_column("Output shape", overflow="fold")
+    for c in columns:
+        table.add_column(c.header, justify="right", no_wrap=True)
+    table.add_column("Calls", justify="right", no_wrap=True)
+
+    for node, prefix in _tree_rows(shown.root, options.max_depth):
+        dim = "layerscope.uncalled" if not node.called and shown.model.get("ran") else ""
+        cells: list[RenderableType] = [_label(node, prefix)]
+        if options.shapes:
+            cells.append(_shapes(node.inputs))
+            cells.append(_shapes(node.outputs))
+        cells.extend(_metric(node, c) for c in columns)
+        cells.append(str(node.calls) if node.called else "-")
+        table.add_row(*cells, style=dim)
+
+    root = shown.root
+    total: list[RenderableType] = [Text("Total", style="layerscope.total")]
+    if options.shapes:
+        total += ["", ""]
+    total += [_metric(root, c) for c in columns]
+    total.append("")
+    table.add_section()
+    table.add_row(*total, style="layerscope.total")
+    return Group(table, _summary(shown))
+
+
+def render_text(
+    profile: Profile, width: int | None = None, options: ViewOptions | None = None
+) -> str:
+    """Plain text of the console view (what ``print(prof)`` shows)."""
+    width = width or shutil.get_terminal_size((120, 40)).columns
+    buf = io.StringIO()
+    console = Console(
+        file=buf, width=width, theme=THEME, color_system=None, force_terminal=False, record=False
+    )
+    console.print(build_renderable(profile, options))
+    return buf.getvalue()
+
+
+def _present(profile: Profile, key: str) -> bool:
+    return key in profile.root.metrics
+
+
+def _metric(node: Node, column: Column) -> str:
+    value = node.metrics.get(column.key)
+    if value is None:
+        return ""
+    return column.fmt(value)
+
+
+def _shapes(sigs: list[Signature]) -> str:
+    if not sigs:
+        return ""
+    text = units.signature(sigs[0])
+    if len(sigs) > 1:
+        text += f" (+{len(sigs) - 1} more)"
+    return text
+
+
+def _label(node: Node, prefix: str) -> Text:
+    text = Text(prefix, style="layerscope.guide")
+    if node.depth == 0:
+        text.append(node.type, style="layerscope.type")
+        return text
+    text.append(f"({node.node_id}) ", style="layerscope.id")
+    text.append(node.name, style="layerscope.name")
+    text.append(" ")
+    text.append(node.type, style="layerscope.type")
+    if node.repeat > 1:
+        text.append(f" ×{node.repeat}", style="layerscope.repeat")
+    return text
+
+
+def _tree_rows(root: Node, max_depth: int | None) -> list[tuple[Node, str]]:
+    """(node, guide prefix) pairs in pre-order, drawing ├─ └─ │ guides."""
+    rows: list[tuple[Node, str]] = [(root, "")]
+
+    def visit(node: Node, indent: str) -> None:
+        if max_depth is not None and node.depth >= max_depth:
+            return
+        for i, child in enumerate(node.children):
+            last = i == len(node.children) - 1
+            rows.append((child, indent + ("└─ " if last else "├─ ")))
+            visit(child, indent + ("   " if last else "│  "))
+
+    visit(root, "")
+    return rows
+
+
+def _summary(profile: Profile) -> RenderableType:
+    root = profile.root
+    m = root.metrics
+    lines: list[Text] = []
+    if "params" in m:
+        frozen = m["params"] - m.get("trainable_params", 0)
+        lines.append(
+            Text(
+                f"Params: {units.count(m['params'])} "
+                f"(trainable {units.count(m.get('trainable_params', 0))}, "
+                f"frozen {units.count(frozen)}), "
+                f"{units.nbytes(m.get('param_bytes', 0))}; "
+                f"buffers: {units.count(m.get('buffers', 0))} "
+                f"({units.nbytes(m.get('buffer_bytes', 0))})"
+            )
+        )
+    if root.by_dtype:
+        parts = [
+            f"{dtype} {units.count(row['params'] + row['buffers'])} "
+            f"({units.nbytes(row['param_bytes'] + row['buffer_bytes'])})"
+            for dtype, row in root.by_dtype.items()
+        ]
+        lines.append(Text("By dtype: " + ", ".join(parts)))
+    if not profile.model.get("ran", True):
+        lines.append(Text("Not run: structure and parameters only (give an input for shapes)."))
+    for notice in profile.notices:
+        lines.append(Text(f"Note: {notice}", style="layerscope.notice"))
+    return Group(*lines)

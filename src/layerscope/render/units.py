@@ -1,0 +1,56 @@
+"""Number formatting for views: exact counts, SI magnitudes, binary byte sizes, shapes."""
+
+from __future__ import annotations
+
+from layerscope.profile import Signature, TensorSpec
+
+_SI = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "K"))
+_BIN = ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB"))
+
+
+def count(n: float) -> str:
+    """Exact integer with thousands separators: ``1,234,567``."""
+    return f"{int(n):,}" if float(n).is_integer() else f"{n:,.2f}"
+
+
+def si(n: float) -> str:
+    """Magnitude with an SI suffix and 3 significant digits: ``1.23 G``."""
+    for scale, suffix in _SI:
+        if abs(n) >= scale:
+            return f"{n / scale:.3g} {suffix}"
+    return f"{n:g}"
+
+
+def nbytes(n: float) -> str:
+    """Bytes in binary units: ``512 B``, ``4.50 KiB``, ``1.23 GiB``."""
+    for scale, suffix in _BIN:
+        if abs(n) >= scale:
+            return f"{n / scale:.2f} {suffix}"
+    return f"{int(n)} B"
+
+
+def seconds(t: float) -> str:
+    """Seconds in the largest unit that keeps the value at least 1: ``1.23 ms``."""
+    for scale, suffix in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
+        if abs(t) >= scale:
+            return f"{t / scale:.3g} {suffix}"
+    return f"{t / 1e-9:.3g} ns"
+
+
+def shape(spec: TensorSpec) -> str:
+    """``[2, 3, 32, 32]``, with the dtype appended when it is not floating point."""
+    text = "[" + ", ".join(str(d) for d in spec.shape) + "]"
+    if not spec.dtype.startswith(("float", "bfloat", "complex")):
+        text += f" {spec.dtype}"
+    return text
+
+
+def signature(sig: Signature, limit: int = 3) -> str:
+    """The tensor shapes of one call's inputs or outputs, at most ``limit`` of them."""
+    tensors = [s for s in sig if isinstance(s, TensorSpec)]
+    if not tensors:
+        return "-"
+    parts = [shape(s) for s in tensors[:limit]]
+    if len(tensors) > limit:
+        parts.append(f"+{len(tensors) - limit}")
+    return " ".join(parts)
