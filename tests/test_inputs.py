@@ -33,8 +33,8 @@ class KwModel(nn.Module):
 
 def test_args_kwargs_nested_dict() -> None:
     model = KwModel()
-    snap = ModelSnapshot.take(model)
     x, b, m = torch.randn(2, 4), torch.randn(4), torch.ones(2, 4)
+    snap = ModelSnapshot.take(model)
     prof = ls.profile(model, args=(x, {"bias": b}), kwargs={"mask": m})
     snap.assert_unchanged(model)
     assert prof.root.inputs == [(f32("0", 2, 4), f32("1.bias", 4), f32("mask", 2, 4))]
@@ -107,8 +107,8 @@ def test_hugging_face_model_output() -> None:
         vocab_size=100, n_positions=32, n_embd=16, n_layer=2, n_head=2, n_inner=32
     )
     model = transformers.GPT2LMHeadModel(config)
-    snap = ModelSnapshot.take(model)
     ids = torch.randint(0, 100, (2, 8))
+    snap = ModelSnapshot.take(model)
     prof = ls.profile(model, kwargs={"input_ids": ids, "use_cache": False})
     snap.assert_unchanged(model)
     logits = prof.root.outputs[0][0]
@@ -173,6 +173,7 @@ def test_bad_arguments_are_clear(call: object, message: str) -> None:
         call(model)  # type: ignore[operator]
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def test_torchscript_is_refused_clearly() -> None:
     scripted = torch.jit.script(nn.Linear(2, 2))
     with pytest.raises(ls.InvalidInputError, match="TorchScript"):

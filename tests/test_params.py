@@ -23,9 +23,9 @@ class Net(nn.Module):
 
 
 def test_exact_counts_self_and_inclusive() -> None:
-    model = Net()
+    model, x = Net(), torch.randn(2, 3, 8, 8)
     snap = ModelSnapshot.take(model)
-    prof = ls.profile(model, torch.randn(2, 3, 8, 8))
+    prof = ls.profile(model, x)
     snap.assert_unchanged(model)
     conv = 8 * 3 * 3 * 3  # out * in * kh * kw = 216, no bias
     bn = 8 + 8  # weight + bias

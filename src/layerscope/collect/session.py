@@ -174,7 +174,21 @@ def build_profile(tracker: ScopeTracker, *, ran: bool, notices: list[str]) -> Pr
     notices.extend(fill_parameters(tree))
     if any(is_lazy(m) for m in tree.modules()) and ran:
         notices.append("the model has lazy modules that were not initialised by this run")
-    first = tracker.first_call
+    # A subtree's place is its earliest call anywhere inside it: a ModuleList is never
+    # called itself but goes where its first block ran. Subtrees that never ran keep
+    # definition order after those that did.
+    first: dict[int, int] = {}
+
+    def earliest(node: Node) -> int | None:
+        times = [t for t in (earliest(c) for c in node.children) if t is not None]
+        own = tracker.first_call.get(id(node))
+        if own is not None:
+            times.append(own)
+        if times:
+            first[id(node)] = min(times)
+        return first.get(id(node))
+
+    earliest(tree.root)
 
     def order(node: Node, node_id: str, depth: int) -> None:
         node.node_id = node_id

@@ -2,8 +2,8 @@
 
 Covers the global RNG streams (CPU and initialised CUDA devices), every buffer's values
 (BatchNorm running stats, counters), train/eval flags, ``requires_grad`` flags and
-``.grad`` references. Buffers are cloned up front but written back only if their
-version counter moved, so untouched buffers are never written.
+``.grad`` references. Buffers are cloned up front but written back only where their
+values changed, so untouched buffers are never written.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ class ModelState:
     cuda_rng: list[Tensor] | None
     training: list[tuple[nn.Module, bool]]
     params: list[tuple[str, nn.Parameter, bool, Tensor | None, int]] = field(default_factory=list)
-    buffers: list[tuple[str, Tensor, Tensor, int]] = field(default_factory=list)
+    buffers: list[tuple[str, Tensor, Tensor]] = field(default_factory=list)
 
     @classmethod
     def capture(cls, model: nn.Module) -> ModelState:
@@ -39,7 +39,7 @@ class ModelState:
             for name, b in model.named_buffers(remove_duplicate=True):
                 if isinstance(b, UninitializedTensorMixin):
                     continue
-                state.buffers.append((name, b, b.detach().clone(), b._version))
+                state.buffers.append((name, b, b.detach().clone()))
         return state
 
     def restore(self) -> list[str]:
@@ -52,8 +52,10 @@ class ModelState:
             if m.training != training:
                 m.training = training
         with torch.no_grad():
-            for _name, b, saved, version in self.buffers:
-                if b._version != version:
+            for _name, b, saved in self.buffers:
+                # Kernels such as batch_norm update running stats without bumping the
+                # version counter, so compare values; write back only what differs.
+                if b.device.type != "meta" and not torch.equal(b, saved):
                     b.copy_(saved)
         for name, p, requires_grad, grad, version in self.params:
             if p.requires_grad != requires_grad:

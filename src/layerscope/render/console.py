@@ -72,24 +72,31 @@ def build_renderable(profile: Profile, options: ViewOptions | None = None) -> Re
 
     options = options or ViewOptions()
     shown = fold(profile) if options.fold else profile
+    ran = bool(shown.model.get("ran", True))
+    if not ran:  # structure only: no shapes or calls to show
+        options = ViewOptions(fold=options.fold, max_depth=options.max_depth, shapes=False)
     columns = [c for c in METRIC_COLUMNS if _present(shown, c.key)]
-    table = Table(box=box.SIMPLE_HEAD, header_style="layerscope.header", pad_edge=False)
+    table = Table(
+        box=box.SIMPLE_HEAD, header_style="layerscope.header", pad_edge=False, show_edge=False
+    )
     table.add_column("Module", no_wrap=True, overflow="ellipsis")
     if options.shapes:
         table.add_column("Input shape", overflow="fold")
         table.add_column("Output shape", overflow="fold")
     for c in columns:
         table.add_column(c.header, justify="right", no_wrap=True)
-    table.add_column("Calls", justify="right", no_wrap=True)
+    if ran:
+        table.add_column("Calls", justify="right", no_wrap=True)
 
     for node, prefix in _tree_rows(shown.root, options.max_depth):
-        dim = "layerscope.uncalled" if not node.called and shown.model.get("ran") else ""
+        dim = "" if not ran or any(n.called for n in node.walk()) else "layerscope.uncalled"
         cells: list[RenderableType] = [_label(node, prefix)]
         if options.shapes:
             cells.append(_shapes(node.inputs))
             cells.append(_shapes(node.outputs))
         cells.extend(_metric(node, c) for c in columns)
-        cells.append(str(node.calls) if node.called else "-")
+        if ran:
+            cells.append(str(node.calls) if node.called else "-")
         table.add_row(*cells, style=dim)
 
     root = shown.root
@@ -97,7 +104,8 @@ def build_renderable(profile: Profile, options: ViewOptions | None = None) -> Re
     if options.shapes:
         total += ["", ""]
     total += [_metric(root, c) for c in columns]
-    total.append("")
+    if ran:
+        total.append("")
     table.add_section()
     table.add_row(*total, style="layerscope.total")
     return Group(table, _summary(shown))
@@ -183,12 +191,19 @@ def _summary(profile: Profile) -> RenderableType:
             )
         )
     if root.by_dtype:
-        parts = [
-            f"{dtype} {units.count(row['params'] + row['buffers'])} "
-            f"({units.nbytes(row['param_bytes'] + row['buffer_bytes'])})"
-            for dtype, row in root.by_dtype.items()
-        ]
-        lines.append(Text("By dtype: " + ", ".join(parts)))
+        parts = []
+        for dtype, row in root.by_dtype.items():
+            what = [
+                f"{units.count(row[k])} {label}"
+                for k, label in (("params", "params"), ("buffers", "buffer values"))
+                if row[k]
+            ]
+            size = units.nbytes(row["param_bytes"] + row["buffer_bytes"])
+            parts.append(f"{dtype} {' + '.join(what)} ({size})")
+        lines.append(Text("By dtype: " + "; ".join(parts)))
+    shared = sorted({s for n in root.walk() for s in n.shared})
+    if shared:
+        lines.append(Text("Shared tensors, counted once: " + ", ".join(shared)))
     if not profile.model.get("ran", True):
         lines.append(Text("Not run: structure and parameters only (give an input for shapes)."))
     for notice in profile.notices:
