@@ -53,7 +53,8 @@ class Bottleneck(nn.Module):
         out = self.relu(self.bn2(self.conv2(out)))
         out = self.bn3(self.conv3(out))
         identity = x if self.downsample is None else self.downsample(x)
-        return self.relu(out + identity)
+        result: torch.Tensor = self.relu(out + identity)
+        return result
 
 
 def resnet50() -> nn.Module:

@@ -20,6 +20,8 @@ import torch.nn.modules.module as torch_module
 from torch import Tensor, nn
 from torch.nn.parameter import is_lazy
 
+from layerscope.profile import Spec, TensorSpec
+
 #: Per-module hook tables; the keys and the hook objects must be exactly as they were.
 MODULE_HOOK_DICTS: tuple[str, ...] = (
     "_forward_hooks",
@@ -51,6 +53,13 @@ GLOBAL_HOOK_DICTS: tuple[str, ...] = tuple(
     )
     if hasattr(torch_module, name)
 )
+
+
+def tensor_shape(spec: Spec) -> tuple[int, ...]:
+    """The shape of a recorded input/output leaf, failing clearly if it is not a tensor."""
+    assert isinstance(spec, TensorSpec), f"expected a tensor at {spec.path!r}, got {spec!r}"
+    return spec.shape
+
 
 #: What ``assert_unchanged(..., skip=...)`` may leave out.
 CATEGORIES: tuple[str, ...] = (

@@ -31,8 +31,16 @@ def build():
 def test_profile_example_and_show_saved(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "r.json"
     code = main(
-        ["profile", "examples:tiny_resnet", "--input-shape", "2,3,32,32", "--json", str(out),
-         "--width", "200"]
+        [
+            "profile",
+            "examples:tiny_resnet",
+            "--input-shape",
+            "2,3,32,32",
+            "--json",
+            str(out),
+            "--width",
+            "200",
+        ]
     )
     assert code == 0
     printed = capsys.readouterr().out
@@ -44,7 +52,9 @@ def test_profile_example_and_show_saved(tmp_path: Path, capsys: pytest.CaptureFi
     assert capsys.readouterr().out == printed  # the saved profile shows the same view
 
 
-def test_profile_file_target_model_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_profile_file_target_model_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     script = tmp_path / "broken.py"
     script.write_text(BROKEN)
     code = main(["profile", f"{script}:build", "--input-shape", "2,4"])

@@ -37,9 +37,7 @@ def simple_model() -> nn.Module:
         def __init__(self) -> None:
             super().__init__()
             self.single_1 = nn.Linear(1, 10)
-            self.repeat_1x2 = nn.Sequential(
-                OrderedDict(A=nn.Linear(10, 10), B=nn.Linear(10, 10))
-            )
+            self.repeat_1x2 = nn.Sequential(OrderedDict(A=nn.Linear(10, 10), B=nn.Linear(10, 10)))
             self.single_2 = nn.ReLU()
             layers: OrderedDict[str, nn.Module] = OrderedDict()
             for names in ("CDE", "FGH", "IJK"):

@@ -6,10 +6,10 @@ from dataclasses import dataclass
 
 import pytest
 import torch
-from helpers import ModelSnapshot
 from torch import nn
 
 import layerscope as ls
+from helpers import ModelSnapshot
 from layerscope import TensorSpec, ValueSpec
 
 
@@ -162,7 +162,7 @@ def test_no_input_structure_only() -> None:
         (lambda m: ls.profile(m, torch.ones(1, 2), input_shape=(1, 2)), "only one of"),
         (lambda m: ls.profile(m, input_shape="abc"), "input_shape"),
         (lambda m: ls.profile(m, input_shape=(1, -2)), "non-negative"),
-        (lambda m: ls.profile(m, args=torch.ones(1, 2)), "args must be a tuple"),
+        (lambda m: ls.profile(m, args=torch.ones(1, 2)), "args must be a tuple"),  # type: ignore[arg-type]
         (lambda m: ls.profile(m, input_dtype=torch.long), "input_dtype only applies"),
         (lambda m: ls.profile(object()), "expected a torch.nn.Module"),  # type: ignore[arg-type]
     ],

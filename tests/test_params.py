@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import torch
-from helpers import ModelSnapshot
 from torch import nn
 
 import layerscope as ls
+from helpers import ModelSnapshot
 
 
 class Net(nn.Module):

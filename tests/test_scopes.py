@@ -6,10 +6,10 @@ from collections.abc import Callable
 
 import pytest
 import torch
-from helpers import ModelSnapshot
 from torch import nn
 
 import layerscope as ls
+from helpers import ModelSnapshot
 
 
 class Probe(nn.Module):
@@ -30,7 +30,8 @@ class Probe(nn.Module):
 def test_current_is_innermost_running_module() -> None:
     seen: list[str] = []
     holder: list[ls.Profiler] = []
-    model = nn.Sequential(nn.Sequential(Probe(seen, lambda: holder[0])), Probe(seen, lambda: holder[0]))
+    probe = Probe(seen, lambda: holder[0])
+    model = nn.Sequential(nn.Sequential(probe), Probe(seen, lambda: holder[0]))
     with ls.Profiler(model) as p:
         holder.append(p)
         model(torch.ones(1))
@@ -69,7 +70,7 @@ class RootRaises(nn.Module):
         self.fc = nn.Linear(2, 2)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.fc(x)
+        self.fc(x)
         raise KeyError("missing")
 
 

@@ -191,9 +191,7 @@ def test_user_hooks_with_kwargs_and_always_call_kept() -> None:
     def pre(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         calls.append("pre")
 
-    def post(
-        module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
-    ) -> None:
+    def post(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
         calls.append("post")
 
     fc = model.get_submodule("fc")
@@ -308,8 +306,8 @@ def test_profiler_user_training_step_only_changes_what_it_changes() -> None:
     snap = ModelSnapshot.take(model)
     with ls.Profiler(model):
         model(x).sum().backward()
-    # The user's step moved BatchNorm stats, grads and the RNG is untouched by a
-    # deterministic forward; layerscope itself added or left nothing behind.
+    # The user's own step moves BatchNorm stats and sets grads (no dropout, so the RNG
+    # is untouched); everything else, hooks included, must be as layerscope found it.
     snap.assert_unchanged(model, skip=("state_dict", "buffers", "grads"))
     diffs = snap.differences(model)
     assert any("running_mean" in d for d in diffs)
@@ -325,9 +323,9 @@ def test_snapshot_detects_changes() -> None:
     snap.assert_unchanged(model)
     model(x)  # BN stats move
     model.eval()
-    model.fc.weight.requires_grad_(False)
-    model.fc.extra = 1  # type: ignore[assignment]
-    handle = model.conv1.register_forward_hook(lambda m, a, o: None)
+    model.get_submodule("fc").weight.requires_grad_(False)
+    setattr(model.get_submodule("fc"), "extra", 1)  # noqa: B010
+    handle = model.get_submodule("conv1").register_forward_hook(lambda m, a, o: None)
     torch.rand(1)
     random.random()
     try:
@@ -368,3 +366,58 @@ def test_snapshot_detects_replaced_hook_object_and_meta_tensors() -> None:
     text = "\n".join(snap.differences(model))
     assert "parameter 0.weight: replaced by a different tensor object" in text
     assert "dtype changed from torch.float32 to torch.float64" in text
+
+
+# ---- what the model's own forward changes is undone too ----------------------------------
+
+
+class RebindsBuffers(nn.Module):
+    """Assigns new tensors to its buffers in forward instead of updating them in place."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count: Tensor
+        self.last: Tensor
+        self.register_buffer("count", torch.zeros(()))
+        self.register_buffer("last", torch.zeros(4), persistent=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        self.count = self.count + 1
+        self.last = x.detach()[0].clone()
+        return x
+
+
+class CachesAttribute(nn.Module):
+    def forward(self, x: Tensor) -> Tensor:
+        self.cache = x.detach()
+        return x
+
+
+def test_profile_restores_rebound_buffers() -> None:
+    model = RebindsBuffers()
+    x = torch.ones(2, 4)
+    snap = ModelSnapshot.take(model)
+    ls.profile(model, x)
+    snap.assert_unchanged(model)
+
+
+def test_profile_removes_attributes_added_by_forward() -> None:
+    model = CachesAttribute()
+    x = torch.ones(2, 4)
+    snap = ModelSnapshot.take(model)
+    ls.profile(model, x)
+    snap.assert_unchanged(model)
+
+
+def test_profile_leaves_lazy_modules_lazy() -> None:
+    model = nn.Sequential(nn.LazyLinear(3), nn.ReLU())
+    x = torch.ones(2, 5)
+    snap = ModelSnapshot.take(model)
+    prof = ls.profile(model, x)
+    snap.assert_unchanged(model)
+    assert type(model[0]) is nn.LazyLinear
+    assert isinstance(model[0].weight, nn.parameter.UninitializedParameter)
+    assert prof.root.metrics["params"] == 5 * 3 + 3  # counted as initialised by the run: 18
+    assert prof.notices == []
+    model(x)  # still initialises normally for the user afterwards
+    assert type(model[0]) is nn.Linear and model[0].weight.shape == (3, 5)

@@ -49,7 +49,12 @@ class TensorSpec:
     device: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "shape": list(self.shape), "dtype": self.dtype, "device": self.device}
+        return {
+            "path": self.path,
+            "shape": list(self.shape),
+            "dtype": self.dtype,
+            "device": self.device,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,8 +218,9 @@ class Profile:
         def visit(node: Node) -> None:
             for c in node.children:
                 visit(c)
+            present = set(node.self_metrics).union(*(c.metrics for c in node.children))
             for key in ADDITIVE_METRICS:
-                if key in node.self_metrics or any(key in c.metrics for c in node.children):
+                if key in present:
                     total: Number = node.self_metrics.get(key, 0)
                     for c in node.children:
                         total += c.metrics.get(key, 0)
@@ -263,7 +269,9 @@ class Profile:
             raise SchemaError("a saved profile must be a JSON object")
         schema = data.get("schema")
         if schema != SCHEMA:
-            raise SchemaError(f"unsupported profile schema {schema!r}; this layerscope reads {SCHEMA!r}")
+            raise SchemaError(
+                f"unsupported profile schema {schema!r}; this layerscope reads {SCHEMA!r}"
+            )
         if "root" not in data:
             raise SchemaError("saved profile has no 'root' node")
         return cls(

@@ -25,8 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="layerscope",
         description="See what happens inside every layer of a PyTorch model.",
-        epilog="Exit codes: 0 ok, 1 internal error, 2 bad arguments or file, "
-        "3 the model raised.",
+        epilog="Exit codes: 0 ok, 1 internal error, 2 bad arguments or file, 3 the model raised.",
     )
     parser.add_argument("--version", action="version", version=f"layerscope {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

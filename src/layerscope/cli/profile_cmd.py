@@ -30,7 +30,9 @@ NAME = "profile"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("target", nargs="?", help="the model: examples:NAME, module:attr or file.py:attr")
+    p.add_argument(
+        "target", nargs="?", help="the model: examples:NAME, module:attr or file.py:attr"
+    )
     p.add_argument(
         "--input-shape",
         action="append",
@@ -90,7 +92,9 @@ def parse_shape(text: str) -> tuple[int, ...]:
     try:
         dims = tuple(int(d) for d in text.replace("x", ",").split(",") if d.strip())
     except ValueError:
-        raise InvalidInputError(f"bad --input-shape {text!r}: use integers like 2,3,32,32") from None
+        raise InvalidInputError(
+            f"bad --input-shape {text!r}: use integers like 2,3,32,32"
+        ) from None
     if not dims or any(d < 0 for d in dims):
         raise InvalidInputError(f"bad --input-shape {text!r}: use integers like 2,3,32,32")
     return dims
@@ -112,7 +116,9 @@ def load_target(target: str) -> tuple[nn.Module, torch.Tensor | None]:
         return ex.build(), ex.example_input()
     module_name, sep, attr = target.rpartition(":")
     if not sep or not module_name or not attr:
-        raise InvalidInputError(f"TARGET must look like module:attr or file.py:attr, got {target!r}")
+        raise InvalidInputError(
+            f"TARGET must look like module:attr or file.py:attr, got {target!r}"
+        )
     if module_name.endswith(".py"):
         if not os.path.isfile(module_name):
             raise InvalidInputError(f"no such file: {module_name}")

@@ -17,7 +17,7 @@ def model_device_dtype(model: nn.Module) -> tuple[torch.device, torch.dtype]:
     """Device and dtype of the model's first floating tensor (cpu/float32 if none)."""
     device: torch.device | None = None
     for t in (*model.parameters(), *model.buffers()):
-        if isinstance(t, torch.nn.parameter.UninitializedTensorMixin):
+        if torch.nn.parameter.is_lazy(t):
             continue
         if device is None:
             device = t.device
@@ -40,8 +40,10 @@ def normalise_shapes(input_shape: Any) -> list[tuple[int, ...]]:
         isinstance(input_shape, Sequence) and all(isinstance(d, int) for d in input_shape)
     ):
         shapes = [tuple(input_shape)]
-    elif isinstance(input_shape, Sequence) and input_shape and all(
-        isinstance(s, Sequence) and all(isinstance(d, int) for d in s) for s in input_shape
+    elif (
+        isinstance(input_shape, Sequence)
+        and input_shape
+        and all(isinstance(s, Sequence) and all(isinstance(d, int) for d in s) for s in input_shape)
     ):
         shapes = [tuple(s) for s in input_shape]
     else:

@@ -116,7 +116,11 @@ def profile(
     model, notices = unwrap_model(model)
     given = [
         name
-        for name, v in (("a positional input", inputs), ("args", args), ("input_shape", input_shape))
+        for name, v in (
+            ("a positional input", inputs),
+            ("args", args),
+            ("input_shape", input_shape),
+        )
         if v is not _MISSING and v is not None
     ]
     if len(given) > 1:

@@ -99,7 +99,7 @@ def module_repr(module: nn.Module) -> str:
 
 def is_lazy(module: nn.Module) -> bool:
     return any(
-        isinstance(t, torch.nn.parameter.UninitializedTensorMixin)
+        torch.nn.parameter.is_lazy(t)
         for t in (*module._parameters.values(), *module._buffers.values())
         if t is not None
     )

@@ -8,7 +8,7 @@ lowest common ancestor of its holders; the holders list it in ``Node.shared``.
 from __future__ import annotations
 
 from torch import Tensor
-from torch.nn.parameter import UninitializedTensorMixin
+from torch.nn.parameter import is_lazy
 
 from layerscope.collect.tree import ModelTree
 from layerscope.profile import DTYPE_KEYS, Node
@@ -37,7 +37,7 @@ def fill_parameters(tree: ModelTree) -> list[str]:
                 if t is None:
                     continue
                 qualified = f"{node.path}.{name}" if node.path else name
-                if isinstance(t, UninitializedTensorMixin):
+                if is_lazy(t):
                     notices.append(
                         f"{qualified} is an uninitialised lazy tensor; run the model on an "
                         "input to count it"

@@ -76,34 +76,39 @@ def build_renderable(profile: Profile, options: ViewOptions | None = None) -> Re
     if not ran:  # structure only: no shapes or calls to show
         options = ViewOptions(fold=options.fold, max_depth=options.max_depth, shapes=False)
     columns = [c for c in METRIC_COLUMNS if _present(shown, c.key)]
+    rows = _tree_rows(shown.root, options.max_depth)
+    # Numbers are never cut: their columns are at least as wide as their widest cell.
+    numbers = [[_metric(n, c) for c in columns] for n, _ in rows]
+    numbers.append([_metric(shown.root, c) for c in columns])
     table = Table(
         box=box.SIMPLE_HEAD, header_style="layerscope.header", pad_edge=False, show_edge=False
     )
-    table.add_column("Module", no_wrap=True, overflow="ellipsis")
+    # Tree and shape columns give way on narrow consoles (their cells end in "…").
+    table.add_column("Module")
     if options.shapes:
-        table.add_column("Input shape", overflow="fold")
-        table.add_column("Output shape", overflow="fold")
-    for c in columns:
-        table.add_column(c.header, justify="right", no_wrap=True)
+        table.add_column("Input shape")
+        table.add_column("Output shape")
+    for i, c in enumerate(columns):
+        width = max(len(c.header), *(len(r[i]) for r in numbers))
+        table.add_column(c.header, justify="right", no_wrap=True, min_width=width)
     if ran:
-        table.add_column("Calls", justify="right", no_wrap=True)
+        table.add_column("Calls", justify="right", no_wrap=True, min_width=5)
 
-    for node, prefix in _tree_rows(shown.root, options.max_depth):
+    for (node, prefix), nums in zip(rows, numbers, strict=False):
         dim = "" if not ran or any(n.called for n in node.walk()) else "layerscope.uncalled"
         cells: list[RenderableType] = [_label(node, prefix)]
         if options.shapes:
             cells.append(_shapes(node.inputs))
             cells.append(_shapes(node.outputs))
-        cells.extend(_metric(node, c) for c in columns)
+        cells.extend(nums)
         if ran:
             cells.append(str(node.calls) if node.called else "-")
         table.add_row(*cells, style=dim)
 
-    root = shown.root
     total: list[RenderableType] = [Text("Total", style="layerscope.total")]
     if options.shapes:
         total += ["", ""]
-    total += [_metric(root, c) for c in columns]
+    total += numbers[-1]
     if ran:
         total.append("")
     table.add_section()
@@ -135,17 +140,17 @@ def _metric(node: Node, column: Column) -> str:
     return column.fmt(value)
 
 
-def _shapes(sigs: list[Signature]) -> str:
+def _shapes(sigs: list[Signature]) -> Text:
     if not sigs:
-        return ""
+        return Text("")
     text = units.signature(sigs[0])
     if len(sigs) > 1:
         text += f" (+{len(sigs) - 1} more)"
-    return text
+    return Text(text, no_wrap=True, overflow="ellipsis")
 
 
 def _label(node: Node, prefix: str) -> Text:
-    text = Text(prefix, style="layerscope.guide")
+    text = Text(prefix, style="layerscope.guide", no_wrap=True, overflow="ellipsis")
     if node.depth == 0:
         text.append(node.type, style="layerscope.type")
         return text
