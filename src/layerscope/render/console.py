@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from rich import box
-from rich.console import Console, Group, RenderableType
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.table import Table
 from rich.text import Text
 from rich.theme import Theme
@@ -72,48 +72,99 @@ def build_renderable(profile: Profile, options: ViewOptions | None = None) -> Re
 
     options = options or ViewOptions()
     shown = fold(profile) if options.fold else profile
-    ran = bool(shown.model.get("ran", True))
-    if not ran:  # structure only: no shapes or calls to show
+    if not shown.model.get("ran", True):  # structure only: no shapes or calls to show
         options = ViewOptions(fold=options.fold, max_depth=options.max_depth, shapes=False)
-    columns = [c for c in METRIC_COLUMNS if _present(shown, c.key)]
-    rows = _tree_rows(shown.root, options.max_depth)
-    # Numbers are never cut: their columns are at least as wide as their widest cell.
-    numbers = [[_metric(n, c) for c in columns] for n, _ in rows]
-    numbers.append([_metric(shown.root, c) for c in columns])
-    table = Table(
-        box=box.SIMPLE_HEAD, header_style="layerscope.header", pad_edge=False, show_edge=False
-    )
-    # Tree and shape columns give way on narrow consoles (their cells end in "…").
-    table.add_column("Module")
-    if options.shapes:
-        table.add_column("Input shape")
-        table.add_column("Output shape")
-    for i, c in enumerate(columns):
-        width = max(len(c.header), *(len(r[i]) for r in numbers))
-        table.add_column(c.header, justify="right", no_wrap=True, min_width=width)
-    if ran:
-        table.add_column("Calls", justify="right", no_wrap=True, min_width=5)
+    return Group(_TreeTable(shown, options), _summary(shown))
 
-    for (node, prefix), nums in zip(rows, numbers, strict=False):
-        dim = "" if not ran or any(n.called for n in node.walk()) else "layerscope.uncalled"
-        cells: list[RenderableType] = [_label(node, prefix)]
-        if options.shapes:
-            cells.append(_shapes(node.inputs))
-            cells.append(_shapes(node.outputs))
-        cells.extend(nums)
+
+class _TreeTable:
+    """The tree+table; lays its columns out for the console width it is given.
+
+    Numbers are never cut. On a narrow console the shape columns give way first, then the
+    tree column; their cells end in "…".
+    """
+
+    def __init__(self, profile: Profile, options: ViewOptions) -> None:
+        self.profile = profile
+        self.options = options
+
+    def __rich_console__(self, console: Console, opts: ConsoleOptions) -> RenderResult:
+        shown, options = self.profile, self.options
+        ran = bool(shown.model.get("ran", True))
+        columns = [c for c in METRIC_COLUMNS if _present(shown, c.key)]
+        rows = _tree_rows(shown.root, options.max_depth)
+        labels = [_label(n, prefix) for n, prefix in rows]
+        numbers = [[_metric(n, c) for c in columns] for n, _ in rows]
+        total_row = [_metric(shown.root, c) for c in columns]
+        inputs = [_shapes(n.inputs) for n, _ in rows]
+        outputs = [_shapes(n.outputs) for n, _ in rows]
+
+        fixed = [
+            max(len(c.header), *(len(r[i]) for r in [*numbers, total_row]))
+            for i, c in enumerate(columns)
+        ]
         if ran:
-            cells.append(str(node.calls) if node.called else "-")
-        table.add_row(*cells, style=dim)
+            fixed.append(5)
+        flexible = [max(len("Module"), *(len(t) for t in labels))]
+        if options.shapes:
+            flexible.append(max(len("Input shape"), *(len(t) for t in inputs)))
+            flexible.append(max(len("Output shape"), *(len(t) for t in outputs)))
+        gaps = 3 * (len(fixed) + len(flexible) - 1)  # padding 1+1 and a blank rule
+        available = opts.max_width - sum(fixed) - gaps
+        if options.shapes and available < 16 + 2 * 12:  # too narrow: drop the shapes
+            options = ViewOptions(options.fold, options.max_depth, shapes=False)
+            flexible = flexible[:1]
+            available += 2 * 3
+        widths = _fit(flexible, available)
 
-    total: list[RenderableType] = [Text("Total", style="layerscope.total")]
-    if options.shapes:
-        total += ["", ""]
-    total += numbers[-1]
-    if ran:
-        total.append("")
-    table.add_section()
-    table.add_row(*total, style="layerscope.total")
-    return Group(table, _summary(shown))
+        table = Table(
+            box=box.SIMPLE_HEAD,
+            header_style="layerscope.header",
+            pad_edge=False,
+            show_edge=False,
+            collapse_padding=False,
+        )
+        table.add_column("Module", width=widths[0], no_wrap=True, overflow="ellipsis")
+        if options.shapes:
+            table.add_column("Input shape", width=widths[1], no_wrap=True, overflow="ellipsis")
+            table.add_column("Output shape", width=widths[2], no_wrap=True, overflow="ellipsis")
+        for c, w in zip(columns, fixed, strict=False):
+            table.add_column(c.header, justify="right", no_wrap=True, width=w)
+        if ran:
+            table.add_column("Calls", justify="right", no_wrap=True, width=5)
+
+        for i, (node, _) in enumerate(rows):
+            dim = "" if not ran or any(n.called for n in node.walk()) else "layerscope.uncalled"
+            cells: list[RenderableType] = [labels[i]]
+            if options.shapes:
+                cells += [inputs[i], outputs[i]]
+            cells += numbers[i]
+            if ran:
+                cells.append(str(node.calls) if node.called else "-")
+            table.add_row(*cells, style=dim)
+
+        total: list[RenderableType] = [Text("Total", style="layerscope.total")]
+        if options.shapes:
+            total += ["", ""]
+        total += total_row
+        if ran:
+            total.append("")
+        table.add_section()
+        table.add_row(*total, style="layerscope.total")
+        yield table
+
+
+def _fit(wanted: list[int], available: int) -> list[int]:
+    """Shrink the flexible columns to ``available``: shape columns first (to 12), then the
+    tree column (to 16), never below those minimums."""
+    widths = list(wanted)
+    floors = [16] + [12] * (len(widths) - 1)
+    for i in [*range(1, len(widths)), 0]:
+        excess = sum(widths) - available
+        if excess <= 0:
+            break
+        widths[i] = max(min(floors[i], widths[i]), widths[i] - excess)
+    return widths
 
 
 def render_text(
@@ -130,7 +181,9 @@ def render_text(
 
 
 def _present(profile: Profile, key: str) -> bool:
-    return key in profile.root.metrics
+    """Show a metric's column when measured and not all zero (params always)."""
+    value = profile.root.metrics.get(key)
+    return value is not None and (value != 0 or key == "params")
 
 
 def _metric(node: Node, column: Column) -> str:
@@ -140,17 +193,17 @@ def _metric(node: Node, column: Column) -> str:
     return column.fmt(value)
 
 
-def _shapes(sigs: list[Signature]) -> Text:
+def _shapes(sigs: list[Signature]) -> str:
     if not sigs:
-        return Text("")
+        return ""
     text = units.signature(sigs[0])
     if len(sigs) > 1:
         text += f" (+{len(sigs) - 1} more)"
-    return Text(text, no_wrap=True, overflow="ellipsis")
+    return text
 
 
 def _label(node: Node, prefix: str) -> Text:
-    text = Text(prefix, style="layerscope.guide", no_wrap=True, overflow="ellipsis")
+    text = Text(prefix, style="layerscope.guide")
     if node.depth == 0:
         text.append(node.type, style="layerscope.type")
         return text
