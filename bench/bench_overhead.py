@@ -11,6 +11,8 @@ ratio, all measured in this one run.
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import time
 from collections.abc import Callable
 
@@ -19,6 +21,9 @@ from torch import nn
 
 import layerscope as ls
 from layerscope.examples import EXAMPLES
+
+sys.path.insert(0, os.path.dirname(__file__))
+from models import resnet50
 
 
 def best_of(fn: Callable[[], object], repeats: int) -> float:
@@ -29,51 +34,6 @@ def best_of(fn: Callable[[], object], repeats: int) -> float:
         fn()
         times.append(time.perf_counter() - t0)
     return min(times)
-
-
-class Bottleneck(nn.Module):
-    def __init__(self, cin: int, width: int, stride: int) -> None:
-        super().__init__()
-        cout = width * 4
-        self.conv1 = nn.Conv2d(cin, width, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(width)
-        self.conv2 = nn.Conv2d(width, width, 3, stride, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(width)
-        self.conv3 = nn.Conv2d(width, cout, 1, bias=False)
-        self.bn3 = nn.BatchNorm2d(cout)
-        self.relu = nn.ReLU(inplace=True)
-        self.downsample: nn.Module | None = None
-        if stride != 1 or cin != cout:
-            self.downsample = nn.Sequential(
-                nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout)
-            )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.relu(self.bn1(self.conv1(x)))
-        out = self.relu(self.bn2(self.conv2(out)))
-        out = self.bn3(self.conv3(out))
-        identity = x if self.downsample is None else self.downsample(x)
-        result: torch.Tensor = self.relu(out + identity)
-        return result
-
-
-def resnet50() -> nn.Module:
-    """The ResNet-50 layout (3, 4, 6, 3 bottlenecks), built here without torchvision."""
-    layers: list[nn.Module] = [
-        nn.Conv2d(3, 64, 7, 2, 3, bias=False),
-        nn.BatchNorm2d(64),
-        nn.ReLU(inplace=True),
-        nn.MaxPool2d(3, 2, 1),
-    ]
-    cin = 64
-    for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
-        stage = []
-        for i in range(blocks):
-            stage.append(Bottleneck(cin, width, stride if i == 0 else 1))
-            cin = width * 4
-        layers.append(nn.Sequential(*stage))
-    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(2048, 1000)]
-    return nn.Sequential(*layers)
 
 
 def main() -> None:

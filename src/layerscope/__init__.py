@@ -17,10 +17,12 @@ from layerscope.errors import (
     ProfileCheckError,
     SchemaError,
 )
+from layerscope.metrics.flops import Cost, register_flop_formula
 from layerscope.profile import SCHEMA, Node, Profile, TensorSpec, ValueSpec, load
 
 __all__ = [
     "SCHEMA",
+    "Cost",
     "InvalidInputError",
     "LayerscopeError",
     "ModelError",
@@ -34,4 +36,5 @@ __all__ = [
     "__version__",
     "load",
     "profile",
+    "register_flop_formula",
 ]

@@ -211,6 +211,17 @@ class Profile:
         known = [k for k in ADDITIVE_METRICS if k in seen]
         return known + sorted(seen.difference(known))
 
+    @property
+    def partial_metrics(self) -> list[str]:
+        """Metric keys whose totals miss ops that have no FLOP formula (``unsupported_ops``)."""
+        entries = self.unsupported_ops.values()
+        keys: list[str] = []
+        if any(e.get("forward") for e in entries):
+            keys += ["macs", "flops"]
+        if any(e.get("backward") for e in entries):
+            keys += ["backward_macs", "backward_flops"]
+        return keys
+
     # ---- invariants ----------------------------------------------------------------
     def rollup(self) -> None:
         """Set inclusive additive metrics and dtype breakdowns from the self values."""

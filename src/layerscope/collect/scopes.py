@@ -6,14 +6,22 @@ module instance of the model and removed in ``uninstall`` (called from ``finally
 post hook is registered with ``always_call=True`` so the stack stays balanced when a
 module raises; the innermost module on an exception's way out is remembered so the error
 can name where it happened.
+
+Backward attribution: autograd numbers every node it creates with a thread-local
+sequence number. Each hook records "from this sequence number on, new autograd nodes
+belong to this module", a step function over sequence numbers; a backward op is then
+attributed by looking up its autograd node's number (``grad_owner``), O(log n), with no
+graph walks and no references kept to the user's graph.
 """
 
 from __future__ import annotations
 
 import sys
+from bisect import bisect_right
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
@@ -23,6 +31,9 @@ from layerscope.profile import Node, Signature
 
 #: Distinct input/output signatures kept per module; later distinct ones are only counted.
 MAX_SIGNATURES = 16
+#: The sequence number autograd gives nodes outside the sequence (AccumulateGrad).
+_NO_SEQUENCE = 2**64 - 1
+_next_sequence_nr = torch._C._autograd._get_sequence_nr
 
 
 @dataclass(slots=True)
@@ -46,6 +57,8 @@ class ScopeTracker:
         self._seen_out: dict[int, set[Signature]] = {}
         self._seq = 0
         self._handles: list[RemovableHandle] = []
+        self._grad_starts: list[int] = []  # sequence numbers where ownership changes
+        self._grad_owners: list[Node] = []
 
     # ---- queries used by observers -------------------------------------------------
     @property
@@ -53,8 +66,25 @@ class ScopeTracker:
         """The innermost running module's node; the root outside any module."""
         return self.stack[-1].node if self.stack else self.tree.root
 
+    def grad_owner(self, grad_node: Any) -> Node:
+        """The module whose forward created this autograd node (the root if none did)."""
+        seq = grad_node._sequence_nr()
+        i = bisect_right(self._grad_starts, seq) - 1
+        if i < 0 or seq == _NO_SEQUENCE:
+            return self.tree.root
+        return self._grad_owners[i]
+
+    def _owns_new_grad_nodes(self, node: Node) -> None:
+        seq = _next_sequence_nr()
+        if self._grad_starts and self._grad_starts[-1] == seq:
+            self._grad_owners[-1] = node
+        else:
+            self._grad_starts.append(seq)
+            self._grad_owners.append(node)
+
     # ---- installation --------------------------------------------------------------
     def install(self) -> None:
+        self._owns_new_grad_nodes(self.tree.root)
         try:
             for module in self.tree.modules():
                 self._handles.append(
@@ -96,6 +126,7 @@ class ScopeTracker:
         if self.record_shapes:
             self._remember(node, node.inputs, self._seen_in, flatten_call(args, kwargs))
         self.stack.append(Frame(node, module, sys.exc_info()[1]))
+        self._owns_new_grad_nodes(node)
 
     def _post(
         self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
@@ -109,6 +140,7 @@ class ScopeTracker:
             return
         frame = self.stack[i]
         del self.stack[i:]
+        self._owns_new_grad_nodes(self.current)
         exc = sys.exc_info()[1]
         if exc is not None and exc is not frame.exc_at_entry:
             # Raised inside this module: the first (innermost) frame to see it wins.

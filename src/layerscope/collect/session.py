@@ -7,17 +7,22 @@ and also restores everything the run could have changed (RNG, buffers, flags).
 from __future__ import annotations
 
 import platform
+from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any
 
 import torch
 from torch import nn
 
+from layerscope.collect.dispatch import SessionMode
 from layerscope.collect.inputs import model_device_dtype, random_inputs
 from layerscope.collect.scopes import ScopeTracker
+from layerscope.collect.signature import iter_tensors
 from layerscope.collect.state import ModelState
 from layerscope.collect.tree import ModelTree, is_lazy
 from layerscope.errors import InvalidInputError, LayerscopeError, ModelError
+from layerscope.metrics.flop_counter import FlopCounter
+from layerscope.metrics.flops import Formula
 from layerscope.metrics.params import fill_parameters
 from layerscope.profile import Node, Profile
 
@@ -53,10 +58,19 @@ class Profiler:
     >>> p.profile.root.metrics["params"]    # doctest: +SKIP
     """
 
-    def __init__(self, model: nn.Module, *, record_shapes: bool = True) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        *,
+        record_shapes: bool = True,
+        count_flops: bool = True,
+        flop_formulas: Mapping[Any, Formula] | None = None,
+    ) -> None:
         self.model, self._notices = unwrap_model(model)
         self.record_shapes = record_shapes
+        self._flops = FlopCounter(flop_formulas) if count_flops else None
         self._tracker: ScopeTracker | None = None
+        self._mode: SessionMode | None = None
         self._profile: Profile | None = None
 
     def __enter__(self) -> Profiler:
@@ -65,6 +79,13 @@ class Profiler:
         tree = ModelTree.build(self.model)
         self._tracker = ScopeTracker(tree, record_shapes=self.record_shapes)
         self._tracker.install()
+        if self._flops is not None:
+            try:
+                self._mode = SessionMode(self._tracker, [self._flops])
+                self._mode.__enter__()  # type: ignore[no-untyped-call]
+            except BaseException:
+                self._tracker.uninstall()
+                raise
         return self
 
     def __exit__(
@@ -74,12 +95,18 @@ class Profiler:
         tb: TracebackType | None,
     ) -> None:
         assert self._tracker is not None
-        self._tracker.uninstall()
+        try:
+            if self._mode is not None:
+                self._mode.__exit__(None, None, None)  # type: ignore[no-untyped-call]
+        finally:
+            self._tracker.uninstall()
         if exc is not None:
             site = self._tracker.site_of(exc)
             if site is not None:
                 exc.add_note(f"layerscope: raised in module {_describe(site)}")
-        self._profile = build_profile(self._tracker, ran=True, notices=self._notices)
+        self._profile = build_profile(
+            self._tracker, ran=True, notices=self._notices, flops=self._flops
+        )
 
     @property
     def tracker(self) -> ScopeTracker:
@@ -104,14 +131,22 @@ def profile(
     kwargs: dict[str, Any] | None = None,
     input_shape: Any = None,
     input_dtype: torch.dtype | None = None,
+    backward: bool = False,
+    loss_fn: Callable[[Any], torch.Tensor] | None = None,
     record_shapes: bool = True,
+    count_flops: bool = True,
+    flop_formulas: Mapping[Any, Formula] | None = None,
 ) -> Profile:
     """Run ``model`` once under instrumentation and return its Profile.
 
     Give the input as one positional value (passed as ``model(inputs)``), as
     ``args``/``kwargs``, or as ``input_shape`` (random tensors on the model's device and
     dtype; token ids if the model starts with an embedding). With no input at all, the
-    profile has structure and parameters only. The model is left exactly as found.
+    profile has structure and parameters only. ``backward=True`` also runs
+    ``loss_fn(output).backward()`` (default loss: the sum of every floating output
+    tensor) and measures the backward ops. ``flop_formulas`` overrides or adds FLOP
+    formulas for this call, keyed by aten op. The model is left exactly as found,
+    gradients included.
     """
     model, notices = unwrap_model(model)
     given = [
@@ -133,11 +168,15 @@ def profile(
         raise InvalidInputError(f"args must be a tuple or list, got {type(args).__name__}")
     if kwargs is not None and not isinstance(kwargs, dict):
         raise InvalidInputError(f"kwargs must be a dict, got {type(kwargs).__name__}")
+    if loss_fn is not None and not backward:
+        raise InvalidInputError("loss_fn only applies with backward=True")
 
     will_run = bool(given) or bool(kwargs)
     if not will_run:
+        if backward:
+            raise InvalidInputError("backward=True needs an input")
         tree = ModelTree.build(model)
-        return build_profile(ScopeTracker(tree), ran=False, notices=notices)
+        return build_profile(ScopeTracker(tree), ran=False, notices=notices, flops=None)
 
     state = ModelState.capture(model)
     try:
@@ -147,11 +186,21 @@ def profile(
             call_args = random_inputs(model, input_shape, input_dtype)
         else:
             call_args = tuple(args or ())
-        p = Profiler(model, record_shapes=record_shapes)
+        p = Profiler(
+            model,
+            record_shapes=record_shapes,
+            count_flops=count_flops,
+            flop_formulas=flop_formulas,
+        )
         p._notices = notices
         try:
             with p:
-                model(*call_args, **(kwargs or {}))
+                out = model(*call_args, **(kwargs or {}))
+                if backward:
+                    loss = loss_fn(out) if loss_fn is not None else _default_loss(out)
+                    loss.backward()  # type: ignore[no-untyped-call]
+        except LayerscopeError:
+            raise
         except Exception as e:
             site = p.tracker.site_of(e)
             where = f" in module {_describe(site)}" if site is not None else ""
@@ -167,11 +216,24 @@ def profile(
     return prof
 
 
+def _default_loss(out: Any) -> torch.Tensor:
+    """Sum of every floating tensor in the output that requires grad."""
+    parts = [t.sum() for t in iter_tensors(out) if t.is_floating_point() and t.requires_grad]
+    if not parts:
+        raise InvalidInputError(
+            "backward=True, but no output tensor requires grad (is the model frozen, or "
+            "running under no_grad?); pass loss_fn to choose what to differentiate"
+        )
+    return torch.stack(parts).sum() if len(parts) > 1 else parts[0]
+
+
 def _describe(node: Node) -> str:
     return f"'{node.path}' ({node.type})" if node.path else f"<root> ({node.type})"
 
 
-def build_profile(tracker: ScopeTracker, *, ran: bool, notices: list[str]) -> Profile:
+def build_profile(
+    tracker: ScopeTracker, *, ran: bool, notices: list[str], flops: FlopCounter | None
+) -> Profile:
     """Order, number and roll up the tree the tracker filled, and wrap it in a Profile."""
     tree = tracker.tree
     notices = list(notices)
@@ -209,6 +271,9 @@ def build_profile(tracker: ScopeTracker, *, ran: bool, notices: list[str]) -> Pr
         if extra:
             notices.append(f"{node.path or '<root>'}: {extra} more distinct shapes not kept")
     prof = Profile(root=tree.root, notices=notices)
+    if flops is not None:
+        flops.finish(tree.root)
+        prof.unsupported_ops = flops.unsupported
     prof.rollup()
     device, dtype = model_device_dtype(tree.model)
     prof.model = {

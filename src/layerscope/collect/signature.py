@@ -87,3 +87,26 @@ def _walk(obj: Any, path: str, depth: int, out: list[Spec]) -> None:
             _walk(getattr(obj, f.name, None), _join(path, f.name), depth + 1, out)
         return
     out.append(value_spec(path, obj))
+
+
+def iter_tensors(obj: Any) -> list[torch.Tensor]:
+    """Every tensor leaf of a structure, by the same traversal rules as ``flatten``."""
+    found: list[torch.Tensor] = []
+    _tensors(obj, 0, found)
+    return found
+
+
+def _tensors(obj: Any, depth: int, found: list[torch.Tensor]) -> None:
+    if isinstance(obj, torch.Tensor):
+        found.append(obj)
+    elif depth >= MAX_DEPTH or isinstance(obj, _SCALARS):
+        return
+    elif isinstance(obj, Mapping):
+        for v in obj.values():
+            _tensors(v, depth + 1, found)
+    elif isinstance(obj, list | tuple):
+        for v in obj:
+            _tensors(v, depth + 1, found)
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        for f in dataclasses.fields(obj):
+            _tensors(getattr(obj, f.name, None), depth + 1, found)

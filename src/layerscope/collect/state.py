@@ -3,9 +3,9 @@
 Covers the global RNG streams (CPU and initialised CUDA devices); every module's class and
 ``__dict__`` one level deep (attributes added or rebound by forward, train/eval flags, the
 parameter/buffer/submodule/hook tables); every buffer's values (BatchNorm running stats,
-counters); ``requires_grad`` and ``.grad`` of every parameter; and lazy parameters, which
-a first forward materialises in place. Buffers are cloned up front but written back only
-where their values changed, so untouched buffers are never written.
+counters); ``requires_grad``, ``.grad`` and gradient values of every parameter; and lazy
+parameters, which a first forward materialises in place. Buffers and gradients are cloned
+up front but written back only where their values changed.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torch._subclasses.fake_tensor import is_fake
 from torch.nn.parameter import is_lazy
 
 
@@ -33,6 +34,7 @@ class ModelState:
     cuda_rng: list[Tensor] | None
     modules: list[_ModuleState] = field(default_factory=list)
     params: list[tuple[str, nn.Parameter, bool, Tensor | None, int]] = field(default_factory=list)
+    grads: list[tuple[Tensor, Tensor]] = field(default_factory=list)  # (grad, saved values)
     buffers: list[tuple[Tensor, Tensor]] = field(default_factory=list)
     lazy: list[tuple[Tensor, type[Tensor], Tensor]] = field(default_factory=list)
 
@@ -52,6 +54,8 @@ class ModelState:
                 state.lazy.append((p, type(p), p.data))
                 continue
             state.params.append((name, p, p.requires_grad, p.grad, p._version))
+            if p.grad is not None:  # a backward pass accumulates into it in place
+                state.grads.append((p.grad, p.grad.detach().clone()))
         with torch.no_grad():
             for b in model.buffers():
                 if id(b) in seen:
@@ -76,10 +80,10 @@ class ModelState:
         for ms in self.modules:
             _restore_module(ms)
         with torch.no_grad():
-            for b, saved in self.buffers:
-                # Kernels such as batch_norm update running stats without bumping the
-                # version counter, so compare values; write back only what differs.
-                if b.device.type != "meta" and not torch.equal(b, saved):
+            # Kernels such as batch_norm update running stats without bumping the version
+            # counter, so compare values; write back only what differs.
+            for b, saved in [*self.buffers, *self.grads]:
+                if _has_values(b) and not torch.equal(b, saved):
                     b.copy_(saved)
         for name, p, requires_grad, grad, version in self.params:
             if p.requires_grad != requires_grad:
@@ -92,6 +96,11 @@ class ModelState:
                     "layerscope cannot undo that"
                 )
         return notices
+
+
+def _has_values(t: Tensor) -> bool:
+    """False for meta and fake tensors, which carry shapes only."""
+    return t.device.type != "meta" and not is_fake(t)
 
 
 def _restore_module(ms: _ModuleState) -> None:

@@ -99,8 +99,9 @@ class _TreeTable:
         inputs = [_shapes(n.inputs) for n, _ in rows]
         outputs = [_shapes(n.outputs) for n, _ in rows]
 
+        partial = set(shown.partial_metrics)
         fixed = [
-            max(len(c.header), *(len(r[i]) for r in [*numbers, total_row]))
+            max(len(c.header) + (c.key in partial), *(len(r[i]) for r in [*numbers, total_row]))
             for i, c in enumerate(columns)
         ]
         if ran:
@@ -129,7 +130,8 @@ class _TreeTable:
             table.add_column("Input shape", width=widths[1], no_wrap=True, overflow="ellipsis")
             table.add_column("Output shape", width=widths[2], no_wrap=True, overflow="ellipsis")
         for c, w in zip(columns, fixed, strict=False):
-            table.add_column(c.header, justify="right", no_wrap=True, width=w)
+            header = c.header + ("*" if c.key in partial else "")
+            table.add_column(header, justify="right", no_wrap=True, width=w)
         if ran:
             table.add_column("Calls", justify="right", no_wrap=True, width=5)
 
@@ -259,6 +261,18 @@ def _summary(profile: Profile) -> RenderableType:
             size = units.nbytes(row["param_bytes"] + row["buffer_bytes"])
             parts.append(f"{dtype} {' + '.join(what)} ({size})")
         lines.append(Text("By dtype: " + "; ".join(parts)))
+    if profile.unsupported_ops:
+        ops = sorted(profile.unsupported_ops.items(), key=lambda kv: -int(kv[1]["count"]))
+        listed = ", ".join(
+            f"{name} ×{e['count']} (in {', '.join(sorted(e['modules']))})" for name, e in ops
+        )
+        lines.append(
+            Text(
+                f"Partial {', '.join(profile.partial_metrics)} (marked *): "
+                f"no FLOP formula for {listed}. Register one with ls.register_flop_formula.",
+                style="layerscope.notice",
+            )
+        )
     shared = sorted({s for n in root.walk() for s in n.shared})
     if shared:
         lines.append(Text("Shared tensors, counted once: " + ", ".join(shared)))

@@ -1,0 +1,112 @@
+"""Cost of the analysis pass (params + FLOPs + shapes) against a bare forward and
+torch's FlopCounterMode, all measured in this one run (best of N repeats).
+
+    python bench/bench_flops.py [--repeats 5] [--skip-llama]
+
+Targets: ResNet-50 shape, CPU, batch 1: layerscope / bare <= 1.25 and below
+FlopCounterMode / bare. GPT-2 small shape, 128 tokens: <= 1.15. Llama 80 layers x 8192 on
+meta, 2048 tokens: layerscope time <= 1.5 x FlopCounterMode time, peak RSS < 1 GB (measured
+in a fresh subprocess).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+import layerscope as ls
+
+sys.path.insert(0, os.path.dirname(__file__))
+from models import gpt2_small, llama_on_meta, resnet50
+
+
+def best_of(fn: Callable[[], object], repeats: int) -> float:
+    fn()  # warm up
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def flop_counter_forward(model: torch.nn.Module, x: torch.Tensor) -> int:
+    with FlopCounterMode(display=False) as counter:
+        model(x)
+    return int(counter.get_total_flops())
+
+
+def compare(name: str, model: torch.nn.Module, x: torch.Tensor, repeats: int) -> None:
+    bare = best_of(lambda: model(x), repeats)
+    ours = best_of(lambda: ls.profile(model, x), repeats)
+    theirs = best_of(lambda: flop_counter_forward(model, x), repeats)
+    prof = ls.profile(model, x)
+    print(
+        f"{name:<26}{bare * 1e3:>10.1f}ms{ours / bare:>12.3f}{theirs / bare:>14.3f}"
+        f"   macs={prof.root.metrics['macs']:.4g} (FlopCounterMode flops/2="
+        f"{flop_counter_forward(model, x) / 2:.4g})"
+    )
+
+
+LLAMA_CHILD = """
+import os, resource, sys, time
+sys.path.insert(0, {bench!r})
+import torch
+import layerscope as ls
+from models import llama_on_meta
+model = llama_on_meta()
+ids = torch.zeros(1, 2048, dtype=torch.long, device="meta")
+t0 = time.perf_counter()
+prof = ls.profile(model, ids)
+dt = time.perf_counter() - t0
+rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print(dt, rss, prof.root.metrics["flops"], prof.root.metrics["params"])
+"""
+
+
+def llama(repeats: int) -> None:
+    model = llama_on_meta()
+    ids = torch.zeros(1, 2048, dtype=torch.long, device="meta")
+    theirs = best_of(lambda: flop_counter_forward(model, ids), max(1, repeats // 2))
+    ours = best_of(lambda: ls.profile(model, ids), max(1, repeats // 2))
+    child = subprocess.run(
+        [sys.executable, "-c", LLAMA_CHILD.format(bench=os.path.dirname(__file__))],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    dt, rss, flops, params = child.stdout.split()
+    print(
+        f"llama 80x8192 on meta, 2048 tokens: layerscope {ours:.2f}s, FlopCounterMode "
+        f"{theirs:.2f}s, ratio {ours / theirs:.3f}; fresh process: {float(dt):.2f}s, "
+        f"peak RSS {int(rss) / 2**30:.3f} GiB; flops {float(flops):.4g}, params {int(params):,}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--skip-llama", action="store_true")
+    args = parser.parse_args()
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, best of {args.repeats}")
+    print(f"{'model':<26}{'bare fwd':>12}{'ls/bare':>12}{'FCM/bare':>14}")
+    compare("resnet50 1x3x224x224", resnet50().eval(), torch.randn(1, 3, 224, 224), args.repeats)
+    compare(
+        "gpt2-small 1x128 tokens",
+        gpt2_small(),
+        torch.randint(0, 50257, (1, 128)),
+        args.repeats,
+    )
+    if not args.skip_llama:
+        llama(args.repeats)
+
+
+if __name__ == "__main__":
+    main()

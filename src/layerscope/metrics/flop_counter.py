@@ -1,0 +1,74 @@
+"""The FLOPs observer: prices each aten op with the formula registry, per module and phase.
+
+Forward work goes to ``macs``/``flops``, backward work to ``backward_macs``/
+``backward_flops`` of the module the dispatch mode names. An op with no formula (and not
+on the zero-cost list) is recorded in ``unsupported`` with its count per phase and the
+modules it ran in, never silently counted as 0; so is an op whose formula raised (with the
+error), so that a broken formula cannot stop the user's run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from torch._ops import OpOverload
+
+from layerscope.metrics.flops import FlopFormulaError, Formula, op_cost
+from layerscope.profile import Node
+
+FORWARD_KEYS = ("macs", "flops")
+BACKWARD_KEYS = ("backward_macs", "backward_flops")
+
+
+class FlopCounter:
+    """Accumulates op costs into the self metrics of the nodes it is handed."""
+
+    def __init__(self, overrides: Mapping[Any, Formula] | None = None) -> None:
+        self.overrides = overrides
+        self.unsupported: dict[str, dict[str, Any]] = {}
+        self.saw_backward = False
+
+    def on_op(
+        self,
+        func: OpOverload,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        out: Any,
+        node: Node,
+        backward: bool,
+    ) -> None:
+        if backward:
+            self.saw_backward = True
+        try:
+            cost = op_cost(func, args, kwargs, out, self.overrides)
+        except FlopFormulaError as e:  # a broken formula must not stop the user's run
+            self._unsupported(func, node, backward).setdefault("error", str(e))
+            return
+        if cost is None:
+            self._unsupported(func, node, backward)
+            return
+        m = node.self_metrics
+        if backward:
+            m["backward_macs"] = m.get("backward_macs", 0) + cost.macs
+            m["backward_flops"] = m.get("backward_flops", 0) + cost.flops
+        else:
+            m["macs"] = m.get("macs", 0) + cost.macs
+            m["flops"] = m.get("flops", 0) + cost.flops
+
+    def _unsupported(self, func: OpOverload, node: Node, backward: bool) -> dict[str, Any]:
+        entry = self.unsupported.setdefault(
+            str(func), {"count": 0, "forward": 0, "backward": 0, "modules": {}}
+        )
+        entry["count"] += 1
+        entry["backward" if backward else "forward"] += 1
+        where = node.path or "<root>"
+        entry["modules"][where] = entry["modules"].get(where, 0) + 1
+        return entry
+
+    def finish(self, root: Node) -> None:
+        """Give every node the measured keys (0 where no op ran), so totals roll up."""
+        keys = FORWARD_KEYS + (BACKWARD_KEYS if self.saw_backward else ())
+        for node in root.walk():
+            for key in keys:
+                node.self_metrics.setdefault(key, 0)

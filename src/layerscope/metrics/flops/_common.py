@@ -1,0 +1,47 @@
+"""Small helpers shared by the formula families (plain Python, no torch ops)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import Tensor
+
+from layerscope.metrics.flops.registry import Cost, Formula
+
+
+def first_tensor(out: Any) -> Tensor:
+    """The op's (first) output tensor: ``out`` itself or the first element of a tuple."""
+    if isinstance(out, Tensor):
+        return out
+    if isinstance(out, (tuple, list)):
+        for item in out:
+            if isinstance(item, Tensor):
+                return item
+    raise TypeError(f"expected a tensor output, got {type(out).__name__}")
+
+
+def out_numel(out: Any) -> int:
+    """Element count of the op's (first) output."""
+    return first_tensor(out).numel()
+
+
+def per_output_element(flops: int, doc: str = "") -> Formula:
+    """A formula costing ``flops`` per element of the op's (first) output."""
+
+    def formula(*_args: Any, out: Any = None, **_kwargs: Any) -> Cost:
+        return Cost(0, flops * first_tensor(out).numel())
+
+    formula.__doc__ = doc or f"{flops} flop(s) per output element."
+    formula.__name__ = f"per_output_element_{flops}"
+    return formula
+
+
+def per_input_element(flops: int, doc: str = "") -> Formula:
+    """A formula costing ``flops`` per element of the op's first argument."""
+
+    def formula(x: Tensor, *_args: Any, out: Any = None, **_kwargs: Any) -> Cost:
+        return Cost(0, flops * x.numel())
+
+    formula.__doc__ = doc or f"{flops} flop(s) per element of the first argument."
+    formula.__name__ = f"per_input_element_{flops}"
+    return formula

@@ -1,0 +1,230 @@
+"""FLOPs and MACs end to end: per-module attribution, forward and backward, any device."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+import layerscope as ls
+from helpers import ModelSnapshot
+from layerscope.examples import EXAMPLES
+from layerscope.metrics.flops import Cost
+
+
+def mlp() -> nn.Module:
+    return nn.Sequential(nn.Linear(128, 256), nn.ReLU(), nn.Linear(256, 10))
+
+
+def test_linear_forward_per_module() -> None:
+    model, x = mlp(), torch.randn(32, 128)
+    prof = ls.profile(model, x)
+    fc1, fc2 = prof.node("0"), prof.node("2")
+    assert fc1.self_metrics["macs"] == 32 * 128 * 256  # 1,048,576
+    assert fc1.self_metrics["flops"] == 2 * 32 * 128 * 256 + 32 * 256  # + bias adds
+    assert fc2.self_metrics["macs"] == 32 * 256 * 10  # 81,920
+    assert fc2.self_metrics["flops"] == 2 * 32 * 256 * 10 + 32 * 10
+    assert prof.node("1").self_metrics["macs"] == 0
+    assert prof.root.metrics["macs"] == 32 * 128 * 256 + 32 * 256 * 10  # 1,130,496
+    assert prof.root.self_metrics["macs"] == 0
+    assert "backward_macs" not in prof.root.metrics  # not measured: absent, not 0
+    assert prof.unsupported_ops == {} and prof.partial_metrics == []
+    prof.self_check()
+
+
+def test_linear_backward_attributed_to_creating_module() -> None:
+    model, x = mlp(), torch.randn(32, 128)  # x does not require grad
+    snap = ModelSnapshot.take(model)
+    prof = ls.profile(model, x, backward=True)
+    snap.assert_unchanged(model)  # grads set by the backward pass are undone
+    # fc1: only grad_weight = grad_out^T (256x32) @ x (32x128); no grad_input needed.
+    assert prof.node("0").self_metrics["backward_macs"] == 256 * 32 * 128
+    # fc2: grad_input (32x10)@(10x256) + grad_weight (10x32)@(32x256).
+    assert prof.node("2").self_metrics["backward_macs"] == 32 * 10 * 256 + 10 * 32 * 256
+    assert prof.root.metrics["backward_macs"] == 256 * 32 * 128 + 2 * 32 * 10 * 256
+    prof.self_check()
+
+
+def test_grouped_conv_backward_is_not_multiplied_by_groups() -> None:
+    conv = nn.Conv2d(8, 16, 3, padding=1, groups=4, bias=False)
+    x = torch.randn(2, 8, 10, 10, requires_grad=True)
+    prof = ls.profile(conv, x, backward=True)
+    fwd = 2 * 16 * 10 * 10 * (8 // 4) * 3 * 3  # N*Cout*H*W*(Cin/g)*k*k = 57,600
+    assert prof.root.metrics["macs"] == fwd
+    assert prof.root.metrics["backward_macs"] == 2 * fwd  # grad_input + grad_weight
+
+
+class Twice(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = nn.Linear(16, 16)
+        self.w = nn.Parameter(torch.randn(16, 4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.block(torch.relu(self.block(x)))
+        out: torch.Tensor = h @ self.w  # functional work in the root's self
+        return out
+
+
+def test_module_called_twice_and_operator_in_root() -> None:
+    prof = ls.profile(Twice(), torch.randn(8, 16), backward=True)
+    assert prof.node("block").calls == 2
+    assert prof.node("block").self_metrics["macs"] == 2 * 8 * 16 * 16  # two calls summed
+    assert prof.root.self_metrics["macs"] == 8 * 16 * 4  # h @ w
+    # backward of h @ w (root): grad_h (8x4)@(4x16) and grad_w (16x8)@(8x4)
+    assert prof.root.self_metrics["backward_macs"] == 8 * 4 * 16 + 16 * 8 * 4
+    # block, twice: grad_weight (16x8)@(8x16) each call, grad_input (8x16)@(16x16) only for
+    # the second call (the first call's input x does not require grad)
+    assert prof.node("block").self_metrics["backward_macs"] == 2 * 16 * 8 * 16 + 8 * 16 * 16
+
+
+class Attention(nn.Module):
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = F.scaled_dot_product_attention(q, k, v)
+        return out
+
+
+def test_sdpa_cpu_is_counted() -> None:
+    b, h, lq, lk, d = 2, 4, 16, 16, 8
+    q, k, v = (torch.randn(b, h, n, d) for n in (lq, lk, lk))
+    prof = ls.profile(Attention(), args=(q, k, v))
+    assert prof.root.metrics["macs"] == b * h * lq * lk * d * 2  # QK^T and PV
+    assert prof.unsupported_ops == {}
+
+
+def test_lstm_is_counted() -> None:
+    lstm = nn.LSTM(8, 16, batch_first=True)
+    prof = ls.profile(lstm, torch.randn(3, 5, 8))
+    # per step and sequence: 4 gates x H x (I + H) MACs; N=3 sequences, T=5 steps
+    assert prof.root.metrics["macs"] == 3 * 5 * 4 * 16 * (8 + 16)
+    assert prof.unsupported_ops == {}
+
+
+KEYS = ("macs", "flops", "backward_macs", "backward_flops")
+
+
+def counts(p: ls.Profile) -> list[tuple[str, list[float]]]:
+    return [(n.path, [n.self_metrics[k] for k in KEYS]) for n in p.nodes()]
+
+
+def on_meta(name: str) -> ls.Profile:
+    ex = EXAMPLES[name]
+    return ls.profile(ex.build().to("meta"), ex.example_input().to("meta"), backward=True)
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_fake_tensors_give_the_real_counts(name: str) -> None:
+    ex = EXAMPLES[name]
+    x = ex.example_input()
+    real = ls.profile(ex.build(), x, backward=True)
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+        fake = ls.profile(ex.build(), mode.from_tensor(x), backward=True)
+    assert counts(fake) == counts(real)
+    assert real.unsupported_ops == {} and fake.unsupported_ops == {}
+    assert real.root.metrics["flops"] > 0 and real.root.metrics["backward_flops"] > 0
+
+
+@pytest.mark.parametrize("name", ["tiny_resnet", "shared_mlp"])
+def test_meta_gives_the_real_counts(name: str) -> None:
+    ex = EXAMPLES[name]
+    real = ls.profile(ex.build(), ex.example_input(), backward=True)
+    assert counts(on_meta(name)) == counts(real)
+
+
+def test_meta_runs_the_math_attention_kernel() -> None:
+    """CPU runs fused flash attention (causal: lower triangle only); meta has no fused
+    kernel and runs the math path, which computes the whole score matrix."""
+    ex = EXAMPLES["tiny_gpt"]
+    real = ls.profile(ex.build(), ex.example_input(), backward=True)
+    meta = on_meta("tiny_gpt")
+    b, h, t, d = 2, 2, 16, 16  # batch, heads, tokens, head dim
+    assert real.node("blocks.0.attn").self_metrics["macs"] == b * h * (t * (t + 1) // 2) * d * 2
+    assert meta.node("blocks.0.attn").self_metrics["macs"] == b * h * t * t * d * 2
+    for path in ("blocks.0.mlp", "blocks.1.attn.qkv", "lm_head"):  # elsewhere: identical
+        assert [real.node(path).metrics[k] for k in KEYS] == [
+            meta.node(path).metrics[k] for k in KEYS
+        ]
+
+
+def test_meta_runs_the_decomposed_lstm() -> None:
+    """CPU runs the fused oneDNN LSTM kernel, whose backward also computes the gradient of
+    the initial state h0; meta runs the op-by-op cells, which skip it (h0 needs none)."""
+    ex = EXAMPLES["lstm_tagger"]
+    real = ls.profile(ex.build(), ex.example_input(), backward=True).node("lstm").metrics
+    meta = on_meta("lstm_tagger").node("lstm").metrics
+    assert real["macs"] == meta["macs"] and real["flops"] == meta["flops"]
+    n, directions, hidden = 2, 2, 16
+    assert real["backward_macs"] - meta["backward_macs"] == n * directions * 4 * hidden * hidden
+
+
+@torch.library.custom_op("layerscope_test::scale", mutates_args=())
+def scale(x: torch.Tensor) -> torch.Tensor:
+    return x * 3
+
+
+@scale.register_fake
+def _(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+class UsesCustomOp(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = scale(self.fc(x))
+        return out
+
+
+def test_unsupported_op_is_listed_and_totals_marked_partial() -> None:
+    prof = ls.profile(UsesCustomOp(), torch.randn(2, 4))
+    key = "layerscope_test.scale.default"
+    assert prof.unsupported_ops == {
+        key: {"count": 1, "forward": 1, "backward": 0, "modules": {"<root>": 1}}
+    }
+    assert prof.partial_metrics == ["macs", "flops"]
+    assert "Partial macs, flops" in str(prof) and "FLOPs*" in str(prof)
+    again = ls.Profile.from_dict(prof.to_dict())
+    assert again.partial_metrics == ["macs", "flops"]
+
+
+def test_per_call_override_and_registration() -> None:
+    op = torch.ops.layerscope_test.scale.default
+
+    def scale_cost(x: torch.Tensor, *, out: torch.Tensor) -> Cost:
+        return Cost(flops=out.numel())  # one multiply per element
+
+    prof = ls.profile(UsesCustomOp(), torch.randn(2, 4), flop_formulas={op: scale_cost})
+    assert prof.unsupported_ops == {}
+    assert prof.root.self_metrics["flops"] == 2 * 4  # the scale op, in the root's forward
+    registry: dict[Any, Any] = {}
+    ls.register_flop_formula(op, registry=registry)(scale_cost)
+    assert registry[op] is scale_cost
+
+
+def test_profiler_block_with_user_backward_matches_profile() -> None:
+    model, x = mlp(), torch.randn(32, 128)
+    with ls.Profiler(model) as p:
+        loss = F.cross_entropy(model(x), torch.zeros(32, dtype=torch.long))
+        loss.backward()  # type: ignore[no-untyped-call]
+    fc1 = p.profile.node("0")
+    assert fc1.self_metrics["macs"] == 32 * 128 * 256
+    assert fc1.self_metrics["backward_macs"] == 256 * 32 * 128
+    assert model.get_submodule("0").weight.grad is not None  # the user's backward keeps them
+
+
+def test_no_grad_forward_has_no_backward_keys() -> None:
+    model, x = mlp(), torch.randn(4, 128)
+    with torch.no_grad():
+        prof = ls.profile(model, x)
+    assert prof.root.metrics["macs"] == 4 * 128 * 256 + 4 * 256 * 10
+    with (
+        pytest.raises(ls.InvalidInputError, match="no output tensor requires grad"),
+        torch.no_grad(),
+    ):
+        ls.profile(model, x, backward=True)
