@@ -1,5 +1,5 @@
 """Cost of the analysis pass (params + FLOPs + shapes) against a bare forward and
-torch's FlopCounterMode, all measured in this one run (best of N repeats).
+torch's FlopCounterMode, all measured in this one run (interleaved, best of N rounds).
 
     python bench/bench_flops.py [--repeats 5] [--skip-llama]
 
@@ -15,8 +15,6 @@ import argparse
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
@@ -25,16 +23,7 @@ import layerscope as ls
 
 sys.path.insert(0, os.path.dirname(__file__))
 from models import gpt2_small, llama_on_meta, resnet50
-
-
-def best_of(fn: Callable[[], object], repeats: int) -> float:
-    fn()  # warm up
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+from timing import best_of_interleaved
 
 
 def flop_counter_forward(model: torch.nn.Module, x: torch.Tensor) -> int:
@@ -44,9 +33,10 @@ def flop_counter_forward(model: torch.nn.Module, x: torch.Tensor) -> int:
 
 
 def compare(name: str, model: torch.nn.Module, x: torch.Tensor, repeats: int) -> None:
-    bare = best_of(lambda: model(x), repeats)
-    ours = best_of(lambda: ls.profile(model, x), repeats)
-    theirs = best_of(lambda: flop_counter_forward(model, x), repeats)
+    bare, ours, theirs = best_of_interleaved(
+        [lambda: model(x), lambda: ls.profile(model, x), lambda: flop_counter_forward(model, x)],
+        repeats,
+    )
     prof = ls.profile(model, x)
     print(
         f"{name:<26}{bare * 1e3:>10.1f}ms{ours / bare:>12.3f}{theirs / bare:>14.3f}"
@@ -74,8 +64,10 @@ print(dt, rss, prof.root.metrics["flops"], prof.root.metrics["params"])
 def llama(repeats: int) -> None:
     model = llama_on_meta()
     ids = torch.zeros(1, 2048, dtype=torch.long, device="meta")
-    theirs = best_of(lambda: flop_counter_forward(model, ids), max(1, repeats // 2))
-    ours = best_of(lambda: ls.profile(model, ids), max(1, repeats // 2))
+    theirs, ours = best_of_interleaved(
+        [lambda: flop_counter_forward(model, ids), lambda: ls.profile(model, ids)],
+        max(1, repeats // 2),
+    )
     child = subprocess.run(
         [sys.executable, "-c", LLAMA_CHILD.format(bench=os.path.dirname(__file__))],
         capture_output=True,

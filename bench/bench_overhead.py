@@ -13,8 +13,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
-from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -24,16 +22,7 @@ from layerscope.examples import EXAMPLES
 
 sys.path.insert(0, os.path.dirname(__file__))
 from models import resnet50
-
-
-def best_of(fn: Callable[[], object], repeats: int) -> float:
-    fn()  # warm up
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+from timing import best_of_interleaved
 
 
 def main() -> None:
@@ -48,8 +37,10 @@ def main() -> None:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, best of {args.repeats}")
     print(f"{'model':<28}{'bare fwd':>12}{'ls.profile':>12}{'ratio':>8}")
     for name, model, x in cases:
-        bare = best_of(lambda m=model, x=x: m(x), args.repeats)  # type: ignore[misc]
-        prof = best_of(lambda m=model, x=x: ls.profile(m, x), args.repeats)  # type: ignore[misc]
+        bare, prof = best_of_interleaved(
+            [lambda m=model, x=x: m(x), lambda m=model, x=x: ls.profile(m, x)],  # type: ignore[misc]
+            args.repeats,
+        )
         print(f"{name:<28}{bare * 1e3:>10.2f}ms{prof * 1e3:>10.2f}ms{prof / bare:>8.2f}")
 
 

@@ -228,3 +228,16 @@ def test_no_grad_forward_has_no_backward_keys() -> None:
         torch.no_grad(),
     ):
         ls.profile(model, x, backward=True)
+
+
+def test_formula_that_raises_is_reported_not_fatal() -> None:
+    op = torch.ops.layerscope_test.scale.default
+
+    def broken(x: torch.Tensor, *, out: torch.Tensor) -> Cost:
+        raise ZeroDivisionError("bad formula")
+
+    prof = ls.profile(UsesCustomOp(), torch.randn(2, 4), flop_formulas={op: broken})
+    entry = prof.unsupported_ops["layerscope_test.scale.default"]
+    assert entry["count"] == 1 and "bad formula" in entry["error"]
+    assert prof.partial_metrics == ["macs", "flops"]
+    assert prof.node("fc").self_metrics["macs"] == 2 * 4 * 4  # the rest is still counted

@@ -135,3 +135,18 @@ def test_profiler_block_is_reusable_only_once() -> None:
     assert p.profile.root.calls == 2
     with pytest.raises(ls.LayerscopeError, match="entered twice"), p:
         pass
+
+
+def test_gc_state_is_restored() -> None:
+    import gc
+
+    model, x = nn.Linear(2, 2), torch.ones(1, 2)
+    assert gc.isenabled()
+    ls.profile(model, x)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        ls.profile(model, x)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

@@ -421,3 +421,15 @@ def test_profile_leaves_lazy_modules_lazy() -> None:
     assert prof.notices == []
     model(x)  # still initialises normally for the user afterwards
     assert type(model[0]) is nn.Linear and model[0].weight.shape == (3, 5)
+
+
+def test_real_model_under_a_users_fake_tensor_mode() -> None:
+    """Real weights, fake input: the restore step must not compare fake copies."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    model, x = build("tiny_resnet", "train")
+    snap = ModelSnapshot.take(model)
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+        prof = ls.profile(model, mode.from_tensor(x))
+    snap.assert_unchanged(model)
+    assert prof.root.outputs[0][0] == ls.TensorSpec("", (2, 10), "float32", "cpu")

@@ -6,8 +6,10 @@ and also restores everything the run could have changed (RNG, buffers, flags).
 
 from __future__ import annotations
 
+import gc
 import platform
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from types import TracebackType
 from typing import Any
 
@@ -178,42 +180,56 @@ def profile(
         tree = ModelTree.build(model)
         return build_profile(ScopeTracker(tree), ran=False, notices=notices, flops=None)
 
-    state = ModelState.capture(model)
-    try:
-        if inputs is not _MISSING:
-            call_args: tuple[Any, ...] = (inputs,)
-        elif input_shape is not None:
-            call_args = random_inputs(model, input_shape, input_dtype)
-        else:
-            call_args = tuple(args or ())
-        p = Profiler(
-            model,
-            record_shapes=record_shapes,
-            count_flops=count_flops,
-            flop_formulas=flop_formulas,
-        )
-        p._notices = notices
+    # The cyclic GC is paused for this one run: the session allocates many small objects,
+    # and collections of a large heap would otherwise land in the measured pass.
+    with _gc_paused():
+        state = ModelState.capture(model)
         try:
-            with p:
-                out = model(*call_args, **(kwargs or {}))
-                if backward:
-                    loss = loss_fn(out) if loss_fn is not None else _default_loss(out)
-                    loss.backward()  # type: ignore[no-untyped-call]
-        except LayerscopeError:
-            raise
-        except Exception as e:
-            site = p.tracker.site_of(e)
-            where = f" in module {_describe(site)}" if site is not None else ""
-            raise ModelError(
-                f"the model raised {type(e).__name__}{where}: {e}",
-                path=site.path if site is not None else None,
-                module_type=site.type if site is not None else None,
-            ) from e
-    finally:
-        restore_notices = state.restore()
+            if inputs is not _MISSING:
+                call_args: tuple[Any, ...] = (inputs,)
+            elif input_shape is not None:
+                call_args = random_inputs(model, input_shape, input_dtype)
+            else:
+                call_args = tuple(args or ())
+            p = Profiler(
+                model,
+                record_shapes=record_shapes,
+                count_flops=count_flops,
+                flop_formulas=flop_formulas,
+            )
+            p._notices = notices
+            try:
+                with p:
+                    out = model(*call_args, **(kwargs or {}))
+                    if backward:
+                        loss = loss_fn(out) if loss_fn is not None else _default_loss(out)
+                        loss.backward()  # type: ignore[no-untyped-call]
+            except LayerscopeError:
+                raise
+            except Exception as e:
+                site = p.tracker.site_of(e)
+                where = f" in module {_describe(site)}" if site is not None else ""
+                raise ModelError(
+                    f"the model raised {type(e).__name__}{where}: {e}",
+                    path=site.path if site is not None else None,
+                    module_type=site.type if site is not None else None,
+                ) from e
+        finally:
+            restore_notices = state.restore()
     prof = p.profile
     prof.notices.extend(restore_notices)
     return prof
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _default_loss(out: Any) -> torch.Tensor:

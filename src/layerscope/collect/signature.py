@@ -21,14 +21,24 @@ MAX_DEPTH = 8
 _SCALARS = (bool, int, float, complex, str, type(None))
 
 
+_DTYPE_NAMES: dict[torch.dtype, str] = {}
+_DEVICE_NAMES: dict[torch.device, str] = {}
+
+
 def tensor_spec(path: str, t: torch.Tensor) -> Spec:
     if t.is_nested:
         return ValueSpec(path, "nested_tensor", None)
     try:
-        shape = tuple(int(s) for s in t.shape)
+        shape = tuple(map(int, t.shape))
     except Exception:  # symbolic sizes that have no concrete value
         return ValueSpec(path, "Tensor", "symbolic shape")
-    return TensorSpec(path, shape, str(t.dtype).removeprefix("torch."), str(t.device))
+    dtype = _DTYPE_NAMES.get(t.dtype)
+    if dtype is None:
+        dtype = _DTYPE_NAMES[t.dtype] = str(t.dtype).removeprefix("torch.")
+    device = _DEVICE_NAMES.get(t.device)
+    if device is None:
+        device = _DEVICE_NAMES[t.device] = str(t.device)
+    return TensorSpec(path, shape, dtype, device)
 
 
 def value_spec(path: str, v: Any) -> Spec:

@@ -10,6 +10,7 @@ up front but written back only where their values changed.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +18,10 @@ import torch
 from torch import Tensor, nn
 from torch._subclasses.fake_tensor import is_fake
 from torch.nn.parameter import is_lazy
+from torch.utils._python_dispatch import _disable_current_modes
+
+
+_CONTAINERS = (dict, set, list)
 
 
 @dataclass
@@ -24,8 +29,10 @@ class _ModuleState:
     module: nn.Module
     cls: type[nn.Module]
     attrs: dict[str, Any]
-    #: Shallow copies of the containers held in ``__dict__`` (dicts, sets, lists).
+    #: Shallow copies of the non-empty containers held in ``__dict__`` (dicts, sets, lists).
     contents: dict[str, Any]
+    #: Names of the empty containers (most hook tables), which only need to stay empty.
+    empty: list[str]
 
 
 @dataclass
@@ -40,15 +47,27 @@ class ModelState:
 
     @classmethod
     def capture(cls, model: nn.Module) -> ModelState:
+        # Outside any active dispatch mode (a user's FakeTensorMode would fake the copies).
+        with _disable_current_modes():
+            return cls._capture(model)
+
+    @classmethod
+    def _capture(cls, model: nn.Module) -> ModelState:
         cuda_rng = None
         if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
             cuda_rng = torch.cuda.get_rng_state_all()
         state = cls(cpu_rng=torch.get_rng_state(), cuda_rng=cuda_rng)
         for m in model.modules():
             attrs = dict(m.__dict__)
-            contents = {k: v.copy() for k, v in attrs.items() if isinstance(v, dict | set | list)}
-            state.modules.append(_ModuleState(m, type(m), attrs, contents))
-        seen: set[int] = set()
+            contents: dict[str, Any] = {}
+            empty: list[str] = []
+            for k, v in attrs.items():
+                if isinstance(v, _CONTAINERS):
+                    if v:
+                        contents[k] = v.copy()
+                    else:
+                        empty.append(k)
+            state.modules.append(_ModuleState(m, type(m), attrs, contents, empty))
         for name, p in model.named_parameters(remove_duplicate=True):
             if is_lazy(p):
                 state.lazy.append((p, type(p), p.data))
@@ -58,9 +77,6 @@ class ModelState:
                 state.grads.append((p.grad, p.grad.detach().clone()))
         with torch.no_grad():
             for b in model.buffers():
-                if id(b) in seen:
-                    continue
-                seen.add(id(b))
                 if is_lazy(b):
                     state.lazy.append((b, type(b), b.data))
                 else:
@@ -69,6 +85,10 @@ class ModelState:
 
     def restore(self) -> list[str]:
         """Put everything back; return notices for changes that could not be undone."""
+        with _disable_current_modes():
+            return self._restore()
+
+    def _restore(self) -> list[str]:
         notices: list[str] = []
         torch.set_rng_state(self.cpu_rng)
         if self.cuda_rng is not None:
@@ -107,14 +127,17 @@ def _restore_module(ms: _ModuleState) -> None:
     m = ms.module
     if type(m) is not ms.cls:
         m.__class__ = ms.cls
-    current = m.__dict__
-    for key in [k for k in current if k not in ms.attrs]:
-        del current[key]
-    for key, value in ms.attrs.items():
-        if current.get(key, ms) is not value:
-            current[key] = value
-        saved = ms.contents.get(key)
-        if saved is not None and not _same_contents(value, saved):
+    current, attrs = m.__dict__, ms.attrs
+    if len(current) != len(attrs) or any(current.get(k, ms) is not v for k, v in attrs.items()):
+        for key in [k for k in current if k not in attrs]:
+            del current[key]
+        current.update(attrs)
+    for key in ms.empty:
+        if attrs[key]:
+            attrs[key].clear()
+    for key, saved in ms.contents.items():
+        value = attrs[key]
+        if not _same_contents(value, saved):
             value.clear()
             if isinstance(value, list):
                 value.extend(saved)
@@ -124,8 +147,10 @@ def _restore_module(ms: _ModuleState) -> None:
 
 def _same_contents(a: Any, b: Any) -> bool:
     """Identity-wise equality of two containers (tensors must not be compared by value)."""
+    if len(a) != len(b):
+        return False
     if isinstance(a, dict):
-        return list(a) == list(b) and all(a[k] is b[k] for k in a)
+        return list(a) == list(b) and all(map(operator.is_, a.values(), b.values()))
     if isinstance(a, list):
-        return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+        return all(map(operator.is_, a, b))
     return bool(a == b)

@@ -14,7 +14,7 @@ from typing import Any
 
 from torch._ops import OpOverload
 
-from layerscope.metrics.flops import FlopFormulaError, Formula, op_cost
+from layerscope.metrics.flops import ZERO, Cost, Formula, is_zero_cost, lookup
 from layerscope.profile import Node
 
 FORWARD_KEYS = ("macs", "flops")
@@ -28,6 +28,16 @@ class FlopCounter:
         self.overrides = overrides
         self.unsupported: dict[str, dict[str, Any]] = {}
         self.saw_backward = False
+        # func -> its formula, ZERO for zero-cost ops, None when unsupported; resolved once.
+        self._resolved: dict[OpOverload, Formula | Cost | None] = {}
+
+    def _resolve(self, func: OpOverload) -> Formula | Cost | None:
+        formula = lookup(func, self.overrides)
+        resolved: Formula | Cost | None = formula
+        if formula is None and is_zero_cost(func):
+            resolved = ZERO
+        self._resolved[func] = resolved
+        return resolved
 
     def on_op(
         self,
@@ -40,13 +50,19 @@ class FlopCounter:
     ) -> None:
         if backward:
             self.saw_backward = True
-        try:
-            cost = op_cost(func, args, kwargs, out, self.overrides)
-        except FlopFormulaError as e:  # a broken formula must not stop the user's run
-            self._unsupported(func, node, backward).setdefault("error", str(e))
-            return
-        if cost is None:
+        resolved = self._resolved[func] if func in self._resolved else self._resolve(func)
+        if resolved is None:
             self._unsupported(func, node, backward)
+            return
+        if resolved is ZERO:
+            return
+        if "out" in kwargs:  # the out= tensor of an .out overload is the returned value
+            kwargs = {k: v for k, v in kwargs.items() if k != "out"}
+        try:
+            cost: Cost = resolved(*args, out=out, **kwargs)  # type: ignore[operator]
+        except Exception as e:  # a broken formula must not stop the user's run
+            error = f"the FLOP formula for {func} failed: {e!r}"
+            self._unsupported(func, node, backward).setdefault("error", error)
             return
         m = node.self_metrics
         if backward:
