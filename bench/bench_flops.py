@@ -46,7 +46,7 @@ def compare(name: str, model: torch.nn.Module, x: torch.Tensor, repeats: int) ->
 
 
 LLAMA_CHILD = """
-import os, resource, sys, time
+import os, sys, time
 sys.path.insert(0, {bench!r})
 import torch
 import layerscope as ls
@@ -56,7 +56,8 @@ ids = torch.zeros(1, 2048, dtype=torch.long, device="meta")
 t0 = time.perf_counter()
 prof = ls.profile(model, ids)
 dt = time.perf_counter() - t0
-rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+# VmHWM, not ru_maxrss: the latter can carry over the parent's peak across fork/exec
+rss = next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmHWM"))
 print(dt, rss, prof.root.metrics["flops"], prof.root.metrics["params"])
 """
 
@@ -86,7 +87,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--skip-llama", action="store_true")
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, best of {args.repeats}")
     print(f"{'model':<26}{'bare fwd':>12}{'ls/bare':>12}{'FCM/bare':>14}")
     compare("resnet50 1x3x224x224", resnet50().eval(), torch.randn(1, 3, 224, 224), args.repeats)

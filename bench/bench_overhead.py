@@ -28,8 +28,10 @@ from timing import best_of_interleaved
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
     args = parser.parse_args()
-    torch.set_num_threads(max(1, torch.get_num_threads()))
+    if args.threads:
+        torch.set_num_threads(args.threads)
     cases: list[tuple[str, nn.Module, torch.Tensor]] = [
         (name, ex.build().eval(), ex.example_input()) for name, ex in EXAMPLES.items()
     ]

@@ -104,3 +104,9 @@ def test_python_dash_m_and_help() -> None:
         check=True,
     )
     assert "examples:NAME" in run.stdout and "--input-shape" in run.stdout
+
+
+def test_profile_backward_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["profile", "examples:shared_mlp", "--backward", "--width", "200"]) == 0
+    out = capsys.readouterr().out
+    assert "Bwd FLOPs" in out and "MACs" in out

@@ -241,3 +241,72 @@ def test_formula_that_raises_is_reported_not_fatal() -> None:
     assert entry["count"] == 1 and "bad formula" in entry["error"]
     assert prof.partial_metrics == ["macs", "flops"]
     assert prof.node("fc").self_metrics["macs"] == 2 * 4 * 4  # the rest is still counted
+
+
+def test_multihead_attention_fast_path_matches_hand_count() -> None:
+    n, length, embed, heads = 3, 5, 16, 2
+    mha = nn.MultiheadAttention(embed, heads, batch_first=True).eval()
+    x = torch.randn(n, length, embed)
+    in_proj = 3 * n * length * embed * embed  # q, k, v projections: 11,520
+    scores = n * heads * length * length * (embed // heads)  # Q K^T: 1,200
+    mix = n * heads * length * length * (embed // heads)  # P V: 1,200
+    out_proj = n * length * embed * embed  # 3,840
+    expected = in_proj + scores + mix + out_proj  # 17,760
+    with torch.no_grad():  # the inference fast path (aten._native_multi_head_attention)
+        fast = ls.profile(mha, args=(x, x, x), kwargs={"need_weights": False})
+    slow = ls.profile(mha.train(), args=(x, x, x), kwargs={"need_weights": False})
+    assert fast.root.metrics["macs"] == expected
+    assert slow.root.metrics["macs"] == expected
+    assert fast.unsupported_ops == {} and slow.unsupported_ops == {}
+
+
+def test_gru_and_packed_lstm() -> None:
+    gru = nn.GRU(8, 16, num_layers=2)
+    prof = ls.profile(gru, torch.randn(7, 3, 8))  # T=7, N=3
+    layer0 = 3 * 16 * (8 + 16)  # 3 gates x H x (I + H) per step and sequence
+    layer1 = 3 * 16 * (16 + 16)
+    assert prof.root.metrics["macs"] == 7 * 3 * (layer0 + layer1)
+    lstm = nn.LSTM(8, 16, batch_first=True)
+    lengths = torch.tensor([5, 3, 2])
+    packed = nn.utils.rnn.pack_padded_sequence(torch.randn(3, 5, 8), lengths, batch_first=True)
+    prof = ls.profile(lstm, packed)
+    assert prof.root.metrics["macs"] == (5 + 3 + 2) * 4 * 16 * (8 + 16)  # valid steps only
+
+
+def test_model_built_on_meta_with_input_shape() -> None:
+    with torch.device("meta"):
+        model = nn.Sequential(nn.Linear(1024, 4096), nn.GELU(), nn.Linear(4096, 1024))
+    prof = ls.profile(model, input_shape=(8, 1024), backward=True)
+    fwd = 8 * 1024 * 4096 * 2  # two matmuls of the same size
+    assert prof.root.metrics["macs"] == fwd
+    # backward: grad_weight for both layers, grad_input only for the second layer
+    assert prof.root.metrics["backward_macs"] == 3 * 8 * 1024 * 4096
+
+
+def test_compiled_model_is_profiled_through_its_original_module() -> None:
+    model = mlp()
+    compiled = torch.compile(model)
+    prof = ls.profile(compiled, torch.randn(2, 128))  # type: ignore[arg-type]
+    assert prof.root.metrics["macs"] == 2 * 128 * 256 + 2 * 256 * 10
+    assert any("torch.compile" in n for n in prof.notices)
+
+
+def test_sdpa_backward_counts_five_matmuls() -> None:
+    b, h, length, d = 2, 4, 16, 8
+    q, k, v = (torch.randn(b, h, length, d, requires_grad=True) for _ in range(3))
+    prof = ls.profile(Attention(), args=(q, k, v), backward=True)
+    scores = b * h * length * length  # entries of the score matrix: 2,048
+    # the fused kernel recomputes S = QK^T (d), then dV = P^T dO (d), dP = dO V^T (d),
+    # dQ = dS K (d), dK = dS^T Q (d): five matmuls over every score entry
+    assert prof.root.metrics["backward_macs"] == scores * 5 * d  # 81,920
+
+
+def test_lstm_backward_on_cpu() -> None:
+    n, t, i, hidden = 3, 5, 8, 16
+    lstm = nn.LSTM(i, hidden, batch_first=True)
+    x = torch.randn(n, t, i, requires_grad=True)
+    prof = ls.profile(lstm, x, backward=True)
+    forward = n * t * 4 * hidden * (i + hidden)  # 23,040
+    assert prof.root.metrics["macs"] == forward
+    # every step: input and recurrent-state gradients (dG W) plus weight gradients (dG^T x)
+    assert prof.root.metrics["backward_macs"] == 2 * forward

@@ -48,6 +48,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--device", default=None, help="move the model there first (e.g. cpu, cuda, meta)"
     )
+    p.add_argument(
+        "--backward",
+        action="store_true",
+        help="also run backward on the sum of the outputs and count its FLOPs",
+    )
     p.add_argument("--json", metavar="PATH", help="also save the profile as JSON")
     p.add_argument("--list-examples", action="store_true", help="list built-in examples")
     add_view_arguments(p)
@@ -81,6 +86,10 @@ def run(args: argparse.Namespace) -> int:
         kwargs["args"] = (default_input,)
     elif args.input_dtype:
         raise InvalidInputError("--input-dtype needs --input-shape")
+    if args.backward:
+        if not (args.input_shape or default_input is not None):
+            raise InvalidInputError("--backward needs an input (--input-shape)")
+        kwargs["backward"] = True
     prof = profile(model, **kwargs)
     print_profile(prof, args)
     if args.json:

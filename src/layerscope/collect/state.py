@@ -20,7 +20,6 @@ from torch._subclasses.fake_tensor import is_fake
 from torch.nn.parameter import is_lazy
 from torch.utils._python_dispatch import _disable_current_modes
 
-
 _CONTAINERS = (dict, set, list)
 
 

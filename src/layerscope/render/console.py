@@ -51,11 +51,6 @@ METRIC_COLUMNS: tuple[Column, ...] = (
     Column("macs", "MACs", units.si),
     Column("flops", "FLOPs", units.si),
     Column("backward_flops", "Bwd FLOPs", units.si),
-    Column("activation_bytes", "Activations", units.nbytes),
-    Column("output_bytes", "Output size", units.nbytes),
-    Column("peak_bytes", "Peak", units.nbytes),
-    Column("forward_time", "Fwd time", units.seconds),
-    Column("backward_time", "Bwd time", units.seconds),
 )
 
 

@@ -29,14 +29,6 @@ def nbytes(n: float) -> str:
     return f"{int(n)} B"
 
 
-def seconds(t: float) -> str:
-    """Seconds in the largest unit that keeps the value at least 1: ``1.23 ms``."""
-    for scale, suffix in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
-        if abs(t) >= scale:
-            return f"{t / scale:.3g} {suffix}"
-    return f"{t / 1e-9:.3g} ns"
-
-
 def shape(spec: TensorSpec) -> str:
     """``[2, 3, 32, 32]``, with the dtype appended when it is not floating point."""
     text = "[" + ", ".join(str(d) for d in spec.shape) + "]"
