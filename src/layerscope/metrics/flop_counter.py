@@ -14,7 +14,7 @@ from typing import Any
 
 from torch._ops import OpOverload
 
-from layerscope.metrics.flops import ZERO, Cost, Formula, is_zero_cost, lookup
+from layerscope.metrics.flops import Cost, FlopFormulaError, Formula, evaluate, resolve
 from layerscope.profile import Node
 
 FORWARD_KEYS = ("macs", "flops")
@@ -31,14 +31,6 @@ class FlopCounter:
         # func -> its formula, ZERO for zero-cost ops, None when unsupported; resolved once.
         self._resolved: dict[OpOverload, Formula | Cost | None] = {}
 
-    def _resolve(self, func: OpOverload) -> Formula | Cost | None:
-        formula = lookup(func, self.overrides)
-        resolved: Formula | Cost | None = formula
-        if formula is None and is_zero_cost(func):
-            resolved = ZERO
-        self._resolved[func] = resolved
-        return resolved
-
     def on_op(
         self,
         func: OpOverload,
@@ -50,19 +42,19 @@ class FlopCounter:
     ) -> None:
         if backward:
             self.saw_backward = True
-        resolved = self._resolved[func] if func in self._resolved else self._resolve(func)
-        if resolved is None:
+        if func in self._resolved:
+            priced = self._resolved[func]
+        else:
+            priced = self._resolved[func] = resolve(func, self.overrides)
+        if priced is None:
             self._unsupported(func, node, backward)
             return
-        if resolved is ZERO:
+        if isinstance(priced, Cost):  # zero-cost op
             return
-        if "out" in kwargs:  # the out= tensor of an .out overload is the returned value
-            kwargs = {k: v for k, v in kwargs.items() if k != "out"}
         try:
-            cost: Cost = resolved(*args, out=out, **kwargs)  # type: ignore[operator]
-        except Exception as e:  # a broken formula must not stop the user's run
-            error = f"the FLOP formula for {func} failed: {e!r}"
-            self._unsupported(func, node, backward).setdefault("error", error)
+            cost = evaluate(func, priced, args, kwargs, out)
+        except FlopFormulaError as e:  # a broken formula must not stop the user's run
+            self._unsupported(func, node, backward).setdefault("error", str(e))
             return
         m = node.self_metrics
         if backward:

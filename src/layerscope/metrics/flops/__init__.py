@@ -34,11 +34,13 @@ from layerscope.metrics.flops.registry import (
     Cost,
     FlopFormulaError,
     Formula,
+    evaluate,
     is_zero_cost,
     lookup,
     op_cost,
     register_flop_formula,
     register_zero_cost,
+    resolve,
 )
 
 __all__ = [
@@ -48,9 +50,11 @@ __all__ = [
     "Cost",
     "FlopFormulaError",
     "Formula",
+    "evaluate",
     "is_zero_cost",
     "lookup",
     "op_cost",
     "register_flop_formula",
     "register_zero_cost",
+    "resolve",
 ]

@@ -27,11 +27,13 @@ __all__ = [
     "Formula",
     "OpKey",
     "aten_ops",
+    "evaluate",
     "is_zero_cost",
     "lookup",
     "op_cost",
     "register_flop_formula",
     "register_zero_cost",
+    "resolve",
 ]
 
 
@@ -132,6 +134,35 @@ def is_zero_cost(func: OpOverload) -> bool:
     return packet is not None and packet in ZERO_COST_OPS
 
 
+def resolve(
+    func: OpOverload, overrides: Mapping[OpKey, Formula] | None = None
+) -> Formula | Cost | None:
+    """What prices ``func``: its formula, ``ZERO`` for a zero-cost op, ``None`` for neither.
+
+    Depends only on ``func`` and ``overrides``, so callers may cache it per op.
+    """
+    formula = lookup(func, overrides)
+    if formula is None:
+        return ZERO if is_zero_cost(func) else None
+    return formula
+
+
+def evaluate(
+    func: OpOverload, formula: Formula, args: tuple[Any, ...], kwargs: Mapping[str, Any], out: Any
+) -> Cost:
+    """Call ``formula`` for one call of ``func``; ``FlopFormulaError`` if it raises.
+
+    The ``out=`` tensor of an ``.out`` overload is the op's return value, so it is dropped
+    from ``kwargs`` before the formula is called.
+    """
+    if "out" in kwargs:
+        kwargs = {k: v for k, v in kwargs.items() if k != "out"}
+    try:
+        return formula(*args, out=out, **kwargs)
+    except Exception as e:
+        raise FlopFormulaError(f"the FLOP formula for {func} failed: {e!r}") from e
+
+
 def op_cost(
     func: OpOverload,
     args: tuple[Any, ...],
@@ -140,20 +171,11 @@ def op_cost(
     overrides: Mapping[OpKey, Formula] | None = None,
 ) -> Cost | None:
     """The cost of one call of ``func``; ``None`` when it has no formula and is not
-    zero-cost (the caller reports it as unsupported).
-
-    ``out`` is what the op returned. The ``out=`` tensor of an ``.out`` overload is that
-    same value, so it is dropped from ``kwargs`` before the formula is called.
-    """
-    formula = lookup(func, overrides)
-    if formula is None:
-        return ZERO if is_zero_cost(func) else None
-    if "out" in kwargs:
-        kwargs = {k: v for k, v in kwargs.items() if k != "out"}
-    try:
-        return formula(*args, out=out, **kwargs)
-    except Exception as e:
-        raise FlopFormulaError(f"the FLOP formula for {func} failed: {e}") from e
+    zero-cost (the caller reports it as unsupported)."""
+    priced = resolve(func, overrides)
+    if priced is None or isinstance(priced, Cost):
+        return priced
+    return evaluate(func, priced, args, kwargs, out)
 
 
 def aten_ops(*names: str) -> list[OpOverloadPacket]:
