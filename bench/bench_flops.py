@@ -1,5 +1,6 @@
 """Cost of the analysis pass (params + FLOPs + shapes) against a bare forward and
-torch's FlopCounterMode, all measured in this one run (interleaved, best of N rounds).
+torch's FlopCounterMode, all measured in this one run (interleaved best of N rounds,
+median of 3 trials).
 
     python bench/bench_flops.py [--repeats 5] [--skip-llama]
 
@@ -33,13 +34,22 @@ def flop_counter_forward(model: torch.nn.Module, x: torch.Tensor) -> int:
 
 
 def compare(name: str, model: torch.nn.Module, x: torch.Tensor, repeats: int) -> None:
-    bare, ours, theirs = best_of_interleaved(
-        [lambda: model(x), lambda: ls.profile(model, x), lambda: flop_counter_forward(model, x)],
-        repeats,
-    )
+    """Three interleaved trials of ``repeats`` rounds; the median trial's ratios."""
+    trials = []
+    for _ in range(3):
+        bare, ours, theirs = best_of_interleaved(
+            [
+                lambda: model(x),
+                lambda: ls.profile(model, x),
+                lambda: flop_counter_forward(model, x),
+            ],
+            repeats,
+        )
+        trials.append((ours / bare, theirs / bare, bare))
+    ours_ratio, theirs_ratio, bare = sorted(trials)[1]
     prof = ls.profile(model, x)
     print(
-        f"{name:<26}{bare * 1e3:>10.1f}ms{ours / bare:>12.3f}{theirs / bare:>14.3f}"
+        f"{name:<26}{bare * 1e3:>10.1f}ms{ours_ratio:>12.3f}{theirs_ratio:>14.3f}"
         f"   macs={prof.root.metrics['macs']:.4g} (FlopCounterMode flops/2="
         f"{flop_counter_forward(model, x) / 2:.4g})"
     )
