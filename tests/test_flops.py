@@ -189,8 +189,9 @@ def test_unsupported_op_is_listed_and_totals_marked_partial() -> None:
     }
     assert prof.partial_metrics == ["macs", "flops"]
     assert "Partial macs, flops" in str(prof) and "FLOPs*" in str(prof)
+    assert prof.to_dict()["partial_metrics"] == ["macs", "flops"]
     again = ls.Profile.from_dict(prof.to_dict())
-    assert again.partial_metrics == ["macs", "flops"]
+    assert again.partial_metrics == ["macs", "flops"] and again == prof
 
 
 def test_per_call_override_and_registration() -> None:

@@ -104,6 +104,9 @@ class Node:
     repeat: int = 1
     #: Paths of the modules a folded entry stands for (empty when not folded).
     members: list[str] = field(default_factory=list)
+    #: Numerics of this module's outputs and gradients (statistics, non-finite calls),
+    #: when checked; plain JSON values.
+    numerics: dict[str, Any] = field(default_factory=dict)
     children: list[Node] = field(default_factory=list)
 
     @property
@@ -140,6 +143,7 @@ class Node:
             "shared": list(self.shared),
             "repeat": self.repeat,
             "members": list(self.members),
+            "numerics": _jsonable(self.numerics),
             "children": [c.to_dict() for c in self.children],
         }
 
@@ -163,6 +167,7 @@ class Node:
                 shared=list(data.get("shared", [])),
                 repeat=data.get("repeat", 1),
                 members=list(data.get("members", [])),
+                numerics=dict(data.get("numerics", {})),
                 children=[cls.from_dict(c) for c in data.get("children", [])],
             )
         except (KeyError, TypeError, AttributeError) as e:
@@ -180,6 +185,10 @@ class Profile:
     model: dict[str, Any] = field(default_factory=dict)
     env: dict[str, Any] = field(default_factory=dict)
     unsupported_ops: dict[str, Any] = field(default_factory=dict)
+    #: Whole-model memory facts (forward/backward peaks, training footprint), if measured.
+    memory: dict[str, Any] = field(default_factory=dict)
+    #: Non-finite values found (first offending module, origin) and checks run, if any.
+    numerics: dict[str, Any] = field(default_factory=dict)
     notices: list[str] = field(default_factory=list)
     schema: str = SCHEMA
 
@@ -270,6 +279,9 @@ class Profile:
             "model": _jsonable(self.model),
             "env": _jsonable(self.env),
             "unsupported_ops": _jsonable(self.unsupported_ops),
+            "partial_metrics": self.partial_metrics,  # derived from unsupported_ops
+            "memory": _jsonable(self.memory),
+            "numerics": _jsonable(self.numerics),
             "notices": list(self.notices),
             "root": self.root.to_dict(),
         }
@@ -290,6 +302,8 @@ class Profile:
             model=dict(data.get("model", {})),
             env=dict(data.get("env", {})),
             unsupported_ops=dict(data.get("unsupported_ops", {})),
+            memory=dict(data.get("memory", {})),
+            numerics=dict(data.get("numerics", {})),
             notices=list(data.get("notices", [])),
             schema=schema,
         )

@@ -42,6 +42,8 @@ def fold(profile: Profile) -> Profile:
         model=copy.deepcopy(profile.model),
         env=copy.deepcopy(profile.env),
         unsupported_ops=copy.deepcopy(profile.unsupported_ops),
+        memory=copy.deepcopy(profile.memory),
+        numerics=copy.deepcopy(profile.numerics),
         notices=list(profile.notices),
         schema=profile.schema,
     )

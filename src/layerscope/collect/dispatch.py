@@ -1,5 +1,7 @@
 """The one dispatch mode of a session: every aten op, attributed to a module, to observers.
 
+It runs only when some observer overrides ``Observer.on_op``.
+
 Forward ops belong to the innermost running module (``ScopeTracker.current``). Backward
 ops belong to the module whose forward created the autograd node being executed:
 ``torch._C._current_autograd_node()`` names that node and ``ScopeTracker.grad_owner``
@@ -8,7 +10,8 @@ maps it to its module.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 from torch._ops import OpOverload
@@ -17,28 +20,17 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from layerscope.collect.scopes import ScopeTracker
 from layerscope.profile import Node
 
-
-class OpObserver(Protocol):
-    """Receives each aten op once, after it ran, with the module it is attributed to."""
-
-    def on_op(
-        self,
-        func: OpOverload,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        out: Any,
-        node: Node,
-        backward: bool,
-    ) -> None: ...
+#: ``Observer.on_op``: (func, args, kwargs, out, node, backward) -> None
+OpCallback = Callable[[OpOverload, tuple[Any, ...], dict[str, Any], Any, Node, bool], None]
 
 
 class SessionMode(TorchDispatchMode):
     """Runs each op, then hands it to the observers with its owner and phase."""
 
-    def __init__(self, tracker: ScopeTracker, observers: list[OpObserver]) -> None:
+    def __init__(self, tracker: ScopeTracker, callbacks: Sequence[OpCallback]) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.tracker = tracker
-        self.observers = observers
+        self.callbacks = callbacks
 
     def __torch_dispatch__(
         self,
@@ -54,6 +46,6 @@ class SessionMode(TorchDispatchMode):
             node, backward = self.tracker.current, False
         else:
             node, backward = self.tracker.grad_owner(grad_node), True
-        for observer in self.observers:
-            observer.on_op(func, args, kwargs, out, node, backward)
+        for callback in self.callbacks:
+            callback(func, args, kwargs, out, node, backward)
         return out

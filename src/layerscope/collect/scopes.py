@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import sys
 from bisect import bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +26,7 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
+from layerscope.collect.observer import Observer
 from layerscope.collect.signature import flatten, flatten_call
 from layerscope.collect.tree import ModelTree
 from layerscope.profile import Node, Signature
@@ -46,9 +48,13 @@ class Frame:
 class ScopeTracker:
     """Keeps the stack of running modules and records calls and shapes per node."""
 
-    def __init__(self, tree: ModelTree, record_shapes: bool = True) -> None:
+    def __init__(
+        self, tree: ModelTree, record_shapes: bool = True, observers: Sequence[Observer] = ()
+    ) -> None:
         self.tree = tree
         self.record_shapes = record_shapes
+        self._enter = [o.on_enter for o in observers if o.overrides("on_enter")]
+        self._exit = [o.on_exit for o in observers if o.overrides("on_exit")]
         self.stack: list[Frame] = []
         self.first_call: dict[int, int] = {}  # id(node) -> sequence number of first call
         self.extra_signatures: dict[int, int] = {}  # id(node) -> distinct signatures not kept
@@ -127,6 +133,8 @@ class ScopeTracker:
             self._remember(node, node.inputs, self._seen_in, flatten_call(args, kwargs))
         self.stack.append(Frame(node, module, sys.exc_info()[1]))
         self._owns_new_grad_nodes(node)
+        for on_enter in self._enter:
+            on_enter(node, module, args, kwargs)
 
     def _post(
         self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
@@ -145,9 +153,13 @@ class ScopeTracker:
         if exc is not None and exc is not frame.exc_at_entry:
             # Raised inside this module: the first (innermost) frame to see it wins.
             self.error_site.setdefault(id(exc), (exc, frame.node))
+            for on_exit in self._exit:
+                on_exit(frame.node, module, None, True)
             return
         if self.record_shapes:
             self._remember(frame.node, frame.node.outputs, self._seen_out, flatten(output))
+        for on_exit in self._exit:
+            on_exit(frame.node, module, output, False)
 
     def _remember(
         self,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import gc
 import platform
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from types import TracebackType
 from typing import Any
@@ -18,6 +18,7 @@ from torch import nn
 
 from layerscope.collect.dispatch import SessionMode
 from layerscope.collect.inputs import model_device_dtype, random_inputs
+from layerscope.collect.observer import Observer
 from layerscope.collect.scopes import ScopeTracker
 from layerscope.collect.signature import iter_tensors
 from layerscope.collect.state import ModelState
@@ -67,10 +68,14 @@ class Profiler:
         record_shapes: bool = True,
         count_flops: bool = True,
         flop_formulas: Mapping[Any, Formula] | None = None,
+        observers: Sequence[Observer] = (),
     ) -> None:
         self.model, self._notices = unwrap_model(model)
         self.record_shapes = record_shapes
-        self._flops = FlopCounter(flop_formulas) if count_flops else None
+        self.observers: list[Observer] = []
+        if count_flops:
+            self.observers.append(FlopCounter(flop_formulas))
+        self.observers.extend(observers)
         self._tracker: ScopeTracker | None = None
         self._mode: SessionMode | None = None
         self._profile: Profile | None = None
@@ -79,15 +84,22 @@ class Profiler:
         if self._tracker is not None:
             raise LayerscopeError("a Profiler cannot be entered twice; create a new one")
         tree = ModelTree.build(self.model)
-        self._tracker = ScopeTracker(tree, record_shapes=self.record_shapes)
+        self._tracker = ScopeTracker(tree, self.record_shapes, self.observers)
         self._tracker.install()
-        if self._flops is not None:
-            try:
-                self._mode = SessionMode(self._tracker, [self._flops])
+        installed: list[Observer] = []
+        try:
+            for observer in self.observers:
+                observer.install(self._tracker)
+                installed.append(observer)
+            on_op = [o.on_op for o in self.observers if o.overrides("on_op")]
+            if on_op:
+                self._mode = SessionMode(self._tracker, on_op)
                 self._mode.__enter__()  # type: ignore[no-untyped-call]
-            except BaseException:
-                self._tracker.uninstall()
-                raise
+        except BaseException:
+            for observer in reversed(installed):
+                observer.uninstall()
+            self._tracker.uninstall()
+            raise
         return self
 
     def __exit__(
@@ -101,13 +113,17 @@ class Profiler:
             if self._mode is not None:
                 self._mode.__exit__(None, None, None)  # type: ignore[no-untyped-call]
         finally:
-            self._tracker.uninstall()
+            try:
+                for observer in reversed(self.observers):
+                    observer.uninstall()
+            finally:
+                self._tracker.uninstall()
         if exc is not None:
             site = self._tracker.site_of(exc)
             if site is not None:
                 exc.add_note(f"layerscope: raised in module {_describe(site)}")
         self._profile = build_profile(
-            self._tracker, ran=True, notices=self._notices, flops=self._flops
+            self._tracker, ran=True, notices=self._notices, observers=self.observers
         )
 
     @property
@@ -138,6 +154,7 @@ def profile(
     record_shapes: bool = True,
     count_flops: bool = True,
     flop_formulas: Mapping[Any, Formula] | None = None,
+    observers: Sequence[Observer] = (),
 ) -> Profile:
     """Run ``model`` once under instrumentation and return its Profile.
 
@@ -147,7 +164,8 @@ def profile(
     profile has structure and parameters only. ``backward=True`` also runs
     ``loss_fn(output).backward()`` (default loss: the sum of every floating output
     tensor) and measures the backward ops. ``flop_formulas`` overrides or adds FLOP
-    formulas for this call, keyed by aten op. The model is left exactly as found,
+    formulas for this call, keyed by aten op. ``observers`` adds measurements of your own
+    (``layerscope.collect.observer.Observer``). The model is left exactly as found,
     gradients included.
     """
     model, notices = unwrap_model(model)
@@ -178,7 +196,7 @@ def profile(
         if backward:
             raise InvalidInputError("backward=True needs an input")
         tree = ModelTree.build(model)
-        return build_profile(ScopeTracker(tree), ran=False, notices=notices, flops=None)
+        return build_profile(ScopeTracker(tree), ran=False, notices=notices, observers=())
 
     # The cyclic GC is paused for this one run: the session allocates many small objects,
     # and collections of a large heap would otherwise land in the measured pass.
@@ -196,8 +214,8 @@ def profile(
                 record_shapes=record_shapes,
                 count_flops=count_flops,
                 flop_formulas=flop_formulas,
+                observers=observers,
             )
-            p._notices = notices
             try:
                 with p:
                     out = model(*call_args, **(kwargs or {}))
@@ -217,6 +235,7 @@ def profile(
         finally:
             restore_notices = state.restore()
     prof = p.profile
+    prof.notices[:0] = notices  # what unwrapping the model found comes first
     prof.notices.extend(restore_notices)
     return prof
 
@@ -240,7 +259,10 @@ def _default_loss(out: Any) -> torch.Tensor:
             "backward=True, but no output tensor requires grad (is the model frozen, or "
             "running under no_grad?); pass loss_fn to choose what to differentiate"
         )
-    return torch.stack(parts).sum() if len(parts) > 1 else parts[0]
+    loss = parts[0]
+    for part in parts[1:]:  # added one by one: the parts may differ in dtype
+        loss = loss + part
+    return loss
 
 
 def _describe(node: Node) -> str:
@@ -248,7 +270,7 @@ def _describe(node: Node) -> str:
 
 
 def build_profile(
-    tracker: ScopeTracker, *, ran: bool, notices: list[str], flops: FlopCounter | None
+    tracker: ScopeTracker, *, ran: bool, notices: list[str], observers: Sequence[Observer]
 ) -> Profile:
     """Order, number and roll up the tree the tracker filled, and wrap it in a Profile."""
     tree = tracker.tree
@@ -287,9 +309,8 @@ def build_profile(
         if extra:
             notices.append(f"{node.path or '<root>'}: {extra} more distinct shapes not kept")
     prof = Profile(root=tree.root, notices=notices)
-    if flops is not None:
-        flops.finish(tree.root)
-        prof.unsupported_ops = flops.unsupported
+    for observer in observers:
+        observer.finish(prof)
     prof.rollup()
     device, dtype = model_device_dtype(tree.model)
     prof.model = {

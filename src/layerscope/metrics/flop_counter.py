@@ -14,18 +14,19 @@ from typing import Any
 
 from torch._ops import OpOverload
 
+from layerscope.collect.observer import Observer
 from layerscope.metrics.flops import Cost, FlopFormulaError, Formula, evaluate, resolve
-from layerscope.profile import Node
+from layerscope.profile import Node, Profile
 
 FORWARD_KEYS = ("macs", "flops")
 BACKWARD_KEYS = ("backward_macs", "backward_flops")
 
 
-class FlopCounter:
+class FlopCounter(Observer):
     """Accumulates op costs into the self metrics of the nodes it is handed."""
 
     def __init__(self, overrides: Mapping[Any, Formula] | None = None) -> None:
-        self.overrides = overrides
+        self.formulas = overrides
         self.unsupported: dict[str, dict[str, Any]] = {}
         self.saw_backward = False
         # func -> its formula, ZERO for zero-cost ops, None when unsupported; resolved once.
@@ -45,7 +46,7 @@ class FlopCounter:
         if func in self._resolved:
             priced = self._resolved[func]
         else:
-            priced = self._resolved[func] = resolve(func, self.overrides)
+            priced = self._resolved[func] = resolve(func, self.formulas)
         if priced is None:
             self._unsupported(func, node, backward)
             return
@@ -74,9 +75,11 @@ class FlopCounter:
         entry["modules"][where] = entry["modules"].get(where, 0) + 1
         return entry
 
-    def finish(self, root: Node) -> None:
-        """Give every node the measured keys (0 where no op ran), so totals roll up."""
+    def finish(self, profile: Profile) -> None:
+        """Give every node the measured keys (0 where no op ran), so totals roll up, and
+        hand the unsupported ops to the profile."""
         keys = FORWARD_KEYS + (BACKWARD_KEYS if self.saw_backward else ())
-        for node in root.walk():
+        for node in profile.root.walk():
             for key in keys:
                 node.self_metrics.setdefault(key, 0)
+        profile.unsupported_ops = self.unsupported
