@@ -189,6 +189,8 @@ class Profile:
     memory: dict[str, Any] = field(default_factory=dict)
     #: Non-finite values found (first offending module, origin) and checks run, if any.
     numerics: dict[str, Any] = field(default_factory=dict)
+    #: Whole-model latency and throughput and how they were measured, if timed.
+    timing: dict[str, Any] = field(default_factory=dict)
     notices: list[str] = field(default_factory=list)
     schema: str = SCHEMA
 
@@ -282,6 +284,7 @@ class Profile:
             "partial_metrics": self.partial_metrics,  # derived from unsupported_ops
             "memory": _jsonable(self.memory),
             "numerics": _jsonable(self.numerics),
+            "timing": _jsonable(self.timing),
             "notices": list(self.notices),
             "root": self.root.to_dict(),
         }
@@ -304,6 +307,7 @@ class Profile:
             unsupported_ops=dict(data.get("unsupported_ops", {})),
             memory=dict(data.get("memory", {})),
             numerics=dict(data.get("numerics", {})),
+            timing=dict(data.get("timing", {})),
             notices=list(data.get("notices", [])),
             schema=schema,
         )

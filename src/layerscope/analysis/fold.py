@@ -44,6 +44,7 @@ def fold(profile: Profile) -> Profile:
         unsupported_ops=copy.deepcopy(profile.unsupported_ops),
         memory=copy.deepcopy(profile.memory),
         numerics=copy.deepcopy(profile.numerics),
+        timing=copy.deepcopy(profile.timing),
         notices=list(profile.notices),
         schema=profile.schema,
     )
