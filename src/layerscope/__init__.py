@@ -18,6 +18,7 @@ from layerscope.errors import (
     SchemaError,
 )
 from layerscope.metrics.flops import Cost, register_flop_formula
+from layerscope.metrics.numerics import NonFiniteError, NonFiniteWarning, NumericsObserver
 from layerscope.profile import SCHEMA, Node, Profile, TensorSpec, ValueSpec, load
 
 __all__ = [
@@ -27,6 +28,9 @@ __all__ = [
     "LayerscopeError",
     "ModelError",
     "Node",
+    "NonFiniteError",
+    "NonFiniteWarning",
+    "NumericsObserver",
     "Profile",
     "ProfileCheckError",
     "Profiler",

@@ -19,7 +19,8 @@ path and name of its first member.
 from __future__ import annotations
 
 import copy
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from typing import Any
 
 from layerscope.profile import ADDITIVE_METRICS, Node, Number, Profile
 
@@ -128,6 +129,7 @@ class _Folder:
             shared=list(dict.fromkeys(s for m in group for s in m.shared)),
             repeat=first.repeat if lone else repeat,
             members=list(first.members) if lone else _paths(group),
+            numerics=dict(first.numerics) if lone else _merge_numerics(group),
         )
         children = [[m.children[k] for m in group] for k in range(len(first.children))]
         node.children = self.fold_level(children, first.path)
@@ -195,6 +197,32 @@ def _combine(parts: Iterable[Mapping[str, Number]]) -> dict[str, Number]:
             else:
                 out[key] = max(out[key], value)
     return out
+
+
+#: How folded entries combine the per-module numerics that still mean something merged.
+_NUMERICS_MERGE: dict[str, Callable[[list[Any]], Any]] = {
+    "checked_calls": sum,
+    "nan": sum,
+    "inf": sum,
+    "min": min,
+    "max": max,
+    "absmax": max,
+    "fp16_overflow": any,
+    "bf16_overflow": any,
+    "fp16_underflow": any,
+    "bf16_underflow": any,
+}
+
+
+def _merge_numerics(group: Sequence[Node]) -> dict[str, Any]:
+    """Numerics of a folded entry: counts summed, extremes and flags combined; statistics
+    that do not combine without the raw data (mean, std) are left out."""
+    merged: dict[str, Any] = {}
+    for key, combine in _NUMERICS_MERGE.items():
+        values = [n.numerics[key] for n in group if n.numerics.get(key) is not None]
+        if values:
+            merged[key] = combine(values)
+    return merged
 
 
 def _sum_by_dtype(parts: Iterable[Mapping[str, Mapping[str, int]]]) -> dict[str, dict[str, int]]:

@@ -11,6 +11,7 @@ from rich.console import Console
 from layerscope import __version__
 from layerscope.cli import profile_cmd, show_cmd
 from layerscope.errors import InvalidInputError, LayerscopeError, ModelError, SchemaError
+from layerscope.metrics.numerics import NonFiniteError
 
 #: Subcommand modules; each has NAME, a docstring (its help) and add_arguments/run.
 COMMANDS = (profile_cmd, show_cmd)
@@ -50,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.run(args)
         return code
-    except ModelError as e:
+    except (ModelError, NonFiniteError) as e:
         err.print(f"[bold red]error:[/] {e}", markup=True)
         return EXIT_MODEL
     except (InvalidInputError, SchemaError, FileNotFoundError, IsADirectoryError) as e:

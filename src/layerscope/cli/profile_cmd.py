@@ -53,6 +53,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also run backward on the sum of the outputs and count its FLOPs",
     )
+    p.add_argument(
+        "--numerics",
+        choices=("record", "warn", "raise"),
+        default=None,
+        help="check every module's outputs (and gradients) for NaN/Inf and record "
+        "activation statistics; 'raise' stops at the module where they first appear",
+    )
     p.add_argument("--json", metavar="PATH", help="also save the profile as JSON")
     p.add_argument("--list-examples", action="store_true", help="list built-in examples")
     add_view_arguments(p)
@@ -86,6 +93,8 @@ def run(args: argparse.Namespace) -> int:
         kwargs["args"] = (default_input,)
     elif args.input_dtype:
         raise InvalidInputError("--input-dtype needs --input-shape")
+    if args.numerics:
+        kwargs["numerics"] = args.numerics
     if args.backward:
         if not (args.input_shape or default_input is not None):
             raise InvalidInputError("--backward needs an input (--input-shape)")

@@ -26,6 +26,7 @@ from layerscope.collect.tree import ModelTree, is_lazy
 from layerscope.errors import InvalidInputError, LayerscopeError, ModelError
 from layerscope.metrics.flop_counter import FlopCounter
 from layerscope.metrics.flops import Formula
+from layerscope.metrics.numerics import NonFiniteMode, NumericsObserver
 from layerscope.metrics.params import fill_parameters
 from layerscope.profile import Node, Profile
 
@@ -68,6 +69,7 @@ class Profiler:
         record_shapes: bool = True,
         count_flops: bool = True,
         flop_formulas: Mapping[Any, Formula] | None = None,
+        numerics: NonFiniteMode | None = None,
         observers: Sequence[Observer] = (),
     ) -> None:
         self.model, self._notices = unwrap_model(model)
@@ -75,6 +77,8 @@ class Profiler:
         self.observers: list[Observer] = []
         if count_flops:
             self.observers.append(FlopCounter(flop_formulas))
+        if numerics is not None:
+            self.observers.append(NumericsObserver(nonfinite=numerics))
         self.observers.extend(observers)
         self._tracker: ScopeTracker | None = None
         self._mode: SessionMode | None = None
@@ -154,6 +158,7 @@ def profile(
     record_shapes: bool = True,
     count_flops: bool = True,
     flop_formulas: Mapping[Any, Formula] | None = None,
+    numerics: NonFiniteMode | None = None,
     observers: Sequence[Observer] = (),
 ) -> Profile:
     """Run ``model`` once under instrumentation and return its Profile.
@@ -164,7 +169,10 @@ def profile(
     profile has structure and parameters only. ``backward=True`` also runs
     ``loss_fn(output).backward()`` (default loss: the sum of every floating output
     tensor) and measures the backward ops. ``flop_formulas`` overrides or adds FLOP
-    formulas for this call, keyed by aten op. ``observers`` adds measurements of your own
+    formulas for this call, keyed by aten op. ``numerics="record"|"warn"|"raise"`` checks
+    every module's outputs (and gradients) for NaN/Inf, names the first offending module
+    and the origin, and records activation statistics; ``"raise"`` stops at the origin
+    with ``NonFiniteError``. ``observers`` adds measurements of your own
     (``layerscope.collect.observer.Observer``). The model is left exactly as found,
     gradients included.
     """
@@ -214,6 +222,7 @@ def profile(
                 record_shapes=record_shapes,
                 count_flops=count_flops,
                 flop_formulas=flop_formulas,
+                numerics=numerics,
                 observers=observers,
             )
             try:

@@ -11,6 +11,7 @@ import io
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, Literal
 
 from rich import box
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
@@ -18,6 +19,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.theme import Theme
 
+from layerscope.metrics.numerics import describe
 from layerscope.profile import Node, Profile, Signature
 from layerscope.render import units
 
@@ -31,6 +33,7 @@ THEME = Theme(
         "layerscope.uncalled": "dim italic",
         "layerscope.total": "bold",
         "layerscope.notice": "yellow",
+        "layerscope.error": "bold red",
         "layerscope.header": "bold",
     }
 )
@@ -41,6 +44,11 @@ class Column:
     key: str
     header: str
     fmt: Callable[[float], str]
+    #: Where the value lives: ``node.metrics`` (inclusive) or ``node.numerics``.
+    source: Literal["metrics", "numerics"] = "metrics"
+
+    def value(self, node: Node) -> Any:
+        return (node.metrics if self.source == "metrics" else node.numerics).get(self.key)
 
 
 #: Metric columns in display order; a column shows when its metric is in the profile.
@@ -51,6 +59,9 @@ METRIC_COLUMNS: tuple[Column, ...] = (
     Column("macs", "MACs", units.si),
     Column("flops", "FLOPs", units.si),
     Column("backward_flops", "Bwd FLOPs", units.si),
+    Column("absmax", "Abs max", units.magnitude, "numerics"),
+    Column("nan", "NaN", units.count, "numerics"),
+    Column("inf", "Inf", units.count, "numerics"),
 )
 
 
@@ -86,11 +97,11 @@ class _TreeTable:
     def __rich_console__(self, console: Console, opts: ConsoleOptions) -> RenderResult:
         shown, options = self.profile, self.options
         ran = bool(shown.model.get("ran", True))
-        columns = [c for c in METRIC_COLUMNS if _present(shown, c.key)]
+        columns = [c for c in METRIC_COLUMNS if _present(shown, c)]
         rows = _tree_rows(shown.root, options.max_depth)
         labels = [_label(n, prefix) for n, prefix in rows]
         numbers = [[_metric(n, c) for c in columns] for n, _ in rows]
-        total_row = [_metric(shown.root, c) for c in columns]
+        total_row = [_metric(shown.root, c) if c.source == "metrics" else "" for c in columns]
         inputs = [_shapes(n.inputs) for n, _ in rows]
         outputs = [_shapes(n.outputs) for n, _ in rows]
 
@@ -177,14 +188,16 @@ def render_text(
     return buf.getvalue()
 
 
-def _present(profile: Profile, key: str) -> bool:
-    """Show a metric's column when measured and not all zero (params always)."""
-    value = profile.root.metrics.get(key)
-    return value is not None and (value != 0 or key == "params")
+def _present(profile: Profile, column: Column) -> bool:
+    """Show a column when measured and not all zero (params always)."""
+    if column.source == "numerics":
+        return any(column.value(n) for n in profile.root.walk())
+    value = profile.root.metrics.get(column.key)
+    return value is not None and (value != 0 or column.key == "params")
 
 
 def _metric(node: Node, column: Column) -> str:
-    value = node.metrics.get(column.key)
+    value = column.value(node)
     if value is None:
         return ""
     return column.fmt(value)
@@ -268,6 +281,7 @@ def _summary(profile: Profile) -> RenderableType:
                 style="layerscope.notice",
             )
         )
+    lines.extend(_numerics_lines(profile))
     shared = sorted({s for n in root.walk() for s in n.shared})
     if shared:
         lines.append(Text("Shared tensors, counted once: " + ", ".join(shared)))
@@ -276,3 +290,27 @@ def _summary(profile: Profile) -> RenderableType:
     for notice in profile.notices:
         lines.append(Text(f"Note: {notice}", style="layerscope.notice"))
     return Group(*lines)
+
+
+def _numerics_lines(profile: Profile) -> list[Text]:
+    """The NaN/Inf verdict and the range warnings of a numerics check."""
+    report = profile.numerics
+    if not report:
+        return []
+    lines: list[Text] = []
+    if report.get("skipped"):
+        lines.append(Text(f"Numerics not checked: {report['skipped']}.", style="layerscope.notice"))
+    event = report.get("origin") or report.get("first_nonfinite")
+    if event:
+        text = describe(event, origin=report.get("origin") is not None)
+        lines.append(Text(text, style="layerscope.error"))
+    elif not report.get("skipped"):
+        lines.append(Text(f"No NaN/Inf in {report.get('checked_calls', 0)} checked module calls."))
+    for flag, what in (
+        ("fp16_overflow", "|x| > 65504 (overflows float16)"),
+        ("bf16_overflow", "|x| beyond bfloat16's range"),
+    ):
+        paths = [n.path or "<root>" for n in profile.root.walk() if n.numerics.get(flag)]
+        if paths:
+            lines.append(Text(f"{what} in: {', '.join(paths)}", style="layerscope.notice"))
+    return lines

@@ -29,6 +29,11 @@ def nbytes(n: float) -> str:
     return f"{int(n)} B"
 
 
+def magnitude(x: float) -> str:
+    """A value of any size in 3 significant digits: ``0.00123``, ``6.55e+04``."""
+    return f"{x:.3g}"
+
+
 def shape(spec: TensorSpec) -> str:
     """``[2, 3, 32, 32]``, with the dtype appended when it is not floating point."""
     text = "[" + ", ".join(str(d) for d in spec.shape) + "]"
