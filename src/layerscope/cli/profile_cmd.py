@@ -60,6 +60,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="check every module's outputs (and gradients) for NaN/Inf and record "
         "activation statistics; 'raise' stops at the module where they first appear",
     )
+    timing = p.add_argument_group("timing pass")
+    timing.add_argument(
+        "--time", action="store_true", help="add the timing pass (per-module latency)"
+    )
+    timing.add_argument(
+        "--timer",
+        choices=("hooks", "kineto", "fx"),
+        default=None,
+        help="hooks: cheap module timers (default); kineto: torch.profiler, with device "
+        "time; fx: torch.fx node timing, with functional ops",
+    )
+    timing.add_argument("--warmup", type=int, default=None, help="untimed runs first (3)")
+    timing.add_argument("--repeats", type=int, default=None, help="timed repeats (10)")
+    timing.add_argument("--sync", action="store_true", help="CUDA: synchronize around every module")
+    timing.add_argument(
+        "--grad-mode",
+        choices=("enabled", "no_grad", "inference_mode"),
+        default=None,
+        help="autograd mode of the timed forward (enabled)",
+    )
+    timing.add_argument(
+        "--ops", action="store_true", help="kineto/fx: the ops under each module as rows"
+    )
+    timing.add_argument("--batch-size", type=int, default=None, help="for throughput")
     p.add_argument("--json", metavar="PATH", help="also save the profile as JSON")
     p.add_argument("--list-examples", action="store_true", help="list built-in examples")
     add_view_arguments(p)
@@ -95,6 +119,16 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidInputError("--input-dtype needs --input-shape")
     if args.numerics:
         kwargs["numerics"] = args.numerics
+    timing = {
+        name: getattr(args, name)
+        for name in ("timer", "warmup", "repeats", "grad_mode", "batch_size")
+        if getattr(args, name) is not None
+    }
+    timing.update({name: True for name in ("sync", "ops") if getattr(args, name)})
+    if timing and not args.time:
+        raise InvalidInputError(f"--{next(iter(timing)).replace('_', '-')} needs --time")
+    if args.time:
+        kwargs["timing"] = timing or True
     if args.backward:
         if not (args.input_shape or default_input is not None):
             raise InvalidInputError("--backward needs an input (--input-shape)")

@@ -6,22 +6,21 @@ and also restores everything the run could have changed (RNG, buffers, flags).
 
 from __future__ import annotations
 
-import gc
 import platform
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
 import torch
 from torch import nn
 
+from layerscope.collect.common import default_loss, gc_paused, unwrap_model
 from layerscope.collect.dispatch import SessionMode
 from layerscope.collect.inputs import model_device_dtype, random_inputs
 from layerscope.collect.observer import Observer
 from layerscope.collect.scopes import ScopeTracker
-from layerscope.collect.signature import iter_tensors
 from layerscope.collect.state import ModelState
+from layerscope.collect.timing import time_profile
 from layerscope.collect.tree import ModelTree, is_lazy
 from layerscope.errors import InvalidInputError, LayerscopeError, ModelError
 from layerscope.metrics.flop_counter import FlopCounter
@@ -31,27 +30,6 @@ from layerscope.metrics.params import fill_parameters
 from layerscope.profile import Node, Profile
 
 _MISSING: Any = object()
-
-
-def unwrap_model(model: Any) -> tuple[nn.Module, list[str]]:
-    """The eager module to instrument, with notices; clear errors for what cannot be."""
-    notices: list[str] = []
-    if isinstance(model, torch.jit.ScriptModule | torch.jit.ScriptFunction):
-        raise InvalidInputError(
-            "TorchScript models cannot be profiled: their submodules run inside the "
-            "TorchScript interpreter, where no Python hook sees them. Profile the eager "
-            "nn.Module the script was made from."
-        )
-    orig = getattr(model, "_orig_mod", None)
-    if type(model).__name__ == "OptimizedModule" and isinstance(orig, nn.Module):
-        notices.append(
-            "torch.compile'd model: layerscope analysed the original eager module "
-            f"({type(orig).__name__}); the compiled graph may fuse or reorder its ops"
-        )
-        model = orig
-    if not isinstance(model, nn.Module):
-        raise InvalidInputError(f"expected a torch.nn.Module, got {type(model).__name__}")
-    return model, notices
 
 
 class Profiler:
@@ -159,6 +137,7 @@ def profile(
     count_flops: bool = True,
     flop_formulas: Mapping[Any, Formula] | None = None,
     numerics: NonFiniteMode | None = None,
+    timing: bool | Mapping[str, Any] = False,
     observers: Sequence[Observer] = (),
 ) -> Profile:
     """Run ``model`` once under instrumentation and return its Profile.
@@ -172,7 +151,12 @@ def profile(
     formulas for this call, keyed by aten op. ``numerics="record"|"warn"|"raise"`` checks
     every module's outputs (and gradients) for NaN/Inf, names the first offending module
     and the origin, and records activation statistics; ``"raise"`` stops at the origin
-    with ``NonFiniteError``. ``observers`` adds measurements of your own
+    with ``NonFiniteError``. ``timing=True`` adds the timing pass (a separate pass after the
+    analysis, on the same inputs: per-module forward and, with ``backward``, backward
+    time, whole-model latency and throughput); a mapping instead of ``True`` sets its
+    options (``timer``, ``warmup``, ``repeats``, ``sync``, ``grad_mode``, ``ops``,
+    ``batch_size``, ``progress``; see ``docs/timing.md``). ``observers`` adds measurements
+    of your own
     (``layerscope.collect.observer.Observer``). The model is left exactly as found,
     gradients included.
     """
@@ -198,17 +182,16 @@ def profile(
         raise InvalidInputError(f"kwargs must be a dict, got {type(kwargs).__name__}")
     if loss_fn is not None and not backward:
         raise InvalidInputError("loss_fn only applies with backward=True")
+    timing_options = _timing_options(timing)
 
     will_run = bool(given) or bool(kwargs)
     if not will_run:
-        if backward:
-            raise InvalidInputError("backward=True needs an input")
+        if backward or timing_options is not None:
+            raise InvalidInputError("backward=True and timing need an input")
         tree = ModelTree.build(model)
         return build_profile(ScopeTracker(tree), ran=False, notices=notices, observers=())
 
-    # The cyclic GC is paused for this one run: the session allocates many small objects,
-    # and collections of a large heap would otherwise land in the measured pass.
-    with _gc_paused():
+    with gc_paused():
         state = ModelState.capture(model)
         try:
             if inputs is not _MISSING:
@@ -229,7 +212,7 @@ def profile(
                 with p:
                     out = model(*call_args, **(kwargs or {}))
                     if backward:
-                        loss = loss_fn(out) if loss_fn is not None else _default_loss(out)
+                        loss = loss_fn(out) if loss_fn is not None else default_loss(out)
                         loss.backward()  # type: ignore[no-untyped-call]
             except LayerscopeError:
                 raise
@@ -246,32 +229,48 @@ def profile(
     prof = p.profile
     prof.notices[:0] = notices  # what unwrapping the model found comes first
     prof.notices.extend(restore_notices)
+    if timing_options is not None:
+        time_profile(
+            prof,
+            model,
+            call_args,
+            kwargs or {},
+            backward=backward,
+            loss_fn=loss_fn,
+            **timing_options,
+        )
     return prof
 
 
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
+#: The options ``timing=`` accepts as a mapping (the rest of ``time_profile``'s are set by
+#: ``ls.profile`` itself).
+TIMING_OPTIONS = (
+    "timer",
+    "warmup",
+    "repeats",
+    "sync",
+    "grad_mode",
+    "ops",
+    "batch_size",
+    "progress",
+)
 
 
-def _default_loss(out: Any) -> torch.Tensor:
-    """Sum of every floating tensor in the output that requires grad."""
-    parts = [t.sum() for t in iter_tensors(out) if t.is_floating_point() and t.requires_grad]
-    if not parts:
+def _timing_options(timing: bool | Mapping[str, Any]) -> dict[str, Any] | None:
+    if timing is False:
+        return None
+    if timing is True:
+        return {}
+    if not isinstance(timing, Mapping):
         raise InvalidInputError(
-            "backward=True, but no output tensor requires grad (is the model frozen, or "
-            "running under no_grad?); pass loss_fn to choose what to differentiate"
+            f"timing must be True/False or a mapping of options, got {type(timing).__name__}"
         )
-    loss = parts[0]
-    for part in parts[1:]:  # added one by one: the parts may differ in dtype
-        loss = loss + part
-    return loss
+    unknown = sorted(set(timing) - set(TIMING_OPTIONS))
+    if unknown:
+        raise InvalidInputError(
+            f"unknown timing option(s) {', '.join(unknown)}; known: {', '.join(TIMING_OPTIONS)}"
+        )
+    return dict(timing)
 
 
 def _describe(node: Node) -> str:

@@ -20,7 +20,7 @@ from rich.text import Text
 from rich.theme import Theme
 
 from layerscope.metrics.numerics import describe
-from layerscope.profile import Node, Profile, Signature
+from layerscope.profile import ADDITIVE_METRICS, Node, Profile, Signature
 from layerscope.render import units
 
 THEME = Theme(
@@ -34,6 +34,7 @@ THEME = Theme(
         "layerscope.total": "bold",
         "layerscope.notice": "yellow",
         "layerscope.error": "bold red",
+        "layerscope.op": "dim",
         "layerscope.header": "bold",
     }
 )
@@ -44,11 +45,12 @@ class Column:
     key: str
     header: str
     fmt: Callable[[float], str]
-    #: Where the value lives: ``node.metrics`` (inclusive) or ``node.numerics``.
-    source: Literal["metrics", "numerics"] = "metrics"
+    #: Where the value lives: ``node.metrics`` (inclusive), ``node.self_metrics`` or
+    #: ``node.numerics``.
+    source: Literal["metrics", "self_metrics", "numerics"] = "metrics"
 
     def value(self, node: Node) -> Any:
-        return (node.metrics if self.source == "metrics" else node.numerics).get(self.key)
+        return getattr(node, self.source).get(self.key)
 
 
 #: Metric columns in display order; a column shows when its metric is in the profile.
@@ -59,6 +61,11 @@ METRIC_COLUMNS: tuple[Column, ...] = (
     Column("macs", "MACs", units.si),
     Column("flops", "FLOPs", units.si),
     Column("backward_flops", "Bwd FLOPs", units.si),
+    Column("forward_time", "Fwd time", units.seconds),
+    Column("forward_time", "Self fwd", units.seconds, "self_metrics"),
+    Column("backward_time", "Bwd time", units.seconds),
+    Column("backward_time", "Self bwd", units.seconds, "self_metrics"),
+    Column("device_time", "Device", units.seconds),
     Column("absmax", "Abs max", units.magnitude, "numerics"),
     Column("nan", "NaN", units.count, "numerics"),
     Column("inf", "Inf", units.count, "numerics"),
@@ -101,7 +108,10 @@ class _TreeTable:
         rows = _tree_rows(shown.root, options.max_depth)
         labels = [_label(n, prefix) for n, prefix in rows]
         numbers = [[_metric(n, c) for c in columns] for n, _ in rows]
-        total_row = [_metric(shown.root, c) if c.source == "metrics" else "" for c in columns]
+        total_row = [
+            _metric(shown.root, c) if c.source == "metrics" and c.key in ADDITIVE else ""
+            for c in columns
+        ]
         inputs = [_shapes(n.inputs) for n, _ in rows]
         outputs = [_shapes(n.outputs) for n, _ in rows]
 
@@ -143,6 +153,8 @@ class _TreeTable:
 
         for i, (node, _) in enumerate(rows):
             dim = "" if not ran or any(n.called for n in node.walk()) else "layerscope.uncalled"
+            if "::" in node.type:  # an op row of a timing pass (aten::mm, fx::add)
+                dim = "layerscope.op"
             cells: list[RenderableType] = [labels[i]]
             if options.shapes:
                 cells += [inputs[i], outputs[i]]
@@ -188,11 +200,16 @@ def render_text(
     return buf.getvalue()
 
 
+ADDITIVE = frozenset(ADDITIVE_METRICS)
+
+
 def _present(profile: Profile, column: Column) -> bool:
     """Show a column when measured and not all zero (params always)."""
     if column.source == "numerics":
         return any(column.value(n) for n in profile.root.walk())
     value = profile.root.metrics.get(column.key)
+    if column.key.endswith("_time"):  # per-call times: present when measured
+        return value is not None
     return value is not None and (value != 0 or column.key == "params")
 
 
@@ -219,8 +236,9 @@ def _label(node: Node, prefix: str) -> Text:
         return text
     text.append(f"({node.node_id}) ", style="layerscope.id")
     text.append(node.name, style="layerscope.name")
-    text.append(" ")
-    text.append(node.type, style="layerscope.type")
+    if node.type != node.name:  # op rows of a timing pass are named by their op
+        text.append(" ")
+        text.append(node.type, style="layerscope.type")
     if node.repeat > 1:
         text.append(f" ×{node.repeat}", style="layerscope.repeat")
     return text
@@ -281,6 +299,7 @@ def _summary(profile: Profile) -> RenderableType:
                 style="layerscope.notice",
             )
         )
+    lines.extend(_timing_lines(profile))
     lines.extend(_numerics_lines(profile))
     shared = sorted({s for n in root.walk() for s in n.shared})
     if shared:
@@ -314,3 +333,23 @@ def _numerics_lines(profile: Profile) -> list[Text]:
         if paths:
             lines.append(Text(f"{what} in: {', '.join(paths)}", style="layerscope.notice"))
     return lines
+
+
+def _timing_lines(profile: Profile) -> list[Text]:
+    """Whole-model latency and throughput of a timing pass, and how it was measured."""
+    t = profile.timing
+    latency = t.get("latency")
+    if not latency:
+        return []
+    what = "forward + backward" if t.get("backward") else "forward"
+    text = (
+        f"Latency ({what}): median {units.seconds(latency['median'])}, "
+        f"p90 {units.seconds(latency['p90'])}, IQR {units.seconds(latency['iqr'])}"
+    )
+    if t.get("throughput"):
+        text += (
+            f"; throughput {t['throughput']:,.1f} inputs/s "
+            f"(batch {t['batch_size']}, {t['batch_source']})"
+        )
+    text += f". Timer {t['timer']}, {t['repeats']} repeats after {t['warmup']} warmup runs."
+    return [Text(text)]

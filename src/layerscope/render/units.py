@@ -29,6 +29,14 @@ def nbytes(n: float) -> str:
     return f"{int(n)} B"
 
 
+def seconds(t: float) -> str:
+    """Seconds in the largest unit that keeps the value at least 1: ``1.23 ms``."""
+    for scale, suffix in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
+        if abs(t) >= scale:
+            return f"{t / scale:.3g} {suffix}"
+    return f"{t / 1e-9:.3g} ns"
+
+
 def magnitude(x: float) -> str:
     """A value of any size in 3 significant digits: ``0.00123``, ``6.55e+04``."""
     return f"{x:.3g}"

@@ -1,0 +1,63 @@
+"""Small pieces every pass of a session shares: which module to run, the default loss,
+and pausing the cyclic garbage collector around a measured run."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch import nn
+
+from layerscope.collect.signature import iter_tensors
+from layerscope.errors import InvalidInputError
+
+
+def unwrap_model(model: Any) -> tuple[nn.Module, list[str]]:
+    """The eager module to instrument, with notices; clear errors for what cannot be."""
+    notices: list[str] = []
+    if isinstance(model, torch.jit.ScriptModule | torch.jit.ScriptFunction):
+        raise InvalidInputError(
+            "TorchScript models cannot be profiled: their submodules run inside the "
+            "TorchScript interpreter, where no Python hook sees them. Profile the eager "
+            "nn.Module the script was made from."
+        )
+    orig = getattr(model, "_orig_mod", None)
+    if type(model).__name__ == "OptimizedModule" and isinstance(orig, nn.Module):
+        notices.append(
+            "torch.compile'd model: layerscope analysed the original eager module "
+            f"({type(orig).__name__}); the compiled graph may fuse or reorder its ops"
+        )
+        model = orig
+    if not isinstance(model, nn.Module):
+        raise InvalidInputError(f"expected a torch.nn.Module, got {type(model).__name__}")
+    return model, notices
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic GC: a session allocates many small objects, and collections of a
+    large heap would otherwise land in the measured run."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def default_loss(out: Any) -> torch.Tensor:
+    """Sum of every floating tensor in the output that requires grad."""
+    parts = [t.sum() for t in iter_tensors(out) if t.is_floating_point() and t.requires_grad]
+    if not parts:
+        raise InvalidInputError(
+            "backward=True, but no output tensor requires grad (is the model frozen, or "
+            "running under no_grad?); pass loss_fn to choose what to differentiate"
+        )
+    loss = parts[0]
+    for part in parts[1:]:  # added one by one: the parts may differ in dtype
+        loss = loss + part
+    return loss

@@ -1,0 +1,329 @@
+"""``timer="kineto"``: module times from ``torch.profiler`` events, device time included.
+
+Each module call is wrapped in a ``record_function`` range (entered by a forward pre hook,
+left by an ``always_call`` post hook), every repeat in a ``layerscope::repeat`` range, and
+the whole instrumented phase runs under one ``torch.profiler.profile``. From the event
+tree of each repeat:
+
+- module ``forward_time``: the range's duration per call; self = minus the ranges of the
+  modules called inside it. ``device_time``: the kernels launched inside the range (the
+  profiler links each kernel to the op that launched it), self = minus nested modules'.
+- ``ops=True``: the *top-level* events inside each module's own code (the first event
+  below the module's range that is not a module range: ``aten::conv2d``, not also the
+  ``aten::convolution`` it calls) become op rows, so rows never double-count nested ops.
+  An op row's self time excludes its nested ops, as in the profiler's own tables.
+- ``backward=True``: every ``autograd::engine::evaluate_function`` event carries the
+  sequence number of its autograd node; the forward hooks recorded which module owned
+  which sequence numbers, so each is attributed to the module that created it.
+  AccumulateGrad (no sequence number) goes to the module of the node that ran before it.
+
+Times include the profiler's own per-op cost, which is larger than the hooks timer's;
+use this timer for where device time goes and for the op breakdown, the default one for
+the most faithful wall times.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+from torch.autograd.profiler import record_function
+from torch.profiler import ProfilerActivity
+from torch.utils.hooks import RemovableHandle
+
+from layerscope.collect.timing import (
+    _NO_SEQUENCE,
+    BACKWARD_DEVICE_TIME,
+    BACKWARD_TIME,
+    DEVICE_TIME,
+    FORWARD_TIME,
+    Entry,
+    ForwardRepeat,
+    ModuleIndex,
+    OpSamples,
+    PassContext,
+    TimingResult,
+    add_repeat,
+    grad_steps,
+    owner_of,
+)
+from layerscope.errors import LayerscopeError
+
+REPEAT_LABEL = "layerscope::repeat"
+MODULE_PREFIX = "layerscope::module::"
+EVALUATE_PREFIX = "autograd::engine::evaluate_function: "
+_get_sequence_nr = torch._C._autograd._get_sequence_nr
+
+
+class RangeHooks:
+    """Pre/post forward hooks opening and closing one ``record_function`` range per call.
+
+    With ``record_seq`` they also log autograd sequence numbers for backward attribution.
+    """
+
+    def __init__(self, index: ModuleIndex, record_seq: bool) -> None:
+        self.index = index
+        self.names = [
+            MODULE_PREFIX + (index.paths[nodes[0]] or "<root>") for nodes in index.nodes_of
+        ]
+        self.log: list[Entry] = []
+        self._record_seq = record_seq
+        self._open: list[tuple[nn.Module, record_function]] = []
+        self._handles: list[RemovableHandle] = []
+
+    def install(self) -> None:
+        try:
+            for mid, module in enumerate(self.index.modules):
+                pre, post = self._make(mid, self.names[mid])
+                self._handles.append(module.register_forward_pre_hook(pre))
+                self._handles.append(
+                    module.register_forward_hook(post, prepend=True, always_call=True)
+                )
+        except BaseException:
+            self.uninstall()
+            raise
+
+    def uninstall(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+        while self._open:  # ranges left open by a raising model
+            self._open.pop()[1].__exit__(None, None, None)
+
+    def _make(self, mid: int, name: str) -> tuple[Callable[..., None], Callable[..., None]]:
+        opened = self._open
+        append = self.log.append
+        seq = _get_sequence_nr if self._record_seq else None
+        exit_code = ~mid
+
+        def pre(module: nn.Module, args: Any) -> None:
+            rf = record_function(name)
+            rf.__enter__()  # type: ignore[no-untyped-call]
+            opened.append((module, rf))
+            if seq is not None:
+                append((mid, 0, seq()))
+
+        def post(module: nn.Module, args: Any, output: Any) -> None:
+            if opened and opened[-1][0] is module:
+                opened.pop()[1].__exit__(None, None, None)
+            if seq is not None:
+                append((exit_code, 0, seq()))
+
+        return pre, post
+
+    def take(self) -> list[Entry]:
+        entries = list(self.log)
+        self.log.clear()
+        return entries
+
+
+def kineto_runs(ctx: PassContext, result: TimingResult) -> None:
+    """The instrumented runs under torch.profiler, then the parse of its events."""
+    options, index = ctx.options, ctx.index
+    activities = [ProfilerActivity.CPU]
+    if ctx.device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    hooks = RangeHooks(index, record_seq=options.backward)
+    warm = 1 if options.warmup > 0 else 0
+    steps: list[tuple[list[int], list[int]]] = []
+    # The profiler would record bare runs too, so they all come first here.
+    for _ in range(options.repeats):
+        ctx.bare_run(record=True)
+    prof = torch.profiler.profile(activities=activities)
+    try:
+        prof.__enter__()  # type: ignore[no-untyped-call]
+    except RuntimeError as e:
+        raise LayerscopeError(
+            f"timer='kineto' could not start torch.profiler ({e}); is another profiler "
+            "session active? Use timer='hooks' inside your own profiler session."
+        ) from e
+    hooks.install()
+    try:
+        for _ in range(warm + options.repeats):
+            ctx.clear_grads()
+            try:
+                with record_function(REPEAT_LABEL):
+                    out = ctx.call()
+                    entries = hooks.take()
+                    if options.backward:
+                        steps.append(grad_steps(index, entries))
+                        ctx.loss(out).backward()  # type: ignore[no-untyped-call]
+                    del out
+                    ctx.stamper.end()
+            except LayerscopeError:
+                raise
+            except Exception as e:
+                raise ctx.model_error(e) from e
+            ctx.progress.advance()
+    finally:
+        hooks.uninstall()
+        prof.__exit__(None, None, None)  # type: ignore[no-untyped-call]
+    events = prof.events()  # type: ignore[no-untyped-call]
+    parse_events(events, index, result, warm, options.ops, steps if options.backward else None)
+
+
+def _us_to_ns(us: float) -> float:
+    return float(us) * 1e3
+
+
+def _device_total(ev: Any) -> float:
+    """Device time (us) of the kernels launched by ``ev`` and everything under it."""
+    total = sum(k.duration for k in ev.kernels)
+    for c in ev.cpu_children:
+        total += _device_total(c)
+    return float(total)
+
+
+class _RepeatParser:
+    """Walks one repeat's event tree into module totals and op-row totals."""
+
+    def __init__(self, index: ModuleIndex, names: dict[str, int], ops: bool) -> None:
+        n = len(index)
+        self.index = index
+        self.names = names
+        self.ops = ops
+        self.fwd = ForwardRepeat([0] * n, [0.0] * n, [0.0] * n)
+        self.dev_incl = [0.0] * n
+        self.dev_self = [0.0] * n
+        # (node, op name) -> [count, total ns, self ns, device ns, device self ns]
+        self.op_acc: dict[tuple[int, str], list[float]] = {}
+        self._running: list[int] = []
+        # module frame: [node, children cpu ns, children device us, open op depth]
+        self._frames: list[list[Any]] = []
+
+    def visit(self, ev: Any) -> float:
+        """Visit ``ev`` and its subtree; return its device time (us)."""
+        mid = self.names.get(ev.name)
+        own = float(sum(k.duration for k in ev.kernels))
+        if mid is not None:
+            node = self.index.resolve(mid, self._running)
+            self._running.append(node)
+            frame: list[Any] = [node, 0.0, 0.0, 0]
+            self._frames.append(frame)
+            dev = own + sum(self.visit(c) for c in ev.cpu_children)
+            self._frames.pop()
+            self._running.pop()
+            cpu = _us_to_ns(ev.time_range.elapsed_us())
+            self.fwd.calls[node] += 1
+            self.fwd.inclusive[node] += cpu
+            self.fwd.exclusive[node] += max(cpu - frame[1], 0.0)
+            self.dev_incl[node] += _us_to_ns(dev)
+            self.dev_self[node] += _us_to_ns(max(dev - frame[2], 0.0))
+            if self._frames:
+                self._frames[-1][1] += cpu
+                self._frames[-1][2] += dev
+            return dev
+        top = self._frames[-1] if self._frames else None
+        row = self.ops and top is not None and top[3] == 0
+        if top is not None:
+            top[3] += 1
+        child_dev = 0.0
+        child_cpu = 0.0
+        for c in ev.cpu_children:
+            child_dev += self.visit(c)
+            child_cpu += _us_to_ns(c.time_range.elapsed_us())
+        if top is not None:
+            top[3] -= 1
+        dev = own + child_dev
+        if row and top is not None:
+            cpu = _us_to_ns(ev.time_range.elapsed_us())
+            acc = self.op_acc.setdefault((top[0], ev.name), [0, 0.0, 0.0, 0.0, 0.0])
+            acc[0] += 1
+            acc[1] += cpu
+            acc[2] += max(cpu - child_cpu, 0.0)
+            acc[3] += _us_to_ns(dev)
+            acc[4] += _us_to_ns(own)
+        return dev
+
+
+def parse_events(
+    events: Sequence[Any],
+    index: ModuleIndex,
+    result: TimingResult,
+    warm: int,
+    ops: bool,
+    steps: list[tuple[list[int], list[int]]] | None,
+) -> None:
+    """Fill ``result`` from the profiler's events (the first ``warm`` repeats skipped)."""
+    names = {
+        MODULE_PREFIX + (index.paths[nodes[0]] or "<root>"): mid
+        for mid, nodes in enumerate(index.nodes_of)
+    }
+    repeats = sorted(
+        (e for e in events if e.name == REPEAT_LABEL), key=lambda e: e.time_range.start
+    )
+    evaluations = _evaluations(events) if steps is not None else []
+    any_device = any(e.kernels for e in events)
+    rows: dict[tuple[int, str], OpSamples] = {}
+    for r, rep in enumerate(repeats):
+        if r < warm:
+            continue
+        parser = _RepeatParser(index, names, ops)
+        for c in rep.cpu_children:
+            parser.visit(c)
+        bwd_self: list[float] | None = None
+        bdev_self: list[float] | None = None
+        if steps is not None and r < len(steps):
+            bwd_self, bdev_self = _backward(
+                index, steps[r], evaluations, rep.time_range.start, rep.time_range.end
+            )
+        add_repeat(result, index, parser.fwd, bwd_self, FORWARD_TIME, BACKWARD_TIME)
+        if any_device:
+            dev = ForwardRepeat(parser.fwd.calls, parser.dev_incl, parser.dev_self)
+            add_repeat(result, index, dev, bdev_self, DEVICE_TIME, BACKWARD_DEVICE_TIME)
+        for (node, name), acc in parser.op_acc.items():
+            row = rows.get((node, name))
+            if row is None:
+                parent = index.paths[node]
+                row = rows[(node, name)] = OpSamples(
+                    path=f"{parent}/{name}",
+                    parent=parent,
+                    name=name,
+                    type=name if "::" in name else f"user::{name}",
+                )
+                result.ops.append(row)
+            count = int(acc[0])
+            row.calls = count
+            row.add(FORWARD_TIME, acc[1] / count, acc[2] / count)
+            if any_device:
+                row.add(DEVICE_TIME, acc[3] / count, acc[4] / count)
+
+
+def _evaluations(events: Sequence[Any]) -> list[Any]:
+    """Outermost ``evaluate_function`` events (one per autograd node run), by start time."""
+    out = []
+    for e in events:
+        if not e.name.startswith(EVALUATE_PREFIX):
+            continue
+        parent = e.cpu_parent
+        while parent is not None and not parent.name.startswith(EVALUATE_PREFIX):
+            parent = parent.cpu_parent
+        if parent is None:
+            out.append(e)
+    out.sort(key=lambda e: e.time_range.start)
+    return out
+
+
+def _backward(
+    index: ModuleIndex,
+    steps: tuple[list[int], list[int]],
+    evaluations: list[Any],
+    start: float,
+    end: float,
+) -> tuple[list[float], list[float]]:
+    """Self backward CPU and device totals (ns) per node for the repeat in [start, end]."""
+    seqs, owners = steps
+    cpu = [0.0] * len(index)
+    dev = [0.0] * len(index)
+    owner = index.root
+    for e in evaluations:
+        if e.time_range.start < start or e.time_range.start > end:
+            continue
+        seq = e.sequence_nr
+        if seq >= 0 and seq != _NO_SEQUENCE:
+            owner = owner_of(seqs, owners, seq, index.root)
+        cpu[owner] += _us_to_ns(e.time_range.elapsed_us())
+        dev[owner] += _us_to_ns(_device_total(e))
+    return cpu, dev
