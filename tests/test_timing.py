@@ -495,7 +495,7 @@ class FakeEvent:
 
 @pytest.mark.parametrize("sync", [False, True])
 def test_event_path_with_fake_events(sync: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    import layerscope.collect.timing as timing_module
+    import layerscope.collect.timing.runner as timing_module
 
     clock = FakeClock()
     FakeEvent.clock = clock

@@ -18,6 +18,12 @@ from layerscope.errors import (
     SchemaError,
 )
 from layerscope.metrics.flops import Cost, register_flop_formula
+from layerscope.metrics.memory import (
+    MemoryObserver,
+    max_batch_size,
+    record_training_footprint,
+    training_footprint,
+)
 from layerscope.metrics.numerics import NonFiniteError, NonFiniteWarning, NumericsObserver
 from layerscope.profile import SCHEMA, Node, Profile, TensorSpec, ValueSpec, load
 
@@ -26,6 +32,7 @@ __all__ = [
     "Cost",
     "InvalidInputError",
     "LayerscopeError",
+    "MemoryObserver",
     "ModelError",
     "Node",
     "NonFiniteError",
@@ -39,6 +46,9 @@ __all__ = [
     "ValueSpec",
     "__version__",
     "load",
+    "max_batch_size",
     "profile",
+    "record_training_footprint",
     "register_flop_formula",
+    "training_footprint",
 ]

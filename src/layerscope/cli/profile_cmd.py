@@ -54,6 +54,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="also run backward on the sum of the outputs and count its FLOPs",
     )
     p.add_argument(
+        "--memory",
+        action="store_true",
+        help="per-module bytes saved for backward, output bytes and peak live bytes",
+    )
+    p.add_argument(
         "--numerics",
         choices=("record", "warn", "raise"),
         default=None,
@@ -119,6 +124,8 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidInputError("--input-dtype needs --input-shape")
     if args.numerics:
         kwargs["numerics"] = args.numerics
+    if args.memory:
+        kwargs["memory"] = True
     timing = {
         name: getattr(args, name)
         for name in ("timer", "warmup", "repeats", "grad_mode", "batch_size")

@@ -34,7 +34,6 @@ from torch.profiler import ProfilerActivity
 from torch.utils.hooks import RemovableHandle
 
 from layerscope.collect.timing import (
-    _NO_SEQUENCE,
     BACKWARD_DEVICE_TIME,
     BACKWARD_TIME,
     DEVICE_TIME,
@@ -49,6 +48,7 @@ from layerscope.collect.timing import (
     grad_steps,
     owner_of,
 )
+from layerscope.collect.timing.backward import _NO_SEQUENCE
 from layerscope.errors import LayerscopeError
 
 REPEAT_LABEL = "layerscope::repeat"

@@ -25,6 +25,7 @@ from layerscope.collect.tree import ModelTree, is_lazy
 from layerscope.errors import InvalidInputError, LayerscopeError, ModelError
 from layerscope.metrics.flop_counter import FlopCounter
 from layerscope.metrics.flops import Formula
+from layerscope.metrics.memory import MemoryObserver
 from layerscope.metrics.numerics import NonFiniteMode, NumericsObserver
 from layerscope.metrics.params import fill_parameters
 from layerscope.profile import Node, Profile
@@ -48,6 +49,7 @@ class Profiler:
         count_flops: bool = True,
         flop_formulas: Mapping[Any, Formula] | None = None,
         numerics: NonFiniteMode | None = None,
+        memory: bool = False,
         observers: Sequence[Observer] = (),
     ) -> None:
         self.model, self._notices = unwrap_model(model)
@@ -55,6 +57,8 @@ class Profiler:
         self.observers: list[Observer] = []
         if count_flops:
             self.observers.append(FlopCounter(flop_formulas))
+        if memory:
+            self.observers.append(MemoryObserver())
         if numerics is not None:
             self.observers.append(NumericsObserver(nonfinite=numerics))
         self.observers.extend(observers)
@@ -75,6 +79,12 @@ class Profiler:
                 installed.append(observer)
             on_op = [o.on_op for o in self.observers if o.overrides("on_op")]
             if on_op:
+                # torch imports torch._dynamo lazily at the first __torch_dispatch__ call;
+                # imported there, with the model's frames on the stack, it leaves a
+                # reference cycle through them that keeps the first run's tensors alive
+                # (and the memory observer's storages live) while the GC is paused.
+                import torch._dynamo  # noqa: F401
+
                 self._mode = SessionMode(self._tracker, on_op)
                 self._mode.__enter__()  # type: ignore[no-untyped-call]
         except BaseException:
@@ -137,28 +147,32 @@ def profile(
     count_flops: bool = True,
     flop_formulas: Mapping[Any, Formula] | None = None,
     numerics: NonFiniteMode | None = None,
+    memory: bool = False,
     timing: bool | Mapping[str, Any] = False,
     observers: Sequence[Observer] = (),
 ) -> Profile:
     """Run ``model`` once under instrumentation and return its Profile.
 
-    Give the input as one positional value (passed as ``model(inputs)``), as
-    ``args``/``kwargs``, or as ``input_shape`` (random tensors on the model's device and
-    dtype; token ids if the model starts with an embedding). With no input at all, the
-    profile has structure and parameters only. ``backward=True`` also runs
-    ``loss_fn(output).backward()`` (default loss: the sum of every floating output
-    tensor) and measures the backward ops. ``flop_formulas`` overrides or adds FLOP
-    formulas for this call, keyed by aten op. ``numerics="record"|"warn"|"raise"`` checks
-    every module's outputs (and gradients) for NaN/Inf, names the first offending module
-    and the origin, and records activation statistics; ``"raise"`` stops at the origin
-    with ``NonFiniteError``. ``timing=True`` adds the timing pass (a separate pass after the
-    analysis, on the same inputs: per-module forward and, with ``backward``, backward
-    time, whole-model latency and throughput); a mapping instead of ``True`` sets its
-    options (``timer``, ``warmup``, ``repeats``, ``sync``, ``grad_mode``, ``ops``,
-    ``batch_size``, ``progress``; see ``docs/timing.md``). ``observers`` adds measurements
-    of your own
-    (``layerscope.collect.observer.Observer``). The model is left exactly as found,
-    gradients included.
+    Input: one positional value (passed as ``model(inputs)``), ``args``/``kwargs``, or
+    ``input_shape`` (random tensors on the model's device and dtype; token ids if the
+    model starts with an embedding). With no input at all, the profile has structure and
+    parameters only. The model is left exactly as found, gradients included.
+
+    - ``backward=True`` also runs ``loss_fn(output).backward()`` (default loss: the sum
+      of every floating output tensor that requires grad) and measures the backward ops.
+    - ``flop_formulas`` overrides or adds FLOP formulas for this call, keyed by aten op.
+    - ``memory=True`` measures per module the bytes autograd saves for backward, output
+      bytes and peak live bytes (gradient bytes after a backward), and the whole-model
+      peaks in ``profile.memory``.
+    - ``numerics="record"|"warn"|"raise"`` checks every module's outputs (and gradients)
+      for NaN/Inf, names the first offending module and the origin, and records
+      activation statistics; ``"raise"`` stops at the origin with ``NonFiniteError``.
+    - ``timing=True`` adds the timing pass, separate from the analysis, on the same
+      inputs: per-module forward (and backward) time, whole-model latency and
+      throughput. A mapping instead of ``True`` sets its options (``timer``, ``warmup``,
+      ``repeats``, ``sync``, ``grad_mode``, ``ops``, ``batch_size``, ``progress``; see
+      ``docs/timing.md``).
+    - ``observers`` adds measurements of your own (``layerscope.collect.observer``).
     """
     model, notices = unwrap_model(model)
     given = [
@@ -206,6 +220,7 @@ def profile(
                 count_flops=count_flops,
                 flop_formulas=flop_formulas,
                 numerics=numerics,
+                memory=memory,
                 observers=observers,
             )
             try:

@@ -7,6 +7,8 @@ lowest common ancestor of its holders; the holders list it in ``Node.shared``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from torch import Tensor
 from torch.nn.parameter import is_lazy
 
@@ -22,17 +24,30 @@ def tensor_bytes(t: Tensor) -> int:
     return t.numel() * t.element_size()
 
 
-def fill_parameters(tree: ModelTree) -> list[str]:
-    """Write params/buffers metrics into the self metrics of the tree's nodes.
+@dataclass(frozen=True, slots=True)
+class Owned:
+    """A parameter or buffer, the node it is counted at, and every (node, qualified name)
+    it is held under."""
 
-    Returns notices (e.g. uninitialised lazy parameters that could not be counted).
-    """
-    holders: dict[int, list[tuple[Node, str]]] = {}
-    tensors: dict[int, tuple[Tensor, bool]] = {}  # id -> (tensor, is_param)
+    tensor: Tensor
+    is_param: bool
+    owner: Node
+    holders: tuple[tuple[Node, str], ...]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(name for _, name in self.holders)
+
+
+def owned_tensors(tree: ModelTree) -> tuple[list[Owned], list[str]]:
+    """Each distinct initialised parameter and buffer once, with the node it counts at
+    (its holder, or the lowest common ancestor of its holders), and notices for the
+    uninitialised lazy tensors that were skipped."""
+    found: dict[int, tuple[Tensor, bool, list[tuple[Node, str]]]] = {}
     notices: list[str] = []
     for node in tree.root.walk():
         module = tree.module[id(node)]
-        for kind_is_param, table in ((True, module._parameters), (False, module._buffers)):
+        for is_param, table in ((True, module._parameters), (False, module._buffers)):
             for name, t in table.items():
                 if t is None:
                     continue
@@ -43,28 +58,38 @@ def fill_parameters(tree: ModelTree) -> list[str]:
                         "input to count it"
                     )
                     continue
-                holders.setdefault(id(t), []).append((node, qualified))
-                tensors[id(t)] = (t, kind_is_param)
+                found.setdefault(id(t), (t, is_param, []))[2].append((node, qualified))
+    owned = []
+    for t, is_param, holders in found.values():
+        nodes = list({id(n): n for n, _ in holders}.values())
+        owner = nodes[0] if len(nodes) == 1 else tree.lowest_common_ancestor(nodes)
+        owned.append(Owned(t, is_param, owner, tuple(holders)))
+    return owned, notices
 
+
+def fill_parameters(tree: ModelTree) -> list[str]:
+    """Write params/buffers metrics into the self metrics of the tree's nodes.
+
+    Returns notices (e.g. uninitialised lazy parameters that could not be counted).
+    """
+    owned, notices = owned_tensors(tree)
     for node in tree.root.walk():
         for key in ("params", "trainable_params", "buffers", "param_bytes", "buffer_bytes"):
             node.self_metrics[key] = 0
         node.self_by_dtype = {}
         node.shared = []
 
-    for tid, owners in holders.items():
-        t, is_param = tensors[tid]
-        distinct = list({id(n): n for n, _ in owners}.values())
-        owner = distinct[0] if len(distinct) == 1 else tree.lowest_common_ancestor(distinct)
-        if len(owners) > 1:
+    for o in owned:
+        t, owner = o.tensor, o.owner
+        if len(o.holders) > 1:
             where = owner.path or "<root>"
-            for n, qualified in owners:
-                n.shared.append(f"{qualified} (counted at {where})")
+            for holder, qualified in o.holders:
+                holder.shared.append(f"{qualified} (counted at {where})")
         numel = t.numel()
         nbytes = tensor_bytes(t)
         row = owner.self_by_dtype.setdefault(dtype_name(t), dict.fromkeys(DTYPE_KEYS, 0))
         m = owner.self_metrics
-        if is_param:
+        if o.is_param:
             m["params"] += numel
             m["param_bytes"] += nbytes
             if t.requires_grad:

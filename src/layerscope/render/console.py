@@ -61,6 +61,10 @@ METRIC_COLUMNS: tuple[Column, ...] = (
     Column("macs", "MACs", units.si),
     Column("flops", "FLOPs", units.si),
     Column("backward_flops", "Bwd FLOPs", units.si),
+    Column("activation_bytes", "Saved", units.nbytes),
+    Column("output_bytes", "Out", units.nbytes),
+    Column("peak_bytes", "Peak", units.nbytes),
+    Column("grad_bytes", "Grads", units.nbytes),
     Column("forward_time", "Fwd time", units.seconds),
     Column("forward_time", "Self fwd", units.seconds, "self_metrics"),
     Column("backward_time", "Bwd time", units.seconds),
@@ -299,6 +303,7 @@ def _summary(profile: Profile) -> RenderableType:
                 style="layerscope.notice",
             )
         )
+    lines.extend(_memory_lines(profile))
     lines.extend(_timing_lines(profile))
     lines.extend(_numerics_lines(profile))
     shared = sorted({s for n in root.walk() for s in n.shared})
@@ -353,3 +358,37 @@ def _timing_lines(profile: Profile) -> list[Text]:
         )
     text += f". Timer {t['timer']}, {t['repeats']} repeats after {t['warmup']} warmup runs."
     return [Text(text)]
+
+
+def _memory_lines(profile: Profile) -> list[Text]:
+    """Whole-model peaks and, when recorded, the training footprint."""
+    mem = profile.memory
+    if "forward_peak_bytes" not in mem:
+        return []
+    text = f"Memory ({mem.get('allocator', 'simulated')}): forward peak " + units.nbytes(
+        mem["forward_peak_bytes"]
+    )
+    if "activation_bytes" in mem:
+        text += f", saved for backward {units.nbytes(mem['activation_bytes'])}"
+    if "backward_peak_bytes" in mem:
+        text += f", backward peak {units.nbytes(mem['backward_peak_bytes'])}"
+    lines = [Text(text)]
+    training = mem.get("training")
+    if training:
+        parts = ", ".join(
+            f"{label} {units.nbytes(training[key])}"
+            for key, label in (
+                ("param_bytes", "params"),
+                ("grad_bytes", "grads"),
+                ("optimizer_state_bytes", "optimizer"),
+                ("activation_bytes", "activations"),
+            )
+            if training.get(key)
+        )
+        lines.append(
+            Text(
+                f"Training step ({training.get('optimizer', '?')}): {parts}; "
+                f"total {units.nbytes(training['total_bytes'])}"
+            )
+        )
+    return lines

@@ -1,0 +1,140 @@
+"""Forward timing of the ``hooks`` timer: light pre/post hooks that log (module, stamp),
+and the replay of that log into per-module inclusive and self times.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+import torch
+from torch import nn
+from torch.utils.hooks import RemovableHandle
+
+from layerscope.collect.timing.clock import Stamper
+from layerscope.collect.timing.index import ModuleIndex
+
+_get_sequence_nr = torch._C._autograd._get_sequence_nr
+
+
+#: A log entry: (module index, stamp, next autograd sequence number) on entry, and
+#: (~module index, stamp, sequence number) on exit.
+Entry: TypeAlias = tuple[int, Any, int]
+
+
+class ForwardHooks:
+    """Light pre/post forward hooks on every module, appending entries to ``log``.
+
+    The pre hook runs after the user's pre hooks and the post hook before the user's post
+    hooks, so the window is as tight around ``forward`` as hooks allow. The post hook is
+    ``always_call`` so a raising module still logs its exit.
+    """
+
+    def __init__(self, index: ModuleIndex, stamper: Stamper, record_seq: bool) -> None:
+        self.index = index
+        self.log: list[Entry] = []
+        self._pre_stamp = stamper.pre_stamp()
+        self._post_stamp = stamper.post_stamp()
+        self._record_seq = record_seq
+        self._handles: list[RemovableHandle] = []
+        self._hooks = [self._make(mid) for mid in range(len(index.modules))]
+
+    def install(self) -> None:
+        try:
+            for module, (pre, post) in zip(self.index.modules, self._hooks, strict=True):
+                self._handles.append(module.register_forward_pre_hook(pre))
+                self._handles.append(
+                    module.register_forward_hook(post, prepend=True, always_call=True)
+                )
+        except BaseException:
+            self.uninstall()
+            raise
+
+    def uninstall(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+
+    def _make(self, mid: int) -> tuple[Callable[..., None], Callable[..., None]]:
+        append = self.log.append
+        pre_stamp, post_stamp = self._pre_stamp, self._post_stamp
+        exit_code = ~mid
+        if self._record_seq:
+            seq = _get_sequence_nr
+
+            def pre_seq(module: nn.Module, args: Any) -> None:
+                append((mid, pre_stamp(), seq()))
+
+            def post_seq(module: nn.Module, args: Any, output: Any) -> None:
+                append((exit_code, post_stamp(), seq()))
+
+            return pre_seq, post_seq
+
+        def pre(module: nn.Module, args: Any) -> None:
+            append((mid, pre_stamp(), 0))
+
+        def post(module: nn.Module, args: Any, output: Any) -> None:
+            append((exit_code, post_stamp(), 0))
+
+        return pre, post
+
+    def take(self) -> list[Entry]:
+        entries = list(self.log)
+        self.log.clear()
+        return entries
+
+
+@dataclass
+class ForwardRepeat:
+    """One repeat's forward, replayed: per node calls, inclusive and self totals (ns)."""
+
+    calls: list[int]
+    inclusive: list[float]
+    exclusive: list[float]
+    root_window: float = 0.0
+
+
+def replay_forward(
+    index: ModuleIndex,
+    codes: Sequence[int],
+    stamps: Sequence[float],
+    inner: float = 0.0,
+    outer: float = 0.0,
+) -> ForwardRepeat:
+    """Inclusive and self totals per node from one repeat's enter/exit log.
+
+    A call's window is exit stamp - entry stamp. ``inner`` (the part of one hook pair's
+    cost that falls inside its own window) is taken off every call, and ``outer`` (the
+    whole cost of one instrumented call as seen from outside) once per call nested in it.
+    A corrected window is never below the sum of its direct children's, so self >= 0 and
+    parent >= sum of children hold for every call. Nesting is dynamic: a module called
+    from inside a non-parent is still taken out of the caller's self time.
+    """
+    n = len(index)
+    out = ForwardRepeat([0] * n, [0.0] * n, [0.0] * n)
+    # frame: [node, entry stamp, corrected sum of direct children, calls nested inside]
+    stack: list[list[Any]] = []
+    running: list[int] = []
+    for code, t in zip(codes, stamps, strict=True):
+        if code >= 0:
+            node = index.resolve(code, running)
+            stack.append([node, t, 0.0, 0])
+            running.append(node)
+            continue
+        if not stack:
+            continue
+        node, t0, kids, nested = stack.pop()
+        running.pop()
+        raw = t - t0
+        corrected = max(raw - inner - nested * outer, kids)
+        out.calls[node] += 1
+        out.inclusive[node] += corrected
+        out.exclusive[node] += corrected - kids
+        if stack:
+            top = stack[-1]
+            top[2] += corrected
+            top[3] += nested + 1
+        else:
+            out.root_window += raw
+    return out

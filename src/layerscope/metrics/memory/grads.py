@@ -1,0 +1,76 @@
+"""Gradient bytes per module and trainable-parameter counts by dtype, each tensor once.
+
+A parameter held by several modules (tied weights) has one ``.grad``; it counts once, at
+the lowest common ancestor of its holders, exactly as ``metrics.params`` counts the
+parameter itself, so ``grad_bytes`` and ``param_bytes`` sit on the same nodes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import Tensor
+
+from layerscope.collect.tree import ModelTree
+from layerscope.metrics.params import Owned, owned_tensors
+from layerscope.profile import Profile
+
+
+def owned_parameters(tree: ModelTree) -> list[Owned]:
+    """Each distinct initialised parameter once, with the node it counts at."""
+    return [o for o in owned_tensors(tree)[0] if o.is_param]
+
+
+def grad_nbytes(g: Tensor) -> int:
+    """Bytes a gradient occupies: dense numel x element size; a sparse one's indices+values."""
+    if g.is_sparse:
+        return grad_nbytes(g._values()) + grad_nbytes(g._indices())
+    return g.numel() * g.element_size()
+
+
+def fill_gradients(profile: Profile, owned: list[Owned], *, force: bool) -> None:
+    """Write self ``grad_bytes`` and ``profile.memory["grads"]`` from the ``.grad`` present now.
+
+    ``owned``: from ``owned_parameters``. ``memory["grads"]`` maps a parameter's first
+    qualified name to ``{"shape", "dtype", "bytes", "module"}`` (``module``: path of the
+    node it is counted at). Nothing is written when no gradient exists and ``force`` (a
+    backward ran) is false.
+    """
+    present = [o for o in owned if o.tensor.grad is not None]
+    if not present and not force:
+        return
+    for node in profile.root.walk():
+        node.self_metrics["grad_bytes"] = 0
+    grads: dict[str, dict[str, Any]] = {}
+    for o in present:
+        g = o.tensor.grad
+        assert g is not None
+        n = grad_nbytes(g)
+        o.owner.self_metrics["grad_bytes"] += n
+        grads[o.names[0]] = {
+            "shape": list(g.shape),
+            "dtype": str(g.dtype).removeprefix("torch."),
+            "bytes": n,
+            "module": o.owner.path,
+        }
+    profile.memory["grads"] = grads
+
+
+def params_by_dtype(owned: list[Owned]) -> dict[str, dict[str, int]]:
+    """Per parameter dtype: element and tensor counts, all and trainable, each tensor once.
+
+    What ``training.training_footprint`` needs to size gradients and optimizer state.
+    """
+    out: dict[str, dict[str, int]] = {}
+    for o in owned:
+        p = o.tensor
+        row = out.setdefault(
+            str(p.dtype).removeprefix("torch."),
+            {"params": 0, "tensors": 0, "trainable_params": 0, "trainable_tensors": 0},
+        )
+        row["params"] += p.numel()
+        row["tensors"] += 1
+        if p.requires_grad:
+            row["trainable_params"] += p.numel()
+            row["trainable_tensors"] += 1
+    return dict(sorted(out.items()))

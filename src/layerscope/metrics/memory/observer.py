@@ -1,0 +1,429 @@
+"""The memory observer: saved activations, outputs, peaks and gradients, per module.
+
+What it measures (all bytes; see ``docs/memory.md`` for the full contract):
+
+- ``activation_bytes`` (self): storages autograd *saves for backward* while the module's
+  forward runs, seen through ``torch.autograd.graph.saved_tensors_hooks``. Each storage
+  counts once, at the first module that saved it, with its whole ``nbytes`` (a saved view
+  keeps its entire storage alive); parameter and buffer storages are never activations.
+- ``output_bytes`` (self): ``numel * element_size`` of every tensor leaf of the module's
+  output, summed over calls. Inclusive values therefore add the children's outputs too.
+- ``peak_bytes`` (not additive; the same value in ``metrics`` and ``self_metrics``):
+  highest live bytes above the level at module entry during its forward, max over calls.
+  A simulated allocator (``storages.StorageTable``) fed by every aten op gives it on CPU
+  and meta; on CUDA the caching allocator's own statistics give it, and the simulation is
+  kept beside it (``simulated_peak_bytes``) as a cross-check.
+- ``grad_bytes`` (self): bytes of ``p.grad`` at the end of the session, each parameter
+  counted once at the lowest common ancestor of the modules holding it.
+
+Whole-model facts go to ``profile.memory`` (``forward_peak_bytes``, ``backward_peak_bytes``,
+``grads``, ...).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor, nn
+from torch._ops import OpOverload
+from torch.nn.parameter import is_lazy
+
+from layerscope.collect.observer import Observer
+from layerscope.collect.signature import iter_tensors
+from layerscope.collect.tree import ModelTree
+from layerscope.errors import InvalidInputError
+from layerscope.metrics.memory.grads import fill_gradients, owned_parameters, params_by_dtype
+from layerscope.metrics.memory.peaks import CudaAllocator, NestedPeaks, Scope
+from layerscope.metrics.memory.storages import StorageTable, storage_of
+from layerscope.profile import Node, Profile
+
+if TYPE_CHECKING:
+    from layerscope.collect.scopes import ScopeTracker
+
+_current_autograd_node = torch._C._current_autograd_node
+_no_python_dispatch = torch._C._DisableTorchDispatch
+#: Tensor types whose ``detach`` can run below Python dispatch.
+_PLAIN = frozenset({Tensor, nn.Parameter})
+
+#: Metric keys this observer writes (``grad_bytes`` only once a backward ran or gradients
+#: exist; ``simulated_peak_bytes`` only on CUDA): the columns a memory view shows.
+METRIC_KEYS = ("activation_bytes", "output_bytes", "peak_bytes", "grad_bytes")
+
+
+@dataclass(slots=True)
+class _Frame:
+    node: Node
+    sim: Scope
+    cuda: Scope | None
+
+
+class _Saved:
+    """What the pack hook stores: the tensor without its autograd history, and its version.
+
+    Detached, so that a saved *output* does not hold its own ``grad_fn`` (a reference
+    cycle that only the cyclic GC could free; torch's docs ask pack hooks for exactly
+    this). The version is kept because autograd skips its own "modified by an inplace
+    operation" check for hooked tensors; ``unpack`` repeats it.
+    """
+
+    __slots__ = ("tensor", "version")
+
+    def __init__(self, tensor: Tensor, version: int) -> None:
+        self.tensor = tensor
+        self.version = version
+
+
+class _Outer:
+    """What the caller's own (outer) pack hook made of a saved tensor, and their unpack."""
+
+    __slots__ = ("inner", "unpack")
+
+    def __init__(self, inner: Any, unpack: Callable[[Any], Tensor]) -> None:
+        self.inner = inner
+        self.unpack = unpack
+
+
+def _unpack(saved: _Saved | _Outer) -> Tensor:
+    """Give autograd back a saved tensor; module-level, so the graph holds no observer."""
+    if isinstance(saved, _Outer):
+        return saved.unpack(saved.inner)
+    t = saved.tensor
+    if t._version != saved.version:
+        raise RuntimeError(
+            "one of the variables needed for gradient computation has been modified by an "
+            f"inplace operation: [{t.type()} {list(t.shape)}] is at version {t._version}; "
+            f"expected version {saved.version} instead. (checked by layerscope's memory "
+            "observer, which saves tensors through saved_tensors_hooks)"
+        )
+    return t
+
+
+def _output_bytes(output: Any) -> int:
+    if isinstance(output, Tensor):
+        return output.numel() * output.element_size()
+    return sum(t.numel() * t.element_size() for t in iter_tensors(output))
+
+
+_ALIASES = 1
+_MUTATES = 2
+
+
+def _op_kind(func: OpOverload) -> int:
+    """``_ALIASES`` if an output may share an input's storage, ``_MUTATES`` if it writes one."""
+    schema = func._schema
+    kind = _ALIASES if any(r.alias_info is not None for r in schema.returns) else 0
+    return kind | (_MUTATES if schema.is_mutable else 0)
+
+
+def _aliases_input(s: torch.UntypedStorage, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether some tensor among the op's arguments (lists included) lives on ``s``."""
+    for a in (*args, *kwargs.values()):
+        if isinstance(a, Tensor):
+            if storage_of(a) is s:
+                return True
+        elif isinstance(a, tuple | list):
+            for b in a:
+                if isinstance(b, Tensor) and storage_of(b) is s:
+                    return True
+    return False
+
+
+class MemoryObserver(Observer):
+    """Measures activation, output, peak and gradient bytes per module (see module doc).
+
+    ``cuda``: read CUDA's allocator statistics for ``peak_bytes`` (default: when the
+    model has tensors on a CUDA device). They reset the device's peak counters
+    (``torch.cuda.reset_peak_memory_stats``) at every module entry; the peak the process
+    had reached before the session is kept in ``profile.memory["cuda"]``.
+    """
+
+    def __init__(self, *, cuda: bool | None = None) -> None:
+        if cuda and not torch.cuda.is_available():
+            raise InvalidInputError("MemoryObserver(cuda=True), but CUDA is not available")
+        self.cuda = cuda
+        self._reset()
+
+    def _reset(self) -> None:
+        self._tracker: ScopeTracker | None = None
+        self._tree: ModelTree | None = None  # kept after uninstall, for finish()
+        self._table = StorageTable()
+        self._sim = NestedPeaks(self._table)
+        self._cuda: NestedPeaks | None = None
+        self._cuda_device: torch.device | None = None
+        self._cuda_peak_before = 0
+        self._frames: list[_Frame] = []
+        self._hooks: torch.autograd.graph.saved_tensors_hooks | None = None
+        self._outer_pack: Callable[[Tensor], Any] | None = None
+        self._outer_unpack: Callable[[Any], Tensor] | None = None
+        self._kinds: dict[OpOverload, int] = {}
+        self._session_sim: Scope | None = None
+        self._session_cuda: Scope | None = None
+        self._bw_sim: Scope | None = None
+        self._bw_cuda: Scope | None = None
+        # id(node) -> (node, simulated peak, CUDA peak or -1); max over calls
+        self._peaks: dict[int, tuple[Node, int, int]] = {}
+        self._activations: dict[int, tuple[Node, int]] = {}
+        self._outputs: dict[int, tuple[Node, int]] = {}
+        self.saw_backward = False
+        self.backward_peak = 0
+        self.backward_peak_cuda = 0
+        self.session_peak = 0
+        self.session_peak_cuda = 0
+        self.forward_end = 0
+        self.forward_end_cuda = 0
+        self.notices: list[str] = []
+
+    # ---- session lifetime ----------------------------------------------------------
+    def install(self, tracker: ScopeTracker) -> None:
+        self._reset()
+        self._tracker = tracker
+        self._tree = tracker.tree
+        # Parameters and buffers: baseline storages, and never activations (a saved
+        # ``W.t()`` is a view of a parameter's storage).
+        device: torch.device | None = None
+        add = self._table.add_baseline
+        for module in tracker.tree.modules():
+            for table in (module._parameters, module._buffers):
+                for t in table.values():
+                    if t is None or is_lazy(t):
+                        continue
+                    add(t, param=True)
+                    if t.grad is not None:
+                        add(t.grad, param=False)
+                    if device is None and t.is_cuda:
+                        device = t.device
+        if self.cuda is False:
+            device = None
+        elif self.cuda and device is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        if device is not None:
+            self._cuda_device = device
+            source = CudaAllocator(device)
+            self._cuda_peak_before = source.read()[1]
+            self._cuda = NestedPeaks(source)
+            self._session_cuda = self._cuda.open()
+        self._session_sim = self._sim.open()
+        top = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
+        outer = top(False) if top is not None else None
+        if outer is not None:  # hooks of the caller's, around the session: keep them working
+            self._outer_pack, self._outer_unpack = outer
+        hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack)
+        try:
+            hooks.__enter__()
+        except RuntimeError as e:  # e.g. inside torch.autograd.graph.disable_saved_tensors_hooks
+            self.notices.append(f"activation_bytes not measured: saved-tensor hooks refused ({e})")
+        else:
+            self._hooks = hooks
+
+    def uninstall(self) -> None:
+        try:
+            if self._hooks is not None:
+                self._hooks.__exit__(None, None, None)
+                self._hooks = None
+        finally:
+            self._end_backward()
+            if self._session_sim is not None:
+                self.session_peak = self._sim.close(self._session_sim)
+            if self._cuda is not None and self._session_cuda is not None:
+                self.session_peak_cuda = self._cuda.close(self._session_cuda)
+            self._session_sim = self._session_cuda = None
+            # Frames left open (a module that never returned) are closed as they stand.
+            while self._frames:
+                self._close(self._frames.pop())
+            self._table.clear()
+            self._tracker = None
+
+    # ---- saved tensors -------------------------------------------------------------
+    def _pack(self, t: Tensor) -> Any:
+        tracker = self._tracker
+        if tracker is not None and _current_autograd_node() is None:
+            self._saved(t, tracker.stack[-1].node if tracker.stack else tracker.tree.root)
+        if self._outer_pack is not None:
+            assert self._outer_unpack is not None
+            return _Outer(self._outer_pack(t), self._outer_unpack)
+        if type(t) in _PLAIN:
+            # A plain tensor's detach needs no Python dispatch: skipping the session's
+            # dispatch mode here saves a Python round trip per saved tensor.
+            with _no_python_dispatch():
+                return _Saved(t.detach(), t._version)
+        return _Saved(t.detach(), t._version)  # subclasses (FakeTensor, ...) keep theirs
+
+    def _saved(self, t: Tensor, node: Node) -> None:
+        s = storage_of(t)
+        if s is None:  # no storage to share: count the tensor itself
+            n = t.numel() * t.element_size()
+        else:
+            ref = self._table.get(s)
+            if ref is None:  # existed before the session (an input) and not yet seen
+                ref = self._table.add(s, born=False)
+            if ref.param or ref.saved:
+                return
+            ref.saved = True
+            n = s.nbytes()
+        entry = self._activations.get(id(node))
+        self._activations[id(node)] = (node, n + (entry[1] if entry else 0))
+
+    # ---- module scopes -------------------------------------------------------------
+    def on_enter(
+        self, node: Node, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
+        cuda = self._cuda.open() if self._cuda is not None else None
+        self._frames.append(_Frame(node, self._sim.open(), cuda))
+
+    def on_exit(self, node: Node, module: nn.Module, output: Any, raised: bool) -> None:
+        frames = self._frames
+        if frames and frames[-1].node is node:
+            frame = frames.pop()
+            self._close(frame)
+        else:
+            # Pop to this node's frame (frames above it belong to modules whose exit was
+            # never reported); without a frame for it, leave the stack alone.
+            if not any(f.node is node for f in frames):
+                return
+            while frames:
+                frame = frames.pop()
+                self._close(frame)
+                if frame.node is node:
+                    break
+        if not frames and not raised and node is self._root():
+            self.forward_end = self._sim.level(frame.sim)
+            if self._cuda is not None and frame.cuda is not None:
+                self.forward_end_cuda = self._cuda.level(frame.cuda)
+        if not raised and output is not None:
+            n = _output_bytes(output)
+            entry = self._outputs.get(id(node))
+            self._outputs[id(node)] = (node, n + (entry[1] if entry else 0))
+
+    def _close(self, frame: _Frame) -> None:
+        sim = self._sim.close(frame.sim)
+        cuda = -1
+        if self._cuda is not None and frame.cuda is not None:
+            cuda = self._cuda.close(frame.cuda)
+        old = self._peaks.get(id(frame.node))
+        if old is not None:
+            sim, cuda = max(sim, old[1]), max(cuda, old[2])
+        self._peaks[id(frame.node)] = (frame.node, sim, cuda)
+
+    def _root(self) -> Node | None:
+        return self._tracker.tree.root if self._tracker is not None else None
+
+    # ---- ops: the simulated allocator ----------------------------------------------
+    def on_op(
+        self,
+        func: OpOverload,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        out: Any,
+        node: Node,
+        backward: bool,
+    ) -> None:
+        if backward:
+            if self._bw_sim is None:
+                self._start_backward()
+        elif self._bw_sim is not None:
+            self._end_backward()
+        if isinstance(out, Tensor):
+            self._output(func, out, args, kwargs)
+        elif isinstance(out, tuple | list):
+            for o in out:
+                if isinstance(o, Tensor):
+                    self._output(func, o, args, kwargs)
+
+    def _output(
+        self, func: OpOverload, t: Tensor, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
+        try:
+            s = t.untyped_storage()
+        except (RuntimeError, NotImplementedError, TypeError):  # no storage: nothing to count
+            return
+        table = self._table
+        ref = table.get(s)
+        kind = self._kinds.get(func)
+        if kind is None:
+            kind = self._kinds[func] = _op_kind(func)
+        if ref is not None:
+            # A known storage comes back only from a view, in-place or out= op; only a
+            # mutating one (``resize_``, ``out=``) can have grown it.
+            if ref.born and kind & _MUTATES:
+                table.grew(ref, s)
+            return
+        # A view or in-place result on a storage not seen yet belongs to a pre-existing
+        # tensor (the caller's input); anything else is new memory.
+        born = not (kind & _ALIASES and _aliases_input(s, args, kwargs))
+        table.add(s, born=born)
+
+    def _start_backward(self) -> None:
+        self.saw_backward = True
+        self._bw_sim = self._sim.open()
+        if self._cuda is not None:
+            self._bw_cuda = self._cuda.open()
+
+    def _end_backward(self) -> None:
+        if self._bw_sim is not None:
+            self.backward_peak = max(self.backward_peak, self._sim.close(self._bw_sim))
+            self._bw_sim = None
+        if self._cuda is not None and self._bw_cuda is not None:
+            self.backward_peak_cuda = max(self.backward_peak_cuda, self._cuda.close(self._bw_cuda))
+            self._bw_cuda = None
+
+    # ---- results -------------------------------------------------------------------
+    def finish(self, profile: Profile) -> None:
+        """Write self metrics (0 where nothing was measured) and ``profile.memory``."""
+        root = profile.root
+        on_cuda = self._cuda_device is not None
+        for node in root.walk():
+            m = node.self_metrics
+            m["activation_bytes"] = 0
+            m["output_bytes"] = 0
+            node.metrics["peak_bytes"] = m["peak_bytes"] = 0
+            if on_cuda:
+                node.metrics["simulated_peak_bytes"] = m["simulated_peak_bytes"] = 0
+        for node, n in self._activations.values():
+            node.self_metrics["activation_bytes"] = n
+        for node, n in self._outputs.values():
+            node.self_metrics["output_bytes"] = n
+        for node, sim, cuda in self._peaks.values():
+            peak = cuda if on_cuda and cuda >= 0 else sim
+            node.metrics["peak_bytes"] = node.self_metrics["peak_bytes"] = peak
+            if on_cuda:
+                node.metrics["simulated_peak_bytes"] = sim
+                node.self_metrics["simulated_peak_bytes"] = sim
+        mem = profile.memory
+        mem["allocator"] = "cuda" if on_cuda else "simulated"
+        mem["forward_peak_bytes"] = root.metrics["peak_bytes"]
+        mem["forward_end_bytes"] = self.forward_end_cuda if on_cuda else self.forward_end
+        mem["session_peak_bytes"] = self.session_peak_cuda if on_cuda else self.session_peak
+        mem["activation_bytes"] = sum(n for _, n in self._activations.values())
+        if self.saw_backward:
+            mem["backward_peak_bytes"] = self.backward_peak_cuda if on_cuda else self.backward_peak
+        if on_cuda:
+            mem["cuda"] = self._cuda_report(profile)
+        if self._tree is not None:
+            owned = owned_parameters(self._tree)
+            fill_gradients(profile, owned, force=self.saw_backward)
+            mem["params_by_dtype"] = params_by_dtype(owned)
+        profile.notices.extend(self.notices)
+
+    def _cuda_report(self, profile: Profile) -> dict[str, Any]:
+        """Allocator and simulated figures side by side, with the largest disagreement."""
+        worst = ("", 0)
+        for node in profile.root.walk():
+            d = node.metrics["peak_bytes"] - node.metrics["simulated_peak_bytes"]
+            if abs(d) > abs(worst[1]):
+                worst = (node.path, int(d))
+        return {
+            "device": str(self._cuda_device),
+            "peak_before_session_bytes": self._cuda_peak_before,
+            "forward_peak_bytes": profile.root.metrics["peak_bytes"],
+            "simulated_forward_peak_bytes": profile.root.metrics["simulated_peak_bytes"],
+            "forward_end_bytes": self.forward_end_cuda,
+            "simulated_forward_end_bytes": self.forward_end,
+            "session_peak_bytes": self.session_peak_cuda,
+            "simulated_session_peak_bytes": self.session_peak,
+            "backward_peak_bytes": self.backward_peak_cuda,
+            "simulated_backward_peak_bytes": self.backward_peak,
+            "largest_peak_difference": {"path": worst[0], "bytes": worst[1]},
+        }

@@ -1,0 +1,128 @@
+"""Storage identity and a simulated allocator: which storages exist, who made them, how big.
+
+Memory belongs to storages, not tensors: a view, a transposed weight or an in-place result
+shares its base's storage, and a storage lives as long as any tensor on it does. So every
+memory figure is keyed by the ``UntypedStorage`` object.
+
+Identity. ``t.untyped_storage()`` returns the *same* Python object for every tensor on a
+storage for as long as the storage lives (torch preserves a storage's Python object), and
+a weak reference to it is called back exactly when the storage is freed. Both hold for
+real and meta tensors (checked by ``tests/test_memory.py``), whereas ``data_ptr()`` is 0
+for every meta storage and cannot tell them apart. The table maps ``id(storage)`` to a weak
+reference whose callback removes the entry when the storage dies, so an id reused by a
+later storage never finds a stale record, and the table never keeps a storage alive.
+
+The simulated allocator: a storage first seen as an op's output ("born" in the session)
+adds its ``nbytes`` to ``live``; its death subtracts them. Storages that existed before
+(parameters, buffers, the caller's inputs) are the baseline and never counted. Views and
+in-place ops return an existing storage and so allocate nothing; an existing storage that
+grew (``resize_`` by an ``out=`` op) adds the growth.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import torch
+from torch import Tensor
+
+
+def storage_of(t: Tensor) -> torch.UntypedStorage | None:
+    """The tensor's storage, or None for tensors without one (sparse, some subclasses)."""
+    try:
+        return t.untyped_storage()
+    except (RuntimeError, NotImplementedError, TypeError):
+        return None
+
+
+class StorageRef(weakref.ref[torch.UntypedStorage]):
+    """A weak reference to one storage plus what the session knows about it."""
+
+    __slots__ = ("born", "key", "nbytes", "param", "saved")
+
+    key: int
+    #: Bytes counted in ``live`` for this storage (0 for baseline storages).
+    nbytes: int
+    #: Allocated during the session (counted by the simulated allocator).
+    born: bool
+    #: A parameter's or buffer's storage: never an activation.
+    param: bool
+    #: Already counted as an activation (saved for backward) by some module.
+    saved: bool
+
+
+class StorageTable:
+    """Every storage the session has seen, with the simulated allocator's running total."""
+
+    def __init__(self) -> None:
+        self._refs: dict[int, StorageRef] = {}
+        #: Bytes of the storages born in the session that are still alive.
+        self.live = 0
+        #: Highest ``live`` since the last ``reset_peak`` (the allocator's peak counter).
+        self.high = 0
+
+    def __len__(self) -> int:
+        return len(self._refs)
+
+    def get(self, s: torch.UntypedStorage) -> StorageRef | None:
+        """The record of this storage if it is known (and alive)."""
+        ref = self._refs.get(id(s))
+        if ref is not None and ref() is s:
+            return ref
+        return None
+
+    def add(self, s: torch.UntypedStorage, *, born: bool, param: bool = False) -> StorageRef:
+        """Record a storage; a born one adds its bytes to ``live``."""
+        ref = StorageRef(s, self._died)
+        ref.key = id(s)
+        ref.nbytes = s.nbytes() if born else 0
+        ref.born = born
+        ref.param = param
+        ref.saved = False
+        self._refs[ref.key] = ref
+        if born:
+            self.live += ref.nbytes
+            if self.live > self.high:
+                self.high = self.live
+        return ref
+
+    def add_baseline(self, t: Tensor, *, param: bool) -> None:
+        """Record a tensor that existed before the session (not counted in ``live``)."""
+        s = storage_of(t)
+        if s is None:
+            return
+        ref = self.get(s)
+        if ref is None:
+            self.add(s, born=False, param=param)
+        elif param:
+            ref.param = True
+
+    def grew(self, ref: StorageRef, s: torch.UntypedStorage) -> int:
+        """Count a born storage's growth since it was recorded (``resize_``); the bytes added."""
+        n = s.nbytes()
+        delta = n - ref.nbytes
+        if delta > 0:
+            ref.nbytes = n
+            self.live += delta
+            if self.live > self.high:
+                self.high = self.live
+            return delta
+        return 0
+
+    def _died(self, ref: weakref.ref[torch.UntypedStorage]) -> None:
+        assert isinstance(ref, StorageRef)
+        if self._refs.get(ref.key) is ref:
+            del self._refs[ref.key]
+        if ref.born:
+            self.live -= ref.nbytes
+
+    # ---- the allocator-statistics interface of ``peaks.PeakSource`` -----------------
+    def read(self) -> tuple[int, int]:
+        return self.live, self.high
+
+    def reset_peak(self) -> None:
+        self.high = self.live
+
+    def clear(self) -> None:
+        """Forget every storage; their weak references die, so no callback fires later."""
+        self._refs.clear()

@@ -1,0 +1,42 @@
+"""Memory through the public options: ls.profile(memory=True), the console and the CLI."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import layerscope as ls
+from helpers import ModelSnapshot
+from layerscope.cli import main
+from layerscope.render.console import render_text
+
+
+def test_profile_memory_option_and_console() -> None:
+    model = nn.Sequential(nn.Linear(128, 256), nn.ReLU(), nn.Linear(256, 10))
+    x = torch.randn(32, 128)
+    snap = ModelSnapshot.take(model)
+    prof = ls.profile(model, x, memory=True, backward=True)
+    snap.assert_unchanged(model)
+    # fc1 saves its input x: 32*128*4 = 16,384 B; relu saves its output 32*256*4 = 32,768 B;
+    # fc2's input is that same storage (counted once, at relu); weights are not activations
+    assert prof.node("0").self_metrics["activation_bytes"] == 32 * 128 * 4
+    assert prof.node("1").self_metrics["activation_bytes"] == 32 * 256 * 4
+    assert prof.node("2").self_metrics["activation_bytes"] == 0
+    assert prof.root.metrics["activation_bytes"] == 16_384 + 32_768
+    assert prof.node("2").self_metrics["output_bytes"] == 32 * 10 * 4
+    # gradients: fc1 (128*256 + 256)*4 = 132,096 B; fc2 (256*10 + 10)*4 = 10,280 B
+    assert prof.node("0").metrics["grad_bytes"] == 132_096
+    assert prof.root.metrics["grad_bytes"] == 132_096 + 10_280
+    ls.record_training_footprint(prof, "adamw")
+    text = render_text(prof, width=220)
+    assert "Saved" in text and "Peak" in text and "Grads" in text
+    assert "Memory (simulated): forward peak" in text and "Training step (adamw)" in text
+    assert ls.Profile.from_dict(prof.to_dict()) == prof
+    prof.self_check()
+
+
+def test_cli_memory(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["profile", "examples:tiny_resnet", "--memory", "--width", "220"]) == 0
+    out = capsys.readouterr().out
+    assert "Saved" in out and "forward peak" in out
