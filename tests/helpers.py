@@ -1,7 +1,7 @@
 """Test helpers shared by every profiling test.
 
-``ModelSnapshot`` records everything layerscope promises to leave alone (DESIGN.md,
-"Rules of measurement" rule 1) and reports every difference precisely::
+``ModelSnapshot`` records everything layerscope promises to leave alone when it runs a
+model and reports every difference precisely::
 
     snap = ModelSnapshot.take(model)
     ls.profile(model, x)

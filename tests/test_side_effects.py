@@ -1,4 +1,4 @@
-"""Rule 1 of DESIGN.md: profiling leaves the model (and the process) exactly as found."""
+"""Profiling leaves the model (and the process) exactly as found."""
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
 """The timing pass: per-module forward/backward time and whole-model latency and throughput.
 
-Separate from the analysis pass (DESIGN.md rule 4): ``time_profile`` runs the model again,
-``warmup`` times and then ``repeats`` times, with nothing but light timers installed, and
-writes the results into an existing Profile (nodes matched by path). Three timers:
+Separate from the analysis pass, so its numbers carry none of that pass's cost:
+``time_profile`` runs the model again, ``warmup`` times and then ``repeats`` times, with
+nothing but light timers installed, and writes the results into an existing Profile
+(nodes matched by path). Three timers:
 
 - ``"hooks"`` (default, here): a forward pre/post hook pair per module that only appends
   ``(module, timestamp)`` to a list: ``time.perf_counter_ns`` on CPU, a recorded
