@@ -460,13 +460,13 @@ def test_flops_are_the_same_with_and_without_the_observer() -> None:
 
 def test_values_are_read_back_once_at_the_end(monkeypatch: pytest.MonkeyPatch) -> None:
     reads: list[tuple[int, ...]] = []
-    real = numerics._to_host
+    real = numerics.values._to_host
 
     def counted(t: Tensor) -> list[Any]:
         reads.append(tuple(t.shape))
         return real(t)
 
-    monkeypatch.setattr(numerics, "_to_host", counted)
+    monkeypatch.setattr(numerics.values, "_to_host", counted)
     model = sqrt_model()
     with ls.Profiler(model, observers=[NumericsObserver()]) as p:
         model(torch.tensor([[0.0, 4.0]])).sum().backward()

@@ -1,0 +1,88 @@
+"""What the user sees of a non-finite finding: the modes, the error, the warning and the
+sentence that describes a first_nonfinite/origin event (shared by both and the console).
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+from typing import Any, Literal
+
+from layerscope.errors import LayerscopeError
+
+NonFiniteMode = Literal["record", "warn", "raise"]
+#: Where a non-finite value was seen: a forward output, or a gradient w.r.t. one.
+Where = Literal["output", "grad_output", "grad_input"]
+
+_PACKAGE_DIR = str(Path(__file__).resolve().parents[2])
+
+
+class NonFiniteError(LayerscopeError, FloatingPointError):
+    """``nonfinite="raise"``: a module call produced (or first received) NaN/Inf values.
+
+    Raised from the forward hook of the module (``where == "output"``) or from the
+    gradient hook (``"grad_output"``/``"grad_input"``); ``origin`` is True when the module
+    turned finite values into non-finite ones.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str,
+        call: int,
+        where: Where,
+        shapes: list[list[int]],
+        nan: int,
+        inf: int,
+        origin: bool,
+    ) -> None:
+        super().__init__(message)
+        self.path = path
+        self.call = call
+        self.where = where
+        self.shapes = shapes
+        self.nan = nan
+        self.inf = inf
+        self.origin = origin
+
+
+class NonFiniteWarning(UserWarning):
+    """``nonfinite="warn"``: the session saw NaN/Inf values (emitted once, at its end)."""
+
+
+def _label(path: str, type_name: str) -> str:
+    return f"'{path}' ({type_name})" if path else f"<root> ({type_name})"
+
+
+_WHERE_TEXT: dict[str, str] = {
+    "output": "output",
+    "grad_output": "gradient w.r.t. its output",
+    "grad_input": "gradient w.r.t. its input",
+}
+
+
+def describe(event: dict[str, Any], origin: bool) -> str:
+    """One sentence about a first_nonfinite/origin event of ``profile.numerics``."""
+    what = f"{event['nan']} NaN, {event['inf']} Inf"
+    head = (
+        f"module {_label(event['path'], event['type'])} call {event['call']}: "
+        f"non-finite values ({what}) in its {_WHERE_TEXT[event['where']]}, "
+        f"shapes {event['shapes']}"
+    )
+    if origin:
+        before = "inputs" if event["where"] == "output" else "output gradients"
+        return f"{head}; its {before} were finite, so this module produced them (origin)"
+    return (
+        f"{head}; they were already there when it ran: no module produced them from "
+        "finite values (they came from the inputs, or from code outside any module)"
+    )
+
+
+def _warn(event: dict[str, Any], origin: bool) -> None:
+    """Emit the one ``NonFiniteWarning``, attributed to the first frame outside layerscope."""
+    level, frame = 1, sys._getframe(0)
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame, level = frame.f_back, level + 1  # type: ignore[assignment]
+    warnings.warn(NonFiniteWarning("layerscope: " + describe(event, origin)), stacklevel=level)

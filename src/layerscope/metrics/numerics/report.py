@@ -1,0 +1,160 @@
+"""From rows to findings: raise mode's immediate check of one call or gradient, and the
+end-of-session walk that names the first non-finite call and the origin, per node too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from layerscope.metrics.numerics.errors import NonFiniteError, describe
+from layerscope.metrics.numerics.records import _Call, _event, _GradEvent, _ordered_roles
+from layerscope.metrics.numerics.stats import _Stats
+from layerscope.metrics.numerics.values import _INF, _NAN, _read_counts, _RowStore
+from layerscope.profile import Node
+
+if TYPE_CHECKING:
+    from layerscope.collect.scopes import ScopeTracker
+
+
+# ---- raise mode: one finiteness read per call --------------------------------------
+def _raise_forward(
+    call: _Call, row_loc: Sequence[tuple[_RowStore, int, int]], tracker: ScopeTracker | None
+) -> None:
+    counts = _read_counts(row_loc, call.out_rows + call.in_rows)
+    outs, ins = counts[: len(call.out_rows)], counts[len(call.out_rows) :]
+    nan, inf = sum(c[0] for c in outs), sum(c[1] for c in outs)
+    if nan + inf == 0:
+        return
+    origin = all(a + b == 0 for a, b in ins)
+    event = _event(call, "output", call.shapes, call.dtypes, nan, inf)
+    err = NonFiniteError(
+        "layerscope: " + describe(event, origin),
+        path=call.node.path,
+        call=call.index,
+        where="output",
+        shapes=call.shapes,
+        nan=nan,
+        inf=inf,
+        origin=origin,
+    )
+    if tracker is not None:  # name this module, not its parent, in the error
+        tracker.error_site.setdefault(id(err), (err, call.node))
+    raise err
+
+
+def _raise_backward(event: _GradEvent, row_loc: Sequence[tuple[_RowStore, int, int]]) -> None:
+    ((nan, inf),) = _read_counts(row_loc, [event.row])
+    if nan + inf == 0:
+        return
+    ordered = _ordered_roles(event.roles)
+    bad_out = {id(c) for c, where in event.roles if where == "grad_output"}
+    origin_role = next(
+        (r for r in ordered if r[1] == "grad_input" and id(r[0]) not in bad_out), None
+    )
+    call, where = origin_role if origin_role is not None else ordered[0]
+    info = _event(call, where, [event.shape], [event.dtype], nan, inf)
+    raise NonFiniteError(
+        "layerscope: " + describe(info, origin_role is not None),
+        path=call.node.path,
+        call=call.index,
+        where=where,
+        shapes=[event.shape],
+        nan=nan,
+        inf=inf,
+        origin=origin_role is not None,
+    )
+
+
+# ---- results -----------------------------------------------------------------------
+def _scan(
+    calls: Sequence[_Call],
+    grad_events: Sequence[_GradEvent],
+    rows: list[list[float]],
+    row_loc: Sequence[tuple[_RowStore, int, int]],
+    stats: bool,
+    grads: bool,
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None, int, int]:
+    """Walk calls and gradients in order, write every node's report, and return the
+    first non-finite event, the origin, and the counts of non-finite calls and gradients.
+    """
+
+    def counts(row_ids: Sequence[int]) -> tuple[int, int]:
+        return (
+            sum(int(rows[r][_NAN]) for r in row_ids),
+            sum(int(rows[r][_INF]) for r in row_ids),
+        )
+
+    first: dict[str, Any] | None = None
+    origin: dict[str, Any] | None = None
+    bad_calls = 0
+    bad_grads = 0
+    per_node: dict[int, _NodeReport] = {}
+    bad_grad_out: set[int] = set()
+    timeline: list[_Call | _GradEvent] = sorted([*calls, *grad_events], key=lambda e: e.seq)
+    for item in timeline:
+        if isinstance(item, _Call):
+            report = per_node.setdefault(id(item.node), _NodeReport(item.node))
+            report.checked_calls += 1
+            nan, inf = counts(item.out_rows)
+            for r in item.out_rows:
+                if stats and rows[r][_NAN] + rows[r][_INF] == 0:
+                    report.stats.add(row_loc[r][2], rows[r])
+            report.nan += nan
+            report.inf += inf
+            if nan + inf == 0:
+                continue
+            bad_calls += 1
+            report.nonfinite_calls.append(item.index)
+            ev = _event(item, "output", item.shapes, item.dtypes, nan, inf)
+            first = first or ev
+            if origin is None and counts(item.in_rows) == (0, 0):
+                origin = ev
+            continue
+        nan, inf = int(rows[item.row][_NAN]), int(rows[item.row][_INF])
+        if nan + inf == 0:
+            continue
+        bad_grads += 1
+        ordered = _ordered_roles(item.roles)
+        for call, where in ordered:
+            if where == "grad_output":
+                bad_grad_out.add(id(call))
+            report = per_node.setdefault(id(call.node), _NodeReport(call.node))
+            report.nonfinite_grad_calls.add(call.index)
+        call, where = ordered[0]
+        first = first or _event(call, where, [item.shape], [item.dtype], nan, inf)
+        if origin is None:
+            for call, where in ordered:
+                if where == "grad_input" and id(call) not in bad_grad_out:
+                    origin = _event(call, where, [item.shape], [item.dtype], nan, inf)
+                    break
+
+    for report in per_node.values():
+        report.write(stats, grads)
+    return first, origin, bad_calls, bad_grads
+
+
+@dataclass(eq=False)
+class _NodeReport:
+    """What ``finish`` gathers for one node before writing ``node.numerics``."""
+
+    node: Node
+    checked_calls: int = 0
+    nan: int = 0
+    inf: int = 0
+    stats: _Stats = field(default_factory=_Stats)
+    nonfinite_calls: list[int] = field(default_factory=list)
+    nonfinite_grad_calls: set[int] = field(default_factory=set)
+
+    def write(self, stats: bool, grads: bool) -> None:
+        out: dict[str, Any] = {"checked_calls": self.checked_calls}
+        if stats:
+            out["elements"] = self.stats.n
+            out |= self.stats.report()
+        out["nan"] = self.nan
+        out["inf"] = self.inf
+        out["nonfinite_calls"] = sorted(set(self.nonfinite_calls))
+        if grads:
+            out["nonfinite_grad_calls"] = sorted(self.nonfinite_grad_calls)
+        self.node.numerics = out
