@@ -60,22 +60,36 @@ def _value_parts(t: Tensor, stats: bool) -> list[Tensor]:
     Statistics: mean and population variance (Welford in the tensor's dtype for
     float32/float64; for 16-bit types float32 sums, so no full-size float32 copy), min,
     max, zero count and the smallest nonzero magnitude.
+
+    On the CPU, where reading a scalar costs no device synchronisation, the NaN/Inf counts
+    (two passes over boolean masks, which are slow there) are only taken when min/max show
+    a non-finite value; zeros are counted as the sum of ``|sign(x)|`` for the same reason.
     """
-    parts = [torch.isnan(t).sum(), torch.isinf(t).sum()]
-    if not stats:
-        return parts
-    lo, hi = torch.aminmax(t)
+    n = t.numel()
+    if t.device.type == "cpu" and n > 0:
+        lo, hi = torch.aminmax(t)
+        if math.isfinite(lo.item()) and math.isfinite(hi.item()):
+            parts = [t.new_zeros((), dtype=torch.int64)] * 2
+        else:
+            parts = [torch.isnan(t).sum(), torch.isinf(t).sum()]
+        if not stats:
+            return parts
+        nonzero = t.sign().abs().sum(dtype=torch.float32 if n < 2**24 else torch.float64)
+        zeros = n - nonzero
+    else:
+        parts = [torch.isnan(t).sum(), torch.isinf(t).sum()]
+        if not stats:
+            return parts
+        lo, hi = torch.aminmax(t)
+        zeros = (t == 0).sum()
     if t.dtype in _WELFORD_DTYPES:
         var, mean = torch.var_mean(t, correction=0)
     else:
-        n = t.numel()
         s1 = t.sum(dtype=torch.float32)
         s2 = torch.linalg.vector_norm(t, dtype=torch.float32).square()
         mean = s1 / n
         var = (s2 / n - mean * mean).clamp_min(0.0)
-    zero = t == 0
-    zeros = zero.sum()
-    min_abs = t.abs().masked_fill_(zero, math.inf).amin()
+    min_abs = t.abs().masked_fill_(t == 0, math.inf).amin()
     return [*parts, mean, var, lo, hi, zeros, min_abs]
 
 
