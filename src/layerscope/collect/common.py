@@ -4,12 +4,13 @@ and pausing the cyclic garbage collector around a measured run."""
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import torch
 from torch import nn
+from torch.utils.hooks import RemovableHandle
 
 from layerscope.collect.signature import iter_tensors
 from layerscope.errors import InvalidInputError
@@ -61,3 +62,35 @@ def default_loss(out: Any) -> torch.Tensor:
     for part in parts[1:]:  # added one by one: the parts may differ in dtype
         loss = loss + part
     return loss
+
+
+def install_hook_pairs(
+    pairs: Iterable[tuple[nn.Module, Callable[..., Any], Callable[..., Any]]],
+    *,
+    with_kwargs: bool = False,
+    prepend_pre: bool = False,
+) -> list[RemovableHandle]:
+    """Register a forward pre hook and an always-called forward hook (run before the
+    user's) on each module; on failure remove what was registered and re-raise."""
+    handles: list[RemovableHandle] = []
+    try:
+        for module, pre, post in pairs:
+            handles.append(
+                module.register_forward_pre_hook(pre, with_kwargs=with_kwargs, prepend=prepend_pre)
+            )
+            handles.append(
+                module.register_forward_hook(
+                    post, with_kwargs=with_kwargs, always_call=True, prepend=True
+                )
+            )
+    except BaseException:
+        remove_hooks(handles)
+        raise
+    return handles
+
+
+def remove_hooks(handles: list[RemovableHandle]) -> None:
+    """Remove every handle and empty the list."""
+    for h in handles:
+        h.remove()
+    handles.clear()

@@ -39,7 +39,7 @@ from layerscope.collect.timing import (
     PassContext,
     TimingResult,
     add_repeat,
-    replay_backward,
+    replay_backward_log,
 )
 from layerscope.errors import InvalidInputError, LayerscopeError
 from layerscope.profile import Profile
@@ -245,14 +245,8 @@ def fx_runs(ctx: PassContext, result: TimingResult) -> None:
             fwd = _module_totals(index, fmap, log, windows)
             bwd_self = None
             if options.backward:
-                bwd_self = replay_backward(
-                    len(index),
-                    stamper.ns(b_start),
-                    stamper.ns(b_end),
-                    [o for o, _ in b_log],
-                    [stamper.ns(s) for _, s in b_log],
-                    ctx.overhead.get("backward_hook", 0.0),
-                    ctx.overhead.get("clock_read", 0.0),
+                bwd_self = replay_backward_log(
+                    len(index), stamper, b_start, b_end, b_log, ctx.overhead
                 )
             add_repeat(result, index, fwd, bwd_self, FORWARD_TIME, BACKWARD_TIME)
             if options.ops:

@@ -33,6 +33,7 @@ from torch.autograd.profiler import record_function
 from torch.profiler import ProfilerActivity
 from torch.utils.hooks import RemovableHandle
 
+from layerscope.collect.common import install_hook_pairs, remove_hooks
 from layerscope.collect.timing import (
     BACKWARD_DEVICE_TIME,
     BACKWARD_TIME,
@@ -74,21 +75,13 @@ class RangeHooks:
         self._handles: list[RemovableHandle] = []
 
     def install(self) -> None:
-        try:
-            for mid, module in enumerate(self.index.modules):
-                pre, post = self._make(mid, self.names[mid])
-                self._handles.append(module.register_forward_pre_hook(pre))
-                self._handles.append(
-                    module.register_forward_hook(post, prepend=True, always_call=True)
-                )
-        except BaseException:
-            self.uninstall()
-            raise
+        self._handles = install_hook_pairs(
+            (module, *self._make(mid, self.names[mid]))
+            for mid, module in enumerate(self.index.modules)
+        )
 
     def uninstall(self) -> None:
-        for h in self._handles:
-            h.remove()
-        self._handles.clear()
+        remove_hooks(self._handles)
         while self._open:  # ranges left open by a raising model
             self._open.pop()[1].__exit__(None, None, None)
 

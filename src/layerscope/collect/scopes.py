@@ -26,6 +26,7 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
+from layerscope.collect.common import install_hook_pairs, remove_hooks
 from layerscope.collect.observer import Observer
 from layerscope.collect.signature import flatten, flatten_call
 from layerscope.collect.tree import ModelTree
@@ -91,24 +92,14 @@ class ScopeTracker:
     # ---- installation --------------------------------------------------------------
     def install(self) -> None:
         self._owns_new_grad_nodes(self.tree.root)
-        try:
-            for module in self.tree.modules():
-                self._handles.append(
-                    module.register_forward_pre_hook(self._pre, with_kwargs=True, prepend=True)
-                )
-                self._handles.append(
-                    module.register_forward_hook(
-                        self._post, with_kwargs=True, always_call=True, prepend=True
-                    )
-                )
-        except BaseException:
-            self.uninstall()
-            raise
+        self._handles = install_hook_pairs(
+            ((m, self._pre, self._post) for m in self.tree.modules()),
+            with_kwargs=True,
+            prepend_pre=True,
+        )
 
     def uninstall(self) -> None:
-        for h in self._handles:
-            h.remove()
-        self._handles.clear()
+        remove_hooks(self._handles)
 
     # ---- hooks ---------------------------------------------------------------------
     def _resolve(self, module: nn.Module) -> Node:

@@ -33,6 +33,7 @@ from layerscope.collect.timing.backward import BackwardTimer as BackwardTimer
 from layerscope.collect.timing.backward import grad_steps as grad_steps
 from layerscope.collect.timing.backward import owner_of as owner_of
 from layerscope.collect.timing.backward import replay_backward as replay_backward
+from layerscope.collect.timing.backward import replay_backward_log as replay_backward_log
 from layerscope.collect.timing.calibrate import calibrate_backward as calibrate_backward
 from layerscope.collect.timing.calibrate import calibrate_clock as calibrate_clock
 from layerscope.collect.timing.calibrate import calibrate_forward as calibrate_forward

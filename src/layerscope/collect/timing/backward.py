@@ -5,7 +5,7 @@ per node that stamps its start, and the replay of those stamps into self times.
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from torch import Tensor
@@ -120,3 +120,24 @@ def replay_backward(
         prev_t, prev_owner, cost = t, owner, hook
     out[prev_owner] += max(end - prev_t - cost, 0.0)
     return out
+
+
+def replay_backward_log(
+    n: int,
+    stamper: Stamper,
+    start: Any,
+    end: Any,
+    log: Sequence[tuple[int, Any]],
+    overhead: Mapping[str, float],
+) -> list[float]:
+    """``replay_backward`` over a ``BackwardTimer`` log of (owner, stamp) pairs, with the
+    pass's calibrated hook and clock-read costs taken off."""
+    return replay_backward(
+        n,
+        stamper.ns(start),
+        stamper.ns(end),
+        [owner for owner, _ in log],
+        [stamper.ns(stamp) for _, stamp in log],
+        overhead.get("backward_hook", 0.0),
+        overhead.get("clock_read", 0.0),
+    )

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
+from layerscope.collect.common import install_hook_pairs, remove_hooks
 from layerscope.collect.timing.clock import Stamper
 from layerscope.collect.timing.index import ModuleIndex
 
@@ -41,20 +42,12 @@ class ForwardHooks:
         self._hooks = [self._make(mid) for mid in range(len(index.modules))]
 
     def install(self) -> None:
-        try:
-            for module, (pre, post) in zip(self.index.modules, self._hooks, strict=True):
-                self._handles.append(module.register_forward_pre_hook(pre))
-                self._handles.append(
-                    module.register_forward_hook(post, prepend=True, always_call=True)
-                )
-        except BaseException:
-            self.uninstall()
-            raise
+        self._handles = install_hook_pairs(
+            (m, pre, post) for m, (pre, post) in zip(self.index.modules, self._hooks, strict=True)
+        )
 
     def uninstall(self) -> None:
-        for h in self._handles:
-            h.remove()
-        self._handles.clear()
+        remove_hooks(self._handles)
 
     def _make(self, mid: int) -> tuple[Callable[..., None], Callable[..., None]]:
         append = self.log.append

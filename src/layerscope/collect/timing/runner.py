@@ -15,7 +15,7 @@ from layerscope.collect.common import gc_paused, unwrap_model
 from layerscope.collect.inputs import model_device_dtype
 from layerscope.collect.signature import iter_tensors
 from layerscope.collect.state import ModelState
-from layerscope.collect.timing.backward import BackwardTimer, grad_steps, replay_backward
+from layerscope.collect.timing.backward import BackwardTimer, grad_steps, replay_backward_log
 from layerscope.collect.timing.calibrate import (
     calibrate_backward,
     calibrate_clock,
@@ -238,14 +238,8 @@ def _hooks_runs(ctx: PassContext, result: TimingResult) -> None:
             windows.append(fwd.root_window)
             bwd_self: list[float] | None = None
             if options.backward:
-                bwd_self = replay_backward(
-                    len(index),
-                    stamper.ns(b_start),
-                    stamper.ns(b_end),
-                    [o for o, _ in b_log],
-                    [stamper.ns(s) for _, s in b_log],
-                    ctx.overhead.get("backward_hook", 0.0),
-                    ctx.overhead.get("clock_read", 0.0),
+                bwd_self = replay_backward_log(
+                    len(index), stamper, b_start, b_end, b_log, ctx.overhead
                 )
             add_repeat(result, index, fwd, bwd_self)
         used = [e[1] for e in entries] + [s for _, s in b_log]
