@@ -213,16 +213,6 @@ class Profile:
         raise KeyError(f"no node with id {node_id!r} in this profile")
 
     @property
-    def metric_keys(self) -> list[str]:
-        """Metric keys present anywhere in the profile, in the contract's order."""
-        seen: set[str] = set()
-        for n in self.root.walk():
-            seen.update(n.metrics)
-            seen.update(n.self_metrics)
-        known = [k for k in ADDITIVE_METRICS if k in seen]
-        return known + sorted(seen.difference(known))
-
-    @property
     def partial_metrics(self) -> list[str]:
         """Metric keys whose totals miss ops that have no FLOP formula (``unsupported_ops``)."""
         entries = self.unsupported_ops.values()

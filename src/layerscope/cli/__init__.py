@@ -16,7 +16,6 @@ from layerscope.metrics.numerics import NonFiniteError
 #: Subcommand modules; each has NAME, a docstring (its help) and add_arguments/run.
 COMMANDS = (profile_cmd, show_cmd)
 
-EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_MODEL = 3

@@ -10,8 +10,6 @@ from torch import nn
 
 from layerscope.errors import InvalidInputError
 
-Shape = Sequence[int]
-
 
 def model_device_dtype(model: nn.Module) -> tuple[torch.device, torch.dtype]:
     """Device and dtype of the model's first floating tensor (cpu/float32 if none)."""

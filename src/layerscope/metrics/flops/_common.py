@@ -20,11 +20,6 @@ def first_tensor(out: Any) -> Tensor:
     raise TypeError(f"expected a tensor output, got {type(out).__name__}")
 
 
-def out_numel(out: Any) -> int:
-    """Element count of the op's (first) output."""
-    return first_tensor(out).numel()
-
-
 def per_output_element(flops: int, doc: str = "") -> Formula:
     """A formula costing ``flops`` per element of the op's (first) output."""
 
