@@ -1,4 +1,5 @@
-"""Profile a model: build it, run it once on random inputs, print the tree and table.
+"""Profile a model: build it, run it on random inputs (built-in examples bring their own),
+print the tree and table.
 
 TARGET names a model: `examples:NAME` for a built-in example (see `--list-examples`),
 `package.module:attr` or `path/to/file.py:attr`, where attr is an nn.Module or a function
@@ -51,7 +52,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--backward",
         action="store_true",
-        help="also run backward on the sum of the outputs and count its FLOPs",
+        help="also run backward on the sum of the outputs and measure it too (FLOPs; "
+        "gradient bytes with --memory; backward time with --time)",
     )
     p.add_argument(
         "--memory",
