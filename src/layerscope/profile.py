@@ -33,6 +33,8 @@ ADDITIVE_METRICS: tuple[str, ...] = (
     "output_bytes",
 )
 
+_ADDITIVE = frozenset(ADDITIVE_METRICS)
+
 #: Keys of the per-dtype breakdown, additive like the metrics of the same names.
 DTYPE_KEYS: tuple[str, ...] = ("params", "param_bytes", "buffers", "buffer_bytes")
 
@@ -230,13 +232,12 @@ class Profile:
         def visit(node: Node) -> None:
             for c in node.children:
                 visit(c)
-            present = set(node.self_metrics).union(*(c.metrics for c in node.children))
-            for key in ADDITIVE_METRICS:
-                if key in present:
-                    total: Number = node.self_metrics.get(key, 0)
-                    for c in node.children:
-                        total += c.metrics.get(key, 0)
-                    node.metrics[key] = total
+            totals = {k: v for k, v in node.self_metrics.items() if k in _ADDITIVE}
+            for c in node.children:
+                for k, v in c.metrics.items():
+                    if k in _ADDITIVE:
+                        totals[k] = totals.get(k, 0) + v
+            node.metrics.update(totals)
             merged: dict[str, dict[str, int]] = {}
             for part in [node.self_by_dtype, *(c.by_dtype for c in node.children)]:
                 for dtype, row in part.items():

@@ -127,7 +127,9 @@ def _restore_module(ms: _ModuleState) -> None:
     if type(m) is not ms.cls:
         m.__class__ = ms.cls
     current, attrs = m.__dict__, ms.attrs
-    if len(current) != len(attrs) or any(current.get(k, ms) is not v for k, v in attrs.items()):
+    if current.keys() != attrs.keys() or not all(
+        map(operator.is_, current.values(), attrs.values())
+    ):  # (same keys, so the same order unless deleted and re-added: then a full restore)
         for key in [k for k in current if k not in attrs]:
             del current[key]
         current.update(attrs)
