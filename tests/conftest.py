@@ -1,8 +1,11 @@
-"""Shared pytest setup: importable ``helpers`` and the ``cuda`` marker's auto-skip."""
+"""Shared pytest setup: importable ``helpers``, the ``cuda`` marker's auto-skip, and the
+seeded single-thread setting the timing tests use."""
 
 from __future__ import annotations
 
+import random
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,3 +23,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("cuda") is not None:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def seeded_one_thread() -> Iterator[None]:
+    """Fixed RNG states (so "unchanged" means something) and one intra-op thread: on a
+    loaded machine, spinning OpenMP workers make small convolutions 100x slower."""
+    torch.manual_seed(1234)
+    random.seed(99)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -11,6 +11,7 @@ model and reports every difference precisely::
 from __future__ import annotations
 
 import random
+from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -373,3 +374,24 @@ def _tensor_dict_diff(
         if name in current:
             out += rec.diff(current[name], f"{kind} {name}", check_identity=True)
     return out
+
+
+def lin_relu_lin() -> list[nn.Module]:
+    return [nn.Linear(10, 5), nn.ReLU(), nn.Linear(5, 10)]
+
+
+class SimpleModel(nn.Module):
+    """torchmeter's repeat-folding example."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.single_1 = nn.Linear(1, 10)
+        self.repeat_1x2 = nn.Sequential(OrderedDict(A=nn.Linear(10, 10), B=nn.Linear(10, 10)))
+        self.single_2 = nn.ReLU()
+        layers = lin_relu_lin() + lin_relu_lin() + lin_relu_lin()
+        self.repeat_2x3 = nn.Sequential(OrderedDict(zip("CDEFGHIJK", layers, strict=True)))
+        self.single_3 = nn.Linear(10, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.repeat_1x2(self.single_1(x))
+        return self.single_3(self.repeat_2x3(self.single_2(x)))  # type: ignore[no-any-return]

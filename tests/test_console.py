@@ -7,7 +7,6 @@ and review the diff.
 from __future__ import annotations
 
 import os
-from collections import OrderedDict
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ import torch
 from torch import nn
 
 import layerscope as ls
+from helpers import SimpleModel
 from layerscope.examples import EXAMPLES
 from layerscope.render.console import ViewOptions, render_text
 
@@ -30,31 +30,6 @@ def check_golden(name: str, text: str) -> None:
     assert text == path.read_text(encoding="utf-8")
 
 
-def simple_model() -> nn.Module:
-    """The torchmeter documentation's SimpleModel: a pair, then a window of 3 repeated ×3."""
-
-    class SimpleModel(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.single_1 = nn.Linear(1, 10)
-            self.repeat_1x2 = nn.Sequential(OrderedDict(A=nn.Linear(10, 10), B=nn.Linear(10, 10)))
-            self.single_2 = nn.ReLU()
-            layers: OrderedDict[str, nn.Module] = OrderedDict()
-            for names in ("CDE", "FGH", "IJK"):
-                layers[names[0]] = nn.Linear(10, 5)
-                layers[names[1]] = nn.ReLU()
-                layers[names[2]] = nn.Linear(5, 10)
-            self.repeat_2x3 = nn.Sequential(layers)
-            self.single_3 = nn.Linear(10, 1)
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            h = self.single_2(self.repeat_1x2(self.single_1(x)))
-            out: torch.Tensor = self.single_3(self.repeat_2x3(h))
-            return out
-
-    return SimpleModel()
-
-
 @pytest.mark.parametrize("name", ["tiny_resnet", "tiny_gpt", "lstm_tagger", "shared_mlp"])
 def test_examples_golden(name: str) -> None:
     ex = EXAMPLES[name]
@@ -62,7 +37,7 @@ def test_examples_golden(name: str) -> None:
 
 
 def test_torchmeter_simple_model_golden() -> None:
-    prof = ls.profile(simple_model(), torch.zeros(4, 1))
+    prof = ls.profile(SimpleModel(), torch.zeros(4, 1))
     text = render_text(prof, width=WIDTH)
     check_golden("simple_model", text)
     assert "(2.1) A–B Linear ×2" in text
@@ -70,7 +45,7 @@ def test_torchmeter_simple_model_golden() -> None:
 
 
 def test_unfolded_and_depth_and_structure_only() -> None:
-    prof = ls.profile(simple_model())
+    prof = ls.profile(SimpleModel())
     text = render_text(prof, width=WIDTH, options=ViewOptions(fold=False, max_depth=1))
     check_golden("simple_model_unfolded_depth1", text)
     assert "(4.1)" not in text  # depth 1 hides the children of repeat_2x3

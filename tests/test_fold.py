@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-from collections import OrderedDict
 from collections.abc import Callable
 
 import pytest
@@ -13,6 +12,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 import layerscope as ls
+from helpers import SimpleModel
 from layerscope.analysis.fold import REPEAT_TYPE, fold
 from layerscope.profile import ADDITIVE_METRICS, Node, Profile
 
@@ -27,27 +27,6 @@ def rows(prof: Profile) -> list[Row]:
 def expand(entries: list[Node]) -> list[str]:
     """The original paths a list of (possibly folded) sibling entries stands for."""
     return [p for e in entries for p in (e.members or [e.path])]
-
-
-def lin_relu_lin() -> list[nn.Module]:
-    return [nn.Linear(10, 5), nn.ReLU(), nn.Linear(5, 10)]
-
-
-class SimpleModel(nn.Module):
-    """torchmeter's repeat-folding example."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.single_1 = nn.Linear(1, 10)
-        self.repeat_1x2 = nn.Sequential(OrderedDict(A=nn.Linear(10, 10), B=nn.Linear(10, 10)))
-        self.single_2 = nn.ReLU()
-        layers = lin_relu_lin() + lin_relu_lin() + lin_relu_lin()
-        self.repeat_2x3 = nn.Sequential(OrderedDict(zip("CDEFGHIJK", layers, strict=True)))
-        self.single_3 = nn.Linear(10, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.repeat_1x2(self.single_1(x))
-        return self.single_3(self.repeat_2x3(self.single_2(x)))  # type: ignore[no-any-return]
 
 
 class Block(nn.Module):

@@ -8,8 +8,6 @@ check only structure and invariants.
 
 from __future__ import annotations
 
-import random
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -38,16 +36,7 @@ def approx(ns: float) -> Any:
     return pytest.approx(ns * NS, rel=1e-9, abs=1e-15)
 
 
-@pytest.fixture(autouse=True)
-def _seeded_one_thread() -> Iterator[None]:
-    """Fixed RNG states (so "unchanged" means something) and one intra-op thread: on a
-    loaded machine, spinning OpenMP workers make small convolutions 100x slower."""
-    torch.manual_seed(1234)
-    random.seed(99)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("seeded_one_thread")
 
 
 class FakeClock:

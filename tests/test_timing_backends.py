@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import random
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -28,14 +26,7 @@ from layerscope.profile import Node, Profile
 NS = 1e-9
 
 
-@pytest.fixture(autouse=True)
-def _seeded_one_thread() -> Iterator[None]:
-    torch.manual_seed(1234)
-    random.seed(99)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("seeded_one_thread")
 
 
 def op_rows(node: Node) -> list[Node]:

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-import torch
 
 import layerscope as ls
 from helpers import ModelSnapshot
@@ -13,14 +10,7 @@ from layerscope.cli import main
 from layerscope.examples import EXAMPLES
 from layerscope.render.console import render_text
 
-
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    """Timing on a shared 2-core machine: one intra-op thread keeps runs comparable."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("seeded_one_thread")
 
 
 def test_profile_timing_fills_times_and_latency() -> None:
