@@ -142,8 +142,7 @@ class ScopeTracker:
         self._owns_new_grad_nodes(self.current)
         exc = sys.exc_info()[1]
         if exc is not None and exc is not frame.exc_at_entry:
-            # Raised inside this module: the first (innermost) frame to see it wins.
-            self.error_site.setdefault(id(exc), (exc, frame.node))
+            self.mark_error_site(exc, frame.node)
             for on_exit in self._exit:
                 on_exit(frame.node, module, None, True)
             return
@@ -167,6 +166,10 @@ class ScopeTracker:
             return
         known.add(sig)
         into.append(sig)
+
+    def mark_error_site(self, exc: BaseException, node: Node) -> None:
+        """Record that ``exc`` was raised in ``node``; the first (innermost) mark wins."""
+        self.error_site.setdefault(id(exc), (exc, node))
 
     def site_of(self, exc: BaseException) -> Node | None:
         """The innermost module that was running when ``exc`` was raised, if any."""

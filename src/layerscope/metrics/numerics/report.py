@@ -40,7 +40,7 @@ def _raise_forward(
         origin=origin,
     )
     if tracker is not None:  # name this module, not its parent, in the error
-        tracker.error_site.setdefault(id(err), (err, call.node))
+        tracker.mark_error_site(err, call.node)
     raise err
 
 
