@@ -19,6 +19,7 @@ from layerscope.collect.dispatch import SessionMode
 from layerscope.collect.inputs import model_device_dtype, random_inputs
 from layerscope.collect.observer import Observer
 from layerscope.collect.scopes import ScopeTracker
+from layerscope.collect.signature import dtype_name
 from layerscope.collect.state import ModelState
 from layerscope.collect.timing import time_profile
 from layerscope.collect.tree import ModelTree, is_lazy
@@ -342,7 +343,7 @@ def build_profile(
         "ran": ran,
         "training": tree.model.training,
         "device": str(device),
-        "dtype": str(dtype).removeprefix("torch."),
+        "dtype": dtype_name(dtype),
     }
     prof.env = environment()
     return prof

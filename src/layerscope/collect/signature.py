@@ -25,6 +25,14 @@ _DTYPE_NAMES: dict[torch.dtype, str] = {}
 _DEVICE_NAMES: dict[torch.device, str] = {}
 
 
+def dtype_name(dtype: torch.dtype) -> str:
+    """``float32`` for ``torch.float32``: how a dtype is named in profiles (cached)."""
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype).removeprefix("torch.")
+    return name
+
+
 def tensor_spec(path: str, t: torch.Tensor) -> Spec:
     if t.is_nested:
         return ValueSpec(path, "nested_tensor", None)
@@ -32,9 +40,7 @@ def tensor_spec(path: str, t: torch.Tensor) -> Spec:
         shape = tuple(map(int, t.shape))
     except Exception:  # symbolic sizes that have no concrete value
         return ValueSpec(path, "Tensor", "symbolic shape")
-    dtype = _DTYPE_NAMES.get(t.dtype)
-    if dtype is None:
-        dtype = _DTYPE_NAMES[t.dtype] = str(t.dtype).removeprefix("torch.")
+    dtype = dtype_name(t.dtype)
     device = _DEVICE_NAMES.get(t.device)
     if device is None:
         device = _DEVICE_NAMES[t.device] = str(t.device)

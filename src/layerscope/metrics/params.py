@@ -12,12 +12,9 @@ from dataclasses import dataclass
 from torch import Tensor
 from torch.nn.parameter import is_lazy
 
+from layerscope.collect.signature import dtype_name
 from layerscope.collect.tree import ModelTree
 from layerscope.profile import DTYPE_KEYS, Node
-
-
-def dtype_name(t: Tensor) -> str:
-    return str(t.dtype).removeprefix("torch.")
 
 
 def tensor_bytes(t: Tensor) -> int:
@@ -87,7 +84,7 @@ def fill_parameters(tree: ModelTree) -> list[str]:
                 holder.shared.append(f"{qualified} (counted at {where})")
         numel = t.numel()
         nbytes = tensor_bytes(t)
-        row = owner.self_by_dtype.setdefault(dtype_name(t), dict.fromkeys(DTYPE_KEYS, 0))
+        row = owner.self_by_dtype.setdefault(dtype_name(t.dtype), dict.fromkeys(DTYPE_KEYS, 0))
         m = owner.self_metrics
         if o.is_param:
             m["params"] += numel

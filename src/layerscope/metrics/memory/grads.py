@@ -11,6 +11,7 @@ from typing import Any
 
 from torch import Tensor
 
+from layerscope.collect.signature import dtype_name
 from layerscope.collect.tree import ModelTree
 from layerscope.metrics.params import Owned, owned_tensors
 from layerscope.profile import Profile
@@ -49,7 +50,7 @@ def fill_gradients(profile: Profile, owned: list[Owned], *, force: bool) -> None
         o.owner.self_metrics["grad_bytes"] += n
         grads[o.names[0]] = {
             "shape": list(g.shape),
-            "dtype": str(g.dtype).removeprefix("torch."),
+            "dtype": dtype_name(g.dtype),
             "bytes": n,
             "module": o.owner.path,
         }
@@ -65,7 +66,7 @@ def params_by_dtype(owned: list[Owned]) -> dict[str, dict[str, int]]:
     for o in owned:
         p = o.tensor
         row = out.setdefault(
-            str(p.dtype).removeprefix("torch."),
+            dtype_name(p.dtype),
             {"params": 0, "tensors": 0, "trainable_params": 0, "trainable_tensors": 0},
         )
         row["params"] += p.numel()

@@ -15,7 +15,7 @@ from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
 from layerscope.collect.observer import Observer
-from layerscope.collect.signature import iter_tensors
+from layerscope.collect.signature import dtype_name, iter_tensors
 from layerscope.errors import InvalidInputError
 from layerscope.metrics.numerics.errors import NonFiniteMode, _warn
 from layerscope.metrics.numerics.records import _Call, _Entry, _GradEvent, _Role
@@ -142,7 +142,7 @@ class NumericsObserver(Observer):
                     if entry.row is not None and entry.row not in call.out_rows:
                         call.out_rows.append(entry.row)
                     call.shapes.append(list(t.shape))
-                    call.dtypes.append(str(t.dtype).removeprefix("torch."))
+                    call.dtypes.append(dtype_name(t.dtype))
                     if self.grads and t.requires_grad and t.grad_fn is not None:
                         self._hook(t, entry, (call, "grad_output"))
         if call.skipped:
@@ -234,7 +234,7 @@ class NumericsObserver(Observer):
             next(self._seq),
             row,
             list(grad.shape),
-            str(grad.dtype).removeprefix("torch."),
+            dtype_name(grad.dtype),
             tuple(roles),
         )
         self._grad_events.append(event)
