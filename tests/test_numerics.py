@@ -94,7 +94,13 @@ def sqrt_model() -> nn.Sequential:
 # ---- arguments -------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "kwargs",
-    [{"nonfinite": "explode"}, {"nonfinite": None}, {"stats": 1}, {"grads": "yes"}],
+    [
+        {"nonfinite": "explode"},
+        {"nonfinite": None},
+        {"stats": 1},
+        {"grads": "yes"},
+        {"underflow": "no"},
+    ],
 )
 def test_bad_arguments_are_rejected(kwargs: dict[str, Any]) -> None:
     with pytest.raises(ls.InvalidInputError):
@@ -354,7 +360,8 @@ class TwoCalls(nn.Module):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
 def test_statistics_of_one_call_are_exact(dtype: torch.dtype) -> None:
-    prof = profile(Pass(), torch.tensor([0.0, 1.0, -2.0, 3.0], dtype=dtype))
+    observer = NumericsObserver(underflow=True)
+    prof = profile(Pass(), torch.tensor([0.0, 1.0, -2.0, 3.0], dtype=dtype), observer=observer)
     s = prof.root.numerics
     # [0, 1, -2, 3]: mean 2/4 = 0.5; deviations -.5 .5 -2.5 2.5 -> squares sum 13;
     # population variance 13/4 = 3.25 (not the sample 13/3). One zero of 4 elements;
@@ -396,11 +403,59 @@ def test_statistics_combine_calls_exactly() -> None:
     ],
 )
 def test_range_flags(values: list[float], dtype: torch.dtype, flags: tuple[bool, ...]) -> None:
-    prof = profile(Pass(), torch.tensor(values, dtype=dtype))
+    observer = NumericsObserver(underflow=True)
+    prof = profile(Pass(), torch.tensor(values, dtype=dtype), observer=observer)
     s = prof.root.numerics
     got = (s["fp16_overflow"], s["bf16_overflow"], s["fp16_underflow"], s["bf16_underflow"])
     assert got == flags
     assert float(torch.finfo(torch.bfloat16).max) == BF16_MAX
+
+
+def test_underflow_is_not_measured_by_default() -> None:
+    # 2**-25 is below fp16's smallest subnormal, but without underflow=True the smallest
+    # nonzero magnitude is not computed: the flags say "unknown", not "no".
+    s = profile(Pass(), torch.tensor([2.0**-25, 1.0])).root.numerics
+    assert (s["min_abs_nonzero"], s["fp16_underflow"], s["bf16_underflow"]) == (None, None, None)
+    assert s["fp16_overflow"] is False and s["min"] == 2.0**-25
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_zeros_are_counted_for_every_sign_pattern(dtype: torch.dtype) -> None:
+    rows = {
+        "positive": ([1.0, 2.0, 3.0, 4.0], 0.0),  # min > 0: no zero possible
+        "negative": ([-1.0, -2.0, -3.0, -4.0], 0.0),  # max < 0
+        "relu": ([0.0, 0.0, 0.0, 5.0], 0.75),  # 3 zeros of 4
+        "mixed": ([-0.0, 1.0, -1.0, 0.0], 0.5),  # -0.0 counts as zero: 2 of 4
+    }
+    for values, fraction in rows.values():
+        s = profile(Pass(), torch.tensor(values, dtype=dtype)).root.numerics
+        assert s["zero_fraction"] == fraction
+
+
+def test_variance_of_a_near_constant_tensor_does_not_cancel() -> None:
+    # 1000 + [0, .5, 1, ..., 4.5] in float64 (exact): mean 1002.25; deviations are
+    # +-0.25, +-0.75, ..., +-2.25, squares sum 2*(0.0625+0.5625+1.5625+3.0625+5.0625)
+    # = 20.625, population variance 20.625/10 = 2.0625. mean**2 = 1.0045e6 > 100 * var,
+    # so the shifted two-pass form is used, and must be exact too.
+    x = 1000.0 + 0.5 * torch.arange(10, dtype=torch.float64)
+    s = profile(Pass(), x).root.numerics
+    assert s["mean"] == 1002.25
+    assert s["std"] == pytest.approx(math.sqrt(2.0625), rel=1e-12)
+    # float32, 1e4 + [0, 1, 2, 3]: values exact in float32; mean 10001.5, variance
+    # (2.25 + .25 + .25 + 2.25)/4 = 1.25. The float32 sum of squares (4.0015e8, ulp 32)
+    # cannot resolve that variance (the plain form gives -2.25); the shifted form can.
+    y = torch.tensor([1e4, 1e4 + 1, 1e4 + 2, 1e4 + 3])
+    s = profile(Pass(), y).root.numerics
+    assert (s["mean"], s["std"]) == (10001.5, math.sqrt(1.25))
+
+
+def test_sum_of_squares_overflow_falls_back_to_float64() -> None:
+    # 1e20 and -1e20 in float32 (finite, max 3.4e38): x*x = 1e40 overflows float32, so
+    # the float32 dot product is inf; float64 gives mean 0, variance 1e40 (std 1e20).
+    x = torch.tensor([1e20, -1e20])
+    f32 = float(torch.tensor(1e20))
+    s = profile(Pass(), x).root.numerics
+    assert s["mean"] == 0.0 and s["std"] == f32
 
 
 def test_stats_and_grads_can_be_turned_off() -> None:
@@ -458,23 +513,31 @@ def test_flops_are_the_same_with_and_without_the_observer() -> None:
     assert checked.numerics["checked_calls"] > 0 and checked.numerics["checked_grads"] > 0
 
 
-def test_values_are_read_back_once_at_the_end(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_each_value_is_reduced_once_and_nothing_is_read_from_a_device(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    reduced: list[tuple[int, ...]] = []
     reads: list[tuple[int, ...]] = []
-    real = numerics.values._to_host
+    real_parts, real_to_host = numerics.values._cpu_parts, numerics.values._to_host
 
-    def counted(t: Tensor) -> list[Any]:
+    def parts(t: Tensor, *args: Any) -> list[float]:
+        reduced.append(tuple(t.shape))
+        return real_parts(t, *args)
+
+    def to_host(t: Tensor) -> list[Any]:
         reads.append(tuple(t.shape))
-        return real(t)
+        return real_to_host(t)
 
-    monkeypatch.setattr(numerics.values, "_to_host", counted)
+    monkeypatch.setattr(numerics.values, "_cpu_parts", parts)
+    monkeypatch.setattr(numerics.values, "_to_host", to_host)
     model = sqrt_model()
     with ls.Profiler(model, observers=[NumericsObserver()]) as p:
         model(torch.tensor([[0.0, 4.0]])).sum().backward()
-        assert reads == []  # nothing read during the forward or the backward
-    # One transfer of every row: each value is reduced once (the root's output is c's
-    # tensor, each input is the previous output): x, a's, sqrt's and c's outputs, then
-    # 3 gradients = 7 rows of 8 columns.
-    assert reads == [(7, 8)]
+    # Each value is reduced once (the root's output is c's tensor, each input is the
+    # previous output): x (1, 2), a's (1, 2), sqrt's (1, 2) and c's (1, 1) outputs, then
+    # the gradients w.r.t. c's output (1, 1), sqrt's output and a's output (1, 2).
+    assert reduced == [(1, 2)] * 3 + [(1, 1)] * 2 + [(1, 2)] * 2
+    assert reads == []  # CPU rows are host numbers: no device transfer at all (CUDA: one)
     assert p.profile.numerics["origin"] is not None
 
 

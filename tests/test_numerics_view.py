@@ -48,6 +48,36 @@ def test_profile_raise_stops_at_origin() -> None:
     snap.assert_unchanged(m)
 
 
+def test_numerics_options_as_a_mapping() -> None:
+    class Tiny(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * 2.0
+
+    x = torch.tensor([2.0**-25, 0.5], requires_grad=True)
+    # underflow: 2 * 2**-25 = 2**-24 is fp16's smallest subnormal (not below it), and
+    # 2 * 0.5 = 1: smallest nonzero magnitude 2**-24, no underflow.
+    prof = ls.profile(nn.Sequential(Tiny()), x, numerics={"nonfinite": "warn", "underflow": True})
+    s = prof.node("0").numerics
+    assert (s["min_abs_nonzero"], s["fp16_underflow"]) == (2.0**-24, False)
+    # No backward: no gradients to check, so none are hooked. With a backward they are:
+    # one gradient, w.r.t. the output that "0" and the root share (x is a leaf, so its
+    # gradient is autograd's to accumulate, not a module's to produce).
+    assert (prof.numerics["mode"], prof.numerics["grads"], prof.numerics["underflow"]) == (
+        "warn",
+        False,
+        True,
+    )
+    prof = ls.profile(nn.Sequential(Tiny()), x, numerics="record", backward=True)
+    assert prof.numerics["grads"] is True and prof.numerics["checked_grads"] == 1
+    assert x.grad is None
+
+
+@pytest.mark.parametrize("bad", [{"mode": "raise"}, 3, {"nonfinite": "loud"}])
+def test_bad_numerics_options_are_rejected(bad: object) -> None:
+    with pytest.raises(ls.InvalidInputError):
+        ls.profile(nn.Linear(2, 2), torch.ones(1, 2), numerics=bad)  # type: ignore[arg-type]
+
+
 def test_activation_stats_column_and_fp16_flag() -> None:
     class Fixed(nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -19,7 +19,7 @@ from layerscope.collect.dispatch import SessionMode
 from layerscope.collect.inputs import model_device_dtype, random_inputs
 from layerscope.collect.observer import Observer
 from layerscope.collect.scopes import ScopeTracker
-from layerscope.collect.signature import dtype_name
+from layerscope.collect.signature import dtype_name, iter_tensors
 from layerscope.collect.state import ModelState
 from layerscope.collect.timing import time_profile
 from layerscope.collect.tree import ModelTree, is_lazy
@@ -49,7 +49,7 @@ class Profiler:
         record_shapes: bool = True,
         count_flops: bool = True,
         flop_formulas: Mapping[Any, Formula] | None = None,
-        numerics: NonFiniteMode | None = None,
+        numerics: NonFiniteMode | Mapping[str, Any] | None = None,
         memory: bool = False,
         observers: Sequence[Observer] = (),
     ) -> None:
@@ -60,8 +60,9 @@ class Profiler:
             self.observers.append(FlopCounter(flop_formulas))
         if memory:
             self.observers.append(MemoryObserver())
-        if numerics is not None:
-            self.observers.append(NumericsObserver(nonfinite=numerics))
+        numerics_kwargs = numerics_options(numerics)
+        if numerics_kwargs is not None:
+            self.observers.append(NumericsObserver(**numerics_kwargs))
         self.observers.extend(observers)
         self._tracker: ScopeTracker | None = None
         self._mode: SessionMode | None = None
@@ -147,7 +148,7 @@ def profile(
     record_shapes: bool = True,
     count_flops: bool = True,
     flop_formulas: Mapping[Any, Formula] | None = None,
-    numerics: NonFiniteMode | None = None,
+    numerics: NonFiniteMode | Mapping[str, Any] | None = None,
     memory: bool = False,
     timing: bool | Mapping[str, Any] = False,
     observers: Sequence[Observer] = (),
@@ -165,9 +166,11 @@ def profile(
     - ``memory=True`` measures per module the bytes autograd saves for backward, output
       bytes and peak live bytes (gradient bytes after a backward), and the whole-model
       peaks in ``profile.memory``.
-    - ``numerics="record"|"warn"|"raise"`` checks every module's outputs (and gradients)
-      for NaN/Inf, names the first offending module and the origin, and records
-      activation statistics; ``"raise"`` stops at the origin with ``NonFiniteError``.
+    - ``numerics="record"|"warn"|"raise"`` checks every module's outputs (and, with
+      ``backward=True``, gradients) for NaN/Inf, names the first offending module and the
+      origin, and records activation statistics; ``"raise"`` stops at the origin with
+      ``NonFiniteError``. A mapping instead sets ``NumericsObserver``'s options
+      (``nonfinite``, ``stats``, ``grads``, ``underflow``; see ``docs/numerics.md``).
     - ``timing=True`` adds the timing pass, separate from the analysis, on the same
       inputs: per-module forward (and backward) time, whole-model latency and
       throughput. A mapping instead of ``True`` sets its options (``timer``, ``warmup``,
@@ -198,6 +201,8 @@ def profile(
     if loss_fn is not None and not backward:
         raise InvalidInputError("loss_fn only applies with backward=True")
     timing_options = _timing_options(timing)
+    # Without a backward there are no gradients to check: no tensor hooks for them.
+    numerics_kwargs = numerics_options(numerics, grads=backward)
 
     will_run = bool(given) or bool(kwargs)
     if not will_run:
@@ -215,12 +220,14 @@ def profile(
                 call_args = random_inputs(model, input_shape, input_dtype)
             else:
                 call_args = tuple(args or ())
+            if backward:
+                state.add_inputs(iter_tensors((call_args, kwargs)))
             p = Profiler(
                 model,
                 record_shapes=record_shapes,
                 count_flops=count_flops,
                 flop_formulas=flop_formulas,
-                numerics=numerics,
+                numerics=numerics_kwargs,
                 memory=memory,
                 observers=observers,
             )
@@ -256,6 +263,31 @@ def profile(
             **timing_options,
         )
     return prof
+
+
+#: The options ``numerics=`` accepts as a mapping (``NumericsObserver``'s arguments).
+NUMERICS_OPTIONS = ("nonfinite", "stats", "grads", "underflow")
+
+
+def numerics_options(
+    numerics: NonFiniteMode | Mapping[str, Any] | None, **defaults: Any
+) -> dict[str, Any] | None:
+    """``numerics=`` as ``NumericsObserver`` keyword arguments over ``defaults``."""
+    if numerics is None:
+        return None
+    if isinstance(numerics, str):
+        return {**defaults, "nonfinite": numerics}
+    if not isinstance(numerics, Mapping):
+        raise InvalidInputError(
+            "numerics must be 'record', 'warn', 'raise' or a mapping of options, got "
+            f"{type(numerics).__name__}"
+        )
+    unknown = sorted(set(numerics) - set(NUMERICS_OPTIONS))
+    if unknown:
+        raise InvalidInputError(
+            f"unknown numerics option(s) {', '.join(unknown)}; known: {', '.join(NUMERICS_OPTIONS)}"
+        )
+    return {**defaults, **numerics}
 
 
 #: The options ``timing=`` accepts as a mapping (the rest of ``time_profile``'s are set by

@@ -39,7 +39,7 @@ class ModelState:
     cpu_rng: Tensor
     cuda_rng: list[Tensor] | None
     modules: list[_ModuleState] = field(default_factory=list)
-    params: list[tuple[str, nn.Parameter, bool, Tensor | None, int]] = field(default_factory=list)
+    params: list[tuple[str, Tensor, bool, Tensor | None, int]] = field(default_factory=list)
     grads: list[tuple[Tensor, Tensor]] = field(default_factory=list)  # (grad, saved values)
     buffers: list[tuple[Tensor, Tensor]] = field(default_factory=list)
     lazy: list[tuple[Tensor, type[Tensor], Tensor]] = field(default_factory=list)
@@ -81,6 +81,16 @@ class ModelState:
                 else:
                     state.buffers.append((b, b.detach().clone()))
         return state
+
+    def add_inputs(self, tensors: list[Tensor]) -> None:
+        """Also put back the ``.grad`` of these input tensors (leaves that require grad),
+        which a backward pass sets or accumulates into."""
+        with _disable_current_modes():
+            for t in tensors:
+                if t.is_leaf and t.requires_grad:
+                    self.params.append(("<input>", t, True, t.grad, t._version))
+                    if t.grad is not None:
+                        self.grads.append((t.grad, t.grad.detach().clone()))
 
     def restore(self) -> list[str]:
         """Put everything back; return notices for changes that could not be undone."""

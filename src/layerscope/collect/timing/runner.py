@@ -133,9 +133,9 @@ def measure(
         "batch_source": source,
         "training": model.training,
     }
-    saved_input_grads = [(t, t.grad) for t in ctx.input_leaves]
     instrumented = options.repeats + (1 if options.warmup > 0 else 0)
     state = ModelState.capture(model)
+    state.add_inputs(ctx.input_leaves)
     # CUDA events are recorded on the current device: make it the model's.
     on_device: AbstractContextManager[Any] = nullcontext()
     if device.type == "cuda" and device.index is not None:
@@ -164,8 +164,6 @@ def measure(
             finally:
                 ctx.progress.close()
     finally:
-        for t, g in saved_input_grads:
-            t.grad = g
         result.notices.extend(state.restore())
     result.overhead = dict(ctx.overhead)
     result.whole = ctx.whole | result.whole

@@ -21,7 +21,9 @@ from layerscope.metrics.numerics.errors import NonFiniteMode, _warn
 from layerscope.metrics.numerics.records import _Call, _Entry, _GradEvent, _Role
 from layerscope.metrics.numerics.report import _raise_backward, _raise_forward, _scan
 from layerscope.metrics.numerics.values import (
+    Store,
     _floating,
+    _HostRows,
     _invisible,
     _RowStore,
     _skip_reason,
@@ -43,6 +45,8 @@ class NumericsObserver(Observer):
     the end of the session; "raise" raises ``NonFiniteError`` at the first module call
     where non-finite values appear (which is the origin when they came from a module).
     ``stats``: keep output statistics per module. ``grads``: check gradients too.
+    ``underflow``: also find the smallest nonzero magnitude of each output, for the
+    fp16/bf16 underflow flags (three more passes over every output's values).
     """
 
     def __init__(
@@ -50,17 +54,19 @@ class NumericsObserver(Observer):
         nonfinite: NonFiniteMode = "record",
         stats: bool = True,
         grads: bool = True,
+        underflow: bool = False,
     ) -> None:
         if not isinstance(nonfinite, str) or nonfinite not in _MODES:
             raise InvalidInputError(
                 f"nonfinite must be one of {', '.join(map(repr, _MODES))}, got {nonfinite!r}"
             )
-        for name, value in (("stats", stats), ("grads", grads)):
+        for name, value in (("stats", stats), ("grads", grads), ("underflow", underflow)):
             if not isinstance(value, bool):
                 raise InvalidInputError(f"{name} must be True or False, got {value!r}")
         self.mode: NonFiniteMode = nonfinite
         self.stats = stats
         self.grads = grads
+        self.underflow = underflow
         self._reset()
 
     def _reset(self) -> None:
@@ -68,8 +74,8 @@ class NumericsObserver(Observer):
         self._active = False
         self._lock = threading.Lock()
         self._seq = itertools.count()
-        self._stores: dict[torch.device, _RowStore] = {}
-        self._row_loc: list[tuple[_RowStore, int, int]] = []  # store, slot, numel
+        self._stores: dict[torch.device, Store] = {}
+        self._row_loc: list[tuple[Store, int, int]] = []  # store, slot, numel
         self._frames: list[_Call] = []
         self._calls: list[_Call] = []
         self._grad_events: list[_GradEvent] = []
@@ -168,7 +174,7 @@ class NumericsObserver(Observer):
             if version is not None:
                 self._memo[id(t)] = entry
         if t.numel() and (entry.row is None or (full and not entry.full)):
-            entry.row = self._add_row(t, _value_parts(t, full))
+            entry.row = self._add_row(t, _value_parts(t, full, full and self.underflow))
             entry.full = full
         return entry
 
@@ -183,11 +189,14 @@ class NumericsObserver(Observer):
 
         return weakref.ref(t, forget)
 
-    def _add_row(self, t: Tensor, parts: Sequence[Tensor]) -> int:
+    def _add_row(self, t: Tensor, parts: Sequence[Tensor] | Sequence[float]) -> int:
         with self._lock:
             store = self._stores.get(t.device)
             if store is None:
-                store = self._stores[t.device] = _RowStore(t.device, 8 if self.stats else 2)
+                width = 8 if self.stats else 2
+                store = self._stores[t.device] = (
+                    _HostRows(width) if t.device.type == "cpu" else _RowStore(t.device, width)
+                )
             self._row_loc.append((store, store.add(parts), t.numel()))
             return len(self._row_loc) - 1
 
@@ -229,7 +238,7 @@ class NumericsObserver(Observer):
         if not grad.numel():
             return
         with _invisible():
-            row = self._add_row(grad, [torch.isnan(grad).sum(), torch.isinf(grad).sum()])
+            row = self._add_row(grad, _value_parts(grad, stats=False))
         event = _GradEvent(
             next(self._seq),
             row,
@@ -247,13 +256,20 @@ class NumericsObserver(Observer):
         fetched = {id(s): s.fetch() for s in self._stores.values()}
         rows = [fetched[id(store)][local] for store, local, _ in self._row_loc]
         first, origin, bad_calls, bad_grads = _scan(
-            self._calls, self._grad_events, rows, self._row_loc, self.stats, self.grads
+            self._calls,
+            self._grad_events,
+            rows,
+            self._row_loc,
+            self.stats,
+            self.grads,
+            self.underflow,
         )
         skipped = "; ".join(sorted(self._skipped)) or None
         profile.numerics = {
             "mode": self.mode,
             "stats": self.stats,
             "grads": self.grads,
+            "underflow": self.underflow,
             "checked_calls": len(self._calls),
             "checked_grads": len(self._grad_events),
             "nonfinite_calls": bad_calls,

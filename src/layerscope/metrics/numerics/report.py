@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from layerscope.metrics.numerics.errors import NonFiniteError, describe
 from layerscope.metrics.numerics.records import _Call, _event, _GradEvent, _ordered_roles
 from layerscope.metrics.numerics.stats import _Stats
-from layerscope.metrics.numerics.values import _INF, _NAN, _read_counts, _RowStore
+from layerscope.metrics.numerics.values import _INF, _NAN, Store, _read_counts
 from layerscope.profile import Node
 
 if TYPE_CHECKING:
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 # ---- raise mode: one finiteness read per call --------------------------------------
 def _raise_forward(
-    call: _Call, row_loc: Sequence[tuple[_RowStore, int, int]], tracker: ScopeTracker | None
+    call: _Call, row_loc: Sequence[tuple[Store, int, int]], tracker: ScopeTracker | None
 ) -> None:
     counts = _read_counts(row_loc, call.out_rows + call.in_rows)
     outs, ins = counts[: len(call.out_rows)], counts[len(call.out_rows) :]
@@ -44,7 +44,7 @@ def _raise_forward(
     raise err
 
 
-def _raise_backward(event: _GradEvent, row_loc: Sequence[tuple[_RowStore, int, int]]) -> None:
+def _raise_backward(event: _GradEvent, row_loc: Sequence[tuple[Store, int, int]]) -> None:
     ((nan, inf),) = _read_counts(row_loc, [event.row])
     if nan + inf == 0:
         return
@@ -72,9 +72,10 @@ def _scan(
     calls: Sequence[_Call],
     grad_events: Sequence[_GradEvent],
     rows: list[list[float]],
-    row_loc: Sequence[tuple[_RowStore, int, int]],
+    row_loc: Sequence[tuple[Store, int, int]],
     stats: bool,
     grads: bool,
+    underflow: bool,
 ) -> tuple[dict[str, Any] | None, dict[str, Any] | None, int, int]:
     """Walk calls and gradients in order, write every node's report, and return the
     first non-finite event, the origin, and the counts of non-finite calls and gradients.
@@ -131,7 +132,7 @@ def _scan(
                     break
 
     for report in per_node.values():
-        report.write(stats, grads)
+        report.write(stats, grads, underflow)
     return first, origin, bad_calls, bad_grads
 
 
@@ -147,11 +148,11 @@ class _NodeReport:
     nonfinite_calls: list[int] = field(default_factory=list)
     nonfinite_grad_calls: set[int] = field(default_factory=set)
 
-    def write(self, stats: bool, grads: bool) -> None:
+    def write(self, stats: bool, grads: bool, underflow: bool) -> None:
         out: dict[str, Any] = {"checked_calls": self.checked_calls}
         if stats:
             out["elements"] = self.stats.n
-            out |= self.stats.report()
+            out |= self.stats.report(underflow)
         out["nan"] = self.nan
         out["inf"] = self.inf
         out["nonfinite_calls"] = sorted(set(self.nonfinite_calls))

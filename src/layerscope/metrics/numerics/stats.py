@@ -43,25 +43,23 @@ class _Stats:
         self.zeros += int(row[_ZEROS])
         self.min_abs = min(self.min_abs, row[_MIN_ABS])
 
-    def report(self) -> dict[str, Any]:
-        if self.n == 0:
-            return dict.fromkeys(
-                ("min", "max", "mean", "std", "absmax", "min_abs_nonzero", "zero_fraction")
-            ) | dict.fromkeys(
-                ("fp16_overflow", "bf16_overflow", "fp16_underflow", "bf16_underflow"), False
-            )
-        absmax = max(abs(self.lo), abs(self.hi))
+    def report(self, underflow: bool) -> dict[str, Any]:
+        """The statistics. Without ``underflow`` the smallest nonzero magnitude was not
+        measured: it and the underflow flags are ``None``. With no element covered the
+        statistics are ``None`` and the measured flags ``False``."""
+        empty = self.n == 0
+        absmax = None if empty else max(abs(self.lo), abs(self.hi))
         min_abs = self.min_abs if math.isfinite(self.min_abs) else None
         return {
-            "min": self.lo,
-            "max": self.hi,
-            "mean": self.mean,
-            "std": math.sqrt(max(self.m2, 0.0) / self.n),
+            "min": None if empty else self.lo,
+            "max": None if empty else self.hi,
+            "mean": None if empty else self.mean,
+            "std": None if empty else math.sqrt(max(self.m2, 0.0) / self.n),
             "absmax": absmax,
-            "min_abs_nonzero": min_abs,
-            "zero_fraction": self.zeros / self.n,
-            "fp16_overflow": absmax > FP16_MAX,
-            "bf16_overflow": absmax > BF16_MAX,
-            "fp16_underflow": min_abs is not None and min_abs < FP16_TINY,
-            "bf16_underflow": min_abs is not None and min_abs < BF16_TINY,
+            "min_abs_nonzero": min_abs if underflow else None,
+            "zero_fraction": None if empty else self.zeros / self.n,
+            "fp16_overflow": absmax is not None and absmax > FP16_MAX,
+            "bf16_overflow": absmax is not None and absmax > BF16_MAX,
+            "fp16_underflow": min_abs is not None and min_abs < FP16_TINY if underflow else None,
+            "bf16_underflow": min_abs is not None and min_abs < BF16_TINY if underflow else None,
         }
