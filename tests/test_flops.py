@@ -292,6 +292,30 @@ def test_compiled_model_is_profiled_through_its_original_module() -> None:
     assert any("torch.compile" in n for n in prof.notices)
 
 
+def test_compiled_function_inside_the_model_runs_and_is_counted() -> None:
+    from torch._dynamo.utils import counters
+
+    @torch.compile(backend="eager")
+    def project(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return x @ w
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(16, 8))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return project(x, self.w)
+
+    torch._dynamo.reset()
+    counters.clear()
+    prof = ls.profile(Net(), torch.randn(4, 16))
+    # Under the session's dispatch mode Dynamo runs the function eagerly; it must not
+    # trace the mode's __torch_dispatch__ or the observers it calls: no frame compiled.
+    assert prof.root.metrics["macs"] == 4 * 16 * 8
+    assert dict(counters["frames"]) == {}
+
+
 def test_sdpa_backward_counts_five_matmuls() -> None:
     b, h, length, d = 2, 4, 16, 8
     q, k, v = (torch.randn(b, h, length, d, requires_grad=True) for _ in range(3))

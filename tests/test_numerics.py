@@ -432,6 +432,13 @@ def test_zeros_are_counted_for_every_sign_pattern(dtype: torch.dtype) -> None:
         assert s["zero_fraction"] == fraction
 
 
+def test_zeros_are_counted_across_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(numerics.values, "_CHUNK", 3)
+    # 8 values in chunks of 3, 3, 2: zeros at 0, 4, 5 and 7 -> 4 of 8.
+    x = torch.tensor([0.0, 1.0, -1.0, 2.0, 0.0, 0.0, 3.0, 0.0])
+    assert profile(Pass(), x).root.numerics["zero_fraction"] == 0.5
+
+
 def test_variance_of_a_near_constant_tensor_does_not_cancel() -> None:
     # 1000 + [0, .5, 1, ..., 4.5] in float64 (exact): mean 1002.25; deviations are
     # +-0.25, +-0.75, ..., +-2.25, squares sum 2*(0.0625+0.5625+1.5625+3.0625+5.0625)

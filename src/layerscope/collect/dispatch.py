@@ -24,8 +24,34 @@ from layerscope.profile import Node
 OpCallback = Callable[[OpOverload, tuple[Any, ...], dict[str, Any], Any, Node, bool], None]
 
 
+def _skip_dynamo_by_code() -> Callable[[Any], None] | None:
+    """A setter that makes Dynamo run a code object and everything it calls eagerly, if
+    this torch has one (it is set on the code object, so it costs nothing per call)."""
+    try:
+        from torch._C._dynamo.eval_frame import (
+            _FrameAction,
+            _FrameExecStrategy,
+            set_code_exec_strategy,
+        )
+    except ImportError:
+        return None
+    strategy = _FrameExecStrategy(_FrameAction.SKIP, _FrameAction.SKIP)
+    return lambda code: set_code_exec_strategy(code, strategy)
+
+
+_set_skip = _skip_dynamo_by_code()
+
+
 class SessionMode(TorchDispatchMode):
     """Runs each op, then hands it to the observers with its owner and phase."""
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # Dynamo must never trace __torch_dispatch__ (nor the observers it calls) when a
+        # compiled function runs inside the session. torch does that by wrapping it in
+        # ``torch._dynamo.disable``, a Python wrapper on every op; where the code object
+        # can carry the same "skip, recursively" strategy (set below), it is not needed.
+        return _set_skip is None
 
     def __init__(self, tracker: ScopeTracker, callbacks: Sequence[OpCallback]) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
@@ -49,3 +75,7 @@ class SessionMode(TorchDispatchMode):
         for callback in self.callbacks:
             callback(func, args, kwargs, out, node, backward)
         return out
+
+
+if _set_skip is not None:
+    _set_skip(SessionMode.__torch_dispatch__.__code__)

@@ -5,6 +5,7 @@ into, plus every device-to-host read (one per device at the end; raise mode read
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -96,7 +97,7 @@ def _cpu_parts(t: Tensor, n: int, stats: bool, underflow: bool) -> list[float]:
     variance come from one sum and one dot product (``var_mean`` is about 15x slower),
     falling back to values shifted by their mean when the plain sums would cancel or
     overflow. Zeros are counted as ``dot(sign(x), sign(x))``, and not at all when the
-    minimum and maximum have the same sign.
+    minimum and maximum have the same sign (``_count_nonzero``).
     """
     lo_v, hi_v = (v.item() for v in torch.aminmax(t))
     if not (math.isfinite(lo_v) and math.isfinite(hi_v)):
@@ -119,17 +120,39 @@ def _cpu_parts(t: Tensor, n: int, stats: bool, underflow: bool) -> list[float]:
         wide_t = t.double()
         mean_t, var_t = _shifted_moments(wide_t, wide_t.new_tensor(mean), n)
         mean, var = mean_t.item(), var_t.item()
-    zeros = 0.0
-    if lo_v <= 0 <= hi_v:
-        signs = torch.sign(flat)
-        if wide and n < 2**24:  # a dot product of +-1 and 0 is exact below 2**24 terms
-            zeros = n - torch.dot(signs, signs).item()
-        else:
-            zeros = n - signs.abs_().sum(dtype=torch.float64).item()
+    zeros = n - _count_nonzero(flat) if lo_v <= 0 <= hi_v else 0.0
     parts = [0.0, 0.0, mean, max(var, 0.0), lo_v, hi_v, zeros]
     if underflow:
         parts.append(_min_abs_nonzero(t).item())
     return parts
+
+
+#: Elements per chunk of ``_count_nonzero`` (4 MiB of float32 scratch).
+_CHUNK = 2**20
+_scratch = threading.local()
+
+
+def _count_nonzero(flat: Tensor) -> float:
+    """Nonzero elements of a 1-D CPU tensor, as ``dot(sign(x), sign(x))`` chunk by chunk.
+
+    The signs go into a scratch buffer kept per thread and dtype: a fresh allocation per
+    tensor costs more in page faults than the pass itself. Each chunk's dot product of
+    +-1 and 0 is exact (fewer than 2**24 terms, summed in float32 or wider).
+    """
+    buffers: dict[torch.dtype, Tensor] = _scratch.__dict__.setdefault("buffers", {})
+    n = flat.numel()
+    buf = buffers.get(flat.dtype)
+    if buf is None or buf.numel() < min(n, _CHUNK):
+        buf = buffers[flat.dtype] = torch.empty(min(max(n, 4096), _CHUNK), dtype=flat.dtype)
+    total = 0.0
+    for start in range(0, n, _CHUNK):
+        part = flat[start : start + _CHUNK]
+        signs = torch.sign(part, out=buf[: part.numel()])
+        if signs.dtype in _SHIFTED_SUM_DTYPES:
+            total += torch.dot(signs, signs).item()
+        else:
+            total += signs.abs_().sum(dtype=torch.float32).item()
+    return total
 
 
 def _shifted_moments(t: Tensor, shift: Tensor, n: int) -> tuple[Tensor, Tensor]:
