@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import chain
 from typing import Any
 
 import torch
@@ -14,7 +15,8 @@ from layerscope.errors import InvalidInputError
 def model_device_dtype(model: nn.Module) -> tuple[torch.device, torch.dtype]:
     """Device and dtype of the model's first floating tensor (cpu/float32 if none)."""
     device: torch.device | None = None
-    for t in (*model.parameters(), *model.buffers()):
+    # Lazily: the first floating tensor usually comes first, so the rest is never walked.
+    for t in chain(model.parameters(), model.buffers()):
         if torch.nn.parameter.is_lazy(t):
             continue
         if device is None:
