@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 
 import pytest
@@ -150,3 +151,80 @@ def test_gc_state_is_restored() -> None:
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+SIGNATURES: list[list[str]] = []
+
+
+class SignatureProbe(nn.Module):
+    """Reads its own forward's signature while running, as some libraries do."""
+
+    def forward(self, x: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+        SIGNATURES.append(list(inspect.signature(self.forward).parameters))
+        return x * scale
+
+
+def test_forward_signature_is_the_modules_own_during_a_session() -> None:
+    probe = SignatureProbe()
+    model = nn.Sequential(probe)
+    snap = ModelSnapshot.take(model)
+    SIGNATURES.clear()
+    prof = ls.profile(model, torch.ones(1, 2))
+    snap.assert_unchanged(model)
+    assert SIGNATURES == [["x", "scale"]]
+    assert prof.node("0").calls == 1
+    assert "forward" not in probe.__dict__
+
+
+def test_forward_set_on_the_instance_is_tracked_and_put_back() -> None:
+    model = nn.Sequential(nn.Linear(2, 3), nn.ReLU())
+    relu = model[1]
+    own = relu.forward  # a bound method stored on the instance by the user
+
+    def doubled(x: torch.Tensor) -> torch.Tensor:
+        return own(x) * 2
+
+    relu.forward = doubled  # type: ignore[method-assign]
+    prof = ls.profile(model, torch.ones(1, 2))
+    assert relu.__dict__["forward"] is doubled
+    assert prof.node("1").calls == 1 and prof.node("1").metrics["flops"] == 3 + 3  # relu, *2
+
+
+def test_modules_with_hooks_and_without_are_both_tracked() -> None:
+    model = nn.Sequential(nn.Linear(2, 4), nn.Linear(4, 3))
+    seen: list[tuple[int, ...]] = []
+
+    def hook(module: nn.Module, args: tuple[torch.Tensor, ...], out: torch.Tensor) -> None:
+        seen.append(tuple(out.shape))
+        out.mul_(2.0)
+
+    handle = model[0].register_forward_hook(hook)
+    try:
+        snap = ModelSnapshot.take(model)
+        prof = ls.profile(model, torch.ones(5, 2))
+        snap.assert_unchanged(model)
+    finally:
+        handle.remove()
+    assert seen == [(5, 4)]
+    # 0 (hooked): addmm 5*2*4 = 40 MACs, 2*40 + 5*4 bias adds = 100 FLOPs. 1 (wrapped):
+    # 5*4*3 = 60 MACs. The user's forward hook runs once the module's forward has
+    # returned, so its 5*4 = 20 multiplies belong to the caller: the root's own FLOPs.
+    assert (prof.node("0").metrics["macs"], prof.node("1").metrics["macs"]) == (40, 60)
+    assert (prof.node("0").metrics["flops"], prof.root.self_metrics["flops"]) == (100, 20)
+
+
+def test_base_exception_in_a_module_keeps_the_stack_balanced() -> None:
+    class Interrupts(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            raise KeyboardInterrupt
+
+    model = nn.Sequential(nn.Linear(2, 2), Interrupts())
+    snap = ModelSnapshot.take(model)
+    p = ls.Profiler(model)
+    with pytest.raises(KeyboardInterrupt) as info, p:
+        model(torch.ones(1, 2))
+    assert p.tracker.stack == []
+    site = p.tracker.site_of(info.value)
+    assert site is not None and site.path == "1"
+    snap.assert_unchanged(model)
+    assert all("forward" not in m.__dict__ for m in model.modules())

@@ -1,11 +1,19 @@
 """The module scope stack: which module is running now, fed by forward pre/post hooks.
 
 ``ScopeTracker.current`` answers "which module is running" for any per-op observer (the
-innermost module on the stack, the root when none is). Hooks are installed on every
-module instance of the model and removed in ``uninstall`` (called from ``finally``). The
-post hook is registered with ``always_call=True`` so the stack stays balanced when a
-module raises; the innermost module on an exception's way out is remembered so the error
-can name where it happened.
+innermost module on the stack, the root when none is). Every module instance of the
+model is instrumented, and put back in ``uninstall`` (called from ``finally``):
+
+- a module without hooks of its own gets a ``forward`` instance attribute wrapping its
+  own (``__wrapped__`` keeps ``inspect.signature`` right). nn.Module's call skips all
+  hook machinery for a module without hooks, and that machinery costs more per call
+  than this wrapper, so the common case stays on torch's fast path;
+- a module that has hooks (the user's forward or backward hooks, a lazy module's
+  initialiser) gets a forward pre hook (prepended, with kwargs) and a forward hook
+  (``always_call=True``) instead, so the user's hooks run inside its scope as before.
+
+Either way the stack stays balanced when a module raises, and the innermost module on an
+exception's way out is remembered so the error can name where it happened.
 
 Backward attribution: autograd numbers every node it creates with a thread-local
 sequence number. Each hook records "from this sequence number on, new autograd nodes
@@ -18,7 +26,7 @@ from __future__ import annotations
 
 import sys
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +45,7 @@ MAX_SIGNATURES = 16
 #: The sequence number autograd gives nodes outside the sequence (AccumulateGrad).
 _NO_SEQUENCE = 2**64 - 1
 _next_sequence_nr = torch._C._autograd._get_sequence_nr
+_ABSENT = object()
 
 
 @dataclass(slots=True)
@@ -64,6 +73,8 @@ class ScopeTracker:
         self._seen_out: dict[int, set[Signature]] = {}
         self._seq = 0
         self._handles: list[RemovableHandle] = []
+        # (module, the forward wrapper set on it, its own ``forward`` attribute or _ABSENT)
+        self._wrapped: list[tuple[nn.Module, Callable[..., Any], Any]] = []
         self._grad_starts: list[int] = []  # sequence numbers where ownership changes
         self._grad_owners: list[Node] = []
 
@@ -92,14 +103,49 @@ class ScopeTracker:
     # ---- installation --------------------------------------------------------------
     def install(self) -> None:
         self._owns_new_grad_nodes(self.tree.root)
+        hooked: list[nn.Module] = []
+        for m in self.tree.modules():
+            if (
+                m._forward_pre_hooks
+                or m._forward_hooks
+                or m._backward_hooks
+                or m._backward_pre_hooks
+            ):
+                hooked.append(m)
+            else:
+                self._wrap_forward(m)
         self._handles = install_hook_pairs(
-            ((m, self._pre, self._post) for m in self.tree.modules()),
-            with_kwargs=True,
-            prepend_pre=True,
+            ((m, self._pre, self._post) for m in hooked), with_kwargs=True, prepend_pre=True
         )
 
     def uninstall(self) -> None:
         remove_hooks(self._handles)
+        for module, wrapper, previous in reversed(self._wrapped):
+            attrs = module.__dict__
+            if attrs.get("forward") is wrapper:
+                if previous is _ABSENT:
+                    del attrs["forward"]
+                else:
+                    attrs["forward"] = previous
+        self._wrapped.clear()
+
+    def _wrap_forward(self, module: nn.Module) -> None:
+        original = module.forward
+        pre, post = self._pre, self._post
+
+        def forward(*args: Any, **kwargs: Any) -> Any:
+            pre(module, args, kwargs)
+            try:
+                out = original(*args, **kwargs)
+            except BaseException:
+                post(module, args, kwargs, None)  # sees the exception in sys.exc_info()
+                raise
+            post(module, args, kwargs, out)
+            return out
+
+        forward.__wrapped__ = original  # type: ignore[attr-defined]
+        self._wrapped.append((module, forward, module.__dict__.get("forward", _ABSENT)))
+        module.__dict__["forward"] = forward
 
     # ---- hooks ---------------------------------------------------------------------
     def _resolve(self, module: nn.Module) -> Node:
