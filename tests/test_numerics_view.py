@@ -102,3 +102,24 @@ def test_cli_numerics_raise_exit_code(tmp_path: Path, capsys: pytest.CaptureFixt
     code = main(["profile", f"{script}:build", "--input-shape", "2,4", "--numerics", "raise"])
     assert code == 3
     assert "1" in capsys.readouterr().err
+
+
+def test_cli_underflow_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    script = tmp_path / "m.py"
+    script.write_text(
+        "import torch\nfrom torch import nn\n"
+        "class Tiny(nn.Module):\n"
+        "    def forward(self, x):\n        return x * 2.0**-30\n"
+        "def build():\n    return nn.Sequential(Tiny())\n"
+    )
+    out = tmp_path / "p.json"
+    target = f"{script}:build"
+    assert main(["profile", target, "--input-shape", "2,4", "--underflow"]) == 2
+    assert "--underflow needs --numerics" in capsys.readouterr().err
+    args = ["profile", target, "--input-shape", "2,4", "--numerics", "record", "--underflow"]
+    assert main([*args, "--json", str(out)]) == 0
+    prof = ls.load(out)
+    assert prof.numerics["underflow"] is True and prof.numerics["grads"] is False
+    # randn values times 2**-30: the smallest nonzero magnitude is below float16's
+    # smallest subnormal 2**-24 unless all 8 values had |x| >= 2**6.
+    assert prof.node("0").numerics["fp16_underflow"] is True

@@ -67,6 +67,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="check every module's outputs (and gradients) for NaN/Inf and record "
         "activation statistics; 'raise' stops at the module where they first appear",
     )
+    p.add_argument(
+        "--underflow",
+        action="store_true",
+        help="with --numerics: also flag values too small for float16/bfloat16 "
+        "(three more passes over every output)",
+    )
     timing = p.add_argument_group("timing pass")
     timing.add_argument(
         "--time", action="store_true", help="add the timing pass (per-module latency)"
@@ -124,8 +130,10 @@ def run(args: argparse.Namespace) -> int:
         kwargs["args"] = (default_input,)
     elif args.input_dtype:
         raise InvalidInputError("--input-dtype needs --input-shape")
+    if args.underflow and not args.numerics:
+        raise InvalidInputError("--underflow needs --numerics")
     if args.numerics:
-        kwargs["numerics"] = args.numerics
+        kwargs["numerics"] = {"nonfinite": args.numerics, "underflow": args.underflow}
     if args.memory:
         kwargs["memory"] = True
     timing = {
