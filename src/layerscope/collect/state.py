@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torch._C._functorch import is_functorch_wrapped_tensor
 from torch._subclasses.fake_tensor import is_fake
 from torch.nn.parameter import is_lazy
 from torch.utils._python_dispatch import _disable_current_modes
@@ -24,22 +25,19 @@ _CONTAINERS = (dict, set, list)
 
 
 @dataclass
-class _ModuleState:
-    module: nn.Module
-    cls: type[nn.Module]
-    attrs: dict[str, Any]
-    #: Shallow copies of the non-empty containers held in ``__dict__`` (dicts, sets, lists).
-    contents: dict[str, Any]
-    #: Names of the empty containers (most hook tables), which only need to stay empty.
-    empty: list[str]
-
-
-@dataclass
 class ModelState:
     cpu_rng: Tensor
     cuda_rng: list[Tensor] | None
-    modules: list[_ModuleState] = field(default_factory=list)
-    params: list[tuple[str, Tensor, bool, Tensor | None, int]] = field(default_factory=list)
+    #: Every module once, with its class and a shallow copy of its ``__dict__``.
+    modules: list[tuple[nn.Module, type[nn.Module], dict[str, Any]]] = field(default_factory=list)
+    #: The non-empty containers (dicts, sets, lists) held in the modules' ``__dict__``,
+    #: each with a shallow copy of its contents.
+    contents: list[tuple[Any, Any]] = field(default_factory=list)
+    #: The empty containers (most hook tables), which only need to stay empty.
+    empty: list[Any] = field(default_factory=list)
+    #: (module path, name in its table, tensor, requires_grad, grad, version) of every
+    #: parameter, and of input leaves (path "", name "<input>").
+    params: list[tuple[str, str, Tensor, bool, Tensor | None, int]] = field(default_factory=list)
     grads: list[tuple[Tensor, Tensor]] = field(default_factory=list)  # (grad, saved values)
     buffers: list[tuple[Tensor, Tensor]] = field(default_factory=list)
     lazy: list[tuple[Tensor, type[Tensor], Tensor]] = field(default_factory=list)
@@ -56,30 +54,41 @@ class ModelState:
         if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
             cuda_rng = torch.cuda.get_rng_state_all()
         state = cls(cpu_rng=torch.get_rng_state(), cuda_rng=cuda_rng)
-        for m in model.modules():
-            attrs = dict(m.__dict__)
-            contents: dict[str, Any] = {}
-            empty: list[str] = []
-            for k, v in attrs.items():
-                if isinstance(v, _CONTAINERS):
-                    if v:
-                        contents[k] = v.copy()
-                    else:
-                        empty.append(k)
-            state.modules.append(_ModuleState(m, type(m), attrs, contents, empty))
-        for name, p in model.named_parameters(remove_duplicate=True):
-            if is_lazy(p):
-                state.lazy.append((p, type(p), p.data))
-                continue
-            state.params.append((name, p, p.requires_grad, p.grad, p._version))
-            if p.grad is not None:  # a backward pass accumulates into it in place
-                state.grads.append((p.grad, p.grad.detach().clone()))
+        modules, contents, empty = state.modules, state.contents, state.empty
+        params, grads, buffers, lazy = state.params, state.grads, state.buffers, state.lazy
+        # Each distinct parameter and buffer once, in the order of named_parameters() and
+        # buffers(); the walk over named_modules() collects them as it goes.
+        seen_params: set[int] = set()
+        seen_buffers: set[int] = set()
         with torch.no_grad():
-            for b in model.buffers():
-                if is_lazy(b):
-                    state.lazy.append((b, type(b), b.data))
-                else:
-                    state.buffers.append((b, b.detach().clone()))
+            for prefix, m in model.named_modules():
+                attrs = m.__dict__.copy()
+                modules.append((m, type(m), attrs))
+                for v in attrs.values():
+                    if isinstance(v, _CONTAINERS):
+                        if v:
+                            contents.append((v, v.copy()))
+                        else:
+                            empty.append(v)
+                for key, p in m._parameters.items():
+                    if p is None or id(p) in seen_params:
+                        continue
+                    seen_params.add(id(p))
+                    if is_lazy(p):
+                        lazy.append((p, type(p), p.data))
+                        continue
+                    grad = p.grad
+                    params.append((prefix, key, p, p.requires_grad, grad, p._version))
+                    if grad is not None:  # a backward pass accumulates into it in place
+                        grads.append((grad, grad.clone()))
+                for b in m._buffers.values():
+                    if b is None or id(b) in seen_buffers:
+                        continue
+                    seen_buffers.add(id(b))
+                    if is_lazy(b):
+                        lazy.append((b, type(b), b.data))
+                    else:
+                        buffers.append((b, b.clone()))
         return state
 
     def add_inputs(self, tensors: list[Tensor]) -> None:
@@ -88,7 +97,7 @@ class ModelState:
         with _disable_current_modes():
             for t in tensors:
                 if t.is_leaf and t.requires_grad:
-                    self.params.append(("<input>", t, True, t.grad, t._version))
+                    self.params.append(("", "<input>", t, True, t.grad, t._version))
                     if t.grad is not None:
                         self.grads.append((t.grad, t.grad.detach().clone()))
 
@@ -106,20 +115,32 @@ class ModelState:
             if type(t) is not lazy_cls:  # materialised by a lazy module's first forward
                 t.data = data
                 t.__class__ = lazy_cls
-        for ms in self.modules:
-            _restore_module(ms)
+        for m, cls, attrs in self.modules:
+            _restore_module(m, cls, attrs)
+        if any(self.empty):
+            for value in self.empty:
+                if value:
+                    value.clear()
+        for value, saved in self.contents:
+            if not _same_contents(value, saved):
+                value.clear()
+                if isinstance(value, list):
+                    value.extend(saved)
+                else:
+                    value.update(saved)
         with torch.no_grad():
             # Kernels such as batch_norm update running stats without bumping the version
             # counter, so compare values; write back only what differs.
             for b, saved in [*self.buffers, *self.grads]:
                 if _has_values(b) and not torch.equal(b, saved):
                     b.copy_(saved)
-        for name, p, requires_grad, grad, version in self.params:
+        for prefix, key, p, requires_grad, grad, version in self.params:
             if p.requires_grad != requires_grad:
                 p.requires_grad_(requires_grad)
             if p.grad is not grad:
                 p.grad = grad
             if p._version != version:
+                name = f"{prefix}.{key}" if prefix else key
                 notices.append(
                     f"the model changed parameter {name} in place during forward; "
                     "layerscope cannot undo that"
@@ -129,31 +150,27 @@ class ModelState:
 
 def _has_values(t: Tensor) -> bool:
     """False for meta and fake tensors, which carry shapes only."""
+    if (
+        type(t) is Tensor
+        and not torch._is_functional_tensor(t)
+        and not is_functorch_wrapped_tensor(t)
+    ):
+        # A plain tensor that wraps no other (the usual buffer or gradient) cannot be fake;
+        # is_fake reaches the same answer at several times the cost of these checks.
+        return not t.is_meta
     return t.device.type != "meta" and not is_fake(t)
 
 
-def _restore_module(ms: _ModuleState) -> None:
-    m = ms.module
-    if type(m) is not ms.cls:
-        m.__class__ = ms.cls
-    current, attrs = m.__dict__, ms.attrs
+def _restore_module(m: nn.Module, cls: type[nn.Module], attrs: dict[str, Any]) -> None:
+    if type(m) is not cls:
+        m.__class__ = cls
+    current = m.__dict__
     if current.keys() != attrs.keys() or not all(
         map(operator.is_, current.values(), attrs.values())
     ):  # (same keys, so the same order unless deleted and re-added: then a full restore)
         for key in [k for k in current if k not in attrs]:
             del current[key]
         current.update(attrs)
-    for key in ms.empty:
-        if attrs[key]:
-            attrs[key].clear()
-    for key, saved in ms.contents.items():
-        value = attrs[key]
-        if not _same_contents(value, saved):
-            value.clear()
-            if isinstance(value, list):
-                value.extend(saved)
-            else:
-                value.update(saved)
 
 
 def _same_contents(a: Any, b: Any) -> bool:

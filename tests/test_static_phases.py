@@ -1,0 +1,171 @@
+"""The work every profile does outside the model's forward: capturing and restoring the
+model's state, building the module tree, counting parameters and rolling metrics up."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import Tensor, nn
+from torch._subclasses.fake_tensor import FakeTensorMode, is_fake
+
+import layerscope as ls
+from helpers import ModelSnapshot
+from layerscope.collect.state import ModelState, _has_values
+
+# ---- ModelState ------------------------------------------------------------------------
+
+
+class ManyBuffers(nn.Module):
+    """Buffers of several dtypes that forward changes in place (one of them to NaN)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bn = nn.BatchNorm1d(4)
+        self.f16: Tensor
+        self.f64: Tensor
+        self.count: Tensor
+        self.flags: Tensor
+        self.nan: Tensor
+        self.still: Tensor
+        self.register_buffer("f16", torch.zeros(3, dtype=torch.float16))
+        self.register_buffer("f64", torch.arange(5, dtype=torch.float64))
+        self.register_buffer("count", torch.zeros((), dtype=torch.int64))
+        self.register_buffer("flags", torch.zeros(2, dtype=torch.bool))
+        self.register_buffer("nan", torch.tensor([1.0, math.nan]))
+        self.register_buffer("still", torch.ones(2))
+
+    def forward(self, x: Tensor) -> Tensor:
+        self.f16.add_(1)
+        self.f64.mul_(2)
+        self.count += 1
+        self.flags.fill_(True)
+        self.nan[0] = math.nan
+        out: Tensor = self.bn(x)
+        return out
+
+
+def test_buffers_of_every_dtype_changed_in_place_are_put_back() -> None:
+    model = ManyBuffers().train()
+    x = torch.randn(3, 4)
+    snap = ModelSnapshot.take(model)
+    version = model.still._version
+    ls.profile(model, x)
+    ls.profile(model, x)
+    snap.assert_unchanged(model)
+    assert model.f16.tolist() == [0.0, 0.0, 0.0]
+    assert model.f64.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
+    assert int(model.count) == 0 and not model.flags.any()
+    assert model.nan[0].item() == 1.0 and math.isnan(model.nan[1].item())
+    assert int(model.bn.num_batches_tracked) == 0  # type: ignore[arg-type]
+    assert torch.equal(model.bn.running_mean, torch.zeros(4))  # type: ignore[arg-type]
+    assert model.still._version == version  # an unchanged buffer is not written
+
+
+def test_a_buffer_that_stays_nan_is_written_back_unchanged() -> None:
+    model = ManyBuffers()
+    state = ModelState.capture(model)
+    model.nan[0] = 7.0
+    assert state.restore() == []
+    assert model.nan[0].item() == 1.0 and math.isnan(model.nan[1].item())
+
+
+def test_shared_tensors_captured_once_and_named_by_their_first_path() -> None:
+    inner, last = nn.Linear(2, 2), nn.Linear(2, 2)
+    model = nn.Sequential(inner, nn.Sequential(inner), last)
+    last.weight = inner.weight
+    state = ModelState.capture(model)
+    assert [(prefix, key) for prefix, key, *_ in state.params] == [
+        ("0", "weight"),
+        ("0", "bias"),
+        ("2", "bias"),
+    ]
+    with torch.no_grad():
+        inner.weight.add_(1)
+        last.bias.add_(1)
+    assert state.restore() == [
+        f"the model changed parameter {name} in place during forward; layerscope cannot undo that"
+        for name in ("0.weight", "2.bias")
+    ]
+
+
+def test_module_tables_and_attributes_are_put_back() -> None:
+    lin, act = nn.Linear(2, 2), nn.ReLU()
+    model = nn.Sequential(lin, act)
+    kept = lin.register_forward_hook(lambda m, a, o: None)
+    state = ModelState.capture(model)
+    hooks = lin._forward_hooks
+    extra = act.register_forward_pre_hook(lambda m, a: None)  # was empty
+    kept.remove()  # was not empty
+    lin.cache = torch.ones(1)  # an attribute added
+    act.inplace = True  # an attribute rebound
+    model.train(False)
+    del lin._buffers  # a table removed
+    model._modules["2"] = nn.Tanh()  # a submodule added
+    state.restore()
+    assert lin._forward_hooks is hooks and list(hooks) == [kept.id]
+    assert extra.id not in act._forward_pre_hooks and not act._forward_pre_hooks
+    assert not hasattr(lin, "cache") and not act.inplace
+    assert model.training and lin.training and lin._buffers == {}
+    assert list(model._modules) == ["0", "1"]
+    kept.remove()
+
+
+def test_meta_model_state_round_trips() -> None:
+    with torch.device("meta"):
+        model = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4))
+    snap = ModelSnapshot.take(model)
+    state = ModelState.capture(model)
+    assert state.restore() == []
+    snap.assert_unchanged(model)
+
+
+def _reference_has_values(t: Tensor) -> bool:
+    return t.device.type != "meta" and not is_fake(t)
+
+
+def test_has_values_agrees_with_is_fake() -> None:
+    class Sub(Tensor):
+        pass
+
+    plain = torch.ones(3)
+    tensors = [
+        plain,
+        nn.Parameter(torch.ones(2)),
+        torch.ones(2, device="meta"),
+        torch.ones(2, dtype=torch.int32),
+        plain.as_subclass(Sub),
+    ]
+    with FakeTensorMode() as mode:
+        tensors.append(torch.ones(2))
+        tensors.append(mode.from_tensor(plain))
+    for t in tensors:
+        assert _has_values(t) is _reference_has_values(t), t
+
+    seen: list[bool] = []
+
+    def check(x: Tensor) -> Tensor:
+        assert _has_values(x) is _reference_has_values(x)
+        seen.append(_has_values(x))
+        return x * 2
+
+    torch.func.vmap(check)(torch.ones(2, 3))  # a functorch-wrapped tensor
+    torch.func.functionalize(check)(torch.ones(2))  # a functional tensor
+    with FakeTensorMode() as mode:
+        fake = mode.from_tensor(plain)
+        torch.func.vmap(check)(fake.expand(2, 3))  # functorch wrapping a fake one
+    assert seen == [True, True, False]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_grads_of_parameters_restored_by_value(dtype: torch.dtype) -> None:
+    model = nn.Linear(2, 2).to(dtype)
+    model.weight.grad = torch.ones(2, 2, dtype=dtype)
+    state = ModelState.capture(model)
+    grad = model.weight.grad
+    grad.add_(1)
+    model.bias.grad = torch.ones(2, dtype=dtype)
+    state.restore()
+    assert model.weight.grad is grad and torch.equal(grad, torch.ones(2, 2, dtype=dtype))
+    assert model.bias.grad is None
