@@ -229,3 +229,30 @@ def test_base_exception_in_a_module_keeps_the_stack_balanced() -> None:
     assert site is not None and site.path == "1"
     snap.assert_unchanged(model)
     assert all("forward" not in m.__dict__ for m in model.modules())
+
+
+def test_distinct_signatures_are_kept_up_to_the_bound_and_counted_beyond() -> None:
+    from layerscope.collect.scopes import MAX_SIGNATURES
+
+    class Loop(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.relu = nn.ReLU()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for n in range(1, MAX_SIGNATURES + 5):  # 20 distinct lengths, each twice
+                self.relu(x[:, :n])
+                self.relu(x[:, :n])
+            return x
+
+    prof = ls.profile(Loop(), torch.ones(1, MAX_SIGNATURES + 4))
+    relu = prof.node("relu")
+    assert relu.calls == 2 * (MAX_SIGNATURES + 4)
+    # The first 16 distinct input shapes are kept, in call order; the other 4 are
+    # counted once each however often they recur.
+    assert [s[0].shape for s in relu.inputs] == [  # type: ignore[union-attr]
+        (1, n) for n in range(1, MAX_SIGNATURES + 1)
+    ]
+    assert len(relu.outputs) == MAX_SIGNATURES
+    notice = "relu: 4 more distinct inputs and 4 more distinct outputs not kept (the first 16"
+    assert any(n.startswith(notice) for n in prof.notices)

@@ -28,7 +28,7 @@ import sys
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -46,6 +46,17 @@ MAX_SIGNATURES = 16
 _NO_SEQUENCE = 2**64 - 1
 _next_sequence_nr = torch._C._autograd._get_sequence_nr
 _ABSENT = object()
+
+
+def _tensor_key(values: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """``(shape, dtype, device)`` of each value if every one is a plain dense tensor, else
+    None: what their Signature is made of, at a fraction of the cost of building it."""
+    key = []
+    for v in values:
+        if type(v) is not torch.Tensor or v.is_nested:
+            return None
+        key.append((v.shape, v.dtype, v.device))
+    return tuple(key)
 
 
 @dataclass(slots=True)
@@ -67,10 +78,14 @@ class ScopeTracker:
         self._exit = [o.on_exit for o in observers if o.overrides("on_exit")]
         self.stack: list[Frame] = []
         self.first_call: dict[int, int] = {}  # id(node) -> sequence number of first call
-        self.extra_signatures: dict[int, int] = {}  # id(node) -> distinct signatures not kept
+        # id(node) -> {"inputs"/"outputs": distinct signatures seen but not kept}
+        self.extra_signatures: dict[int, dict[str, int]] = {}
         self.error_site: dict[int, tuple[BaseException, Node]] = {}  # id(exc) -> (exc, node)
         self._seen_in: dict[int, set[Signature]] = {}
         self._seen_out: dict[int, set[Signature]] = {}
+        # id(node) -> _tensor_key of the calls already recorded (a fast path of the above)
+        self._keys_in: dict[int, set[tuple[Any, ...]]] = {}
+        self._keys_out: dict[int, set[tuple[Any, ...]]] = {}
         self._seq = 0
         self._handles: list[RemovableHandle] = []
         # (module, the forward wrapper set on it, its own ``forward`` attribute or _ABSENT)
@@ -167,7 +182,10 @@ class ScopeTracker:
             self.first_call[id(node)] = self._seq
         self._seq += 1
         if self.record_shapes:
-            self._remember(node, node.inputs, self._seen_in, flatten_call(args, kwargs))
+            key = None if kwargs else _tensor_key(args)
+            if key is None or key not in self._keys_in.setdefault(id(node), set()):
+                self._remember(node, "inputs", self._seen_in, flatten_call(args, kwargs))
+                self._key_seen(self._keys_in, node, key)
         self.stack.append(Frame(node, module, sys.exc_info()[1]))
         self._owns_new_grad_nodes(node)
         for on_enter in self._enter:
@@ -193,25 +211,40 @@ class ScopeTracker:
                 on_exit(frame.node, module, None, True)
             return
         if self.record_shapes:
-            self._remember(frame.node, frame.node.outputs, self._seen_out, flatten(output))
+            node = frame.node
+            key = _tensor_key((output,))
+            if key is None or key not in self._keys_out.setdefault(id(node), set()):
+                self._remember(node, "outputs", self._seen_out, flatten(output))
+                self._key_seen(self._keys_out, node, key)
         for on_exit in self._exit:
             on_exit(frame.node, module, output, False)
 
     def _remember(
         self,
         node: Node,
-        into: list[Signature],
+        kind: Literal["inputs", "outputs"],
         seen: dict[int, set[Signature]],
         sig: Signature,
     ) -> None:
         known = seen.setdefault(id(node), set())
         if sig in known:
             return
-        if len(known) >= MAX_SIGNATURES:
-            self.extra_signatures[id(node)] = self.extra_signatures.get(id(node), 0) + 1
-            return
         known.add(sig)
-        into.append(sig)
+        if len(known) > MAX_SIGNATURES:  # distinct, but only counted
+            self.extra_signatures.setdefault(id(node), {})[kind] = len(known) - MAX_SIGNATURES
+            return
+        getattr(node, kind).append(sig)
+
+    @staticmethod
+    def _key_seen(
+        keys: dict[int, set[tuple[Any, ...]]], node: Node, key: tuple[Any, ...] | None
+    ) -> None:
+        """Remember the cheap key of a recorded signature (up to a bound), so that the
+        next call with the same plain tensors skips building it."""
+        if key is not None:
+            known = keys[id(node)]
+            if len(known) < 4 * MAX_SIGNATURES:
+                known.add(key)
 
     def mark_error_site(self, exc: BaseException, node: Node) -> None:
         """Record that ``exc`` was raised in ``node``; the first (innermost) mark wins."""

@@ -18,7 +18,7 @@ from layerscope.collect.common import default_loss, gc_paused, unwrap_model
 from layerscope.collect.dispatch import SessionMode
 from layerscope.collect.inputs import model_device_dtype, random_inputs
 from layerscope.collect.observer import Observer
-from layerscope.collect.scopes import ScopeTracker
+from layerscope.collect.scopes import MAX_SIGNATURES, ScopeTracker
 from layerscope.collect.signature import dtype_name, iter_tensors
 from layerscope.collect.state import ModelState
 from layerscope.collect.timing import time_profile
@@ -363,7 +363,11 @@ def build_profile(
     for node in tree.root.walk():
         extra = tracker.extra_signatures.get(id(node))
         if extra:
-            notices.append(f"{node.path or '<root>'}: {extra} more distinct shapes not kept")
+            counts = " and ".join(f"{n} more distinct {kind}" for kind, n in sorted(extra.items()))
+            notices.append(
+                f"{node.path or '<root>'}: {counts} not kept (the first {MAX_SIGNATURES} "
+                "of each are)"
+            )
     prof = Profile(root=tree.root, notices=notices)
     for observer in observers:
         observer.finish(prof)
