@@ -256,3 +256,26 @@ def test_distinct_signatures_are_kept_up_to_the_bound_and_counted_beyond() -> No
     assert len(relu.outputs) == MAX_SIGNATURES
     notice = "relu: 4 more distinct inputs and 4 more distinct outputs not kept (the first 16"
     assert any(n.startswith(notice) for n in prof.notices)
+
+
+def test_direct_forward_call_is_seen_when_the_module_has_no_hooks() -> None:
+    class Direct(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(2, 3)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            out: torch.Tensor = self.fc.forward(x)  # bypasses nn.Module.__call__
+            return out
+
+    model = Direct()
+    prof = ls.profile(model, torch.ones(4, 2))
+    assert prof.node("fc").calls == 1
+    assert prof.node("fc").metrics["macs"] == 4 * 2 * 3  # 24, in fc, not in the root
+    handle = model.fc.register_forward_pre_hook(lambda m, a: None)
+    try:
+        prof = ls.profile(model, torch.ones(4, 2))
+    finally:
+        handle.remove()
+    # With a hook, fc is instrumented by hooks, which a direct forward call bypasses.
+    assert prof.node("fc").calls == 0 and prof.root.self_metrics["macs"] == 24
