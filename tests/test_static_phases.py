@@ -13,6 +13,8 @@ from torch._subclasses.fake_tensor import FakeTensorMode, is_fake
 import layerscope as ls
 from helpers import ModelSnapshot
 from layerscope.collect.state import ModelState, _has_values
+from layerscope.collect.tree import ModelTree
+from layerscope.metrics.params import fill_parameters, owned_tensors
 
 # ---- ModelState ------------------------------------------------------------------------
 
@@ -169,3 +171,84 @@ def test_grads_of_parameters_restored_by_value(dtype: torch.dtype) -> None:
     state.restore()
     assert model.weight.grad is grad and torch.equal(grad, torch.ones(2, 2, dtype=dtype))
     assert model.bias.grad is None
+
+
+# ---- parameter counting ------------------------------------------------------------------
+
+
+class HeldTwice(nn.Module):
+    """A parameter under two names in one module, a buffer shared by two children, a
+    lazy parameter and an unset (None) parameter slot."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(2, 2)
+        self.a.alias = self.a.weight
+        self.b = nn.BatchNorm1d(2)
+        self.c = nn.BatchNorm1d(2)
+        self.c.running_mean = self.b.running_mean
+        self.lazy = nn.LazyLinear(2)
+        self.register_parameter("unset", None)
+
+
+def test_owned_tensors_holders_and_owners() -> None:
+    model = HeldTwice()
+    tree = ModelTree.build(model)
+    owned, notices = owned_tensors(tree)
+    by_name = {o.names[0]: o for o in owned}
+    assert list(by_name) == [
+        "a.weight",
+        "a.bias",
+        "b.weight",
+        "b.bias",
+        "b.running_mean",
+        "b.running_var",
+        "b.num_batches_tracked",
+        "c.weight",
+        "c.bias",
+        "c.running_var",
+        "c.num_batches_tracked",
+    ]
+    alias = by_name["a.weight"]
+    assert alias.names == ("a.weight", "a.alias") and alias.owner.path == "a"
+    assert [(n.path, q) for n, q in alias.holders] == [("a", "a.weight"), ("a", "a.alias")]
+    mean = by_name["b.running_mean"]
+    assert mean.names == ("b.running_mean", "c.running_mean") and mean.owner is tree.root
+    assert not mean.is_param and by_name["a.bias"].is_param
+    assert notices == [
+        f"lazy.{key} is an uninitialised lazy tensor; run the model on an input to count it"
+        for key in ("weight", "bias")
+    ]
+
+
+def test_fill_parameters_resets_and_counts_once() -> None:
+    model = HeldTwice()
+    tree = ModelTree.build(model)
+    root = tree.root
+    root.self_metrics["params"] = 99
+    root.self_metrics["macs"] = 5
+    first = fill_parameters(tree)
+    snapshot = [(n.self_metrics.copy(), n.self_by_dtype, n.shared) for n in root.walk()]
+    assert fill_parameters(tree) == first and len(first) == 2
+    assert [(n.self_metrics, n.self_by_dtype, n.shared) for n in root.walk()] == snapshot
+    assert list(root.self_metrics) == [
+        "params",
+        "macs",
+        "trainable_params",
+        "buffers",
+        "param_bytes",
+        "buffer_bytes",
+    ]
+    assert root.self_metrics["macs"] == 5 and root.self_metrics["buffers"] == 2
+    assert root.self_by_dtype == {
+        "float32": {"params": 0, "param_bytes": 0, "buffers": 2, "buffer_bytes": 8}
+    }
+    a, b, c = (tree.by_path[p] for p in "abc")
+    assert a.self_metrics["params"] == 6 and a.self_metrics["trainable_params"] == 6
+    assert a.shared == ["a.weight (counted at a)", "a.alias (counted at a)"]
+    assert b.shared == ["b.running_mean (counted at <root>)"]
+    assert c.shared == ["c.running_mean (counted at <root>)"]
+    assert b.self_by_dtype == {
+        "float32": {"params": 4, "param_bytes": 16, "buffers": 2, "buffer_bytes": 8},
+        "int64": {"params": 0, "param_bytes": 0, "buffers": 1, "buffer_bytes": 8},
+    }

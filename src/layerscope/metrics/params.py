@@ -16,6 +16,9 @@ from layerscope.collect.signature import dtype_name
 from layerscope.collect.tree import ModelTree
 from layerscope.profile import DTYPE_KEYS, Node
 
+#: The self metrics this module writes, each reset to 0 before counting.
+_ZERO = dict.fromkeys(("params", "trainable_params", "buffers", "param_bytes", "buffer_bytes"), 0)
+
 
 def tensor_bytes(t: Tensor) -> int:
     return t.numel() * t.element_size()
@@ -23,44 +26,79 @@ def tensor_bytes(t: Tensor) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Owned:
-    """A parameter or buffer, the node it is counted at, and every (node, qualified name)
-    it is held under."""
+    """A parameter or buffer, the node it is counted at, and every (node, name in the
+    node's module) it is held under."""
 
     tensor: Tensor
     is_param: bool
     owner: Node
-    holders: tuple[tuple[Node, str], ...]
+    held: tuple[tuple[Node, str], ...]
+
+    @property
+    def holders(self) -> tuple[tuple[Node, str], ...]:
+        """Every (node, qualified name) the tensor is held under."""
+        return tuple((node, _qualified(node, key)) for node, key in self.held)
 
     @property
     def names(self) -> tuple[str, ...]:
-        return tuple(name for _, name in self.holders)
+        return tuple(_qualified(node, key) for node, key in self.held)
+
+
+def _qualified(node: Node, key: str) -> str:
+    return f"{node.path}.{key}" if node.path else key
+
+
+#: (tensor, is_param, owner, holders as (node, name in the node's module)).
+_Found = tuple[Tensor, bool, Node, list[tuple[Node, str]]]
+
+
+def _find_tensors(tree: ModelTree, *, reset: bool) -> tuple[list[_Found], list[str]]:
+    """Each distinct initialised parameter and buffer once, in walk order, with the node
+    it counts at, and notices for the uninitialised lazy tensors that were skipped.
+
+    ``reset``: also zero the parameter metrics of every node on the way.
+    """
+    found: dict[int, tuple[Tensor, bool, list[tuple[Node, str]]]] = {}
+    notices: list[str] = []
+    module_of = tree.module
+    for node in tree.root.walk():
+        if reset:
+            node.self_metrics.update(_ZERO)
+            node.self_by_dtype = {}
+            node.shared = []
+        module = module_of[id(node)]
+        for is_param, table in ((True, module._parameters), (False, module._buffers)):
+            for key, t in table.items():
+                if t is None:
+                    continue
+                if is_lazy(t):
+                    notices.append(
+                        f"{_qualified(node, key)} is an uninitialised lazy tensor; run the "
+                        "model on an input to count it"
+                    )
+                    continue
+                entry = found.get(id(t))
+                if entry is None:
+                    found[id(t)] = (t, is_param, [(node, key)])
+                else:
+                    entry[2].append((node, key))
+    out: list[_Found] = []
+    for t, is_param, holders in found.values():
+        if len(holders) == 1:
+            owner = holders[0][0]
+        else:
+            nodes = list({id(n): n for n, _ in holders}.values())
+            owner = nodes[0] if len(nodes) == 1 else tree.lowest_common_ancestor(nodes)
+        out.append((t, is_param, owner, holders))
+    return out, notices
 
 
 def owned_tensors(tree: ModelTree) -> tuple[list[Owned], list[str]]:
     """Each distinct initialised parameter and buffer once, with the node it counts at
     (its holder, or the lowest common ancestor of its holders), and notices for the
     uninitialised lazy tensors that were skipped."""
-    found: dict[int, tuple[Tensor, bool, list[tuple[Node, str]]]] = {}
-    notices: list[str] = []
-    for node in tree.root.walk():
-        module = tree.module[id(node)]
-        for is_param, table in ((True, module._parameters), (False, module._buffers)):
-            for name, t in table.items():
-                if t is None:
-                    continue
-                qualified = f"{node.path}.{name}" if node.path else name
-                if is_lazy(t):
-                    notices.append(
-                        f"{qualified} is an uninitialised lazy tensor; run the model on an "
-                        "input to count it"
-                    )
-                    continue
-                found.setdefault(id(t), (t, is_param, []))[2].append((node, qualified))
-    owned = []
-    for t, is_param, holders in found.values():
-        nodes = list({id(n): n for n, _ in holders}.values())
-        owner = nodes[0] if len(nodes) == 1 else tree.lowest_common_ancestor(nodes)
-        owned.append(Owned(t, is_param, owner, tuple(holders)))
+    found, notices = _find_tensors(tree, reset=False)
+    owned = [Owned(t, is_param, owner, tuple(held)) for t, is_param, owner, held in found]
     return owned, notices
 
 
@@ -69,24 +107,20 @@ def fill_parameters(tree: ModelTree) -> list[str]:
 
     Returns notices (e.g. uninitialised lazy parameters that could not be counted).
     """
-    owned, notices = owned_tensors(tree)
-    for node in tree.root.walk():
-        for key in ("params", "trainable_params", "buffers", "param_bytes", "buffer_bytes"):
-            node.self_metrics[key] = 0
-        node.self_by_dtype = {}
-        node.shared = []
-
-    for o in owned:
-        t, owner = o.tensor, o.owner
-        if len(o.holders) > 1:
+    found, notices = _find_tensors(tree, reset=True)
+    for t, is_param, owner, holders in found:
+        if len(holders) > 1:
             where = owner.path or "<root>"
-            for holder, qualified in o.holders:
-                holder.shared.append(f"{qualified} (counted at {where})")
+            for holder, key in holders:
+                holder.shared.append(f"{_qualified(holder, key)} (counted at {where})")
         numel = t.numel()
-        nbytes = tensor_bytes(t)
-        row = owner.self_by_dtype.setdefault(dtype_name(t.dtype), dict.fromkeys(DTYPE_KEYS, 0))
+        nbytes = numel * t.element_size()
+        dtype = dtype_name(t.dtype)
+        row = owner.self_by_dtype.get(dtype)
+        if row is None:
+            row = owner.self_by_dtype[dtype] = dict.fromkeys(DTYPE_KEYS, 0)
         m = owner.self_metrics
-        if o.is_param:
+        if is_param:
             m["params"] += numel
             m["param_bytes"] += nbytes
             if t.requires_grad:
