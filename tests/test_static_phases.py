@@ -3,7 +3,9 @@ model's state, building the module tree, counting parameters and rolling metrics
 
 from __future__ import annotations
 
+import json
 import math
+import random
 
 import pytest
 import torch
@@ -15,6 +17,7 @@ from helpers import ModelSnapshot
 from layerscope.collect.state import ModelState, _has_values
 from layerscope.collect.tree import ModelTree
 from layerscope.metrics.params import fill_parameters, owned_tensors
+from layerscope.profile import ADDITIVE_METRICS, DTYPE_KEYS, Node, Profile
 
 # ---- ModelState ------------------------------------------------------------------------
 
@@ -252,3 +255,107 @@ def test_fill_parameters_resets_and_counts_once() -> None:
         "float32": {"params": 4, "param_bytes": 16, "buffers": 2, "buffer_bytes": 8},
         "int64": {"params": 0, "param_bytes": 0, "buffers": 1, "buffer_bytes": 8},
     }
+
+
+# ---- ordering and notices in build_profile ---------------------------------------------
+
+
+class Nested(nn.Module):
+    """Blocks called out of definition order, a container never called itself, a lazy
+    module the forward never reaches and a subtree that never runs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.idle = nn.Sequential(nn.Linear(2, 2), nn.ReLU())
+        self.blocks = nn.ModuleList([nn.Linear(2, 2), nn.Tanh(), nn.ReLU()])
+        self.head = nn.Linear(2, 2)
+        self.lazy = nn.LazyLinear(2)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = self.head(x)
+        for i in (2, 0, 1):
+            x = self.blocks[i](x)
+        return x
+
+
+def test_nodes_numbered_in_call_order_uncalled_last() -> None:
+    prof = ls.profile(Nested(), torch.ones(1, 2))
+    assert [(n.node_id, n.depth, n.path, n.calls) for n in prof.nodes()] == [
+        ("0", 0, "", 1),
+        ("1", 1, "head", 1),
+        ("2", 1, "blocks", 0),
+        ("2.1", 2, "blocks.2", 1),
+        ("2.2", 2, "blocks.0", 1),
+        ("2.3", 2, "blocks.1", 1),
+        ("3", 1, "idle", 0),
+        ("3.1", 2, "idle.0", 0),
+        ("3.2", 2, "idle.1", 0),
+        ("4", 1, "lazy", 0),
+    ]
+    assert prof.notices == [
+        "lazy.weight is an uninitialised lazy tensor; run the model on an input to count it",
+        "lazy.bias is an uninitialised lazy tensor; run the model on an input to count it",
+        "the model has lazy modules that were not initialised by this run",
+    ]
+    unrun = ls.profile(Nested())
+    assert [n.path for n in unrun.nodes()][:4] == ["", "idle", "idle.0", "idle.1"]
+    assert len(unrun.notices) == 2 and "initialised by this run" not in unrun.notices[-1]
+    assert ls.profile(nn.Sequential(nn.Linear(2, 2)), torch.ones(1, 2)).notices == []
+
+
+# ---- rollup ----------------------------------------------------------------------------
+
+
+def _reference_rollup(root: Node) -> None:
+    """Profile.rollup as first written: recursive, every row merged into a default row."""
+
+    def visit(node: Node) -> None:
+        for c in node.children:
+            visit(c)
+        totals = {k: v for k, v in node.self_metrics.items() if k in ADDITIVE_METRICS}
+        for c in node.children:
+            for k, v in c.metrics.items():
+                if k in ADDITIVE_METRICS:
+                    totals[k] = totals.get(k, 0) + v
+        node.metrics.update(totals)
+        merged: dict[str, dict[str, int]] = {}
+        for part in [node.self_by_dtype, *(c.by_dtype for c in node.children)]:
+            for dtype, row in part.items():
+                acc = merged.setdefault(dtype, dict.fromkeys(DTYPE_KEYS, 0))
+                for k in DTYPE_KEYS:
+                    acc[k] += row.get(k, 0)
+        node.by_dtype = dict(sorted(merged.items()))
+
+    visit(root)
+
+
+def _random_tree(rng: random.Random) -> Node:
+    keys = [*ADDITIVE_METRICS, "latency_ms", "peak_bytes"]
+    nodes = [Node(path="", name="root", type="Root")]
+    for i in range(1, 60):
+        node = Node(path=f"n{i}", name=f"n{i}", type="T")
+        rng.choice(nodes).children.append(node)
+        nodes.append(node)
+    for node in nodes:
+        for k in rng.sample(keys, rng.randint(0, len(keys))):
+            node.self_metrics[k] = rng.choice([rng.randint(0, 9), rng.random() * 1e6])
+        for k in rng.sample(keys, rng.randint(0, 3)):  # stale or non-additive values
+            node.metrics[k] = rng.randint(0, 9)
+        for dtype in rng.sample(["float32", "bfloat16", "int64"], rng.randint(0, 3)):
+            row_keys = rng.sample([*DTYPE_KEYS, "other"], rng.randint(0, 5))
+            node.self_by_dtype[dtype] = {k: rng.randint(0, 99) for k in row_keys}
+    return nodes[0]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_rollup_matches_the_reference(seed: int) -> None:
+    ours = _random_tree(random.Random(seed))
+    theirs = _random_tree(random.Random(seed))
+    Profile(root=ours).rollup()
+    _reference_rollup(theirs)
+    assert ours.to_dict() == theirs.to_dict()
+    assert json.dumps(ours.to_dict()) == json.dumps(theirs.to_dict())  # key order too
+    rows = [
+        id(row) for n in ours.walk() for row in (*n.by_dtype.values(), *n.self_by_dtype.values())
+    ]
+    assert len(rows) == len(set(rows))  # no row shared between nodes or with self rows

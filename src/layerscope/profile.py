@@ -228,25 +228,32 @@ class Profile:
     # ---- invariants ----------------------------------------------------------------
     def rollup(self) -> None:
         """Set inclusive additive metrics and dtype breakdowns from the self values."""
-
-        def visit(node: Node) -> None:
-            for c in node.children:
-                visit(c)
+        # Reversed pre-order: every node comes after all of its descendants.
+        for node in reversed(list(self.root.walk())):
+            children = node.children
             totals = {k: v for k, v in node.self_metrics.items() if k in _ADDITIVE}
-            for c in node.children:
+            for c in children:
                 for k, v in c.metrics.items():
                     if k in _ADDITIVE:
                         totals[k] = totals.get(k, 0) + v
             node.metrics.update(totals)
+            # Each row a new dict with exactly DTYPE_KEYS (absent keys count 0).
+            if not children:
+                node.by_dtype = {
+                    dtype: {k: row.get(k, 0) for k in DTYPE_KEYS}
+                    for dtype, row in sorted(node.self_by_dtype.items())
+                }
+                continue
             merged: dict[str, dict[str, int]] = {}
-            for part in [node.self_by_dtype, *(c.by_dtype for c in node.children)]:
+            for part in (node.self_by_dtype, *(c.by_dtype for c in children)):
                 for dtype, row in part.items():
-                    acc = merged.setdefault(dtype, dict.fromkeys(DTYPE_KEYS, 0))
-                    for k in DTYPE_KEYS:
-                        acc[k] += row.get(k, 0)
+                    acc = merged.get(dtype)
+                    if acc is None:
+                        merged[dtype] = {k: row.get(k, 0) for k in DTYPE_KEYS}
+                    else:
+                        for k in DTYPE_KEYS:
+                            acc[k] += row.get(k, 0)
             node.by_dtype = dict(sorted(merged.items()))
-
-        visit(self.root)
 
     def self_check(self) -> None:
         """Assert inclusive = self + sum of children for every additive metric and node."""
