@@ -22,7 +22,7 @@ from layerscope.collect.scopes import MAX_SIGNATURES, ScopeTracker
 from layerscope.collect.signature import dtype_name, iter_tensors
 from layerscope.collect.state import ModelState
 from layerscope.collect.timing import time_profile
-from layerscope.collect.tree import ModelTree, is_lazy
+from layerscope.collect.tree import ModelTree
 from layerscope.errors import InvalidInputError, LayerscopeError, ModelError
 from layerscope.metrics.flop_counter import FlopCounter
 from layerscope.metrics.flops import Formula
@@ -331,35 +331,38 @@ def build_profile(
     """Order, number and roll up the tree the tracker filled, and wrap it in a Profile."""
     tree = tracker.tree
     notices = list(notices)
-    notices.extend(fill_parameters(tree))
-    if any(is_lazy(m) for m in tree.modules()) and ran:
+    lazy = fill_parameters(tree)  # a notice per lazy tensor, so empty if no module is lazy
+    notices.extend(lazy)
+    if lazy and ran:
         notices.append("the model has lazy modules that were not initialised by this run")
     # A subtree's place is its earliest call anywhere inside it: a ModuleList is never
     # called itself but goes where its first block ran. Subtrees that never ran keep
     # definition order after those that did.
+    first_call = tracker.first_call
     first: dict[int, int] = {}
-
-    def earliest(node: Node) -> int | None:
-        times = [t for t in (earliest(c) for c in node.children) if t is not None]
-        own = tracker.first_call.get(id(node))
-        if own is not None:
-            times.append(own)
-        if times:
-            first[id(node)] = min(times)
-        return first.get(id(node))
-
-    earliest(tree.root)
-
-    def order(node: Node, node_id: str, depth: int) -> None:
-        node.node_id = node_id
-        node.depth = depth
-        called = sorted((c for c in node.children if id(c) in first), key=lambda c: first[id(c)])
-        uncalled = [c for c in node.children if id(c) not in first]
-        node.children = called + uncalled
-        for i, child in enumerate(node.children, start=1):
-            order(child, f"{i}" if node_id == "0" else f"{node_id}.{i}", depth + 1)
-
-    order(tree.root, "0", 0)
+    for node in reversed(list(tree.root.walk())):  # each node after its descendants
+        earliest = first_call.get(id(node))
+        for c in node.children:
+            t = first.get(id(c))
+            if t is not None and (earliest is None or t < earliest):
+                earliest = t
+        if earliest is not None:
+            first[id(node)] = earliest
+    tree.root.node_id, tree.root.depth = "0", 0
+    stack = [tree.root]
+    while stack:
+        node = stack.pop()
+        children = node.children
+        if not children:
+            continue
+        called = sorted((c for c in children if id(c) in first), key=lambda c: first[id(c)])
+        node.children = children = called + [c for c in children if id(c) not in first]
+        prefix = "" if node.node_id == "0" else f"{node.node_id}."
+        depth = node.depth + 1
+        for i, child in enumerate(children, start=1):
+            child.node_id = f"{prefix}{i}"
+            child.depth = depth
+        stack.extend(children)
     for node in tree.root.walk():
         extra = tracker.extra_signatures.get(id(node))
         if extra:

@@ -105,7 +105,8 @@ def owned_tensors(tree: ModelTree) -> tuple[list[Owned], list[str]]:
 def fill_parameters(tree: ModelTree) -> list[str]:
     """Write params/buffers metrics into the self metrics of the tree's nodes.
 
-    Returns notices (e.g. uninitialised lazy parameters that could not be counted).
+    Returns a notice per uninitialised lazy parameter or buffer (which cannot be counted),
+    and nothing else: no notices means no module of the tree is lazy.
     """
     found, notices = _find_tensors(tree, reset=True)
     for t, is_param, owner, holders in found:
