@@ -16,6 +16,7 @@ import layerscope as ls
 from helpers import ModelSnapshot
 from layerscope.collect.state import ModelState, _has_values
 from layerscope.collect.tree import ModelTree
+from layerscope.errors import LayerscopeError
 from layerscope.metrics.params import fill_parameters, owned_tensors
 from layerscope.profile import ADDITIVE_METRICS, DTYPE_KEYS, Node, Profile
 
@@ -74,6 +75,18 @@ def test_a_buffer_that_stays_nan_is_written_back_unchanged() -> None:
     model.nan[0] = 7.0
     assert state.restore() == []
     assert model.nan[0].item() == 1.0 and math.isnan(model.nan[1].item())
+
+
+def test_restore_runs_once_and_drops_the_copies() -> None:
+    model = ManyBuffers()
+    model.bn.weight.grad = torch.ones(4)
+    state = ModelState.capture(model)
+    assert state.modules and state.buffers and state.grads and state.empty and state.contents
+    assert state.restore() == []
+    assert not (state.modules or state.contents or state.empty or state.params)
+    assert not (state.grads or state.buffers or state.lazy)
+    with pytest.raises(LayerscopeError, match="restored once"):
+        state.restore()
 
 
 def test_shared_tensors_captured_once_and_named_by_their_first_path() -> None:

@@ -21,6 +21,8 @@ from torch._subclasses.fake_tensor import is_fake
 from torch.nn.parameter import is_lazy
 from torch.utils._python_dispatch import _disable_current_modes
 
+from layerscope.errors import LayerscopeError
+
 _CONTAINERS = (dict, set, list)
 
 
@@ -41,6 +43,7 @@ class ModelState:
     grads: list[tuple[Tensor, Tensor]] = field(default_factory=list)  # (grad, saved values)
     buffers: list[tuple[Tensor, Tensor]] = field(default_factory=list)
     lazy: list[tuple[Tensor, type[Tensor], Tensor]] = field(default_factory=list)
+    restored: bool = False
 
     @classmethod
     def capture(cls, model: nn.Module) -> ModelState:
@@ -102,9 +105,28 @@ class ModelState:
                         self.grads.append((t.grad, t.grad.detach().clone()))
 
     def restore(self) -> list[str]:
-        """Put everything back; return notices for changes that could not be undone."""
+        """Put everything back; return notices for changes that could not be undone.
+
+        Once only: the copies are dropped afterwards, so a caller that keeps the state
+        until it returns (with a profile's many new objects) keeps none of them alive
+        for the garbage collector to traverse.
+        """
+        if self.restored:
+            raise LayerscopeError("a ModelState is restored once")
         with _disable_current_modes():
-            return self._restore()
+            notices = self._restore()
+        self.restored = True
+        for copies in (
+            self.modules,
+            self.contents,
+            self.empty,
+            self.params,
+            self.grads,
+            self.buffers,
+            self.lazy,
+        ):
+            copies.clear()
+        return notices
 
     def _restore(self) -> list[str]:
         notices: list[str] = []
