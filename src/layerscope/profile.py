@@ -125,7 +125,8 @@ class Node:
         while stack:
             node = stack.pop()
             yield node
-            stack.extend(reversed(node.children))
+            if node.children:  # most nodes are leaves: skip reversed() for them
+                stack.extend(reversed(node.children))
 
     def to_dict(self) -> dict[str, Any]:
         return {
