@@ -279,3 +279,23 @@ def test_direct_forward_call_is_seen_when_the_module_has_no_hooks() -> None:
         handle.remove()
     # With a hook, fc is instrumented by hooks, which a direct forward call bypasses.
     assert prof.node("fc").calls == 0 and prof.root.self_metrics["macs"] == 24
+
+
+def test_a_copy_made_during_a_session_runs_its_own_weights() -> None:
+    import copy
+
+    model = nn.Sequential(nn.Linear(2, 2))
+    x = torch.ones(1, 2)
+    with ls.Profiler(model) as p:
+        model(x)
+        twin = copy.deepcopy(model)  # copies the instrumented __dict__ too
+        with torch.no_grad():
+            twin[0].weight.zero_()
+            twin[0].bias.fill_(3.0)
+        during = twin(x)
+    after = twin(x)
+    # The twin computes with its own weights (0 * x + 3), never with the original's, and
+    # its calls are not the profiled model's: the Linear ran once.
+    assert during.tolist() == after.tolist() == [[3.0, 3.0]]
+    assert p.profile.node("0").calls == 1
+    assert "forward" not in model[0].__dict__

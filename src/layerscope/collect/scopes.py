@@ -4,13 +4,15 @@
 innermost module on the stack, the root when none is). Every module instance of the
 model is instrumented, and put back in ``uninstall`` (called from ``finally``):
 
-- a module without hooks of its own gets a ``forward`` instance attribute wrapping its
-  own (``__wrapped__`` keeps ``inspect.signature`` right). nn.Module's call skips all
-  hook machinery for a module without hooks, and that machinery costs more per call
-  than this wrapper, so the common case stays on torch's fast path;
+- a module without hooks of its own gets a ``forward`` instance attribute, a method
+  wrapping its class's forward (``__wrapped__`` keeps ``inspect.signature`` right).
+  nn.Module's call skips all hook machinery for a module without hooks, and that
+  machinery costs more per call than this wrapper, so the common case stays on torch's
+  fast path;
 - a module that has hooks (the user's forward or backward hooks, a lazy module's
-  initialiser) gets a forward pre hook (prepended, with kwargs) and a forward hook
-  (``always_call=True``) instead, so the user's hooks run inside its scope as before.
+  initialiser) or a ``forward`` of its own on the instance gets a forward pre hook
+  (prepended, with kwargs) and a forward hook (``always_call=True``) instead, so the
+  user's pre hooks run inside its scope as before.
 
 Either way the stack stays balanced when a module raises, and the innermost module on an
 exception's way out is remembered so the error can name where it happened.
@@ -26,8 +28,9 @@ from __future__ import annotations
 
 import sys
 from bisect import bisect_right
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from types import MethodType
 from typing import Any, Literal
 
 import torch
@@ -45,7 +48,6 @@ MAX_SIGNATURES = 16
 #: The sequence number autograd gives nodes outside the sequence (AccumulateGrad).
 _NO_SEQUENCE = 2**64 - 1
 _next_sequence_nr = torch._C._autograd._get_sequence_nr
-_ABSENT = object()
 
 
 def _tensor_key(values: tuple[Any, ...]) -> tuple[Any, ...] | None:
@@ -88,8 +90,8 @@ class ScopeTracker:
         self._keys_out: dict[int, set[tuple[Any, ...]]] = {}
         self._seq = 0
         self._handles: list[RemovableHandle] = []
-        # (module, the forward wrapper set on it, its own ``forward`` attribute or _ABSENT)
-        self._wrapped: list[tuple[nn.Module, Callable[..., Any], Any]] = []
+        # (module, the forward method set on it); empty once uninstalled
+        self._wrapped: list[tuple[nn.Module, MethodType]] = []
         self._grad_starts: list[int] = []  # sequence numbers where ownership changes
         self._grad_owners: list[Node] = []
 
@@ -125,6 +127,7 @@ class ScopeTracker:
                 or m._forward_hooks
                 or m._backward_hooks
                 or m._backward_pre_hooks
+                or "forward" in m.__dict__  # the user's own per-instance forward
             ):
                 hooked.append(m)
             else:
@@ -135,32 +138,37 @@ class ScopeTracker:
 
     def uninstall(self) -> None:
         remove_hooks(self._handles)
-        for module, wrapper, previous in reversed(self._wrapped):
-            attrs = module.__dict__
-            if attrs.get("forward") is wrapper:
-                if previous is _ABSENT:
-                    del attrs["forward"]
-                else:
-                    attrs["forward"] = previous
+        for module, wrapper in self._wrapped:
+            if module.__dict__.get("forward") is wrapper:
+                del module.__dict__["forward"]
         self._wrapped.clear()
 
     def _wrap_forward(self, module: nn.Module) -> None:
-        original = module.forward
-        pre, post = self._pre, self._post
+        """Set ``module.forward`` to a method that runs the class's forward in scope.
 
-        def forward(*args: Any, **kwargs: Any) -> Any:
+        A bound method (not a closure over ``module``) so that a copy made while it is set
+        (``copy.deepcopy`` copies ``__dict__``) is bound to the copy: the copy runs its
+        own forward, untracked, then and after the session.
+        """
+        forward_fn = type(module).forward
+        pre, post, wrapped = self._pre, self._post, self._wrapped
+
+        def forward(this: nn.Module, *args: Any, **kwargs: Any) -> Any:
+            if this is not module or not wrapped:  # a copy, or the session is over
+                return forward_fn(this, *args, **kwargs)
             pre(module, args, kwargs)
             try:
-                out = original(*args, **kwargs)
+                out = forward_fn(module, *args, **kwargs)
             except BaseException:
                 post(module, args, kwargs, None)  # sees the exception in sys.exc_info()
                 raise
             post(module, args, kwargs, out)
             return out
 
-        forward.__wrapped__ = original  # type: ignore[attr-defined]
-        self._wrapped.append((module, forward, module.__dict__.get("forward", _ABSENT)))
-        module.__dict__["forward"] = forward
+        forward.__wrapped__ = forward_fn  # type: ignore[attr-defined]
+        method = MethodType(forward, module)
+        self._wrapped.append((module, method))
+        module.__dict__["forward"] = method
 
     # ---- hooks ---------------------------------------------------------------------
     def _resolve(self, module: nn.Module) -> Node:
