@@ -289,9 +289,11 @@ def test_a_copy_made_during_a_session_runs_its_own_weights() -> None:
     with ls.Profiler(model) as p:
         model(x)
         twin = copy.deepcopy(model)  # copies the instrumented __dict__ too
+        lin = twin[0]
+        assert isinstance(lin, nn.Linear)
         with torch.no_grad():
-            twin[0].weight.zero_()
-            twin[0].bias.fill_(3.0)
+            lin.weight.zero_()
+            lin.bias.fill_(3.0)
         during = twin(x)
     after = twin(x)
     # The twin computes with its own weights (0 * x + 3), never with the original's, and
