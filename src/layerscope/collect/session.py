@@ -237,6 +237,10 @@ def profile(
                     if backward:
                         loss = loss_fn(out) if loss_fn is not None else default_loss(out)
                         loss.backward()  # type: ignore[no-untyped-call]
+                        del loss
+                    # Freed while the GC is still paused: the first collection after it
+                    # resumes then has the output's autograd graph out of its way.
+                    del out
             except LayerscopeError:
                 raise
             except Exception as e:
