@@ -4,6 +4,10 @@ median of 3 trials).
 
     python bench/bench_flops.py [--repeats 5] [--skip-llama]
 
+Columns: the bare forward's time, then layerscope's analysis (``ls.profile``), torch's
+FlopCounterMode, and a TorchDispatchMode that does nothing but run each op (the floor of
+any tool that sees aten ops from Python), each as time / bare forward time.
+
 Targets: ResNet-50 shape, CPU, batch 1: layerscope / bare <= 1.25 and below
 FlopCounterMode / bare. GPT-2 small shape, 128 tokens: <= 1.15. Llama 80 layers x 8192 on
 meta, 2048 tokens: layerscope time <= 1.5 x FlopCounterMode time, peak RSS < 1 GB (measured
@@ -16,8 +20,10 @@ import argparse
 import os
 import subprocess
 import sys
+from typing import Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
 import layerscope as ls
@@ -33,25 +39,42 @@ def flop_counter_forward(model: torch.nn.Module, x: torch.Tensor) -> int:
     return int(counter.get_total_flops())
 
 
+class NoOpMode(TorchDispatchMode):  # type: ignore[no-untyped-call]
+    def __torch_dispatch__(
+        self,
+        func: Any,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        return func(*args, **(kwargs or {}))
+
+
+def noop_mode_forward(model: torch.nn.Module, x: torch.Tensor) -> None:
+    with NoOpMode():  # type: ignore[no-untyped-call]
+        model(x)
+
+
 def compare(name: str, model: torch.nn.Module, x: torch.Tensor, repeats: int) -> None:
     """Three interleaved trials of ``repeats`` rounds; the median trial's ratios."""
     trials = []
     for _ in range(3):
-        bare, ours, theirs = best_of_interleaved(
+        bare, ours, theirs, floor = best_of_interleaved(
             [
                 lambda: model(x),
                 lambda: ls.profile(model, x),
                 lambda: flop_counter_forward(model, x),
+                lambda: noop_mode_forward(model, x),
             ],
             repeats,
         )
-        trials.append((ours / bare, theirs / bare, bare))
-    ours_ratio, theirs_ratio, bare = sorted(trials)[1]
+        trials.append((ours / bare, theirs / bare, floor / bare, bare))
+    ours_ratio, theirs_ratio, floor_ratio, bare = sorted(trials)[1]
     prof = ls.profile(model, x)
     print(
         f"{name:<26}{bare * 1e3:>10.1f}ms{ours_ratio:>12.3f}{theirs_ratio:>14.3f}"
-        f"   macs={prof.root.metrics['macs']:.4g} (FlopCounterMode flops/2="
-        f"{flop_counter_forward(model, x) / 2:.4g})"
+        f"{floor_ratio:>14.3f}   macs={prof.root.metrics['macs']:.4g} (FlopCounterMode "
+        f"flops/2={flop_counter_forward(model, x) / 2:.4g})"
     )
 
 
@@ -102,7 +125,7 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, best of {args.repeats}")
-    print(f"{'model':<26}{'bare fwd':>12}{'ls/bare':>12}{'FCM/bare':>14}")
+    print(f"{'model':<26}{'bare fwd':>12}{'ls/bare':>12}{'FCM/bare':>14}{'no-op mode':>14}")
     compare("resnet50 1x3x224x224", resnet50().eval(), torch.randn(1, 3, 224, 224), args.repeats)
     compare(
         "gpt2-small 1x128 tokens",
