@@ -91,29 +91,29 @@ def test_activation_stats_column_and_fp16_flag() -> None:
     assert "overflows float16) in: <root>, 0" in text
 
 
-def test_cli_numerics_raise_exit_code(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def scale_model_file(tmp_path: Path, factor: str, layers: str) -> str:
+    """A model file for the CLI, as its target: ``Scale`` multiplies by ``factor`` and
+    ``build()`` returns ``nn.Sequential(<layers>)``."""
     script = tmp_path / "m.py"
     script.write_text(
         "import torch\nfrom torch import nn\n"
-        "class Blowup(nn.Module):\n"
-        "    def forward(self, x):\n        return x * 1e39\n"
-        "def build():\n    return nn.Sequential(nn.Linear(4, 4), Blowup(), nn.Linear(4, 2))\n"
+        "class Scale(nn.Module):\n"
+        f"    def forward(self, x):\n        return x * {factor}\n"
+        f"def build():\n    return nn.Sequential({layers})\n"
     )
-    code = main(["profile", f"{script}:build", "--input-shape", "2,4", "--numerics", "raise"])
+    return f"{script}:build"
+
+
+def test_cli_numerics_raise_exit_code(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    target = scale_model_file(tmp_path, "1e39", "nn.Linear(4, 4), Scale(), nn.Linear(4, 2)")
+    code = main(["profile", target, "--input-shape", "2,4", "--numerics", "raise"])
     assert code == 3
     assert "1" in capsys.readouterr().err
 
 
 def test_cli_underflow_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    script = tmp_path / "m.py"
-    script.write_text(
-        "import torch\nfrom torch import nn\n"
-        "class Tiny(nn.Module):\n"
-        "    def forward(self, x):\n        return x * 2.0**-30\n"
-        "def build():\n    return nn.Sequential(Tiny())\n"
-    )
+    target = scale_model_file(tmp_path, "2.0**-30", "Scale()")
     out = tmp_path / "p.json"
-    target = f"{script}:build"
     assert main(["profile", target, "--input-shape", "2,4", "--underflow"]) == 2
     assert "--underflow needs --numerics" in capsys.readouterr().err
     args = ["profile", target, "--input-shape", "2,4", "--numerics", "record", "--underflow"]
