@@ -855,6 +855,10 @@ def test_accumulating_indexing_ops() -> None:
     assert run(aten.scatter_add.default, x, 0, index, src) == Cost(0, 12)
     assert run(aten.index_put.default, x, [idx], src, True) == Cost(0, 12)
     assert run(aten.index_put.default, x, [idx], src, False) == Cost()
+    # put: flat indices into x's 15 elements, one add per element of source (4)
+    flat, source = torch.tensor([0, 7, 7, 14]), randn(4)
+    assert run(aten.put.default, x, flat, source, True) == Cost(0, 4)
+    assert run(aten.put.default, x, flat, source, False) == Cost()
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -204,7 +204,15 @@ def index_add_flop(
 
 
 @register_flop_formula(
-    *aten_ops("index_put", "index_put_", "_index_put_impl", "_index_put_impl_", "_unsafe_index_put")
+    *aten_ops(
+        "index_put",
+        "index_put_",
+        "_index_put_impl",
+        "_index_put_impl_",
+        "_unsafe_index_put",
+        "put",
+        "put_",
+    )
 )
 def index_put_flop(
     x: Tensor,
@@ -215,22 +223,9 @@ def index_put_flop(
     out: Any = None,
     **__: Any,
 ) -> Cost:
-    """``accumulate=True``: one add per element of ``values``; otherwise a copy (0)."""
+    """``accumulate=True``: one add per element of ``values`` (``put``: ``source``, in the
+    same place); otherwise a copy (0)."""
     return Cost(0, values.numel() if accumulate else 0)
-
-
-@register_flop_formula(*aten_ops("put", "put_"))
-def put_flop(
-    x: Tensor,
-    index: Tensor,
-    source: Tensor,
-    accumulate: bool = False,
-    *_: Any,
-    out: Any = None,
-    **__: Any,
-) -> Cost:
-    """``accumulate=True``: one add per element of ``source``; otherwise a copy (0)."""
-    return Cost(0, source.numel() if accumulate else 0)
 
 
 @register_flop_formula(*aten_ops("embedding_dense_backward", "embedding_backward"))
