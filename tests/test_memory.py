@@ -511,10 +511,9 @@ def test_json_round_trip_keeps_memory() -> None:
     assert back.root.metrics["peak_bytes"] == 65_536
 
 
-def test_cuda_requested_without_cuda_is_an_input_error() -> None:
-    if torch.cuda.is_available():
-        pytest.skip("CUDA is available")
-    with pytest.raises(InvalidInputError):
+def test_cuda_requested_without_cuda_is_an_input_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # also on a GPU machine
+    with pytest.raises(InvalidInputError, match="CUDA is not available"):
         MemoryObserver(cuda=True)
 
 
