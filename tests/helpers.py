@@ -314,14 +314,18 @@ def _dict_diff(
     before: dict[str, Any],
     after: dict[str, Any],
     compare: Callable[[str, Any, Any], list[str]],
+    entries: str | None = None,
 ) -> list[str]:
+    """Keys removed and added (named ``entries``, default "<kind> entries"), then
+    ``compare`` on every key in both."""
+    entries = entries or f"{kind} entries"
     out: list[str] = []
     missing = [k for k in before if k not in after]
     added = [k for k in after if k not in before]
     if missing:
-        out.append(f"{kind} entries removed: {missing}")
+        out.append(f"{entries} removed: {missing}")
     if added:
-        out.append(f"{kind} entries added: {added}")
+        out.append(f"{entries} added: {added}")
     for k, a in before.items():
         if k in after:
             out += compare(k, a, after[k])
@@ -362,18 +366,13 @@ def _value_diff(model: nn.Module) -> Callable[[str, Any, Any], list[str]]:
 def _tensor_dict_diff(
     kind: str, before: dict[str, TensorRecord], now: Iterable[tuple[str, Tensor]]
 ) -> list[str]:
-    current = dict(now)
-    out: list[str] = []
-    missing = [k for k in before if k not in current]
-    added = [k for k in current if k not in before]
-    if missing:
-        out.append(f"{kind}s removed: {missing}")
-    if added:
-        out.append(f"{kind}s added: {added}")
-    for name, rec in before.items():
-        if name in current:
-            out += rec.diff(current[name], f"{kind} {name}", check_identity=True)
-    return out
+    return _dict_diff(
+        kind,
+        before,
+        dict(now),
+        lambda name, rec, t: rec.diff(t, f"{kind} {name}", check_identity=True),
+        entries=f"{kind}s",
+    )
 
 
 def lin_relu_lin() -> list[nn.Module]:
