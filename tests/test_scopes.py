@@ -301,3 +301,57 @@ def test_a_copy_made_during_a_session_runs_its_own_weights() -> None:
     assert during.tolist() == after.tolist() == [[3.0, 3.0]]
     assert p.profile.node("0").calls == 1
     assert "forward" not in model[0].__dict__
+
+
+def test_recorded_signatures_match_flattening_each_call() -> None:
+    """Calls are told apart by cheap keys and turned into Signatures after the run; the
+    result must be what flattening every call would give, deduplicated in call order."""
+    from layerscope.collect.signature import MAX_LEAVES, flatten, flatten_call
+
+    class Many(nn.Module):
+        def forward(self, *xs: torch.Tensor, scale: float = 1.0) -> tuple[torch.Tensor, ...]:
+            return xs[:2]
+
+    class Outer(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.many = Many()
+            self.relu = nn.ReLU()
+            self.w = nn.Parameter(torch.ones(2, 3))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.many(x, x[0])  # plain tensors: keyed; the output tuple too
+            self.many(x, x[0], scale=2.0)  # kwargs: flattened
+            self.many(self.w, x[0])  # a Parameter: flattened, same Signature as above
+            self.many(*[x] * (MAX_LEAVES + 1))  # too many leaves: flattened, truncated
+            self.many(x, x[0])  # a repeat
+            self.relu(x.to(torch.float64))  # a bare tensor output: keyed
+            out: torch.Tensor = self.relu(x)
+            return out
+
+    x = torch.ones(2, 3)
+    calls = [((x, x[0]), {}), ((x, x[0]), {"scale": 2.0}), (tuple([x] * (MAX_LEAVES + 1)), {})]
+    prof = ls.profile(Outer(), x)
+    many = prof.node("many")
+    assert many.calls == 5
+    # distinct: call 1 (= call 3 = call 5), call 2 (kwargs), call 4 (truncated to 64 leaves)
+    assert many.inputs == [flatten_call(*calls[i]) for i in (0, 1, 2)]
+    assert len(many.inputs[2]) == MAX_LEAVES + 1 and many.inputs[2][-1].path == "..."
+    # (x, x[0]) from every call but the fourth, which returns (x, x)
+    assert many.outputs == [flatten((x, x[0])), flatten((x, x))]
+    relu = prof.node("relu")
+    assert relu.outputs == [flatten(x.to(torch.float64)), flatten(x)]
+    assert [s[0].path for s in relu.outputs] == ["", ""]
+
+
+def test_a_call_whose_key_cannot_be_hashed_is_recorded_by_its_signature() -> None:
+    # Symbolic sizes do not hash; a key that does not hash stands in for them here.
+    from layerscope.collect.scopes import _record
+    from layerscope.profile import Node, ValueSpec
+
+    node = Node(path="m", name="m", type="M")
+    calls: dict[int, dict[object, None]] = {}
+    sig = (ValueSpec("0", "Tensor", "symbolic shape"),)
+    _record(calls, node, ([1],), lambda: sig)
+    _record(calls, node, ([1],), lambda: sig)
+    assert list(calls[id(node)]) == [sig]

@@ -28,10 +28,9 @@ from __future__ import annotations
 
 import sys
 from bisect import bisect_right
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from types import MethodType
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from torch import nn
@@ -39,7 +38,7 @@ from torch.utils.hooks import RemovableHandle
 
 from layerscope.collect.common import install_hook_pairs, remove_hooks
 from layerscope.collect.observer import Observer
-from layerscope.collect.signature import flatten, flatten_call
+from layerscope.collect.signature import MAX_LEAVES, flatten, flatten_call, spec_of
 from layerscope.collect.tree import ModelTree
 from layerscope.profile import Node, Signature
 
@@ -51,8 +50,11 @@ _next_sequence_nr = torch._C._autograd._get_sequence_nr
 
 
 def _tensor_key(values: tuple[Any, ...]) -> tuple[Any, ...] | None:
-    """``(shape, dtype, device)`` of each value if every one is a plain dense tensor, else
-    None: what their Signature is made of, at a fraction of the cost of building it."""
+    """``(shape, dtype, device)`` of each value if every one is a plain dense tensor (and
+    few enough for a Signature to keep them all), else None: what their Signature is
+    made of, at a fraction of the cost of building it."""
+    if len(values) > MAX_LEAVES:
+        return None
     key = []
     for v in values:
         if type(v) is not torch.Tensor or v.is_nested:
@@ -61,11 +63,33 @@ def _tensor_key(values: tuple[Any, ...]) -> tuple[Any, ...] | None:
     return tuple(key)
 
 
-@dataclass(slots=True)
-class Frame:
-    node: Node
-    module: nn.Module
-    exc_at_entry: BaseException | None
+def _signature_of(entry: Any, output: bool) -> Signature:
+    """The Signature of a recorded call from what ``_record`` kept of it: a Signature
+    already, a ``_tensor_key`` (tensors named by position, as ``flatten_call`` and
+    ``flatten`` of a tuple name them), or, for an output that is one bare tensor, its
+    ``(shape, dtype, device)`` (named ``""``)."""
+    if output and entry and type(entry[0]) is torch.Size:
+        return (spec_of("", *entry),)
+    if not entry or type(entry[0]) is tuple:
+        return tuple(spec_of(str(i), *leaf) for i, leaf in enumerate(entry))
+    return entry  # type: ignore[no-any-return]
+
+
+def _record(
+    calls: dict[int, dict[Any, None]], node: Node, key: Any, signature: Callable[[], Signature]
+) -> None:
+    """Remember one call of ``node`` if it is unlike every earlier one: by its cheap
+    ``key`` when there is one, else by its ``signature()``."""
+    seen = calls.get(id(node))
+    if seen is None:
+        seen = calls[id(node)] = {}
+    if key is not None:
+        try:
+            seen.setdefault(key, None)
+            return
+        except TypeError:  # symbolic sizes do not hash; their Signature does
+            pass
+    seen.setdefault(signature(), None)
 
 
 class ScopeTracker:
@@ -78,16 +102,19 @@ class ScopeTracker:
         self.record_shapes = record_shapes
         self._enter = [o.on_enter for o in observers if o.overrides("on_enter")]
         self._exit = [o.on_exit for o in observers if o.overrides("on_exit")]
-        self.stack: list[Frame] = []
+        #: The running modules, innermost last: (node, module, exception being handled
+        #: when it was entered).
+        self.stack: list[tuple[Node, nn.Module, BaseException | None]] = []
+        #: The innermost running module's node; the root outside any module.
+        self.current: Node = tree.root
         self.first_call: dict[int, int] = {}  # id(node) -> sequence number of first call
         # id(node) -> {"inputs"/"outputs": distinct signatures seen but not kept}
         self.extra_signatures: dict[int, dict[str, int]] = {}
         self.error_site: dict[int, tuple[BaseException, Node]] = {}  # id(exc) -> (exc, node)
-        self._seen_in: dict[int, set[Signature]] = {}
-        self._seen_out: dict[int, set[Signature]] = {}
-        # id(node) -> _tensor_key of the calls already recorded (a fast path of the above)
-        self._keys_in: dict[int, set[tuple[Any, ...]]] = {}
-        self._keys_out: dict[int, set[tuple[Any, ...]]] = {}
+        # id(node) -> every distinct call, in order, as cheaply as it can be told apart
+        # (see _signature_of); turned into the node's Signatures by record_signatures().
+        self._inputs: dict[int, dict[Any, None]] = {}
+        self._outputs: dict[int, dict[Any, None]] = {}
         self._seq = 0
         self._handles: list[RemovableHandle] = []
         # (module, the forward method set on it); empty once uninstalled
@@ -96,11 +123,6 @@ class ScopeTracker:
         self._grad_owners: list[Node] = []
 
     # ---- queries used by observers -------------------------------------------------
-    @property
-    def current(self) -> Node:
-        """The innermost running module's node; the root outside any module."""
-        return self.stack[-1].node if self.stack else self.tree.root
-
     def grad_owner(self, grad_node: Any) -> Node:
         """The module whose forward created this autograd node (the root if none did)."""
         seq = grad_node._sequence_nr()
@@ -111,7 +133,7 @@ class ScopeTracker:
 
     def _owns_new_grad_nodes(self, node: Node) -> None:
         seq = _next_sequence_nr()
-        if self._grad_starts and self._grad_starts[-1] == seq:
+        if self._grad_starts[-1] == seq:
             self._grad_owners[-1] = node
         else:
             self._grad_starts.append(seq)
@@ -119,7 +141,8 @@ class ScopeTracker:
 
     # ---- installation --------------------------------------------------------------
     def install(self) -> None:
-        self._owns_new_grad_nodes(self.tree.root)
+        self._grad_starts.append(_next_sequence_nr())
+        self._grad_owners.append(self.tree.root)
         hooked: list[nn.Module] = []
         for m in self.tree.modules():
             if (
@@ -177,24 +200,22 @@ class ScopeTracker:
             return nodes[0]
         # A module registered under several paths: pick the path whose parent is running.
         parent_of = self.tree.parent
-        for frame in reversed(self.stack):
+        for node, _, _ in reversed(self.stack):
             for n in nodes:
-                if parent_of[id(n)] is frame.node:
+                if parent_of[id(n)] is node:
                     return n
         return nodes[0]
 
     def _pre(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         node = self._resolve(module)
         node.calls += 1
-        if id(node) not in self.first_call:
-            self.first_call[id(node)] = self._seq
+        self.first_call.setdefault(id(node), self._seq)
         self._seq += 1
         if self.record_shapes:
             key = None if kwargs else _tensor_key(args)
-            if key is None or key not in self._keys_in.setdefault(id(node), set()):
-                self._remember(node, "inputs", self._seen_in, flatten_call(args, kwargs))
-                self._key_seen(self._keys_in, node, key)
-        self.stack.append(Frame(node, module, sys.exc_info()[1]))
+            _record(self._inputs, node, key, lambda: flatten_call(args, kwargs))
+        self.stack.append((node, module, sys.exc_info()[1]))
+        self.current = node
         self._owns_new_grad_nodes(node)
         for on_enter in self._enter:
             on_enter(node, module, args, kwargs)
@@ -204,55 +225,49 @@ class ScopeTracker:
     ) -> None:
         # Find this module's frame; normally the top, unless a pre hook of the user's that
         # runs before ours raised (then it was never pushed).
-        for i in range(len(self.stack) - 1, -1, -1):
-            if self.stack[i].module is module:
-                break
+        stack = self.stack
+        if stack and stack[-1][1] is module:
+            node, _, exc_at_entry = stack.pop()
         else:
-            return
-        frame = self.stack[i]
-        del self.stack[i:]
+            for i in range(len(stack) - 2, -1, -1):
+                if stack[i][1] is module:
+                    break
+            else:
+                return
+            node, _, exc_at_entry = stack[i]
+            del stack[i:]
+        self.current = stack[-1][0] if stack else self.tree.root
         self._owns_new_grad_nodes(self.current)
         exc = sys.exc_info()[1]
-        if exc is not None and exc is not frame.exc_at_entry:
-            self.mark_error_site(exc, frame.node)
+        if exc is not None and exc is not exc_at_entry:
+            self.mark_error_site(exc, node)
             for on_exit in self._exit:
-                on_exit(frame.node, module, None, True)
+                on_exit(node, module, None, True)
             return
         if self.record_shapes:
-            node = frame.node
-            key = _tensor_key((output,))
-            if key is None or key not in self._keys_out.setdefault(id(node), set()):
-                self._remember(node, "outputs", self._seen_out, flatten(output))
-                self._key_seen(self._keys_out, node, key)
+            if type(output) is torch.Tensor and not output.is_nested:
+                key: Any = (output.shape, output.dtype, output.device)
+            else:
+                key = _tensor_key(output) if type(output) is tuple else None
+            _record(self._outputs, node, key, lambda: flatten(output))
         for on_exit in self._exit:
-            on_exit(frame.node, module, output, False)
+            on_exit(node, module, output, False)
 
-    def _remember(
-        self,
-        node: Node,
-        kind: Literal["inputs", "outputs"],
-        seen: dict[int, set[Signature]],
-        sig: Signature,
-    ) -> None:
-        known = seen.setdefault(id(node), set())
-        if sig in known:
-            return
-        known.add(sig)
-        if len(known) > MAX_SIGNATURES:  # distinct, but only counted
-            self.extra_signatures.setdefault(id(node), {})[kind] = len(known) - MAX_SIGNATURES
-            return
-        getattr(node, kind).append(sig)
-
-    @staticmethod
-    def _key_seen(
-        keys: dict[int, set[tuple[Any, ...]]], node: Node, key: tuple[Any, ...] | None
-    ) -> None:
-        """Remember the cheap key of a recorded signature (up to a bound), so that the
-        next call with the same plain tensors skips building it."""
-        if key is not None:
-            known = keys[id(node)]
-            if len(known) < 4 * MAX_SIGNATURES:
-                known.add(key)
+    def record_signatures(self) -> None:
+        """Give each node the distinct Signatures of its calls, in order: the first
+        ``MAX_SIGNATURES`` of its inputs and of its outputs; how many more there were goes
+        to ``extra_signatures``."""
+        nodes = {id(n): n for n in self.tree.root.walk()}
+        for kind, calls in (("inputs", self._inputs), ("outputs", self._outputs)):
+            output = kind == "outputs"
+            for key, entries in calls.items():
+                distinct = dict.fromkeys(_signature_of(e, output) for e in entries)
+                kept = getattr(nodes[key], kind)
+                kept.extend(list(distinct)[:MAX_SIGNATURES])
+                if len(distinct) > MAX_SIGNATURES:
+                    extra = self.extra_signatures.setdefault(key, {})
+                    extra[kind] = len(distinct) - MAX_SIGNATURES
+            calls.clear()
 
     def mark_error_site(self, exc: BaseException, node: Node) -> None:
         """Record that ``exc`` was raised in ``node``; the first (innermost) mark wins."""

@@ -335,6 +335,7 @@ def build_profile(
     """Order, number and roll up the tree the tracker filled, and wrap it in a Profile."""
     tree = tracker.tree
     notices = list(notices)
+    tracker.record_signatures()
     lazy = fill_parameters(tree)  # a notice per lazy tensor, so empty if no module is lazy
     notices.extend(lazy)
     if lazy and ran:

@@ -36,15 +36,19 @@ def dtype_name(dtype: torch.dtype) -> str:
 def tensor_spec(path: str, t: torch.Tensor) -> Spec:
     if t.is_nested:
         return ValueSpec(path, "nested_tensor", None)
+    return spec_of(path, t.shape, t.dtype, t.device)
+
+
+def spec_of(path: str, shape: torch.Size, dtype: torch.dtype, device: torch.device) -> Spec:
+    """The spec of a dense tensor of this shape, dtype and device."""
     try:
-        shape = tuple(map(int, t.shape))
+        dims = tuple(map(int, shape))
     except Exception:  # symbolic sizes that have no concrete value
         return ValueSpec(path, "Tensor", "symbolic shape")
-    dtype = dtype_name(t.dtype)
-    device = _DEVICE_NAMES.get(t.device)
-    if device is None:
-        device = _DEVICE_NAMES[t.device] = str(t.device)
-    return TensorSpec(path, shape, dtype, device)
+    device_name = _DEVICE_NAMES.get(device)
+    if device_name is None:
+        device_name = _DEVICE_NAMES[device] = str(device)
+    return TensorSpec(path, dims, dtype_name(dtype), device_name)
 
 
 def value_spec(path: str, v: Any) -> Spec:

@@ -240,7 +240,7 @@ class MemoryObserver(Observer):
     def _pack(self, t: Tensor) -> Any:
         tracker = self._tracker
         if tracker is not None and _current_autograd_node() is None:
-            self._saved(t, tracker.stack[-1].node if tracker.stack else tracker.tree.root)
+            self._saved(t, tracker.current)
         if self._outer_pack is not None:
             assert self._outer_unpack is not None
             return _Outer(self._outer_pack(t), self._outer_unpack)
