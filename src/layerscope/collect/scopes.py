@@ -174,18 +174,21 @@ class ScopeTracker:
         own forward, untracked, then and after the session.
         """
         forward_fn = type(module).forward
-        pre, post, wrapped = self._pre, self._post, self._wrapped
+        enter, leave, post, wrapped = self._enter_node, self._leave, self._post, self._wrapped
+        nodes = self.tree.nodes_of[id(module)]
+        only = nodes[0] if len(nodes) == 1 else None  # else resolved per call
+        resolve = self._resolve
 
         def forward(this: nn.Module, *args: Any, **kwargs: Any) -> Any:
             if this is not module or not wrapped:  # a copy, or the session is over
                 return forward_fn(this, *args, **kwargs)
-            pre(module, args, kwargs)
+            enter(only if only is not None else resolve(module), module, args, kwargs)
             try:
                 out = forward_fn(module, *args, **kwargs)
             except BaseException:
                 post(module, args, kwargs, None)  # sees the exception in sys.exc_info()
                 raise
-            post(module, args, kwargs, out)
+            leave(module, out)
             return out
 
         forward.__wrapped__ = forward_fn  # type: ignore[attr-defined]
@@ -206,10 +209,26 @@ class ScopeTracker:
                     return n
         return nodes[0]
 
+    def _frame_of(self, module: nn.Module) -> int | None:
+        """Where ``module``'s frame is on the stack: normally the top, unless a pre hook
+        of the user's that runs before ours raised (then it was never pushed)."""
+        stack = self.stack
+        for i in range(len(stack) - 1, -1, -1):
+            if stack[i][1] is module:
+                return i
+        return None
+
     def _pre(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        node = self._resolve(module)
+        """The forward pre hook of a module with hooks."""
+        self._enter_node(self._resolve(module), module, args, kwargs)
+
+    def _enter_node(
+        self, node: Node, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
+        """``module``'s forward (as ``node``) starts with these arguments."""
+        if not node.calls:
+            self.first_call[id(node)] = self._seq
         node.calls += 1
-        self.first_call.setdefault(id(node), self._seq)
         self._seq += 1
         if self.record_shapes:
             key = None if kwargs else _tensor_key(args)
@@ -223,27 +242,36 @@ class ScopeTracker:
     def _post(
         self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
     ) -> None:
-        # Find this module's frame; normally the top, unless a pre hook of the user's that
-        # runs before ours raised (then it was never pushed).
+        """The forward hook (always called) of a module with hooks; also where a wrapped
+        forward goes when it raises."""
+        i = self._frame_of(module)
+        if i is None:
+            return
+        node, _, exc_at_entry = self.stack[i]
+        exc = sys.exc_info()[1]
+        if exc is None or exc is exc_at_entry:
+            self._leave(module, output)
+            return
+        del self.stack[i:]
+        self.current = self.stack[-1][0] if self.stack else self.tree.root
+        self._owns_new_grad_nodes(self.current)
+        self.mark_error_site(exc, node)
+        for on_exit in self._exit:
+            on_exit(node, module, None, True)
+
+    def _leave(self, module: nn.Module, output: Any) -> None:
+        """``module``'s forward returned ``output``."""
         stack = self.stack
         if stack and stack[-1][1] is module:
-            node, _, exc_at_entry = stack.pop()
+            node = stack.pop()[0]
         else:
-            for i in range(len(stack) - 2, -1, -1):
-                if stack[i][1] is module:
-                    break
-            else:
+            i = self._frame_of(module)
+            if i is None:
                 return
-            node, _, exc_at_entry = stack[i]
+            node = stack[i][0]
             del stack[i:]
-        self.current = stack[-1][0] if stack else self.tree.root
-        self._owns_new_grad_nodes(self.current)
-        exc = sys.exc_info()[1]
-        if exc is not None and exc is not exc_at_entry:
-            self.mark_error_site(exc, node)
-            for on_exit in self._exit:
-                on_exit(node, module, None, True)
-            return
+        current = self.current = stack[-1][0] if stack else self.tree.root
+        self._owns_new_grad_nodes(current)
         if self.record_shapes:
             if type(output) is torch.Tensor and not output.is_nested:
                 key: Any = (output.shape, output.dtype, output.device)
