@@ -350,8 +350,8 @@ def test_a_call_whose_key_cannot_be_hashed_is_recorded_by_its_signature() -> Non
     from layerscope.profile import Node, ValueSpec
 
     node = Node(path="m", name="m", type="M")
-    calls: dict[int, dict[object, None]] = {}
+    calls: dict[int, tuple[Node, dict[object, None]]] = {}
     sig = (ValueSpec("0", "Tensor", "symbolic shape"),)
     _record(calls, node, ([1],), lambda: sig)
     _record(calls, node, ([1],), lambda: sig)
-    assert list(calls[id(node)]) == [sig]
+    assert calls[id(node)][0] is node and list(calls[id(node)][1]) == [sig]

@@ -20,6 +20,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from layerscope.collect.scopes import ScopeTracker
 from layerscope.profile import Node
 
+_current_autograd_node = torch._C._current_autograd_node
+
 #: ``Observer.on_op``: (func, args, kwargs, out, node, backward) -> None
 OpCallback = Callable[[OpOverload, tuple[Any, ...], dict[str, Any], Any, Node, bool], None]
 
@@ -65,9 +67,10 @@ class SessionMode(TorchDispatchMode):
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
-        kwargs = kwargs or {}
+        if kwargs is None:
+            kwargs = {}
         out = func(*args, **kwargs)
-        grad_node = torch._C._current_autograd_node()
+        grad_node = _current_autograd_node()
         if grad_node is None:
             node, backward = self.tracker.current, False
         else:

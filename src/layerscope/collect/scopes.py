@@ -76,13 +76,17 @@ def _signature_of(entry: Any, output: bool) -> Signature:
 
 
 def _record(
-    calls: dict[int, dict[Any, None]], node: Node, key: Any, signature: Callable[[], Signature]
+    calls: dict[int, tuple[Node, dict[Any, None]]],
+    node: Node,
+    key: Any,
+    signature: Callable[[], Signature],
 ) -> None:
     """Remember one call of ``node`` if it is unlike every earlier one: by its cheap
     ``key`` when there is one, else by its ``signature()``."""
-    seen = calls.get(id(node))
-    if seen is None:
-        seen = calls[id(node)] = {}
+    entry = calls.get(id(node))
+    if entry is None:
+        entry = calls[id(node)] = (node, {})
+    seen = entry[1]
     if key is not None:
         try:
             seen.setdefault(key, None)
@@ -113,8 +117,8 @@ class ScopeTracker:
         self.error_site: dict[int, tuple[BaseException, Node]] = {}  # id(exc) -> (exc, node)
         # id(node) -> every distinct call, in order, as cheaply as it can be told apart
         # (see _signature_of); turned into the node's Signatures by record_signatures().
-        self._inputs: dict[int, dict[Any, None]] = {}
-        self._outputs: dict[int, dict[Any, None]] = {}
+        self._inputs: dict[int, tuple[Node, dict[Any, None]]] = {}
+        self._outputs: dict[int, tuple[Node, dict[Any, None]]] = {}
         self._seq = 0
         self._handles: list[RemovableHandle] = []
         # (module, the forward method set on it); empty once uninstalled
@@ -285,16 +289,24 @@ class ScopeTracker:
         """Give each node the distinct Signatures of its calls, in order: the first
         ``MAX_SIGNATURES`` of its inputs and of its outputs; how many more there were goes
         to ``extra_signatures``."""
-        nodes = {id(n): n for n in self.tree.root.walk()}
+        built: dict[tuple[bool, Any], Signature] = {}  # many modules share a key
         for kind, calls in (("inputs", self._inputs), ("outputs", self._outputs)):
             output = kind == "outputs"
-            for key, entries in calls.items():
-                distinct = dict.fromkeys(_signature_of(e, output) for e in entries)
-                kept = getattr(nodes[key], kind)
-                kept.extend(list(distinct)[:MAX_SIGNATURES])
-                if len(distinct) > MAX_SIGNATURES:
-                    extra = self.extra_signatures.setdefault(key, {})
-                    extra[kind] = len(distinct) - MAX_SIGNATURES
+            for node, entries in calls.values():
+                signatures = []
+                for entry in entries:
+                    sig = built.get((output, entry))
+                    if sig is None:
+                        sig = built[output, entry] = _signature_of(entry, output)
+                    signatures.append(sig)
+                if len(signatures) > 1:
+                    # Distinct entries are distinct Signatures, except that a call told
+                    # apart by its Signature (a Parameter argument) may match a keyed one.
+                    signatures = list(dict.fromkeys(signatures))
+                getattr(node, kind).extend(signatures[:MAX_SIGNATURES])
+                if len(signatures) > MAX_SIGNATURES:
+                    extra = self.extra_signatures.setdefault(id(node), {})
+                    extra[kind] = len(signatures) - MAX_SIGNATURES
             calls.clear()
 
     def mark_error_site(self, exc: BaseException, node: Node) -> None:

@@ -29,8 +29,9 @@ class FlopCounter(Observer):
         self.formulas = overrides
         self.unsupported: dict[str, dict[str, Any]] = {}
         self.saw_backward = False
-        # func -> its formula, ZERO for zero-cost ops, None when unsupported; resolved once.
-        self._resolved: dict[OpOverload, Formula | Cost | None] = {}
+        # id(func) -> (func, its formula, ZERO for zero-cost ops, None when unsupported);
+        # resolved once. Keyed by id: OpOverload hashes in Python, on every op.
+        self._resolved: dict[int, tuple[OpOverload, Formula | Cost | None]] = {}
 
     def on_op(
         self,
@@ -43,10 +44,10 @@ class FlopCounter(Observer):
     ) -> None:
         if backward:
             self.saw_backward = True
-        if func in self._resolved:
-            priced = self._resolved[func]
-        else:
-            priced = self._resolved[func] = resolve(func, self.formulas)
+        entry = self._resolved.get(id(func))
+        if entry is None:
+            entry = self._resolved[id(func)] = (func, resolve(func, self.formulas))
+        priced = entry[1]
         if priced is None:
             self._unsupported(func, node, backward)
             return
