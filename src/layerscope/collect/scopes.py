@@ -111,7 +111,7 @@ class ScopeTracker:
         self.stack: list[tuple[Node, nn.Module, BaseException | None]] = []
         #: The innermost running module's node; the root outside any module.
         self.current: Node = tree.root
-        self.first_call: dict[int, int] = {}  # id(node) -> sequence number of first call
+        self.called: list[Node] = []  # each node that ran, in the order of its first call
         # id(node) -> {"inputs"/"outputs": distinct signatures seen but not kept}
         self.extra_signatures: dict[int, dict[str, int]] = {}
         self.error_site: dict[int, tuple[BaseException, Node]] = {}  # id(exc) -> (exc, node)
@@ -119,7 +119,6 @@ class ScopeTracker:
         # (see _signature_of); turned into the node's Signatures by record_signatures().
         self._inputs: dict[int, tuple[Node, dict[Any, None]]] = {}
         self._outputs: dict[int, tuple[Node, dict[Any, None]]] = {}
-        self._seq = 0
         self._handles: list[RemovableHandle] = []
         # (module, the forward method set on it); empty once uninstalled
         self._wrapped: list[tuple[nn.Module, MethodType]] = []
@@ -231,9 +230,8 @@ class ScopeTracker:
     ) -> None:
         """``module``'s forward (as ``node``) starts with these arguments."""
         if not node.calls:
-            self.first_call[id(node)] = self._seq
+            self.called.append(node)
         node.calls += 1
-        self._seq += 1
         if self.record_shapes:
             key = None if kwargs else _tensor_key(args)
             _record(self._inputs, node, key, lambda: flatten_call(args, kwargs))

@@ -343,7 +343,7 @@ def build_profile(
     # A subtree's place is its earliest call anywhere inside it: a ModuleList is never
     # called itself but goes where its first block ran. Subtrees that never ran keep
     # definition order after those that did.
-    first_call = tracker.first_call
+    first_call = {id(node): i for i, node in enumerate(tracker.called)}
     first: dict[int, int] = {}
     for node in reversed(list(tree.root.walk())):  # each node after its descendants
         earliest = first_call.get(id(node))
