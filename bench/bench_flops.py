@@ -2,7 +2,7 @@
 torch's FlopCounterMode, all measured in this one run (interleaved best of N rounds,
 median of 3 trials).
 
-    python bench/bench_flops.py [--repeats 5] [--skip-llama]
+    python bench/bench_flops.py [--repeats 10] [--skip-llama] [--system-heap]
 
 Columns: the bare forward's time, then layerscope's analysis (``ls.profile``), torch's
 FlopCounterMode, and a TorchDispatchMode that does nothing but run each op (the floor of
@@ -12,6 +12,8 @@ Targets: ResNet-50 shape, CPU, batch 1: layerscope / bare <= 1.25 and below
 FlopCounterMode / bare. GPT-2 small shape, 128 tokens: <= 1.15. Llama 80 layers x 8192 on
 meta, 2048 tokens: layerscope time <= 1.5 x FlopCounterMode time, peak RSS < 1 GB (measured
 in a fresh subprocess).
+
+The run re-executes itself with glibc's heap thresholds pinned (see ``timing.steady_heap``).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import layerscope as ls
 
 sys.path.insert(0, os.path.dirname(__file__))
 from models import gpt2_small, llama_on_meta, resnet50
-from timing import best_of_interleaved
+from timing import add_heap_option, best_of_interleaved, steady_heap
 
 
 def flop_counter_forward(model: torch.nn.Module, x: torch.Tensor) -> int:
@@ -118,13 +120,16 @@ def llama(repeats: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--skip-llama", action="store_true")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
+    add_heap_option(parser)
     args = parser.parse_args()
+    heap = steady_heap(args)
     if args.threads:
         torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, best of {args.repeats}")
+    threads = torch.get_num_threads()
+    print(f"torch {torch.__version__}, {threads} threads, best of {args.repeats}; {heap}")
     print(f"{'model':<26}{'bare fwd':>12}{'ls/bare':>12}{'FCM/bare':>14}{'no-op mode':>14}")
     compare("resnet50 1x3x224x224", resnet50().eval(), torch.randn(1, 3, 224, 224), args.repeats)
     compare(

@@ -1,7 +1,7 @@
 """Cost of memory tracking and of numerics checks against a bare forward, all measured in
 this one run (interleaved best of N rounds, median of 3 trials).
 
-    python bench/bench_memory.py [--repeats 7] [--threads N] [--batch 1]
+    python bench/bench_memory.py [--repeats 7] [--threads N] [--batch 1] [--system-heap]
 
 Rows, each as wall time / bare forward time on a ResNet-50-shaped model, CPU:
 
@@ -35,7 +35,7 @@ from layerscope.collect.observer import Observer
 
 sys.path.insert(0, os.path.dirname(__file__))
 from models import resnet50
-from timing import best_of_interleaved
+from timing import add_heap_option, best_of_interleaved, steady_heap
 
 
 class NoOp(Observer):
@@ -50,7 +50,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
     parser.add_argument("--batch", type=int, default=1)
+    add_heap_option(parser)
     args = parser.parse_args()
+    heap = steady_heap(args)
     if args.threads:
         torch.set_num_threads(args.threads)
     model = resnet50().eval()
@@ -79,7 +81,7 @@ def main() -> None:
     bare = statistics.median(t[0] for t in trials)
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, best of {args.repeats}, "
-        f"median of 3 trials; resnet50 {args.batch}x3x224x224 on CPU, eval mode"
+        f"median of 3 trials; resnet50 {args.batch}x3x224x224 on CPU, eval mode; {heap}"
     )
     print(f"{'case':<18}{'time':>12}{'/ bare':>10}")
     for (name, _), ratio in zip(cases, ratios, strict=True):

@@ -5,7 +5,7 @@ bare forward (``torch.no_grad`` off, as ``ls.profile`` runs it) and of ``ls.prof
 shape recording, parameter counting, state capture and restore, tree building), and their
 ratio, all measured in this one run.
 
-    python bench/bench_overhead.py [--repeats 7]
+    python bench/bench_overhead.py [--repeats 7] [--system-heap]
 """
 
 from __future__ import annotations
@@ -22,21 +22,24 @@ from layerscope.examples import EXAMPLES
 
 sys.path.insert(0, os.path.dirname(__file__))
 from models import resnet50
-from timing import best_of_interleaved
+from timing import add_heap_option, best_of_interleaved, steady_heap
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
+    add_heap_option(parser)
     args = parser.parse_args()
+    heap = steady_heap(args)
     if args.threads:
         torch.set_num_threads(args.threads)
     cases: list[tuple[str, nn.Module, torch.Tensor]] = [
         (name, ex.build().eval(), ex.example_input()) for name, ex in EXAMPLES.items()
     ]
     cases.append(("resnet50 (1x3x224x224)", resnet50().eval(), torch.randn(1, 3, 224, 224)))
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, best of {args.repeats}")
+    threads = torch.get_num_threads()
+    print(f"torch {torch.__version__}, {threads} threads, best of {args.repeats}; {heap}")
     print(f"{'model':<28}{'bare fwd':>12}{'ls.profile':>12}{'ratio':>8}")
     for name, model, x in cases:
         bare, prof = best_of_interleaved(
