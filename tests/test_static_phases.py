@@ -3,8 +3,10 @@ model's state, building the module tree, counting parameters and rolling metrics
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import pickle
 import random
 
 import pytest
@@ -15,10 +17,10 @@ from torch._subclasses.fake_tensor import FakeTensorMode, is_fake
 import layerscope as ls
 from helpers import ModelSnapshot
 from layerscope.collect.state import ModelState, _has_values
-from layerscope.collect.tree import ModelTree
+from layerscope.collect.tree import ModelTree, module_repr
 from layerscope.errors import LayerscopeError
 from layerscope.metrics.params import fill_parameters, owned_tensors
-from layerscope.profile import ADDITIVE_METRICS, DTYPE_KEYS, Node, Profile
+from layerscope.profile import ADDITIVE_METRICS, DTYPE_KEYS, Node, Profile, new_node
 
 # ---- ModelState ------------------------------------------------------------------------
 
@@ -268,6 +270,112 @@ def test_fill_parameters_resets_and_counts_once() -> None:
         "float32": {"params": 4, "param_bytes": 16, "buffers": 2, "buffer_bytes": 8},
         "int64": {"params": 0, "param_bytes": 0, "buffers": 1, "buffer_bytes": 8},
     }
+
+
+# ---- module tree ------------------------------------------------------------------------
+
+
+def test_new_node_is_the_dataclass_constructor() -> None:
+    fast = new_node("a.b", "b", "Linear", 2, "Linear(x)")
+    slow = Node(path="a.b", name="b", type="Linear", node_id="0", depth=2, repr="Linear(x)")
+    assert list(vars(fast).items()) == list(vars(slow).items())  # same values, same order
+    assert [f.name for f in dataclasses.fields(fast)] == list(vars(fast))
+    other = new_node("a.b", "b", "Linear", 2, "Linear(x)")
+    for f in dataclasses.fields(Node):
+        value = getattr(fast, f.name)
+        if isinstance(value, list | dict):
+            assert value is not getattr(other, f.name)  # a fresh container per node
+    assert repr(fast) == repr(slow) and fast != slow and fast == fast  # identity equality
+    copy = pickle.loads(pickle.dumps(fast))
+    assert type(copy) is Node and list(vars(copy).items()) == list(vars(fast).items())
+    assert (
+        dataclasses.replace(fast, calls=3).to_dict() == dataclasses.replace(slow, calls=3).to_dict()
+    )
+
+
+class Odd(nn.Module):
+    """A submodule under two paths, a None slot, a cycle, an extra_repr that fails."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        shared = nn.Linear(2, 2)
+        self.a = nn.Sequential(shared, nn.ReLU())
+        inner = nn.Sequential(nn.Tanh())
+        self.b = nn.ModuleDict({"x": shared, "y": inner})
+        self.register_module("none", None)
+        inner.add_module("back", self.b)  # a cycle: b.y.back is b
+        self.bad = Broken()
+
+
+class Broken(nn.Module):
+    def extra_repr(self) -> str:
+        raise RuntimeError("no")
+
+
+def _reference_tree(model: nn.Module) -> ModelTree:
+    """ModelTree.build as first written."""
+
+    def make(module: nn.Module, path: str, name: str, depth: int) -> Node:
+        tname = type(module).__name__
+        return Node(
+            path=path, name=name or tname, type=tname, depth=depth, repr=module_repr(module)
+        )
+
+    root = make(model, "", "", 0)
+    tree = ModelTree(model=model, root=root)
+
+    def add(node: Node, module: nn.Module, parent: Node | None) -> None:
+        tree.by_path[node.path] = node
+        tree.parent[id(node)] = parent
+        tree.module[id(node)] = module
+        tree.nodes_of.setdefault(id(module), []).append(node)
+
+    add(root, model, None)
+    stack: list[tuple[Node, nn.Module, tuple[int, ...]]] = [(root, model, (id(model),))]
+    while stack:
+        node, module, ancestry = stack.pop()
+        for name, child in module._modules.items():
+            if child is None or id(child) in ancestry:
+                continue
+            path = f"{node.path}.{name}" if node.path else name
+            child_node = make(child, path, name, node.depth + 1)
+            node.children.append(child_node)
+            add(child_node, child, node)
+            stack.append((child_node, child, (*ancestry, id(child))))
+    return tree
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        Odd(),
+        HeldTwice(),
+        nn.Sequential(nn.Conv2d(3, 4, 3, padding="same", bias=False), nn.BatchNorm2d(4)),
+        nn.Linear(2, 2),
+    ],
+)
+def test_tree_matches_the_reference(model: nn.Module) -> None:
+    ours, theirs = ModelTree.build(model), _reference_tree(model)
+    assert ours.root.to_dict() == theirs.root.to_dict()
+    for n, m in zip(ours.root.walk(), theirs.root.walk(), strict=True):
+        assert list(vars(n)) == list(vars(m))
+    index = {id(n): i for i, n in enumerate(ours.root.walk())}
+    other = {id(n): i for i, n in enumerate(theirs.root.walk())}
+
+    def ids(tree: ModelTree, at: dict[int, int]) -> list[object]:
+        return [
+            list(tree.by_path),
+            [at[id(n)] for n in tree.by_path.values()],
+            [(at[k], at[id(v)] if v is not None else None) for k, v in tree.parent.items()],
+            [(at[k], id(v)) for k, v in tree.module.items()],
+            [(k, [at[id(n)] for n in v]) for k, v in tree.nodes_of.items()],
+        ]
+
+    assert ids(ours, index) == ids(theirs, other)
+    assert ours.model is model
+    if isinstance(model, Odd):
+        assert ours.by_path["bad"].repr == "Broken()"
+        assert [n.path for n in ours.nodes_of[id(model.a[0])]] == ["b.x", "a.0"]
 
 
 # ---- ordering and notices in build_profile ---------------------------------------------

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from layerscope.profile import Node
+from layerscope.profile import Node, new_node
 
 
 @dataclass
@@ -27,27 +27,48 @@ class ModelTree:
 
     @classmethod
     def build(cls, model: nn.Module) -> ModelTree:
-        root = _make_node(model, "", "", 0)
-        tree = cls(model=model, root=root)
-        tree._add(root, model, None)
+        # One pass, everything inlined: this runs on every profile call. The order of
+        # the nodes in every table is that of a depth-first walk popping the last child
+        # first, with each node's children all made before any grandchild.
+        tname = type(model).__name__
+        root = new_node("", tname, tname, 0, module_repr(model))
+        by_path = {"": root}
+        parent: dict[int, Node | None] = {id(root): None}
+        module_of: dict[int, nn.Module] = {id(root): model}
+        nodes_of = {id(model): [root]}
         stack: list[tuple[Node, nn.Module, tuple[int, ...]]] = [(root, model, (id(model),))]
+        pop, push = stack.pop, stack.append
         while stack:
-            node, module, ancestry = stack.pop()
+            node, module, ancestry = pop()
+            prefix = f"{node.path}." if node.path else ""
+            depth = node.depth + 1
+            append = node.children.append
             for name, child in module._modules.items():
-                if child is None or id(child) in ancestry:
+                if child is None:
                     continue
-                path = f"{node.path}.{name}" if node.path else name
-                child_node = _make_node(child, path, name, node.depth + 1)
-                node.children.append(child_node)
-                tree._add(child_node, child, node)
-                stack.append((child_node, child, (*ancestry, id(child))))
-        return tree
-
-    def _add(self, node: Node, module: nn.Module, parent: Node | None) -> None:
-        self.by_path[node.path] = node
-        self.parent[id(node)] = parent
-        self.module[id(node)] = module
-        self.nodes_of.setdefault(id(module), []).append(node)
+                mid = id(child)
+                if mid in ancestry:
+                    continue
+                path = f"{prefix}{name}"
+                tname = type(child).__name__
+                try:
+                    extra = child.extra_repr()
+                except Exception:  # a user's extra_repr that fails must not stop profiling
+                    extra = ""
+                child_node = new_node(path, name or tname, tname, depth, f"{tname}({extra})")
+                append(child_node)
+                by_path[path] = child_node
+                nid = id(child_node)
+                parent[nid] = node
+                module_of[nid] = child
+                held = nodes_of.get(mid)
+                if held is None:
+                    nodes_of[mid] = [child_node]
+                else:
+                    held.append(child_node)
+                if child._modules:  # a leaf has nothing to walk
+                    push((child_node, child, (*ancestry, mid)))
+        return cls(model, root, by_path, parent, module_of, nodes_of)
 
     def modules(self) -> list[nn.Module]:
         """Each distinct module instance once, in definition order."""
@@ -76,16 +97,6 @@ class ModelTree:
             else:
                 break
         return lca
-
-
-def _make_node(module: nn.Module, path: str, name: str, depth: int) -> Node:
-    return Node(
-        path=path,
-        name=name or type(module).__name__,
-        type=type(module).__name__,
-        depth=depth,
-        repr=module_repr(module),
-    )
 
 
 def module_repr(module: nn.Module) -> str:
