@@ -8,6 +8,7 @@ import json
 import math
 import pickle
 import random
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -376,6 +377,96 @@ def test_tree_matches_the_reference(model: nn.Module) -> None:
     if isinstance(model, Odd):
         assert ours.by_path["bad"].repr == "Broken()"
         assert [n.path for n in ours.nodes_of[id(model.a[0])]] == ["b.x", "a.0"]
+
+
+def _reference_fill(tree: ModelTree) -> tuple[list[tuple[str, bool, str, list[str]]], list[str]]:
+    """fill_parameters as first written (each tensor's holders in one list, a lazy check
+    per tensor); returns what owned_tensors did too: (first name, is_param, owner,
+    names), and the notices."""
+    found: dict[int, tuple[Tensor, bool, list[tuple[Node, str]]]] = {}
+    notices: list[str] = []
+
+    def qualified(node: Node, key: str) -> str:
+        return f"{node.path}.{key}" if node.path else key
+
+    for node in tree.root.walk():
+        node.self_metrics.update(dict.fromkeys(ADDITIVE_METRICS[:5], 0))
+        node.self_by_dtype = {}
+        node.shared = []
+        module = tree.module[id(node)]
+        for is_param, table in ((True, module._parameters), (False, module._buffers)):
+            for key, t in table.items():
+                if t is None:
+                    continue
+                if torch.nn.parameter.is_lazy(t):
+                    notices.append(
+                        f"{qualified(node, key)} is an uninitialised lazy tensor; run the "
+                        "model on an input to count it"
+                    )
+                    continue
+                found.setdefault(id(t), (t, is_param, []))[2].append((node, key))
+    owned = []
+    for t, is_param, holders in found.values():
+        nodes = list({id(n): n for n, _ in holders}.values())
+        owner = nodes[0] if len(nodes) == 1 else tree.lowest_common_ancestor(nodes)
+        names = [qualified(n, k) for n, k in holders]
+        owned.append((names[0], is_param, owner.path, names))
+        if len(holders) > 1:
+            for (node, _), name in zip(holders, names, strict=True):
+                node.shared.append(f"{name} (counted at {owner.path or '<root>'})")
+        numel, nbytes = t.numel(), t.numel() * t.element_size()
+        row = owner.self_by_dtype.setdefault(
+            str(t.dtype).removeprefix("torch."), dict.fromkeys(DTYPE_KEYS, 0)
+        )
+        m = owner.self_metrics
+        kind = "params" if is_param else "buffers"
+        m[kind] += numel
+        m[kind[:-1] + "_bytes"] += nbytes
+        if is_param and t.requires_grad:
+            m["trainable_params"] += numel
+        row[kind] += numel
+        row[kind[:-1] + "_bytes"] += nbytes
+    return owned, notices
+
+
+class OddTensors(nn.Module):
+    """A Parameter subclass, a buffer that is a Parameter, a tensor-subclass buffer, a
+    frozen parameter, a buffer of another dtype and a parameter tied across subtrees."""
+
+    class Sub(Tensor):
+        pass
+
+    class MyParam(nn.Parameter):
+        pass
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.p = OddTensors.MyParam(torch.ones(3))
+        self.register_buffer("pbuf", nn.Parameter(torch.ones(2)))
+        self.register_buffer("sub", torch.ones(4).as_subclass(OddTensors.Sub))
+        self.frozen = nn.Linear(2, 2).requires_grad_(False)
+        self.f16 = nn.Linear(2, 3).half()
+        tied = nn.Linear(3, 2)
+        self.deep = nn.Sequential(nn.Sequential(tied), nn.LazyLinear(2))
+        self.f16.weight = tied.weight
+
+
+@pytest.mark.parametrize(
+    "make", [HeldTwice, OddTensors, Odd, lambda: nn.Sequential(nn.BatchNorm2d(3), nn.ReLU())]
+)
+def test_parameters_match_the_reference(make: Callable[[], nn.Module]) -> None:
+    model = make()
+    ours, theirs = ModelTree.build(model), ModelTree.build(model)
+    ours.root.self_metrics["macs"] = theirs.root.self_metrics["macs"] = 1
+    expected_owned, expected_notices = _reference_fill(theirs)
+    for _ in range(2):  # a second fill starts again from zero
+        assert fill_parameters(ours) == expected_notices
+        assert json.dumps(ours.root.to_dict()) == json.dumps(theirs.root.to_dict())
+    owned, notices = owned_tensors(ours)
+    assert notices == expected_notices
+    got = [(o.names[0], o.is_param, o.owner.path, list(o.names)) for o in owned]
+    assert got == expected_owned
+    assert all([q for _, q in o.holders] == list(o.names) for o in owned)
 
 
 # ---- ordering and notices in build_profile ---------------------------------------------

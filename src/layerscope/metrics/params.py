@@ -7,9 +7,12 @@ lowest common ancestor of its holders; the holders list it in ``Node.shared``.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
+import torch
 from torch import Tensor
+from torch.nn import Parameter
 from torch.nn.parameter import is_lazy
 
 from layerscope.collect.signature import dtype_name
@@ -48,57 +51,98 @@ def _qualified(node: Node, key: str) -> str:
     return f"{node.path}.{key}" if node.path else key
 
 
-#: (tensor, is_param, owner, holders as (node, name in the node's module)).
-_Found = tuple[Tensor, bool, Node, list[tuple[Node, str]]]
+#: (tensor, is_param, first holder, its name in the holder's module).
+_Held = tuple[Tensor, bool, Node, str]
+#: id(tensor) -> the (node, name in the node's module) holding it after the first.
+_More = dict[int, list[tuple[Node, str]]]
 
 
-def _find_tensors(tree: ModelTree, *, reset: bool) -> tuple[list[_Found], list[str]]:
-    """Each distinct initialised parameter and buffer once, in walk order, with the node
-    it counts at, and notices for the uninitialised lazy tensors that were skipped.
+def _find_tensors(tree: ModelTree, *, reset: bool) -> tuple[Iterable[_Held], _More, list[str]]:
+    """Each distinct initialised parameter and buffer once, in walk order, with its first
+    holder, the holders after the first of those held more than once, and notices for
+    the uninitialised lazy tensors that were skipped.
 
     ``reset``: also zero the parameter metrics of every node on the way.
     """
-    found: dict[int, tuple[Tensor, bool, list[tuple[Node, str]]]] = {}
+    # Runs on every profile call: the walk is inlined (pre-order, as Node.walk), the
+    # common tensor types skip the lazy check, and a tensor held once (almost all) is
+    # one tuple.
+    found: dict[int, _Held] = {}
+    more: _More = {}
     notices: list[str] = []
     module_of = tree.module
-    for node in tree.root.walk():
+    stack = [tree.root]
+    pop = stack.pop
+    while stack:
+        node = pop()
+        children = node.children
+        if children:
+            stack += reversed(children)
         if reset:
             node.self_metrics.update(_ZERO)
-            node.self_by_dtype = {}
-            node.shared = []
+            if node.self_by_dtype:  # an empty one stays: nodes are made with their own
+                node.self_by_dtype = {}
+            if node.shared:
+                node.shared = []
         module = module_of[id(node)]
-        for is_param, table in ((True, module._parameters), (False, module._buffers)):
-            for key, t in table.items():
+        # Parameters then buffers; the two loops differ only in the common type and the
+        # flag (one loop over both tables costs a tuple and a loop per node).
+        params = module._parameters
+        if params:
+            for key, t in params.items():
                 if t is None:
                     continue
-                if is_lazy(t):
-                    notices.append(
-                        f"{_qualified(node, key)} is an uninitialised lazy tensor; run the "
-                        "model on an input to count it"
-                    )
+                if type(t) is not Parameter and is_lazy(t):
+                    notices.append(_lazy_notice(node, key))
                     continue
-                entry = found.get(id(t))
-                if entry is None:
-                    found[id(t)] = (t, is_param, [(node, key)])
+                tid = id(t)
+                if tid not in found:
+                    found[tid] = (t, True, node, key)
                 else:
-                    entry[2].append((node, key))
-    out: list[_Found] = []
-    for t, is_param, holders in found.values():
-        if len(holders) == 1:
-            owner = holders[0][0]
-        else:
-            nodes = list({id(n): n for n, _ in holders}.values())
-            owner = nodes[0] if len(nodes) == 1 else tree.lowest_common_ancestor(nodes)
-        out.append((t, is_param, owner, holders))
-    return out, notices
+                    more.setdefault(tid, []).append((node, key))
+        buffers = module._buffers
+        if buffers:
+            for key, b in buffers.items():
+                if b is None:
+                    continue
+                if type(b) is not Tensor and is_lazy(b):
+                    notices.append(_lazy_notice(node, key))
+                    continue
+                tid = id(b)
+                if tid not in found:
+                    found[tid] = (b, False, node, key)
+                else:
+                    more.setdefault(tid, []).append((node, key))
+    return found.values(), more, notices
+
+
+def _lazy_notice(node: Node, key: str) -> str:
+    return (
+        f"{_qualified(node, key)} is an uninitialised lazy tensor; run the model on an "
+        "input to count it"
+    )
+
+
+def _holders(
+    t: Tensor, node: Node, key: str, more: _More, tree: ModelTree
+) -> tuple[Node, list[tuple[Node, str]]]:
+    """A tensor's owner, its holder or the lowest common ancestor of its holders, and
+    every (node, name in the node's module) it is held under."""
+    held = [(node, key), *more.get(id(t), ())]
+    nodes = list({id(n): n for n, _ in held}.values())
+    owner = nodes[0] if len(nodes) == 1 else tree.lowest_common_ancestor(nodes)
+    return owner, held
 
 
 def owned_tensors(tree: ModelTree) -> tuple[list[Owned], list[str]]:
     """Each distinct initialised parameter and buffer once, with the node it counts at
     (its holder, or the lowest common ancestor of its holders), and notices for the
     uninitialised lazy tensors that were skipped."""
-    found, notices = _find_tensors(tree, reset=False)
-    owned = [Owned(t, is_param, owner, tuple(held)) for t, is_param, owner, held in found]
+    found, more, notices = _find_tensors(tree, reset=False)
+    owned = []
+    for t, is_param, node, key in found:
+        owner, held = _holders(t, node, key, more, tree)
+        owned.append(Owned(t, is_param, owner, tuple(held)))
     return owned, notices
 
 
@@ -108,18 +152,24 @@ def fill_parameters(tree: ModelTree) -> list[str]:
     Returns a notice per uninitialised lazy parameter or buffer (which cannot be counted),
     and nothing else: no notices means no module of the tree is lazy.
     """
-    found, notices = _find_tensors(tree, reset=True)
-    for t, is_param, owner, holders in found:
-        if len(holders) > 1:
+    found, more, notices = _find_tensors(tree, reset=True)
+    names: dict[torch.dtype, str] = {}
+    for t, is_param, owner, key in found:
+        if more and id(t) in more:
+            owner, holders = _holders(t, owner, key, more, tree)
             where = owner.path or "<root>"
-            for holder, key in holders:
-                holder.shared.append(f"{_qualified(holder, key)} (counted at {where})")
+            for holder, held_as in holders:
+                holder.shared.append(f"{_qualified(holder, held_as)} (counted at {where})")
         numel = t.numel()
         nbytes = numel * t.element_size()
-        dtype = dtype_name(t.dtype)
-        row = owner.self_by_dtype.get(dtype)
+        dtype = t.dtype
+        name = names.get(dtype)
+        if name is None:
+            name = names[dtype] = dtype_name(dtype)
+        by_dtype = owner.self_by_dtype
+        row = by_dtype.get(name)
         if row is None:
-            row = owner.self_by_dtype[dtype] = dict.fromkeys(DTYPE_KEYS, 0)
+            row = by_dtype[name] = dict.fromkeys(DTYPE_KEYS, 0)
         m = owner.self_metrics
         if is_param:
             m["params"] += numel
