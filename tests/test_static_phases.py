@@ -555,6 +555,8 @@ def _random_tree(rng: random.Random) -> Node:
             node.metrics[k] = rng.randint(0, 9)
         for dtype in rng.sample(["float32", "bfloat16", "int64"], rng.randint(0, 3)):
             row_keys = rng.sample([*DTYPE_KEYS, "other"], rng.randint(0, 5))
+            if rng.random() < 0.5:  # as fill_parameters writes them
+                row_keys = list(DTYPE_KEYS)
             node.self_by_dtype[dtype] = {k: rng.randint(0, 99) for k in row_keys}
     return nodes[0]
 
@@ -563,7 +565,9 @@ def _random_tree(rng: random.Random) -> Node:
 def test_rollup_matches_the_reference(seed: int) -> None:
     ours = _random_tree(random.Random(seed))
     theirs = _random_tree(random.Random(seed))
+    kept = [n.metrics for n in ours.walk()]
     Profile(root=ours).rollup()
+    assert all(n.metrics is m for n, m in zip(ours.walk(), kept, strict=True))  # in place
     _reference_rollup(theirs)
     assert ours.to_dict() == theirs.to_dict()
     assert json.dumps(ours.to_dict()) == json.dumps(theirs.to_dict())  # key order too

@@ -261,32 +261,65 @@ class Profile:
     # ---- invariants ----------------------------------------------------------------
     def rollup(self) -> None:
         """Set inclusive additive metrics and dtype breakdowns from the self values."""
-        # Reversed pre-order: every node comes after all of its descendants.
-        for node in reversed(list(self.root.walk())):
+        # Breadth-first order, reversed: every node comes after all of its descendants.
+        order = [self.root]
+        for node in order:  # the list grows while it is read
+            if node.children:
+                order += node.children
+        additive = _ADDITIVE
+        only_additive = additive.issuperset
+        keys = DTYPE_KEYS
+        for node in reversed(order):
+            own = node.self_metrics
+            metrics = node.metrics
             children = node.children
-            totals = {k: v for k, v in node.self_metrics.items() if k in _ADDITIVE}
-            for c in children:
-                for k, v in c.metrics.items():
-                    if k in _ADDITIVE:
-                        totals[k] = totals.get(k, 0) + v
-            node.metrics.update(totals)
-            # Each row a new dict with exactly DTYPE_KEYS (absent keys count 0).
-            if not children:
-                node.by_dtype = {
-                    dtype: {k: row.get(k, 0) for k in DTYPE_KEYS}
-                    for dtype, row in sorted(node.self_by_dtype.items())
-                }
+            if not children:  # most nodes: inclusive is self, no sums
+                if only_additive(own):
+                    metrics.update(own)
+                else:
+                    metrics.update({k: v for k, v in own.items() if k in additive})
+                rows = node.self_by_dtype
+                by_dtype: dict[str, dict[str, int]] = {}
+                if rows:
+                    # Each row a new dict with exactly DTYPE_KEYS (absent keys count 0).
+                    for dtype, row in sorted(rows.items()) if len(rows) > 1 else rows.items():
+                        if tuple(row) == keys:
+                            by_dtype[dtype] = row.copy()
+                        else:
+                            by_dtype[dtype] = {k: row.get(k, 0) for k in keys}
+                node.by_dtype = by_dtype
                 continue
+            # Summed in place when there is nothing to keep (the first rollup).
+            totals = {} if metrics else metrics
+            if only_additive(own):
+                totals.update(own)
+            else:
+                totals.update({k: v for k, v in own.items() if k in additive})
+            get = totals.get
+            for c in children:
+                child = c.metrics
+                if only_additive(child):
+                    for k, v in child.items():
+                        totals[k] = get(k, 0) + v
+                else:
+                    for k, v in child.items():
+                        if k in additive:
+                            totals[k] = get(k, 0) + v
+            if totals is not metrics:
+                metrics.update(totals)
             merged: dict[str, dict[str, int]] = {}
-            for part in (node.self_by_dtype, *(c.by_dtype for c in children)):
-                for dtype, row in part.items():
+            for dtype, row in node.self_by_dtype.items():
+                merged[dtype] = {k: row.get(k, 0) for k in keys}
+            for c in children:
+                # A child's rows were made above, with exactly DTYPE_KEYS in order.
+                for dtype, row in c.by_dtype.items():
                     acc = merged.get(dtype)
                     if acc is None:
-                        merged[dtype] = {k: row.get(k, 0) for k in DTYPE_KEYS}
+                        merged[dtype] = row.copy()
                     else:
-                        for k in DTYPE_KEYS:
-                            acc[k] += row.get(k, 0)
-            node.by_dtype = dict(sorted(merged.items()))
+                        for k, v in row.items():
+                            acc[k] += v
+            node.by_dtype = dict(sorted(merged.items())) if len(merged) > 1 else merged
 
     def self_check(self) -> None:
         """Assert inclusive = self + sum of children for every additive metric and node."""
