@@ -6,9 +6,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import operator
 import pickle
 import random
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -17,7 +19,13 @@ from torch._subclasses.fake_tensor import FakeTensorMode, is_fake
 
 import layerscope as ls
 from helpers import ModelSnapshot
-from layerscope.collect.state import ModelState, _has_values
+from layerscope.collect.state import (
+    _BATCH_NUMEL,
+    _BATCH_TOTAL,
+    ModelState,
+    _has_values,
+    _named_modules,
+)
 from layerscope.collect.tree import ModelTree, module_repr
 from layerscope.errors import LayerscopeError
 from layerscope.metrics.params import fill_parameters, owned_tensors
@@ -87,7 +95,7 @@ def test_restore_runs_once_and_drops_the_copies() -> None:
     assert state.modules and state.buffers and state.grads and state.empty and state.contents
     assert state.restore() == []
     assert not (state.modules or state.contents or state.empty or state.params)
-    assert not (state.grads or state.buffers or state.lazy)
+    assert not (state.grads or state.buffers or state.batches or state.lazy)
     with pytest.raises(LayerscopeError, match="restored once"):
         state.restore()
 
@@ -190,6 +198,175 @@ def test_grads_of_parameters_restored_by_value(dtype: torch.dtype) -> None:
     state.restore()
     assert model.weight.grad is grad and torch.equal(grad, torch.ones(2, 2, dtype=dtype))
     assert model.bias.grad is None
+
+
+class Batched(nn.Module):
+    """Small buffers of rank 0 and 1, several per dtype, beside ones copied alone."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        for name, value in {
+            "a": torch.arange(3.0),
+            "b": torch.ones(4),
+            "empty": torch.zeros(0),
+            "strided": torch.arange(8.0)[::2],  # not contiguous
+            "nan": torch.tensor([math.nan, 2.0]),
+            "n1": torch.tensor(1),
+            "n2": torch.tensor(2),
+            "f0": torch.tensor(0.5),
+            "g0": torch.tensor(-0.0),
+            "mask": torch.tensor([True, False]),
+            "mask2": torch.tensor([False]),
+            "big": torch.zeros(_BATCH_NUMEL + 1),  # too big for a batch
+            "grid": torch.ones(2, 2),  # of rank 2
+            "lone": torch.ones(2, dtype=torch.float64),  # the only one of its dtype
+        }.items():
+            self.register_buffer(name, value)
+
+
+def _values(model: nn.Module) -> dict[str, list[Any]]:
+    return {name: b.tolist() for name, b in model.named_buffers()}
+
+
+def _versions(model: nn.Module) -> dict[str, int]:
+    return {name: b._version for name, b in model.named_buffers()}
+
+
+def test_small_buffers_are_copied_in_batches() -> None:
+    model = Batched()
+    state = ModelState.capture(model)
+    buffers = dict(model.named_buffers())
+    batched = {
+        (str(batch.saved.dtype), batch.stacked): [
+            next(k for k, b in buffers.items() if b is t) for t in batch.tensors
+        ]
+        for batch in state.batches
+    }
+    assert batched == {
+        ("torch.float32", False): ["a", "b", "empty", "strided", "nan"],
+        ("torch.int64", True): ["n1", "n2"],
+        ("torch.float32", True): ["f0", "g0"],
+        ("torch.bool", False): ["mask", "mask2"],
+    }
+    assert {next(k for k, b in buffers.items() if b is t) for t, _ in state.buffers} == {
+        "big",
+        "grid",
+        "lone",
+    }
+    assert state.restore() == []
+
+
+def test_only_the_changed_buffers_of_a_batch_are_written_back() -> None:
+    model = Batched()
+    values, versions = _values(model), _versions(model)
+    b = dict(model.named_buffers())
+    state = ModelState.capture(model)
+    b["b"][1] = 5.0
+    b["strided"].mul_(3)
+    b["n2"].add_(1)
+    b["g0"].fill_(0.0)  # equal to -0.0: not a change
+    b["mask2"].fill_(True)
+    b["big"][-1] = 1.0
+    assert state.restore() == []
+    after = _values(model)
+    assert after.pop("nan")[1] == 2.0 and math.isnan(b["nan"][0].item())
+    assert after == {k: v for k, v in values.items() if k != "nan"}
+    assert math.copysign(1.0, b["g0"].item()) == 1.0  # 0.0 == -0.0: left as it was
+    assert b["strided"].stride() == (2,)
+    # Written: by the test, then back where changed; "nan" differs from itself, so it is
+    # written back like every buffer torch.equal finds changed.
+    changed = {name for name, v in _versions(model).items() if v != versions[name]}
+    assert changed == {"b", "strided", "n2", "g0", "mask2", "big", "nan"}
+
+
+def test_unchanged_batches_are_not_written() -> None:
+    model = Batched()
+    del model.nan
+    versions = _versions(model)
+    b = dict(model.named_buffers())
+    state = ModelState.capture(model)
+    b["a"].add_(0)  # written, values unchanged
+    assert state.restore() == []
+    assert _versions(model) == {**versions, "a": versions["a"] + 1}
+
+
+def test_a_batch_holds_fewer_elements_than_torch_splits_over_threads() -> None:
+    model = nn.Module()
+    for i in range(7):
+        model.register_buffer(f"b{i}", torch.full((_BATCH_NUMEL // 2,), float(i)))
+    buffers = list(model.buffers())
+    state = ModelState.capture(model)
+    assert _BATCH_TOTAL == 32767 and [len(batch.tensors) for batch in state.batches] == [3, 3]
+    assert len(state.buffers) == 1 and state.buffers[0][0] is buffers[6]  # alone in its batch
+    for i in (0, 5, 6):
+        buffers[i].zero_()
+    state.restore()
+    assert [b.tolist() for b in buffers] == [[float(i)] * 8192 for i in range(7)]
+
+
+def test_a_batch_whose_tensor_changed_rank_is_restored_one_by_one() -> None:
+    model = Batched()
+    b = dict(model.named_buffers())
+    state = ModelState.capture(model)
+    b["a"].unsqueeze_(0)  # the batch no longer concatenates
+    b["a"].add_(1)
+    b["b"].zero_()
+    b["n1"].unsqueeze_(0)  # nor stacks
+    b["n1"].add_(1)
+    state.restore()
+    assert b["a"].tolist() == [[0.0, 1.0, 2.0]] and b["b"].tolist() == [1.0] * 4
+    assert b["n1"].tolist() == [1] and b["n2"].item() == 2
+
+
+def test_small_grads_are_copied_in_batches() -> None:
+    model = nn.Sequential(nn.Linear(2, 3), nn.Linear(3, 2), nn.Linear(2, 1))
+    params = list(model.parameters())
+    grads = [torch.full_like(p, 2.0) for p in params]
+    for p, g in zip(params, grads, strict=True):
+        p.grad = g
+    state = ModelState.capture(model)
+    assert len(state.batches) == 1
+    assert all(map(operator.is_, state.batches[0].tensors, grads[1::2]))  # the biases'
+    versions = [g._version for g in grads]
+    grads[1].add_(1)  # in the batch
+    grads[2].add_(1)  # alone
+    params[5].grad = None
+    assert state.restore() == []
+    assert all(p.grad is g for p, g in zip(params, grads, strict=True))
+    assert all(torch.equal(g, torch.full_like(g, 2.0)) for g in grads)
+    assert [g._version for g in grads] == [v + 2 * (i in (1, 2)) for i, v in enumerate(versions)]
+
+
+class OwnWalk(nn.Sequential):
+    def named_modules(
+        self, memo: set[nn.Module] | None = None, prefix: str = "", remove_duplicate: bool = True
+    ) -> Any:
+        yield prefix, self  # hides its children
+
+
+def test_modules_are_walked_as_named_modules_does() -> None:
+    shared = nn.Linear(2, 2)
+    inner = nn.Sequential(shared, nn.ReLU(), nn.Sequential(shared, nn.Tanh()))
+    model = nn.Sequential(inner, nn.Identity(), inner)
+    model.register_module("unset", None)
+    model.add_module("deep", nn.Sequential(nn.Sequential(nn.Sequential(nn.ReLU()))))
+    assert _named_modules(model) == list(model.named_modules())
+    assert [p for p, _ in _named_modules(model)] == [
+        "",
+        "0",
+        "0.0",
+        "0.1",
+        "0.2",
+        "0.2.1",
+        "1",
+        "deep",
+        "deep.0",
+        "deep.0.0",
+        "deep.0.0.0",
+    ]
+    model.add_module("own", OwnWalk(nn.ReLU()))
+    assert _named_modules(model) == list(model.named_modules())
+    assert [p for p, _ in _named_modules(model)][-1] == "own"
 
 
 # ---- parameter counting ------------------------------------------------------------------

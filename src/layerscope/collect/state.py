@@ -6,13 +6,20 @@ parameter/buffer/submodule/hook tables); every buffer's values (BatchNorm runnin
 counters); ``requires_grad``, ``.grad`` and gradient values of every parameter; and lazy
 parameters, which a first forward materialises in place. Buffers and gradients are cloned
 up front but written back only where their values changed.
+
+Small buffers and gradients (a BatchNorm's statistics and counter) are copied in batches,
+one op per batch at capture and two at restore instead of one per tensor at each: those of
+one dtype and rank (0 or 1) are concatenated into one tensor at capture and again at
+restore, where one ``torch.equal`` tells whether any of them changed; only then are they
+compared one by one.
 """
 
 from __future__ import annotations
 
 import operator
 from dataclasses import dataclass, field
-from typing import Any
+from itertools import compress
+from typing import Any, NamedTuple, TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -24,6 +31,31 @@ from torch.utils._python_dispatch import _disable_current_modes
 from layerscope.errors import LayerscopeError
 
 _CONTAINERS = (dict, set, list)
+
+#: The most elements a tensor may have to be copied in a batch: the batch is copied again at
+#: restore, which costs little beside the per-tensor calls it saves only for small tensors.
+_BATCH_NUMEL = 1 << 14
+#: The most elements of a batch: torch runs CPU kernels on several threads from 32768
+#: elements (``at::internal::GRAIN_SIZE``) on; below, a batch's copy and comparison stay on
+#: the calling thread (waking the others can cost milliseconds when a core is busy).
+_BATCH_TOTAL = (1 << 15) - 1
+_get_dtype = operator.attrgetter("dtype")
+_get_grad = operator.attrgetter("grad")
+_get_requires_grad = operator.attrgetter("requires_grad")
+_get_version = operator.attrgetter("_version")
+_T = TypeVar("_T")
+#: What ``is_lazy`` checks for.
+_LAZY: type = torch.nn.parameter.UninitializedTensorMixin  # type: ignore[attr-defined]
+_NAMED_MODULES = nn.Module.named_modules
+
+
+class _Batch(NamedTuple):
+    """Tensors of one dtype and rank (0 or 1), copied together into ``saved``."""
+
+    tensors: list[Tensor]
+    numels: list[int]
+    stacked: bool  # 0-dim tensors, stacked; else 1-dim ones, concatenated
+    saved: Tensor
 
 
 @dataclass
@@ -40,8 +72,11 @@ class ModelState:
     #: (module path, name in its table, tensor, requires_grad, grad, version) of every
     #: parameter, and of input leaves (path "", name "<input>").
     params: list[tuple[str, str, Tensor, bool, Tensor | None, int]] = field(default_factory=list)
-    grads: list[tuple[Tensor, Tensor]] = field(default_factory=list)  # (grad, saved values)
+    #: (tensor, copy) of each gradient and buffer not copied in a batch.
+    grads: list[tuple[Tensor, Tensor]] = field(default_factory=list)
     buffers: list[tuple[Tensor, Tensor]] = field(default_factory=list)
+    #: The small buffers and gradients, copied in batches.
+    batches: list[_Batch] = field(default_factory=list)
     lazy: list[tuple[Tensor, type[Tensor], Tensor]] = field(default_factory=list)
     restored: bool = False
 
@@ -58,40 +93,44 @@ class ModelState:
             cuda_rng = torch.cuda.get_rng_state_all()
         state = cls(cpu_rng=torch.get_rng_state(), cuda_rng=cuda_rng)
         modules, contents, empty = state.modules, state.contents, state.empty
-        params, grads, buffers, lazy = state.params, state.grads, state.buffers, state.lazy
-        # Each distinct parameter and buffer once, in the order of named_parameters() and
-        # buffers(); the walk over named_modules() collects them as it goes.
-        seen_params: set[int] = set()
-        seen_buffers: set[int] = set()
-        with torch.no_grad():
-            for prefix, m in model.named_modules():
-                attrs = m.__dict__.copy()
-                modules.append((m, type(m), attrs))
-                for v in attrs.values():
-                    if isinstance(v, _CONTAINERS):
-                        if v:
-                            contents.append((v, v.copy()))
-                        else:
-                            empty.append(v)
-                for key, p in m._parameters.items():
-                    if p is None or id(p) in seen_params:
-                        continue
-                    seen_params.add(id(p))
-                    if is_lazy(p):
-                        lazy.append((p, type(p), p.data))
-                        continue
-                    grad = p.grad
-                    params.append((prefix, key, p, p.requires_grad, grad, p._version))
-                    if grad is not None:  # a backward pass accumulates into it in place
-                        grads.append((grad, grad.clone()))
-                for b in m._buffers.values():
-                    if b is None or id(b) in seen_buffers:
-                        continue
-                    seen_buffers.add(id(b))
-                    if is_lazy(b):
-                        lazy.append((b, type(b), b.data))
+        named = _named_modules(model)
+        for _, m in named:
+            attrs = m.__dict__.copy()
+            modules.append((m, type(m), attrs))
+            for v in attrs.values():
+                if isinstance(v, _CONTAINERS):
+                    if v:
+                        contents.append((v, v.copy()))
                     else:
-                        buffers.append((b, b.clone()))
+                        empty.append(v)
+        # Each distinct parameter and buffer once, in the order of named_parameters() and
+        # buffers().
+        with torch.no_grad():
+            entries = [
+                (prefix, key, p)
+                for prefix, m in named
+                for key, p in m._parameters.items()
+                if p is not None
+            ]
+            entries = _distinct(entries, [p for _, _, p in entries], state.lazy)
+            if entries:
+                prefixes, keys, params = zip(*entries, strict=True)
+                grads = list(map(_get_grad, params))
+                state.params = list(
+                    zip(
+                        prefixes,
+                        keys,
+                        params,
+                        map(_get_requires_grad, params),
+                        grads,
+                        map(_get_version, params),
+                        strict=True,
+                    )
+                )
+                # A backward pass accumulates into a gradient in place.
+                state.grads = _copy([g for g in grads if g is not None], state.batches)
+            buffers = [b for _, m in named for b in m._buffers.values() if b is not None]
+            state.buffers = _copy(_distinct(buffers, buffers, state.lazy), state.batches)
         return state
 
     def add_inputs(self, tensors: list[Tensor]) -> None:
@@ -123,6 +162,7 @@ class ModelState:
             self.params,
             self.grads,
             self.buffers,
+            self.batches,
             self.lazy,
         ):
             copies.clear()
@@ -153,6 +193,8 @@ class ModelState:
         with torch.no_grad():
             # Kernels such as batch_norm update running stats without bumping the version
             # counter, so compare values; write back only what differs.
+            for batch in self.batches:
+                _restore_batch(batch)
             for b, saved in [*self.buffers, *self.grads]:
                 if _has_values(b) and not torch.equal(b, saved):
                     b.copy_(saved)
@@ -168,6 +210,134 @@ class ModelState:
                     "layerscope cannot undo that"
                 )
         return notices
+
+
+def _named_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """``list(model.named_modules())``, walked without its nested generators unless some
+    module overrides it."""
+    walked: list[tuple[str, nn.Module]] = []
+    memo: set[nn.Module] = set()
+    stack: list[tuple[str, nn.Module]] = [("", model)]
+    pop, push, add, append = stack.pop, stack.extend, memo.add, walked.append
+    while stack:
+        prefix, m = pop()
+        if m in memo:
+            continue
+        add(m)
+        append((prefix, m))
+        children = m._modules
+        if children:  # pushed last first, so that the first is walked (whole) next
+            dot = f"{prefix}." if prefix else ""
+            push([(dot + k, c) for k, c in reversed(children.items()) if c is not None])
+    if any(k.named_modules is not _NAMED_MODULES for k in {type(m) for m in memo}):
+        return list(model.named_modules())
+    return walked
+
+
+def _distinct(items: list[_T], tensors: list[Tensor], lazy: list[Any]) -> list[_T]:
+    """The items whose tensor is neither lazy nor held by an earlier item; the lazy tensors
+    go to ``lazy``, with their class and data."""
+    if len(set(map(id, tensors))) == len(tensors) and not any(
+        issubclass(k, _LAZY) for k in set(map(type, tensors))
+    ):
+        return items
+    kept: list[_T] = []
+    seen: set[int] = set()
+    for item, t in zip(items, tensors, strict=True):
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
+        if is_lazy(t):
+            lazy.append((t, type(t), t.data))
+        else:
+            kept.append(item)
+    return kept
+
+
+def _copy(tensors: list[Tensor], batches: list[_Batch]) -> list[tuple[Tensor, Tensor]]:
+    """Copy these tensors' values: the small plain ones of rank 0 or 1 in batches (added to
+    ``batches``), each other one alone (returned with its copy)."""
+    alone: list[tuple[Tensor, Tensor]] = []
+    # By (dtype, rank): the batch being filled and its number of elements; the full ones.
+    groups: dict[tuple[torch.dtype, int], tuple[list[Tensor], list[int]]] = {}
+    totals: dict[tuple[torch.dtype, int], int] = {}
+    full: list[tuple[tuple[torch.dtype, int], tuple[list[Tensor], list[int]]]] = []
+    for t, kind, dtype, dim, numel in zip(
+        tensors,
+        map(type, tensors),
+        map(_get_dtype, tensors),
+        map(Tensor.dim, tensors),
+        map(Tensor.numel, tensors),
+        strict=True,
+    ):
+        if kind is Tensor and dim < 2 and numel <= _BATCH_NUMEL:
+            key = (dtype, dim)
+            group = groups.get(key)
+            total = totals.get(key, 0) + numel
+            if group is None or total > _BATCH_TOTAL:
+                if group is not None:
+                    full.append((key, group))
+                group = groups[key] = ([], [])
+                total = numel
+            totals[key] = total
+            group[0].append(t)
+            group[1].append(numel)
+        else:
+            alone.append((t, t.clone()))
+    for (_, dim), (members, numels) in [*full, *groups.items()]:
+        saved = None
+        if len(members) > 1:
+            try:
+                saved = torch.cat(members) if dim else torch.stack(members)
+            except RuntimeError:  # on several devices
+                saved = None
+        # Only a plain tensor with values (not meta, not wrapped) for a plain comparison.
+        if saved is None or not _is_plain(saved):
+            alone.extend((t, t.clone()) for t in members)
+        else:
+            batches.append(_Batch(members, numels, not dim, saved))
+    return alone
+
+
+def _restore_batch(batch: _Batch) -> None:
+    """Write back the values of a batch's tensors that changed."""
+    tensors, numels, stacked, saved = batch
+    current: Tensor | None
+    try:
+        current = torch.stack(tensors) if stacked else torch.cat(tensors)
+    except RuntimeError:  # a tensor changed device or rank
+        current = None
+    if current is not None and not _is_plain(current):
+        current = None
+    if current is not None and torch.equal(current, saved):
+        return
+    copies = saved.unbind() if stacked else saved.split_with_sizes(numels)
+    if current is not None and (
+        current.shape == saved.shape if stacked else list(map(Tensor.numel, tensors)) == numels
+    ):
+        # Each tensor has its rank and size still: compare and copy at C speed.
+        if stacked:
+            changed = torch.ne(current, saved).tolist()
+        else:
+            changed = list(map(operator.not_, map(torch.equal, tensors, copies)))
+        if any(changed):
+            torch._foreach_copy_(list(compress(tensors, changed)), list(compress(copies, changed)))
+        return
+    for t, copy in zip(tensors, copies, strict=True):
+        if _has_values(t) and not torch.equal(t, copy):
+            t.copy_(copy)
+
+
+def _is_plain(t: Tensor) -> bool:
+    """A plain dense tensor with values that wraps no other (the usual buffer or gradient)."""
+    return (
+        type(t) is Tensor
+        and t.layout is torch.strided
+        and not t.is_meta
+        and not t.is_quantized
+        and not torch._is_functional_tensor(t)
+        and not is_functorch_wrapped_tensor(t)
+    )
 
 
 def _has_values(t: Tensor) -> bool:
