@@ -26,7 +26,7 @@ from layerscope.collect.state import (
     _has_values,
     _named_modules,
 )
-from layerscope.collect.tree import _FAST, ModelTree, module_repr
+from layerscope.collect.tree import ModelTree, module_repr
 from layerscope.errors import LayerscopeError
 from layerscope.metrics.params import fill_parameters, owned_tensors
 from layerscope.profile import ADDITIVE_METRICS, DTYPE_KEYS, Node, Profile, new_node
@@ -367,106 +367,6 @@ def test_modules_are_walked_as_named_modules_does() -> None:
     model.add_module("own", OwnWalk(nn.ReLU()))
     assert _named_modules(model) == list(model.named_modules())
     assert [p for p, _ in _named_modules(model)][-1] == "own"
-
-
-def _convs() -> list[nn.Module]:
-    out: list[nn.Module] = []
-    classes: tuple[Any, ...] = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
-    for cls in classes:
-        paddings: tuple[Any, ...] = (0, 1, "same", "valid")
-        for padding in paddings:
-            configs: tuple[tuple[Any, ...], ...] = (
-                (1, 1, True, "zeros"),
-                (2, 2, False, "reflect"),
-                (1, 2, True, "circular"),
-                (2, 1, False, "replicate"),
-            )
-            for dilation, groups, bias, mode in configs:
-                out.append(cls(4, 6, 3, 1, padding, dilation, groups, bias, mode))
-    transposed: tuple[Any, ...] = (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)
-    for cls in transposed:
-        out.append(cls(4, 6, 3, stride=2, padding=1, output_padding=1, groups=2, bias=False))
-        out.append(cls(4, 6, 2))
-    out.append(nn.Conv2d(3, 8, (3, 5), stride=(2, 1), padding=(0, 2), dilation=(1, 3)))
-    out.append(nn.LazyConv2d(8, 3))
-    return out
-
-
-def _norms() -> list[nn.Module]:
-    out: list[nn.Module] = []
-    batch: tuple[Any, ...] = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
-    for cls in batch:
-        out.append(cls(4))
-        out.append(cls(4, eps=1e-3, momentum=None, affine=False, track_running_stats=False))
-    instance: tuple[Any, ...] = (nn.InstanceNorm1d, nn.InstanceNorm2d, nn.InstanceNorm3d)
-    for cls in instance:
-        out.append(cls(4))
-        out.append(cls(4, affine=True, track_running_stats=True))
-    out.append(nn.LazyBatchNorm2d())
-    no_bias: Any = nn.BatchNorm2d(4)
-    no_bias.bias = None
-    out.append(no_bias)
-    out.append(nn.LayerNorm(8))
-    out.append(nn.LayerNorm([2, 3], eps=1e-6, elementwise_affine=False))
-    out.append(nn.LayerNorm((4,), bias=False))
-    return out
-
-
-class PaddedByProperty(nn.Conv2d):
-    """extra_repr reads the property; str.format(**__dict__) the instance value."""
-
-    @property
-    def padding(self) -> tuple[int, ...]:
-        return (0, 0)
-
-    @padding.setter
-    def padding(self, value: object) -> None:
-        self.__dict__["padding"] = value
-
-
-def _odd_reprs() -> list[nn.Module]:
-    by_property = PaddedByProperty(2, 2, 3, padding=1)
-    twice: Any = nn.BatchNorm1d(2)
-    twice.use_bias = True  # str.format(**__dict__, use_bias=...) raises: repr ""
-    missing = nn.LayerNorm(2)
-    del missing.eps  # str.format raises KeyError: repr ""
-    no_padding = nn.Conv1d(2, 2, 1)
-    del no_padding.padding  # the attribute read raises: repr ""
-    own = nn.Conv1d(2, 2, 1)
-    own.extra_repr = lambda: "own"  # type: ignore[method-assign]
-    other = nn.Conv1d(2, 2, 1)
-    other.extra_repr = nn.Conv1d(3, 5, 2, bias=False).extra_repr  # type: ignore[method-assign]
-
-    class Overridden(nn.BatchNorm1d):
-        def extra_repr(self) -> str:
-            return "mine"
-
-    return [by_property, twice, missing, no_padding, own, other, Overridden(2)]
-
-
-def test_module_repr_is_type_and_extra_repr() -> None:
-    with torch.device("meta"):
-        modules = [*_convs(), *_norms(), *_odd_reprs(), nn.Linear(2, 3), nn.ReLU(), Broken()]
-    for m in modules:
-        try:
-            extra = m.extra_repr()
-        except Exception:
-            extra = ""
-        assert module_repr(m) == f"{type(m).__name__}({extra})", m
-    reprs = [module_repr(m) for m in _odd_reprs()]
-    assert reprs[0] == "PaddedByProperty(2, 2, kernel_size=(3, 3), stride=(1, 1))"
-    assert reprs[1:5] == ["BatchNorm1d()", "LayerNorm()", "Conv1d()", "Conv1d(own)"]
-    assert reprs[5] == "Conv1d(3, 5, kernel_size=(2,), stride=(1,), bias=False)"
-
-
-def test_torch_extra_repr_copies_in_use() -> None:
-    """The copies in tree.py apply to this torch; if this fails, torch's extra_repr of a
-    convolution or norm changed: update the copy (and its constants) or drop it."""
-    assert {getattr(f, "__qualname__", None) for f in _FAST} == {
-        "_ConvNd.extra_repr",
-        "_NormBase.extra_repr",
-        "LayerNorm.extra_repr",
-    }
 
 
 # ---- parameter counting ------------------------------------------------------------------
