@@ -343,16 +343,15 @@ def build_profile(
     # A subtree's place is its earliest call anywhere inside it: a ModuleList is never
     # called itself but goes where its first block ran. Subtrees that never ran keep
     # definition order after those that did.
-    first_call = {id(node): i for i, node in enumerate(tracker.called)}
-    first: dict[int, int] = {}
-    for node in reversed(list(tree.root.walk())):  # each node after its descendants
-        earliest = first_call.get(id(node))
-        for c in node.children:
-            t = first.get(id(c))
-            if t is not None and (earliest is None or t < earliest):
-                earliest = t
-        if earliest is not None:
-            first[id(node)] = earliest
+    # Nodes are hashed by identity. Calls come in order, so the first to reach an
+    # ancestor is its earliest.
+    first: dict[Node, int] = {}
+    parent = tree.parent
+    for i, node in enumerate(tracker.called):
+        up: Node | None = node
+        while up is not None and up not in first:
+            first[up] = i
+            up = parent[id(up)]
     tree.root.node_id, tree.root.depth = "0", 0
     stack = [tree.root]
     while stack:
@@ -360,22 +359,27 @@ def build_profile(
         children = node.children
         if not children:
             continue
-        called = sorted((c for c in children if id(c) in first), key=lambda c: first[id(c)])
-        node.children = children = called + [c for c in children if id(c) not in first]
+        called = sorted((c for c in children if c in first), key=first.__getitem__)
+        if len(called) < len(children):
+            called += [c for c in children if c not in first]
+        node.children = children = called
         prefix = "" if node.node_id == "0" else f"{node.node_id}."
         depth = node.depth + 1
         for i, child in enumerate(children, start=1):
             child.node_id = f"{prefix}{i}"
             child.depth = depth
         stack.extend(children)
-    for node in tree.root.walk():
-        extra = tracker.extra_signatures.get(id(node))
-        if extra:
-            counts = " and ".join(f"{n} more distinct {kind}" for kind, n in sorted(extra.items()))
-            notices.append(
-                f"{node.path or '<root>'}: {counts} not kept (the first {MAX_SIGNATURES} "
-                "of each are)"
-            )
+    if tracker.extra_signatures:
+        for node in tree.root.walk():
+            extra = tracker.extra_signatures.get(id(node))
+            if extra:
+                counts = " and ".join(
+                    f"{n} more distinct {kind}" for kind, n in sorted(extra.items())
+                )
+                notices.append(
+                    f"{node.path or '<root>'}: {counts} not kept (the first {MAX_SIGNATURES} "
+                    "of each are)"
+                )
     prof = Profile(root=tree.root, notices=notices)
     for observer in observers:
         observer.finish(prof)
