@@ -287,15 +287,15 @@ class ScopeTracker:
         """Give each node the distinct Signatures of its calls, in order: the first
         ``MAX_SIGNATURES`` of its inputs and of its outputs; how many more there were goes
         to ``extra_signatures``."""
-        built: dict[tuple[bool, Any], Signature] = {}  # many modules share a key
         for kind, calls in (("inputs", self._inputs), ("outputs", self._outputs)):
             output = kind == "outputs"
+            built: dict[Any, Signature] = {}  # many modules share a key
             for node, entries in calls.values():
                 signatures = []
                 for entry in entries:
-                    sig = built.get((output, entry))
+                    sig = built.get(entry)
                     if sig is None:
-                        sig = built[output, entry] = _signature_of(entry, output)
+                        sig = built[entry] = _signature_of(entry, output)
                     signatures.append(sig)
                 if len(signatures) > 1:
                     # Distinct entries are distinct Signatures, except that a call told
