@@ -7,7 +7,7 @@ lowest common ancestor of its holders; the holders list it in ``Node.shared``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -85,35 +85,35 @@ def _find_tensors(tree: ModelTree, *, reset: bool) -> tuple[Iterable[_Held], _Mo
             if node.shared:
                 node.shared = []
         module = module_of[id(node)]
-        # Parameters then buffers; the two loops differ only in the common type and the
-        # flag (one loop over both tables costs a tuple and a loop per node).
-        params = module._parameters
-        if params:
-            for key, t in params.items():
-                if t is None:
-                    continue
-                if type(t) is not Parameter and is_lazy(t):
-                    notices.append(_lazy_notice(node, key))
-                    continue
-                tid = id(t)
-                if tid not in found:
-                    found[tid] = (t, True, node, key)
-                else:
-                    more.setdefault(tid, []).append((node, key))
-        buffers = module._buffers
-        if buffers:
-            for key, b in buffers.items():
-                if b is None:
-                    continue
-                if type(b) is not Tensor and is_lazy(b):
-                    notices.append(_lazy_notice(node, key))
-                    continue
-                tid = id(b)
-                if tid not in found:
-                    found[tid] = (b, False, node, key)
-                else:
-                    more.setdefault(tid, []).append((node, key))
+        if module._parameters:
+            _scan(module._parameters, True, Parameter, node, found, more, notices)
+        if module._buffers:
+            _scan(module._buffers, False, Tensor, node, found, more, notices)
     return found.values(), more, notices
+
+
+def _scan(
+    table: Mapping[str, Tensor | None],
+    is_param: bool,
+    usual: type,
+    node: Node,
+    found: dict[int, _Held],
+    more: _More,
+    notices: list[str],
+) -> None:
+    """Add the tensors of one parameter or buffer table (``usual``: the type that cannot
+    be lazy, so skips the check)."""
+    for key, t in table.items():
+        if t is None:
+            continue
+        if type(t) is not usual and is_lazy(t):
+            notices.append(_lazy_notice(node, key))
+            continue
+        tid = id(t)
+        if tid not in found:
+            found[tid] = (t, is_param, node, key)
+        else:
+            more.setdefault(tid, []).append((node, key))
 
 
 def _lazy_notice(node: Node, key: str) -> str:
