@@ -344,14 +344,16 @@ def test_recorded_signatures_match_flattening_each_call() -> None:
     assert [s[0].path for s in relu.outputs] == ["", ""]
 
 
-def test_a_call_whose_key_cannot_be_hashed_is_recorded_by_its_signature() -> None:
+def test_a_call_whose_key_cannot_be_hashed_is_recorded_by_its_signature(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # Symbolic sizes do not hash; a key that does not hash stands in for them here.
-    from layerscope.collect.scopes import _record
-    from layerscope.profile import Node, ValueSpec
+    from layerscope.collect import scopes
+    from layerscope.collect.signature import flatten, flatten_call
 
-    node = Node(path="m", name="m", type="M")
-    calls: dict[int, tuple[Node, dict[object, None]]] = {}
-    sig = (ValueSpec("0", "Tensor", "symbolic shape"),)
-    _record(calls, node, ([1],), lambda: sig)
-    _record(calls, node, ([1],), lambda: sig)
-    assert calls[id(node)][0] is node and list(calls[id(node)][1]) == [sig]
+    monkeypatch.setattr(scopes, "_tensor_key", lambda values: ([1],))
+    x = torch.ones(2, 3)
+    prof = ls.profile(nn.Sequential(nn.ReLU()), x)
+    relu = prof.node("0")
+    # inputs: the key does not hash, so the Signature; outputs: a bare tensor's key
+    assert relu.inputs == [flatten_call((x,), {})] and relu.outputs == [flatten(x)]

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import sys
 from bisect import bisect_right
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from types import MethodType
 from typing import Any
 
@@ -64,7 +64,7 @@ def _tensor_key(values: tuple[Any, ...]) -> tuple[Any, ...] | None:
 
 
 def _signature_of(entry: Any, output: bool) -> Signature:
-    """The Signature of a recorded call from what ``_record`` kept of it: a Signature
+    """The Signature of a recorded call from what the tracker kept of it: a Signature
     already, a ``_tensor_key`` (tensors named by position, as ``flatten_call`` and
     ``flatten`` of a tuple name them), or, for an output that is one bare tensor, its
     ``(shape, dtype, device)`` (named ``""``)."""
@@ -73,27 +73,6 @@ def _signature_of(entry: Any, output: bool) -> Signature:
     if not entry or type(entry[0]) is tuple:
         return tuple(spec_of(str(i), *leaf) for i, leaf in enumerate(entry))
     return entry  # type: ignore[no-any-return]
-
-
-def _record(
-    calls: dict[int, tuple[Node, dict[Any, None]]],
-    node: Node,
-    key: Any,
-    signature: Callable[[], Signature],
-) -> None:
-    """Remember one call of ``node`` if it is unlike every earlier one: by its cheap
-    ``key`` when there is one, else by its ``signature()``."""
-    entry = calls.get(id(node))
-    if entry is None:
-        entry = calls[id(node)] = (node, {})
-    seen = entry[1]
-    if key is not None:
-        try:
-            seen.setdefault(key, None)
-            return
-        except TypeError:  # symbolic sizes do not hash; their Signature does
-            pass
-    seen.setdefault(signature(), None)
 
 
 class ScopeTracker:
@@ -115,10 +94,11 @@ class ScopeTracker:
         # id(node) -> {"inputs"/"outputs": distinct signatures seen but not kept}
         self.extra_signatures: dict[int, dict[str, int]] = {}
         self.error_site: dict[int, tuple[BaseException, Node]] = {}  # id(exc) -> (exc, node)
-        # id(node) -> every distinct call, in order, as cheaply as it can be told apart
-        # (see _signature_of); turned into the node's Signatures by record_signatures().
-        self._inputs: dict[int, tuple[Node, dict[Any, None]]] = {}
-        self._outputs: dict[int, tuple[Node, dict[Any, None]]] = {}
+        # (node, is output, entry) of every distinct call, in order, its entry as cheap as
+        # it can be told apart by (see _signature_of): one table for all the modules, so
+        # a call touches no per-module state. record_signatures() turns them into the
+        # nodes' Signatures.
+        self._calls: dict[tuple[Node, bool, Any], None] = {}
         self._handles: list[RemovableHandle] = []
         # (module, the forward method set on it); empty once uninstalled
         self._wrapped: list[tuple[nn.Module, MethodType]] = []
@@ -234,7 +214,13 @@ class ScopeTracker:
         node.calls += 1
         if self.record_shapes:
             key = None if kwargs else _tensor_key(args)
-            _record(self._inputs, node, key, lambda: flatten_call(args, kwargs))
+            if key is not None:
+                try:
+                    self._calls.setdefault((node, False, key), None)
+                except TypeError:  # symbolic sizes do not hash; their Signature does
+                    key = None
+            if key is None:
+                self._calls.setdefault((node, False, flatten_call(args, kwargs)), None)
         self.stack.append((node, module, sys.exc_info()[1]))
         self.current = node
         self._owns_new_grad_nodes(node)
@@ -279,7 +265,13 @@ class ScopeTracker:
                 key: Any = (output.shape, output.dtype, output.device)
             else:
                 key = _tensor_key(output) if type(output) is tuple else None
-            _record(self._outputs, node, key, lambda: flatten(output))
+            if key is not None:
+                try:
+                    self._calls.setdefault((node, True, key), None)
+                except TypeError:
+                    key = None
+            if key is None:
+                self._calls.setdefault((node, True, flatten(output)), None)
         for on_exit in self._exit:
             on_exit(node, module, output, False)
 
@@ -287,25 +279,23 @@ class ScopeTracker:
         """Give each node the distinct Signatures of its calls, in order: the first
         ``MAX_SIGNATURES`` of its inputs and of its outputs; how many more there were goes
         to ``extra_signatures``."""
-        for kind, calls in (("inputs", self._inputs), ("outputs", self._outputs)):
-            output = kind == "outputs"
-            built: dict[Any, Signature] = {}  # many modules share a key
-            for node, entries in calls.values():
-                signatures = []
-                for entry in entries:
-                    sig = built.get(entry)
-                    if sig is None:
-                        sig = built[entry] = _signature_of(entry, output)
-                    signatures.append(sig)
-                if len(signatures) > 1:
-                    # Distinct entries are distinct Signatures, except that a call told
-                    # apart by its Signature (a Parameter argument) may match a keyed one.
-                    signatures = list(dict.fromkeys(signatures))
-                getattr(node, kind).extend(signatures[:MAX_SIGNATURES])
-                if len(signatures) > MAX_SIGNATURES:
-                    extra = self.extra_signatures.setdefault(id(node), {})
-                    extra[kind] = len(signatures) - MAX_SIGNATURES
-            calls.clear()
+        grouped: dict[tuple[Node, bool], list[Signature]] = {}
+        built: dict[tuple[bool, Any], Signature] = {}  # many modules share a key
+        for node, output, entry in self._calls:
+            sig = built.get((output, entry))
+            if sig is None:
+                sig = built[output, entry] = _signature_of(entry, output)
+            grouped.setdefault((node, output), []).append(sig)
+        self._calls.clear()
+        for (node, output), signatures in grouped.items():
+            if len(signatures) > 1:
+                signatures = list(dict.fromkeys(signatures))
+            kind = "outputs" if output else "inputs"
+            getattr(node, kind).extend(signatures[:MAX_SIGNATURES])
+            if len(signatures) > MAX_SIGNATURES:
+                self.extra_signatures.setdefault(id(node), {})[kind] = (
+                    len(signatures) - MAX_SIGNATURES
+                )
 
     def mark_error_site(self, exc: BaseException, node: Node) -> None:
         """Record that ``exc`` was raised in ``node``; the first (innermost) mark wins."""
