@@ -24,7 +24,6 @@ from layerscope.collect.state import (
     _BATCH_TOTAL,
     ModelState,
     _has_values,
-    _named_modules,
 )
 from layerscope.collect.tree import ModelTree, module_repr
 from layerscope.errors import LayerscopeError
@@ -335,38 +334,6 @@ def test_small_grads_are_copied_in_batches() -> None:
     assert all(p.grad is g for p, g in zip(params, grads, strict=True))
     assert all(torch.equal(g, torch.full_like(g, 2.0)) for g in grads)
     assert [g._version for g in grads] == [v + 2 * (i in (1, 2)) for i, v in enumerate(versions)]
-
-
-class OwnWalk(nn.Sequential):
-    def named_modules(
-        self, memo: set[nn.Module] | None = None, prefix: str = "", remove_duplicate: bool = True
-    ) -> Any:
-        yield prefix, self  # hides its children
-
-
-def test_modules_are_walked_as_named_modules_does() -> None:
-    shared = nn.Linear(2, 2)
-    inner = nn.Sequential(shared, nn.ReLU(), nn.Sequential(shared, nn.Tanh()))
-    model = nn.Sequential(inner, nn.Identity(), inner)
-    model.register_module("unset", None)
-    model.add_module("deep", nn.Sequential(nn.Sequential(nn.Sequential(nn.ReLU()))))
-    assert _named_modules(model) == list(model.named_modules())
-    assert [p for p, _ in _named_modules(model)] == [
-        "",
-        "0",
-        "0.0",
-        "0.1",
-        "0.2",
-        "0.2.1",
-        "1",
-        "deep",
-        "deep.0",
-        "deep.0.0",
-        "deep.0.0.0",
-    ]
-    model.add_module("own", OwnWalk(nn.ReLU()))
-    assert _named_modules(model) == list(model.named_modules())
-    assert [p for p, _ in _named_modules(model)][-1] == "own"
 
 
 # ---- parameter counting ------------------------------------------------------------------

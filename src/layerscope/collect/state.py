@@ -46,7 +46,6 @@ _get_version = operator.attrgetter("_version")
 _T = TypeVar("_T")
 #: What ``is_lazy`` checks for.
 _LAZY: type = torch.nn.parameter.UninitializedTensorMixin  # type: ignore[attr-defined]
-_NAMED_MODULES = nn.Module.named_modules
 
 
 class _Batch(NamedTuple):
@@ -93,7 +92,7 @@ class ModelState:
             cuda_rng = torch.cuda.get_rng_state_all()
         state = cls(cpu_rng=torch.get_rng_state(), cuda_rng=cuda_rng)
         modules, contents, empty = state.modules, state.contents, state.empty
-        named = _named_modules(model)
+        named = list(model.named_modules())
         for _, m in named:
             attrs = m.__dict__.copy()
             modules.append((m, type(m), attrs))
@@ -210,28 +209,6 @@ class ModelState:
                     "layerscope cannot undo that"
                 )
         return notices
-
-
-def _named_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
-    """``list(model.named_modules())``, walked without its nested generators unless some
-    module overrides it."""
-    walked: list[tuple[str, nn.Module]] = []
-    memo: set[nn.Module] = set()
-    stack: list[tuple[str, nn.Module]] = [("", model)]
-    pop, push, add, append = stack.pop, stack.extend, memo.add, walked.append
-    while stack:
-        prefix, m = pop()
-        if m in memo:
-            continue
-        add(m)
-        append((prefix, m))
-        children = m._modules
-        if children:  # pushed last first, so that the first is walked (whole) next
-            dot = f"{prefix}." if prefix else ""
-            push([(dot + k, c) for k, c in reversed(children.items()) if c is not None])
-    if any(k.named_modules is not _NAMED_MODULES for k in {type(m) for m in memo}):
-        return list(model.named_modules())
-    return walked
 
 
 def _distinct(items: list[_T], tensors: list[Tensor], lazy: list[Any]) -> list[_T]:
