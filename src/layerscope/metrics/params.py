@@ -64,20 +64,13 @@ def _find_tensors(tree: ModelTree, *, reset: bool) -> tuple[Iterable[_Held], _Mo
 
     ``reset``: also zero the parameter metrics of every node on the way.
     """
-    # Runs on every profile call: the walk is inlined (pre-order, as Node.walk), the
-    # common tensor types skip the lazy check, and a tensor held once (almost all) is
-    # one tuple.
+    # Runs on every profile call: the common tensor types skip the lazy check, and a
+    # tensor held once (almost all) is one tuple.
     found: dict[int, _Held] = {}
     more: _More = {}
     notices: list[str] = []
     module_of = tree.module
-    stack = [tree.root]
-    pop = stack.pop
-    while stack:
-        node = pop()
-        children = node.children
-        if children:
-            stack += reversed(children)
+    for node in tree.root.walk():
         if reset:
             node.self_metrics.update(_ZERO)
             if node.self_by_dtype:  # an empty one stays: nodes are made with their own
