@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import sys
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import MethodType
 from typing import Any
 
@@ -214,13 +214,7 @@ class ScopeTracker:
         node.calls += 1
         if self.record_shapes:
             key = None if kwargs else _tensor_key(args)
-            if key is not None:
-                try:
-                    self._calls.setdefault((node, False, key), None)
-                except TypeError:  # symbolic sizes do not hash; their Signature does
-                    key = None
-            if key is None:
-                self._calls.setdefault((node, False, flatten_call(args, kwargs)), None)
+            self._remember(node, False, key, flatten_call, args, kwargs)
         self.stack.append((node, module, sys.exc_info()[1]))
         self.current = node
         self._owns_new_grad_nodes(node)
@@ -240,40 +234,47 @@ class ScopeTracker:
         if exc is None or exc is exc_at_entry:
             self._leave(module, output)
             return
-        del self.stack[i:]
-        self.current = self.stack[-1][0] if self.stack else self.tree.root
-        self._owns_new_grad_nodes(self.current)
+        self._drop_frames(i)
         self.mark_error_site(exc, node)
         for on_exit in self._exit:
             on_exit(node, module, None, True)
 
+    def _drop_frames(self, i: int) -> Node:
+        """Pop the stack down to below frame ``i`` (whose node is returned): the module
+        there, and any left open inside it, have ended."""
+        node = self.stack[i][0]
+        del self.stack[i:]
+        self.current = self.stack[-1][0] if self.stack else self.tree.root
+        self._owns_new_grad_nodes(self.current)
+        return node
+
     def _leave(self, module: nn.Module, output: Any) -> None:
         """``module``'s forward returned ``output``."""
-        stack = self.stack
-        if stack and stack[-1][1] is module:
-            node = stack.pop()[0]
-        else:
-            i = self._frame_of(module)
-            if i is None:
-                return
-            node = stack[i][0]
-            del stack[i:]
-        current = self.current = stack[-1][0] if stack else self.tree.root
-        self._owns_new_grad_nodes(current)
+        i = self._frame_of(module)
+        if i is None:
+            return
+        node = self._drop_frames(i)
         if self.record_shapes:
             if type(output) is torch.Tensor and not output.is_nested:
                 key: Any = (output.shape, output.dtype, output.device)
             else:
                 key = _tensor_key(output) if type(output) is tuple else None
-            if key is not None:
-                try:
-                    self._calls.setdefault((node, True, key), None)
-                except TypeError:
-                    key = None
-            if key is None:
-                self._calls.setdefault((node, True, flatten(output)), None)
+            self._remember(node, True, key, flatten, output)
         for on_exit in self._exit:
             on_exit(node, module, output, False)
+
+    def _remember(
+        self, node: Node, output: bool, key: Any, flat: Callable[..., Signature], *value: Any
+    ) -> None:
+        """Note a call of ``node`` (its inputs, or its output) by its cheap ``key`` when it
+        has one, else by its Signature, ``flat(*value)``."""
+        if key is not None:
+            try:
+                self._calls.setdefault((node, output, key), None)
+                return
+            except TypeError:  # symbolic sizes do not hash; their Signature does
+                pass
+        self._calls.setdefault((node, output, flat(*value)), None)
 
     def record_signatures(self) -> None:
         """Give each node the distinct Signatures of its calls, in order: the first
