@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import inspect
+import weakref
 from collections.abc import Callable
 
 import pytest
@@ -301,6 +303,12 @@ def test_a_copy_made_during_a_session_runs_its_own_weights() -> None:
     assert during.tolist() == after.tolist() == [[3.0, 3.0]]
     assert p.profile.node("0").calls == 1
     assert "forward" not in model[0].__dict__
+    # The twin keeps a pass-through forward, but neither the session nor the original.
+    session, original = weakref.ref(p.tracker), weakref.ref(model)
+    del p, model
+    gc.collect()
+    assert session() is None and original() is None
+    assert twin(x).tolist() == [[3.0, 3.0]]
 
 
 def test_recorded_signatures_match_flattening_each_call() -> None:

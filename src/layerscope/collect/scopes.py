@@ -100,8 +100,9 @@ class ScopeTracker:
         # nodes' Signatures.
         self._calls: dict[tuple[Node, bool, Any], None] = {}
         self._handles: list[RemovableHandle] = []
-        # (module, the forward method set on it); empty once uninstalled
-        self._wrapped: list[tuple[nn.Module, MethodType]] = []
+        # (module, the forward method set on it, its tie to the session); empty once
+        # uninstalled
+        self._wrapped: list[tuple[nn.Module, MethodType, list[Any]]] = []
         self._grad_starts: list[int] = []  # sequence numbers where ownership changes
         self._grad_owners: list[Node] = []
 
@@ -144,9 +145,10 @@ class ScopeTracker:
 
     def uninstall(self) -> None:
         remove_hooks(self._handles)
-        for module, wrapper in self._wrapped:
+        for module, wrapper, live in self._wrapped:
             if module.__dict__.get("forward") is wrapper:
                 del module.__dict__["forward"]
+            live.clear()
         self._wrapped.clear()
 
     def _wrap_forward(self, module: nn.Module) -> None:
@@ -157,14 +159,17 @@ class ScopeTracker:
         own forward, untracked, then and after the session.
         """
         forward_fn = type(module).forward
-        enter, leave, post, wrapped = self._enter_node, self._leave, self._post, self._wrapped
         nodes = self.tree.nodes_of[id(module)]
         only = nodes[0] if len(nodes) == 1 else None  # else resolved per call
-        resolve = self._resolve
+        # All that ties the wrapper to the session, emptied by uninstall: a copy of the
+        # module made meanwhile keeps this forward (as a pass-through) but neither the
+        # session nor the original module alive.
+        live: list[Any] = [module, only, self._enter_node, self._leave, self._post, self._resolve]
 
         def forward(this: nn.Module, *args: Any, **kwargs: Any) -> Any:
-            if this is not module or not wrapped:  # a copy, or the session is over
+            if not live or this is not live[0]:  # the session is over, or a copy
                 return forward_fn(this, *args, **kwargs)
+            module, only, enter, leave, post, resolve = live
             enter(only if only is not None else resolve(module), module, args, kwargs)
             try:
                 out = forward_fn(module, *args, **kwargs)
@@ -176,7 +181,7 @@ class ScopeTracker:
 
         forward.__wrapped__ = forward_fn  # type: ignore[attr-defined]
         method = MethodType(forward, module)
-        self._wrapped.append((module, method))
+        self._wrapped.append((module, method, live))
         module.__dict__["forward"] = method
 
     # ---- hooks ---------------------------------------------------------------------
