@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -88,17 +90,25 @@ class Attention(nn.Module):
         return out
 
 
-def test_sdpa_cpu_is_counted() -> None:
+#: Autograd on, and inference mode, where composite ops reach the dispatch mode whole.
+GRAD_MODES = [contextlib.nullcontext, torch.inference_mode]
+
+
+@pytest.mark.parametrize("grad_mode", GRAD_MODES)
+def test_sdpa_cpu_is_counted(grad_mode: Callable[[], Any]) -> None:
     b, h, lq, lk, d = 2, 4, 16, 16, 8
     q, k, v = (torch.randn(b, h, n, d) for n in (lq, lk, lk))
-    prof = ls.profile(Attention(), args=(q, k, v))
+    with grad_mode():
+        prof = ls.profile(Attention(), args=(q, k, v))
     assert prof.root.metrics["macs"] == b * h * lq * lk * d * 2  # QK^T and PV
     assert prof.unsupported_ops == {}
 
 
-def test_lstm_is_counted() -> None:
+@pytest.mark.parametrize("grad_mode", GRAD_MODES)
+def test_lstm_is_counted(grad_mode: Callable[[], Any]) -> None:
     lstm = nn.LSTM(8, 16, batch_first=True)
-    prof = ls.profile(lstm, torch.randn(3, 5, 8))
+    with grad_mode():
+        prof = ls.profile(lstm, torch.randn(3, 5, 8))
     # per step and sequence: 4 gates x H x (I + H) MACs; N=3 sequences, T=5 steps
     assert prof.root.metrics["macs"] == 3 * 5 * 4 * 16 * (8 + 16)
     assert prof.unsupported_ops == {}
@@ -159,6 +169,24 @@ def test_meta_runs_the_decomposed_lstm() -> None:
     assert real["macs"] == meta["macs"] and real["flops"] == meta["flops"]
     n, directions, hidden = 2, 2, 16
     assert real["backward_macs"] - meta["backward_macs"] == n * directions * 4 * hidden * hidden
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_inference_mode_counts_what_runs_with_autograd_on(name: str) -> None:
+    """Under inference_mode, linear, conv2d, batch_norm, layer_norm, SDPA, lstm, ... reach
+    the session's dispatch mode undecomposed; it decomposes them, so every module gets the
+    counts of the ops that run with autograd on."""
+    ex = EXAMPLES[name]
+    model, x = ex.build(), ex.example_input()
+    with torch.no_grad():
+        expected = ls.profile(model, x)
+    with torch.inference_mode():
+        got = ls.profile(model, x)
+    assert got.unsupported_ops == {} and expected.unsupported_ops == {}
+    assert [(n.path, n.self_metrics["macs"], n.self_metrics["flops"]) for n in got.nodes()] == [
+        (n.path, n.self_metrics["macs"], n.self_metrics["flops"]) for n in expected.nodes()
+    ]
+    assert got.root.metrics["macs"] > 0
 
 
 @torch.library.custom_op("layerscope_test::scale", mutates_args=())

@@ -6,6 +6,13 @@ Forward ops belong to the innermost running module (``ScopeTracker.current``). B
 ops belong to the module whose forward created the autograd node being executed:
 ``torch._C._current_autograd_node()`` names that node and ``ScopeTracker.grad_owner``
 maps it to its module.
+
+Observers see the ops that run, whatever the autograd mode. Ops implemented only as a
+composition of other ops (``CompositeImplicitAutograd``: ``linear``, ``layer_norm``,
+``scaled_dot_product_attention``, ``conv2d``, ``lstm``, ...) are decomposed above a
+dispatch mode when autograd is on, but reach it whole under ``torch.inference_mode``,
+where tensors skip autograd. The mode then runs the same decomposition itself, with
+itself active, so the ops inside reach the observers as they do with autograd on.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+from torch._C import DispatchKey
 from torch._ops import OpOverload
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -21,6 +29,32 @@ from layerscope.collect.scopes import ScopeTracker
 from layerscope.profile import Node
 
 _current_autograd_node = torch._C._current_autograd_node
+_has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
+_COMPOSITE = DispatchKey.CompositeImplicitAutograd
+#: Kernels that run instead of an op's composite one on dense tensors.
+_OWN_KERNELS = (
+    DispatchKey.CPU,
+    DispatchKey.CUDA,
+    DispatchKey.MPS,
+    DispatchKey.XPU,
+    DispatchKey.Meta,
+    DispatchKey.CompositeExplicitAutograd,
+    DispatchKey.CompositeExplicitAutogradNonFunctional,
+)
+
+
+def runs_decomposed(func: Any) -> bool:
+    """Whether ``func`` runs as its ``CompositeImplicitAutograd`` kernel, a composition of
+    other ops, on dense tensors (it has no kernel of its own for a backend)."""
+    if not isinstance(func, OpOverload):
+        return False
+    name = func.name()  # type: ignore[no-untyped-call]
+    try:
+        composite = _has_kernel(name, _COMPOSITE)
+    except RuntimeError:  # not a dispatcher op (prim::device, which fake tensors call)
+        return False
+    return composite and not any(_has_kernel(name, k) for k in _OWN_KERNELS)
+
 
 #: ``Observer.on_op``: (func, args, kwargs, out, node, backward) -> None
 OpCallback = Callable[[OpOverload, tuple[Any, ...], dict[str, Any], Any, Node, bool], None]
@@ -59,6 +93,8 @@ class SessionMode(TorchDispatchMode):
         super().__init__()  # type: ignore[no-untyped-call]
         self.tracker = tracker
         self.callbacks = callbacks
+        # id(func) -> (func, whether it runs decomposed); resolved once per op
+        self._decomposed: dict[int, tuple[OpOverload, bool]] = {}
 
     def __torch_dispatch__(
         self,
@@ -69,6 +105,12 @@ class SessionMode(TorchDispatchMode):
     ) -> Any:
         if kwargs is None:
             kwargs = {}
+        plan = self._decomposed.get(id(func))
+        if plan is None:
+            plan = self._decomposed[id(func)] = (func, runs_decomposed(func))
+        if plan[1]:
+            with self:
+                return func._op_dk(_COMPOSITE, *args, **kwargs)
         out = func(*args, **kwargs)
         grad_node = _current_autograd_node()
         if grad_node is None:
