@@ -532,6 +532,48 @@ def test_transformer_encoder_layer_fast_path() -> None:
     assert rec.cost() == expected
 
 
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")
+def test_transformer_encoder_fast_path_on_a_padding_mask() -> None:
+    """nn.TransformerEncoder turns a padding mask into a nested tensor; the fused layer
+    then projects only the real tokens and runs the attention matmuls padded."""
+    layer = nn.TransformerEncoderLayer(8, 2, 16, batch_first=True, dropout=0.0)
+    encoder = nn.TransformerEncoder(layer, 1).eval()
+    x = randn(2, 5, 8)
+    padding = torch.tensor([[False] * 5, [False] * 3 + [True] * 2])  # lengths 5 and 3
+    b, t, e, heads, hidden = 2, 5, 8, 2, 16
+    tokens = 5 + 3
+    macs = (
+        3 * tokens * e * e  # q, k, v projections of the real tokens: 1,536
+        + 2 * b * t * t * e  # Q K^T and P V, padded to T=5: 800
+        + tokens * e * e  # out-projection: 512
+        + 2 * tokens * e * hidden  # FFN: 2,048
+    )  # 4,896
+    flops = (
+        2 * macs
+        + 3 * b * t * e  # q, k, v biases, added to the padded projection: 240
+        + b * t * e  # q * 1/sqrt(d), padded: 80
+        + 5 * heads * (5 * 5 + 3 * 3)  # softmax over each sequence's own scores: 340
+        + tokens * e  # out-projection bias: 64
+        + tokens * hidden  # linear1 bias: 128
+        + tokens * hidden  # ReLU: 128
+        + tokens * e  # linear2 bias: 64
+        + 2 * tokens * e  # two residual adds: 128
+        + 2 * (8 * tokens * e + 4 * tokens)  # two layer norms: 1,088
+    )  # 12,052
+    with recording() as rec, torch.no_grad():
+        encoder(x, src_key_padding_mask=padding)
+    assert "aten._transformer_encoder_layer_fwd.default" in rec.ops()
+    assert rec.cost(aten._transformer_encoder_layer_fwd) == Cost(4896, 12052) == Cost(macs, flops)
+    # The attention alone, on nested input given to nn.MultiheadAttention's fast path
+    nested = torch.nested.nested_tensor([randn(5, e), randn(3, e)])
+    attn_macs = 1536 + 800 + 512  # projections, padded Q K^T and P V, out-projection
+    attn = Cost(attn_macs, 2 * attn_macs + 240 + 80 + 340 + 64)  # biases, scale, softmax
+    with recording() as rec, torch.no_grad():
+        layer.self_attn.eval()(nested, nested, nested, need_weights=False)
+    assert rec.ops() == {"aten._native_multi_head_attention.default"}
+    assert rec.cost() == attn == Cost(2848, 6420)
+
+
 # --- recurrent layers ------------------------------------------------------------------
 
 

@@ -29,6 +29,7 @@ from typing import Any
 
 from torch import Tensor
 
+from layerscope.metrics.flops._common import first_tensor
 from layerscope.metrics.flops.norms import train_norm_flops
 from layerscope.metrics.flops.pointwise import GELU, RELU
 from layerscope.metrics.flops.reductions import SOFTMAX
@@ -585,6 +586,30 @@ def _mha_cost(
     return Cost(macs, flops)
 
 
+def _nested_lengths(t: Tensor) -> list[int]:
+    """The sequence length of each component of a nested (B, L_i, E) tensor."""
+    return [int(size[0]) for size in t._nested_tensor_size().tolist()]
+
+
+def _nested_mha_cost(
+    lengths: list[int], e: int, heads: int, need_weights: bool, average: bool
+) -> Cost:
+    """The fast path on a nested tensor (no mask: the nesting is the padding mask), as
+    its kernels run it: the in- and out-projections over the real tokens; the bias add
+    and q scaling over the padded (B, T, 3E) projection; both attention matmuls over the
+    padded length T; the softmax over each sequence's own L_i x L_i scores."""
+    tokens, b, t = sum(lengths), len(lengths), max(lengths, default=0)
+    padded = b * t
+    macs = 3 * tokens * e * e + 2 * padded * t * e + tokens * e * e
+    flops = 2 * macs
+    flops += 3 * padded * e + SCALE * padded * e  # as _transform_bias_rescale_qkv
+    flops += SOFTMAX * heads * sum(n * n for n in lengths)
+    flops += tokens * e  # out-projection bias
+    if need_weights and average:  # the padded weights, summed over heads and divided
+        flops += heads * padded * t + padded * t
+    return Cost(macs, flops)
+
+
 @register_flop_formula(*aten_ops("_native_multi_head_attention"))
 def native_mha_flop(
     query: Tensor,
@@ -605,6 +630,12 @@ def native_mha_flop(
 ) -> Cost:
     """``nn.MultiheadAttention`` fast path (eval, batch_first, no grad)."""
     e = embed_dim
+    if query.is_nested:
+        if key is not query or value is not query:
+            raise ValueError("nested query, key and value that are not one tensor")
+        return _nested_mha_cost(
+            _nested_lengths(query), e, num_head, need_weights, average_attn_weights
+        )
     lq = query.shape[-2]
     lk = key.shape[-2]
     b = query.numel() // (lq * e) if lq * e else 0
@@ -638,13 +669,19 @@ def transformer_encoder_layer_flop(
 ) -> Cost:
     """``nn.TransformerEncoderLayer`` fast path: self-attention (as the MHA fast path,
     weights not returned) + 2 residual adds + 2 layer norms (8 per element + 4 per row)
-    + FFN (linear, ReLU 1 or exact GELU 5 per hidden element, linear)."""
+    + FFN (linear, ReLU 1 or exact GELU 5 per hidden element, linear). On a nested
+    ``src`` everything but the attention scores runs over the real tokens only."""
     e = embed_dim
-    lq = src.shape[-2]
-    tokens = src.numel() // e if e else 0
-    b = tokens // lq if lq else 0
     hidden = ffn_weight_1.shape[0]
-    cost = _mha_cost(b, lq, lq, e, num_heads, False, False, mask is not None)
+    if src.is_nested:  # a padding mask, turned into nesting by nn.TransformerEncoder
+        lengths = _nested_lengths(src)
+        tokens = sum(lengths)
+        cost = _nested_mha_cost(lengths, e, num_heads, False, False)
+    else:
+        lq = src.shape[-2]
+        tokens = src.numel() // e if e else 0
+        b = tokens // lq if lq else 0
+        cost = _mha_cost(b, lq, lq, e, num_heads, False, False, mask is not None)
     ffn_macs = 2 * tokens * e * hidden
     act = GELU if use_gelu else RELU
     flops = 2 * ffn_macs + tokens * hidden + tokens * e  # FFN matmuls and biases
@@ -658,6 +695,7 @@ def transformer_encoder_layer_flop(
 def transform_bias_rescale_qkv_flop(
     qkv: Tensor, qkv_bias: Tensor, num_heads: int, *_: Any, out: Any = None, **__: Any
 ) -> Cost:
-    """The fast path's bias add on the packed (B, L, 3E) projection + scaling q."""
-    n = qkv.numel()
+    """The fast path's bias add on the packed (B, L, 3E) projection + scaling q (a nested
+    projection is padded first: its outputs are (B, H, T, E/H) each)."""
+    n = 3 * first_tensor(out).numel()
     return Cost(0, n + SCALE * (n // 3))
