@@ -189,6 +189,42 @@ def test_inference_mode_counts_what_runs_with_autograd_on(name: str) -> None:
     assert got.root.metrics["macs"] > 0
 
 
+class Checkpointed(nn.Module):
+    """Two Linear+ReLU blocks; the first one's forward is recomputed in the backward pass
+    (ReLU saves its output, so the recomputation runs the Linear again)."""
+
+    def __init__(self, reentrant: bool) -> None:
+        super().__init__()
+        self.b1 = nn.Sequential(nn.Linear(8, 8), nn.ReLU())
+        self.b2 = nn.Sequential(nn.Linear(8, 8), nn.ReLU())
+        self.reentrant = reentrant
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.utils.checkpoint.checkpoint(self.b1, x, use_reentrant=self.reentrant)
+        out: torch.Tensor = self.b2(h)
+        return out
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_activation_checkpointing_recompute_is_backward_work_of_its_module(
+    reentrant: bool,
+) -> None:
+    x = torch.randn(4, 8, requires_grad=True)
+    prof = ls.profile(Checkpointed(reentrant), x, backward=True)
+    linear = 4 * 8 * 8  # one Linear(8, 8) on a batch of 4: 256 MACs
+    first, second = prof.node("b1.0"), prof.node("b2.0")
+    assert first.calls == 2 and second.calls == 1  # the forward, and its recomputation
+    assert first.metrics["macs"] == second.metrics["macs"] == linear
+    assert second.metrics["backward_macs"] == 2 * linear  # input and weight gradients
+    assert first.metrics["backward_macs"] == 2 * linear + linear  # + the recomputation
+    assert (
+        prof.root.self_metrics["backward_macs"]
+        == prof.node("b1").self_metrics["backward_macs"]
+        == 0
+    )
+    assert prof.root.metrics["backward_macs"] == 5 * linear  # 1,280
+
+
 @torch.library.custom_op("layerscope_test::scale", mutates_args=())
 def scale(x: torch.Tensor) -> torch.Tensor:
     return x * 3

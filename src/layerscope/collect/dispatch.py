@@ -5,7 +5,8 @@ It runs only when some observer overrides ``Observer.on_op``.
 Forward ops belong to the innermost running module (``ScopeTracker.current``). Backward
 ops belong to the module whose forward created the autograd node being executed:
 ``torch._C._current_autograd_node()`` names that node and ``ScopeTracker.grad_owner``
-maps it to its module.
+maps it to its module; a forward that the backward pass runs (a recomputation under
+activation checkpointing) keeps its ops, as backward work (``backward_owner``).
 
 Observers see the ops that run, whatever the autograd mode. Ops implemented only as a
 composition of other ops (``CompositeImplicitAutograd``: ``linear``, ``layer_norm``,
@@ -116,7 +117,7 @@ class SessionMode(TorchDispatchMode):
         if grad_node is None:
             node, backward = self.tracker.current, False
         else:
-            node, backward = self.tracker.grad_owner(grad_node), True
+            node, backward = self.tracker.backward_owner(grad_node), True
         for callback in self.callbacks:
             callback(func, args, kwargs, out, node, backward)
         return out

@@ -47,6 +47,7 @@ MAX_SIGNATURES = 16
 #: The sequence number autograd gives nodes outside the sequence (AccumulateGrad).
 _NO_SEQUENCE = 2**64 - 1
 _next_sequence_nr = torch._C._autograd._get_sequence_nr
+_current_autograd_node = torch._C._current_autograd_node
 
 
 def _tensor_key(values: tuple[Any, ...]) -> tuple[Any, ...] | None:
@@ -86,10 +87,12 @@ class ScopeTracker:
         self._enter = [o.on_enter for o in observers if o.overrides("on_enter")]
         self._exit = [o.on_exit for o in observers if o.overrides("on_exit")]
         #: The running modules, innermost last: (node, module, exception being handled
-        #: when it was entered).
-        self.stack: list[tuple[Node, nn.Module, BaseException | None]] = []
+        #: when it was entered, whether a backward pass was running it).
+        self.stack: list[tuple[Node, nn.Module, BaseException | None, bool]] = []
         #: The innermost running module's node; the root outside any module.
         self.current: Node = tree.root
+        #: Whether that module's forward was run by a backward pass (a recomputation).
+        self.current_in_backward = False
         self.called: list[Node] = []  # each node that ran, in the order of its first call
         # id(node) -> {"inputs"/"outputs": distinct signatures seen but not kept}
         self.extra_signatures: dict[int, dict[str, int]] = {}
@@ -107,6 +110,13 @@ class ScopeTracker:
         self._grad_owners: list[Node] = []
 
     # ---- queries used by observers -------------------------------------------------
+    def backward_owner(self, grad_node: Any) -> Node:
+        """The module a backward op running in this autograd node is counted in: the
+        running module if the backward pass itself runs its forward (activation
+        checkpointing recomputes it there), else the module whose forward created the
+        node."""
+        return self.current if self.current_in_backward else self.grad_owner(grad_node)
+
     def grad_owner(self, grad_node: Any) -> Node:
         """The module whose forward created this autograd node (the root if none did)."""
         seq = grad_node._sequence_nr()
@@ -191,7 +201,7 @@ class ScopeTracker:
             return nodes[0]
         # A module registered under several paths: pick the path whose parent is running.
         parent_of = self.tree.parent
-        for node, _, _ in reversed(self.stack):
+        for node, *_ in reversed(self.stack):
             for n in nodes:
                 if parent_of[id(n)] is node:
                     return n
@@ -220,8 +230,10 @@ class ScopeTracker:
         if self.record_shapes:
             key = None if kwargs else _tensor_key(args)
             self._remember(node, False, key, flatten_call, args, kwargs)
-        self.stack.append((node, module, sys.exc_info()[1]))
+        in_backward = _current_autograd_node() is not None
+        self.stack.append((node, module, sys.exc_info()[1], in_backward))
         self.current = node
+        self.current_in_backward = in_backward
         self._owns_new_grad_nodes(node)
         for on_enter in self._enter:
             on_enter(node, module, args, kwargs)
@@ -234,7 +246,7 @@ class ScopeTracker:
         i = self._frame_of(module)
         if i is None:
             return
-        node, _, exc_at_entry = self.stack[i]
+        node, _, exc_at_entry, _ = self.stack[i]
         exc = sys.exc_info()[1]
         if exc is None or exc is exc_at_entry:
             self._leave(module, output)
@@ -249,7 +261,10 @@ class ScopeTracker:
         there, and any left open inside it, have ended."""
         node = self.stack[i][0]
         del self.stack[i:]
-        self.current = self.stack[-1][0] if self.stack else self.tree.root
+        if self.stack:
+            self.current, _, _, self.current_in_backward = self.stack[-1]
+        else:
+            self.current, self.current_in_backward = self.tree.root, False
         self._owns_new_grad_nodes(self.current)
         return node
 
