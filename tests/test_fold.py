@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -13,7 +14,8 @@ from torch import nn
 
 import layerscope as ls
 from helpers import SimpleModel
-from layerscope.analysis.fold import REPEAT_TYPE, fold
+from layerscope.analysis.fold import REPEAT_TYPE, _best_window, fold
+from layerscope.errors import InvalidInputError
 from layerscope.profile import ADDITIVE_METRICS, Node, Profile
 
 Row = tuple[str, str, str, int, list[str]]
@@ -66,9 +68,35 @@ class Parallel(nn.Module):
         return torch.cat([h(x) for h in self.heads], dim=-1)
 
 
-def test_torchmeter_simple_model() -> None:
+def test_torchmeter_simple_model_named_items_stay_unfolded() -> None:
+    # A, B and C..K are named items of Sequential(OrderedDict(...)): the default mode
+    # folds integer-named siblings only, so the tree is the unfolded one, renumbered.
     prof = ls.profile(SimpleModel(), torch.randn(4, 1))
     folded = fold(prof)
+    kinds = ["Linear", "ReLU", "Linear"] * 3
+    assert rows(folded) == [
+        ("0", "", "SimpleModel", 1, []),
+        ("1", "single_1", "Linear", 1, []),
+        ("2", "repeat_1x2", "Sequential", 1, []),
+        ("2.1", "repeat_1x2.A", "Linear", 1, []),
+        ("2.2", "repeat_1x2.B", "Linear", 1, []),
+        ("3", "single_2", "ReLU", 1, []),
+        ("4", "repeat_2x3", "Sequential", 1, []),
+        *[
+            (f"4.{k}", f"repeat_2x3.{c}", kind, 1, [])
+            for k, (c, kind) in enumerate(zip("CDEFGHIJK", kinds, strict=True), start=1)
+        ],
+        ("5", "single_3", "Linear", 1, []),
+    ]
+    assert [n.path for n in folded.nodes()] == [n.path for n in prof.nodes()]  # 16 nodes
+    # 1*10+10 + 2*(10*10+10) + 0 + 3*(55+60) + 10*1+1 = 20 + 220 + 345 + 11
+    assert folded.root.metrics["params"] == 596
+    folded.self_check()
+
+
+def test_torchmeter_simple_model_all_names() -> None:
+    prof = ls.profile(SimpleModel(), torch.randn(4, 1))
+    folded = fold(prof, "all")
     cdefghijk = [f"repeat_2x3.{c}" for c in "CDEFGHIJK"]
     assert rows(folded) == [
         ("0", "", "SimpleModel", 1, []),
@@ -309,3 +337,339 @@ def test_fold_property(layers: str) -> None:
     # the greedy fold leaves no two equal unfolded layers next to each other
     for a, b in itertools.pairwise(entries):
         assert not (a.repr == b.repr and a.repeat == b.repeat == 1 and a.type != REPEAT_TYPE)
+
+
+# ---- hand-built profiles: the folding rule, numerics, scale ----------------------------
+
+
+def mod(
+    path: str,
+    type: str = "Linear",
+    params: int = 0,
+    children: list[Node] | None = None,
+    numerics: dict[str, Any] | None = None,
+    repr: str | None = None,
+) -> Node:
+    """A called module with ``params`` of its own; its name is the last part of its path."""
+    return Node(
+        path=path,
+        name=path.rpartition(".")[2],
+        type=type,
+        calls=1,
+        repr=f"{type}()" if repr is None else repr,
+        self_metrics={"params": params},
+        numerics=dict(numerics or {}),
+        children=children or [],
+    )
+
+
+def built(*children: Node, numerics: dict[str, Any] | None = None) -> Profile:
+    """A profile whose root holds ``children``, with inclusive metrics rolled up."""
+    prof = Profile(root=mod("", "Model", children=list(children)), numerics=numerics or {})
+    prof.rollup()
+    prof.self_check()
+    return prof
+
+
+def layers(n: int, **kw: Any) -> Node:
+    """A ModuleList ``layers`` of n identical Linear layers with 10 params each."""
+    return mod(
+        "layers", "ModuleList", children=[mod(f"layers.{i}", params=10, **kw) for i in range(n)]
+    )
+
+
+def test_named_siblings_do_not_fold_by_default() -> None:
+    prof = built(*(mod(p, params=20) for p in ("q_proj", "k_proj", "v_proj")))
+    assert rows(fold(prof)) == [
+        ("0", "", "Model", 1, []),
+        ("1", "q_proj", "Linear", 1, []),
+        ("2", "k_proj", "Linear", 1, []),
+        ("3", "v_proj", "Linear", 1, []),
+    ]
+    assert rows(fold(prof, True)) == rows(fold(prof))
+    # "all" folds them whatever their names
+    folded = fold(prof, "all")
+    assert rows(folded) == [
+        ("0", "", "Model", 1, []),
+        ("1", "q_proj–v_proj", "Linear", 3, ["q_proj", "k_proj", "v_proj"]),
+    ]
+    assert folded.by_id("1").name == "q_proj–v_proj"
+    assert folded.by_id("1").metrics["params"] == 3 * 20  # 60
+    assert folded.by_id("1").calls == 3  # 1 call each
+
+
+def test_integer_named_siblings_fold() -> None:
+    prof = built(layers(6))
+    folded = fold(prof)
+    assert rows(folded) == [
+        ("0", "", "Model", 1, []),
+        ("1", "layers", "ModuleList", 1, []),
+        ("1.1", "layers.0–5", "Linear", 6, [f"layers.{i}" for i in range(6)]),
+    ]
+    entry = folded.by_id("1.1")
+    assert (entry.name, entry.calls, entry.depth) == ("0–5", 6, 2)
+    assert entry.metrics["params"] == entry.self_metrics["params"] == 6 * 10  # 60
+    assert folded.root.metrics == prof.root.metrics == {"params": 60}
+    assert fold(prof, "all").to_dict() == folded.to_dict()  # integer names: same either way
+    folded.self_check()
+
+
+def test_named_position_splits_an_integer_run() -> None:
+    # 0 1 2 norm 3 4, all alike: the named one stops the runs on either side by default.
+    names = ["0", "1", "2", "norm", "3", "4"]
+    prof = built(*(mod(p, params=5) for p in names))
+    assert rows(fold(prof)) == [
+        ("0", "", "Model", 1, []),
+        ("1", "0–2", "Linear", 3, ["0", "1", "2"]),
+        ("2", "norm", "Linear", 1, []),
+        ("3", "3–4", "Linear", 2, ["3", "4"]),
+    ]
+    assert rows(fold(prof, "all")) == [
+        ("0", "", "Model", 1, []),
+        ("1", "0–4", "Linear", 6, names),
+    ]
+
+
+def test_window_folds_only_with_integer_names() -> None:
+    def window(names: str) -> Profile:
+        # Linear, ReLU, Linear, ReLU under the given four names
+        return built(*(mod(p, t) for p, t in zip(names, "LRLR", strict=True)))
+
+    assert rows(fold(window("0123"))) == [
+        ("0", "", "Model", 1, []),
+        ("1", "0–3", REPEAT_TYPE, 2, ["0", "1", "2", "3"]),
+        ("1.1", "0", "L", 1, ["0", "2"]),
+        ("1.2", "1", "R", 1, ["1", "3"]),
+    ]
+    assert rows(fold(window("abcd"))) == [
+        ("0", "", "Model", 1, []),
+        ("1", "a", "L", 1, []),
+        ("2", "b", "R", 1, []),
+        ("3", "c", "L", 1, []),
+        ("4", "d", "R", 1, []),
+    ]
+    # one named member is enough to stop the window: 0 1 2 alone cover no repeat
+    assert [r[1] for r in rows(fold(window("012d")))] == ["", "0", "1", "2", "d"]
+    assert rows(fold(window("abcd"), "all")) == [
+        ("0", "", "Model", 1, []),
+        ("1", "a–d", REPEAT_TYPE, 2, ["a", "b", "c", "d"]),
+        ("1.1", "a", "L", 1, ["a", "c"]),
+        ("1.2", "b", "R", 1, ["b", "d"]),
+    ]
+
+
+def test_rule_applies_inside_folded_entries() -> None:
+    # 3 blocks of (q, k, 0, 1), all four alike Linear with 4 params
+    def block(i: int) -> Node:
+        parts = [mod(f"blocks.{i}.{c}", params=4) for c in ("q", "k", "0", "1")]
+        return mod(f"blocks.{i}", "Block", children=parts)
+
+    prof = built(mod("blocks", "ModuleList", children=[block(i) for i in range(3)]))
+    of = [f"blocks.{i}" for i in range(3)]
+    assert rows(fold(prof)) == [
+        ("0", "", "Model", 1, []),
+        ("1", "blocks", "ModuleList", 1, []),
+        ("1.1", "blocks.0–2", "Block", 3, of),
+        ("1.1.1", "blocks.0.q", "Linear", 1, [f"{b}.q" for b in of]),
+        ("1.1.2", "blocks.0.k", "Linear", 1, [f"{b}.k" for b in of]),
+        # 0 and 1 fold inside: 2 per block × 3 blocks = 6 members, in tree order
+        ("1.1.3", "blocks.0.0–1", "Linear", 2, [f"{b}.{j}" for b in of for j in "01"]),
+    ]
+    assert fold(prof).by_id("1.1.3").metrics["params"] == 6 * 4  # 24
+    assert rows(fold(prof, "all"))[3:] == [
+        ("1.1.1", "blocks.0.q–1", "Linear", 4, [f"{b}.{j}" for b in of for j in "qk01"]),
+    ]
+
+
+def test_nan_in_one_layer_keeps_it_apart() -> None:
+    # layers.3 of 6 identical layers saw 2 NaNs: 0–2 and 4–5 still fold, 3 stands alone
+    clean = {"checked_calls": 1, "nan": 0, "inf": 0, "min": -1.0, "max": 1.0, "absmax": 1.0}
+    prof = built(layers(6, numerics=clean))
+    prof.node("layers.3").numerics.update(nan=2, nonfinite_calls=[0])
+    folded = fold(prof)
+    assert rows(folded) == [
+        ("0", "", "Model", 1, []),
+        ("1", "layers", "ModuleList", 1, []),
+        ("1.1", "layers.0–2", "Linear", 3, ["layers.0", "layers.1", "layers.2"]),
+        ("1.2", "layers.3", "Linear", 1, []),
+        ("1.3", "layers.4–5", "Linear", 2, ["layers.4", "layers.5"]),
+    ]
+    assert [n.name for n in folded.node("layers").children] == ["0–2", "3", "4–5"]
+    assert folded.node("layers.3").numerics["nan"] == 2
+    # merged numerics: calls and counts summed, extremes combined
+    assert folded.node("layers.0–2").numerics == {
+        "checked_calls": 3,  # 1 + 1 + 1
+        "nan": 0,
+        "inf": 0,
+        "min": -1.0,
+        "max": 1.0,
+        "absmax": 1.0,
+    }
+    assert [e.metrics["params"] for e in folded.node("layers").children] == [30, 10, 20]
+    # the same holds when folding any names
+    assert rows(fold(prof, "all")) == rows(folded)
+
+
+@pytest.mark.parametrize("key", ["first_nonfinite", "origin"])
+def test_event_path_keeps_its_ancestors_apart(key: str) -> None:
+    # The event names layers.2.fc (no counts on the node itself): layers.2 stays unfolded,
+    # 0–1 and 3–4 fold around it, and fc keeps its own path.
+    def layer(i: int) -> Node:
+        return mod(f"layers.{i}", "Block", children=[mod(f"layers.{i}.fc", params=3)])
+
+    event = {"path": "layers.2.fc", "node_id": "1.3.1", "nan": 1, "inf": 0}
+    prof = built(
+        mod("layers", "ModuleList", children=[layer(i) for i in range(5)]),
+        numerics={key: event, "checked_calls": 10},
+    )
+    assert rows(fold(prof)) == [
+        ("0", "", "Model", 1, []),
+        ("1", "layers", "ModuleList", 1, []),
+        ("1.1", "layers.0–1", "Block", 2, ["layers.0", "layers.1"]),
+        ("1.1.1", "layers.0.fc", "Linear", 1, ["layers.0.fc", "layers.1.fc"]),
+        ("1.2", "layers.2", "Block", 1, []),
+        ("1.2.1", "layers.2.fc", "Linear", 1, []),
+        ("1.3", "layers.3–4", "Block", 2, ["layers.3", "layers.4"]),
+        ("1.3.1", "layers.3.fc", "Linear", 1, ["layers.3.fc", "layers.4.fc"]),
+    ]
+
+
+def test_nonfinite_gradient_keeps_a_layer_apart() -> None:
+    prof = built(layers(3))
+    prof.node("layers.0").numerics = {"nan": 0, "inf": 0, "nonfinite_grad_calls": [0]}
+    assert [r[1:4] for r in rows(fold(prof))[2:]] == [
+        ("layers.0", "Linear", 1),
+        ("layers.1–2", "Linear", 2),
+    ]
+
+
+def test_range_flag_splits_the_run_and_alike_flags_fold() -> None:
+    # fp16_overflow on layers.2 and layers.3 only: 0–1, 2–3, 4–5
+    def stats(overflow: bool) -> dict[str, Any]:
+        return {
+            "checked_calls": 1,
+            "nan": 0,
+            "inf": 0,
+            "min": -1e5 if overflow else -1.0,
+            "max": 2.0,
+            "absmax": 1e5 if overflow else 2.0,
+            "fp16_overflow": overflow,
+            "bf16_overflow": False,
+            "fp16_underflow": None,  # underflow not measured
+            "bf16_underflow": None,
+        }
+
+    prof = built(
+        mod(
+            "layers",
+            "ModuleList",
+            children=[mod(f"layers.{i}", numerics=stats(i in (2, 3))) for i in range(6)],
+        )
+    )
+    folded = fold(prof)
+    assert [r[1:] for r in rows(folded)[2:]] == [
+        ("layers.0–1", "Linear", 2, ["layers.0", "layers.1"]),
+        ("layers.2–3", "Linear", 2, ["layers.2", "layers.3"]),
+        ("layers.4–5", "Linear", 2, ["layers.4", "layers.5"]),
+    ]
+    # flags combine with any(); the unmeasured (None) ones are left out
+    assert folded.node("layers.2–3").numerics == {
+        "checked_calls": 2,  # 1 + 1
+        "nan": 0,
+        "inf": 0,
+        "min": -1e5,
+        "max": 2.0,
+        "absmax": 1e5,
+        "fp16_overflow": True,
+        "bf16_overflow": False,
+    }
+    assert folded.node("layers.0–1").numerics["fp16_overflow"] is False
+
+
+def test_thousand_distinct_siblings_stay_unfolded() -> None:
+    # 1,000 Linear layers with distinct reprs: no two alike, the tree comes back renumbered
+    distinct = [mod(str(i), params=i, repr=f"Linear({i})") for i in range(1000)]
+    folded = fold(built(*distinct))
+    assert rows(folded) == [("0", "", "Model", 1, [])] + [
+        (str(i + 1), str(i), "Linear", 1, []) for i in range(1000)
+    ]
+    assert folded.root.metrics["params"] == 999 * 1000 // 2  # 0 + 1 + ... + 999 = 499500
+
+
+def test_thousand_distinct_siblings_twice_fold_as_one_window() -> None:
+    # the same 1,000 distinct layers twice (paths 0..1999): one window of 1000 ×2
+    kinds = [mod(str(i), params=i % 1000, repr=f"Linear({i % 1000})") for i in range(2000)]
+    folded = fold(built(*kinds))
+    (window,) = folded.root.children
+    assert (window.path, window.type, window.repeat) == ("0–1999", REPEAT_TYPE, 2)
+    assert window.members == [str(i) for i in range(2000)]
+    assert [(c.path, c.members) for c in window.children[:2]] == [
+        ("0", ["0", "1000"]),
+        ("1", ["1", "1001"]),
+    ]
+    assert len(window.children) == 1000
+    assert window.metrics["params"] == 2 * 499500  # 999000
+    folded.self_check()
+
+
+def test_ten_thousand_identical_layers_fold_to_one_entry() -> None:
+    prof = built(layers(10_000))
+    folded = fold(prof)
+    assert [r[:4] for r in rows(folded)] == [
+        ("0", "", "Model", 1),
+        ("1", "layers", "ModuleList", 1),
+        ("1.1", "layers.0–9999", "Linear", 10_000),
+    ]
+    entry = folded.by_id("1.1")
+    assert entry.members == [f"layers.{i}" for i in range(10_000)]
+    assert entry.metrics["params"] == 10_000 * 10  # 100000
+    assert entry.calls == 10_000
+
+
+def test_modes() -> None:
+    prof = built(layers(2))
+    assert fold(prof, False) is prof  # no folding: the profile itself, not a copy
+    for bad in ("none", 1, None):
+        with pytest.raises(InvalidInputError, match="fold mode"):
+            fold(prof, bad)  # type: ignore[arg-type]
+    before = prof.to_dict()
+    fold(prof, "all")
+    assert prof.to_dict() == before  # "all" leaves the input untouched too
+
+
+def best_window_by_definition(sigs: list[int], i: int, end: int) -> tuple[int, int]:
+    """Every w from 1 to half of what is left: N whole copies of sigs[i:i+w] in a row."""
+    best_w, best_n = 1, 1
+    for w in range(1, (end - i) // 2 + 1):
+        n = 1
+        while i + (n + 1) * w <= end and sigs[i + n * w : i + (n + 1) * w] == sigs[i : i + w]:
+            n += 1
+        if n >= 2 and w * n > best_w * best_n:
+            best_w, best_n = w, n
+    return best_w, best_n
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 3), min_size=1, max_size=40), st.data())
+def test_best_window_matches_the_definition(sigs: list[int], data: st.DataObject) -> None:
+    i = data.draw(st.integers(0, len(sigs) - 1))
+    end = data.draw(st.integers(i + 1, len(sigs)))
+    where = {s: [k for k, x in enumerate(sigs) if x == s] for s in sigs}
+    assert _best_window(sigs, i, end, where) == best_window_by_definition(sigs, i, end)
+
+
+def test_best_window_examples() -> None:
+    def best(sigs: list[int], end: int) -> tuple[int, int]:
+        where = {s: [k for k, x in enumerate(sigs) if x == s] for s in sigs}
+        return _best_window(sigs, 0, end, where)
+
+    # A A B A A B: (A A B) ×2 covers 6 > A ×2 covering 2
+    assert best([0, 0, 1, 0, 0, 1], 6) == (3, 2)
+    # A ×4 and (A A) ×2 both cover 4: the smaller window wins
+    assert best([0, 0, 0, 0], 4) == (1, 4)
+    # the same list cut at 3: A ×3
+    assert best([0, 0, 0, 0], 3) == (1, 3)
+    # nothing repeats at 0
+    assert best([0, 1, 0, 2], 4) == (1, 1)
+    # A B A C A B A C: (A B A C) ×2 covers 8, found through the positions of B
+    assert best([0, 1, 0, 2, 0, 1, 0, 2], 8) == (4, 2)

@@ -26,6 +26,8 @@ from layerscope.metrics.memory import (
 )
 from layerscope.metrics.numerics import NonFiniteError, NonFiniteWarning, NumericsObserver
 from layerscope.profile import SCHEMA, Node, Profile, TensorSpec, ValueSpec, load
+from layerscope.render import config
+from layerscope.render.options import ViewOptions, view_options
 
 __all__ = [
     "SCHEMA",
@@ -44,11 +46,14 @@ __all__ = [
     "SchemaError",
     "TensorSpec",
     "ValueSpec",
+    "ViewOptions",
     "__version__",
+    "config",
     "load",
     "max_batch_size",
     "profile",
     "record_training_footprint",
     "register_flop_formula",
     "training_footprint",
+    "view_options",
 ]

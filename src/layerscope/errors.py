@@ -11,6 +11,19 @@ class InvalidInputError(LayerscopeError, ValueError):
     """The arguments given to layerscope are wrong (bad option, bad shape, bad file)."""
 
 
+class ConfigError(InvalidInputError):
+    """The display config (a YAML file or a mapping) is wrong.
+
+    The one-line message names the file (when there is one), the dotted key and what is
+    allowed there; ``source`` and ``key`` hold the same two for code ("" for the whole file).
+    """
+
+    def __init__(self, message: str, source: str | None = None, key: str = ""):
+        super().__init__(message)
+        self.source = source
+        self.key = key
+
+
 class ModelError(LayerscopeError):
     """The user's model raised while layerscope ran it.
 

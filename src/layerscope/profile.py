@@ -11,7 +11,7 @@ import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias
+from typing import IO, Any, TypeAlias
 
 from layerscope.errors import ProfileCheckError, SchemaError
 
@@ -111,6 +111,8 @@ class Node:
     #: when checked; plain JSON values.
     numerics: dict[str, Any] = field(default_factory=dict)
     children: list[Node] = field(default_factory=list)
+    #: The node this one is a child of (None for the root); set by ``Profile``.
+    parent: Node | None = field(default=None, repr=False, compare=False)
 
     @property
     def called(self) -> bool:
@@ -209,6 +211,7 @@ def new_node(path: str, name: str, type: str, depth: int, repr: str) -> Node:
     node.members = []
     node.numerics = {}
     node.children = []
+    node.parent = None
     return node
 
 
@@ -229,6 +232,16 @@ class Profile:
     notices: list[str] = field(default_factory=list)
     schema: str = SCHEMA
 
+    def __post_init__(self) -> None:
+        self.link()
+
+    def link(self) -> None:
+        """Set every node's ``parent`` (done on creation; again after editing the tree)."""
+        self.root.parent = None
+        for node in self.root.walk():
+            for child in node.children:
+                child.parent = node
+
     # ---- queries -------------------------------------------------------------------
     def nodes(self) -> list[Node]:
         """All nodes, pre-order (the order of the printed tree)."""
@@ -242,6 +255,7 @@ class Profile:
         raise KeyError(f"no module with path {path!r} in this profile")
 
     def by_id(self, node_id: str) -> Node:
+        """The node with this id ("0" is the root, then "1", "1.2", ...); KeyError if absent."""
         for n in self.root.walk():
             if n.node_id == node_id:
                 return n
@@ -393,21 +407,59 @@ class Profile:
     __hash__ = None  # type: ignore[assignment]
 
     # ---- display -------------------------------------------------------------------
+    def render(self, **options: Any) -> str:
+        """A view as plain text. Options as for ``show``; ``width`` defaults to the
+        terminal's (80 when there is none)."""
+        from layerscope.render.console import render
+
+        return render(self, **options)
+
+    def show(self, *, file: IO[str] | None = None, **options: Any) -> None:
+        """Print a view to the terminal (or ``file``).
+
+        Options (all optional, validated; see docs/views.md): ``view`` ("table", "tree",
+        "repr", "top", "ops"), ``columns``, ``max_depth``, ``min_pct``, ``pct_of``,
+        ``include``, ``exclude``, ``sort_by``, ``top``, ``by_type``, ``fold`` (True,
+        False, "all"), ``show_not_called``, ``pct``, ``raw``, ``shapes``, ``width``.
+        """
+        from layerscope.render.console import show
+
+        show(self, file=file, **options)
+
     def __str__(self) -> str:
         from layerscope.render.console import render_text
 
         return render_text(self)
 
     def __repr__(self) -> str:
-        return (
-            f"Profile({self.root.type}, nodes={sum(1 for _ in self.root.walk())}, "
-            f"params={self.root.metrics.get('params', 0)})"
-        )
+        """One line for logs: the model and its headline totals."""
+        m = self.root.metrics
+        parts = [f"{sum(1 for _ in self.root.walk())} modules"]
+        from layerscope.render import units
+
+        if "params" in m:
+            parts.append(f"params={units.count(m['params'])}")
+        for key, label in (("macs", "MACs"), ("flops", "FLOPs")):
+            if m.get(key):
+                parts.append(f"{label}={units.si(m[key]).replace(' ', '')}")
+        if "forward_time" in m:
+            parts.append(f"fwd={units.seconds(m['forward_time']).replace(' ', '')}")
+        peak = self.memory.get("forward_peak_bytes")
+        if peak is not None:
+            parts.append(f"peak={units.nbytes(peak).replace(' ', '')}")
+        if self.partial_metrics:
+            parts.append("partial=" + "/".join(self.partial_metrics))
+        return f"<Profile {self.root.type}: {', '.join(parts)}>"
 
     def __rich__(self) -> Any:
-        from layerscope.render.console import build_renderable
+        from layerscope.render.console import renderable
 
-        return build_renderable(self)
+        return renderable(self)
+
+    def _repr_html_(self) -> str:
+        from layerscope.render.console import html_table
+
+        return html_table(self)
 
 
 def load(path: str | os.PathLike[str]) -> Profile:

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from layerscope.cli.common import add_view_arguments, print_profile
+from layerscope.cli.common import add_view_arguments, check_view_arguments, print_profile
 from layerscope.collect.session import profile
 from layerscope.errors import InvalidInputError
 
@@ -112,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not args.target:
         raise InvalidInputError("give a TARGET model (or --list-examples)")
+    check_view_arguments(args)
     model, default_input = load_target(args.target)
     if args.device:
         try:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from layerscope.cli.common import add_view_arguments, print_profile
+from layerscope.cli.common import add_view_arguments, check_view_arguments, print_profile
 from layerscope.profile import load
 
 NAME = "show"
@@ -19,5 +19,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_view_arguments(args)
     print_profile(load(args.file), args)
     return 0

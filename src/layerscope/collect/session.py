@@ -67,11 +67,13 @@ class Profiler:
         self._tracker: ScopeTracker | None = None
         self._mode: SessionMode | None = None
         self._profile: Profile | None = None
+        self._run: dict[str, Any] = {}
 
     def __enter__(self) -> Profiler:
         if self._tracker is not None:
             raise LayerscopeError("a Profiler cannot be entered twice; create a new one")
         tree = ModelTree.build(self.model)
+        self._run = {"training": self.model.training, "grad_mode": grad_mode()}
         self._tracker = ScopeTracker(tree, self.record_shapes, self.observers)
         self._tracker.install()
         installed: list[Observer] = []
@@ -117,7 +119,11 @@ class Profiler:
             if site is not None:
                 exc.add_note(f"layerscope: raised in module {_describe(site)}")
         self._profile = build_profile(
-            self._tracker, ran=True, notices=self._notices, observers=self.observers
+            self._tracker,
+            ran=True,
+            notices=self._notices,
+            observers=self.observers,
+            run=self._run,
         )
 
     @property
@@ -329,8 +335,20 @@ def _describe(node: Node) -> str:
     return f"'{node.path}' ({node.type})" if node.path else f"<root> ({node.type})"
 
 
+def grad_mode() -> str:
+    """The autograd mode in force: "inference_mode", "no_grad" or "enabled"."""
+    if torch.is_inference_mode_enabled():
+        return "inference_mode"
+    return "enabled" if torch.is_grad_enabled() else "no_grad"
+
+
 def build_profile(
-    tracker: ScopeTracker, *, ran: bool, notices: list[str], observers: Sequence[Observer]
+    tracker: ScopeTracker,
+    *,
+    ran: bool,
+    notices: list[str],
+    observers: Sequence[Observer],
+    run: dict[str, Any] | None = None,
 ) -> Profile:
     """Order, number and roll up the tree the tracker filled, and wrap it in a Profile."""
     tree = tracker.tree
@@ -390,6 +408,7 @@ def build_profile(
         "class": f"{type(tree.model).__module__}.{type(tree.model).__qualname__}",
         "ran": ran,
         "training": tree.model.training,
+        **(run or {}),
         "device": str(device),
         "dtype": dtype_name(dtype),
     }

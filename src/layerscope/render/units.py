@@ -30,8 +30,8 @@ def nbytes(n: float) -> str:
 
 
 def seconds(t: float) -> str:
-    """Seconds in the largest unit that keeps the value at least 1: ``1.23 ms``."""
-    for scale, suffix in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
+    """Seconds in the largest unit that keeps the value at least 1: ``1.23 ms``, ``2.5 min``."""
+    for scale, suffix in ((60.0, "min"), (1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
         if abs(t) >= scale:
             return f"{t / scale:.3g} {suffix}"
     return f"{t / 1e-9:.3g} ns"
@@ -59,3 +59,36 @@ def signature(sig: Signature, limit: int = 3) -> str:
     if len(tensors) > limit:
         parts.append(f"+{len(tensors) - limit}")
     return " ".join(parts)
+
+
+def pct(p: float) -> str:
+    """A percentage: ``12.3%``, ``100%``, ``0.042%`` (2 significant digits below 0.1)."""
+    if p == 0:
+        return "0%"
+    if abs(p - 100.0) < 0.05:
+        return "100%"
+    if abs(p) >= 0.1:
+        return f"{p:.1f}%"
+    return f"{p:.2g}%"
+
+
+def rate(per_second: float) -> str:
+    """Operations per second with an SI prefix: ``1.23 G`` (the header says ``FLOP/s``)."""
+    return si(per_second)
+
+
+def raw(value: float) -> str:
+    """A value in base units, unformatted: ``1234567``, ``0.000123``."""
+    if isinstance(value, bool):
+        return str(int(value))
+    if isinstance(value, int) or (float(value).is_integer() and abs(value) < 2**63):
+        return str(int(value))
+    return repr(float(value))
+
+
+def inputs_per_second(n: float) -> str:
+    """Throughput: ``812.5 inputs/s``, ``12.3 K inputs/s``, ``1.5 M inputs/s``."""
+    for scale, suffix in ((1e6, "M "), (1e3, "K ")):
+        if abs(n) >= scale:
+            return f"{n / scale:.3g} {suffix}inputs/s"
+    return f"{n:,.1f} inputs/s"

@@ -1,0 +1,261 @@
+"""What a view can show: every metric key, derived column and text column, by name.
+
+A view asks for values by key (``flops``, ``self_flops``, ``flops_pct``,
+``forward_time_total``, ``flops_per_s``, ``flops_per_call``, ``input_shape``, ...).
+``Values`` answers for any node of a profile, plain or folded, from the numbers alone.
+
+Times are stored per call; a time total is per-call time × calls, summed over the modules
+a folded entry stands for (its ``members``), so % of time and achieved FLOP/s stay right
+on folded rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from layerscope.profile import ADDITIVE_METRICS, Node, Number, Profile
+
+__all__ = [
+    "COLUMN_KEYS",
+    "Column",
+    "Values",
+    "column",
+    "known_keys",
+]
+
+#: How a value is written: exact counts, SI magnitudes, bytes, seconds, rates, %.
+Kind = Literal["count", "si", "bytes", "seconds", "rate", "pct", "number", "text"]
+
+_ADDITIVE = frozenset(ADDITIVE_METRICS)
+_TIMES = ("forward_time", "backward_time", "device_time")
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column a view can show: its key, header, how its values are written, and its
+    priority when a narrow table must drop columns (lower goes first)."""
+
+    key: str
+    header: str
+    kind: Kind
+    priority: int
+    #: Sums over modules (so a % of the whole-model total means something).
+    additive: bool = False
+
+
+#: Stored metrics: key -> (header, kind, priority). Order is the default column order.
+_BASE: dict[str, tuple[str, Kind, int]] = {
+    "params": ("Params", "count", 90),
+    "trainable_params": ("Trainable", "count", 30),
+    "buffers": ("Buffer vals", "count", 20),
+    "param_bytes": ("Param size", "bytes", 30),
+    "buffer_bytes": ("Buffers", "bytes", 20),
+    "macs": ("MACs", "si", 60),
+    "flops": ("FLOPs", "si", 90),
+    "backward_macs": ("Bwd MACs", "si", 50),
+    "backward_flops": ("Bwd FLOPs", "si", 70),
+    "activation_bytes": ("Saved", "bytes", 70),
+    "output_bytes": ("Out", "bytes", 40),
+    "peak_bytes": ("Peak", "bytes", 50),
+    "grad_bytes": ("Grads", "bytes", 40),
+    "bytes_accessed": ("Bytes", "bytes", 40),
+    "backward_bytes_accessed": ("Bwd bytes", "bytes", 30),
+    "forward_time": ("Fwd time", "seconds", 80),
+    "backward_time": ("Bwd time", "seconds", 75),
+    "device_time": ("Device", "seconds", 60),
+}
+
+#: Statistics of a numerics check (``node.numerics``).
+_NUMERICS: dict[str, tuple[str, Kind, int]] = {
+    "absmax": ("Abs max", "number", 55),
+    "nan": ("NaN", "count", 65),
+    "inf": ("Inf", "count", 65),
+    "min": ("Min", "number", 25),
+    "max": ("Max", "number", 25),
+    "mean": ("Mean", "number", 25),
+    "std": ("Std", "number", 25),
+}
+
+_SHORT = {"forward_time": "fwd", "backward_time": "bwd", "device_time": "device"}
+
+
+def _build() -> dict[str, Column]:
+    cols: dict[str, Column] = {
+        "input_shape": Column("input_shape", "Input shape", "text", 0),
+        "output_shape": Column("output_shape", "Output shape", "text", 1),
+        "calls": Column("calls", "Calls", "count", 45),
+    }
+    for key, (header, kind, prio) in _BASE.items():
+        additive = key in _ADDITIVE or key in _TIMES
+        cols[key] = Column(key, header, kind, prio, additive=key in _ADDITIVE)
+        short = _SHORT.get(key)
+        self_header = f"Self {short}" if short else f"Self {header.lower()}"
+        if key in ("macs", "flops", "backward_macs", "backward_flops"):
+            self_header = f"Self {header}"
+        cols[f"self_{key}"] = Column(f"self_{key}", self_header, kind, prio - 15, key in _ADDITIVE)
+        if additive:
+            pct_header = f"% {short}" if short else f"% {header}"
+            cols[f"{key}_pct"] = Column(f"{key}_pct", pct_header, "pct", prio - 5)
+            cols[f"self_{key}_pct"] = Column(f"self_{key}_pct", pct_header, "pct", prio - 20)
+        if key in _TIMES:
+            name = f"{key}_total"
+            total_header = f"{header.split()[0]} total"
+            cols[name] = Column(name, total_header, "seconds", prio - 10, True)
+            cols[f"self_{name}"] = Column(
+                f"self_{name}", f"Self {total_header.lower()}", "seconds", prio - 20, True
+            )
+        if key in ("macs", "flops", "backward_macs", "backward_flops"):
+            per_call = f"{key}_per_call"
+            cols[per_call] = Column(per_call, f"{header}/call", "si", prio - 20)
+    for key, (header, kind, prio) in _NUMERICS.items():
+        cols[key] = Column(key, header, kind, prio)
+    cols["flops_per_s"] = Column("flops_per_s", "FLOP/s", "rate", 55)
+    cols["macs_per_s"] = Column("macs_per_s", "MAC/s", "rate", 35)
+    cols["backward_flops_per_s"] = Column("backward_flops_per_s", "Bwd FLOP/s", "rate", 35)
+    return cols
+
+
+_COLUMNS = _build()
+
+#: Every key a view accepts in ``columns``, ``sort_by`` and ``pct_of`` (text columns
+#: are for ``columns`` only).
+COLUMN_KEYS: tuple[str, ...] = tuple(_COLUMNS)
+
+#: Keys whose value is a rate: (work metric, time metric) whose total it divides by.
+_RATES = {
+    "flops_per_s": ("flops", "forward_time"),
+    "macs_per_s": ("macs", "forward_time"),
+    "backward_flops_per_s": ("backward_flops", "backward_time"),
+}
+
+
+def column(key: str) -> Column:
+    """The column for ``key``; ``KeyError`` if unknown."""
+    return _COLUMNS[key]
+
+
+def known_keys(*, numeric: bool = True) -> list[str]:
+    """Keys a view accepts; only numeric ones (sortable) with ``numeric=True``."""
+    return [k for k, c in _COLUMNS.items() if not numeric or c.kind != "text"]
+
+
+def pct_base(key: str) -> str | None:
+    """The metric a % of total is taken of, for ``key`` (``flops_pct`` -> ``flops``;
+    ``self_flops`` -> ``flops``), or None when ``key`` does not add up over modules."""
+    base = key.removesuffix("_pct").removeprefix("self_").removesuffix("_total")
+    col = _COLUMNS.get(base)
+    if col is None or not (col.additive or base in _TIMES):
+        return None
+    return base
+
+
+class Values:
+    """Values of any column key for the nodes of ``original`` and of profiles made from it
+    (folded, filtered, sorted): a folded entry's time totals are summed over the original
+    modules it stands for, found by path."""
+
+    def __init__(self, original: Profile) -> None:
+        self.original = original
+        self._by_path: dict[str, Node] | None = None
+        self._cache: dict[tuple[Node, str], Number | None] = {}
+        self.root = original.root
+
+    def _index(self) -> dict[str, Node]:
+        if self._by_path is None:
+            self._by_path = {n.path: n for n in self.original.root.walk()}
+        return self._by_path
+
+    def originals(self, node: Node) -> list[Node]:
+        """The original modules ``node`` stands for (itself when not folded)."""
+        if not node.members:
+            return [node]
+        index = self._index()
+        return [index[p] for p in node.members if p in index]
+
+    def time_total(self, node: Node, key: str, *, own: bool = False) -> float | None:
+        """Per-call time × calls of ``key``, summed over the modules ``node`` stands for."""
+        total = 0.0
+        seen = False
+        for o in self.originals(node):
+            source = o.self_metrics if own else o.metrics
+            t = source.get(key)
+            if t is not None:
+                total += float(t) * o.calls
+                seen = True
+        return total if seen else None
+
+    def total(self, base: str) -> float | None:
+        """The whole-model value a % of ``base`` is taken of."""
+        if base in _TIMES:
+            return self.time_total(self.root, base)
+        v = self.root.metrics.get(base)
+        return None if v is None else float(v)
+
+    def get(self, node: Node, key: str) -> Number | None:
+        """The value of ``key`` for ``node``, or None when the profile lacks it."""
+        if key in _COLUMNS_GET:
+            return _COLUMNS_GET[key](node)
+        cache_key = (node, key)
+        if cache_key in self._cache:
+            return self._cache[cache_key]
+        value = self._derive(node, key)
+        self._cache[cache_key] = value
+        return value
+
+    def _derive(self, node: Node, key: str) -> Number | None:
+        if key.endswith("_pct"):
+            base = key.removesuffix("_pct")
+            own = base.startswith("self_")
+            base = base.removeprefix("self_")
+            total = self.total(base)
+            if not total:
+                return None
+            if base in _TIMES:
+                part = self.time_total(node, base, own=own)
+            else:
+                part = (node.self_metrics if own else node.metrics).get(base)
+            return None if part is None else 100.0 * float(part) / total
+        if key.endswith("_total"):
+            base = key.removesuffix("_total")
+            own = base.startswith("self_")
+            return self.time_total(node, base.removeprefix("self_"), own=own)
+        if key in _RATES:
+            work, time = _RATES[key]
+            amount = node.metrics.get(work)
+            seconds = self.time_total(node, time)
+            if amount is None or not seconds:
+                return None
+            return float(amount) / seconds
+        if key.endswith("_per_call"):
+            amount = node.metrics.get(key.removesuffix("_per_call"))
+            if amount is None or not node.calls:
+                return None
+            return float(amount) / node.calls
+        raise KeyError(key)
+
+
+def _metric(key: str) -> Callable[[Node], Number | None]:
+    return lambda node: node.metrics.get(key)
+
+
+def _self_metric(key: str) -> Callable[[Node], Number | None]:
+    return lambda node: node.self_metrics.get(key)
+
+
+def _numeric_stat(key: str) -> Callable[[Node], Number | None]:
+    def get(node: Node) -> Number | None:
+        value = node.numerics.get(key)
+        return value if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+    return get
+
+
+#: Keys read straight from a node (no derivation, no cache).
+_COLUMNS_GET: dict[str, Callable[[Node], Number | None]] = {
+    "calls": lambda node: node.calls,
+    **{k: _metric(k) for k in _BASE},
+    **{f"self_{k}": _self_metric(k) for k in _BASE},
+    **{k: _numeric_stat(k) for k in _NUMERICS},
+}

@@ -1,0 +1,422 @@
+"""Lines of styled text, a table laid out for a width, and the renderable that prints them.
+
+Views build ``Line``s: lists of ``(text, style)`` pieces, where a style is a theme name
+(``layerscope.name``), a rich style definition, several of them joined by ``|``, or "".
+The same lines give plain text (``prof.render``) and rich segments (``Console.print``),
+so both always agree. Styles are resolved against the console's theme and fall back to
+layerscope's own when the console lacks them.
+
+The table measures every column once and writes pre-padded lines: a numeric cell is
+never cut. When the table is wider than the console, droppable columns go first (lowest
+priority first), then the module column is shortened in the middle.
+"""
+
+from __future__ import annotations
+
+import gc
+import textwrap
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Literal
+
+from rich import box as rich_box
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.errors import MissingStyle, StyleSyntaxError
+from rich.segment import Segment
+from rich.style import Style
+
+Piece = tuple[str, str]
+Line = list[Piece]
+Justify = Literal["left", "center", "right"]
+
+ELLIPSIS = "…"
+
+
+def text_of(line: Line) -> str:
+    return "".join(t for t, _ in line)
+
+
+def width_of(line: Line) -> int:
+    if len(line) == 1:
+        return len(line[0][0])
+    return sum(len(t) for t, _ in line)
+
+
+def slice_line(line: Line, start: int, end: int) -> Line:
+    """The characters ``start:end`` of a line, styles kept."""
+    out: Line = []
+    pos = 0
+    for text, style in line:
+        lo, hi = max(start - pos, 0), min(end - pos, len(text))
+        if lo < hi:
+            out.append((text[lo:hi], style))
+        pos += len(text)
+        if pos >= end:
+            break
+    return out
+
+
+def cut_middle(line: Line, width: int) -> Line:
+    """Shorten to ``width`` by replacing the middle with "…" (``encoder.….attention``)."""
+    n = width_of(line)
+    if n <= width:
+        return line
+    if width <= 1:
+        return [(ELLIPSIS[:width], "")]
+    left = (width - 1) // 2
+    right = width - 1 - left
+    return [*slice_line(line, 0, left), (ELLIPSIS, ""), *slice_line(line, n - right, n)]
+
+
+def cut_end(line: Line, width: int, mark: str = ELLIPSIS) -> Line:
+    """Shorten to ``width``, ending in ``mark`` ("" to crop)."""
+    if width_of(line) <= width:
+        return line
+    keep = max(width - len(mark), 0)
+    return (
+        [*slice_line(line, 0, keep), (mark[: width - keep], "")]
+        if mark
+        else slice_line(line, 0, width)
+    )
+
+
+def wrap_line(line: Line, width: int) -> list[Line]:
+    """Split a line into chunks of at most ``width`` characters (overflow "fold")."""
+    n = width_of(line)
+    if n <= width or width < 1:
+        return [line]
+    return [slice_line(line, i, i + width) for i in range(0, n, width)]
+
+
+def pad(line: Line, width: int, justify: Justify) -> Line:
+    gap = width - width_of(line)
+    if gap <= 0:
+        return line
+    if justify == "right":
+        return [(" " * gap, ""), *line]
+    if justify == "center":
+        return [(" " * (gap // 2), ""), *line, (" " * (gap - gap // 2), "")]
+    return [*line, (" " * gap, "")]
+
+
+def wrap_text(text: str, style: str, width: int, indent: str = "  ") -> list[Line]:
+    """Word-wrap a sentence (footer lines); words longer than the width are split, not cut."""
+    lines = textwrap.wrap(
+        text,
+        width=max(width, len(indent) + 1),
+        subsequent_indent=indent,
+        break_on_hyphens=False,
+        break_long_words=True,
+    )
+    return [[(line, style)] for line in lines] or [[("", style)]]
+
+
+# ---- tables ------------------------------------------------------------------------
+
+
+@dataclass
+class TableColumn:
+    key: str
+    header: str
+    justify: Justify = "right"
+    #: Lower goes first when the table must lose columns; None: never dropped.
+    priority: int | None = 50
+    style: str = ""
+    #: For text cells only ("ellipsis", "crop", "fold"); numbers are never cut.
+    overflow: str = "ellipsis"
+    #: The tree (module) column: shortened in the middle, after its guide prefix.
+    label: bool = False
+    #: How the label column's cells are shortened to a width (default: ``cut_middle``).
+    shorten: Callable[[Line, int], Line] | None = None
+    #: Cells that are text rather than numbers (may be shortened).
+    text: bool = False
+
+
+@dataclass
+class TableRow:
+    cells: list[Line]
+    style: str = ""
+    #: For the label column: the guide prefix kept whole when the label is shortened.
+    prefix: int = 0
+
+
+@dataclass
+class Table:
+    columns: list[TableColumn]
+    rows: list[TableRow]
+    total: TableRow | None = None
+    #: Rows after which a section rule is drawn (indexes into rows).
+    sections: set[int] = field(default_factory=set)
+    box: str = "SIMPLE_HEAD"
+    show_edge: bool = False
+    show_header: bool = True
+    header_style: str = "layerscope.header"
+    border_style: str = ""
+    row_styles: Sequence[str] = ()
+    #: A label column that fits in half the width is never shortened; a wider one keeps
+    #: at least this share of the width while other columns are dropped.
+    label_share: float = 0.45
+
+
+@dataclass
+class Fitted:
+    lines: list[Line]
+    #: Headers of the columns dropped to fit the width.
+    dropped: list[str]
+    #: Whether the module column had to be shortened.
+    shortened: bool
+
+
+def fit_table(table: Table, width: int) -> Fitted:
+    """Lay the table out in ``width`` characters (see the module docstring)."""
+    cols = table.columns
+    natural = []
+    for i, c in enumerate(cols):
+        cells = [width_of(r.cells[i]) for r in table.rows]
+        if table.total is not None:
+            cells.append(width_of(table.total.cells[i]))
+        natural.append(max([len(c.header) if table.show_header else 0, *cells]))
+    edge = 4 if table.show_edge else 0
+    shown = list(range(len(cols)))
+
+    def needed(label_width: int) -> int:
+        total = sum(label_width if cols[i].label else natural[i] for i in shown)
+        return total + 3 * (len(shown) - 1) + edge
+
+    label_index = next((i for i, c in enumerate(cols) if c.label), None)
+    label_natural = natural[label_index] if label_index is not None else 0
+    label_min = label_natural
+    if label_natural > width // 2:
+        label_min = max(16, int(width * table.label_share))
+    dropped: list[str] = []
+    while needed(label_min) > width:
+        droppable = [i for i in shown if cols[i].priority is not None]
+        if not droppable:
+            break
+        # lowest priority first; among equals, the rightmost
+        victim = min(droppable, key=lambda i: (cols[i].priority, -i))
+        shown.remove(victim)
+        dropped.append(cols[victim].header)
+    widths = {i: natural[i] for i in shown}
+    over = needed(label_natural) - width
+    for i in shown:  # text columns that must stay (named by the user) give way first
+        if over > 0 and cols[i].text and not cols[i].label:
+            give = min(over, natural[i] - max(len(cols[i].header), 8))
+            if give > 0:
+                widths[i] -= give
+                over -= give
+    shortened = False
+    if label_index is not None and over > 0:
+        widths[label_index] = label_natural - over
+        shortened = True
+    total = sum(widths.values()) + 3 * (len(shown) - 1) + edge
+    label_width = widths[label_index] if label_index is not None else label_natural
+    if total > width or label_width < min(8, label_natural):
+        message = (
+            f"(too narrow: this view needs at least {total - label_width + 8} "
+            "columns; widen it or show fewer columns)"
+        )
+        return Fitted(wrap_text(message, "layerscope.notice", width, ""), dropped, True)
+    return Fitted(_draw(table, shown, widths), dropped, shortened)
+
+
+def _draw(table: Table, shown: list[int], widths: dict[int, int]) -> list[Line]:
+    cols = table.columns
+    b = getattr(rich_box, table.box)
+    border = table.border_style
+    lines: list[Line] = []
+
+    def rule(left: str, fill: str, cross: str, right: str) -> Line:
+        if table.show_edge:
+            return [(left + cross.join(fill * (widths[i] + 2) for i in shown) + right, border)]
+        last = len(shown) - 1
+        parts = [fill * (widths[i] + (k > 0) + (k < last)) for k, i in enumerate(shown)]
+        return [(cross.join(parts), border)]
+
+    def row(
+        cells: list[Line], style: str, left: str, mid: str, right: str, prefix: int
+    ) -> list[Line]:
+        rendered: list[list[Line]] = []
+        for i in shown:
+            col = cols[i]
+            cell = cells[i]
+            w = widths[i]
+            if len(cell) == 1 and len(cell[0][0]) <= w:
+                rendered.append([cell])
+                continue
+            if width_of(cell) > w and (col.label or col.text):
+                if col.overflow == "fold":
+                    rendered.append(wrap_line(cell, w))
+                    continue
+                if col.label and col.overflow == "ellipsis":
+                    head = cell[:1] if prefix else []
+                    body = cell[1:] if prefix else cell
+                    keep = w - width_of(head)
+                    shorten = col.shorten or cut_middle
+                    cell = [*head, *shorten(body, keep)] if keep >= 3 else cut_middle(cell, w)
+                else:
+                    cell = cut_end(cell, w, ELLIPSIS if col.overflow == "ellipsis" else "")
+            rendered.append([cell])
+        out: list[Line] = []
+        if all(len(r) == 1 for r in rendered) and not table.show_edge:  # the common case
+            line: Line = []
+            last = len(shown) - 1
+            sep = (f" {mid} ", border)
+            for k, i in enumerate(shown):
+                col = cols[i]
+                cell = rendered[k][0]
+                if len(cell) == 1 and not col.style:
+                    text, s = cell[0]
+                    gap = widths[i] - len(text)
+                    if col.justify == "right":
+                        text = " " * gap + text
+                    elif col.justify == "left":
+                        text += " " * gap
+                    else:
+                        text = " " * (gap // 2) + text + " " * (gap - gap // 2)
+                    line.append((text, s))
+                else:
+                    padded = pad(cell, widths[i], col.justify)
+                    if col.style:
+                        padded = [(t, f"{col.style}|{x}" if x else col.style) for t, x in padded]
+                    line.extend(padded)
+                if k < last:
+                    line.append(sep)
+            if style:
+                line = [(t, f"{style}|{x}" if x else style) for t, x in line]
+            return [line]
+        height = max(len(r) for r in rendered)
+        for h in range(height):
+            line = []
+            if table.show_edge:
+                line.append((left + " ", border))
+            for k, i in enumerate(shown):
+                part = rendered[k][h] if h < len(rendered[k]) else []
+                col = cols[i]
+                piece_style = col.style
+                padded = pad(part, widths[i], col.justify)
+                if piece_style:
+                    padded = [(t, f"{piece_style}|{s}" if s else piece_style) for t, s in padded]
+                line.extend(padded)
+                if k < len(shown) - 1:
+                    line.append((f" {mid} ", border))
+            if table.show_edge:
+                line.append((" " + right, border))
+            if style:
+                line = [(t, f"{style}|{s}" if s else style) for t, s in line]
+            out.append(line)
+        return out
+
+    if table.show_edge:
+        lines.append(rule(b.top_left, b.top, b.top_divider, b.top_right))
+    if table.show_header:
+        headers = [[(c.header, table.header_style)] for c in cols]
+        lines += row(headers, "", b.head_left, b.head_vertical, b.head_right, 0)
+        lines.append(
+            rule(b.head_row_left, b.head_row_horizontal, b.head_row_cross, b.head_row_right)
+        )
+    for n, r in enumerate(table.rows):
+        style = r.style
+        if table.row_styles and not style:
+            style = table.row_styles[n % len(table.row_styles)]
+        lines += row(r.cells, style, b.mid_left, b.mid_vertical, b.mid_right, r.prefix)
+        if n in table.sections and n < len(table.rows) - 1:
+            lines.append(rule(b.row_left, b.row_horizontal, b.row_cross, b.row_right))
+    if table.total is not None:
+        lines.append(
+            rule(b.foot_row_left, b.foot_row_horizontal, b.foot_row_cross, b.foot_row_right)
+        )
+        lines += row(
+            table.total.cells, table.total.style, b.foot_left, b.foot_vertical, b.foot_right, 0
+        )
+    if table.show_edge:
+        lines.append(rule(b.bottom_left, b.bottom, b.bottom_divider, b.bottom_right))
+    return lines
+
+
+# ---- output ------------------------------------------------------------------------
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic GC while a view is built: it makes many small objects and no
+    cycles, and on a large profile the collector's passes would cost more than the view."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def plain_text(lines: Sequence[Line]) -> str:
+    return "".join(text_of(line).rstrip() + "\n" for line in lines)
+
+
+class StyleResolver:
+    """Style names to rich Styles for one console: its theme first, then ``fallback``
+    (layerscope's theme), then a plain style definition, else no style."""
+
+    def __init__(self, console: Console, fallback: dict[str, str]) -> None:
+        self.console = console
+        self.fallback = fallback
+        self.cache: dict[str, Style] = {}
+
+    def __call__(self, name: str) -> Style:
+        style = self.cache.get(name)
+        if style is None:
+            style = Style.null()
+            for part in name.split("|"):
+                style = style + self._one(part.strip())
+            self.cache[name] = style
+        return style
+
+    def _one(self, name: str) -> Style:
+        if not name:
+            return Style.null()
+        try:
+            return self.console.get_style(name)
+        except (MissingStyle, StyleSyntaxError):
+            pass
+        definition = self.fallback.get(name)
+        if definition is not None:
+            try:
+                return Style.parse(definition)
+            except StyleSyntaxError:
+                return Style.null()
+        return Style.null()
+
+
+class LinesRenderable:
+    """A rich renderable made by ``build(width)``; width is the console's unless fixed."""
+
+    def __init__(
+        self,
+        build: Callable[[int], list[Line]],
+        theme: Callable[[], dict[str, str]],
+        width: int | None = None,
+    ) -> None:
+        self.build = build
+        self.theme = theme
+        self.width = width
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        width = self.width or options.max_width
+        resolve = StyleResolver(console, self.theme())
+        with gc_paused():
+            lines = self.build(width)
+        yield from segments(lines, resolve)
+
+
+def segments(lines: Sequence[Line], resolve: Callable[[str], Style]) -> Iterator[Segment]:
+    newline = Segment.line()
+    for line in lines:
+        # trailing blanks are not printed, as in the plain text
+        last = len(line)
+        while last and not line[last - 1][0].strip():
+            last -= 1
+        for text, style in line[:last]:
+            yield Segment(text, resolve(style) if style else None)
+        yield newline

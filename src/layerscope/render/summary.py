@@ -1,0 +1,173 @@
+"""The facts below every view: totals, per-dtype breakdown, unsupported ops, memory,
+timing, numerics, shared tensors, notices and how the run was made.
+
+Built from the profile as measured (never a folded or filtered copy), so every report
+names real module paths. Each line is ``(text, style)``; views wrap them to their width.
+"""
+
+from __future__ import annotations
+
+from layerscope.metrics.numerics import describe
+from layerscope.profile import Profile
+from layerscope.render import units
+
+Fact = tuple[str, str]
+
+
+def run_line(profile: Profile) -> Fact | None:
+    """How the run was made: train/eval mode, grad mode, device and dtype."""
+    m = profile.model
+    if not m.get("ran", True):
+        return ("Not run: structure and parameters only (give an input for shapes).", "")
+    parts = []
+    if "training" in m:
+        parts.append("train mode" if m["training"] else "eval mode")
+    grad = m.get("grad_mode")
+    if grad is not None:
+        parts.append(
+            {
+                "enabled": "grad enabled",
+                "no_grad": "no_grad",
+                "inference_mode": "inference_mode",
+            }.get(grad, f"grad mode {grad}")
+        )
+    if m.get("device"):
+        parts.append(f"device {m['device']}")
+    if m.get("dtype"):
+        parts.append(str(m["dtype"]))
+    if not parts:
+        return None
+    return ("Run: " + ", ".join(parts) + ".", "")
+
+
+def summary_lines(profile: Profile) -> list[Fact]:
+    root = profile.root
+    m = root.metrics
+    lines: list[Fact] = []
+    if "params" in m:
+        frozen = m["params"] - m.get("trainable_params", 0)
+        lines.append(
+            (
+                f"Params: {units.count(m['params'])} "
+                f"(trainable {units.count(m.get('trainable_params', 0))}, "
+                f"frozen {units.count(frozen)}), "
+                f"{units.nbytes(m.get('param_bytes', 0))}; "
+                f"buffers: {units.count(m.get('buffers', 0))} "
+                f"({units.nbytes(m.get('buffer_bytes', 0))})",
+                "",
+            )
+        )
+    if root.by_dtype:
+        parts = []
+        for dtype, row in root.by_dtype.items():
+            what = [
+                f"{units.count(row[k])} {label}"
+                for k, label in (("params", "params"), ("buffers", "buffer values"))
+                if row[k]
+            ]
+            size = units.nbytes(row["param_bytes"] + row["buffer_bytes"])
+            parts.append(f"{dtype} {' + '.join(what)} ({size})")
+        lines.append(("By dtype: " + "; ".join(parts), ""))
+    if profile.unsupported_ops:
+        ops = sorted(profile.unsupported_ops.items(), key=lambda kv: -int(kv[1]["count"]))
+        listed = ", ".join(
+            f"{name} ×{e['count']} (in {', '.join(sorted(e['modules']))})" for name, e in ops
+        )
+        lines.append(
+            (
+                f"Partial {', '.join(profile.partial_metrics)} (marked *): "
+                f"no FLOP formula for {listed}. Register one with ls.register_flop_formula.",
+                "layerscope.notice",
+            )
+        )
+    lines.extend(_memory_lines(profile))
+    lines.extend(_timing_lines(profile))
+    lines.extend(_numerics_lines(profile))
+    shared = sorted({s for n in root.walk() for s in n.shared})
+    if shared:
+        lines.append(("Shared tensors, counted once: " + ", ".join(shared), ""))
+    for notice in profile.notices:
+        lines.append((f"Note: {notice}", "layerscope.notice"))
+    run = run_line(profile)
+    if run is not None:
+        lines.append(run)
+    return lines
+
+
+def _numerics_lines(profile: Profile) -> list[Fact]:
+    """The NaN/Inf verdict and the range warnings of a numerics check."""
+    report = profile.numerics
+    if not report:
+        return []
+    lines: list[Fact] = []
+    if report.get("skipped"):
+        lines.append((f"Numerics not checked: {report['skipped']}.", "layerscope.notice"))
+    event = report.get("origin") or report.get("first_nonfinite")
+    if event:
+        text = describe(event, origin=report.get("origin") is not None)
+        lines.append((text, "layerscope.error"))
+    elif not report.get("skipped"):
+        lines.append((f"No NaN/Inf in {report.get('checked_calls', 0)} checked module calls.", ""))
+    for flag, what in (
+        ("fp16_overflow", "|x| > 65504 (overflows float16)"),
+        ("bf16_overflow", "|x| beyond bfloat16's range"),
+    ):
+        paths = [n.path or "<root>" for n in profile.root.walk() if n.numerics.get(flag)]
+        if paths:
+            lines.append((f"{what} in: {', '.join(paths)}", "layerscope.notice"))
+    return lines
+
+
+def _timing_lines(profile: Profile) -> list[Fact]:
+    """Whole-model latency and throughput of a timing pass, and how it was measured."""
+    t = profile.timing
+    latency = t.get("latency")
+    if not latency:
+        return []
+    what = "forward + backward" if t.get("backward") else "forward"
+    text = (
+        f"Latency ({what}): median {units.seconds(latency['median'])}, "
+        f"p90 {units.seconds(latency['p90'])}, IQR {units.seconds(latency['iqr'])}"
+    )
+    if t.get("throughput"):
+        text += (
+            f"; throughput {units.inputs_per_second(t['throughput'])} "
+            f"(batch {t['batch_size']}, {t['batch_source']})"
+        )
+    text += f". Timer {t['timer']}, {t['repeats']} repeats after {t['warmup']} warmup runs."
+    return [(text, "")]
+
+
+def _memory_lines(profile: Profile) -> list[Fact]:
+    """Whole-model peaks and, when recorded, the training footprint."""
+    mem = profile.memory
+    if "forward_peak_bytes" not in mem:
+        return []
+    text = f"Memory ({mem.get('allocator', 'simulated')}): forward peak " + units.nbytes(
+        mem["forward_peak_bytes"]
+    )
+    if "activation_bytes" in mem:
+        text += f", saved for backward {units.nbytes(mem['activation_bytes'])}"
+    if "backward_peak_bytes" in mem:
+        text += f", backward peak {units.nbytes(mem['backward_peak_bytes'])}"
+    lines: list[Fact] = [(text, "")]
+    training = mem.get("training")
+    if training:
+        parts = ", ".join(
+            f"{label} {units.nbytes(training[key])}"
+            for key, label in (
+                ("param_bytes", "params"),
+                ("grad_bytes", "grads"),
+                ("optimizer_state_bytes", "optimizer"),
+                ("activation_bytes", "activations"),
+            )
+            if training.get(key)
+        )
+        lines.append(
+            (
+                f"Training step ({training.get('optimizer', '?')}): {parts}; "
+                f"total {units.nbytes(training['total_bytes'])}",
+                "",
+            )
+        )
+    return lines
