@@ -12,8 +12,11 @@ best of ``--repeats``:
   ln2, mlp with fc1/act/fc2), every block alike (folds to one block entry);
 - ``transformer-flags``: the same with an fp16 overflow flag on every 7th block's fc2, so
   the run of blocks splits into many;
-- ``alternating``: layers A, x1, A, x2, ... with the x distinct, the case where most
-  window lengths are still tried (half the positions share one signature).
+- ``alternating``: layers A, x1, A, x2, ... with the x distinct: half the positions share
+  one signature, so its positions alone would leave about N / 4 window lengths to try at
+  each A; the positions of the x after it leave none;
+- ``periodic-gaps``: A, B, A, B, x1, A, B, A, B, x2, ...: every A and B frequent, the
+  window (A, B) ×2 found at each A, and the x that ends its run rules out the longer ones.
 
 Then the case the old window search was slowest on, N distinct siblings under one parent,
 for N = 1,000 and 4,000, beside the times the old algorithm took (measured before the
@@ -92,6 +95,12 @@ def alternating(n: int) -> Profile:
     return profile_of([parent("layers", "ModuleList", layers)])
 
 
+def periodic_gaps(n: int) -> Profile:
+    widths = [64, 32, 64, 32, 0]
+    layers = [leaf(f"layers.{i}", "Linear", widths[i % 5] or 1000 + i, 4160) for i in range(n - 2)]
+    return profile_of([parent("layers", "ModuleList", layers)])
+
+
 def block(i: int, overflow: bool) -> Node:
     p = f"layers.{i}"
     attn = [leaf(f"{p}.attn.{c}", "Linear", 64, 4160) for c in ("q", "k", "v", "o")]
@@ -123,6 +132,7 @@ CASES: dict[str, Callable[[int], Profile]] = {
     "transformer": transformer,
     "transformer-flags": lambda n: transformer(n, flags=True),
     "alternating": alternating,
+    "periodic-gaps": periodic_gaps,
 }
 
 

@@ -658,6 +658,23 @@ def test_best_window_matches_the_definition(sigs: list[int], data: st.DataObject
     assert _best_window(sigs, i, end, where) == best_window_by_definition(sigs, i, end)
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.integers(0, 2), min_size=1, max_size=4),
+    st.lists(st.tuples(st.integers(1, 4), st.integers(0, 5)), min_size=1, max_size=8),
+    st.data(),
+)
+def test_best_window_matches_the_definition_on_periodic_runs(
+    unit: list[int], parts: list[tuple[int, int]], data: st.DataObject
+) -> None:
+    # runs of one unit, each followed by a gap signature (3 to 5: maybe seen before)
+    sigs = [s for times, gap in parts for s in unit * times + ([gap] if gap >= 3 else [])]
+    i = data.draw(st.integers(0, len(sigs) - 1))
+    where = {s: [k for k, x in enumerate(sigs) if x == s] for s in sigs}
+    for end in (len(sigs), data.draw(st.integers(i + 1, len(sigs)))):
+        assert _best_window(sigs, i, end, where) == best_window_by_definition(sigs, i, end)
+
+
 def test_best_window_examples() -> None:
     def best(sigs: list[int], end: int) -> tuple[int, int]:
         where = {s: [k for k, x in enumerate(sigs) if x == s] for s in sigs}

@@ -31,7 +31,8 @@ side still fold among themselves.
 Metric rule for merged entries: keys in ``ADDITIVE_METRICS`` (and the dtype breakdowns and
 ``calls``) are summed over the members, so the folded totals equal the unfolded totals
 exactly; any other key (``peak_bytes``, ``forward_time``, ...) is not a quantity that adds
-up over modules, so the merged entry takes the maximum over its members.
+up over modules, so the merged entry takes the maximum over its members. Its numerics
+sum the checked calls, combine min, max and abs-max, and keep the (shared) range flags.
 
 Paths and members: a merged entry's ``members`` lists the paths of *every* original module
 it sums, in tree order (inside an entry folded ×4, an inner entry folded ×2 has 8 members;
@@ -416,8 +417,10 @@ _NUMERICS_MERGE: dict[str, Callable[[list[Any]], Any]] = {
 
 
 def _merge_numerics(group: Sequence[Node]) -> dict[str, Any]:
-    """Numerics of a folded entry: counts summed, extremes and flags combined; statistics
-    that do not combine without the raw data (mean, std) are left out."""
+    """Numerics of a folded entry: checked calls summed, extremes combined, range flags
+    kept (equal over the members: they are part of the signature). ``nan`` and ``inf`` sum
+    to 0, since a module that saw any is never merged. Statistics that do not combine
+    without the raw data (mean, std) and per-call lists are left out."""
     merged: dict[str, Any] = {}
     if not any(n.numerics for n in group):
         return merged

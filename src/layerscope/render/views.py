@@ -109,16 +109,31 @@ _FORMAT: dict[str, Callable[[float], str]] = {
 }
 
 
+#: Below this width a view is one line saying so (a table of 10 columns helps nobody).
+MIN_WIDTH = 20
+
+
 def build(profile: Profile, options: ViewOptions) -> Builder:
     """The view ``options.view`` of ``profile``, as a function of the width."""
     ctx = _Context(profile, options)
-    return {
+    view = {
         "table": _table_view,
         "tree": _tree_view,
         "repr": _repr_view,
         "top": _top_view,
         "ops": _ops_view,
     }[options.view](ctx)
+
+    def lay_out(width: int) -> list[Line]:
+        if width < MIN_WIDTH:
+            text = (
+                f"({width} columns is too narrow for layerscope's views: give a width of at "
+                f"least {MIN_WIDTH})"
+            )
+            return [[(text, "layerscope.notice")]]
+        return view(width)
+
+    return lay_out
 
 
 class _Context:
@@ -364,6 +379,13 @@ class _Context:
             lines += wrap_text(text, style, width)
         return lines
 
+    def framed(self, lines: list[Line], width: int) -> list[Line]:
+        """A table's lines under the configured title and above its caption."""
+        t = self.config.table
+        top = _markup_lines(t.title, width) if t.title else []
+        bottom = _markup_lines(t.caption, width) if t.caption else []
+        return top + lines + bottom
+
     # ---- labels ------------------------------------------------------------------
     def label(self, node: Node, repeat_mark: bool = True) -> Line:
         level = self.level(node.depth)
@@ -443,7 +465,9 @@ def _table_view(ctx: _Context) -> Builder:
 
     def lay_out(width: int) -> list[Line]:
         fitted = fit_table(table, width)
-        return fitted.lines + ctx.footer(hidden, total_rows, fitted.dropped, width)
+        return ctx.framed(fitted.lines, width) + ctx.footer(
+            hidden, total_rows, fitted.dropped, width
+        )
 
     return lay_out
 
@@ -825,7 +849,7 @@ def _top_view(ctx: _Context) -> Builder:
         fitted = fit_table(table, width)
         return (
             wrap_text(title, "layerscope.header", width)
-            + fitted.lines
+            + ctx.framed(fitted.lines, width)
             + ctx.footer(0, 0, fitted.dropped, width, flat=True)
         )
 
@@ -878,7 +902,7 @@ def _ops_view(ctx: _Context) -> Builder:
         hidden = total_rows - len(rows)
         return (
             wrap_text(title, "layerscope.header", width)
-            + fitted.lines
+            + ctx.framed(fitted.lines, width)
             + ctx.footer(hidden, total_rows, fitted.dropped, width, flat=True)
         )
 
@@ -926,6 +950,14 @@ def _excluded(node: Node, patterns: Sequence[str]) -> bool:
 
 
 _TEMPLATES: dict[str, tuple[tuple[str, str], ...]] = {}
+
+
+def _markup_lines(markup: str, width: int) -> list[Line]:
+    """A title or caption in rich markup, wrapped to the width."""
+    pieces = _template(markup)
+    text = "".join(t for t, _ in pieces)
+    style = pieces[0][1] if len(pieces) == 1 else ""
+    return wrap_text(text, style, width, "")
 
 
 def _template(markup: str) -> tuple[tuple[str, str], ...]:

@@ -1,0 +1,307 @@
+"""Views on hand-built Profiles (tests/viewmodels.py): filters, sorting, top-k, %,
+derived columns, flat views, widths and option checks, with the expected rows written out."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+import layerscope as ls
+from viewmodels import build, node, small
+
+W = 80
+
+
+FOOTER = ("Showing", "Hidden", "Params:", "Run:", "Note:", "No NaN", "|x|")
+
+
+def rows(text: str, sections: bool = False) -> list[str]:
+    """The table's body rows: after the header rule, up to the blank line before Total
+    (or the footer); with ``sections``, blank lines between sections are skipped."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if set(line) == {"─"}) + 1
+    out = []
+    for line in lines[start:]:
+        if line.startswith(FOOTER) or (not line and not sections):
+            break
+        if line:
+            out.append(line.rstrip())
+    return out
+
+
+def names(text: str) -> list[str]:
+    """The module label of each body row, guides stripped."""
+    return [re.sub(r"^[│├└─ ]+", "", r).split("   ")[0] for r in rows(text)]
+
+
+def test_default_table_exact() -> None:
+    text = small().render(width=W)
+    # % FLOPs = flops / 1000 total: enc 900 -> 90%, attn 40%, mlp 50%, head 8%
+    assert text == (
+        "Module                       Params   FLOPs   % FLOPs   Calls\n"
+        "─────────────────────────────────────────────────────────────\n"
+        "Net                             100     1 K      100%       1\n"
+        "├─ (1) enc Encoder               90     900     90.0%       1\n"
+        "│  ├─ (1.1) attn Attention       40     400     40.0%       1\n"
+        "│  └─ (1.2) mlp MLP              50     500     50.0%       1\n"
+        "├─ (2) head Linear                8      80      8.0%       1\n"
+        "└─ (3) drop Dropout               0       0        0%       -\n"
+        "\n"
+        "Total                           100     1 K      100%\n"
+        "Params: 100 (trainable 0, frozen 100), 0 B; buffers: 0 (0 B)\n"
+        "Run: eval mode, grad enabled, device cpu, float32.\n"
+    )
+
+
+def test_sort_siblings_descending_and_pct_follows_sort() -> None:
+    text = small().render(width=W, sort_by="params", columns=["params", "flops"])
+    # siblings by params: enc 90 > head 8 > drop 0; inside enc: mlp 50 > attn 40
+    assert names(text) == [
+        "Net",
+        "(1) enc Encoder",
+        "(1.2) mlp MLP",
+        "(1.1) attn Attention",
+        "(2) head Linear",
+        "(3) drop Dropout",
+    ]
+    # pct_of defaults to the sort metric: a % Params column after Params
+    assert rows(text)[2].split() == ["│", "├─", "(1.2)", "mlp", "MLP", "50", "50.0%", "500"]
+
+
+def test_min_pct_keeps_ancestors_and_counts_hidden_rows() -> None:
+    text = small().render(width=W, min_pct=45)
+    # FLOPs >= 45% of 1000: enc (90%) and mlp (50%); attn 40%, head 8%, drop 0% hidden
+    assert names(text) == ["Net", "(1) enc Encoder", "(1.2) mlp MLP"]
+    assert "Showing 3 of 6 rows (min_pct 45% of FLOPs); the Total row is the whole" in text
+    total = next(line for line in text.splitlines() if line.startswith("Total"))
+    assert total.split() == ["Total", "100", "1", "K", "100%"]  # still the whole model
+
+
+def test_min_pct_of_another_metric() -> None:
+    text = small().render(width=W, min_pct=9, pct_of="params")
+    # params >= 9% of 100: enc 90, attn 40, mlp 50 (head 8 is not)
+    assert names(text) == ["Net", "(1) enc Encoder", "(1.1) attn Attention", "(1.2) mlp MLP"]
+
+
+def test_include_by_path_and_type_keeps_ancestors() -> None:
+    assert names(small().render(width=W, include="*attn*")) == [
+        "Net",
+        "(1) enc Encoder",
+        "(1.1) attn Attention",
+    ]
+    assert names(small().render(width=W, include=["Linear", "MLP"])) == [
+        "Net",
+        "(1) enc Encoder",
+        "(1.2) mlp MLP",
+        "(2) head Linear",
+    ]
+    # case-sensitive: "linear" matches neither the path "head" nor the type "Linear"
+    assert names(small().render(width=W, include="linear")) == ["Net"]
+
+
+def test_exclude_drops_subtrees() -> None:
+    assert names(small().render(width=W, exclude="enc")) == [
+        "Net",
+        "(2) head Linear",
+        "(3) drop Dropout",
+    ]
+    assert names(small().render(width=W, exclude=["Dropout", "*.attn"])) == [
+        "Net",
+        "(1) enc Encoder",
+        "(1.2) mlp MLP",
+        "(2) head Linear",
+    ]
+
+
+def test_top_k_keeps_the_largest_and_their_ancestors() -> None:
+    # by FLOPs among non-root rows: enc 900, mlp 500 (attn 400 is third)
+    assert names(small().render(width=W, top=2)) == ["Net", "(1) enc Encoder", "(1.2) mlp MLP"]
+    text = small().render(width=W, top=2, sort_by="params", max_depth=1)
+    # depth <= 1 by params: enc 90, head 8
+    assert names(text) == ["Net", "(1) enc Encoder", "(2) head Linear"]
+    assert "Showing 3 of 6 rows (max_depth 1; top 2 by Params)" in text
+
+
+def test_max_depth_and_not_called() -> None:
+    assert names(small().render(width=W, max_depth=1)) == [
+        "Net",
+        "(1) enc Encoder",
+        "(2) head Linear",
+        "(3) drop Dropout",
+    ]
+    assert "(3) drop" not in small().render(width=W, show_not_called=False)
+
+
+def test_columns_raw_and_no_pct() -> None:
+    text = small().render(width=W, columns=["flops", "params"], raw=True, pct=False)
+    assert rows(text)[0].split() == ["Net", "1000", "100"]
+    assert text.splitlines()[0].split() == ["Module", "FLOPs", "Params"]
+    text = small().render(width=W, columns=["flops_pct", "self_flops"])
+    # the root's own 20 FLOPs; enc has no work of its own (no self value: an empty cell)
+    assert [r.split()[-2:] for r in rows(text)[:3]] == [
+        ["100%", "20"],
+        ["Encoder", "90.0%"],
+        ["40.0%", "400"],
+    ]
+
+
+def test_ops_view_self_values_sum_to_100() -> None:
+    text = small().render(width=W, view="ops", columns=["flops"])
+    body = [r.split() for r in rows(text)]
+    # self FLOPs: mlp 500 (50%), attn 400 (40%), head 80 (8%), the root's own 20 (2%)
+    assert body[:4] == [
+        ["enc.mlp", "MLP", "500", "50.0%"],
+        ["enc.attn", "Attention", "400", "40.0%"],
+        ["head", "Linear", "80", "8.0%"],
+        ["<root>", "Net", "20", "2.0%"],
+    ]
+    text = small().render(width=W, view="ops", columns=["flops"], top=2)
+    assert [r.split()[0] for r in rows(text)] == ["enc.mlp", "enc.attn"]
+    assert "Showing 2 of 6 rows (top 2 by FLOPs)." in text
+
+
+def test_ops_by_type_and_top_by_depth() -> None:
+    prof = build(
+        node(
+            "Net",
+            "Net",
+            node("a", "Linear", flops=300, params=3),
+            node("b", "Linear", flops=200, params=2),
+            node("c", "ReLU", flops=500),
+        )
+    )
+    text = prof.render(width=W, view="ops", by_type=True, columns=["flops"])
+    # Linear: a + b = 500 FLOPs in 2 modules (50%); ReLU 500 in 1 (50%); the root 0
+    assert [r.split() for r in rows(text)][:2] == [
+        ["Linear", "2", "500", "50.0%"],
+        ["ReLU", "1", "500", "50.0%"],
+    ]
+    text = small().render(width=W, view="top", top=1, columns=["flops"])
+    # depth 1: enc (900); depth 2: mlp (500)
+    assert [r.split() for r in rows(text, sections=True)] == [
+        ["1", "enc", "Encoder", "900", "90.0%"],
+        ["2", "enc.mlp", "MLP", "500", "50.0%"],
+    ]
+
+
+def times() -> ls.Profile:
+    """Three alike layers, each called twice, 1, 2 and 3 ms per call, 200 FLOPs each."""
+    layers = [
+        node(str(i), "Linear", calls=2, flops=200, params=5, forward_time=t)
+        for i, t in enumerate((1e-3, 2e-3, 3e-3))
+    ]
+    prof = build(node("Net", "Sequential", *layers, forward_time=15e-3))
+    for n in prof.root.children:  # per-call times are inclusive too
+        n.metrics["forward_time"] = n.self_metrics["forward_time"]
+    prof.root.metrics["forward_time"] = 15e-3
+    prof.root.self_metrics["forward_time"] = 3e-3
+    return prof
+
+
+def test_time_totals_pct_and_flops_per_second_on_folded_rows() -> None:
+    cols = ["forward_time", "forward_time_total", "forward_time_pct", "flops", "flops_per_s"]
+    text = times().render(width=W, columns=cols, pct=False)
+    (root, folded) = [r.split("  ") for r in rows(text)][:2]
+    assert "(1) 0–2 Linear ×3" in rows(text)[1]
+    # the fold keeps the largest per-call time (3 ms); its total is summed over members:
+    # (1 + 2 + 3) ms × 2 calls = 12 ms, 12 / 15 = 80% of the root's 15 ms × 1 call;
+    # FLOP/s = 600 / 0.012 s = 50 K
+    cells = [c.strip() for c in folded if c.strip()]
+    assert cells[1:] == ["3 ms", "12 ms", "80.0%", "600", "50 K"]
+    cells = [c.strip() for c in root if c.strip()]
+    # root: 600 FLOPs in 15 ms = 40 K FLOP/s
+    assert cells[1:] == ["15 ms", "15 ms", "100%", "600", "40 K"]
+    # unfolded, a layer's own share: layer 2 at 3 ms × 2 = 6 ms = 40%
+    flat = times().render(width=W, columns=cols, fold=False, pct=False)
+    assert rows(flat)[3].split()[-7:] == ["3", "ms", "6", "ms", "40.0%", "200", "33.3", "K"][1:]
+
+
+def test_narrow_widths_never_cut_numbers() -> None:
+    prof = small()
+    text = prof.render(width=30)
+    assert "Hidden to fit 30 columns: Calls, % FLOPs, FLOPs" in text.replace("\n  ", " ")
+    for line in rows(text):
+        assert len(line) <= 30
+    # at 20 columns every metric column gives way and the labels are shortened
+    text = prof.render(width=20)
+    assert max(len(line) for line in text.splitlines()) <= 20
+    assert rows(text)[0] == "Net"
+    # columns the user named are kept: a message instead of a broken table
+    text = prof.render(width=24, columns=["params", "flops"])
+    assert " ".join(text.split()).startswith("(too narrow: this view needs at least 25 columns;")
+    # below 20 columns, one line says so
+    for view in ("table", "tree", "repr", "top", "ops"):
+        assert prof.render(width=10, view=view) == (
+            "(10 columns is too narrow for layerscope's views: give a width of at least 20)\n"
+        )
+    # named columns are never dropped: the label gives way (in its middle)
+    text = prof.render(width=35, columns=["params", "flops", "flops_pct"])
+    assert rows(text)[2].endswith("40     400     40.0%")
+    assert max(len(line) for line in rows(text)) == 35
+
+
+def test_long_names_are_shortened_in_the_middle() -> None:
+    long = build(
+        node("Net", "Net", node("a_really_long_module_name", "SomeVeryLongModuleType", flops=1))
+    )
+    text = long.render(width=44, columns=["flops"], pct=False)
+    # 44 - 3 (gap) - 5 ("FLOPs") = 36 for the label: the type is cut to 6 characters,
+    # then the name in its middle
+    assert rows(text)[1] == "└─ (1) a_really_l…module_name So…ype       1"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"view": "grid"}, "unknown view 'grid'; choose one of: table, tree, repr, top, ops"),
+        ({"sort_by": "flop"}, "unknown metric 'flop' for sort_by; known: calls, params"),
+        ({"columns": ["params", "nope"]}, "unknown column 'nope' for columns; known: input_shape"),
+        ({"max_depth": -1}, "max_depth must be >= 0, got -1"),
+        ({"max_depth": 1.5}, "max_depth must be an integer, got 1.5"),
+        ({"top": 0}, "top must be >= 1, got 0"),
+        ({"min_pct": 101}, "min_pct must be between 0 and 100, got 101"),
+        ({"min_pct": "1"}, "min_pct must be a number, got '1'"),
+        ({"pct_of": "absmax"}, "does not add up over modules"),
+        ({"fold": "yes"}, "fold must be True, False or 'all', got 'yes'"),
+        ({"raw": 1}, "raw must be True or False, got 1"),
+        ({"by_type": True}, "by_type applies to the 'top' and 'ops' views, not 'table'"),
+        ({"colour": True}, "unknown view option(s) 'colour'; known: view, columns"),
+        ({"include": 3}, "include must be a string or a list of strings, got 3"),
+    ],
+)
+def test_options_are_checked_at_the_boundary(kwargs: dict[str, object], message: str) -> None:
+    with pytest.raises(ls.InvalidInputError) as info:
+        small().render(**kwargs)
+    assert message in str(info.value)
+
+
+def test_numpy_integers_are_accepted() -> None:
+    np = pytest.importorskip("numpy")
+    assert names(small().render(width=W, max_depth=np.int64(0))) == ["Net"]
+
+
+def test_node_parent_and_by_id() -> None:
+    prof = small()
+    attn = prof.by_id("1.1")
+    assert attn.path == "enc.attn" and attn.parent is prof.node("enc")
+    assert prof.root.parent is None
+    assert ls.Profile.from_dict(prof.to_dict()).node("enc.mlp").parent.path == "enc"  # type: ignore[union-attr]
+    assert "parent" not in prof.root.to_dict()
+
+
+def test_repr_is_one_line_with_headline_totals() -> None:
+    assert repr(small()) == "<Profile Net: 6 modules, params=100, FLOPs=1K>"
+    text = repr(times())
+    assert text == "<Profile Sequential: 4 modules, params=15, FLOPs=600, fwd=15ms>"
+
+
+def test_footer_names_real_paths_of_numerics_flags() -> None:
+    layers = [node(str(i), "Linear", flops=1) for i in range(4)]
+    prof = build(node("Net", "Sequential", *layers))
+    prof.node("2").numerics["fp16_overflow"] = True
+    prof.numerics = {"checked_calls": 5}
+    text = prof.render(width=W)
+    assert "|x| > 65504 (overflows float16) in: 2" in text
+    assert "(2) 2 Linear" in text  # the flagged layer is not hidden in a fold
+    assert "(1) 0–1 Linear ×2" in text
