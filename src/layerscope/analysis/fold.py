@@ -44,13 +44,12 @@ path and name of its first member.
 from __future__ import annotations
 
 import copy
-import gc
 from bisect import bisect_right
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, Literal, TypeAlias
 
 from layerscope.errors import InvalidInputError
+from layerscope.gcpause import gc_paused
 from layerscope.profile import ADDITIVE_METRICS, Node, Number, Profile
 
 __all__ = ["REPEAT_TYPE", "FoldMode", "fold"]
@@ -89,7 +88,7 @@ def fold(profile: Profile, mode: FoldMode = True) -> Profile:
     if mode is not True and mode != "all":
         raise InvalidInputError(f"fold mode must be True, False or 'all', not {mode!r}")
     folder = _Folder(any_names=mode == "all", event_paths=_event_paths(profile))
-    with _gc_paused():  # the tree has no cycles; collections of a large heap cost most
+    with gc_paused():  # the tree has no cycles; collections of a large heap cost most
         root = folder.entry([profile.root], profile.root.name, profile.root.path, repeat=1)
     _renumber(root, "0", 0)
     return Profile(
@@ -103,18 +102,6 @@ def fold(profile: Profile, mode: FoldMode = True) -> Profile:
         notices=list(profile.notices),
         schema=profile.schema,
     )
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector (as ``collect.common.gc_paused`` does)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _event_paths(profile: Profile) -> frozenset[str]:

@@ -3,9 +3,7 @@ and pausing the cyclic garbage collector around a measured run."""
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -35,19 +33,6 @@ def unwrap_model(model: Any) -> tuple[nn.Module, list[str]]:
     if not isinstance(model, nn.Module):
         raise InvalidInputError(f"expected a torch.nn.Module, got {type(model).__name__}")
     return model, notices
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause the cyclic GC: a session allocates many small objects, and collections of a
-    large heap would otherwise land in the measured run."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def default_loss(out: Any) -> torch.Tensor:

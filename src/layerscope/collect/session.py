@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from layerscope.collect.common import default_loss, gc_paused, unwrap_model
+from layerscope.collect.common import default_loss, unwrap_model
 from layerscope.collect.dispatch import SessionMode
 from layerscope.collect.inputs import model_device_dtype, random_inputs
 from layerscope.collect.observer import Observer
@@ -24,6 +24,7 @@ from layerscope.collect.state import ModelState
 from layerscope.collect.timing import time_profile
 from layerscope.collect.tree import ModelTree
 from layerscope.errors import InvalidInputError, LayerscopeError, ModelError
+from layerscope.gcpause import gc_paused
 from layerscope.metrics.flop_counter import FlopCounter
 from layerscope.metrics.flops import Formula
 from layerscope.metrics.memory import MemoryObserver

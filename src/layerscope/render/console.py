@@ -15,9 +15,10 @@ from typing import IO, Any
 from rich.console import Console
 from rich.theme import Theme
 
+from layerscope.gcpause import gc_paused
 from layerscope.profile import Profile
 from layerscope.render import config as display_config
-from layerscope.render.layout import Line, LinesRenderable, gc_paused, plain_text
+from layerscope.render.layout import Line, LinesRenderable, plain_text
 from layerscope.render.options import ViewOptions, merge, view_options
 from layerscope.render.views import build, table_parts
 

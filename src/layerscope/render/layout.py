@@ -13,10 +13,8 @@ priority first), then the module column is shortened in the middle.
 
 from __future__ import annotations
 
-import gc
 import textwrap
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -25,6 +23,8 @@ from rich.console import Console, ConsoleOptions, RenderResult
 from rich.errors import MissingStyle, StyleSyntaxError
 from rich.segment import Segment
 from rich.style import Style
+
+from layerscope.gcpause import gc_paused
 
 Piece = tuple[str, str]
 Line = list[Piece]
@@ -338,19 +338,6 @@ def _draw(table: Table, shown: list[int], widths: dict[int, int]) -> list[Line]:
 # ---- output ------------------------------------------------------------------------
 
 
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause the cyclic GC while a view is built: it makes many small objects and no
-    cycles, and on a large profile the collector's passes would cost more than the view."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def plain_text(lines: Sequence[Line]) -> str:
     return "".join(text_of(line).rstrip() + "\n" for line in lines)
 
@@ -417,6 +404,8 @@ def segments(lines: Sequence[Line], resolve: Callable[[str], Style]) -> Iterator
         last = len(line)
         while last and not line[last - 1][0].strip():
             last -= 1
-        for text, style in line[:last]:
+        for k, (text, style) in enumerate(line[:last]):
+            if k == last - 1:
+                text = text.rstrip()
             yield Segment(text, resolve(style) if style else None)
         yield newline

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from layerscope.collect.common import gc_paused, unwrap_model
+from layerscope.collect.common import unwrap_model
 from layerscope.collect.inputs import model_device_dtype
 from layerscope.collect.signature import iter_tensors
 from layerscope.collect.state import ModelState
@@ -28,6 +28,7 @@ from layerscope.collect.timing.options import Clock, GradMode, Timer, TimingOpti
 from layerscope.collect.timing.progress import Progress
 from layerscope.collect.timing.result import TimingResult, _module_nodes, add_repeat
 from layerscope.errors import InvalidInputError, LayerscopeError
+from layerscope.gcpause import gc_paused
 from layerscope.profile import Profile
 
 
