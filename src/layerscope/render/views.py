@@ -345,7 +345,7 @@ class _Context:
         total_rows: int,
         dropped: Sequence[str],
         width: int,
-        flat: bool = False,
+        total_row: bool = False,
     ) -> list[Line]:
         lines: list[Line] = []
         o = self.options
@@ -365,7 +365,7 @@ class _Context:
                 why.append("modules that did not run")
             shown = total_rows - hidden_rows
             text = f"Showing {shown} of {total_rows} rows ({'; '.join(why) or 'filtered'})"
-            if not flat:
+            if total_row:
                 text += "; the Total row is the whole model"
             lines += wrap_text(text + ".", "layerscope.hidden", width)
         if dropped:
@@ -466,7 +466,7 @@ def _table_view(ctx: _Context) -> Builder:
     def lay_out(width: int) -> list[Line]:
         fitted = fit_table(table, width)
         return ctx.framed(fitted.lines, width) + ctx.footer(
-            hidden, total_rows, fitted.dropped, width
+            hidden, total_rows, fitted.dropped, width, total_row=True
         )
 
     return lay_out
@@ -476,7 +476,7 @@ def table_parts(profile: Profile, options: ViewOptions) -> tuple[Table, list[Lin
     """The table view's cells (no width applied) and its footer, for other formats."""
     ctx = _Context(profile, options)
     table, hidden, total_rows = _table(ctx)
-    return table, ctx.footer(hidden, total_rows, [], 10**6)
+    return table, ctx.footer(hidden, total_rows, [], 10**6, total_row=True)
 
 
 def _table(ctx: _Context) -> tuple[Table, int, int]:
@@ -836,7 +836,7 @@ def _top_view(ctx: _Context) -> Builder:
     else:
         columns += [
             ctx.text_column("module", "Module", label=True),
-            ctx.text_column("type", "Type", priority=15),
+            ctx.text_column("type", "Type", priority=50),
         ]
     columns += [ctx.table_column(c) for c in keys]
     columns[0].justify = "right"
@@ -850,7 +850,7 @@ def _top_view(ctx: _Context) -> Builder:
         return (
             wrap_text(title, "layerscope.header", width)
             + ctx.framed(fitted.lines, width)
-            + ctx.footer(0, 0, fitted.dropped, width, flat=True)
+            + ctx.footer(0, 0, fitted.dropped, width)
         )
 
     return lay_out
@@ -887,7 +887,7 @@ def _ops_view(ctx: _Context) -> Builder:
     else:
         columns = [
             ctx.text_column("module", "Module", label=True),
-            ctx.text_column("type", "Type", priority=15),
+            ctx.text_column("type", "Type", priority=50),
         ]
     columns += [ctx.table_column(c) for c in keys]
     table = ctx.table_style(columns, rows)
@@ -903,7 +903,7 @@ def _ops_view(ctx: _Context) -> Builder:
         return (
             wrap_text(title, "layerscope.header", width)
             + ctx.framed(fitted.lines, width)
-            + ctx.footer(hidden, total_rows, fitted.dropped, width, flat=True)
+            + ctx.footer(hidden, total_rows, fitted.dropped, width)
         )
 
     return lay_out
