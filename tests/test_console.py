@@ -8,12 +8,15 @@ transformers release cannot change the files. Regenerate after an intended chang
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from functools import cache
 from pathlib import Path
 
 import pytest
 import torch
+from torch import nn
 
 import layerscope as ls
 from helpers import SimpleModel
@@ -40,6 +43,9 @@ def profile_of(name: str) -> ls.Profile:
         return ls.load(DATA / "bert_base.json")
     if name == "simple_model":
         return ls.profile(SimpleModel(), torch.zeros(4, 1))
+    if name == "quickstart":  # the README's first example
+        model = nn.Sequential(nn.Linear(128, 256), nn.ReLU(), nn.Linear(256, 10))
+        return ls.profile(model, torch.randn(32, 128), backward=True)
     ex = EXAMPLES[name]
     return ls.profile(ex.build(), ex.example_input())
 
@@ -84,3 +90,24 @@ def test_str_print_and_width_default(
     assert str(prof) == prof.render(width=80) == prof.render()
     print(prof)
     assert capsys.readouterr().out == prof.render(width=80) + "\n"
+
+
+RENDER_MARK = re.compile(r"<!-- render: (\w+) (\{.*?\}) -->\n```text\n(.*?)```", re.DOTALL)
+
+
+@pytest.mark.parametrize("doc", ["docs/views.md", "README.md"])
+def test_documented_output_is_real(doc: str) -> None:
+    """Every ``<!-- render: NAME {options} -->`` block in the docs is what it claims."""
+    path = Path(__file__).parent.parent / doc
+    text = path.read_text(encoding="utf-8")
+
+    def real(match: re.Match[str]) -> str:
+        name, options = match.group(1), json.loads(match.group(2))
+        out = profile_of(name).render(**options)
+        return f"<!-- render: {name} {match.group(2)} -->\n```text\n{out}```"
+
+    expected = RENDER_MARK.sub(real, text)
+    if os.environ.get("LAYERSCOPE_UPDATE_GOLDEN"):
+        path.write_text(expected, encoding="utf-8")
+    assert RENDER_MARK.search(text), f"{doc} shows no rendered example"
+    assert text == expected

@@ -784,11 +784,15 @@ def _flat_nodes(ctx: _Context) -> list[Node]:
 
 
 def _flat_columns(ctx: _Context, keys: Sequence[str], own: bool) -> list[str]:
+    """The columns of a flat view: no shapes; with ``own``, self values (a key and its
+    self form become one column)."""
     out = []
     for key in keys:
-        if key in ("input_shape", "output_shape") and own:
+        if key in ("input_shape", "output_shape"):
             continue
-        out.append(_own(key) if own else key)
+        key = _own(key) if own else key
+        if key not in out:
+            out.append(key)
     return out
 
 
@@ -799,13 +803,9 @@ def _top_view(ctx: _Context) -> Builder:
     nodes = [n for n in _flat_nodes(ctx) if n.depth > 0]
     if o.include:
         nodes = [n for n in nodes if matches(n, o.include)]
-    keys = [
-        c
-        for c in _flat_columns(ctx, ctx.columns, own=False)
-        if c not in ("input_shape", "output_shape")
-    ]
-    if o.by_type:
-        keys = [_total_time(c) for c in keys]
+    keys = _flat_columns(ctx, ctx.columns, own=False)
+    if o.by_type:  # summed rows: times as totals
+        keys = list(dict.fromkeys(_total_time(c) for c in keys))
         sort_key = _total_time(sort_key)
     depths = sorted({n.depth for n in nodes})
     rows: list[TableRow] = []
@@ -921,7 +921,7 @@ def _own(key: str) -> str:
         return f"self_{base}_pct" if _exists(f"self_{base}_pct") else key
     if base in _TIMES:
         return f"self_{base}_total"
-    return f"self_{key}" if _exists(f"self_{key}") else key
+    return f"self_{key}" if column(key).additive else key
 
 
 def _total_time(key: str) -> str:
