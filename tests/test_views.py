@@ -305,3 +305,23 @@ def test_footer_names_real_paths_of_numerics_flags() -> None:
     assert "|x| > 65504 (overflows float16) in: 2" in text
     assert "(2) 2 Linear" in text  # the flagged layer is not hidden in a fold
     assert "(1) 0–1 Linear ×2" in text
+
+
+def test_ops_view_counts_op_rows_once() -> None:
+    """Op rows of a kineto/fx pass break their module's self time down: in the flat list
+    the module keeps only the rest, and an op row stands for its nested ops too."""
+    op = node("aten::mm", "aten::mm", forward_time=4e-6)  # self: minus a nested op
+    a = node("a", "Linear", op, forward_time=10e-6)
+    prof = build(node("Net", "Net", a, forward_time=10e-6))
+    op.path, op.metrics["forward_time"] = "a/aten::mm", 6e-6  # inclusive op time
+    a.metrics["forward_time"] = 10e-6
+    prof.root.metrics["forward_time"] = 20e-6
+    text = prof.render(
+        view="ops", width=W, columns=["forward_time", "forward_time_pct"], sort_by="forward_time"
+    )
+    # root 10 µs of 20 (50%); a: 10 - 6 (its op row) = 4 µs (20%); the op row 6 µs (30%)
+    assert [r.split() for r in rows(text)] == [
+        ["<root>", "Net", "10", "µs", "50.0%"],
+        ["a/aten::mm", "aten::mm", "6", "µs", "30.0%"],
+        ["a", "Linear", "4", "µs", "20.0%"],
+    ]

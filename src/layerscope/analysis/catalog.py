@@ -156,8 +156,9 @@ class Values:
     (folded, filtered, sorted): a folded entry's time totals are summed over the original
     modules it stands for, found by path."""
 
-    def __init__(self, original: Profile) -> None:
+    def __init__(self, original: Profile, *, ops_apart: bool = False) -> None:
         self.original = original
+        self.ops_apart = ops_apart
         self._by_path: dict[str, Node] | None = None
         self._cache: dict[tuple[Node, str], Number | None] = {}
         self.root = original.root
@@ -175,15 +176,26 @@ class Values:
         return [index[p] for p in node.members if p in index]
 
     def time_total(self, node: Node, key: str, *, own: bool = False) -> float | None:
-        """Per-call time × calls of ``key``, summed over the modules ``node`` stands for."""
+        """Per-call time × calls of ``key``, summed over the modules ``node`` stands for.
+
+        With ``own`` and ``ops_apart``, a module's self time leaves out the time of its op
+        rows (``aten::mm`` children of a kineto/fx timing pass), which a flat list shows as
+        rows of their own: then nothing is counted twice.
+        """
         total = 0.0
         seen = False
         for o in self.originals(node):
-            source = o.self_metrics if own else o.metrics
+            op_row = "::" in o.type
+            # an op row stands for its nested ops too, which are no rows of their own
+            source = o.self_metrics if own and not (self.ops_apart and op_row) else o.metrics
             t = source.get(key)
             if t is not None:
                 total += float(t) * o.calls
                 seen = True
+                if own and self.ops_apart and not op_row:
+                    for child in o.children:
+                        if "::" in child.type:
+                            total -= float(child.metrics.get(key, 0.0)) * child.calls
         return total if seen else None
 
     def total(self, base: str) -> float | None:

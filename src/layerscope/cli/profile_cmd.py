@@ -1,5 +1,5 @@
 """Profile a model: build it, run it on random inputs (built-in examples bring their own),
-print the tree and table.
+print a view (the tree and table by default).
 
 TARGET names a model: `examples:NAME` for a built-in example (see `--list-examples`),
 `package.module:attr` or `path/to/file.py:attr`, where attr is an nn.Module or a function
@@ -9,6 +9,8 @@ Examples:
   layerscope profile examples:tiny_resnet --input-shape 2,3,32,32
   layerscope profile examples:tiny_gpt --input-shape 2,16 --json gpt.json
   layerscope profile mypkg.models:build --input-shape 1,3,224,224 --input-shape 1,10
+  layerscope profile examples:tiny_gpt --format tree --columns params,flops,flops_pct
+  layerscope profile examples:tiny_resnet --time --format ops --sort forward_time --top 10
 """
 
 from __future__ import annotations

@@ -1,6 +1,12 @@
 """Show a saved profile (JSON from `layerscope profile --json` or Profile.save).
 
 Nothing is re-run: the view is built from the file alone.
+
+Examples:
+  layerscope show p.json --depth 2
+  layerscope show p.json --format ops --top 10
+  layerscope show p.json --format top --by-type --sort forward_time
+  layerscope show p.json --sort flops --min-pct 1 --include '*attn*' --width 120
 """
 
 from __future__ import annotations

@@ -142,7 +142,8 @@ class _Context:
     def __init__(self, profile: Profile, options: ViewOptions) -> None:
         self.profile = profile
         self.options = options
-        self.values = Values(profile)
+        # a flat list of self values shows op rows apart from their module's self time
+        self.values = Values(profile, ops_apart=options.view == "ops")
         self.config = display_config.current()
         self.ran = bool(profile.model.get("ran", True))
         root = profile.root
