@@ -18,7 +18,6 @@ from typing import Literal
 from layerscope.profile import ADDITIVE_METRICS, Node, Number, Profile
 
 __all__ = [
-    "COLUMN_KEYS",
     "Column",
     "Values",
     "column",
@@ -118,10 +117,6 @@ def _build() -> dict[str, Column]:
 
 
 _COLUMNS = _build()
-
-#: Every key a view accepts in ``columns``, ``sort_by`` and ``pct_of`` (text columns
-#: are for ``columns`` only).
-COLUMN_KEYS: tuple[str, ...] = tuple(_COLUMNS)
 
 #: Keys whose value is a rate: (work metric, time metric) whose total it divides by.
 _RATES = {

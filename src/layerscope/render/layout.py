@@ -164,8 +164,6 @@ class Fitted:
     lines: list[Line]
     #: Headers of the columns dropped to fit the width.
     dropped: list[str]
-    #: Whether the module column had to be shortened.
-    shortened: bool
 
 
 def fit_table(table: Table, width: int) -> Fitted:
@@ -206,10 +204,8 @@ def fit_table(table: Table, width: int) -> Fitted:
             if give > 0:
                 widths[i] -= give
                 over -= give
-    shortened = False
     if label_index is not None and over > 0:
         widths[label_index] = label_natural - over
-        shortened = True
     total = sum(widths.values()) + 3 * (len(shown) - 1) + edge
     label_width = widths[label_index] if label_index is not None else label_natural
     if total > width or label_width < min(8, label_natural):
@@ -217,8 +213,8 @@ def fit_table(table: Table, width: int) -> Fitted:
             f"(too narrow: this view needs at least {total - label_width + 8} "
             "columns; widen it or show fewer columns)"
         )
-        return Fitted(wrap_text(message, "layerscope.notice", width, ""), dropped, True)
-    return Fitted(_draw(table, shown, widths), dropped, shortened)
+        return Fitted(wrap_text(message, "layerscope.notice", width, ""), dropped)
+    return Fitted(_draw(table, shown, widths), dropped)
 
 
 def _draw(table: Table, shown: list[int], widths: dict[int, int]) -> list[Line]:

@@ -8,7 +8,7 @@ values, cells) and returns a function of the width that lays the view out as lin
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from rich import box as rich_box
@@ -297,7 +297,7 @@ class _Context:
         o = self.options
         shown = fold(self.profile, o.fold) if o.fold else self.profile
         before = sum(1 for _ in shown.root.walk())
-        select = self.selector(shown.root.walk(), inclusive=True)
+        select = self.selector(shown.root.walk())
         shown = filter_tree(
             shown,
             max_depth=o.max_depth,
@@ -310,12 +310,12 @@ class _Context:
             shown = sort_tree(shown, lambda n: self.values.get(n, key))
         return shown, before - sum(1 for _ in shown.root.walk())
 
-    def selector(self, nodes: Any, *, inclusive: bool) -> Callable[[Node], bool] | None:
-        """What include, min_pct and top keep (None: everything)."""
+    def selector(self, nodes: Iterable[Node]) -> Callable[[Node], bool] | None:
+        """What include, min_pct and top keep in a tree view (None: everything)."""
         o = self.options
         if not (o.include or o.min_pct is not None or o.top is not None):
             return None
-        pct_key = f"{self.pct_base}_pct" if inclusive else f"self_{self.pct_base}_pct"
+        pct_key = f"{self.pct_base}_pct"
 
         def passes(node: Node) -> bool:
             if o.include and not matches(node, o.include):
@@ -328,7 +328,7 @@ class _Context:
 
         if o.top is None:
             return passes
-        sort_key = self.sort_key if inclusive else _own(self.sort_key)
+        sort_key = self.sort_key
         candidates = [
             n
             for n in nodes
@@ -376,6 +376,13 @@ class _Context:
                 "layerscope.hidden",
                 width,
             )
+        for key in dict.fromkeys(k for k in (o.sort_by, o.pct_of) if k is not None):
+            if self.values.get(self.profile.root, key) is None:
+                lines += wrap_text(
+                    f"This profile has no {key}: rows are in tree order for it.",
+                    "layerscope.notice",
+                    width,
+                )
         for text, style in summary_lines(self.profile):
             lines += wrap_text(text, style, width)
         return lines
