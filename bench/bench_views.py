@@ -20,8 +20,8 @@ printed beside its target with ``ok`` or ``SLOW``. What it measures:
    gives the real profile of part 1 for comparison.
 4. Printing through rich: ``Console(file=StringIO(), width=120, force_terminal=True,
    color_system="truecolor").print(prof)`` of the profile of part 1 (default options: the
-   folded table), best of 3, beside the plain-text render of the same view, against the
-   1 s target of part 1.
+   folded table), best of 3, beside the plain-text render of the same view, then every
+   view unfolded printed the same way (colours and all), against the 1 s target of part 1.
 """
 
 from __future__ import annotations
@@ -40,6 +40,8 @@ from torch import nn
 import layerscope as ls
 from layerscope.analysis.fold import fold
 from layerscope.profile import Node, Profile, Signature, TensorSpec
+from layerscope.render.console import renderable
+from layerscope.render.options import ViewOptions, view_options
 
 VIEWS: tuple[str, ...] = ("table", "tree", "repr", "top", "ops")
 WIDTH = 120
@@ -242,6 +244,16 @@ def part_rich(prof: Profile) -> None:
     print(f"   console.print(prof)          {verdict(rich_ms, LARGE_TARGET_MS)}")
     print(f"   prof.render() (plain text)   {plain_ms:9.1f} ms")
     print(f"   rich / plain: {rich_ms / plain_ms:.2f}×")
+    for view in VIEWS:
+        options = view_options(view=view, fold=False)
+
+        def unfolded(options: ViewOptions = options) -> None:
+            console = Console(
+                file=io.StringIO(), width=WIDTH, force_terminal=True, color_system="truecolor"
+            )
+            console.print(renderable(prof, options))
+
+        print(f"   {view:<5} unfolded, coloured   {verdict(best_ms(3, unfolded), LARGE_TARGET_MS)}")
 
 
 def main() -> None:

@@ -325,3 +325,9 @@ def test_ops_view_counts_op_rows_once() -> None:
         ["a/aten::mm", "aten::mm", "6", "µs", "30.0%"],
         ["a", "Linear", "4", "µs", "20.0%"],
     ]
+
+
+def test_sorting_by_an_absent_metric_says_so() -> None:
+    text = small().render(width=W, sort_by="forward_time")
+    assert names(text)[:3] == ["Net", "(1) enc Encoder", "(1.1) attn Attention"]  # tree order
+    assert "This profile has no forward_time: rows are in tree order for it." in text

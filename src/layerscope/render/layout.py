@@ -388,20 +388,29 @@ class LinesRenderable:
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         width = self.width or options.max_width
         resolve = StyleResolver(console, self.theme())
-        with gc_paused():
-            lines = self.build(width)
-        yield from segments(lines, resolve)
+        with gc_paused():  # many small objects, no cycles: see gc_paused
+            made = list(segments(self.build(width), resolve))
+        yield from made
 
 
 def segments(lines: Sequence[Line], resolve: Callable[[str], Style]) -> Iterator[Segment]:
+    """Rich segments of the lines: trailing blanks dropped (as in the plain text), and
+    neighbouring pieces of one style joined into one segment."""
     newline = Segment.line()
     for line in lines:
-        # trailing blanks are not printed, as in the plain text
         last = len(line)
         while last and not line[last - 1][0].strip():
             last -= 1
+        run: list[str] = []
+        run_style = ""
         for k, (text, style) in enumerate(line[:last]):
             if k == last - 1:
                 text = text.rstrip()
-            yield Segment(text, resolve(style) if style else None)
+            if style != run_style and run:
+                yield Segment("".join(run), resolve(run_style) if run_style else None)
+                run = []
+            run.append(text)
+            run_style = style
+        if run:
+            yield Segment("".join(run), resolve(run_style) if run_style else None)
         yield newline
