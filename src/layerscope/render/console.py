@@ -19,10 +19,10 @@ from layerscope.gcpause import gc_paused
 from layerscope.profile import Profile
 from layerscope.render import config as display_config
 from layerscope.render.layout import Line, LinesRenderable, plain_text
-from layerscope.render.options import ViewOptions, merge, view_options
+from layerscope.render.options import ViewOptions, view_options
 from layerscope.render.views import build, table_parts
 
-__all__ = ["html_table", "render_text", "renderable", "show", "theme"]
+__all__ = ["html_table", "render", "render_text", "renderable", "show", "theme"]
 
 #: Width used when there is no terminal to ask (pipes, files, CI): rich's default too.
 DEFAULT_WIDTH = 80
@@ -69,7 +69,8 @@ def show(profile: Profile, file: IO[str] | None = None, **options: Any) -> None:
 
 
 def render(profile: Profile, **options: Any) -> str:
-    opts = merge(None, options)
+    """``prof.render(**options)``: a view as plain text, options checked."""
+    opts = view_options(**options)
     return render_text(profile, opts.width, opts)
 
 

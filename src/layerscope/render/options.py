@@ -109,14 +109,6 @@ def view_options(**kwargs: Any) -> ViewOptions:
     return options
 
 
-def merge(options: ViewOptions | None, kwargs: Mapping[str, Any]) -> ViewOptions:
-    """``options`` (or the defaults) with ``kwargs`` validated over them."""
-    if options is None:
-        return view_options(**kwargs)
-    base = {f.name: getattr(options, f.name) for f in fields(ViewOptions)}
-    return view_options(**{**base, **kwargs})
-
-
 def _choice(name: str, value: Any, allowed: Iterable[str]) -> str:
     allowed = tuple(allowed)
     if not isinstance(value, str) or value not in allowed:
