@@ -70,8 +70,8 @@ def test_notebook_html_is_a_table() -> None:
     html = small()._repr_html_()
     assert html.startswith('<div class="layerscope"><table')
     assert html.count("<tr") == 1 + 6 + 1  # header, 6 modules, Total
-    assert '<th style="text-align: right">% FLOPs</th>' in html
-    assert '<td style="text-align: right; white-space: pre">90.0%</td>' in html
+    assert '<th style="text-align: right; padding: 0 0.6em">% FLOPs</th>' in html
+    assert '<td style="text-align: right; white-space: pre; padding: 0 0.6em">90.0%</td>' in html
     assert "Run: eval mode, grad enabled, device cpu, float32." in html
 
 

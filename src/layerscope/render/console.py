@@ -78,20 +78,23 @@ def html_table(profile: Profile, **options: Any) -> str:
     """The table view as an HTML table and its footer (a notebook's display)."""
     table, footer = table_parts(profile, view_options(**options))
     head = "".join(
-        f'<th style="text-align: {c.justify}">{html.escape(c.header)}</th>' for c in table.columns
+        f'<th style="text-align: {c.justify}; padding: 0 0.6em">{html.escape(c.header)}</th>'
+        for c in table.columns
     )
     body = []
     rows = [*table.rows, *([table.total] if table.total is not None else [])]
     for row in rows:
         cells = "".join(
-            f'<td style="text-align: {c.justify}; white-space: pre">{_html_line(cell)}</td>'
+            f'<td style="text-align: {c.justify}; white-space: pre; padding: 0 0.6em">'
+            f"{_html_line(cell)}</td>"
             for c, cell in zip(table.columns, row.cells, strict=True)
         )
         css = _css(row.style)
         body.append(f'<tr style="{css}">{cells}</tr>' if css else f"<tr>{cells}</tr>")
     notes = "".join(f"<div>{_html_line(line)}</div>" for line in footer)
     return (
-        '<div class="layerscope"><table style="font-family: monospace">'
+        '<div class="layerscope"><table style="font-family: monospace; border-collapse: '
+        'collapse">'
         f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
         f'<div style="font-family: monospace; white-space: pre-wrap">{notes}</div></div>'
     )
