@@ -6,8 +6,11 @@ from __future__ import annotations
 import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import layerscope as ls
+from layerscope.profile import Node
 from viewmodels import build, node, small
 
 W = 80
@@ -331,3 +334,62 @@ def test_sorting_by_an_absent_metric_says_so() -> None:
     text = small().render(width=W, sort_by="forward_time")
     assert names(text)[:3] == ["Net", "(1) enc Encoder", "(1.1) attn Attention"]  # tree order
     assert "This profile has no forward_time: rows are in tree order for it." in text
+
+
+# ---- any profile, any options: views never fail and never overflow a table's width ----
+
+_TYPES = ("Linear", "ReLU", "Block", "aten::mm")
+
+
+@st.composite
+def profiles(draw: st.DrawFn) -> ls.Profile:
+    def tree(depth: int) -> Node:
+        kids = [] if depth >= 3 else [tree(depth + 1) for _ in range(draw(st.integers(0, 3)))]
+        metrics = {
+            key: draw(st.integers(0, 10**9))
+            for key in draw(st.sets(st.sampled_from(["flops", "macs", "params"])))
+        }
+        if draw(st.booleans()):
+            metrics["forward_time"] = draw(st.floats(1e-9, 10.0))  # type: ignore[assignment]
+        name = draw(st.sampled_from(["0", "1", "layer", "a_long_module_name_" * 2]))
+        return node(
+            name, draw(st.sampled_from(_TYPES)), *kids, calls=draw(st.integers(0, 3)), **metrics
+        )
+
+    root = tree(0)
+    seen: set[str] = set()
+    for n in root.walk():  # unique names among siblings, as in a real model
+        for i, child in enumerate(n.children):
+            if child.name in seen:
+                child.name = f"{child.name}{i}"
+        seen = set()
+    return build(root, ran=draw(st.booleans()))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    prof=profiles(),
+    view=st.sampled_from(["table", "tree", "repr", "top", "ops"]),
+    width=st.integers(20, 160),
+    fold=st.sampled_from([True, False, "all"]),
+    sort_by=st.sampled_from([None, "flops", "params", "forward_time", "forward_time_pct"]),
+    min_pct=st.sampled_from([None, 0, 1, 50]),
+    top=st.sampled_from([None, 1, 3]),
+    raw=st.booleans(),
+)
+def test_any_view_of_any_profile(
+    prof: ls.Profile,
+    view: str,
+    width: int,
+    fold: bool | str,
+    sort_by: str | None,
+    min_pct: float | None,
+    top: int | None,
+    raw: bool,
+) -> None:
+    text = prof.render(
+        view=view, width=width, fold=fold, sort_by=sort_by, min_pct=min_pct, top=top, raw=raw
+    )
+    assert text.endswith("\n")
+    if view != "repr":  # a repr keeps a long hyperparameter whole
+        assert max(len(line) for line in text.splitlines()) <= width

@@ -8,6 +8,7 @@ values, cells) and returns a function of the width that lays the view out as lin
 from __future__ import annotations
 
 import itertools
+import textwrap
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -111,6 +112,8 @@ _FORMAT: dict[str, Callable[[float], str]] = {
 
 #: Below this width a view is one line saying so (a table of 10 columns helps nobody).
 MIN_WIDTH = 20
+#: The tree view draws a folded entry in a box only where this much width is left.
+BOX_MIN_WIDTH = 40
 
 
 def build(profile: Profile, options: ViewOptions) -> Builder:
@@ -588,7 +591,7 @@ def _tree_view(ctx: _Context) -> Builder:
     labels: dict[Node, Line] = {}
     parts: dict[Node, list[str]] = {}
     for node in shown.root.walk():
-        labels[node] = ctx.label(node, repeat_mark=not block.show)
+        labels[node] = ctx.label(node, repeat_mark=False)
         p = []
         if shapes and (node.inputs or node.outputs):
             p.append(f"{_shapes(node.inputs)} → {_shapes(node.outputs)}")
@@ -597,7 +600,8 @@ def _tree_view(ctx: _Context) -> Builder:
 
     def node_lines(node: Node, width: int) -> list[Line]:
         """The node's label (wrapped with its metrics) and its subtree, no guide."""
-        boxed = block.show and node.repeat > 1 and node.depth > 0
+        # a folded entry is drawn in a box, unless the box would leave too little room
+        boxed = block.show and node.repeat > 1 and node.depth > 0 and width >= BOX_MIN_WIDTH
         if boxed:
             width -= 2 + 2 * block.padding[1]
         style = ctx.row_style(node)
@@ -605,14 +609,19 @@ def _tree_view(ctx: _Context) -> Builder:
         guide = levels(node.depth + 1).guide_style
         # metrics follow the label; continuation lines sit on the children's guide
         more: Line = [("│   " if kids else "    ", guide)]
-        own: list[Line] = [list(labels[node])]
+        label = labels[node]
+        if node.repeat > 1 and not boxed and "<repeat_time>" not in levels(node.depth).label:
+            label = [*label, (f" ×{node.repeat}", "layerscope.repeat")]
+        if width_of(label) > width:  # a label is shortened in its middle, as in the table
+            label = shorten_label(label, max(width, 4))
+        own: list[Line] = [list(label)]
         for part in parts[node]:
             if width_of(own[-1]) + 2 + len(part) <= width:
                 own[-1].append(("  " + part, style))
                 continue
-            room = max(width - 4, 8)
-            for i in range(0, len(part), room):  # a part longer than a line is split
-                own.append([*more, (part[i : i + room], style)])
+            room = max(width - 4, 4)
+            for chunk in textwrap.wrap(part, room, break_on_hyphens=False):  # never cut
+                own.append([*more, (chunk, style)])
         kid_lines: list[Line] = []
         for i, child in enumerate(kids):
             last = i == len(kids) - 1
