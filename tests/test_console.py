@@ -43,6 +43,9 @@ def profile_of(name: str) -> ls.Profile:
         return ls.load(DATA / "bert_base.json")
     if name == "simple_model":
         return ls.profile(SimpleModel(), torch.zeros(4, 1))
+    if name == "mlp":  # a small model for the export docs
+        model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+        return ls.profile(model, torch.zeros(2, 8), backward=True)
     if name == "quickstart":  # the README's first example
         model = nn.Sequential(nn.Linear(128, 256), nn.ReLU(), nn.Linear(256, 10))
         return ls.profile(model, torch.randn(32, 128), backward=True)
@@ -95,15 +98,23 @@ def test_str_print_and_width_default(
 RENDER_MARK = re.compile(r"<!-- render: (\w+) (\{.*?\}) -->\n```text\n(.*?)```", re.DOTALL)
 
 
-@pytest.mark.parametrize("doc", ["docs/views.md", "README.md"])
+@pytest.mark.parametrize("doc", ["docs/views.md", "docs/exports.md", "README.md"])
 def test_documented_output_is_real(doc: str) -> None:
-    """Every ``<!-- render: NAME {options} -->`` block in the docs is what it claims."""
+    """Every ``<!-- render: NAME {options} -->`` block in the docs is what it claims
+    (``"format": "csv"`` or ``"markdown"`` in the options: that export instead)."""
     path = Path(__file__).parent.parent / doc
     text = path.read_text(encoding="utf-8")
 
     def real(match: re.Match[str]) -> str:
         name, options = match.group(1), json.loads(match.group(2))
-        out = profile_of(name).render(**options)
+        fmt = options.pop("format", None)
+        prof = profile_of(name)
+        if fmt == "csv":
+            out = prof.to_csv() or ""
+        elif fmt == "markdown":
+            out = prof.to_markdown(**options)
+        else:
+            out = prof.render(**options)
         return f"<!-- render: {name} {match.group(2)} -->\n```text\n{out}```"
 
     expected = RENDER_MARK.sub(real, text)

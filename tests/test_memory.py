@@ -211,6 +211,78 @@ def test_mlp_saved_activations_outputs_and_peaks_by_hand() -> None:
     assert prof.memory["allocator"] == "simulated"
 
 
+def events(prof: Profile) -> list[tuple[int, str, str, int]]:
+    t = prof.memory["timeline"]
+    return list(zip(t["op"], t["event"], t["path"], t["bytes"], strict=True))
+
+
+def test_timeline_of_a_linear_relu_by_hand() -> None:
+    torch.manual_seed(0)
+    model, x = nn.Sequential(nn.Linear(4, 8), nn.ReLU()), torch.randn(2, 4)
+    prof = run(model, x, backward=True)
+    timeline = prof.memory["timeline"]
+    assert timeline["clock"] == "op" and timeline["allocator"] == "simulated"
+    # Clock: aten ops dispatched before the event. Linear = t (a view of W: nothing
+    # allocated) + addmm (its 2x8 float32 output: 2*8*4 = 64 B); ReLU = relu (64 B more,
+    # while the Linear's output is still held by Sequential's loop variable); it dies
+    # when the loop moves on, so the root returns with relu's 64 B live.
+    forward = [
+        (0, "enter", "", 0),
+        (0, "enter", "0", 0),
+        (2, "exit", "0", 64),
+        (2, "enter", "1", 64),
+        (3, "exit", "1", 128),
+        (3, "exit", "", 64),
+    ]
+    assert events(prof)[:6] == forward
+    # against the per-module figures: each module's peak is what it added, the root's
+    # the highest level of its forward, and the level it returns at is forward_end_bytes
+    assert table(prof, "peak_bytes") == {"": 128, "0": 128 - 64, "1": 128 - 64}
+    assert table(prof, "output_bytes") == {"": 64, "0": 64, "1": 64}
+    assert prof.memory["forward_peak_bytes"] == max(b for *_, b in forward) == 128
+    assert prof.memory["forward_end_bytes"] == forward[-1][3] == 64
+    # Backward: ops 3 and 4 are the loss (sum) and its seed (ones_like), 4 B each: 72 B.
+    # expand (op 5, the sum's backward, a view) runs at the root; relu's backward
+    # (detach, threshold_backward: 2x8 grad_h, 64 B) from op 6; the Linear's from op 8,
+    # at 72 + 64 = 136 B. It adds grad_W (8x4, 128 B) and grad_b (8, 32 B); grad_h dies,
+    # so the root's AccumulateGrad finds 72 + 128 + 32 = 232 B.
+    backward = [e for e in events(prof) if e[1] == "backward"]
+    assert backward[:3] == [(5, "backward", "", 72), (6, "backward", "1", 72),
+                            (8, "backward", "0", 136)]  # fmt: skip
+    assert backward[3][1:] == ("backward", "", 72 + 128 + 32)
+    assert prof.memory["session_peak_bytes"] == 136 + 128 + 32  # inside the Linear's backward
+    ops = [e[0] for e in events(prof)]
+    assert ops == sorted(ops)
+
+
+def test_timeline_of_a_module_called_twice_and_in_json() -> None:
+    torch.manual_seed(0)
+    prof = run(Twice(), torch.randn(4, 8))  # every activation 4*8*4 = 128 B
+    # fc (t + addmm) twice, a functional relu after each: on the root, no events
+    assert [e[:3] for e in events(prof)] == [
+        (0, "enter", ""),
+        (0, "enter", "fc"),
+        (2, "exit", "fc"),
+        (3, "enter", "fc"),
+        (5, "exit", "fc"),
+        (6, "exit", ""),
+    ]
+    # h1 (fc's 128 B output); h1 died in relu, r1 (saved) is live; r1 + h2; r1 + r2 once
+    # h2 died. The root's peak, 384 (r1 + h2 + r2 in the second relu), lies between
+    # events: boundaries, not every op.
+    assert [e[3] for e in events(prof)] == [0, 0, 128, 128, 256, 256]
+    assert prof.root.metrics["peak_bytes"] == 384
+    assert Profile.from_dict(prof.to_dict()).memory["timeline"] == prof.memory["timeline"]
+
+
+def test_timeline_keeps_a_bounded_number_of_events(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("layerscope.metrics.memory.timeline.MAX_EVENTS", 4)
+    prof = run(mlp(), torch.randn(32, 128))  # 8 events: enter/exit of 4 module calls
+    timeline = prof.memory["timeline"]
+    assert len(timeline["op"]) == len(timeline["bytes"]) == 4
+    assert timeline["dropped"] == 4
+
+
 def test_input_requiring_grad_adds_only_a_parameter_view() -> None:
     model = mlp()
     x = torch.randn(32, 128, requires_grad=True)
@@ -722,3 +794,30 @@ def test_cuda_nested_peaks_survive_child_resets() -> None:
     # the root's peak contains big's transient although small's entry reset the counter
     assert prof.root.metrics["peak_bytes"] >= big
     assert prof.memory["cuda"]["simulated_forward_peak_bytes"] >= 4 << 20
+
+
+@pytest.mark.cuda
+def test_cuda_timeline_reads_the_allocator() -> None:
+    _warm_cuda()
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU()).cuda()
+    prof = run(model, torch.randn(2, 4, device="cuda"))
+    timeline = prof.memory["timeline"]
+    assert timeline["allocator"] == "cuda"
+    assert timeline["base_bytes"] >= (8 * 4 + 8 + 2 * 4) * F32  # params and x at least
+    got = events(prof)
+    # the same events as on CPU (the clock is op order, not time)
+    assert [e[:3] for e in got] == [
+        (0, "enter", ""),
+        (0, "enter", "0"),
+        (2, "exit", "0"),
+        (2, "enter", "1"),
+        (3, "exit", "1"),
+        (3, "exit", ""),
+    ]
+    # the allocator rounds each 64-B output up to a 512-B block; addmm may add a cuBLAS
+    # workspace, relu is one elementwise kernel: exactly its block
+    assert got[0][3] == got[1][3] == 0
+    assert 512 <= got[2][3] <= 512 + (32 << 20)
+    assert got[4][3] - got[3][3] == 512
+    assert got[5][3] == prof.memory["forward_end_bytes"]  # the root returns at this level

@@ -273,6 +273,9 @@ def test_warmup_and_repeat_counts() -> None:
     assert seen == [(i, 9) for i in range(1, 10)]
     assert len(result.whole["latency"]) == 3
     assert len(result.modules["a"].series[FORWARD_TIME].inclusive) == 3
+    assert len(result.spans) == 3  # a timeline per timed repeat, the warm run not kept
+    assert prof.timing["trace"] == result.trace
+    assert result.trace is not None and result.trace["repeats"] == 3
     assert prof.timing["warmup"] == 2 and prof.timing["repeats"] == 3
 
 
@@ -390,6 +393,7 @@ def test_reapplying_replaces_previous_results() -> None:
     assert prof.root.metrics[FORWARD_TIME] == approx(155)
     keys = {k for n in prof.nodes() for k in (*n.metrics, *n.self_metrics)}
     assert keys & set(TIME_METRICS) == {FORWARD_TIME, FORWARD_TIME + "_min", FORWARD_TIME + "_iqr"}
+    assert prof.timing["trace"]["backward"] == []  # the new pass's timeline, forward only
 
 
 class Flaky(nn.Module):

@@ -209,8 +209,10 @@ def kineto_resnet() -> tuple[Profile, TimingResult, list[str]]:
 
 
 def test_kineto_module_times(kineto_resnet: Any) -> None:
-    prof, _, changed = kineto_resnet
+    prof, result, changed = kineto_resnet
     assert changed == []
+    assert len(result.spans) == 2  # a timeline per timed repeat (warm run skipped)
+    assert prof.timing["trace"]["clock"] == "torch.profiler"
     prof.self_check()
     assert prof.timing["timer"] == "kineto"
     for node in prof.nodes():

@@ -9,14 +9,19 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from layerscope.analysis.diff import ProfileDiff, diff
 from layerscope.collect.session import Profiler, profile
 from layerscope.errors import (
+    ConfigError,
+    ExportError,
     InvalidInputError,
     LayerscopeError,
+    MissingDependencyError,
     ModelError,
     ProfileCheckError,
     SchemaError,
 )
+from layerscope.export.json import SCHEMA_PATH
 from layerscope.metrics.flops import Cost, register_flop_formula
 from layerscope.metrics.memory import (
     MemoryObserver,
@@ -31,10 +36,14 @@ from layerscope.render.options import ViewOptions, view_options
 
 __all__ = [
     "SCHEMA",
+    "SCHEMA_PATH",
+    "ConfigError",
     "Cost",
+    "ExportError",
     "InvalidInputError",
     "LayerscopeError",
     "MemoryObserver",
+    "MissingDependencyError",
     "ModelError",
     "Node",
     "NonFiniteError",
@@ -42,6 +51,7 @@ __all__ = [
     "NumericsObserver",
     "Profile",
     "ProfileCheckError",
+    "ProfileDiff",
     "Profiler",
     "SchemaError",
     "TensorSpec",
@@ -49,6 +59,7 @@ __all__ = [
     "ViewOptions",
     "__version__",
     "config",
+    "diff",
     "load",
     "max_batch_size",
     "profile",

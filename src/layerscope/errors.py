@@ -43,3 +43,12 @@ class SchemaError(LayerscopeError, ValueError):
 
 class ProfileCheckError(LayerscopeError, AssertionError):
     """A profile violates an invariant (inclusive = self + sum of children)."""
+
+
+class ExportError(LayerscopeError, OSError):
+    """A profile cannot be written: an unknown format, an unwritable path, a value that
+    cannot be serialised. The message names the path and the reason."""
+
+
+class MissingDependencyError(LayerscopeError, ImportError):
+    """An optional dependency is not installed; the message names the extra to install."""

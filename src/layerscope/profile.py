@@ -7,13 +7,12 @@ inclusive values of the additive metrics; ``Profile.self_check()`` asserts the i
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any, TypeAlias
 
-from layerscope.errors import ProfileCheckError, SchemaError
+from layerscope.errors import ProfileCheckError
 
 SCHEMA = "layerscope/1"
 
@@ -74,12 +73,6 @@ class ValueSpec:
 Spec: TypeAlias = TensorSpec | ValueSpec
 #: One call's inputs (or outputs), flattened to leaves in a fixed order.
 Signature: TypeAlias = tuple[Spec, ...]
-
-
-def spec_from_dict(data: dict[str, Any]) -> Spec:
-    if "shape" in data:
-        return TensorSpec(data["path"], tuple(data["shape"]), data["dtype"], data["device"])
-    return ValueSpec(data["path"], data["type"], data.get("value"))
 
 
 @dataclass(eq=False)
@@ -155,29 +148,11 @@ class Node:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Node:
-        try:
-            return cls(
-                path=data["path"],
-                name=data["name"],
-                type=data["type"],
-                node_id=data["node_id"],
-                depth=data["depth"],
-                calls=data["calls"],
-                repr=data.get("repr", ""),
-                inputs=[tuple(spec_from_dict(s) for s in sig) for sig in data.get("inputs", [])],
-                outputs=[tuple(spec_from_dict(s) for s in sig) for sig in data.get("outputs", [])],
-                metrics=dict(data.get("metrics", {})),
-                self_metrics=dict(data.get("self_metrics", {})),
-                by_dtype={k: dict(v) for k, v in data.get("by_dtype", {}).items()},
-                self_by_dtype={k: dict(v) for k, v in data.get("self_by_dtype", {}).items()},
-                shared=list(data.get("shared", [])),
-                repeat=data.get("repeat", 1),
-                members=list(data.get("members", [])),
-                numerics=dict(data.get("numerics", {})),
-                children=[cls.from_dict(c) for c in data.get("children", [])],
-            )
-        except (KeyError, TypeError, AttributeError) as e:
-            raise SchemaError(f"malformed node in saved profile: {e!r}") from e
+        """A node and its subtree from ``to_dict``'s form, every known key checked (no
+        recursion; at most 256 levels): ``SchemaError`` names the JSON path of a bad value."""
+        from layerscope.export.json import node_from_dict
+
+        return node_from_dict(data)
 
     def __repr__(self) -> str:
         return f"Node({self.node_id} {self.path or '<root>'!s} {self.type}, calls={self.calls})"
@@ -369,40 +344,76 @@ class Profile:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Profile:
-        if not isinstance(data, dict):
-            raise SchemaError("a saved profile must be a JSON object")
-        schema = data.get("schema")
-        if schema != SCHEMA:
-            raise SchemaError(
-                f"unsupported profile schema {schema!r}; this layerscope reads {SCHEMA!r}"
-            )
-        if "root" not in data:
-            raise SchemaError("saved profile has no 'root' node")
-        return cls(
-            root=Node.from_dict(data["root"]),
-            model=dict(data.get("model", {})),
-            env=dict(data.get("env", {})),
-            unsupported_ops=dict(data.get("unsupported_ops", {})),
-            memory=dict(data.get("memory", {})),
-            numerics=dict(data.get("numerics", {})),
-            timing=dict(data.get("timing", {})),
-            notices=list(data.get("notices", [])),
-            schema=schema,
-        )
+        """The profile in ``to_dict``'s form (parsed JSON), every known key checked:
+        ``SchemaError`` names the JSON path of the first malformed value. See docs/json.md."""
+        from layerscope.export.json import profile_from_dict
+
+        return profile_from_dict(data)
 
     def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent, allow_nan=True)
+        """The profile as JSON text, non-finite numbers as "NaN"/"Infinity"/"-Infinity"
+        (``indent=None``: one line, and much faster); ``ExportError`` names the JSON path of
+        a value that is not JSON data."""
+        from layerscope.export.json import to_json
+
+        return to_json(self, indent)
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the profile as JSON (schema ``layerscope/1``); ``ls.load`` reads it back."""
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(self.to_json())
-            f.write("\n")
+        """Write the profile as JSON (schema ``layerscope/1``); ``ls.load`` reads it back.
+
+        Atomic: on any failure (``ExportError``, naming the file and, for a value that is
+        not JSON data, its JSON path) an existing file is left as it was."""
+        from layerscope.export.json import save
+
+        save(self, path)
+
+    # ---- exports (layerscope.export) -----------------------------------------------
+    def export(
+        self, path: str | os.PathLike[str], format: str | None = None, **options: Any
+    ) -> None:
+        """Write the profile in the format its extension names: ``.json``, ``.csv``,
+        ``.md``, ``.html``, ``.trace.json`` (or ``format="trace"``, ...)."""
+        from layerscope.export import export
+
+        export(self, path, format, **options)
+
+    def to_csv(self, path: str | os.PathLike[str] | None = None) -> str | None:
+        """One row per node, pre-order, every metric in base units; the text when no
+        path is given."""
+        from layerscope.export.csv import to_csv
+
+        return to_csv(self, path)
+
+    def to_dataframe(self) -> Any:
+        """The CSV's rows as a ``pandas.DataFrame`` (``pip install layerscope[pandas]``)."""
+        from layerscope.export.dataframe import to_dataframe
+
+        return to_dataframe(self)
+
+    def to_markdown(self, **options: Any) -> str:
+        """The table view as a GitHub Markdown table (view options as for ``show``)."""
+        from layerscope.export.markdown import to_markdown
+
+        return to_markdown(self, **options)
+
+    def to_trace(self, path: str | os.PathLike[str]) -> None:
+        """A Chrome/Perfetto trace (Trace Event Format) of a timed profile."""
+        from layerscope.export.trace import to_trace
+
+        to_trace(self, path)
+
+    def to_html(self, path: str | os.PathLike[str]) -> None:
+        """A self-contained HTML report (inline JS and CSS; opens from disk)."""
+        from layerscope.export.html import to_html
+
+        to_html(self, path)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Profile):
             return NotImplemented
-        return self.to_dict() == other.to_dict()
+        from layerscope.export.json import comparable  # NaN equals NaN here
+
+        return bool(comparable(self.to_dict()) == comparable(other.to_dict()))
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -463,19 +474,24 @@ class Profile:
 
 
 def load(path: str | os.PathLike[str]) -> Profile:
-    """Read a profile saved with ``Profile.save``."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except json.JSONDecodeError as e:
-        raise SchemaError(f"{os.fspath(path)} is not valid JSON: {e}") from e
-    return Profile.from_dict(data)
+    """Read a profile saved with ``Profile.save``, every known key checked.
+
+    ``FileNotFoundError`` when there is no such file; ``SchemaError`` for anything else
+    that is not a readable ``layerscope/1`` profile (naming the file and the JSON path)."""
+    from layerscope.export.json import load as load_json
+
+    return load_json(path)
 
 
 def _jsonable(value: Any) -> Any:
-    """Deep-copy plain JSON data, turning tuples into lists so round trips compare equal."""
+    """Deep-copy plain JSON data, turning tuples into lists so round trips compare equal,
+    and every NaN into ``math.nan``: one object, so a NaN equals itself inside containers."""
     if isinstance(value, dict):
         return {str(k): _jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_jsonable(v) for v in value]
+    if isinstance(value, float) and value != value:
+        import math
+
+        return math.nan
     return value

@@ -41,6 +41,8 @@ from layerscope.collect.timing import (
     add_repeat,
     replay_backward_log,
 )
+from layerscope.collect.timing.clock import Stamper
+from layerscope.collect.timing.spans import RepeatSpans, backward_intervals
 from layerscope.errors import InvalidInputError, LayerscopeError
 from layerscope.profile import Profile
 
@@ -94,24 +96,30 @@ class FxMap:
         self.nodes: list[torch.fx.Node] = [n for n in gm.graph.nodes if n.op in _TIMED_OPS]
         self.position = {n: i for i, n in enumerate(self.nodes)}
         self.chains: list[list[int]] = []
+        #: per graph node, the module calls it runs in (below the root): (node, call key)
+        self.scopes: list[list[tuple[int, str]]] = []
         self.owner: list[int] = []
         self.op_row: list[bool] = []
         call_keys: dict[int, set[str]] = {index.root: {""}}
         for n in self.nodes:
             stack = n.meta.get("nn_module_stack") or {}
             chain: list[int] = [index.root]
+            scopes: list[tuple[int, str]] = []
             for key, value in stack.items():
                 path = value[0] if isinstance(value, tuple) else str(value)
                 i = index.by_path.get(path)
                 if i is not None and i != chain[-1]:
                     chain.append(i)
+                    scopes.append((i, str(key)))
                     call_keys.setdefault(i, set()).add(str(key))
             if n.op == "call_module":
                 i = index.by_path.get(str(n.target))
                 if i is not None and i != chain[-1]:
                     chain.append(i)
+                    scopes.append((i, f"{n.target}#{n.name}"))
                     call_keys.setdefault(i, set()).add(f"{n.target}#{n.name}")
             self.chains.append(chain)
+            self.scopes.append(scopes)
             self.owner.append(chain[-1])
             self.op_row.append(n.op in ("call_function", "call_method"))
         #: calls per forward of each module: distinct scope keys (``path``, ``path@1``, ...)
@@ -251,7 +259,23 @@ def fx_runs(ctx: PassContext, result: TimingResult) -> None:
             add_repeat(result, index, fwd, bwd_self, FORWARD_TIME, BACKWARD_TIME)
             if options.ops:
                 _add_rows(result, rows, index, fmap, log, windows)
+            t0 = stamper.ns(t_start)
+            spans = _spans(index, fmap, log, stamper, t0, stamper.ns(t_end) - t0, options.ops)
+            if options.backward:
+                spans.backward = backward_intervals(
+                    stamper.ns(b_start),
+                    stamper.ns(b_end),
+                    [owner for owner, _ in b_log],
+                    [stamper.ns(stamp) for _, stamp in b_log],
+                    t0,
+                    index.root,
+                )
+                spans.end = stamper.ns(b_end) - t0
+            result.spans.append(spans)
         used = [s for _, t0, t1, _ in log for s in (t0, t1)] + [s for _, s in b_log]
+        used += [t_start, t_end]
+        if b_start is not None:
+            used += [b_start, b_end]
         stamper.recycle(used)
         ctx.progress.advance()
     result.whole["interpreted_forward"] = interpreted
@@ -272,6 +296,37 @@ def _steps(fmap: FxMap, log: Sequence[tuple[int, Any, Any, int]]) -> tuple[list[
         seqs.append(_get_sequence_nr())
         owners.append(0)
     return seqs, owners
+
+
+def _spans(
+    index: ModuleIndex,
+    fmap: FxMap,
+    log: Sequence[tuple[int, Any, Any, int]],
+    stamper: Stamper,
+    origin: float,
+    end: float,
+    ops: bool,
+) -> RepeatSpans:
+    """One run's spans (ns from ``origin``, the start of ``interp.run``): the root from
+    start to end of the run, every other module call from its first graph node's start to
+    its last node's end, and with ``ops`` every functional node (its op row's span)."""
+    out = RepeatSpans(end=end)
+    calls: dict[tuple[int, str], list[float]] = {}
+    for i, t0, t1, _ in log:
+        start, stop = stamper.ns(t0) - origin, stamper.ns(t1) - origin
+        for scope in fmap.scopes[i]:
+            span = calls.get(scope)
+            if span is None:
+                calls[scope] = [start, stop]
+            else:
+                span[0] = min(span[0], start)
+                span[1] = max(span[1], stop)
+        if ops and fmap.op_row[i]:
+            path = f"{index.paths[fmap.owner[i]]}/{fmap.nodes[i].name}"
+            out.ops.append((path, start, stop))
+    out.forward.append((index.root, 0.0, end))
+    out.forward.extend((node, s, e) for (node, _), (s, e) in calls.items())
+    return out
 
 
 def _module_totals(

@@ -50,6 +50,7 @@ from layerscope.collect.timing import (
     owner_of,
 )
 from layerscope.collect.timing.backward import _NO_SEQUENCE
+from layerscope.collect.timing.spans import NodeSpan, RepeatSpans
 from layerscope.errors import LayerscopeError
 
 REPEAT_LABEL = "layerscope::repeat"
@@ -170,13 +171,18 @@ def _device_total(ev: Any) -> float:
 
 
 class _RepeatParser:
-    """Walks one repeat's event tree into module totals and op-row totals."""
+    """Walks one repeat's event tree into module totals, op-row totals and the spans of
+    module calls and op rows (ns from ``origin``, the repeat range's start in us)."""
 
-    def __init__(self, index: ModuleIndex, names: dict[str, int], ops: bool) -> None:
+    def __init__(
+        self, index: ModuleIndex, names: dict[str, int], ops: bool, origin: float = 0.0
+    ) -> None:
         n = len(index)
         self.index = index
         self.names = names
         self.ops = ops
+        self.origin = origin
+        self.spans = RepeatSpans()
         self.fwd = ForwardRepeat([0] * n, [0.0] * n, [0.0] * n)
         self.dev_incl = [0.0] * n
         self.dev_self = [0.0] * n
@@ -192,6 +198,7 @@ class _RepeatParser:
         own = float(sum(k.duration for k in ev.kernels))
         if mid is not None:
             node = self.index.resolve(mid, self._running)
+            self.spans.forward.append((node, *self._span(ev)))
             self._running.append(node)
             frame: list[Any] = [node, 0.0, 0.0, 0]
             self._frames.append(frame)
@@ -221,6 +228,7 @@ class _RepeatParser:
             top[3] -= 1
         dev = own + child_dev
         if row and top is not None:
+            self.spans.ops.append((f"{self.index.paths[top[0]]}/{ev.name}", *self._span(ev)))
             cpu = _us_to_ns(ev.time_range.elapsed_us())
             acc = self.op_acc.setdefault((top[0], ev.name), [0, 0.0, 0.0, 0.0, 0.0])
             acc[0] += 1
@@ -229,6 +237,13 @@ class _RepeatParser:
             acc[3] += _us_to_ns(dev)
             acc[4] += _us_to_ns(own)
         return dev
+
+    def _span(self, ev: Any) -> tuple[float, float]:
+        """The event's start and end, ns from the repeat's start."""
+        return (
+            _us_to_ns(ev.time_range.start - self.origin),
+            _us_to_ns(ev.time_range.end - self.origin),
+        )
 
 
 def parse_events(
@@ -253,15 +268,19 @@ def parse_events(
     for r, rep in enumerate(repeats):
         if r < warm:
             continue
-        parser = _RepeatParser(index, names, ops)
+        origin = rep.time_range.start
+        parser = _RepeatParser(index, names, ops, origin)
         for c in rep.cpu_children:
             parser.visit(c)
+        spans = parser.spans
+        spans.end = _us_to_ns(rep.time_range.elapsed_us())
         bwd_self: list[float] | None = None
         bdev_self: list[float] | None = None
         if steps is not None and r < len(steps):
             bwd_self, bdev_self = _backward(
-                index, steps[r], evaluations, rep.time_range.start, rep.time_range.end
+                index, steps[r], evaluations, origin, rep.time_range.end, spans.backward
             )
+        result.spans.append(spans)
         add_repeat(result, index, parser.fwd, bwd_self, FORWARD_TIME, BACKWARD_TIME)
         if any_device:
             dev = ForwardRepeat(parser.fwd.calls, parser.dev_incl, parser.dev_self)
@@ -305,8 +324,10 @@ def _backward(
     evaluations: list[Any],
     start: float,
     end: float,
+    stretches: list[NodeSpan] | None = None,
 ) -> tuple[list[float], list[float]]:
-    """Self backward CPU and device totals (ns) per node for the repeat in [start, end]."""
+    """Self backward CPU and device totals (ns) per node for the repeat in [start, end];
+    each evaluation's (owner, start, end) in ns from ``start`` appended to ``stretches``."""
     seqs, owners = steps
     cpu = [0.0] * len(index)
     dev = [0.0] * len(index)
@@ -319,4 +340,8 @@ def _backward(
             owner = owner_of(seqs, owners, seq, index.root)
         cpu[owner] += _us_to_ns(e.time_range.elapsed_us())
         dev[owner] += _us_to_ns(_device_total(e))
+        if stretches is not None:
+            stretches.append(
+                (owner, _us_to_ns(e.time_range.start - start), _us_to_ns(e.time_range.end - start))
+            )
     return cpu, dev

@@ -21,6 +21,10 @@ record which module was running from which sequence number on, so each autograd 
 the graph gets an owner. A pre-hook on each node stamps the time it starts; the interval
 until the next node starts is that node's (the engine runs CPU nodes one at a time).
 
+Every timer also keeps the timeline of each timed repeat (``spans.py``): the start and
+end of every module call, backward span and op; the repeat with the median whole-run time
+goes into ``Profile.timing["trace"]``, which ``layerscope.export.trace`` draws.
+
 The instrumentation's own cost is calibrated on empty modules and subtracted (see
 ``docs/timing.md``). The model is left as found: ``ModelState`` is captured before and
 restored after the whole pass (BatchNorm running stats, RNG, grads), hooks are removed in
@@ -64,6 +68,8 @@ from layerscope.collect.timing.result import MIN_SUFFIX as MIN_SUFFIX
 from layerscope.collect.timing.result import add_repeat as add_repeat
 from layerscope.collect.timing.runner import measure as measure
 from layerscope.collect.timing.runner import time_profile
+from layerscope.collect.timing.spans import RepeatSpans as RepeatSpans
+from layerscope.collect.timing.spans import build_trace as build_trace
 from layerscope.collect.timing.stats import summarize
 
 __all__ = [

@@ -9,6 +9,7 @@ from typing import Any
 
 from layerscope.collect.timing.forward import ForwardRepeat
 from layerscope.collect.timing.index import ModuleIndex
+from layerscope.collect.timing.spans import RepeatSpans
 from layerscope.collect.timing.stats import summarize
 from layerscope.errors import InvalidInputError
 from layerscope.profile import Node, Profile
@@ -79,7 +80,9 @@ class TimingResult:
     ``modules`` maps module paths to samples; ``ops`` lists op rows (``ops=True``);
     ``whole`` holds whole-model series (``latency``, ``forward_latency``,
     ``backward_latency``, ``instrumented_forward``); ``info`` the options and facts that
-    go into ``Profile.timing``; ``overhead`` the calibrated instrumentation costs.
+    go into ``Profile.timing``; ``overhead`` the calibrated instrumentation costs;
+    ``spans`` every timed repeat's timeline and ``trace`` the median one as written to
+    ``Profile.timing["trace"]``.
     """
 
     modules: dict[str, RowSamples] = field(default_factory=dict)
@@ -88,6 +91,8 @@ class TimingResult:
     info: dict[str, Any] = field(default_factory=dict)
     overhead: dict[str, float] = field(default_factory=dict)
     notices: list[str] = field(default_factory=list)
+    spans: list[RepeatSpans] = field(default_factory=list)
+    trace: dict[str, Any] | None = None
 
     def row(self, path: str) -> RowSamples:
         return self.modules.setdefault(path, RowSamples(path))
@@ -137,6 +142,8 @@ class TimingResult:
             "corrected": bool(self.info.get("overhead_corrected"))
         }
         timing.pop("overhead_corrected", None)
+        if self.trace is not None:
+            timing["trace"] = self.trace
         profile.timing = timing
         profile.notices.extend(n for n in self.notices if n not in profile.notices)
 

@@ -27,6 +27,12 @@ from layerscope.collect.timing.index import ModuleIndex
 from layerscope.collect.timing.options import Clock, GradMode, Timer, TimingOptions
 from layerscope.collect.timing.progress import Progress
 from layerscope.collect.timing.result import TimingResult, _module_nodes, add_repeat
+from layerscope.collect.timing.spans import (
+    RepeatSpans,
+    backward_intervals,
+    build_trace,
+    forward_spans,
+)
 from layerscope.errors import InvalidInputError, LayerscopeError
 from layerscope.gcpause import gc_paused
 from layerscope.profile import Profile
@@ -167,6 +173,7 @@ def measure(
     finally:
         result.notices.extend(state.restore())
     result.overhead = dict(ctx.overhead)
+    result.trace = build_trace(index, result.spans, result.info["clock"])
     result.whole = ctx.whole | result.whole
     result.info["overhead_corrected"] = (
         options.correct_overhead and not ctx.stamper.events and (options.timer is not Timer.KINETO)
@@ -210,6 +217,7 @@ def _hooks_runs(ctx: PassContext, result: TimingResult) -> None:
         b_end: Any = None
         b_log: list[tuple[int, Any]] = []
         hooks.install()
+        origin = stamper.record()  # time 0 of this run's spans, outside every window
         try:
             out = ctx.call()
             entries = hooks.take()
@@ -227,21 +235,30 @@ def _hooks_runs(ctx: PassContext, result: TimingResult) -> None:
         del out
         stamper.end()
         if i >= warm:
-            fwd = replay_forward(
-                index,
-                [e[0] for e in entries],
-                [stamper.ns(e[1]) for e in entries],
-                inner,
-                outer,
-            )
+            codes = [e[0] for e in entries]
+            stamps = [stamper.ns(e[1]) for e in entries]
+            fwd = replay_forward(index, codes, stamps, inner, outer)
             windows.append(fwd.root_window)
             bwd_self: list[float] | None = None
+            t0 = stamper.ns(origin)
+            spans = RepeatSpans(forward_spans(index, codes, stamps, t0))
+            spans.end = max(stamps, default=t0) - t0
             if options.backward:
                 bwd_self = replay_backward_log(
                     len(index), stamper, b_start, b_end, b_log, ctx.overhead
                 )
+                spans.backward = backward_intervals(
+                    stamper.ns(b_start),
+                    stamper.ns(b_end),
+                    [owner for owner, _ in b_log],
+                    [stamper.ns(stamp) for _, stamp in b_log],
+                    t0,
+                    index.root,
+                )
+                spans.end = stamper.ns(b_end) - t0
             add_repeat(result, index, fwd, bwd_self)
-        used = [e[1] for e in entries] + [s for _, s in b_log]
+            result.spans.append(spans)
+        used = [origin, *(e[1] for e in entries), *(s for _, s in b_log)]
         if b_start is not None:
             used += [b_start, b_end]
         stamper.recycle(used)

@@ -17,7 +17,8 @@ What it measures (all bytes; see ``docs/memory.md`` for the full contract):
   counted once at the lowest common ancestor of the modules holding it.
 
 Whole-model facts go to ``profile.memory`` (``forward_peak_bytes``, ``backward_peak_bytes``,
-``grads``, ...).
+``grads``, ...), and ``timeline``: live bytes at every module entry and exit (and where
+the backward pass moves on to another module's work), in op order (``timeline``).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from layerscope.errors import InvalidInputError
 from layerscope.metrics.memory.grads import fill_gradients, owned_parameters, params_by_dtype
 from layerscope.metrics.memory.peaks import CudaAllocator, NestedPeaks, Scope
 from layerscope.metrics.memory.storages import StorageTable, storage_of
+from layerscope.metrics.memory.timeline import BACKWARD, ENTER, EXIT, Timeline
 from layerscope.profile import Node, Profile
 
 if TYPE_CHECKING:
@@ -175,6 +177,10 @@ class MemoryObserver(Observer):
         self.forward_end = 0
         self.forward_end_cuda = 0
         self.notices: list[str] = []
+        self._timeline = Timeline()
+        self._ops = 0  # aten ops seen so far: the timeline's clock
+        self._cuda_base = 0  # CUDA bytes allocated when the session started
+        self._bw_owner: Node | None = None  # module whose backward ops run now
 
     # ---- session lifetime ----------------------------------------------------------
     def install(self, tracker: ScopeTracker) -> None:
@@ -205,6 +211,7 @@ class MemoryObserver(Observer):
             self._cuda_peak_before = source.read()[1]
             self._cuda = NestedPeaks(source)
             self._session_cuda = self._cuda.open()
+            self._cuda_base = self._session_cuda.entry
         self._session_sim = self._sim.open()
         top = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
         outer = top(False) if top is not None else None
@@ -270,8 +277,11 @@ class MemoryObserver(Observer):
     def on_enter(
         self, node: Node, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> None:
-        cuda = self._cuda.open() if self._cuda is not None else None
+        peaks = self._cuda
+        cuda = peaks.open() if peaks is not None else None
         self._frames.append(_Frame(node, self._sim.open(), cuda))
+        live = peaks.last - self._cuda_base if peaks is not None else self._table.live
+        self._timeline.add(self._ops, ENTER, node.path, live)
 
     def on_exit(self, node: Node, module: nn.Module, output: Any, raised: bool) -> None:
         frames = self._frames
@@ -288,6 +298,9 @@ class MemoryObserver(Observer):
                 self._close(frame)
                 if frame.node is node:
                     break
+        cuda = self._cuda
+        live = cuda.last - self._cuda_base if cuda is not None else self._table.live
+        self._timeline.add(self._ops, EXIT, node.path, live)
         if not frames and not raised and node is self._root():
             self.forward_end = self._sim.level(frame.sim)
             if self._cuda is not None and frame.cuda is not None:
@@ -323,8 +336,14 @@ class MemoryObserver(Observer):
         if backward:
             if self._bw_sim is None:
                 self._start_backward()
+            if node is not self._bw_owner:
+                # Before this op's outputs are counted: the level where the work of the
+                # module starts (CUDA's allocator has allocated them already).
+                self._bw_owner = node
+                self._timeline.add(self._ops, BACKWARD, node.path, self._level())
         elif self._bw_sim is not None:
             self._end_backward()
+        self._ops += 1
         if isinstance(out, Tensor):
             self._output(func, out, args, kwargs)
         elif isinstance(out, tuple | list):
@@ -361,7 +380,14 @@ class MemoryObserver(Observer):
         if self._cuda is not None:
             self._bw_cuda = self._cuda.open()
 
+    def _level(self) -> int:
+        """Live bytes now, above the level at the session's start."""
+        if self._cuda is not None:
+            return self._cuda.source.read()[0] - self._cuda_base
+        return self._table.live
+
     def _end_backward(self) -> None:
+        self._bw_owner = None
         if self._bw_sim is not None:
             self.backward_peak = max(self.backward_peak, self._sim.close(self._bw_sim))
             self._bw_sim = None
@@ -401,6 +427,7 @@ class MemoryObserver(Observer):
             mem["backward_peak_bytes"] = self.backward_peak_cuda if on_cuda else self.backward_peak
         if on_cuda:
             mem["cuda"] = self._cuda_report(profile)
+        mem["timeline"] = self._timeline.to_dict(mem["allocator"], self._cuda_base)
         if self._tree is not None:
             owned = owned_parameters(self._tree)
             fill_gradients(profile, owned, force=self.saw_backward)

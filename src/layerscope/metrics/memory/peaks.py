@@ -67,10 +67,13 @@ class NestedPeaks:
     def __init__(self, source: PeakSource) -> None:
         self.source = source
         self._open: list[Scope] = []
+        #: Bytes allocated at the latest read (by ``open``, ``close`` or ``level``).
+        self.last = 0
 
     def open(self) -> Scope:
         """Start a scope now: fold the counter into the open scopes, reset, record the level."""
         allocated, peak = self.source.read()
+        self.last = allocated
         for s in self._open:
             if peak > s.high:
                 s.high = peak
@@ -81,7 +84,9 @@ class NestedPeaks:
 
     def close(self, scope: Scope) -> int:
         """End ``scope``; its peak above entry (the counter keeps running for the others)."""
-        peak = max(scope.high, self.source.read()[1])
+        allocated, peak = self.source.read()
+        self.last = allocated
+        peak = max(scope.high, peak)
         for i in range(len(self._open) - 1, -1, -1):
             if self._open[i] is scope:
                 del self._open[i]
@@ -90,4 +95,5 @@ class NestedPeaks:
 
     def level(self, scope: Scope) -> int:
         """Bytes allocated now above the level at ``scope``'s entry (may be negative)."""
-        return self.source.read()[0] - scope.entry
+        self.last = self.source.read()[0]
+        return self.last - scope.entry

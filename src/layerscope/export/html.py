@@ -1,0 +1,373 @@
+"""A self-contained HTML report: one file, inline JS and CSS, nothing fetched, opens from disk.
+
+The page shows the module tree as a table (sort by any column, filter by name or type,
+expand and collapse), an icicle chart of time, FLOPs, parameters or memory per module, the
+memory timeline of the analysis pass, and the facts below every view (``summary_lines``).
+
+The profile's numbers travel as one JSON document, column by column (a value per node in
+pre-order; paths, node ids, self times and time totals only where the tree and the other
+columns do not imply them), inside a
+``<script type="application/json">``; the page's script (``assets/report.js``) formats
+them with the console's units and builds every element with ``textContent``, so no
+string from the model is ever parsed as markup. Floats keep 6 significant digits (the
+JSON export keeps them all). See docs/exports.md.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import os
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+from layerscope.analysis.catalog import Values, column
+from layerscope.export.files import write_text
+from layerscope.profile import Number, Profile
+from layerscope.render import units
+from layerscope.render.summary import summary_lines
+
+__all__ = ["report_data", "to_html", "to_html_text"]
+
+#: Columns of the table, in order, when some node has them.
+TABLE_KEYS: tuple[str, ...] = (
+    "input_shape",
+    "output_shape",
+    "params",
+    "trainable_params",
+    "buffers",
+    "param_bytes",
+    "buffer_bytes",
+    "macs",
+    "flops",
+    "backward_macs",
+    "backward_flops",
+    "activation_bytes",
+    "output_bytes",
+    "peak_bytes",
+    "grad_bytes",
+    "bytes_accessed",
+    "backward_bytes_accessed",
+    "forward_time",
+    "self_forward_time",
+    "backward_time",
+    "self_backward_time",
+    "device_time",
+    "flops_per_s",
+    "absmax",
+    "nan",
+    "inf",
+    "calls",
+)
+
+#: Shown before the user picks columns: the console's high-priority ones.
+_SHOWN_PRIORITY = 55
+_SHOWN_ALWAYS = frozenset({"output_shape", "peak_bytes"})
+
+#: What the chart can size modules by: (value key, label, kind), when the profile has it.
+CHART_METRICS: tuple[tuple[str, str, str], ...] = (
+    ("forward_time_total", "Fwd time", "seconds"),
+    ("backward_time_total", "Bwd time", "seconds"),
+    ("flops", "FLOPs", "si"),
+    ("backward_flops", "Bwd FLOPs", "si"),
+    ("params", "Params", "count"),
+    ("activation_bytes", "Memory (saved)", "bytes"),
+    ("param_bytes", "Param size", "bytes"),
+)
+
+_TIMES = ("forward_time", "backward_time", "device_time")
+_EVENTS = {"enter": "e", "exit": "x", "backward": "b"}
+
+
+def to_html(profile: Profile, path: str | os.PathLike[str]) -> None:
+    """Write the report for ``profile`` to ``path`` (atomically; ``ExportError`` on failure)."""
+    write_text(path, to_html_text(profile))
+
+
+def to_html_text(profile: Profile) -> str:
+    """The report as one HTML document."""
+    data = report_data(profile)
+    title = profile.model.get("name") or profile.root.type or "model"
+    css, js = _assets()
+    return _PAGE.format(
+        title=html.escape(f"{title} — layerscope report", quote=True),
+        css=css,
+        data=script_json(data),
+        js=js,
+    )
+
+
+def script_json(value: Any) -> str:
+    """JSON that is safe inside ``<script type="application/json">``: no ``</``, no
+    ``<!--``, no U+2028/U+2029 (every ``<``, ``>`` and ``&`` as a ``\\u`` escape)."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return (
+        text.replace("<", "\\u003c")
+        .replace(">", "\\u003e")
+        .replace("&", "\\u0026")
+        .replace("\u2028", "\\u2028")
+        .replace("\u2029", "\\u2029")
+    )
+
+
+def report_data(profile: Profile) -> dict[str, Any]:
+    """Everything the page shows, as plain JSON (no NaN: non-finite floats as strings)."""
+    nodes = profile.nodes()
+    index = {id(n): i for i, n in enumerate(nodes)}
+    values = Values(profile)
+    types: dict[str, int] = {}
+    depth: list[int] = []
+    names: list[str] = []
+    type_ids: list[int] = []
+    paths: dict[str, str] = {}
+    ids: dict[str, str] = {}
+    inner: list[int] = []
+    position: dict[int, int] = {}  # id(node) -> its place among its siblings, from 1
+    for i, n in enumerate(nodes):
+        names.append(n.name)
+        type_ids.append(types.setdefault(n.type, len(types)))
+        parent = n.parent
+        if parent is None:
+            want_path, want_id = "", "0"
+            depth.append(0)
+        else:
+            # the page rebuilds the tree from pre-order and depths, and derives paths
+            # and ids from it: only those that differ travel
+            want_path = f"{parent.path}.{n.name}" if parent.path else n.name
+            k = position[id(n)]
+            want_id = str(k) if parent.node_id == "0" else f"{parent.node_id}.{k}"
+            depth.append(depth[index[id(parent)]] + 1)
+        if n.path != want_path:
+            paths[str(i)] = n.path
+        if n.node_id != want_id:
+            ids[str(i)] = n.node_id
+        if n.children:
+            inner.append(i)
+            for k, child in enumerate(n.children, start=1):
+                position[id(child)] = k
+    partial = set(profile.partial_metrics)
+    cols: list[dict[str, Any]] = []
+    v: dict[str, list[Any]] = {}
+    s: dict[str, list[Any]] = {}
+    present = {k for n in nodes for k in n.metrics} | {
+        k for n in nodes for k in n.numerics if isinstance(n.numerics[k], int | float)
+    }
+    for key in TABLE_KEYS:
+        base = key.removeprefix("self_")
+        if key in ("input_shape", "output_shape"):
+            sigs = [(n.inputs if key == "input_shape" else n.outputs) for n in nodes]
+            if not any(sigs):
+                continue
+            v[key] = [units.signature(sig[0], limit=4) if sig else None for sig in sigs]
+        elif key == "calls":
+            v[key] = [n.calls for n in nodes]
+        elif base in present:
+            v[key] = [_num(values.get(n, key)) for n in nodes]
+            if all(x is None for x in v[key]):
+                del v[key]
+                continue
+            if not key.startswith("self_") and (column(key).additive or key in _TIMES):
+                s[key] = [_num(nodes[i].self_metrics.get(key)) for i in inner]
+        else:
+            continue
+        col = column(key)
+        cols.append(
+            {
+                "key": key,
+                "header": col.header + ("*" if base in partial else ""),
+                "kind": col.kind,
+                "shown": col.priority >= _SHOWN_PRIORITY or key in _SHOWN_ALWAYS,
+            }
+        )
+    chart: list[dict[str, Any]] = []
+    for key, label, kind in CHART_METRICS:
+        base = key.removesuffix("_total")
+        if base not in present:
+            continue
+        if key not in v:
+            v[key] = [_num(values.get(n, key)) for n in nodes]
+        total = v[key][0]
+        if isinstance(total, int | float) and total > 0:
+            chart.append({"key": key, "label": label, "kind": kind})
+        elif key not in (c["key"] for c in cols):
+            del v[key]
+    derived = _derivable(v, s, inner, [n.calls for n in nodes])
+    for key in derived:
+        del v[key]
+    return {
+        "schema": profile.schema,
+        "model": _plain(profile.model),
+        "env": _plain(profile.env),
+        "headline": _headline(profile),
+        "types": list(types),
+        "depth": depth,
+        "name": names,
+        "type": type_ids,
+        "path": paths,
+        "id": ids,
+        "inner": inner,
+        "rep": {str(i): n.repeat for i, n in enumerate(nodes) if n.repeat > 1},
+        "columns": cols,
+        "v": v,
+        "derived": derived,
+        "s": s,
+        "chart": chart,
+        "partial": sorted(partial),
+        "facts": [[text, style] for text, style in summary_lines(profile)],
+        "unsupported": _unsupported(profile),
+        "timeline": _timeline(profile, {n.path: i for i, n in enumerate(nodes)}),
+        "not_called": [index[id(n)] for n in nodes if not n.calls],
+    }
+
+
+def _derivable(
+    v: dict[str, list[Any]], s: dict[str, list[Any]], inner: list[int], calls: list[int]
+) -> dict[str, list[str]]:
+    """Value columns the page can rebuild, so they need not travel: ``self_<time>`` (the
+    inclusive value on leaves, the self value on the others) and ``<time>_total``
+    (per-call time × calls), each only where that gives exactly the values sent."""
+    out: dict[str, list[str]] = {}
+    is_inner = set(inner)
+    for key, values in v.items():
+        if key.startswith("self_") and key.removeprefix("self_") in s:
+            base = key.removeprefix("self_")
+            own = dict(zip(inner, s[base], strict=True))
+            if all(x == (own[i] if i in is_inner else v[base][i]) for i, x in enumerate(values)):
+                out[key] = ["self", base]
+        elif key.endswith("_total") and key.removesuffix("_total") in v:
+            per_call = v[key.removesuffix("_total")]
+            if all(
+                (x is None and y is None)
+                or (_finite(x) and _finite(y) and math.isclose(x, y * c, rel_tol=1e-5))
+                for x, y, c in zip(values, per_call, calls, strict=True)
+            ):
+                out[key] = ["total", key.removesuffix("_total")]
+    return out
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, int | float) and math.isfinite(x)
+
+
+def _num(x: Number | None) -> Number | str | None:
+    """A value for the page: ints as they are, floats to 6 significant digits, non-finite
+    ones as the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"`` (JSON has no NaN)."""
+    if x is None or isinstance(x, bool):
+        return None if x is None else int(x)
+    if isinstance(x, int):
+        return x
+    if not math.isfinite(x):
+        return "NaN" if x != x else ("Infinity" if x > 0 else "-Infinity")
+    if x == int(x) and abs(x) < 2**53:
+        return int(x)
+    return float(f"{x:.6g}")
+
+
+def _plain(value: Any) -> Any:
+    """JSON-safe copy of a small dict of facts (non-finite floats as strings)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, float):
+        return _num(value)
+    if value is None or isinstance(value, str | int | bool):
+        return value
+    return str(value)
+
+
+def _headline(profile: Profile) -> list[list[Any]]:
+    """The few whole-model figures shown first: ``[label, value, kind]``."""
+    m = profile.root.metrics
+    out: list[list[Any]] = []
+    for key, label, kind in (
+        ("params", "Params", "count"),
+        ("flops", "FLOPs", "si"),
+        ("backward_flops", "Bwd FLOPs", "si"),
+        ("forward_time", "Fwd time", "seconds"),
+        ("backward_time", "Bwd time", "seconds"),
+    ):
+        if key in m:
+            out.append(
+                [label + ("*" if key in profile.partial_metrics else ""), _num(m[key]), kind]
+            )
+    mem = profile.memory
+    for key, label in (
+        ("forward_peak_bytes", "Fwd peak"),
+        ("backward_peak_bytes", "Bwd peak"),
+        ("activation_bytes", "Saved"),
+    ):
+        if key in mem:
+            out.append([label, _num(mem[key]), "bytes"])
+    latency = profile.timing.get("latency")
+    if isinstance(latency, dict) and "median" in latency:
+        out.append(["Latency", _num(latency["median"]), "seconds"])
+    return out
+
+
+def _unsupported(profile: Profile) -> list[list[Any]]:
+    """Ops without a FLOP formula: ``[op, count, forward, backward, modules]``, most first."""
+    rows: list[tuple[str, int, int, int, list[str]]] = []
+    for op, e in profile.unsupported_ops.items():
+        modules = e.get("modules", {})
+        where = sorted(modules) if isinstance(modules, dict | list) else []
+        rows.append(
+            (
+                str(op),
+                int(e.get("count", 0)),
+                int(e.get("forward", 0)),
+                int(e.get("backward", 0)),
+                [p or "<root>" for p in where],
+            )
+        )
+    rows.sort(key=lambda r: (-r[1], r[0]))
+    return [list(r) for r in rows]
+
+
+def _timeline(profile: Profile, by_path: dict[str, int]) -> dict[str, Any] | None:
+    """The memory timeline with module paths as node indices (a path the tree lacks stays
+    a string) and events as one letter: ``e`` enter, ``x`` exit, ``b`` backward."""
+    t = profile.memory.get("timeline")
+    if not isinstance(t, dict) or not t.get("op"):
+        return None
+    return {
+        "op": list(t["op"]),
+        "event": "".join(_EVENTS.get(e, "?") for e in t["event"]),
+        "node": [by_path.get(p, p) for p in t["path"]],
+        "bytes": list(t["bytes"]),
+        "allocator": t.get("allocator", "simulated"),
+        "dropped": t.get("dropped", 0),
+    }
+
+
+@lru_cache(maxsize=1)
+def _assets() -> tuple[str, str]:
+    folder = resources.files("layerscope.export").joinpath("assets")
+    css = folder.joinpath("report.css").read_text(encoding="utf-8")
+    js = folder.joinpath("report.js").read_text(encoding="utf-8")
+    # Our own code must not end its <script>/<style> element early either.
+    assert "</script" not in js.lower() and "</style" not in css.lower()
+    return css, js
+
+
+_PAGE = """<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; \
+script-src 'unsafe-inline'; style-src 'unsafe-inline'">
+<title>{title}</title>
+<style>
+{css}</style>
+</head>
+<body>
+<noscript>This report needs JavaScript to show the profile.</noscript>
+<script type="application/json" id="ls-data">{data}</script>
+<script>
+{js}</script>
+</body>
+</html>
+"""

@@ -1,0 +1,67 @@
+"""Live bytes at every module boundary of the analysis pass, in op order.
+
+The clock is the number of aten ops the session dispatched before the event, not time:
+the analysis pass is instrumented, so its wall clock means little, while op order is the
+same on every run and on every device. Events:
+
+- ``enter`` / ``exit``: a module call starts / returns (forward, and forwards a backward
+  pass recomputes under activation checkpointing);
+- ``backward``: the backward pass starts running the ops of another module (the module
+  whose forward created the autograd node), so each run of backward work of one module
+  is one event.
+
+Stored in ``profile.memory["timeline"]`` as parallel lists (plain JSON, compact):
+``{"clock": "op", "op": [...], "event": [...], "path": [...], "bytes": [...]}``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: Events kept per session; later ones are counted in ``dropped`` (a long ``Profiler``
+#: block around a generation loop would otherwise grow the profile without bound).
+MAX_EVENTS = 200_000
+
+ENTER = "enter"
+EXIT = "exit"
+BACKWARD = "backward"
+
+
+class Timeline:
+    """Appends events to parallel lists; ``to_dict`` gives the JSON form."""
+
+    __slots__ = ("bytes", "dropped", "event", "op", "path")
+
+    def __init__(self) -> None:
+        self.op: list[int] = []
+        self.event: list[str] = []
+        self.path: list[str] = []
+        self.bytes: list[int] = []
+        self.dropped = 0
+
+    def __len__(self) -> int:
+        return len(self.op)
+
+    def add(self, op: int, event: str, path: str, live: int) -> None:
+        if len(self.op) >= MAX_EVENTS:
+            self.dropped += 1
+            return
+        self.op.append(op)
+        self.event.append(event)
+        self.path.append(path)
+        self.bytes.append(live)
+
+    def to_dict(self, allocator: str, base_bytes: int = 0) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "clock": "op",
+            "allocator": allocator,
+            "op": list(self.op),
+            "event": list(self.event),
+            "path": list(self.path),
+            "bytes": list(self.bytes),
+        }
+        if allocator == "cuda":
+            out["base_bytes"] = base_bytes
+        if self.dropped:
+            out["dropped"] = self.dropped
+        return out

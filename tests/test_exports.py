@@ -1,0 +1,127 @@
+"""CSV, DataFrame, Markdown and the one export entry point, on hand-built profiles
+(tests/viewmodels.py: totals flops 1000, params 100) and a real example."""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+import layerscope as ls
+from layerscope.examples import EXAMPLES
+from layerscope.export import format_of
+from layerscope.export.markdown import escape
+from viewmodels import build, node, small
+
+NBSP = "\u00a0"
+
+
+def test_csv_rows_in_base_units_preorder() -> None:
+    assert small().to_csv() == (
+        "path,node_id,depth,name,type,calls,repeat,params,flops,self_params,self_flops\n"
+        ",0,0,Net,Net,1,1,100,1000,2,20\n"  # 2 + 40 + 50 + 8 params; 20 + 400 + 500 + 80
+        "enc,1,1,enc,Encoder,1,1,90,900,,\n"  # nothing of its own: empty self cells
+        "enc.attn,1.1,2,attn,Attention,1,1,40,400,40,400\n"
+        "enc.mlp,1.2,2,mlp,MLP,1,1,50,500,50,500\n"
+        "head,2,1,head,Linear,1,1,8,80,8,80\n"
+        "drop,3,1,drop,Dropout,0,1,0,0,0,0\n"
+    )
+
+
+def test_csv_of_a_real_model_file_and_text_agree(tmp_path: Path) -> None:
+    ex = EXAMPLES["tiny_resnet"]
+    prof = ls.profile(ex.build(), ex.example_input(), memory=True)
+    assert prof.to_csv(tmp_path / "p.csv") is None
+    text = (tmp_path / "p.csv").read_text(encoding="utf-8")
+    assert text == prof.to_csv()
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert len(rows) == len(prof.nodes())  # every node, unfolded
+    conv1 = next(r for r in rows if r["path"] == "conv1")
+    # conv1: 3->16 channels, 3x3, no bias: 16*3*3*3 = 432 params; 2x16x32x32 outputs
+    # each 27 MACs: 2*16*32*32*27 = 884,736 MACs
+    assert conv1["params"] == "432" and conv1["macs"] == "884736"
+    assert conv1["input_shape"] == "[2, 3, 32, 32]"
+    assert "peak_bytes" in rows[0] and "activation_bytes" in rows[0]
+
+
+def test_dataframe_has_the_csv_columns() -> None:
+    pd = pytest.importorskip("pandas")
+    df = small().to_dataframe()
+    assert isinstance(df, pd.DataFrame)
+    assert list(df.columns) == [
+        "path", "node_id", "depth", "name", "type", "calls", "repeat",
+        "params", "flops", "self_params", "self_flops",
+    ]  # fmt: skip
+    assert df["flops"].tolist() == [1000, 900, 400, 500, 80, 0]
+    assert df.loc[df["path"] == "head", "self_params"].item() == 8
+
+
+def test_dataframe_without_pandas_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pandas", None)  # import pandas raises ImportError
+    with pytest.raises(ls.MissingDependencyError, match=r"pip install 'layerscope\[pandas\]'"):
+        small().to_dataframe()
+
+
+def test_markdown_table_exact() -> None:
+    assert small().to_markdown(columns=["flops", "params"], pct=False) == (
+        "| Module | FLOPs | Params |\n"
+        "|:---|---:|---:|\n"
+        "| Net | 1 K | 100 |\n"
+        "| ├─ (1) enc Encoder | 900 | 90 |\n"
+        f"| │{NBSP * 2}├─ (1.1) attn Attention | 400 | 40 |\n"
+        f"| │{NBSP * 2}└─ (1.2) mlp MLP | 500 | 50 |\n"
+        "| ├─ (2) head Linear | 80 | 8 |\n"
+        "| └─ (3) drop Dropout | 0 | 0 |\n"
+        "| **Total** | **1 K** | **100** |\n"
+        "\n"
+        "Params: 100 (trainable 0, frozen 100), 0 B; buffers: 0 (0 B)  \n"
+        "Run: eval mode, grad enabled, device cpu, float32.\n"
+    )
+
+
+def test_markdown_takes_view_options_and_escapes_names() -> None:
+    prof = build(node("Net", "Net", node("a|b", "My*Type", flops=1), node("c", "Linear", flops=3)))
+    text = prof.to_markdown(sort_by="flops", columns=["flops"], pct=False)
+    lines = text.splitlines()
+    assert lines[3] == "| ├─ (2) c Linear | 3 |"  # sorted: c (3) before a|b (1)
+    assert lines[4] == r"| └─ (1) a\|b My\*Type | 1 |"
+    assert escape("</td><script>") == r"\</td\>\<script\>"
+    with pytest.raises(ls.InvalidInputError, match="to_markdown shows the table view"):
+        prof.to_markdown(view="tree")
+
+
+def test_export_picks_the_format_from_the_extension(tmp_path: Path) -> None:
+    prof = small()
+    prof.export(tmp_path / "p.csv")
+    assert (tmp_path / "p.csv").read_text(encoding="utf-8") == prof.to_csv()
+    prof.export(tmp_path / "p.md", columns=["flops"])
+    assert (tmp_path / "p.md").read_text(encoding="utf-8") == prof.to_markdown(columns=["flops"])
+    prof.export(tmp_path / "p.json")
+    assert ls.load(tmp_path / "p.json") == prof
+    assert format_of("x.trace.json") == "trace" and format_of("x.JSON") == "json"
+    assert format_of("x.out", "csv") == "csv"
+    with pytest.raises(ls.ExportError, match=r"cannot tell the export format of 'p\.xlsx'"):
+        prof.export("p.xlsx")
+    with pytest.raises(ls.ExportError, match="unknown export format 'xls'; formats: trace"):
+        prof.export(tmp_path / "p", format="xls")
+    with pytest.raises(ls.ExportError, match="csv export takes no options, got columns"):
+        prof.export(tmp_path / "q.csv", columns=["flops"])
+
+
+def test_exports_never_damage_an_existing_file(tmp_path: Path) -> None:
+    target = tmp_path / "p.csv"
+    target.write_text("old\n", encoding="utf-8")
+    os.chmod(target, 0o600)
+    small().export(target)
+    assert stat.S_IMODE(os.stat(target).st_mode) == 0o600  # permissions kept
+    assert target.read_text(encoding="utf-8").startswith("path,node_id")
+    with pytest.raises(ls.ExportError, match="it is a directory"):
+        small().to_csv(tmp_path)
+    with pytest.raises(ls.ExportError, match="does not exist"):
+        small().to_csv(tmp_path / "missing" / "p.csv")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.csv"]  # no temporary left

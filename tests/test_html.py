@@ -1,0 +1,542 @@
+"""The HTML report: its data and escaping (plain Python), and the page itself in a real
+headless Chromium (Debian's ``chromium``, driven by Playwright's Python package, whose
+wheel ships its own driver: no browser download, no ``playwright install``).
+
+The browser tests skip where no Chromium is installed: ``apt-get install -y chromium
+chromium-driver`` (``.ci/run`` does it). ``pytest -s`` prints the timings of a
+10,000-module report.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import layerscope as ls
+from layerscope import examples
+from layerscope.errors import ExportError
+from layerscope.export.html import report_data, script_json, to_html, to_html_text
+from layerscope.profile import Node, Profile
+from layerscope.render import units
+from layerscope.render.summary import summary_lines
+from viewmodels import build, node, small
+
+HOSTILE = "</script><img src=x onerror=alert(1)>"
+#: Strings that must never appear raw in the embedded JSON.
+BREAKERS = ("</", "<!--", "\u2028", "\u2029")
+
+
+def embedded(text: str) -> dict[str, Any]:
+    """The JSON document inside the report's ``<script type="application/json">``."""
+    m = re.search(r'<script type="application/json" id="ls-data">(.*?)</script>', text, re.S)
+    assert m is not None
+    data: dict[str, Any] = json.loads(m.group(1))
+    return data
+
+
+def chart_profile() -> Profile:
+    """FLOPs and params in different proportions, so the chart changes with the metric."""
+    return build(
+        node(
+            "Net",
+            "Net",
+            node(
+                "enc",
+                "Encoder",
+                node("attn", "Attention", flops=600, params=10),
+                node("mlp", "MLP", flops=300, params=80),
+            ),
+            node("head", "Linear", flops=100, params=10),
+        )
+    )
+
+
+def hostile_profile() -> Profile:
+    prof = build(
+        node(
+            "Net",
+            "Net",
+            node(HOSTILE, "<b>Bold</b>", flops=10, params=1),
+            node("sep\u2028line<!--", "Linear", flops=5, params=2),
+        ),
+        name=HOSTILE,
+    )
+    prof.notices.append(f"a notice naming {HOSTILE}")
+    prof.unsupported_ops["aten::<img src=y onerror=alert(2)>"] = {
+        "count": 1,
+        "forward": 1,
+        "backward": 0,
+        "modules": {HOSTILE: 1},
+    }
+    return prof
+
+
+def big_profile(blocks: int, layers: int = 10, leaves: int = 9) -> Profile:
+    """``1 + blocks * (1 + layers * (1 + leaves))`` modules: 10,101 for 100 blocks."""
+    children = []
+    for b in range(blocks):
+        layer_nodes = []
+        for i in range(layers):
+            leaf_nodes = [
+                node(
+                    str(k),
+                    "Linear",
+                    flops=1000 * (k + 1) + i,
+                    params=100 + 10 * k,
+                    activation_bytes=512 * k,
+                    peak_bytes=4096 * (k + 1),
+                    forward_time=1e-5 * (k + 1),
+                )
+                for k in range(leaves)
+            ]
+            layer_nodes.append(node(str(i), "Layer", *leaf_nodes, flops=7))
+        children.append(node(f"block{b}", "Block", *layer_nodes))
+    return build(node("Net", "Net", *children, flops=3))
+
+
+# ---- the file and its data (no browser) -----------------------------------------------
+
+
+def test_one_self_contained_file(tmp_path: Path) -> None:
+    prof = small()
+    out = tmp_path / "r.html"
+    to_html(prof, out)
+    text = out.read_text(encoding="utf-8")
+    assert text == to_html_text(prof)
+    assert text.startswith("<!DOCTYPE html>")
+    # nothing to fetch: no external scripts, styles, images, fonts or imports
+    for ref in ("<script src", "<link", "src=", "href=", "@import", "url("):
+        assert ref not in text, ref
+    assert "default-src 'none'" in text  # and the page may not fetch anything either
+    data = embedded(text)
+    assert data["name"] == ["Net", "enc", "attn", "mlp", "head", "drop"]
+    assert data["depth"] == [0, 1, 2, 2, 1, 1]
+    assert data["v"]["flops"] == [1000, 900, 400, 500, 80, 0]
+    # self values travel for the nodes with children only (leaves: self = inclusive)
+    assert data["inner"] == [0, 1] and data["s"]["flops"] == [20, None]
+    # paths and ids follow from the tree: none travel
+    assert data["path"] == {} and data["id"] == {}
+    assert [c["key"] for c in data["columns"]] == ["params", "flops", "calls"]
+    assert [c["key"] for c in data["chart"]] == ["flops", "params"]
+    assert data["not_called"] == [5]
+    assert data["facts"] == [[t, s] for t, s in summary_lines(prof)]
+
+
+def test_export_picks_html_from_the_extension(tmp_path: Path) -> None:
+    prof = small()
+    prof.export(tmp_path / "p.html")
+    assert (tmp_path / "p.html").read_text(encoding="utf-8") == to_html_text(prof)
+    with pytest.raises(ExportError, match="directory"):
+        to_html(prof, tmp_path)
+
+
+def test_hostile_strings_never_leave_the_json_string() -> None:
+    prof = hostile_profile()
+    text = to_html_text(prof)
+    head, _, rest = text.partition('id="ls-data">')
+    payload, _, _ = rest.partition("</script>")
+    for raw in BREAKERS:
+        assert raw not in payload, raw
+    assert "<img" not in text and "<b>" not in text  # escaped in the title too
+    assert "&lt;/script&gt;&lt;img" in head  # <title>, HTML-escaped
+    data = json.loads(payload)
+    assert data["name"][1] == HOSTILE and data["types"][1] == "<b>Bold</b>"
+    assert data["name"][2] == "sep\u2028line<!--"
+    assert json.loads(script_json(["</script>", "<!--", "\u2028\u2029", "&"])) == [
+        "</script>",
+        "<!--",
+        "\u2028\u2029",
+        "&",
+    ]
+
+
+def test_non_finite_values_travel_as_strings() -> None:
+    prof = small()
+    prof.root.numerics = {"absmax": math.inf, "nan": 3, "mean": math.nan}
+    prof.root.children[0].metrics["forward_time"] = 1.234567891e-5
+    data = embedded(to_html_text(prof))  # json.loads would reject NaN: none is there
+    assert data["v"]["absmax"][0] == "Infinity"
+    assert data["v"]["forward_time"][1] == 1.23457e-05  # 6 significant digits
+
+
+def test_real_profile_carries_the_memory_timeline() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU())
+    prof = ls.profile(model, torch.randn(2, 4), memory=True, backward=True)
+    data = report_data(prof)
+    t = prof.memory["timeline"]
+    tl = data["timeline"]
+    assert tl["op"] == t["op"] and tl["bytes"] == t["bytes"]
+    assert tl["event"] == "".join(e[0] if e != "exit" else "x" for e in t["event"])
+    index = {n.path: i for i, n in enumerate(prof.nodes())}
+    assert tl["node"] == [index[p] for p in t["path"]]
+    assert {"peak_bytes", "activation_bytes", "output_shape"} <= {c["key"] for c in data["columns"]}
+
+
+def test_sizes_and_write_time(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    one_k = big_profile(10)  # 1,011 modules
+    to_html(one_k, tmp_path / "1k.html")
+    size_1k = os.path.getsize(tmp_path / "1k.html")
+    ten_k = big_profile(100)  # 10,101 modules
+    start = time.perf_counter()
+    to_html(ten_k, tmp_path / "10k.html")
+    seconds = time.perf_counter() - start
+    size_10k = os.path.getsize(tmp_path / "10k.html")
+    with capsys.disabled():
+        print(
+            f"\nHTML report: 1,011 modules {size_1k / 1024:.0f} KiB; 10,101 modules "
+            f"{size_10k / 1024:.0f} KiB, written in {seconds * 1000:.0f} ms"
+        )
+    assert size_1k < 150 * 1024
+    assert seconds < 1.0
+
+
+# ---- in the browser ----------------------------------------------------------------------
+
+_INSTALL = (
+    "needs a headless Chromium: apt-get install -y chromium chromium-driver, and the "
+    "playwright Python package (pip install -e '.[test]')"
+)
+
+
+def _chromium() -> str | None:
+    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+def expect(locator: Any) -> Any:
+    from playwright.sync_api import expect as expect_
+
+    return expect_(locator)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    executable = _chromium()
+    if executable is None:
+        pytest.skip(_INSTALL)
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip(_INSTALL)
+    pw = sync_playwright().start()
+    try:
+        b = pw.chromium.launch(executable_path=executable, args=["--no-sandbox"])
+        try:
+            yield b
+        finally:
+            b.close()
+    finally:
+        pw.stop()
+
+
+@dataclass
+class Page:
+    """A loaded report and everything the browser reported while it ran."""
+
+    page: Any
+    url: str
+    errors: list[str] = field(default_factory=list)
+    requests: list[str] = field(default_factory=list)
+    dialogs: list[str] = field(default_factory=list)
+
+    def rows(self) -> list[str]:
+        """Module names of the rows in the DOM, in order."""
+        names: list[str] = self.page.eval_on_selector_all(
+            "#ls-table tbody tr:not(.sp) .nm", "els => els.map(e => e.textContent)"
+        )
+        return names
+
+    def clean(self) -> None:
+        assert self.errors == []
+        assert self.dialogs == []
+        assert self.requests == [self.url]  # the file itself, nothing else
+
+
+@pytest.fixture
+def open_report(browser: Any, tmp_path: Path) -> Iterator[Any]:
+    pages: list[Any] = []
+
+    def open_(prof: Profile, name: str = "r.html", width: int = 1280) -> Page:
+        out = tmp_path / name
+        to_html(prof, out)
+        page = browser.new_page(viewport={"width": width, "height": 900})
+        pages.append(page)
+        p = Page(page, out.as_uri())
+        page.on("console", lambda m: p.errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: p.errors.append(str(e)))
+        page.on("requestfailed", lambda r: p.errors.append(f"failed: {r.url}"))
+        page.on("request", lambda r: p.requests.append(r.url))
+
+        def on_dialog(d: Any) -> None:
+            p.dialogs.append(d.message)
+            d.dismiss()
+
+        page.on("dialog", on_dialog)
+        page.goto(p.url)
+        page.wait_for_selector("body[data-ready]")
+        return p
+
+    yield open_
+    for page in pages:
+        page.close()
+
+
+def test_page_shows_a_real_profile(open_report: Any) -> None:
+    ex = examples.get("shared_mlp")
+    prof = ls.profile(ex.build(), ex.example_input(), memory=True, backward=True)
+    p = open_report(prof)
+    page = p.page
+    assert p.rows()[0] == prof.root.name
+    assert page.title() == f"{prof.model['name']} — layerscope report"
+    # every summary fact, as text
+    facts = page.eval_on_selector_all("#ls-notes li", "els => els.map(e => e.textContent)")
+    assert facts == [t for t, _ in summary_lines(prof)]
+    assert page.locator("#ls-icicle g").count() >= len(prof.nodes()) - 1
+    assert page.locator("#ls-timeline path.tl-line").count() == 1
+    # numbers with units, the raw value in the tooltip
+    cell = page.locator('#ls-table tbody tr[data-i="0"] td').nth(
+        1 + [c["key"] for c in report_data(prof)["columns"] if c["shown"]].index("flops")
+    )
+    flops = prof.root.metrics["flops"]
+    assert cell.text_content() == units.si(flops)
+    assert cell.get_attribute("title").split("\n")[0] == str(flops)
+    # hovering the timeline names the module at that point
+    box = page.locator("#ls-timeline").bounding_box()
+    page.mouse.move(box["x"] + box["width"] * 0.3, box["y"] + box["height"] / 2)
+    tip = page.locator("#ls-memory .tip")
+    assert tip.is_visible()
+    assert re.match(r"(enter|exit|backward) ", tip.text_content())
+    p.clean()
+
+
+def test_sort_orders_siblings_within_the_tree(open_report: Any) -> None:
+    p = open_report(small())
+    header = p.page.locator('#ls-table th[data-key="flops"]')
+    assert p.rows() == ["Net", "enc", "attn", "mlp", "head", "drop"]
+    header.click()  # largest first, siblings within their parent
+    assert p.rows() == ["Net", "enc", "mlp", "attn", "head", "drop"]
+    assert header.get_attribute("aria-sort") == "descending"
+    p.page.locator('#ls-table th[data-key="flops"]').click()  # smallest first
+    assert p.rows() == ["Net", "drop", "head", "enc", "attn", "mlp"]
+    p.page.locator('#ls-table th[data-key="flops"]').click()  # tree order again
+    assert p.rows() == ["Net", "enc", "attn", "mlp", "head", "drop"]
+    p.page.locator('#ls-table th[data-key="name"]').click()  # by name
+    assert p.rows() == ["Net", "drop", "enc", "attn", "mlp", "head"]
+    p.clean()
+
+
+def test_collapse_hides_children_and_expand_brings_them_back(open_report: Any) -> None:
+    p = open_report(small())
+    toggle = p.page.locator('#ls-table tr[data-i="1"] .tog')  # enc
+    assert toggle.get_attribute("aria-expanded") == "true"
+    toggle.click()
+    assert p.rows() == ["Net", "enc", "head", "drop"]  # not hidden: gone from the DOM
+    assert toggle.get_attribute("aria-expanded") == "false"
+    toggle.click()
+    assert p.rows() == ["Net", "enc", "attn", "mlp", "head", "drop"]
+    p.page.locator('#ls-table tr[data-i="0"] .tog').click()
+    assert p.rows() == ["Net"]
+    p.clean()
+
+
+def test_filter_by_name_or_type_keeps_ancestors(open_report: Any) -> None:
+    p = open_report(small())
+    box = p.page.locator("#ls-filter")
+    status = expect(p.page.locator("#ls-status"))
+    box.fill("linear")  # a type
+    status.to_have_text("1 matching · 2 of 6 rows shown")
+    assert p.rows() == ["Net", "head"]
+    box.fill("ATTN")  # a name, any case: its ancestors stay
+    status.to_have_text("1 matching · 3 of 6 rows shown")
+    assert p.rows() == ["Net", "enc", "attn"]
+    box.fill("")
+    status.to_have_text("6 of 6 rows shown")
+    assert p.rows() == ["Net", "enc", "attn", "mlp", "head", "drop"]
+    p.clean()
+
+
+def test_switching_the_chart_metric_redraws_chart_and_percent(open_report: Any) -> None:
+    p = open_report(chart_profile())
+    page = p.page
+
+    def widths() -> dict[str, float]:
+        pairs = page.eval_on_selector_all(
+            "#ls-icicle g",
+            "gs => gs.map(g => [g.getAttribute('data-i'), "
+            "+g.querySelector('rect').getAttribute('width')])",
+        )
+        return {str(i): float(w) for i, w in pairs}
+
+    assert page.get_attribute("#ls-icicle", "data-metric") == "flops"
+    before = widths()
+    # attn is 600 of 1000 FLOPs: 60 % of the root's width
+    assert before["2"] / before["0"] == pytest.approx(0.6, abs=0.01)
+    assert page.locator('#ls-table th[data-key="pct"]').text_content() == "% FLOPs"
+    page.locator('#ls-metric button[data-key="params"]').click()
+    assert page.get_attribute("#ls-icicle", "data-metric") == "params"
+    after = widths()
+    assert after != before
+    assert after["2"] / after["0"] == pytest.approx(0.1, abs=0.01)  # 10 of 100 params
+    assert after["3"] / after["0"] == pytest.approx(0.8, abs=0.01)
+    assert page.locator('#ls-table th[data-key="pct"]').text_content() == "% Params"
+    mlp_pct = page.locator('#ls-table tr[data-i="3"] td.pct').text_content()
+    assert mlp_pct == "80.0%"
+    assert page.get_attribute('#ls-metric button[data-key="params"]', "aria-pressed") == "true"
+    p.clean()
+
+
+def test_time_columns_rebuilt_in_the_page(open_report: Any) -> None:
+    prof = build(
+        node(
+            "Net",
+            "Net",
+            node("a", "A", calls=2, forward_time=1e-3),
+            node("b", "B", forward_time=3e-3),
+            forward_time=1e-4,
+        )
+    )
+    for n, t in zip(prof.nodes(), (1e-4 + 2 * 1e-3 + 3e-3, 1e-3, 3e-3), strict=True):
+        n.metrics["forward_time"] = t  # per call; the root's includes a's two calls
+    data = report_data(prof)
+    # self times and time totals are rebuilt by the page, not sent
+    assert data["derived"] == {
+        "self_forward_time": ["self", "forward_time"],
+        "forward_time_total": ["total", "forward_time"],
+    }
+    p = open_report(prof)
+    page = p.page
+    page.locator('#ls-metric button[data-key="forward_time_total"]').click()
+    keys = [c["key"] for c in data["columns"] if c["shown"]]
+    cells = page.eval_on_selector_all(
+        "#ls-table tbody tr:not(.sp)", "rows => rows.map(r => [...r.cells].map(c => c.textContent))"
+    )
+    own = 1 + keys.index("self_forward_time")
+    assert [row[own] for row in cells] == ["100 µs", "1 ms", "3 ms"]
+    # % of time: per-call time × calls over the root's 5.1 ms: a 2 ms, b 3 ms
+    assert [row[-1] for row in cells] == ["100%", "39.2%", "58.8%"]
+    p.clean()
+
+
+def test_hostile_module_name_is_text_and_runs_nothing(open_report: Any) -> None:
+    p = open_report(hostile_profile())
+    page = p.page
+    assert page.locator("img").count() == 0  # no element made from any string
+    assert page.locator("b").filter(has_text="Bold").count() == 0
+    assert p.rows()[1] == HOSTILE
+    assert page.locator('#ls-table tr[data-i="1"] .ty').text_content() == "<b>Bold</b>"
+    assert p.rows()[2] == "sep\u2028line<!--"
+    assert page.locator("h1").text_content() == HOSTILE
+    titles = page.eval_on_selector_all("#ls-icicle title", "ts => ts.map(t => t.textContent)")
+    assert any(t.startswith(HOSTILE) for t in titles)
+    # an op without a FLOP formula: the FLOPs columns are marked partial, the op listed
+    assert page.locator('#ls-table th[data-key="flops"]').text_content() == "FLOPs*"
+    assert page.locator('#ls-table th[data-key="pct"]').text_content() == "% FLOPs*"
+    op_cells = page.eval_on_selector_all("#ls-unsupported td", "ts => ts.map(t => t.textContent)")
+    assert op_cells == ["aten::<img src=y onerror=alert(2)>", "1", "1", "0", HOSTILE]
+    notes = page.locator("#ls-notes").text_content()
+    assert f"a notice naming {HOSTILE}" in notes and "aten::<img src=y" in notes
+    page.locator("#ls-filter").fill("onerror")
+    expect(page.locator("#ls-status")).to_have_text("1 matching · 2 of 3 rows shown")
+    assert p.rows() == ["Net", HOSTILE]
+    page.wait_for_timeout(50)  # an onerror handler would have fired by now
+    assert page.locator("img").count() == 0
+    p.clean()  # no dialog, no console error, no request
+
+
+def test_number_formats_match_the_console(open_report: Any) -> None:
+    p = open_report(small())
+    samples: list[tuple[str, float, str]] = []
+    for x in (0, 7, 999, 1000, 28032, 1898496, 2.5e9, 1.23456e12, -4096.0, 12.345):
+        samples.append(("count", x, units.count(x)))
+        samples.append(("si", x, units.si(x)))
+        samples.append(("bytes", x, units.nbytes(x)))
+    for t in (0.0, 4.2e-9, 1.5e-6, 3.3e-4, 0.0123, 1.0, 42.0, 75.0, 9000.0):
+        samples.append(("seconds", t, units.seconds(t)))
+    for q in (0.0, 0.042, 0.5, 12.345, 99.97, 100.0):
+        samples.append(("pct", q, units.pct(q)))
+    for m in (0.00012, 65504.0, -3.14159, 1e-9, 123.0):
+        samples.append(("number", m, units.magnitude(m)))
+    got = p.page.evaluate(
+        "s => s.map(([kind, x]) => window.lsFormat(x, kind))", [[k, x] for k, x, _ in samples]
+    )
+    assert got == [want for *_, want in samples]
+    p.clean()
+
+
+def test_ten_thousand_modules_render_fast(
+    open_report: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Measured, not asserted: render from navigation start, sort, collapse, expand all."""
+    prof = big_profile(100)
+    n = len(prof.nodes())
+    p = open_report(prof, "10k.html")
+    page = p.page
+    ready = page.evaluate("window.lsReport.ready")  # ms since navigation start
+    painted = page.evaluate(
+        "() => new Promise(r => requestAnimationFrame("
+        "() => setTimeout(() => r(performance.now()))))"
+    )
+    timed = """sel => {
+        const t0 = performance.now();
+        document.querySelector(sel).click();
+        document.body.offsetHeight;  // layout included
+        return performance.now() - t0;
+    }"""
+    sort_ms = page.evaluate(timed, '#ls-table th[data-key="flops"]')
+    first = p.rows()[1]
+    assert first == "block0" or first.startswith("block")
+    collapse_ms = page.evaluate(timed, '#ls-table tr[data-i="0"] .tog')
+    assert p.rows() == ["Net"]
+    expand_ms = page.evaluate(timed, '#ls-table tr[data-i="0"] .tog')
+    expand_all_ms = page.evaluate(
+        """() => {
+        const s = document.getElementById('ls-depth'), t0 = performance.now();
+        s.value = 'all'; s.dispatchEvent(new Event('change'));
+        document.body.offsetHeight;
+        return performance.now() - t0;
+    }"""
+    )
+    assert page.locator("#ls-status").text_content() == f"{n} of {n} rows shown"
+    in_dom = page.locator("#ls-table tbody tr:not(.sp)").count()
+    sort_all_ms = page.evaluate(timed, '#ls-table th[data-key="params"]')
+    with capsys.disabled():
+        print(
+            f"\n{n:,}-module report in Chromium: script done {ready:.0f} ms and painted "
+            f"{painted:.0f} ms after navigation start; sort {sort_ms:.0f} ms, collapse "
+            f"root {collapse_ms:.0f} ms, expand root {expand_ms:.0f} ms; expand all "
+            f"{expand_all_ms:.0f} ms ({in_dom} rows in the DOM), then sort "
+            f"{sort_all_ms:.0f} ms"
+        )
+    p.clean()
+
+
+def test_not_called_and_folded_rows(open_report: Any) -> None:
+    from layerscope.analysis.fold import fold
+
+    root = Node(path="", name="Net", type="Net", calls=1)
+    for i in range(3):
+        root.children.append(
+            Node(path=f"layers.{i}", name=str(i), type="Block", calls=1, self_metrics={"flops": 5})
+        )
+    prof = build(root)
+    folded = fold(prof)
+    p = open_report(folded)
+    names = p.rows()
+    assert len(names) == 2 and names[1].endswith("×3")
+    p.clean()
