@@ -364,11 +364,13 @@ def test_unknown_keys_load_and_where_they_are_kept(tmp_path: Path) -> None:
     assert math.isnan(linear.self_metrics["energy_joules"])
     assert again.model["rank"] == 3
     assert again.timing["trace"] == {"events": [[1, 2], {"a": None}]}
-    # kept: keys inside model, env, the sections, metrics and node numerics; dropped:
-    # unknown top-level keys and unknown node keys (Profile and Node have no place for them)
+    # kept everywhere: unknown top-level keys in Profile.extra, node keys in Node.extra
+    assert again.extra == {"per_rank": [{"rank": 0}]}
+    assert linear.extra == {"attributes": {"x": 1}}
     again.save(path)
     saved = json.loads(path.read_text())
-    assert "per_rank" not in saved and "attributes" not in saved["root"]["children"][0]
+    assert saved["per_rank"] == [{"rank": 0}]
+    assert saved["root"]["children"][0]["attributes"] == {"x": 1}
     assert saved["root"]["children"][0]["metrics"]["energy_joules"] == 0.5
     assert saved["timing"]["trace"] == {"events": [[1, 2], {"a": None}]}
     again.render(view="table", width=100)

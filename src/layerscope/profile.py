@@ -106,6 +106,8 @@ class Node:
     children: list[Node] = field(default_factory=list)
     #: The node this one is a child of (None for the root); set by ``Profile``.
     parent: Node | None = field(default=None, repr=False, compare=False)
+    #: Keys of a loaded node that this version does not know, written back by ``to_dict``.
+    extra: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     @property
     def called(self) -> bool:
@@ -143,6 +145,7 @@ class Node:
             "repeat": self.repeat,
             "members": list(self.members),
             "numerics": _jsonable(self.numerics),
+            **({k: _jsonable(v) for k, v in self.extra.items()} if self.extra else {}),
             "children": [c.to_dict() for c in self.children],
         }
 
@@ -187,6 +190,7 @@ def new_node(path: str, name: str, type: str, depth: int, repr: str) -> Node:
     node.numerics = {}
     node.children = []
     node.parent = None
+    node.extra = None
     return node
 
 
@@ -206,6 +210,9 @@ class Profile:
     timing: dict[str, Any] = field(default_factory=dict)
     notices: list[str] = field(default_factory=list)
     schema: str = SCHEMA
+    #: Top-level keys of a loaded file that this version does not know (a newer version's
+    #: sections), written back by ``to_dict`` and ``save``.
+    extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.link()
@@ -339,6 +346,7 @@ class Profile:
             "numerics": _jsonable(self.numerics),
             "timing": _jsonable(self.timing),
             "notices": list(self.notices),
+            **{k: _jsonable(v) for k, v in self.extra.items()},
             "root": self.root.to_dict(),
         }
 

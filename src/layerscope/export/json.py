@@ -951,6 +951,11 @@ def _profile(data: Any) -> Profile:
         timing=sections.get("timing", {}),
         notices=sections.get("notices", []),
         schema=SCHEMA,
+        extra={
+            key: _json_value(value, ("$", key))
+            for key, value in data.items()
+            if key not in _PROFILE_KNOWN
+        },
     )
 
 
@@ -996,6 +1001,11 @@ def _children(value: Any, where: Where) -> list[Any]:
         _fail((where, "children"), "an array of module nodes", value)
     return value  # type: ignore[return-value]
 
+
+#: Top-level keys this version reads; any other is kept in ``Profile.extra``.
+_PROFILE_KNOWN = frozenset((*PROFILE_FIELDS, "schema", "root", "partial_metrics"))
+#: Node keys this version reads; any other is kept in ``Node.extra``.
+_NODE_KNOWN = frozenset((*NODE_FIELDS, "children"))
 
 #: Node keys read by the generic loop of ``_node`` (the others are read first, inline).
 _NODE_OTHER = tuple(
@@ -1055,6 +1065,10 @@ def _node(d: Any, where: Where, depth: int | None, leaves: dict[tuple[Any, ...],
         if value is _MISSING or (not value and type(value) in (list, dict)):
             continue  # absent or empty: the default
         setattr(node, key, spec.check(value, (where, key)))
+    if len(d) > len(_NODE_KNOWN) or not _NODE_KNOWN.issuperset(d):
+        unknown = {k: _json_value(v, (where, k)) for k, v in d.items() if k not in _NODE_KNOWN}
+        if unknown:
+            node.extra = unknown
     return node
 
 
