@@ -125,3 +125,27 @@ def test_exports_never_damage_an_existing_file(tmp_path: Path) -> None:
     with pytest.raises(ls.ExportError, match="does not exist"):
         small().to_csv(tmp_path / "missing" / "p.csv")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.csv"]  # no temporary left
+
+
+def test_every_format_on_a_transformers_model_fresh_and_loaded(tmp_path: Path) -> None:
+    transformers = pytest.importorskip("transformers")
+    import torch
+
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64, n_positions=32)
+    model = transformers.GPT2LMHeadModel(config).eval()
+    prof = ls.profile(
+        model, input_shape=(1, 8), memory=True, timing={"warmup": 0, "repeats": 1}
+    )
+    prof.export(tmp_path / "fresh.json")
+    loaded = ls.load(tmp_path / "fresh.json")
+    assert loaded == prof
+    for name in ("p.csv", "p.md", "p.html", "p.trace.json"):
+        prof.export(tmp_path / f"fresh-{name}")
+        loaded.export(tmp_path / f"loaded-{name}")
+        fresh = (tmp_path / f"fresh-{name}").read_bytes()
+        assert fresh == (tmp_path / f"loaded-{name}").read_bytes(), name
+        assert len(fresh) > 100
+    # the GPT-2 block's attention projection shows in the text formats (escaped in Markdown)
+    assert "transformer.h.0.attn.c_attn" in (tmp_path / "fresh-p.csv").read_text("utf-8")
+    assert r"(1.4.1.2.1) c\_attn Conv1D" in (tmp_path / "fresh-p.md").read_text("utf-8")
