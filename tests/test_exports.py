@@ -134,9 +134,7 @@ def test_every_format_on_a_transformers_model_fresh_and_loaded(tmp_path: Path) -
     torch.manual_seed(0)
     config = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64, n_positions=32)
     model = transformers.GPT2LMHeadModel(config).eval()
-    prof = ls.profile(
-        model, input_shape=(1, 8), memory=True, timing={"warmup": 0, "repeats": 1}
-    )
+    prof = ls.profile(model, input_shape=(1, 8), memory=True, timing={"warmup": 0, "repeats": 1})
     prof.export(tmp_path / "fresh.json")
     loaded = ls.load(tmp_path / "fresh.json")
     assert loaded == prof
