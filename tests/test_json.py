@@ -127,7 +127,7 @@ def test_self_check_catches_inconsistency() -> None:
 # ---- the schema file -------------------------------------------------------------------
 def test_schema_file_is_the_readers_specification() -> None:
     """The shipped file is generated from the reader's own specs (regenerate it with
-    ``python -m layerscope.export.json``) and is a valid draft 2020-12 schema."""
+    ``python -m layerscope.export.jsonspec``) and is a valid draft 2020-12 schema."""
     assert SCHEMA_PATH.name == "layerscope-1.schema.json"
     assert SCHEMA_PATH.parent == Path(ls.__file__).parent / "export"
     assert SCHEMA_PATH.read_text(encoding="utf-8") == schema_text()

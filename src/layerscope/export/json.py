@@ -12,13 +12,16 @@ every known key and names the JSON path of anything wrong.
   turns every malformed input into a ``SchemaError`` such as
   ``$.root.children[3].metrics.flops: expected a finite number, got the string 'many'``.
   The strings ``"NaN"``/``"Infinity"``/``"-Infinity"`` (and the bare tokens of older
-  files) in numeric places come back as floats. Keys it does not know are kept where a
-  dict can hold them (model, env, the whole-model sections, metrics, node numerics);
-  unknown top-level keys and unknown node keys are dropped. Nothing is executed.
+  files) in numeric places come back as floats. Keys it does not know are checked to be
+  JSON data and kept, and ``save`` writes them back: in their own dict where the object
+  is one (model, env, the whole-model sections, metrics, node numerics), top-level ones
+  in ``Profile.extra``, node ones in ``Node.extra``; only the leaves of call signatures
+  (``TensorSpec``/``ValueSpec``) drop them. Nothing is executed.
 
-The same specification drives the reader and the JSON Schema shipped beside this module
-(``SCHEMA_PATH``); ``python -m layerscope.export.json`` rewrites that file, and a test
-checks that the two agree.
+What every key holds is specified in ``export.jsonspec``, in the check language of
+``export.jsoncheck``; the same specification gives the JSON Schema shipped beside these
+modules (``SCHEMA_PATH``): ``python -m layerscope.export.jsonspec`` rewrites that file,
+and a test checks that the two agree.
 """
 
 from __future__ import annotations
@@ -26,17 +29,35 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any, NoReturn, TypeAlias
+from typing import Any
 
 from layerscope.errors import ExportError, SchemaError
 from layerscope.export.files import write_text
+from layerscope.export.jsoncheck import (
+    INT64_MAX,
+    MAX_NESTING,
+    NONFINITE,
+    Invalid,
+    Str,
+    Where,
+    fail,
+    json_path,
+    json_value,
+    value_text,
+)
+from layerscope.export.jsonspec import (
+    MAX_DEPTH,
+    NODE_FIELDS,
+    NODE_REQUIRED,
+    PROFILE_FIELDS,
+    SCHEMA_PATH,
+    Leaf,
+    schema_document,
+    schema_text,
+)
 from layerscope.gcpause import gc_paused
 from layerscope.profile import (
-    ADDITIVE_METRICS,
-    DTYPE_KEYS,
     SCHEMA,
     Node,
     Profile,
@@ -57,846 +78,11 @@ __all__ = [
     "profile_from_dict",
     "save",
     "schema_document",
+    "schema_text",
     "to_json",
 ]
 
-#: The JSON Schema (draft 2020-12) of ``layerscope/1``, shipped in the package.
-SCHEMA_PATH: Path = Path(__file__).with_name("layerscope-1.schema.json")
-
-#: Deepest module tree read or written: a node's ``depth`` is at most this (root 0).
-MAX_DEPTH = 256
-#: Deepest nesting of a value under a key the reader does not know (kept as it is).
-MAX_NESTING = 64
-
-#: Largest integer in a count (``calls``, a shape dimension, ...): a signed 64-bit int.
-INT64_MAX = 2**63 - 1
-#: Largest integer a float can hold; metric integers beyond ±2**63 load as floats.
-_FLOAT_MAX_INT = int(float.fromhex("0x1.fffffffffffffp+1023"))
-
-#: Canonical non-finite floats: one object each, so equal to themselves inside containers.
-_NONFINITE: dict[str, float] = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
-_NONFINITE_TEXT = '"NaN", "Infinity" or "-Infinity"'
-
-#: Metrics that are amounts (counts, operations, bytes): finite numbers. Other metric
-#: keys (times, keys of newer versions) take any number, non-finite ones included.
-AMOUNT_METRICS: frozenset[str] = frozenset(
-    (
-        *ADDITIVE_METRICS,
-        "peak_bytes",
-        "simulated_peak_bytes",
-        "bytes_accessed",
-        "backward_bytes_accessed",
-    )
-)
-
-#: Where a value is: "$" or a chain (parent, key) built cheaply, formatted on error only.
-Where: TypeAlias = "str | tuple[Any, str | int]"
-
 _MISSING: Any = object()
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-
-
-# ---- errors ----------------------------------------------------------------------------
-class _Invalid(Exception):
-    """A malformed value: where it is and what is wrong (a SchemaError at the boundary)."""
-
-    def __init__(self, where: Where, problem: str) -> None:
-        super().__init__(problem)
-        self.where = where
-        self.problem = problem
-
-
-def json_path(where: Where) -> str:
-    """``$.root.children[3].metrics.flops`` for a chain of keys."""
-    keys: list[str | int] = []
-    while isinstance(where, tuple):
-        where, key = where
-        keys.append(key)
-    parts = [where]
-    for key in reversed(keys):
-        if isinstance(key, int):
-            parts.append(f"[{key}]")
-        elif _IDENT.match(key):
-            parts.append(f".{key}")
-        else:
-            parts.append(f"[{json.dumps(key)}]")
-    return "".join(parts)
-
-
-def _got(value: Any) -> str:
-    """The value, as an error message names it."""
-    if value is None:
-        return "null"
-    if value is True or value is False:
-        return "true" if value else "false"
-    if isinstance(value, str):
-        text = repr(value)
-        return f"the string {text[:40] + '...' if len(text) > 43 else text}"
-    if isinstance(value, int):
-        if value.bit_length() > 100:
-            try:
-                return f"an integer of {len(str(abs(value)))} digits"
-            except ValueError:  # past sys.get_int_max_str_digits()
-                return "an integer too long to write out"
-        return f"the integer {value}"
-    if isinstance(value, float):
-        return f"the number {value!r}"
-    if isinstance(value, list | tuple):
-        return f"an array of {len(value)} items" if value else "an empty array"
-    if isinstance(value, dict):
-        return "an object"
-    return f"a {type(value).__name__} object"
-
-
-def _fail(where: Where, expected: str, value: Any) -> NoReturn:
-    raise _Invalid(where, f"expected {expected}, got {_got(value)}")
-
-
-# ---- the specification: checks values and describes them as JSON Schema ----------------
-class Check:
-    """One kind of value: ``check`` returns the value to keep (copied, non-finite strings
-    turned into floats) or raises ``_Invalid``; ``schema`` gives its JSON Schema."""
-
-    expected = "a value"
-
-    def __init__(self, description: str = "") -> None:
-        self.description = description
-
-    def check(self, value: Any, where: Where) -> Any:
-        raise NotImplementedError
-
-    def schema(self) -> dict[str, Any]:
-        raise NotImplementedError
-
-    def described(self) -> dict[str, Any]:
-        out = self.schema()
-        if self.description:
-            out = {"description": self.description, **out}
-        return out
-
-
-def _plain(value: Any) -> Any:
-    """An instance of a subclass of bool, int, float or str (numpy's float64, torch's
-    version string) as the plain value; anything else as it is."""
-    if isinstance(value, bool):
-        return bool(value)
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        return float(value)
-    if isinstance(value, str):
-        return str.__str__(value)
-    return value
-
-
-class Str(Check):
-    expected = "a string"
-
-    def check(self, value: Any, where: Where) -> Any:
-        if type(value) is not str:
-            value = _plain(value)
-            if type(value) is not str:
-                _fail(where, self.expected, value)
-        return value
-
-    def schema(self) -> dict[str, Any]:
-        return {"type": "string"}
-
-
-class Enum(Str):
-    def __init__(self, values: tuple[str, ...], description: str = "") -> None:
-        super().__init__(description)
-        self.values = values
-        self.expected = "one of " + ", ".join(repr(v) for v in values)
-
-    def check(self, value: Any, where: Where) -> Any:
-        value = _plain(value)
-        if type(value) is not str or value not in self.values:
-            _fail(where, self.expected, value)
-        return value
-
-    def schema(self) -> dict[str, Any]:
-        return {"enum": list(self.values)}
-
-
-class Bool(Check):
-    expected = "true or false"
-
-    def check(self, value: Any, where: Where) -> Any:
-        if value is not True and value is not False:
-            _fail(where, self.expected, value)
-        return value
-
-    def schema(self) -> dict[str, Any]:
-        return {"type": "boolean"}
-
-
-class Int(Check):
-    """An integer (a float with no fraction is taken as one, as JSON Schema does)."""
-
-    def __init__(
-        self, minimum: int | None = 0, maximum: int = INT64_MAX, description: str = ""
-    ) -> None:
-        super().__init__(description)
-        self.minimum = minimum
-        self.maximum = maximum
-        self.low = -maximum - 1 if minimum is None else minimum
-        if maximum != INT64_MAX:
-            self.expected = f"an integer from {self.low} to {maximum}"
-        elif minimum is None:
-            self.expected = "a 64-bit integer"
-        else:
-            self.expected = f"an integer >= {minimum}"
-
-    def check(self, value: Any, where: Where) -> Any:
-        if type(value) is not int:
-            value = _plain(value)
-            if type(value) is float and value.is_integer():
-                value = int(value)
-            elif type(value) is not int:
-                _fail(where, self.expected, value)
-        if not self.low <= value <= self.maximum:
-            _fail(where, self.expected, value)
-        return value
-
-    def schema(self) -> dict[str, Any]:
-        return {"type": "integer", "minimum": self.low, "maximum": self.maximum}
-
-
-def _number(value: Any, where: Where, expected: str) -> float | int:
-    """A number of a metric or statistic: ints beyond ±2**63 become floats (refused past
-    a float's range), non-finite strings become floats."""
-    t = type(value)
-    if t is float:
-        return float(value)
-    if t is not int and t is not str:
-        value = _plain(value)
-        t = type(value)
-        if t is float:
-            return float(value)
-    if t is int:
-        n = int(value)
-        if -INT64_MAX - 1 <= n <= INT64_MAX:
-            return n
-        if -_FLOAT_MAX_INT <= n <= _FLOAT_MAX_INT:
-            return float(n)
-        _fail(where, expected + " (within a float's range)", value)
-    if t is str:
-        special = _NONFINITE.get(value)
-        if special is not None:
-            return special
-    _fail(where, expected, value)
-
-
-class Num(Check):
-    """Any number; non-finite ones as the strings "NaN", "Infinity", "-Infinity"."""
-
-    expected = f"a number or {_NONFINITE_TEXT}"
-
-    def check(self, value: Any, where: Where) -> Any:
-        return _number(value, where, self.expected)
-
-    def schema(self) -> dict[str, Any]:
-        return {"$ref": "#/$defs/number"}
-
-
-class Finite(Check):
-    """A finite number: a count, operations or bytes (JSON has no other numbers; the
-    strings for non-finite values are refused here)."""
-
-    expected = "a finite number"
-
-    def check(self, value: Any, where: Where) -> Any:
-        t = type(value)
-        if t is not int and t is not float:
-            value = _plain(value)
-            t = type(value)
-        if t is int:
-            if -INT64_MAX - 1 <= value <= INT64_MAX:
-                return value
-            if -_FLOAT_MAX_INT <= value <= _FLOAT_MAX_INT:
-                return float(value)
-            _fail(where, self.expected + " (within a float's range)", value)
-        if t is float and -math.inf < value < math.inf:
-            return value
-        _fail(where, self.expected, value)
-
-    def schema(self) -> dict[str, Any]:
-        return {"$ref": "#/$defs/finite"}
-
-
-class Opt(Check):
-    """``inner`` or null."""
-
-    def __init__(self, inner: Check, description: str = "") -> None:
-        super().__init__(description or inner.description)
-        self.inner = inner
-        self.expected = f"{inner.expected} or null"
-
-    def check(self, value: Any, where: Where) -> Any:
-        if value is None:
-            return None
-        try:
-            return self.inner.check(value, where)
-        except _Invalid as e:
-            if e.where is where and e.problem.startswith("expected "):
-                _fail(where, self.expected, value)
-            raise
-
-    def schema(self) -> dict[str, Any]:
-        return {"anyOf": [self.inner.schema(), {"type": "null"}]}
-
-
-_JSON_SCALARS = frozenset((str, int, float, bool, type(None)))
-
-
-def _json_value(value: Any, where: Where) -> Any:
-    """A copy of a value under a key the reader does not know: JSON data nested at most
-    ``MAX_NESTING`` levels (deeper, later deep copies could hit the recursion limit), the
-    strings "NaN", "Infinity", "-Infinity" as floats (how ``save`` writes them anywhere).
-    Anything else (a Python object given to ``from_dict``) is refused."""
-    t = type(value)
-    if t is str:
-        return _NONFINITE.get(value, value)
-    if t is int or t is float or t is bool or value is None:
-        return value
-    top: list[Any] = [None]
-    stack: list[tuple[Any, Where, int, Any, Any]] = [(value, where, 0, top, 0)]
-    while stack:
-        v, w, level, into, key = stack.pop()
-        if isinstance(v, dict | list | tuple):
-            if level >= MAX_NESTING:
-                raise _Invalid(w, f"nested more than {MAX_NESTING} levels deep")
-            scalars = v.values() if isinstance(v, dict) else v
-            if set(map(type, scalars)) <= _JSON_SCALARS and _NONFINITE.keys().isdisjoint(scalars):
-                # Plain scalars, no non-finite string (a row of a trace): copied at C speed.
-                if isinstance(v, dict):
-                    _string_keys(v, w)
-                    into[key] = dict(v)
-                else:
-                    into[key] = list(v)
-                continue
-            if isinstance(v, dict):
-                _string_keys(v, w)
-                out: Any = dict.fromkeys(v)
-                items: list[tuple[Any, Any]] = list(v.items())
-            else:
-                out = [None] * len(v)
-                items = list(enumerate(v))
-            into[key] = out
-            stack.extend((item, (w, k), level + 1, out, k) for k, item in reversed(items))
-        elif isinstance(v, str):
-            into[key] = _NONFINITE.get(v, _plain(v))
-        elif v is None or isinstance(v, int | float):
-            into[key] = _plain(v)
-        else:
-            _fail(w, "JSON data (an object, array, string, number, true, false or null)", v)
-    return top[0]
-
-
-class Arr(Check):
-    """A list of ``item`` (a tuple from Python data is taken as one)."""
-
-    expected = "an array"
-
-    def __init__(self, item: Check, description: str = "") -> None:
-        super().__init__(description)
-        self.item = item
-        # Item types a whole list can be checked for at C speed.
-        self._fast: type | None = None
-        if type(item) is Str:
-            self._fast = str
-        elif type(item) is Int:
-            self._fast = int
-
-    def check(self, value: Any, where: Where) -> Any:
-        if not isinstance(value, list | tuple):
-            _fail(where, self.expected, value)
-        if not value:
-            return []
-        fast = self._fast
-        if fast is not None and set(map(type, value)) == {fast}:
-            if fast is str:
-                return list(value)
-            item = self.item
-            assert isinstance(item, Int)
-            if min(value) >= item.low and max(value) <= item.maximum:
-                return list(value)
-        check = self.item.check
-        return [check(v, (where, i)) for i, v in enumerate(value)]
-
-    def schema(self) -> dict[str, Any]:
-        return {"type": "array", "items": self.item.described()}
-
-
-class Map(Check):
-    """An object whose values are all ``value`` (any keys)."""
-
-    expected = "an object"
-
-    def __init__(self, value: Check, description: str = "") -> None:
-        super().__init__(description)
-        self.value = value
-
-    def check(self, value: Any, where: Where) -> Any:
-        if not isinstance(value, dict):
-            _fail(where, self.expected, value)
-        _string_keys(value, where)
-        check = self.value.check
-        return {k: check(v, (where, k)) for k, v in value.items()}
-
-    def schema(self) -> dict[str, Any]:
-        return {"type": "object", "additionalProperties": self.value.described()}
-
-
-def _string_keys(value: dict[Any, Any], where: Where) -> None:
-    if value and set(map(type, value)) != {str}:
-        for k in value:
-            if not isinstance(k, str):
-                raise _Invalid(where, f"object keys must be strings, got {_got(k)}")
-
-
-class Metrics(Check):
-    """``metrics`` / ``self_metrics``: finite numbers under the known amount keys, any
-    number (non-finite included) under the others."""
-
-    expected = "an object"
-
-    def check(self, value: Any, where: Where) -> Any:
-        if type(value) is not dict and not isinstance(value, dict):
-            _fail(where, self.expected, value)
-        if not value:
-            return {}
-        values = value.values()
-        types = set(map(type, values))
-        # The common case at C speed: all ints, none past 64 bits.
-        if types == {int} and min(values) >= -INT64_MAX - 1 and max(values) <= INT64_MAX:
-            _string_keys(value, where)
-            return dict(value)
-        _string_keys(value, where)
-        out = {}
-        amounts = AMOUNT_METRICS
-        for k, v in value.items():
-            if k in amounts:
-                out[k] = _FINITE.check(v, (where, k))
-            elif type(v) is float:
-                out[k] = v
-            else:
-                out[k] = _number(v, (where, k), Num.expected)
-        return out
-
-    def schema(self) -> dict[str, Any]:
-        return {
-            "type": "object",
-            "properties": {k: {"$ref": "#/$defs/finite"} for k in sorted(AMOUNT_METRICS)},
-            "additionalProperties": {"$ref": "#/$defs/number"},
-        }
-
-
-class Obj(Check):
-    """An object with known keys (checked when present; ``required`` ones must be) and
-    any other keys (kept, checked to be JSON data)."""
-
-    expected = "an object"
-
-    def __init__(
-        self,
-        props: dict[str, Check],
-        required: tuple[str, ...] = (),
-        description: str = "",
-        dependent: dict[str, tuple[str, ...]] | None = None,
-    ) -> None:
-        super().__init__(description)
-        self.props = props
-        self.required = required
-        #: key -> keys that must be present when it is (JSON Schema ``dependentRequired``).
-        self.dependent = dependent or {}
-        self._keys = frozenset(props)
-
-    def check(self, value: Any, where: Where) -> Any:
-        if not isinstance(value, dict):
-            _fail(where, self.expected, value)
-        for key in self.required:
-            if key not in value:
-                raise _Invalid(where, f"missing key {key!r}")
-        for key, needs in self.dependent.items():
-            if key in value:
-                for other in needs:
-                    if other not in value:
-                        raise _Invalid(where, f"missing key {other!r} (needed with {key!r})")
-        out = dict(value)
-        props = self.props
-        for key in props.keys() & value.keys():
-            out[key] = props[key].check(value[key], (where, key))
-        unknown = value.keys() - self._keys
-        if unknown:
-            _string_keys(value, where)
-            for key in [k for k in value if k in unknown]:  # in order: the first error
-                out[key] = _json_value(value[key], (where, key))
-        return out
-
-    def schema(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "type": "object",
-            "properties": {k: c.described() for k, c in self.props.items()},
-        }
-        if self.required:
-            out["required"] = list(self.required)
-        if self.dependent:
-            out["dependentRequired"] = {k: list(v) for k, v in self.dependent.items()}
-        return out
-
-
-class Counts(Obj):
-    """An object of counts (integers >= 0), checked at C speed when every value is one
-    and every required key is there (the generic check names the bad value otherwise)."""
-
-    def check(self, value: Any, where: Where) -> Any:
-        if type(value) is dict and value:
-            values = value.values()
-            if (
-                set(map(type, values)) == {int}
-                and min(values) >= 0
-                and max(values) <= INT64_MAX
-                and set(map(type, value)) == {str}
-                and all(k in value for k in self.required)
-            ):
-                return dict(value)
-        return super().check(value, where)
-
-
-class Ref(Check):
-    """A named definition (``$defs``) of the schema document."""
-
-    def __init__(self, name: str, inner: Check, description: str = "") -> None:
-        super().__init__(description)
-        self.name = name
-        self.inner = inner
-        self.expected = inner.expected
-
-    def check(self, value: Any, where: Where) -> Any:
-        return self.inner.check(value, where)
-
-    def schema(self) -> dict[str, Any]:
-        return {"$ref": f"#/$defs/{self.name}"}
-
-
-_FINITE = Finite()
-COUNT = Int(0)
-SIGNED = Int(None)
-
-# ---- layerscope/1, section by section ---------------------------------------------------
-_STATS = Ref(
-    "stats",
-    Obj(
-        {
-            "median": Num("seconds"),
-            "mean": Num("seconds"),
-            "min": Num("seconds"),
-            "max": Num("seconds"),
-            "p90": Num("seconds"),
-            "iqr": Num("seconds: p75 - p25"),
-            "n": Int(0, description="how many values (the repeats)"),
-        },
-        required=("median", "p90", "iqr"),
-        description="statistics of a time over repeats",
-    ),
-)
-
-_EVENT = Ref(
-    "nonfinite_event",
-    Obj(
-        {
-            "path": Str("the module's qualified path ('' is the root)"),
-            "node_id": Str(),
-            "type": Str("the module's class name"),
-            "call": Int(0, description="which call of the module, 0-based"),
-            "where": Enum(("output", "grad_output", "grad_input")),
-            "shapes": Arr(Arr(Int(0))),
-            "dtypes": Arr(Str()),
-            "nan": Int(0),
-            "inf": Int(0),
-        },
-        required=("path", "type", "call", "where", "shapes", "nan", "inf"),
-        description="a module call where NaN/Inf values were seen",
-    ),
-)
-
-MODEL = Obj(
-    {
-        "name": Str("the model's class name"),
-        "class": Str("module and qualified name of the model's class"),
-        "ran": Bool("whether the model ran (false: structure and parameters only)"),
-        "training": Bool("the model's train mode when the run began"),
-        "grad_mode": Str("'enabled', 'no_grad' or 'inference_mode'"),
-        "device": Opt(Str()),
-        "dtype": Opt(Str()),
-    },
-    description="the model and how it was run",
-)
-
-ENV = Obj(
-    {
-        "layerscope": Str(),
-        "torch": Str(),
-        "python": Str(),
-        "platform": Str(),
-        "cuda": Opt(Str("CUDA version torch was built with")),
-    },
-    description="versions of the software that made the profile",
-)
-
-UNSUPPORTED_OPS = Map(
-    Obj(
-        {
-            "count": Int(0),
-            "forward": Int(0),
-            "backward": Int(0),
-            "modules": Map(Int(0), "module path -> calls of the op there"),
-            "error": Str("why the op's formula failed, when it raised"),
-        },
-        required=("count", "modules"),
-    ),
-    description="ops that ran without a FLOP formula, by op name",
-)
-
-_BYTES = Int(None, description="bytes")
-MEMORY = Obj(
-    {
-        "allocator": Str("'simulated' or 'cuda'"),
-        "forward_peak_bytes": _BYTES,
-        "forward_end_bytes": _BYTES,
-        "session_peak_bytes": _BYTES,
-        "activation_bytes": _BYTES,
-        "backward_peak_bytes": _BYTES,
-        "grads": Map(
-            Obj(
-                {
-                    "shape": Arr(Int(0)),
-                    "dtype": Str(),
-                    "bytes": _BYTES,
-                    "module": Str("the module path where it is counted"),
-                }
-            ),
-            "parameter name -> its gradient",
-        ),
-        "params_by_dtype": Map(
-            Counts(
-                {
-                    "params": Int(0),
-                    "tensors": Int(0),
-                    "trainable_params": Int(0),
-                    "trainable_tensors": Int(0),
-                }
-            )
-        ),
-        "cuda": Obj(
-            {
-                "device": Str(),
-                "peak_before_session_bytes": Opt(_BYTES),
-                "forward_peak_bytes": Opt(_BYTES),
-                "simulated_forward_peak_bytes": Opt(_BYTES),
-                "forward_end_bytes": Opt(_BYTES),
-                "simulated_forward_end_bytes": Opt(_BYTES),
-                "session_peak_bytes": Opt(_BYTES),
-                "simulated_session_peak_bytes": Opt(_BYTES),
-                "backward_peak_bytes": Opt(_BYTES),
-                "simulated_backward_peak_bytes": Opt(_BYTES),
-                "largest_peak_difference": Obj({"path": Str(), "bytes": _BYTES}),
-            },
-            description="CUDA allocator and simulated figures side by side",
-        ),
-        "training": Obj(
-            {
-                "optimizer": Str(),
-                "master_weights": Bool(),
-                "amsgrad": Bool(),
-                "trainable_params": Int(0),
-                "param_bytes": _BYTES,
-                "buffer_bytes": _BYTES,
-                "grad_bytes": _BYTES,
-                "master_weight_bytes": _BYTES,
-                "optimizer_state_bytes": _BYTES,
-                "activation_bytes": _BYTES,
-                "total_bytes": _BYTES,
-                "notes": Arr(Str()),
-            },
-            required=("total_bytes",),
-            description="bytes one training step needs (record_training_footprint)",
-        ),
-        "timeline": Obj(
-            {
-                "clock": Str(),
-                "allocator": Str(),
-                "op": Arr(Int(0)),
-                "event": Arr(Str()),
-                "path": Arr(Str()),
-                "bytes": Arr(Int(None)),
-                "base_bytes": _BYTES,
-                "dropped": Int(0),
-            },
-            description="live bytes at every module boundary, as parallel lists",
-        ),
-    },
-    description="whole-model memory facts (memory=True); empty when not measured",
-)
-
-NUMERICS = Obj(
-    {
-        "mode": Str("'record', 'warn' or 'raise'"),
-        "stats": Bool(),
-        "grads": Bool(),
-        "underflow": Bool(),
-        "checked_calls": Int(0),
-        "checked_grads": Int(0),
-        "nonfinite_calls": Int(0),
-        "nonfinite_grads": Int(0),
-        "first_nonfinite": Opt(_EVENT),
-        "origin": Opt(_EVENT),
-        "skipped": Opt(Str("why some tensors were not read")),
-        "skipped_tensors": Int(0),
-    },
-    description="the NaN/Inf check of the whole run; empty when not checked",
-)
-
-_SECONDS = Num("seconds")
-TIMING = Obj(
-    {
-        "timer": Str("'hooks', 'kineto' or 'fx'"),
-        "clock": Str(),
-        "device": Str(),
-        "sync": Bool(),
-        "grad_mode": Str(),
-        "backward": Bool(),
-        "warmup": Int(0),
-        "repeats": Int(0),
-        "ops": Bool(),
-        "training": Bool(),
-        "batch_size": Opt(Int(0)),
-        "batch_source": Opt(Str()),
-        "latency": Opt(_STATS),
-        "forward_latency": Opt(_STATS),
-        "backward_latency": Opt(_STATS),
-        "instrumented_forward": Opt(_STATS),
-        "interpreted_forward": Opt(_STATS),
-        "throughput": Opt(Num("inputs per second")),
-        "throughput_unit": Str(),
-        "overhead": Obj(
-            {
-                "clock_read": _SECONDS,
-                "forward_hook_inner": _SECONDS,
-                "forward_hook_outer": _SECONDS,
-                "backward_hook": _SECONDS,
-                "fx_node_inner": _SECONDS,
-                "corrected": Bool(),
-            },
-            description="the calibrated instrumentation cost taken off module times",
-        ),
-    },
-    dependent={
-        "latency": ("timer", "repeats", "warmup"),
-        "throughput": ("batch_size", "batch_source"),
-    },
-    description="whole-model latency and throughput of a timing pass; empty when not timed",
-)
-
-_TENSOR_LEAF = Obj(
-    {
-        "path": Str("argument index or keyword, then keys/indices ('0', 'mask', '0.pixels')"),
-        "shape": Arr(Int(0)),
-        "dtype": Str(),
-        "device": Str(),
-    },
-    required=("path", "shape", "dtype", "device"),
-    description="a tensor",
-)
-_VALUE_LEAF = Obj(
-    {"path": Str(), "type": Str(), "value": Opt(Str("a short repr"))},
-    required=("path", "type"),
-    description="a value that is not a tensor",
-)
-
-
-class Leaf(Check):
-    """One leaf of a call signature: a tensor (it has ``shape``) or another value."""
-
-    expected = "an object"
-
-    def check(self, value: Any, where: Where) -> Any:
-        if not isinstance(value, dict):
-            _fail(where, self.expected, value)
-        if "shape" in value:
-            return _TENSOR_LEAF.check(value, where)
-        return _VALUE_LEAF.check(value, where)
-
-    def schema(self) -> dict[str, Any]:
-        return {
-            "if": {"required": ["shape"]},
-            "then": _TENSOR_LEAF.described(),
-            "else": _VALUE_LEAF.described(),
-        }
-
-
-SIGNATURES = Arr(Arr(Leaf(), "one call's leaves"), "distinct call signatures")
-
-_DTYPE_ROW = Counts({k: Int(0) for k in DTYPE_KEYS}, required=DTYPE_KEYS)
-
-NODE_NUMERICS = Obj(
-    {
-        "checked_calls": Int(0),
-        "elements": Int(0),
-        "min": Opt(Num()),
-        "max": Opt(Num()),
-        "mean": Opt(Num()),
-        "std": Opt(Num("population standard deviation")),
-        "absmax": Opt(Num()),
-        "min_abs_nonzero": Opt(Num()),
-        "zero_fraction": Opt(Num()),
-        "fp16_overflow": Opt(Bool()),
-        "bf16_overflow": Opt(Bool()),
-        "fp16_underflow": Opt(Bool()),
-        "bf16_underflow": Opt(Bool()),
-        "nan": Int(0),
-        "inf": Int(0),
-        "nonfinite_calls": Arr(Int(0)),
-        "nonfinite_grad_calls": Arr(Int(0)),
-    },
-    description="statistics and NaN/Inf counts of the module's outputs, when checked",
-)
-
-#: Node keys, in the order of ``Node.to_dict``; ``children`` is read by the tree walk.
-NODE_FIELDS: dict[str, Check] = {
-    "path": Str("qualified module path ('' for the root)"),
-    "name": Str("last path component (the class name for the root)"),
-    "type": Str("class name"),
-    "node_id": Str("'0' for the root, '1', '2', ... for its children, '1.2', ..."),
-    "depth": Int(0, MAX_DEPTH, "0 for the root, its parent's + 1 for every other node"),
-    "calls": Int(0, description="how many times the module ran"),
-    "repr": Str("one-line Type(hyperparameters)"),
-    "inputs": SIGNATURES,
-    "outputs": SIGNATURES,
-    "metrics": Metrics("inclusive metrics (self + all descendants) in base units"),
-    "self_metrics": Metrics("metrics of work done directly in the module"),
-    "by_dtype": Map(_DTYPE_ROW, "dtype -> inclusive parameter and buffer counts"),
-    "self_by_dtype": Map(_DTYPE_ROW, "dtype -> the module's own parameters and buffers"),
-    "shared": Arr(Str(), "tensors held here but counted at an ancestor (tied weights)"),
-    "repeat": Int(1, description="how many repeats a folded entry stands for"),
-    "members": Arr(Str(), "paths a folded entry stands for"),
-    "numerics": NODE_NUMERICS,
-}
-NODE_REQUIRED: tuple[str, ...] = ("path", "name", "type", "node_id", "depth", "calls")
-
-#: Top-level keys other than ``schema`` and ``root``.
-PROFILE_FIELDS: dict[str, Check] = {
-    "model": MODEL,
-    "env": ENV,
-    "unsupported_ops": UNSUPPORTED_OPS,
-    "partial_metrics": Arr(Str(), "metric keys whose totals are partial (derived)"),
-    "memory": MEMORY,
-    "numerics": NUMERICS,
-    "timing": TIMING,
-    "notices": Arr(Str(), "what the user should know about the run"),
-}
 
 
 # ---- reading -------------------------------------------------------------------------
@@ -906,7 +92,7 @@ def profile_from_dict(data: Any, source: str | None = None) -> Profile:
     try:
         with gc_paused():
             return _profile(data)
-    except _Invalid as e:
+    except Invalid as e:
         raise _schema_error(e, source) from None
 
 
@@ -915,28 +101,28 @@ def node_from_dict(data: Any) -> Node:
     try:
         with gc_paused():
             return _tree(data, "$", None)
-    except _Invalid as e:
+    except Invalid as e:
         raise _schema_error(e, None) from None
 
 
-def _schema_error(e: _Invalid, source: str | None) -> SchemaError:
+def _schema_error(e: Invalid, source: str | None) -> SchemaError:
     text = f"{json_path(e.where)}: {e.problem}"
     return SchemaError(f"{source}: {text}" if source is not None else text)
 
 
 def _profile(data: Any) -> Profile:
     if not isinstance(data, dict):
-        raise _Invalid("$", f"a saved profile must be a JSON object, got {_got(data)}")
+        raise Invalid("$", f"a saved profile must be a JSON object, got {value_text(data)}")
     if "schema" not in data:
-        raise _Invalid("$", f"missing key 'schema': not a layerscope profile ({SCHEMA!r})")
+        raise Invalid("$", f"missing key 'schema': not a layerscope profile ({SCHEMA!r})")
     schema = data["schema"]
     if type(schema) is not str or schema != SCHEMA:
-        raise _Invalid(
+        raise Invalid(
             ("$", "schema"),
             f"unsupported profile schema {schema!r}; this layerscope reads {SCHEMA!r}",
         )
     if "root" not in data:
-        raise _Invalid("$", "missing key 'root' (the module tree)")
+        raise Invalid("$", "missing key 'root' (the module tree)")
     sections: dict[str, Any] = {}
     for key, spec in PROFILE_FIELDS.items():
         if key in data:
@@ -952,7 +138,7 @@ def _profile(data: Any) -> Profile:
         notices=sections.get("notices", []),
         schema=SCHEMA,
         extra={
-            key: _json_value(value, ("$", key))
+            key: json_value(value, ("$", key))
             for key, value in data.items()
             if key not in _PROFILE_KNOWN
         },
@@ -974,7 +160,7 @@ def _tree(data: Any, where: Where, depth: int | None) -> Node:
         parent, kids, w = stack.pop()
         level = parent.depth + 1
         if level > MAX_DEPTH:
-            raise _Invalid(
+            raise Invalid(
                 where,
                 f"the module tree is more than {MAX_DEPTH} levels deep "
                 f"(layerscope reads up to {MAX_DEPTH})",
@@ -998,7 +184,7 @@ def _tree(data: Any, where: Where, depth: int | None) -> Node:
 
 def _children(value: Any, where: Where) -> list[Any]:
     if not isinstance(value, list | tuple):
-        _fail((where, "children"), "an array of module nodes", value)
+        fail((where, "children"), "an array of module nodes", value)
     return value  # type: ignore[return-value]
 
 
@@ -1022,10 +208,10 @@ _CALLS = NODE_FIELDS["calls"]
 def _node(d: Any, where: Where, depth: int | None, leaves: dict[tuple[Any, ...], Spec]) -> Node:
     """One node without its children; ``depth`` is what its ``depth`` must be (None: any)."""
     if type(d) is not dict and not isinstance(d, dict):
-        _fail(where, "a module node (an object)", d)
+        fail(where, "a module node (an object)", d)
     for key in NODE_REQUIRED:
         if key not in d:
-            raise _Invalid(where, f"missing key {key!r} of a module node")
+            raise Invalid(where, f"missing key {key!r} of a module node")
     path, name, type_, node_id = d["path"], d["name"], d["type"], d["node_id"]
     if type(path) is not str:
         path = _STR.check(path, (where, "path"))
@@ -1038,7 +224,7 @@ def _node(d: Any, where: Where, depth: int | None, leaves: dict[tuple[Any, ...],
     got = _DEPTH.check(d["depth"], (where, "depth"))
     if depth is not None and got != depth:
         why = "the root" if depth == 0 else "its parent's depth + 1"
-        raise _Invalid((where, "depth"), f"expected {depth} ({why}), got {_got(d['depth'])}")
+        raise Invalid((where, "depth"), f"expected {depth} ({why}), got {value_text(d['depth'])}")
     calls = d["calls"]
     if type(calls) is not int or not 0 <= calls <= INT64_MAX:
         calls = _CALLS.check(calls, (where, "calls"))
@@ -1066,7 +252,7 @@ def _node(d: Any, where: Where, depth: int | None, leaves: dict[tuple[Any, ...],
             continue  # absent or empty: the default
         setattr(node, key, spec.check(value, (where, key)))
     if len(d) > len(_NODE_KNOWN) or not _NODE_KNOWN.issuperset(d):
-        unknown = {k: _json_value(v, (where, k)) for k, v in d.items() if k not in _NODE_KNOWN}
+        unknown = {k: json_value(v, (where, k)) for k, v in d.items() if k not in _NODE_KNOWN}
         if unknown:
             node.extra = unknown
     return node
@@ -1075,12 +261,12 @@ def _node(d: Any, where: Where, depth: int | None, leaves: dict[tuple[Any, ...],
 def _signatures(value: Any, where: Where, leaves: dict[tuple[Any, ...], Spec]) -> list[Signature]:
     """Call signatures as tuples of TensorSpec/ValueSpec (equal leaves shared: immutable)."""
     if not isinstance(value, list | tuple):
-        _fail(where, "an array of call signatures", value)
+        fail(where, "an array of call signatures", value)
     out: list[Signature] = []
     for i, sig in enumerate(value):
         sw = (where, i)
         if not isinstance(sig, list | tuple):
-            _fail(sw, "an array of leaves (one call's inputs or outputs)", sig)
+            fail(sw, "an array of leaves (one call's inputs or outputs)", sig)
         out.append(tuple([_leaf(leaf, (sw, j), leaves) for j, leaf in enumerate(sig)]))
     return out
 
@@ -1135,7 +321,7 @@ def load(path: str | os.PathLike[str]) -> Profile:
         ) from None
     with gc_paused():  # many small containers and no cycles: collections cost the most
         try:
-            data = json.loads(text, parse_constant=_NONFINITE.__getitem__)
+            data = json.loads(text, parse_constant=NONFINITE.__getitem__)
         except json.JSONDecodeError as e:
             raise SchemaError(f"{source} is not valid JSON: {e}") from None
         except RecursionError:
@@ -1334,61 +520,3 @@ def _not_json(data: Any) -> tuple[Where, str] | None:
             for k, v in reversed(items)
         )
     return None
-
-
-# ---- the schema document -------------------------------------------------------------
-_DESCRIPTION = (
-    "A layerscope profile, schema 'layerscope/1': the module tree of one measurement "
-    "session with every metric in base units (counts, FLOPs, bytes, seconds). Non-finite "
-    'numbers are written as the strings "NaN", "Infinity" and "-Infinity" wherever a '
-    "number belongs (readers also accept the bare tokens NaN/Infinity of older files). "
-    "Every object may carry keys not listed here (newer versions, extensions): readers "
-    "keep or ignore them."
-)
-
-
-def schema_document() -> dict[str, Any]:
-    """The JSON Schema (draft 2020-12) of ``layerscope/1``, from the reader's own specs."""
-    node = Obj(dict(NODE_FIELDS), required=NODE_REQUIRED, description="a module").schema()
-    node["properties"]["children"] = {
-        "description": "child nodes in execution order",
-        "type": "array",
-        "items": {"$ref": "#/$defs/node"},
-    }
-    props: dict[str, Any] = {
-        "schema": {"const": SCHEMA, "description": "the format version"},
-        **{k: c.described() for k, c in PROFILE_FIELDS.items()},
-        "root": {"$ref": "#/$defs/node", "description": "the whole model"},
-    }
-    return {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": "urn:layerscope:schema:layerscope-1",
-        "title": "layerscope/1 profile",
-        "description": _DESCRIPTION,
-        "type": "object",
-        "required": ["schema", "root"],
-        "properties": props,
-        "$defs": {
-            "node": node,
-            "number": {
-                "description": "any number; non-finite ones as strings",
-                "anyOf": [{"type": "number"}, {"enum": list(_NONFINITE)}],
-            },
-            "finite": {
-                "description": "a count, operations or bytes: a finite number",
-                "type": "number",
-            },
-            "stats": _STATS.inner.described(),
-            "nonfinite_event": _EVENT.inner.described(),
-        },
-    }
-
-
-def schema_text() -> str:
-    """The schema document as the text of ``SCHEMA_PATH``."""
-    return json.dumps(schema_document(), indent=2) + "\n"
-
-
-if __name__ == "__main__":
-    SCHEMA_PATH.write_text(schema_text(), encoding="utf-8")
-    print(f"wrote {SCHEMA_PATH}")

@@ -1,0 +1,445 @@
+"""The ``layerscope/1`` format, section by section, in the check language of
+``export.jsoncheck``: what every known key of a saved profile holds (``MODEL``, ``ENV``,
+``MEMORY``, ``TIMING``, ``NODE_FIELDS``, ``PROFILE_FIELDS``, ...).
+
+The reader (``export.json``) checks files against these specifications, and
+``schema_document`` builds from them the JSON Schema shipped beside this module
+(``SCHEMA_PATH``): ``python -m layerscope.export.jsonspec`` rewrites that file, and a test
+checks that the two agree.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from layerscope.export.jsoncheck import (
+    NONFINITE,
+    Arr,
+    Bool,
+    Check,
+    Counts,
+    Enum,
+    Int,
+    Map,
+    Metrics,
+    Num,
+    Obj,
+    Opt,
+    Ref,
+    Str,
+    Where,
+    fail,
+)
+from layerscope.profile import ADDITIVE_METRICS, DTYPE_KEYS, SCHEMA
+
+__all__ = [
+    "AMOUNT_METRICS",
+    "ENV",
+    "MAX_DEPTH",
+    "MEMORY",
+    "MODEL",
+    "NODE_FIELDS",
+    "NODE_NUMERICS",
+    "NODE_REQUIRED",
+    "NUMERICS",
+    "PROFILE_FIELDS",
+    "SCHEMA_PATH",
+    "SIGNATURES",
+    "TIMING",
+    "UNSUPPORTED_OPS",
+    "Leaf",
+    "schema_document",
+    "schema_text",
+]
+
+#: The JSON Schema (draft 2020-12) of ``layerscope/1``, shipped in the package.
+SCHEMA_PATH: Path = Path(__file__).with_name("layerscope-1.schema.json")
+
+#: Deepest module tree read or written: a node's ``depth`` is at most this (root 0).
+MAX_DEPTH = 256
+
+#: Metrics that are amounts (counts, operations, bytes): finite numbers. Other metric
+#: keys (times, keys of newer versions) take any number, non-finite ones included.
+AMOUNT_METRICS: frozenset[str] = frozenset(
+    (
+        *ADDITIVE_METRICS,
+        "peak_bytes",
+        "simulated_peak_bytes",
+        "bytes_accessed",
+        "backward_bytes_accessed",
+    )
+)
+
+
+# ---- layerscope/1, section by section ---------------------------------------------------
+_STATS = Ref(
+    "stats",
+    Obj(
+        {
+            "median": Num("seconds"),
+            "mean": Num("seconds"),
+            "min": Num("seconds"),
+            "max": Num("seconds"),
+            "p90": Num("seconds"),
+            "iqr": Num("seconds: p75 - p25"),
+            "n": Int(0, description="how many values (the repeats)"),
+        },
+        required=("median", "p90", "iqr"),
+        description="statistics of a time over repeats",
+    ),
+)
+
+_EVENT = Ref(
+    "nonfinite_event",
+    Obj(
+        {
+            "path": Str("the module's qualified path ('' is the root)"),
+            "node_id": Str(),
+            "type": Str("the module's class name"),
+            "call": Int(0, description="which call of the module, 0-based"),
+            "where": Enum(("output", "grad_output", "grad_input")),
+            "shapes": Arr(Arr(Int(0))),
+            "dtypes": Arr(Str()),
+            "nan": Int(0),
+            "inf": Int(0),
+        },
+        required=("path", "type", "call", "where", "shapes", "nan", "inf"),
+        description="a module call where NaN/Inf values were seen",
+    ),
+)
+
+MODEL = Obj(
+    {
+        "name": Str("the model's class name"),
+        "class": Str("module and qualified name of the model's class"),
+        "ran": Bool("whether the model ran (false: structure and parameters only)"),
+        "training": Bool("the model's train mode when the run began"),
+        "grad_mode": Str("'enabled', 'no_grad' or 'inference_mode'"),
+        "device": Opt(Str()),
+        "dtype": Opt(Str()),
+    },
+    description="the model and how it was run",
+)
+
+ENV = Obj(
+    {
+        "layerscope": Str(),
+        "torch": Str(),
+        "python": Str(),
+        "platform": Str(),
+        "cuda": Opt(Str("CUDA version torch was built with")),
+    },
+    description="versions of the software that made the profile",
+)
+
+UNSUPPORTED_OPS = Map(
+    Obj(
+        {
+            "count": Int(0),
+            "forward": Int(0),
+            "backward": Int(0),
+            "modules": Map(Int(0), "module path -> calls of the op there"),
+            "error": Str("why the op's formula failed, when it raised"),
+        },
+        required=("count", "modules"),
+    ),
+    description="ops that ran without a FLOP formula, by op name",
+)
+
+_BYTES = Int(None, description="bytes")
+MEMORY = Obj(
+    {
+        "allocator": Str("'simulated' or 'cuda'"),
+        "forward_peak_bytes": _BYTES,
+        "forward_end_bytes": _BYTES,
+        "session_peak_bytes": _BYTES,
+        "activation_bytes": _BYTES,
+        "backward_peak_bytes": _BYTES,
+        "grads": Map(
+            Obj(
+                {
+                    "shape": Arr(Int(0)),
+                    "dtype": Str(),
+                    "bytes": _BYTES,
+                    "module": Str("the module path where it is counted"),
+                }
+            ),
+            "parameter name -> its gradient",
+        ),
+        "params_by_dtype": Map(
+            Counts(
+                {
+                    "params": Int(0),
+                    "tensors": Int(0),
+                    "trainable_params": Int(0),
+                    "trainable_tensors": Int(0),
+                }
+            )
+        ),
+        "cuda": Obj(
+            {
+                "device": Str(),
+                "peak_before_session_bytes": Opt(_BYTES),
+                "forward_peak_bytes": Opt(_BYTES),
+                "simulated_forward_peak_bytes": Opt(_BYTES),
+                "forward_end_bytes": Opt(_BYTES),
+                "simulated_forward_end_bytes": Opt(_BYTES),
+                "session_peak_bytes": Opt(_BYTES),
+                "simulated_session_peak_bytes": Opt(_BYTES),
+                "backward_peak_bytes": Opt(_BYTES),
+                "simulated_backward_peak_bytes": Opt(_BYTES),
+                "largest_peak_difference": Obj({"path": Str(), "bytes": _BYTES}),
+            },
+            description="CUDA allocator and simulated figures side by side",
+        ),
+        "training": Obj(
+            {
+                "optimizer": Str(),
+                "master_weights": Bool(),
+                "amsgrad": Bool(),
+                "trainable_params": Int(0),
+                "param_bytes": _BYTES,
+                "buffer_bytes": _BYTES,
+                "grad_bytes": _BYTES,
+                "master_weight_bytes": _BYTES,
+                "optimizer_state_bytes": _BYTES,
+                "activation_bytes": _BYTES,
+                "total_bytes": _BYTES,
+                "notes": Arr(Str()),
+            },
+            required=("total_bytes",),
+            description="bytes one training step needs (record_training_footprint)",
+        ),
+        "timeline": Obj(
+            {
+                "clock": Str(),
+                "allocator": Str(),
+                "op": Arr(Int(0)),
+                "event": Arr(Str()),
+                "path": Arr(Str()),
+                "bytes": Arr(Int(None)),
+                "base_bytes": _BYTES,
+                "dropped": Int(0),
+            },
+            description="live bytes at every module boundary, as parallel lists",
+        ),
+    },
+    description="whole-model memory facts (memory=True); empty when not measured",
+)
+
+NUMERICS = Obj(
+    {
+        "mode": Str("'record', 'warn' or 'raise'"),
+        "stats": Bool(),
+        "grads": Bool(),
+        "underflow": Bool(),
+        "checked_calls": Int(0),
+        "checked_grads": Int(0),
+        "nonfinite_calls": Int(0),
+        "nonfinite_grads": Int(0),
+        "first_nonfinite": Opt(_EVENT),
+        "origin": Opt(_EVENT),
+        "skipped": Opt(Str("why some tensors were not read")),
+        "skipped_tensors": Int(0),
+    },
+    description="the NaN/Inf check of the whole run; empty when not checked",
+)
+
+_SECONDS = Num("seconds")
+TIMING = Obj(
+    {
+        "timer": Str("'hooks', 'kineto' or 'fx'"),
+        "clock": Str(),
+        "device": Str(),
+        "sync": Bool(),
+        "grad_mode": Str(),
+        "backward": Bool(),
+        "warmup": Int(0),
+        "repeats": Int(0),
+        "ops": Bool(),
+        "training": Bool(),
+        "batch_size": Opt(Int(0)),
+        "batch_source": Opt(Str()),
+        "latency": Opt(_STATS),
+        "forward_latency": Opt(_STATS),
+        "backward_latency": Opt(_STATS),
+        "instrumented_forward": Opt(_STATS),
+        "interpreted_forward": Opt(_STATS),
+        "throughput": Opt(Num("inputs per second")),
+        "throughput_unit": Str(),
+        "overhead": Obj(
+            {
+                "clock_read": _SECONDS,
+                "forward_hook_inner": _SECONDS,
+                "forward_hook_outer": _SECONDS,
+                "backward_hook": _SECONDS,
+                "fx_node_inner": _SECONDS,
+                "corrected": Bool(),
+            },
+            description="the calibrated instrumentation cost taken off module times",
+        ),
+    },
+    dependent={
+        "latency": ("timer", "repeats", "warmup"),
+        "throughput": ("batch_size", "batch_source"),
+    },
+    description="whole-model latency and throughput of a timing pass; empty when not timed",
+)
+
+_TENSOR_LEAF = Obj(
+    {
+        "path": Str("argument index or keyword, then keys/indices ('0', 'mask', '0.pixels')"),
+        "shape": Arr(Int(0)),
+        "dtype": Str(),
+        "device": Str(),
+    },
+    required=("path", "shape", "dtype", "device"),
+    description="a tensor",
+)
+_VALUE_LEAF = Obj(
+    {"path": Str(), "type": Str(), "value": Opt(Str("a short repr"))},
+    required=("path", "type"),
+    description="a value that is not a tensor",
+)
+
+
+class Leaf(Check):
+    """One leaf of a call signature: a tensor (it has ``shape``) or another value."""
+
+    expected = "an object"
+
+    def check(self, value: Any, where: Where) -> Any:
+        if not isinstance(value, dict):
+            fail(where, self.expected, value)
+        if "shape" in value:
+            return _TENSOR_LEAF.check(value, where)
+        return _VALUE_LEAF.check(value, where)
+
+    def schema(self) -> dict[str, Any]:
+        return {
+            "if": {"required": ["shape"]},
+            "then": _TENSOR_LEAF.described(),
+            "else": _VALUE_LEAF.described(),
+        }
+
+
+SIGNATURES = Arr(Arr(Leaf(), "one call's leaves"), "distinct call signatures")
+
+_DTYPE_ROW = Counts({k: Int(0) for k in DTYPE_KEYS}, required=DTYPE_KEYS)
+
+NODE_NUMERICS = Obj(
+    {
+        "checked_calls": Int(0),
+        "elements": Int(0),
+        "min": Opt(Num()),
+        "max": Opt(Num()),
+        "mean": Opt(Num()),
+        "std": Opt(Num("population standard deviation")),
+        "absmax": Opt(Num()),
+        "min_abs_nonzero": Opt(Num()),
+        "zero_fraction": Opt(Num()),
+        "fp16_overflow": Opt(Bool()),
+        "bf16_overflow": Opt(Bool()),
+        "fp16_underflow": Opt(Bool()),
+        "bf16_underflow": Opt(Bool()),
+        "nan": Int(0),
+        "inf": Int(0),
+        "nonfinite_calls": Arr(Int(0)),
+        "nonfinite_grad_calls": Arr(Int(0)),
+    },
+    description="statistics and NaN/Inf counts of the module's outputs, when checked",
+)
+
+#: Node keys, in the order of ``Node.to_dict``; ``children`` is read by the tree walk.
+NODE_FIELDS: dict[str, Check] = {
+    "path": Str("qualified module path ('' for the root)"),
+    "name": Str("last path component (the class name for the root)"),
+    "type": Str("class name"),
+    "node_id": Str("'0' for the root, '1', '2', ... for its children, '1.2', ..."),
+    "depth": Int(0, MAX_DEPTH, "0 for the root, its parent's + 1 for every other node"),
+    "calls": Int(0, description="how many times the module ran"),
+    "repr": Str("one-line Type(hyperparameters)"),
+    "inputs": SIGNATURES,
+    "outputs": SIGNATURES,
+    "metrics": Metrics(AMOUNT_METRICS, "inclusive metrics (self + all descendants) in base units"),
+    "self_metrics": Metrics(AMOUNT_METRICS, "metrics of work done directly in the module"),
+    "by_dtype": Map(_DTYPE_ROW, "dtype -> inclusive parameter and buffer counts"),
+    "self_by_dtype": Map(_DTYPE_ROW, "dtype -> the module's own parameters and buffers"),
+    "shared": Arr(Str(), "tensors held here but counted at an ancestor (tied weights)"),
+    "repeat": Int(1, description="how many repeats a folded entry stands for"),
+    "members": Arr(Str(), "paths a folded entry stands for"),
+    "numerics": NODE_NUMERICS,
+}
+NODE_REQUIRED: tuple[str, ...] = ("path", "name", "type", "node_id", "depth", "calls")
+
+#: Top-level keys other than ``schema`` and ``root``.
+PROFILE_FIELDS: dict[str, Check] = {
+    "model": MODEL,
+    "env": ENV,
+    "unsupported_ops": UNSUPPORTED_OPS,
+    "partial_metrics": Arr(Str(), "metric keys whose totals are partial (derived)"),
+    "memory": MEMORY,
+    "numerics": NUMERICS,
+    "timing": TIMING,
+    "notices": Arr(Str(), "what the user should know about the run"),
+}
+
+
+# ---- the schema document -------------------------------------------------------------
+_DESCRIPTION = (
+    "A layerscope profile, schema 'layerscope/1': the module tree of one measurement "
+    "session with every metric in base units (counts, FLOPs, bytes, seconds). Non-finite "
+    'numbers are written as the strings "NaN", "Infinity" and "-Infinity" wherever a '
+    "number belongs (readers also accept the bare tokens NaN/Infinity of older files). "
+    "Every object may carry keys not listed here (newer versions, extensions): readers "
+    "keep or ignore them."
+)
+
+
+def schema_document() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of ``layerscope/1``, from the reader's own specs."""
+    node = Obj(dict(NODE_FIELDS), required=NODE_REQUIRED, description="a module").schema()
+    node["properties"]["children"] = {
+        "description": "child nodes in execution order",
+        "type": "array",
+        "items": {"$ref": "#/$defs/node"},
+    }
+    props: dict[str, Any] = {
+        "schema": {"const": SCHEMA, "description": "the format version"},
+        **{k: c.described() for k, c in PROFILE_FIELDS.items()},
+        "root": {"$ref": "#/$defs/node", "description": "the whole model"},
+    }
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "urn:layerscope:schema:layerscope-1",
+        "title": "layerscope/1 profile",
+        "description": _DESCRIPTION,
+        "type": "object",
+        "required": ["schema", "root"],
+        "properties": props,
+        "$defs": {
+            "node": node,
+            "number": {
+                "description": "any number; non-finite ones as strings",
+                "anyOf": [{"type": "number"}, {"enum": list(NONFINITE)}],
+            },
+            "finite": {
+                "description": "a count, operations or bytes: a finite number",
+                "type": "number",
+            },
+            "stats": _STATS.inner.described(),
+            "nonfinite_event": _EVENT.inner.described(),
+        },
+    }
+
+
+def schema_text() -> str:
+    """The schema document as the text of ``SCHEMA_PATH``."""
+    return json.dumps(schema_document(), indent=2) + "\n"
+
+
+if __name__ == "__main__":
+    SCHEMA_PATH.write_text(schema_text(), encoding="utf-8")
+    print(f"wrote {SCHEMA_PATH}")
