@@ -42,7 +42,7 @@ from layerscope.render.layout import (
     width_of,
     wrap_text,
 )
-from layerscope.render.views import shorten_label
+from layerscope.render.treeviews import shorten_label
 
 __all__ = ["DIFF_THEME", "OPTION_NAMES", "DiffOptions", "diff_options", "render", "show"]
 

@@ -1,0 +1,452 @@
+"""What every view of a Profile needs, computed once: values of any column key, the
+columns to show, the sort and % metrics, cells, labels from the display config, the rows a
+tree view keeps, and the footer facts."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from rich.text import Text
+
+from layerscope.analysis.catalog import Column, Values, column, pct_base
+from layerscope.analysis.fold import fold
+from layerscope.analysis.transforms import filter_tree, matches, post_order, sort_tree, top_k
+from layerscope.profile import Node, Number, Profile, Signature
+from layerscope.render import config as display_config
+from layerscope.render import units
+from layerscope.render.layout import Line, Table, TableColumn, TableRow, wrap_text
+from layerscope.render.options import ViewOptions
+from layerscope.render.summary import summary_lines
+
+__all__ = [
+    "DEFAULT_KEYS",
+    "TIMES",
+    "Builder",
+    "ViewContext",
+    "markup_lines",
+    "shapes_text",
+    "template",
+]
+
+Builder = Callable[[int], list[Line]]
+
+#: Columns shown by default when the profile has them, in this order.
+DEFAULT_KEYS: tuple[str, ...] = (
+    "params",
+    "param_bytes",
+    "buffer_bytes",
+    "macs",
+    "flops",
+    "backward_flops",
+    "activation_bytes",
+    "output_bytes",
+    "peak_bytes",
+    "grad_bytes",
+    "forward_time",
+    "self_forward_time",
+    "backward_time",
+    "self_backward_time",
+    "device_time",
+    "flops_per_s",
+    "absmax",
+    "nan",
+    "inf",
+)
+
+TIMES = ("forward_time", "backward_time", "device_time")
+
+_FORMAT: dict[str, Callable[[float], str]] = {
+    "count": units.count,
+    "si": units.si,
+    "bytes": units.nbytes,
+    "seconds": units.seconds,
+    "rate": units.rate,
+    "pct": units.pct,
+    "number": units.magnitude,
+}
+
+
+class ViewContext:
+    """What every view needs: values, the resolved columns, sort and % metrics, config."""
+
+    def __init__(self, profile: Profile, options: ViewOptions) -> None:
+        self.profile = profile
+        self.options = options
+        # a flat list of self values shows op rows apart from their module's self time
+        self.values = Values(profile, ops_apart=options.view == "ops")
+        self.config = display_config.current()
+        self.ran = bool(profile.model.get("ran", True))
+        root = profile.root
+        partial = set(profile.partial_metrics)
+        self.partial = partial
+        # % of what: pct_of, else the sort metric, else FLOPs, else params
+        base = None
+        for candidate in (options.pct_of, options.sort_by):
+            if candidate is not None and pct_base(candidate) is not None:
+                base = pct_base(candidate)
+                break
+        if base is None:
+            base = "flops" if root.metrics.get("flops") else "params"
+        self.pct_base: str = base
+        self.sort_key: str = options.sort_by or base
+        self.columns = self._columns()
+        self._levels: dict[int, display_config.LevelStyle] = {}
+        self._ran_inside: dict[Node, bool] = {}
+
+    def level(self, depth: int) -> display_config.LevelStyle:
+        style = self._levels.get(depth)
+        if style is None:
+            style = self._levels[depth] = self.config.level(depth)
+        return style
+
+    # ---- columns -----------------------------------------------------------------
+    def _present(self, key: str) -> bool:
+        root = self.profile.root
+        if key in ("absmax", "nan", "inf"):
+            return any(n.numerics.get(key) for n in root.walk())
+        if key == "flops_per_s":
+            return bool(root.metrics.get("flops")) and "forward_time" in root.metrics
+        base = key.removeprefix("self_")
+        value = root.metrics.get(base)
+        if base in TIMES:
+            return value is not None
+        return value is not None and (value != 0 or base == "params")
+
+    def _columns(self) -> list[str]:
+        o = self.options
+        pct_col = f"{self.pct_base}_pct"
+        if o.columns is not None:
+            cols = list(o.columns)
+            if o.pct and self.pct_base in cols and pct_col not in cols:
+                cols.insert(cols.index(self.pct_base) + 1, pct_col)
+            return cols
+        cols = []
+        if o.shapes and self.ran and any(n.inputs or n.outputs for n in self.profile.root.walk()):
+            cols += ["input_shape", "output_shape"]
+        for key in DEFAULT_KEYS:
+            if self._present(key):
+                cols.append(key)
+                if key == self.pct_base and o.pct:
+                    cols.append(pct_col)
+        if o.pct and pct_col not in cols and self._present(self.pct_base):
+            cols.append(pct_col)
+        if self.ran:
+            cols.append("calls")
+        return cols
+
+    def label_columns(self, defaults: frozenset[str]) -> list[str]:
+        """Columns for the label-based views: the user's, else the defaults the profile
+        has, the % metric always included."""
+        if self.options.columns is not None:
+            return self.columns
+        base = self.pct_base
+        return [
+            k
+            for k in self.columns
+            if k in defaults or k == base or k == f"{base}_pct" or k == "calls"
+        ]
+
+    def user_named(self, key: str) -> bool:
+        return self.options.columns is not None and key in self.options.columns
+
+    # ---- values ------------------------------------------------------------------
+    def value(self, node: Node, key: str) -> Number | None:
+        return self.values.get(node, key)
+
+    def cell(self, node: Node, key: str) -> str:
+        if key == "input_shape":
+            return shapes_text(node.inputs)
+        if key == "output_shape":
+            return shapes_text(node.outputs)
+        if key == "calls" and self.ran and not node.calls:
+            return "-"
+        value = self.values.get(node, key)
+        if value is None:
+            return ""
+        return self.format(key, value)
+
+    def format(self, key: str, value: Number) -> str:
+        if self.options.raw:
+            return units.raw(value)
+        if isinstance(value, float) and value != value:  # NaN statistics
+            return "nan"
+        return _FORMAT[column(key).kind](value)
+
+    def header(self, key: str) -> str:
+        style = self.config.column(key)
+        header = style.header or column(key).header
+        base = key.removeprefix("self_").removesuffix("_pct")
+        if base in self.partial and not key.endswith("_pct"):
+            header += "*"
+        return header
+
+    def table_column(self, key: str, **kw: Any) -> TableColumn:
+        col: Column = column(key)
+        style = self.config.column(key)
+        text = col.kind == "text"
+        return TableColumn(
+            key=key,
+            header=kw.pop("header", None) or self.header(key),
+            justify=style.justify or ("left" if text else "right"),
+            priority=None if self.user_named(key) else col.priority,
+            style=style.style or ("layerscope.pct" if col.kind == "pct" else ""),
+            overflow=style.overflow,
+            text=text,
+            **kw,
+        )
+
+    def text_column(self, key: str, header: str, **kw: Any) -> TableColumn:
+        style = self.config.column(key)
+        return TableColumn(
+            key=key,
+            header=style.header or header,
+            justify=style.justify or kw.pop("justify", "left"),
+            priority=kw.pop("priority", None),
+            style=style.style,
+            overflow=style.overflow,
+            text=True,
+            **kw,
+        )
+
+    def table_style(self, columns: list[TableColumn], rows: list[TableRow]) -> Table:
+        t = self.config.table
+        return Table(
+            columns=columns,
+            rows=rows,
+            box=t.box,
+            show_edge=t.show_edge,
+            show_header=t.show_header,
+            header_style=t.header_style,
+            border_style=t.border_style,
+            row_styles=t.row_styles,
+        )
+
+    # ---- rows shared by the tree views ---------------------------------------------
+    def shown_tree(self) -> tuple[Profile, int]:
+        """The (folded) tree after filters and sort, and how many rows it hides."""
+        o = self.options
+        shown = fold(self.profile, o.fold) if o.fold else self.profile
+        before = sum(1 for _ in shown.root.walk())
+        select = self.selector(shown.root.walk())
+        shown = filter_tree(
+            shown,
+            max_depth=o.max_depth,
+            exclude=o.exclude,
+            hide_not_called=not o.show_not_called and self.ran,
+            select=select,
+        )
+        if o.sort_by is not None:
+            key = self.sort_key
+            shown = sort_tree(shown, lambda n: self.values.get(n, key))
+        return shown, before - sum(1 for _ in shown.root.walk())
+
+    def selector(self, nodes: Iterable[Node]) -> Callable[[Node], bool] | None:
+        """What include, min_pct and top keep in a tree view (None: everything)."""
+        o = self.options
+        if not (o.include or o.min_pct is not None or o.top is not None):
+            return None
+        pct_key = f"{self.pct_base}_pct"
+
+        def passes(node: Node) -> bool:
+            if o.include and not matches(node, o.include):
+                return False
+            if o.min_pct is not None:
+                share = self.values.get(node, pct_key)
+                if share is None or share < o.min_pct:
+                    return False
+            return True
+
+        if o.top is None:
+            return passes
+        sort_key = self.sort_key
+        candidates = [
+            n
+            for n in nodes
+            if n.depth > 0
+            and (o.max_depth is None or n.depth <= o.max_depth)
+            and not (o.exclude and _excluded(n, o.exclude))
+            and passes(n)
+        ]
+        chosen = set(top_k(candidates, lambda n: self.values.get(n, sort_key), o.top))
+        return chosen.__contains__
+
+    def footer(
+        self,
+        hidden_rows: int,
+        total_rows: int,
+        dropped: Sequence[str],
+        width: int,
+        total_row: bool = False,
+    ) -> list[Line]:
+        lines: list[Line] = []
+        o = self.options
+        if hidden_rows:
+            why = []
+            if o.max_depth is not None:
+                why.append(f"max_depth {o.max_depth}")
+            if o.min_pct is not None:
+                why.append(f"min_pct {o.min_pct:g}% of {column(self.pct_base).header}")
+            if o.include:
+                why.append("include " + ", ".join(o.include))
+            if o.exclude:
+                why.append("exclude " + ", ".join(o.exclude))
+            if o.top is not None:
+                why.append(f"top {o.top} by {column(self.sort_key).header}")
+            if not o.show_not_called:
+                why.append("modules that did not run")
+            shown = total_rows - hidden_rows
+            text = f"Showing {shown} of {total_rows} rows ({'; '.join(why) or 'filtered'})"
+            if total_row:
+                text += "; the Total row is the whole model"
+            lines += wrap_text(text + ".", "layerscope.hidden", width)
+        if dropped:
+            lines += wrap_text(
+                f"Hidden to fit {width} columns: {', '.join(dropped)} "
+                "(widen with --width / width=, or choose with --columns / columns=).",
+                "layerscope.hidden",
+                width,
+            )
+        for key in dict.fromkeys(k for k in (o.sort_by, o.pct_of) if k is not None):
+            if self.values.get(self.profile.root, key) is None:
+                lines += wrap_text(
+                    f"This profile has no {key}: rows are in tree order for it.",
+                    "layerscope.notice",
+                    width,
+                )
+        for text, style in summary_lines(self.profile):
+            lines += wrap_text(text, style, width)
+        return lines
+
+    def framed(self, lines: list[Line], width: int) -> list[Line]:
+        """A table's lines under the configured title and above its caption."""
+        t = self.config.table
+        top = markup_lines(t.title, width) if t.title else []
+        bottom = markup_lines(t.caption, width) if t.caption else []
+        return top + lines + bottom
+
+    # ---- labels ------------------------------------------------------------------
+    def label(self, node: Node, repeat_mark: bool = True) -> Line:
+        level = self.level(node.depth)
+        pieces = template(level.label)
+        subs = {
+            "<node_id>": node.node_id,
+            "<name>": node.name,
+            "<type>": "" if node.type == node.name and node.depth else node.type,
+            "<path>": node.path or "<root>",
+            "<depth>": str(node.depth),
+            "<repeat_time>": str(node.repeat),
+        }
+        out: Line = []
+        for text, style in pieces:
+            if "<" in text:
+                for key, value in subs.items():
+                    text = text.replace(key, value)
+            style = f"{level.style}|{style}" if level.style and style else (level.style or style)
+            out.append((text, style))
+        while out and not out[-1][0].strip():  # an empty <type> leaves a trailing space
+            out.pop()
+        if out:
+            out[-1] = (out[-1][0].rstrip(), out[-1][1])
+        if repeat_mark and node.repeat > 1 and "<repeat_time>" not in level.label:
+            out.append((f" ×{node.repeat}", "layerscope.repeat"))
+        return out
+
+    def row_style(self, node: Node) -> str:
+        if "::" in node.type:  # an op row of a timing pass (aten::mm, fx::add)
+            return "layerscope.op"
+        if self.ran and not self.ran_inside(node):
+            return "layerscope.uncalled"
+        return ""
+
+    def ran_inside(self, node: Node) -> bool:
+        """Whether the node or anything inside it was called (one pass per tree)."""
+        known = self._ran_inside.get(node)
+        if known is None:
+            root = node
+            while root.parent is not None:
+                root = root.parent
+            for n in post_order(root):
+                self._ran_inside[n] = n.calls > 0 or any(self._ran_inside[c] for c in n.children)
+            known = self._ran_inside[node]
+        return known
+
+    def metric_parts(self, node: Node, keys: Sequence[str], zeros: bool = True) -> list[str]:
+        """``Header value (pct)`` for each metric key, for the tree and repr views."""
+        parts = []
+        pct_keys = {k for k in keys if k.endswith("_pct")}
+        for key in keys:
+            if key.endswith("_pct") and key.removesuffix("_pct") in keys:
+                continue
+            text = self.cell(node, key)
+            if not text or text == "-" or (not zeros and not self.value(node, key)):
+                continue
+            if key == "calls":
+                if node.calls == 1:
+                    continue
+                parts.append(f"{node.calls} calls")
+                continue
+            part = f"{self.header(key)} {text}"
+            pct = f"{key}_pct"
+            if pct in pct_keys:
+                share = self.cell(node, pct)
+                if share:
+                    part += f" ({share})"
+            parts.append(part)
+        return parts
+
+
+def _excluded(node: Node, patterns: Sequence[str]) -> bool:
+    up: Node | None = node
+    while up is not None:
+        if matches(up, patterns):
+            return True
+        up = up.parent
+    return False
+
+
+_TEMPLATES: dict[str, tuple[tuple[str, str], ...]] = {}
+
+
+def markup_lines(markup: str, width: int) -> list[Line]:
+    """A title or caption in rich markup, wrapped to the width."""
+    pieces = template(markup)
+    text = "".join(t for t, _ in pieces)
+    style = pieces[0][1] if len(pieces) == 1 else ""
+    return wrap_text(text, style, width, "")
+
+
+def template(markup: str) -> tuple[tuple[str, str], ...]:
+    """A label template's rich markup parsed once into (text, style) pieces."""
+    cached = _TEMPLATES.get(markup)
+    if cached is None:
+        text = Text.from_markup(markup)
+        plain = text.plain
+        cuts = sorted({0, len(plain), *(s.start for s in text.spans), *(s.end for s in text.spans)})
+        pieces = []
+        for lo, hi in itertools.pairwise(cuts):
+            names = [str(s.style) for s in text.spans if s.start <= lo and s.end >= hi]
+            pieces.append((plain[lo:hi], "|".join(names)))
+        cached = tuple(p for p in pieces if p[0])
+        _TEMPLATES[markup] = cached
+    return cached
+
+
+_SHAPES: dict[tuple[Signature, int], str] = {}
+
+
+def shapes_text(sigs: list[Signature]) -> str:
+    """The first call's tensor shapes, and how many other signatures there were."""
+    if not sigs:
+        return ""
+    key = (sigs[0], len(sigs))
+    text = _SHAPES.get(key)
+    if text is None:
+        text = units.signature(sigs[0])
+        if len(sigs) > 1:
+            text += f" (+{len(sigs) - 1} more)"
+        if len(_SHAPES) > 4096:
+            _SHAPES.clear()
+        _SHAPES[key] = text
+    return text
