@@ -18,6 +18,7 @@ from typing import Literal
 from layerscope.profile import ADDITIVE_METRICS, Node, Number, Profile
 
 __all__ = [
+    "STORED_METRICS",
     "Column",
     "Values",
     "column",
@@ -117,6 +118,9 @@ def _build() -> dict[str, Column]:
 
 
 _COLUMNS = _build()
+
+#: The stored metric keys (``node.metrics``) in the order views list them.
+STORED_METRICS: tuple[str, ...] = tuple(_BASE)
 
 #: Keys whose value is a rate: (work metric, time metric) whose total it divides by.
 _RATES = {

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any, Literal, TypeAlias
 
+from layerscope.analysis.catalog import STORED_METRICS
 from layerscope.errors import InvalidInputError
 from layerscope.profile import Node, Number, Profile, TensorSpec
 
@@ -26,26 +27,7 @@ SCHEMA = "layerscope-diff/1"
 Status: TypeAlias = Literal["same", "added", "removed", "type_changed"]
 
 #: Stored metric keys in the order views list them; others (from newer profiles) follow.
-_ORDER: tuple[str, ...] = (
-    "params",
-    "trainable_params",
-    "buffers",
-    "param_bytes",
-    "buffer_bytes",
-    "macs",
-    "flops",
-    "backward_macs",
-    "backward_flops",
-    "activation_bytes",
-    "output_bytes",
-    "peak_bytes",
-    "grad_bytes",
-    "bytes_accessed",
-    "backward_bytes_accessed",
-    "forward_time",
-    "backward_time",
-    "device_time",
-)
+_ORDER: tuple[str, ...] = STORED_METRICS
 
 
 @dataclass(frozen=True, slots=True)
