@@ -24,7 +24,7 @@ from layerscope.errors import InvalidInputError
 from layerscope.examples import EXAMPLES
 from layerscope.profile import Profile
 from layerscope.render import config
-from viewmodels import build, node
+from viewmodels import build, node, small
 
 
 @pytest.fixture(autouse=True)
@@ -54,22 +54,7 @@ def net_pair() -> tuple[Profile, Profile]:
     Totals: A flops 20+400+500+80 = 1000, params 2+40+50+8 = 100;
     B flops 20+30+440+500+160 = 1150, params 2+3+40+50+16 = 111.
     """
-    a = build(
-        node(
-            "Net",
-            "Net",
-            node(
-                "enc",
-                "Encoder",
-                node("attn", "Attention", flops=400, params=40),
-                node("mlp", "MLP", flops=500, params=50),
-            ),
-            node("head", "Linear", flops=80, params=8),
-            node("drop", "Dropout", calls=0, flops=0, params=0),
-            flops=20,
-            params=2,
-        )
-    )
+    a = small()  # tests/viewmodels.py: exactly the A tree above
     b = build(
         node(
             "Net",

@@ -19,9 +19,11 @@ from layerscope.profile import ADDITIVE_METRICS, Node, Number, Profile
 
 __all__ = [
     "STORED_METRICS",
+    "TIMES",
     "Column",
     "Values",
     "column",
+    "has_column",
     "known_keys",
 ]
 
@@ -29,7 +31,9 @@ __all__ = [
 Kind = Literal["count", "si", "bytes", "seconds", "rate", "pct", "number", "text"]
 
 _ADDITIVE = frozenset(ADDITIVE_METRICS)
-_TIMES = ("forward_time", "backward_time", "device_time")
+#: The per-call time metrics (a total is per-call time × calls).
+TIMES: tuple[str, ...] = ("forward_time", "backward_time", "device_time")
+_TIMES = TIMES
 
 
 @dataclass(frozen=True)
@@ -133,6 +137,11 @@ _RATES = {
 def column(key: str) -> Column:
     """The column for ``key``; ``KeyError`` if unknown."""
     return _COLUMNS[key]
+
+
+def has_column(key: str) -> bool:
+    """Whether ``key`` is a column the views know."""
+    return key in _COLUMNS
 
 
 def known_keys(*, numeric: bool = True) -> list[str]:

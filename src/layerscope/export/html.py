@@ -23,7 +23,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from layerscope.analysis.catalog import Values, column
+from layerscope.analysis.catalog import TIMES, Values, column
 from layerscope.export.files import write_text
 from layerscope.profile import Number, Profile
 from layerscope.render import units
@@ -77,7 +77,7 @@ CHART_METRICS: tuple[tuple[str, str, str], ...] = (
     ("param_bytes", "Param size", "bytes"),
 )
 
-_TIMES = ("forward_time", "backward_time", "device_time")
+
 _EVENTS = {"enter": "e", "exit": "x", "backward": "b"}
 
 
@@ -168,7 +168,7 @@ def report_data(profile: Profile) -> dict[str, Any]:
             if all(x is None for x in v[key]):
                 del v[key]
                 continue
-            if not key.startswith("self_") and (column(key).additive or key in _TIMES):
+            if not key.startswith("self_") and (column(key).additive or key in TIMES):
                 s[key] = [_num(nodes[i].self_metrics.get(key)) for i in inner]
         else:
             continue

@@ -10,7 +10,7 @@ from typing import Any
 
 from rich.text import Text
 
-from layerscope.analysis.catalog import Column, Values, column, pct_base
+from layerscope.analysis.catalog import TIMES, Column, Values, column, pct_base
 from layerscope.analysis.fold import fold
 from layerscope.analysis.transforms import filter_tree, matches, post_order, sort_tree, top_k
 from layerscope.profile import Node, Number, Profile, Signature
@@ -22,7 +22,6 @@ from layerscope.render.summary import summary_lines
 
 __all__ = [
     "DEFAULT_KEYS",
-    "TIMES",
     "Builder",
     "ViewContext",
     "markup_lines",
@@ -54,18 +53,6 @@ DEFAULT_KEYS: tuple[str, ...] = (
     "nan",
     "inf",
 )
-
-TIMES = ("forward_time", "backward_time", "device_time")
-
-_FORMAT: dict[str, Callable[[float], str]] = {
-    "count": units.count,
-    "si": units.si,
-    "bytes": units.nbytes,
-    "seconds": units.seconds,
-    "rate": units.rate,
-    "pct": units.pct,
-    "number": units.magnitude,
-}
 
 
 class ViewContext:
@@ -172,7 +159,7 @@ class ViewContext:
             return units.raw(value)
         if isinstance(value, float) and value != value:  # NaN statistics
             return "nan"
-        return _FORMAT[column(key).kind](value)
+        return units.BY_KIND[column(key).kind](value)
 
     def header(self, key: str) -> str:
         style = self.config.column(key)

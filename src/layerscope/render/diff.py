@@ -14,14 +14,14 @@ import contextlib
 import math
 import operator
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import IO, Any
 
 from rich.console import Console
 from rich.theme import Theme
 
-from layerscope.analysis.catalog import column
+from layerscope.analysis.catalog import TIMES, column, has_column
 from layerscope.analysis.diff import Change, DiffRow, ProfileDiff
 from layerscope.errors import InvalidInputError
 from layerscope.gcpause import gc_paused
@@ -39,9 +39,11 @@ from layerscope.render.layout import (
     fit_table,
     plain_text,
     text_of,
+    too_narrow,
     width_of,
     wrap_text,
 )
+from layerscope.render.options import strings
 from layerscope.render.treeviews import shorten_label
 
 __all__ = ["DIFF_THEME", "OPTION_NAMES", "DiffOptions", "diff_options", "render", "show"]
@@ -60,23 +62,9 @@ _MARKS = {
     "type_changed": ("~", "layerscope.diff.changed"),
 }
 
-_TIMES = ("forward_time", "backward_time", "device_time")
 #: The four columns of a metric, and the order a narrow table drops them in.
 _ROLES = ("A", "B", "Δ", "×")
 _DROP_ROLES = ("A", "B", "×", "Δ")
-
-_FORMAT: dict[str, Callable[[float], str]] = {
-    "count": units.count,
-    "si": units.si,
-    "bytes": units.nbytes,
-    "seconds": units.seconds,
-    "rate": units.rate,
-    "pct": units.pct,
-    "number": units.magnitude,
-}
-
-#: Below this width the view is one line saying so.
-MIN_WIDTH = 20
 
 
 @dataclass(frozen=True)
@@ -113,7 +101,7 @@ def diff_options(d: ProfileDiff, **kwargs: Any) -> DiffOptions:
     out: dict[str, Any] = {}
     allowed = available(d)
     if kwargs.get("metrics") is not None:
-        keys = _strings("metrics", kwargs["metrics"])
+        keys = strings("metrics", kwargs["metrics"])
         if not keys:
             raise InvalidInputError(f"metrics is empty; name at least one of: {', '.join(allowed)}")
         out["metrics"] = tuple(dict.fromkeys(_metric("metrics", k, allowed) for k in keys))
@@ -134,14 +122,6 @@ def diff_options(d: ProfileDiff, **kwargs: Any) -> DiffOptions:
             )
         out["min_change_pct"] = number
     return DiffOptions(**out)
-
-
-def _strings(name: str, value: Any) -> list[str]:
-    if isinstance(value, str):
-        return [v.strip() for v in value.split(",") if v.strip()]
-    if isinstance(value, Sequence) and all(isinstance(v, str) for v in value):
-        return list(value)
-    raise InvalidInputError(f"{name} must be a string or a list of strings, got {value!r}")
 
 
 def _metric(name: str, key: Any, allowed: list[str]) -> str:
@@ -208,23 +188,15 @@ def default_metrics(d: ProfileDiff) -> list[str]:
     0 everywhere (params and times always), and calls where a module's count changed."""
     out = []
     for key in d.metric_keys:
-        if not _known(key):  # e.g. a timing pass's spread statistics: by name only
+        if not has_column(key):  # e.g. a timing pass's spread statistics: by name only
             continue
         changes = [r.metrics[key] for r in d.rows]
         if key == "calls":
             if any(c.delta for r, c in zip(d.rows, changes, strict=True) if r.status != "added"):
                 out.append(key)
-        elif key == "params" or key in _TIMES or any(c.a or c.b for c in changes):
+        elif key == "params" or key in TIMES or any(c.a or c.b for c in changes):
             out.append(key)
     return out
-
-
-def _known(key: str) -> bool:
-    try:
-        column(key)
-    except KeyError:
-        return False
-    return True
 
 
 def _header(key: str) -> str:
@@ -253,7 +225,7 @@ def value_text(key: str, value: float | None) -> str:
         return ""
     if isinstance(value, float) and value != value:
         return "nan"
-    return _FORMAT[_kind(key)](value)
+    return units.BY_KIND[_kind(key)](value)
 
 
 def delta_text(key: str, delta: float | None) -> str:
@@ -264,7 +236,7 @@ def delta_text(key: str, delta: float | None) -> str:
         return "0"
     if delta != delta:
         return "nan"
-    return ("+" if delta > 0 else "-") + _FORMAT[_kind(key)](abs(delta))
+    return ("+" if delta > 0 else "-") + units.BY_KIND[_kind(key)](abs(delta))
 
 
 def ratio_text(ratio: float | None) -> str:
@@ -549,7 +521,7 @@ class _View:
                 width,
             )
         for side, only in (("A", d.only_in_a), ("B", d.only_in_b)):
-            keys = [k for k in only if _known(k)]
+            keys = [k for k in only if has_column(k)]
             if keys:
                 lines += wrap_text(
                     f"Only {side} has {', '.join(_header(k) for k in keys)}.",
@@ -578,12 +550,9 @@ def build(d: ProfileDiff, options: DiffOptions) -> Callable[[int], list[Line]]:
         natural[i] = max([len(col.header), *(width_of(r.cells[i]) for r in body)])
 
     def lay_out(width: int) -> list[Line]:
-        if width < MIN_WIDTH:
-            text = (
-                f"({width} columns is too narrow for layerscope's views: give a width of at "
-                f"least {MIN_WIDTH})"
-            )
-            return [[(text, "layerscope.notice")]]
+        narrow = too_narrow(width)
+        if narrow is not None:
+            return narrow
         fitted = fit_table(table, width)
         dropped = view.drop_order[: len(fitted.dropped)]
         lines = fitted.lines

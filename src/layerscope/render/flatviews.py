@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from layerscope.analysis.catalog import column
+from layerscope.analysis.catalog import TIMES, column, has_column
 from layerscope.analysis.transforms import by_type, filter_tree, matches, top_k
 from layerscope.profile import Node
-from layerscope.render.context import TIMES, Builder, ViewContext
+from layerscope.render.context import Builder, ViewContext
 from layerscope.render.layout import Line, TableColumn, TableRow, fit_table, wrap_text
 
 __all__ = ["ops_view", "top_view"]
@@ -161,7 +161,7 @@ def _own(key: str) -> str:
         return _total_time(key)
     base = key.removesuffix("_pct")
     if key.endswith("_pct"):
-        return f"self_{base}_pct" if _exists(f"self_{base}_pct") else key
+        return f"self_{base}_pct" if has_column(f"self_{base}_pct") else key
     if base in TIMES:
         return f"self_{base}_total"
     return f"self_{key}" if column(key).additive else key
@@ -173,11 +173,3 @@ def _total_time(key: str) -> str:
     if base in TIMES:
         return f"{key}_total"
     return key
-
-
-def _exists(key: str) -> bool:
-    try:
-        column(key)
-    except KeyError:
-        return False
-    return True

@@ -334,6 +334,21 @@ def _draw(table: Table, shown: list[int], widths: dict[int, int]) -> list[Line]:
 # ---- output ------------------------------------------------------------------------
 
 
+#: Below this width a view is one line saying so (a table of 10 columns helps nobody).
+MIN_WIDTH = 20
+
+
+def too_narrow(width: int) -> list[Line] | None:
+    """The one line a view prints below ``MIN_WIDTH`` columns, else None."""
+    if width >= MIN_WIDTH:
+        return None
+    text = (
+        f"({width} columns is too narrow for layerscope's views: give a width of at least "
+        f"{MIN_WIDTH})"
+    )
+    return [[(text, "layerscope.notice")]]
+
+
 def plain_text(lines: Sequence[Line]) -> str:
     return "".join(text_of(line).rstrip() + "\n" for line in lines)
 

@@ -69,7 +69,7 @@ def view_options(**kwargs: Any) -> ViewOptions:
         out["view"] = _choice("view", kwargs["view"], VIEWS)
     if kwargs.get("columns") is not None:
         out["columns"] = tuple(
-            _key("columns", c, numeric=False) for c in _strings("columns", kwargs["columns"])
+            _key("columns", c, numeric=False) for c in strings("columns", kwargs["columns"])
         )
         if not out["columns"]:
             raise InvalidInputError("columns is empty; name at least one column")
@@ -89,7 +89,7 @@ def view_options(**kwargs: Any) -> ViewOptions:
         )
     for name in ("include", "exclude"):
         if kwargs.get(name) is not None:
-            out[name] = tuple(_strings(name, kwargs[name]))
+            out[name] = tuple(strings(name, kwargs[name]))
     if "fold" in kwargs:
         fold = kwargs["fold"]
         if fold not in FOLD_MODES or (fold not in (True, False) and not isinstance(fold, str)):
@@ -116,7 +116,7 @@ def _choice(name: str, value: Any, allowed: Iterable[str]) -> str:
     return value
 
 
-def _strings(name: str, value: Any) -> list[str]:
+def strings(name: str, value: Any) -> list[str]:
     """A string (comma-separated allowed) or a sequence of strings."""
     if isinstance(value, str):
         return [v.strip() for v in value.split(",") if v.strip()]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from layerscope.profile import Signature, TensorSpec
 
 _SI = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "K"))
@@ -84,6 +86,18 @@ def raw(value: float) -> str:
     if isinstance(value, int) or (float(value).is_integer() and abs(value) < 2**63):
         return str(int(value))
     return repr(float(value))
+
+
+#: The formatter for each kind of column (``analysis.catalog.Column.kind``).
+BY_KIND: dict[str, Callable[[float], str]] = {
+    "count": count,
+    "si": si,
+    "bytes": nbytes,
+    "seconds": seconds,
+    "rate": rate,
+    "pct": pct,
+    "number": magnitude,
+}
 
 
 def inputs_per_second(n: float) -> str:

@@ -11,14 +11,11 @@ from __future__ import annotations
 from layerscope.profile import Profile
 from layerscope.render.context import Builder, ViewContext
 from layerscope.render.flatviews import ops_view, top_view
-from layerscope.render.layout import Line
+from layerscope.render.layout import MIN_WIDTH, Line, too_narrow
 from layerscope.render.options import ViewOptions
 from layerscope.render.treeviews import repr_view, table_parts, table_view, tree_view
 
 __all__ = ["MIN_WIDTH", "build", "table_parts"]
-
-#: Below this width a view is one line saying so (a table of 10 columns helps nobody).
-MIN_WIDTH = 20
 
 
 def build(profile: Profile, options: ViewOptions) -> Builder:
@@ -33,12 +30,6 @@ def build(profile: Profile, options: ViewOptions) -> Builder:
     }[options.view](ctx)
 
     def lay_out(width: int) -> list[Line]:
-        if width < MIN_WIDTH:
-            text = (
-                f"({width} columns is too narrow for layerscope's views: give a width of at "
-                f"least {MIN_WIDTH})"
-            )
-            return [[(text, "layerscope.notice")]]
-        return view(width)
+        return too_narrow(width) or view(width)
 
     return lay_out
