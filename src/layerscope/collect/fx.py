@@ -42,7 +42,7 @@ from layerscope.collect.timing import (
     replay_backward_log,
 )
 from layerscope.collect.timing.clock import Stamper
-from layerscope.collect.timing.spans import RepeatSpans, backward_intervals
+from layerscope.collect.timing.spans import RepeatSpans, logged_backward
 from layerscope.errors import InvalidInputError, LayerscopeError
 from layerscope.profile import Profile
 
@@ -262,15 +262,9 @@ def fx_runs(ctx: PassContext, result: TimingResult) -> None:
             t0 = stamper.ns(t_start)
             spans = _spans(index, fmap, log, stamper, t0, stamper.ns(t_end) - t0, options.ops)
             if options.backward:
-                spans.backward = backward_intervals(
-                    stamper.ns(b_start),
-                    stamper.ns(b_end),
-                    [owner for owner, _ in b_log],
-                    [stamper.ns(stamp) for _, stamp in b_log],
-                    t0,
-                    index.root,
+                spans.backward, spans.end = logged_backward(
+                    stamper, b_start, b_end, b_log, t0, index.root
                 )
-                spans.end = stamper.ns(b_end) - t0
             result.spans.append(spans)
         used = [s for _, t0, t1, _ in log for s in (t0, t1)] + [s for _, s in b_log]
         used += [t_start, t_end]

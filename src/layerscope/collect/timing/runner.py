@@ -29,9 +29,9 @@ from layerscope.collect.timing.progress import Progress
 from layerscope.collect.timing.result import TimingResult, _module_nodes, add_repeat
 from layerscope.collect.timing.spans import (
     RepeatSpans,
-    backward_intervals,
     build_trace,
     forward_spans,
+    logged_backward,
 )
 from layerscope.errors import InvalidInputError, LayerscopeError
 from layerscope.gcpause import gc_paused
@@ -247,15 +247,9 @@ def _hooks_runs(ctx: PassContext, result: TimingResult) -> None:
                 bwd_self = replay_backward_log(
                     len(index), stamper, b_start, b_end, b_log, ctx.overhead
                 )
-                spans.backward = backward_intervals(
-                    stamper.ns(b_start),
-                    stamper.ns(b_end),
-                    [owner for owner, _ in b_log],
-                    [stamper.ns(stamp) for _, stamp in b_log],
-                    t0,
-                    index.root,
+                spans.backward, spans.end = logged_backward(
+                    stamper, b_start, b_end, b_log, t0, index.root
                 )
-                spans.end = stamper.ns(b_end) - t0
             add_repeat(result, index, fwd, bwd_self)
             result.spans.append(spans)
         used = [origin, *(e[1] for e in entries), *(s for _, s in b_log)]

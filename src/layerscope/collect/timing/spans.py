@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
+from layerscope.collect.timing.clock import Stamper
 from layerscope.collect.timing.index import ModuleIndex
 
 #: (tree node, start ns, end ns), relative to the start of the run.
@@ -77,6 +78,28 @@ def backward_intervals(
         prev_t, prev_owner = t, owner
     out.append((prev_owner, prev_t - origin, end - origin))
     return out
+
+
+def logged_backward(
+    stamper: Stamper,
+    start: Any,
+    end: Any,
+    log: Sequence[tuple[int, Any]],
+    origin: float,
+    root: int = 0,
+) -> tuple[list[NodeSpan], float]:
+    """``backward_intervals`` of one repeat's backward log of ``(owner, stamp)`` pairs,
+    stamps read through ``stamper``, and the repeat's end relative to ``origin``."""
+    end_ns = stamper.ns(end)
+    stretches = backward_intervals(
+        stamper.ns(start),
+        end_ns,
+        [owner for owner, _ in log],
+        [stamper.ns(stamp) for _, stamp in log],
+        origin,
+        root,
+    )
+    return stretches, end_ns - origin
 
 
 def nest_backward(
