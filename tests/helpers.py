@@ -14,7 +14,7 @@ import random
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.nn.modules.module as torch_module
@@ -394,3 +394,24 @@ class SimpleModel(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.repeat_1x2(self.single_1(x))
         return self.single_3(self.repeat_2x3(self.single_2(x)))  # type: ignore[no-any-return]
+
+
+class Advancing(Protocol):
+    """A fake clock: ``advance(ns)`` moves it forward."""
+
+    def advance(self, ns: int) -> None: ...
+
+
+class Burn(torch.autograd.Function):
+    """Identity whose backward advances a fake clock by ``ns`` (timing tests)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, clock: Advancing, ns: int) -> Tensor:
+        ctx.clock = clock
+        ctx.ns = ns
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
+        ctx.clock.advance(ctx.ns)
+        return grad, None, None

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor, nn
 
 import layerscope as ls
-from helpers import ModelSnapshot
+from helpers import Burn, ModelSnapshot
 from layerscope import examples
 from layerscope.analysis.fold import fold
 from layerscope.collect.timing import (
@@ -71,21 +71,6 @@ class Cycle:
         return v
 
 
-class _Burn(torch.autograd.Function):
-    """Identity whose backward advances the fake clock by ``ns``."""
-
-    @staticmethod
-    def forward(ctx: Any, x: Tensor, clock: FakeClock, ns: int) -> Tensor:
-        ctx.clock = clock
-        ctx.ns = ns
-        return x.clone()
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
-        ctx.clock.advance(ctx.ns)
-        return grad, None, None
-
-
 class Work(nn.Module):
     """Forward takes the next of ``durations`` ns; backward ``backward_ns`` (if given)."""
 
@@ -100,7 +85,7 @@ class Work(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         self.clock.advance(self.durations.next())
         if self.backward_ns is not None:
-            out: Tensor = _Burn.apply(  # type: ignore[no-untyped-call]
+            out: Tensor = Burn.apply(  # type: ignore[no-untyped-call]
                 x, self.clock, self.backward_ns
             )
             return out
@@ -120,7 +105,7 @@ class Net(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         self.clock.advance(5)
         y = self.b(self.a(x * self.scale))
-        out: Tensor = _Burn.apply(  # type: ignore[no-untyped-call]
+        out: Tensor = Burn.apply(  # type: ignore[no-untyped-call]
             y, self.clock, 7
         )
         return out

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor, nn
 
 import layerscope as ls
+from helpers import Burn
 from layerscope import examples
 from layerscope.collect.timing import time_profile
 from layerscope.collect.timing.index import ModuleIndex
@@ -271,21 +272,6 @@ class Clock:
         self.now += ns
 
 
-class _Burn(torch.autograd.Function):
-    """Identity whose backward advances the fake clock by ``ns``."""
-
-    @staticmethod
-    def forward(ctx: Any, x: Tensor, clock: Clock, ns: int) -> Tensor:
-        ctx.clock = clock
-        ctx.ns = ns
-        return x.clone()
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
-        ctx.clock.advance(ctx.ns)
-        return grad, None, None
-
-
 class Work(nn.Module):
     """Forward takes the next of ``durations`` (each handed out twice: the bare and the
     instrumented run of one repeat), backward ``backward_ns``."""
@@ -300,7 +286,7 @@ class Work(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         self.clock.advance(self.durations[(self.i // 2) % len(self.durations)])
         self.i += 1
-        out: Tensor = _Burn.apply(x, self.clock, self.backward_ns)  # type: ignore[no-untyped-call]
+        out: Tensor = Burn.apply(x, self.clock, self.backward_ns)  # type: ignore[no-untyped-call]
         return out
 
 
@@ -317,7 +303,7 @@ class Net(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         self.clock.advance(5)
         y = self.b(self.a(x * self.scale))
-        out: Tensor = _Burn.apply(y, self.clock, 7)  # type: ignore[no-untyped-call]
+        out: Tensor = Burn.apply(y, self.clock, 7)  # type: ignore[no-untyped-call]
         return out
 
 
