@@ -35,3 +35,14 @@ def seeded_one_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def default_display_config(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The shipped display config, whatever LAYERSCOPE_CONFIG says or a test loads."""
+    from layerscope.render import config
+
+    monkeypatch.delenv(config.ENV_VAR, raising=False)
+    config.reset()
+    yield
+    config.reset()

@@ -6,7 +6,6 @@ from __future__ import annotations
 import copy
 import pickle
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,12 +38,7 @@ THEME = {
 DEFAULT_COLUMN = ColumnStyle(justify=None, style="", overflow="ellipsis", header=None)
 
 
-@pytest.fixture(autouse=True)
-def restore_default_config(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.delenv(config.ENV_VAR, raising=False)
-    config.reset()
-    yield
-    config.reset()
+pytestmark = pytest.mark.usefixtures("default_display_config")
 
 
 def write(tmp_path: Path, text: str, name: str = "display.yaml") -> Path:

@@ -9,7 +9,6 @@ import io
 import json
 import os
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,16 +22,9 @@ from layerscope.analysis.diff import Change, ProfileDiff, diff
 from layerscope.errors import InvalidInputError
 from layerscope.examples import EXAMPLES
 from layerscope.profile import Profile
-from layerscope.render import config
 from viewmodels import build, node, small
 
-
-@pytest.fixture(autouse=True)
-def default_config(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.delenv(config.ENV_VAR, raising=False)
-    config.reset()
-    yield
-    config.reset()
+pytestmark = pytest.mark.usefixtures("default_display_config")
 
 
 def mlp() -> nn.Sequential:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,13 +19,7 @@ from layerscope.cli import main
 from layerscope.render import config
 from viewmodels import small
 
-
-@pytest.fixture(autouse=True)
-def default_config(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.delenv(config.ENV_VAR, raising=False)
-    config.reset()
-    yield
-    config.reset()
+pytestmark = pytest.mark.usefixtures("default_display_config")
 
 
 def console(**kwargs: object) -> tuple[Console, io.StringIO]:
