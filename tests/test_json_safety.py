@@ -517,7 +517,9 @@ def test_random_damage_is_refused_or_harmless(data: st.DataObject) -> None:
         if isinstance(container, dict) and data.draw(st.booleans()):
             del container[key]
         else:
-            container[key] = data.draw(NASTY)
+            # A copy: st.just gives the same object every time, and a later mutation
+            # inside it would change the strategy itself (or nest it in itself).
+            container[key] = copy.deepcopy(data.draw(NASTY))
     try:
         prof = ls.Profile.from_dict(profile_dict)
     except ls.SchemaError:
