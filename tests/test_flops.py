@@ -15,7 +15,8 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 import layerscope as ls
 from helpers import ModelSnapshot
 from layerscope.examples import EXAMPLES
-from layerscope.metrics.flops import Cost
+from layerscope.metrics import flop_counter
+from layerscope.metrics.flops import Cost, FlopFormulaError
 
 
 def mlp() -> nn.Module:
@@ -295,12 +296,24 @@ def test_no_grad_forward_has_no_backward_keys() -> None:
         ls.profile(model, x, backward=True)
 
 
-def test_formula_that_raises_is_reported_not_fatal() -> None:
+def test_user_formula_that_raises_stops_the_run() -> None:
     op = torch.ops.layerscope_test.scale.default
 
     def broken(x: torch.Tensor, *, out: torch.Tensor) -> Cost:
         raise ZeroDivisionError("bad formula")
 
+    with pytest.raises(FlopFormulaError, match=r"broken for layerscope_test\.scale\.default"):
+        ls.profile(UsesCustomOp(), torch.randn(2, 4), flop_formulas={op: broken})
+
+
+def test_builtin_formula_that_raises_is_reported_not_fatal(monkeypatch: pytest.MonkeyPatch) -> None:
+    op = torch.ops.layerscope_test.scale.default
+
+    def broken(x: torch.Tensor, *, out: torch.Tensor) -> Cost:
+        raise ZeroDivisionError("bad formula")
+
+    # A failing formula of layerscope's own must not stop the user's run.
+    monkeypatch.setattr(flop_counter, "is_builtin_formula", lambda formula: formula is broken)
     prof = ls.profile(UsesCustomOp(), torch.randn(2, 4), flop_formulas={op: broken})
     entry = prof.unsupported_ops["layerscope_test.scale.default"]
     assert entry["count"] == 1 and "bad formula" in entry["error"]

@@ -14,10 +14,12 @@ from layerscope.collect.session import Profiler, profile
 from layerscope.errors import (
     ConfigError,
     ExportError,
+    FlopFormulaError,
     InvalidInputError,
     LayerscopeError,
     MissingDependencyError,
     ModelError,
+    ObserverError,
     ProfileCheckError,
     SchemaError,
 )
@@ -40,6 +42,7 @@ __all__ = [
     "ConfigError",
     "Cost",
     "ExportError",
+    "FlopFormulaError",
     "InvalidInputError",
     "LayerscopeError",
     "MemoryObserver",
@@ -49,6 +52,7 @@ __all__ = [
     "NonFiniteError",
     "NonFiniteWarning",
     "NumericsObserver",
+    "ObserverError",
     "Profile",
     "ProfileCheckError",
     "ProfileDiff",

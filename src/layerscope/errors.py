@@ -52,3 +52,31 @@ class ExportError(LayerscopeError, OSError):
 
 class MissingDependencyError(LayerscopeError, ImportError):
     """An optional dependency is not installed; the message names the extra to install."""
+
+
+class FlopFormulaError(InvalidInputError):
+    """A user's FLOP formula failed: it raised, or returned something other than a
+    ``Cost`` of non-negative integer ``macs`` and ``flops``.
+
+    ``op`` names the aten op and ``formula`` the formula (its ``__qualname__``); the
+    original exception, if any, is chained as ``__cause__``.
+    """
+
+    def __init__(self, message: str, op: str = "", formula: str = ""):
+        super().__init__(message)
+        self.op = op
+        self.formula = formula
+
+
+class ObserverError(LayerscopeError):
+    """An observer (``layerscope.collect.observer.Observer``) raised in one of its
+    callbacks: the fault is the measurement's, not the model's.
+
+    ``observer`` names its class and ``callback`` the method (``on_op``, ``on_enter``,
+    ...); the original exception is chained as ``__cause__``.
+    """
+
+    def __init__(self, message: str, observer: str = "", callback: str = ""):
+        super().__init__(message)
+        self.observer = observer
+        self.callback = callback

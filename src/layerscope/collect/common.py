@@ -1,9 +1,11 @@
 """Small pieces every pass of a session shares: which module to run, the default loss,
-and pausing the cyclic garbage collector around a measured run."""
+installing hook pairs, and the checks of plain option values (bools, bounded ints)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import numbers
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -33,6 +35,49 @@ def unwrap_model(model: Any) -> tuple[nn.Module, list[str]]:
     if not isinstance(model, nn.Module):
         raise InvalidInputError(f"expected a torch.nn.Module, got {type(model).__name__}")
     return model, notices
+
+
+def is_bool(value: object) -> bool:
+    """A real bool: Python's or numpy's (not 0/1, not a string)."""
+    if isinstance(value, bool):
+        return True
+    kind = type(value)
+    return kind.__module__ == "numpy" and kind.__name__ in ("bool", "bool_")
+
+
+def check_bool(name: str, value: object) -> bool:
+    """``value`` as a bool; ``InvalidInputError`` naming ``name`` if it is not one."""
+    if is_bool(value):
+        return bool(value)
+    raise InvalidInputError(f"{name} must be True or False, got {value!r}")
+
+
+def check_int(name: str, value: object, low: int, high: int | None = None) -> int:
+    """``value`` as an int in ``low..high`` (Python's or numpy's integers, not bools)."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        n = int(value)
+        if n >= low and (high is None or n <= high):
+            return n
+    allowed = f"an int from {low} to {high}" if high is not None else f"an int >= {low}"
+    raise InvalidInputError(f"{name} must be {allowed}, got {value!r}")
+
+
+@contextmanager
+def in_mode(model: nn.Module, mode: str | None) -> Iterator[None]:
+    """Run the block with the model in ``mode`` ("eval" or "train", through its own
+    ``train()``; None changes nothing) and put back every submodule's ``training`` flag
+    exactly as it was, whatever the block or ``train()`` did to them."""
+    if mode is None:
+        yield
+        return
+    flags = [(m, m.training) for m in model.modules()]
+    try:
+        model.train(mode == "train")
+        yield
+    finally:
+        for m, flag in flags:
+            if m.training is not flag:
+                m.training = flag
 
 
 def default_loss(out: Any) -> torch.Tensor:

@@ -26,7 +26,9 @@ from torch._C import DispatchKey
 from torch._ops import OpOverload
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from layerscope.collect.observer import observer_error
 from layerscope.collect.scopes import ScopeTracker
+from layerscope.errors import LayerscopeError
 from layerscope.profile import Node
 
 _current_autograd_node = torch._C._current_autograd_node
@@ -119,7 +121,12 @@ class SessionMode(TorchDispatchMode):
         else:
             node, backward = self.tracker.backward_owner(grad_node), True
         for callback in self.callbacks:
-            callback(func, args, kwargs, out, node, backward)
+            try:
+                callback(func, args, kwargs, out, node, backward)
+            except LayerscopeError:
+                raise
+            except Exception as e:  # the observer's fault, not the model's
+                raise observer_error(callback, "on_op", e) from e
         return out
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 from itertools import chain
 from typing import Any
@@ -34,26 +35,39 @@ def first_embedding(model: nn.Module) -> nn.Embedding | nn.EmbeddingBag | None:
     return None
 
 
+def _is_dim(d: object) -> bool:
+    """An integer size: Python's or numpy's (bools too, refused with a precise message)."""
+    return isinstance(d, numbers.Integral)
+
+
 def normalise_shapes(input_shape: Any) -> list[tuple[int, ...]]:
-    """``(1, 3, 224, 224)`` is one input; ``[(1, 8), (1, 8)]`` is two."""
+    """``(1, 3, 224, 224)`` is one input; ``[(1, 8), (1, 8)]`` is two. Sizes may be numpy
+    integers; they come back as Python ints."""
     if isinstance(input_shape, torch.Size) or (
-        isinstance(input_shape, Sequence) and all(isinstance(d, int) for d in input_shape)
+        isinstance(input_shape, Sequence)
+        and not isinstance(input_shape, str)
+        and all(map(_is_dim, input_shape))
     ):
         shapes = [tuple(input_shape)]
     elif (
         isinstance(input_shape, Sequence)
+        and not isinstance(input_shape, str)
         and input_shape
-        and all(isinstance(s, Sequence) and all(isinstance(d, int) for d in s) for s in input_shape)
+        and all(
+            isinstance(s, Sequence) and not isinstance(s, str) and all(map(_is_dim, s))
+            for s in input_shape
+        )
     ):
         shapes = [tuple(s) for s in input_shape]
     else:
         raise InvalidInputError(
-            f"input_shape must be a sequence of ints or a list of them, got {input_shape!r}"
+            "input_shape must be a sequence of ints (one input, e.g. (1, 3, 224, 224)) or a "
+            f"list of them (several inputs, e.g. [(1, 8), (1, 8)]), got {input_shape!r}"
         )
     for s in shapes:
         if any(isinstance(d, bool) or d < 0 for d in s):
-            raise InvalidInputError(f"input_shape dimensions must be non-negative ints, got {s}")
-    return shapes
+            raise InvalidInputError(f"input_shape dimensions must be non-negative ints, got {s!r}")
+    return [tuple(int(d) for d in s) for s in shapes]
 
 
 def random_inputs(

@@ -3,15 +3,22 @@
 The session owns the hooks and the one dispatch mode; an ``Observer`` only receives
 events. Override what you need; the session calls only the methods an observer
 overrides (``on_op`` needs the dispatch mode, which runs only if some observer wants it).
+
+An exception an observer raises in any of these methods is the measurement's fault, not
+the model's: the session re-raises it as ``ObserverError`` (``observer_error``), the
+original chained, unless it is a ``LayerscopeError`` already (``NonFiniteError``, a user's
+``FlopFormulaError``), which goes through as it is.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from torch import nn
 from torch._ops import OpOverload
 
+from layerscope.errors import ObserverError
 from layerscope.profile import Node, Profile
 
 if TYPE_CHECKING:
@@ -53,3 +60,15 @@ class Observer:
     def overrides(cls, name: str) -> bool:
         """Whether this observer's class implements ``name`` (so the session must call it)."""
         return getattr(cls, name) is not getattr(Observer, name)
+
+
+def observer_error(callback: Callable[..., Any], name: str, error: BaseException) -> ObserverError:
+    """The ``ObserverError`` for ``error``, raised by ``callback``, an observer's bound
+    method ``name``; raise it ``from error``."""
+    owner = getattr(callback, "__self__", None)
+    cls = type(owner).__qualname__ if owner is not None else "<unknown>"
+    return ObserverError(
+        f"observer {cls} raised {type(error).__name__} in {name}: {error}",
+        observer=cls,
+        callback=name,
+    )

@@ -37,9 +37,10 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from layerscope.collect.common import install_hook_pairs, remove_hooks
-from layerscope.collect.observer import Observer
+from layerscope.collect.observer import Observer, observer_error
 from layerscope.collect.signature import MAX_LEAVES, flatten, flatten_call, spec_of
 from layerscope.collect.tree import ModelTree
+from layerscope.errors import LayerscopeError
 from layerscope.profile import Node, Signature
 
 #: Distinct input/output signatures kept per module; later distinct ones are only counted.
@@ -236,7 +237,12 @@ class ScopeTracker:
         self.current_in_backward = in_backward
         self._owns_new_grad_nodes(node)
         for on_enter in self._enter:
-            on_enter(node, module, args, kwargs)
+            try:
+                on_enter(node, module, args, kwargs)
+            except LayerscopeError:
+                raise
+            except Exception as e:  # the observer's fault, not the model's
+                raise observer_error(on_enter, "on_enter", e) from e
 
     def _post(
         self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any
@@ -253,8 +259,7 @@ class ScopeTracker:
             return
         self._drop_frames(i)
         self.mark_error_site(exc, node)
-        for on_exit in self._exit:
-            on_exit(node, module, None, True)
+        self._notify_exit(node, module, None, True)
 
     def _drop_frames(self, i: int) -> Node:
         """Pop the stack down to below frame ``i`` (whose node is returned): the module
@@ -280,8 +285,18 @@ class ScopeTracker:
             else:
                 key = _tensor_key(output) if type(output) is tuple else None
             self._remember(node, True, key, flatten, output)
+        if self._exit:
+            self._notify_exit(node, module, output, False)
+
+    def _notify_exit(self, node: Node, module: nn.Module, output: Any, raised: bool) -> None:
+        """Hand a module's exit to the observers; what they raise is an ObserverError."""
         for on_exit in self._exit:
-            on_exit(node, module, output, False)
+            try:
+                on_exit(node, module, output, raised)
+            except LayerscopeError:
+                raise
+            except Exception as e:  # the observer's fault, not the model's
+                raise observer_error(on_exit, "on_exit", e) from e
 
     def _remember(
         self, node: Node, output: bool, key: Any, flat: Callable[..., Signature], *value: Any

@@ -14,10 +14,23 @@ from typing import Any
 import torch
 from torch import nn
 
-from layerscope.collect.common import default_loss, unwrap_model
+from layerscope.collect.common import check_bool, default_loss, in_mode, unwrap_model
 from layerscope.collect.dispatch import SessionMode
 from layerscope.collect.inputs import model_device_dtype, random_inputs
-from layerscope.collect.observer import Observer
+from layerscope.collect.observer import Observer, observer_error
+from layerscope.collect.options import NUMERICS_OPTIONS as NUMERICS_OPTIONS
+from layerscope.collect.options import TIMING_OPTIONS as TIMING_OPTIONS
+from layerscope.collect.options import (
+    Mode,
+    check_callable,
+    check_dtype,
+    check_input_shape,
+    check_mode,
+    check_numerics,
+    check_session,
+    check_timing,
+    check_timing_device,
+)
 from layerscope.collect.scopes import MAX_SIGNATURES, ScopeTracker
 from layerscope.collect.signature import dtype_name, iter_tensors
 from layerscope.collect.state import ModelState
@@ -55,16 +68,23 @@ class Profiler:
         observers: Sequence[Observer] = (),
     ) -> None:
         self.model, self._notices = unwrap_model(model)
-        self.record_shapes = record_shapes
+        options = check_session(
+            record_shapes=record_shapes,
+            count_flops=count_flops,
+            flop_formulas=flop_formulas,
+            numerics=numerics,
+            memory=memory,
+            observers=observers,
+        )
+        self.record_shapes = options.record_shapes
         self.observers: list[Observer] = []
-        if count_flops:
-            self.observers.append(FlopCounter(flop_formulas))
-        if memory:
+        if options.count_flops:
+            self.observers.append(FlopCounter(options.flop_formulas))
+        if options.memory:
             self.observers.append(MemoryObserver())
-        numerics_kwargs = numerics_options(numerics)
-        if numerics_kwargs is not None:
-            self.observers.append(NumericsObserver(**numerics_kwargs))
-        self.observers.extend(observers)
+        if options.numerics is not None:
+            self.observers.append(NumericsObserver(**options.numerics))
+        self.observers.extend(options.observers)
         self._tracker: ScopeTracker | None = None
         self._mode: SessionMode | None = None
         self._profile: Profile | None = None
@@ -80,7 +100,7 @@ class Profiler:
         installed: list[Observer] = []
         try:
             for observer in self.observers:
-                observer.install(self._tracker)
+                _call_observer(observer, "install", self._tracker)
                 installed.append(observer)
             on_op = [o.on_op for o in self.observers if o.overrides("on_op")]
             if on_op:
@@ -93,9 +113,10 @@ class Profiler:
                 self._mode = SessionMode(self._tracker, on_op)
                 self._mode.__enter__()  # type: ignore[no-untyped-call]
         except BaseException:
-            for observer in reversed(installed):
-                observer.uninstall()
-            self._tracker.uninstall()
+            try:
+                _uninstall(installed)
+            finally:
+                self._tracker.uninstall()
             raise
         return self
 
@@ -106,15 +127,17 @@ class Profiler:
         tb: TracebackType | None,
     ) -> None:
         assert self._tracker is not None
+        failed: Exception | None = None
         try:
             if self._mode is not None:
                 self._mode.__exit__(None, None, None)  # type: ignore[no-untyped-call]
         finally:
             try:
-                for observer in reversed(self.observers):
-                    observer.uninstall()
+                failed = _uninstall(self.observers)
             finally:
                 self._tracker.uninstall()
+        if failed is not None:
+            raise failed
         if exc is not None:
             site = self._tracker.site_of(exc)
             if site is not None:
@@ -149,7 +172,7 @@ def profile(
     args: tuple[Any, ...] | list[Any] | None = None,
     kwargs: dict[str, Any] | None = None,
     input_shape: Any = None,
-    input_dtype: torch.dtype | None = None,
+    input_dtype: torch.dtype | str | None = None,
     backward: bool = False,
     loss_fn: Callable[[Any], torch.Tensor] | None = None,
     record_shapes: bool = True,
@@ -159,17 +182,26 @@ def profile(
     memory: bool = False,
     timing: bool | Mapping[str, Any] = False,
     observers: Sequence[Observer] = (),
+    mode: Mode | None = None,
 ) -> Profile:
     """Run ``model`` once under instrumentation and return its Profile.
 
     Input: one positional value (passed as ``model(inputs)``), ``args``/``kwargs``, or
     ``input_shape`` (random tensors on the model's device and dtype; token ids if the
-    model starts with an embedding). With no input at all, the profile has structure and
-    parameters only. The model is left exactly as found, gradients included.
+    model starts with an embedding; ``input_dtype`` a ``torch.dtype`` or a name such as
+    ``"float16"``). With no input at all, the profile has structure and parameters only.
+    The model is left exactly as found, gradients included. Every option is checked
+    before the model is touched (``InvalidInputError``).
+
+    - ``mode="eval"|"train"`` runs both passes with ``model.eval()``/``model.train()``
+      in force and puts every submodule's own flag back afterwards; None (default) runs
+      the model as it is. ``profile.model["training"]`` says which mode ran.
 
     - ``backward=True`` also runs ``loss_fn(output).backward()`` (default loss: the sum
       of every floating output tensor that requires grad) and measures the backward ops.
-    - ``flop_formulas`` overrides or adds FLOP formulas for this call, keyed by aten op.
+    - ``flop_formulas`` overrides or adds FLOP formulas for this call, keyed by op
+      (``torch.ops.aten.mm`` or ``torch.ops.aten.mm.default``). A formula of the user's
+      that raises or returns anything but a ``Cost`` raises ``FlopFormulaError``.
     - ``memory=True`` measures per module the bytes autograd saves for backward, output
       bytes and peak live bytes (gradient bytes after a backward), and the whole-model
       peaks in ``profile.memory``.
@@ -182,8 +214,9 @@ def profile(
       inputs: per-module forward (and backward) time, whole-model latency and
       throughput. A mapping instead of ``True`` sets its options (``timer``, ``warmup``,
       ``repeats``, ``sync``, ``grad_mode``, ``ops``, ``batch_size``, ``progress``; see
-      ``docs/timing.md``).
-    - ``observers`` adds measurements of your own (``layerscope.collect.observer``).
+      ``docs/timing.md``). Not on the meta device, where nothing runs to be timed.
+    - ``observers`` adds measurements of your own (``layerscope.collect.observer``); an
+      exception in one of their methods is raised as ``ObserverError``.
     """
     model, notices = unwrap_model(model)
     given = [
@@ -205,11 +238,25 @@ def profile(
         raise InvalidInputError(f"args must be a tuple or list, got {type(args).__name__}")
     if kwargs is not None and not isinstance(kwargs, dict):
         raise InvalidInputError(f"kwargs must be a dict, got {type(kwargs).__name__}")
+    shapes = check_input_shape(input_shape) if input_shape is not None else None
+    dtype = check_dtype("input_dtype", input_dtype) if input_dtype is not None else None
+    backward = check_bool("backward", backward)
+    check_callable("loss_fn", loss_fn, "a callable(output) -> loss tensor")
     if loss_fn is not None and not backward:
         raise InvalidInputError("loss_fn only applies with backward=True")
-    timing_options = _timing_options(timing)
-    # Without a backward there are no gradients to check: no tensor hooks for them.
-    numerics_kwargs = numerics_options(numerics, grads=backward)
+    run_mode = check_mode(mode)
+    timing_options = check_timing(timing, backward=backward, loss_fn=loss_fn)
+    # Builds the observers, checking their options. Without a backward there are no
+    # gradients to check: no tensor hooks for them.
+    p = Profiler(
+        model,
+        record_shapes=record_shapes,
+        count_flops=count_flops,
+        flop_formulas=flop_formulas,
+        numerics=check_numerics(numerics, grads=backward),
+        memory=memory,
+        observers=observers,
+    )
 
     will_run = bool(given) or bool(kwargs)
     if not will_run:
@@ -217,29 +264,22 @@ def profile(
             raise InvalidInputError("backward=True and timing need an input")
         tree = ModelTree.build(model)
         return build_profile(ScopeTracker(tree), ran=False, notices=notices, observers=())
+    if timing_options is not None:
+        check_timing_device(model, (args, kwargs, None if inputs is _MISSING else inputs))
 
     with gc_paused():
         state = ModelState.capture(model)
         try:
             if inputs is not _MISSING:
                 call_args: tuple[Any, ...] = (inputs,)
-            elif input_shape is not None:
-                call_args = random_inputs(model, input_shape, input_dtype)
+            elif shapes is not None:
+                call_args = random_inputs(model, shapes, dtype)
             else:
                 call_args = tuple(args or ())
             if backward:
                 state.add_inputs(iter_tensors((call_args, kwargs)))
-            p = Profiler(
-                model,
-                record_shapes=record_shapes,
-                count_flops=count_flops,
-                flop_formulas=flop_formulas,
-                numerics=numerics_kwargs,
-                memory=memory,
-                observers=observers,
-            )
             try:
-                with p:
+                with in_mode(model, run_mode), p:
                     out = model(*call_args, **(kwargs or {}))
                     if backward:
                         loss = loss_fn(out) if loss_fn is not None else default_loss(out)
@@ -264,72 +304,46 @@ def profile(
     prof.notices[:0] = notices  # what unwrapping the model found comes first
     prof.notices.extend(restore_notices)
     if timing_options is not None:
-        time_profile(
-            prof,
-            model,
-            call_args,
-            kwargs or {},
-            backward=backward,
-            loss_fn=loss_fn,
-            **timing_options,
-        )
+        with in_mode(model, run_mode):
+            time_profile(
+                prof,
+                model,
+                call_args,
+                kwargs or {},
+                backward=backward,
+                loss_fn=loss_fn,
+                **timing_options,
+            )
     return prof
-
-
-#: The options ``numerics=`` accepts as a mapping (``NumericsObserver``'s arguments).
-NUMERICS_OPTIONS = ("nonfinite", "stats", "grads", "underflow")
 
 
 def numerics_options(
     numerics: NonFiniteMode | Mapping[str, Any] | None, **defaults: Any
 ) -> dict[str, Any] | None:
     """``numerics=`` as ``NumericsObserver`` keyword arguments over ``defaults``."""
-    if numerics is None:
-        return None
-    if isinstance(numerics, str):
-        return {**defaults, "nonfinite": numerics}
-    if not isinstance(numerics, Mapping):
-        raise InvalidInputError(
-            "numerics must be 'record', 'warn', 'raise' or a mapping of options, got "
-            f"{type(numerics).__name__}"
-        )
-    unknown = sorted(set(numerics) - set(NUMERICS_OPTIONS))
-    if unknown:
-        raise InvalidInputError(
-            f"unknown numerics option(s) {', '.join(unknown)}; known: {', '.join(NUMERICS_OPTIONS)}"
-        )
-    return {**defaults, **numerics}
+    return check_numerics(numerics, **defaults)
 
 
-#: The options ``timing=`` accepts as a mapping (the rest of ``time_profile``'s are set by
-#: ``ls.profile`` itself).
-TIMING_OPTIONS = (
-    "timer",
-    "warmup",
-    "repeats",
-    "sync",
-    "grad_mode",
-    "ops",
-    "batch_size",
-    "progress",
-)
+def _call_observer(observer: Observer, name: str, *args: Any) -> None:
+    """Call an observer's lifecycle method ``name``; what it raises is an ``ObserverError``."""
+    method = getattr(observer, name)
+    try:
+        method(*args)
+    except LayerscopeError:
+        raise
+    except Exception as e:
+        raise observer_error(method, name, e) from e
 
 
-def _timing_options(timing: bool | Mapping[str, Any]) -> dict[str, Any] | None:
-    if timing is False:
-        return None
-    if timing is True:
-        return {}
-    if not isinstance(timing, Mapping):
-        raise InvalidInputError(
-            f"timing must be True/False or a mapping of options, got {type(timing).__name__}"
-        )
-    unknown = sorted(set(timing) - set(TIMING_OPTIONS))
-    if unknown:
-        raise InvalidInputError(
-            f"unknown timing option(s) {', '.join(unknown)}; known: {', '.join(TIMING_OPTIONS)}"
-        )
-    return dict(timing)
+def _uninstall(observers: Sequence[Observer]) -> Exception | None:
+    """Uninstall every observer, last first, even when one fails; the first failure."""
+    failed: Exception | None = None
+    for observer in reversed(observers):
+        try:
+            _call_observer(observer, "uninstall")
+        except Exception as e:
+            failed = failed or e
+    return failed
 
 
 def _describe(node: Node) -> str:
@@ -401,7 +415,7 @@ def build_profile(
                 )
     prof = Profile(root=tree.root, notices=notices)
     for observer in observers:
-        observer.finish(prof)
+        _call_observer(observer, "finish", prof)
     prof.rollup()
     device, dtype = model_device_dtype(tree.model)
     prof.model = {

@@ -3,8 +3,11 @@
 Forward work goes to ``macs``/``flops``, backward work to ``backward_macs``/
 ``backward_flops`` of the module the dispatch mode names. An op with no formula (and not
 on the zero-cost list) is recorded in ``unsupported`` with its count per phase and the
-modules it ran in, never silently counted as 0; so is an op whose formula raised (with the
-error), so that a broken formula cannot stop the user's run.
+modules it ran in, never silently counted as 0; so is an op whose built-in formula failed
+(with the error), so that a bug of layerscope's cannot stop the user's run. A formula of
+the user's own (``flop_formulas=`` or ``register_flop_formula``) that fails raises
+``FlopFormulaError`` out of the session instead: the user can fix it, and a silently
+partial count would hide it.
 """
 
 from __future__ import annotations
@@ -15,7 +18,14 @@ from typing import Any
 from torch._ops import OpOverload
 
 from layerscope.collect.observer import Observer
-from layerscope.metrics.flops import Cost, FlopFormulaError, Formula, evaluate, resolve
+from layerscope.metrics.flops import (
+    Cost,
+    FlopFormulaError,
+    Formula,
+    evaluate,
+    is_builtin_formula,
+    resolve,
+)
 from layerscope.profile import Node, Profile
 
 FORWARD_KEYS = ("macs", "flops")
@@ -55,7 +65,10 @@ class FlopCounter(Observer):
             return
         try:
             cost = evaluate(func, priced, args, kwargs, out)
-        except FlopFormulaError as e:  # a broken formula must not stop the user's run
+        except FlopFormulaError as e:
+            if not is_builtin_formula(priced):
+                raise  # the user's own formula: theirs to fix
+            # a broken built-in formula must not stop the user's run
             self._unsupported(func, node, backward).setdefault("error", str(e))
             return
         m = node.self_metrics

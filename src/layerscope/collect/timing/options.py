@@ -9,13 +9,17 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, TypeVar
 
 import torch
 from torch import Tensor
 
+from layerscope.collect.common import check_bool, check_int, is_bool
 from layerscope.errors import InvalidInputError
 
+#: The most timed repeats and warmup runs a timing pass takes.
+MAX_REPEATS = 10_000
+MAX_WARMUP = 10_000
 #: A clock: integer nanoseconds from an arbitrary origin, like ``time.perf_counter_ns``.
 Clock: TypeAlias = Callable[[], int]
 #: ``progress``: None (auto: a bar on a terminal when the pass takes over ~1 s), a bool,
@@ -57,26 +61,19 @@ class TimingOptions:
     correct_overhead: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("warmup", "repeats"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int):
-                raise InvalidInputError(f"{name} must be an int, got {v!r}")
-        if self.warmup < 0:
-            raise InvalidInputError(f"warmup must be >= 0, got {self.warmup}")
-        if self.repeats < 1:
-            raise InvalidInputError(f"repeats must be >= 1, got {self.repeats}")
-        try:
-            object.__setattr__(self, "timer", Timer(self.timer))
-        except ValueError:
-            known = ", ".join(repr(t.value) for t in Timer)
-            raise InvalidInputError(f"unknown timer {self.timer!r}; use one of {known}") from None
-        try:
-            object.__setattr__(self, "grad_mode", GradMode(self.grad_mode))
-        except ValueError:
-            known = ", ".join(repr(g.value) for g in GradMode)
+        def put(name: str, value: Any) -> None:
+            object.__setattr__(self, name, value)
+
+        put("warmup", check_int("warmup", self.warmup, 0, MAX_WARMUP))
+        put("repeats", check_int("repeats", self.repeats, 1, MAX_REPEATS))
+        for name in ("backward", "sync", "ops", "correct_overhead"):
+            put(name, check_bool(name, getattr(self, name)))
+        put("timer", _choice("timer", self.timer, Timer))
+        put("grad_mode", _choice("grad_mode", self.grad_mode, GradMode))
+        if self.loss_fn is not None and not callable(self.loss_fn):
             raise InvalidInputError(
-                f"unknown grad_mode {self.grad_mode!r}; use one of {known}"
-            ) from None
+                f"loss_fn must be a callable(output) -> loss tensor, got {self.loss_fn!r}"
+            )
         if self.loss_fn is not None and not self.backward:
             raise InvalidInputError("loss_fn only applies with backward=True")
         if self.backward and self.grad_mode is not GradMode.ENABLED:
@@ -84,19 +81,21 @@ class TimingOptions:
                 "backward=True needs gradients; it cannot run with "
                 f"grad_mode={self.grad_mode.value!r}"
             )
-        if self.batch_size is not None and (
-            isinstance(self.batch_size, bool)
-            or not isinstance(self.batch_size, int)
-            or self.batch_size < 1
-        ):
-            raise InvalidInputError(f"batch_size must be a positive int, got {self.batch_size!r}")
+        if self.batch_size is not None:
+            put("batch_size", check_int("batch_size", self.batch_size, 1))
         if self.ops and self.timer is Timer.HOOKS:
             raise InvalidInputError("ops=True needs timer='kineto' or timer='fx'")
         if self.clock is not None and not callable(self.clock):
-            raise InvalidInputError("clock must be a callable returning nanoseconds")
+            raise InvalidInputError(
+                f"clock must be a callable returning nanoseconds, got {self.clock!r}"
+            )
         p = self.progress
-        if p is not None and not isinstance(p, bool) and not callable(p):
-            raise InvalidInputError("progress must be None, a bool or a callable(done, total)")
+        if is_bool(p):
+            put("progress", bool(p))
+        elif p is not None and not callable(p):
+            raise InvalidInputError(
+                f"progress must be None, True/False or a callable(done, total), got {p!r}"
+            )
 
     def grad_context(self) -> AbstractContextManager[Any]:
         if self.grad_mode is GradMode.NO_GRAD:
@@ -104,3 +103,15 @@ class TimingOptions:
         if self.grad_mode is GradMode.INFERENCE:
             return torch.inference_mode()
         return nullcontext()
+
+
+_E = TypeVar("_E", Timer, GradMode)
+
+
+def _choice(name: str, value: object, kind: type[_E]) -> _E:
+    """``value`` (an enum member or its string) as a member of ``kind``."""
+    try:
+        return kind(value)
+    except ValueError:
+        known = ", ".join(repr(m.value) for m in kind)
+        raise InvalidInputError(f"unknown {name} {value!r}; use one of {known}") from None

@@ -5,10 +5,15 @@ A formula is a pure function of shapes and arguments: it is called as
 returned, reads only ``.shape``, ``.dtype`` and ``.numel()`` of tensors (real, ``meta`` or
 fake) and returns a ``Cost``. Formulas are keyed by ``OpOverload`` or by
 ``OpOverloadPacket``; an overload's own formula wins over its packet's.
+
+``evaluate`` checks what a formula returns; a failure is a ``FlopFormulaError``. The
+formulas layerscope ships are remembered (``is_builtin_formula``), so that a session can
+report a failing built-in formula as an unsupported op but stop on a user's own.
 """
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeAlias
@@ -16,7 +21,7 @@ from typing import Any, TypeAlias
 import torch
 from torch._ops import OpOverload, OpOverloadPacket
 
-from layerscope.errors import LayerscopeError
+from layerscope.errors import FlopFormulaError
 
 __all__ = [
     "FLOP_REGISTRY",
@@ -28,9 +33,13 @@ __all__ = [
     "OpKey",
     "aten_ops",
     "evaluate",
+    "formula_name",
+    "is_builtin_formula",
     "is_zero_cost",
     "lookup",
+    "mark_builtin_formulas",
     "op_cost",
+    "op_key_problem",
     "register_flop_formula",
     "register_zero_cost",
     "resolve",
@@ -62,10 +71,6 @@ Formula: TypeAlias = Callable[..., Cost]
 OpKey: TypeAlias = OpOverload | OpOverloadPacket
 
 
-class FlopFormulaError(LayerscopeError):
-    """A FLOP formula raised on the arguments of the op it was registered for."""
-
-
 #: Built-in and user-registered formulas, keyed by overload or packet.
 FLOP_REGISTRY: dict[OpKey, Formula] = {}
 
@@ -73,12 +78,74 @@ FLOP_REGISTRY: dict[OpKey, Formula] = {}
 ZERO_COST_OPS: set[OpKey] = set()
 
 
+#: id -> formula of every formula layerscope registers itself (the formula is kept, so
+#: its id stays its own).
+_BUILTIN: dict[int, Formula] = {}
+
+
+def mark_builtin_formulas() -> None:
+    """Remember every formula registered so far as one of layerscope's own (called once
+    the formula modules are imported)."""
+    _BUILTIN.update((id(f), f) for f in FLOP_REGISTRY.values())
+
+
+def is_builtin_formula(formula: object) -> bool:
+    """Whether ``formula`` is one that layerscope ships (not a user's)."""
+    return _BUILTIN.get(id(formula)) is formula
+
+
+def formula_name(formula: object) -> str:
+    """How a message names a formula: its ``__qualname__`` (a partial's function's)."""
+    target = getattr(formula, "func", formula)  # functools.partial
+    name = getattr(target, "__qualname__", None)
+    return name if isinstance(name, str) else type(formula).__qualname__
+
+
+def _suggest_op(text: str) -> str:
+    """``torch.ops...`` spelling of an op written as a string: "aten::mm", "aten.mm.default"
+    (as ``unsupported_ops`` lists it) or a bare "mm"."""
+    text = text.strip()
+    if "::" in text:
+        namespace, _, rest = text.partition("::")
+    elif "." in text:
+        namespace, _, rest = text.partition(".")
+    else:
+        namespace, rest = "aten", text
+    parts = [p for p in (namespace, *rest.split(".")) if p]
+    if not parts or not all(p.isidentifier() for p in parts):
+        return "torch.ops.aten.mm"
+    return "torch.ops." + ".".join(parts)
+
+
+def op_key_problem(key: object) -> str:
+    """Why ``key`` is not an op a formula can be keyed by, and what to pass instead."""
+    if isinstance(key, str):
+        op = _suggest_op(key)
+        if op.count(".") > 3:  # torch.ops.<namespace>.<name>.<overload>
+            packet = op.rsplit(".", 1)[0]
+            which = f"{op} (this overload) or {packet} (all its overloads)"
+        else:
+            which = f"{op} (all its overloads) or one overload, such as {op}.default"
+        return f"{key!r} is a string, not an op; pass the op itself: {which}"
+    if callable(key):
+        module = getattr(key, "__module__", None)
+        name = getattr(key, "__name__", None) or type(key).__name__
+        shown = f"{module}.{name}" if module else name
+        return (
+            f"{shown} is a Python callable, not an op; pass the aten op it runs, such as "
+            "torch.ops.aten.mm (all overloads) or torch.ops.aten.mm.default (one), as "
+            "unsupported_ops names them"
+        )
+    return (
+        f"{key!r} ({type(key).__name__}) is not an op; pass a torch._ops.OpOverloadPacket "
+        "such as torch.ops.aten.mm or an OpOverload such as torch.ops.aten.mm.default "
+        "(custom ops too: torch.ops.mylib.op)"
+    )
+
+
 def _check_op(op: object) -> OpKey:
     if not isinstance(op, (OpOverload, OpOverloadPacket)):
-        raise TypeError(
-            "expected an aten op such as torch.ops.aten.mm or torch.ops.aten.mm.default, "
-            f"got {op!r} of type {type(op).__name__}"
-        )
+        raise TypeError(f"expected an aten op: {op_key_problem(op)}")
     return op
 
 
@@ -95,6 +162,8 @@ def register_flop_formula(
     checked = [_check_op(op) for op in ops]
 
     def decorate(formula: Formula) -> Formula:
+        if not callable(formula):
+            raise TypeError(f"a FLOP formula must be callable, got {formula!r}")
         for op in checked:
             if not replace and op in table:
                 raise ValueError(f"a FLOP formula is already registered for {op}")
@@ -150,7 +219,8 @@ def resolve(
 def evaluate(
     func: OpOverload, formula: Formula, args: tuple[Any, ...], kwargs: Mapping[str, Any], out: Any
 ) -> Cost:
-    """Call ``formula`` for one call of ``func``; ``FlopFormulaError`` if it raises.
+    """Call ``formula`` for one call of ``func``; ``FlopFormulaError`` if it raises or
+    returns anything but a ``Cost`` of non-negative integer ``macs`` and ``flops``.
 
     The ``out=`` tensor of an ``.out`` overload is the op's return value, so it is dropped
     from ``kwargs`` before the formula is called.
@@ -158,9 +228,46 @@ def evaluate(
     if "out" in kwargs:
         kwargs = {k: v for k, v in kwargs.items() if k != "out"}
     try:
-        return formula(*args, out=out, **kwargs)
+        cost = formula(*args, out=out, **kwargs)
     except Exception as e:
-        raise FlopFormulaError(f"the FLOP formula for {func} failed: {e!r}") from e
+        name = formula_name(formula)
+        raise FlopFormulaError(
+            f"the FLOP formula {name} for {func} raised {type(e).__name__}: {e}",
+            op=str(func),
+            formula=name,
+        ) from e
+    if (
+        type(cost) is Cost
+        and type(cost.macs) is int
+        and type(cost.flops) is int
+        and cost.macs >= 0
+        and cost.flops >= 0
+    ):
+        return cost
+    return _checked_cost(func, formula, cost)
+
+
+def _checked_cost(func: OpOverload, formula: Formula, cost: object) -> Cost:
+    """A formula's return value that is not plainly right: a Cost of other integers
+    (numpy's, symbolic sizes) made plain, anything else a ``FlopFormulaError``."""
+    if isinstance(cost, Cost):
+        counts: list[Any] = []
+        for v in (cost.macs, cost.flops):
+            if isinstance(v, torch.SymInt):
+                counts.append(v)  # a symbolic size: its sign cannot be read here
+            elif isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 0:
+                counts.append(int(v))
+            else:
+                break
+        else:
+            return Cost(counts[0], counts[1])
+    name = formula_name(formula)
+    raise FlopFormulaError(
+        f"the FLOP formula {name} for {func} returned {cost!r} ({type(cost).__name__}); "
+        "a formula must return a Cost with non-negative int macs and flops",
+        op=str(func),
+        formula=name,
+    )
 
 
 def op_cost(

@@ -1,0 +1,269 @@
+"""Every option of ``ls.profile`` and ``ls.Profiler``, checked at the boundary.
+
+All of it runs before the model is touched (no state captured, no input drawn, no forward
+run), so a bad option costs nothing. Each bad value raises ``InvalidInputError`` with one
+line that names the option, the value and what is allowed; strings become enums (timer,
+grad_mode, dtypes) here, so the passes behind can trust what they get.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
+
+import torch
+from torch import nn
+from torch._ops import OpOverload, OpOverloadPacket
+from torch.nn.parameter import is_lazy
+
+from layerscope.collect.common import check_bool, is_bool
+from layerscope.collect.inputs import normalise_shapes
+from layerscope.collect.observer import Observer
+from layerscope.collect.signature import iter_tensors
+from layerscope.collect.timing.options import TimingOptions
+from layerscope.errors import InvalidInputError
+from layerscope.metrics.flops import Formula, op_key_problem
+from layerscope.metrics.numerics import NonFiniteMode
+
+#: ``mode=``: the train/eval mode a run happens in (None: as the model is).
+Mode = Literal["eval", "train"]
+MODES: tuple[str, ...] = get_args(Mode)
+#: ``numerics="..."``: what a non-finite value does.
+NONFINITE_MODES: tuple[str, ...] = get_args(NonFiniteMode)
+#: The options ``numerics=`` accepts as a mapping (``NumericsObserver``'s arguments).
+NUMERICS_OPTIONS = ("nonfinite", "stats", "grads", "underflow")
+#: The options ``timing=`` accepts as a mapping (the rest of ``time_profile``'s are set by
+#: ``ls.profile`` itself).
+TIMING_OPTIONS = (
+    "timer",
+    "warmup",
+    "repeats",
+    "sync",
+    "grad_mode",
+    "ops",
+    "batch_size",
+    "progress",
+)
+#: Dtype names shown when one is not known.
+_DTYPE_EXAMPLES = "'float32', 'float16', 'bfloat16', 'half', 'int64', 'long', 'bool'"
+
+
+@dataclass(frozen=True)
+class SessionOptions:
+    """The checked options of one ``Profiler`` session (the measurements to run)."""
+
+    record_shapes: bool = True
+    count_flops: bool = True
+    flop_formulas: dict[Any, Formula] | None = None
+    #: ``NumericsObserver`` keyword arguments, or None for no numerics check.
+    numerics: dict[str, Any] | None = None
+    memory: bool = False
+    observers: tuple[Observer, ...] = ()
+
+
+def check_session(
+    *,
+    record_shapes: object = True,
+    count_flops: object = True,
+    flop_formulas: object = None,
+    numerics: object = None,
+    memory: object = False,
+    observers: object = (),
+    numerics_defaults: Mapping[str, Any] | None = None,
+) -> SessionOptions:
+    """The options ``Profiler`` takes, checked; ``numerics_defaults`` are the numerics
+    options a string ``numerics=`` (and a mapping that leaves them out) gets."""
+    return SessionOptions(
+        record_shapes=check_bool("record_shapes", record_shapes),
+        count_flops=check_bool("count_flops", count_flops),
+        flop_formulas=check_flop_formulas(flop_formulas),
+        numerics=check_numerics(numerics, **(numerics_defaults or {})),
+        memory=check_bool("memory", memory),
+        observers=check_observers(observers),
+    )
+
+
+def check_mode(mode: object) -> Mode | None:
+    """``mode=``: "eval", "train" or None (the model's own flags)."""
+    if mode is None or (isinstance(mode, str) and mode in MODES):
+        return mode  # type: ignore[return-value]
+    raise InvalidInputError(
+        f"mode must be 'eval', 'train' or None (run the model as it is), got {mode!r}"
+    )
+
+
+def check_dtype(name: str, value: object) -> torch.dtype:
+    """A ``torch.dtype`` or its name: "float16", "torch.float16", "half", "long", ..."""
+    if isinstance(value, torch.dtype):
+        return value
+    if isinstance(value, str):
+        key = value.strip().lower().removeprefix("torch.")
+        found = getattr(torch, key, None) if key.isidentifier() else None
+        if isinstance(found, torch.dtype):
+            return found
+        raise InvalidInputError(
+            f"{name}: unknown dtype {value!r}; use a torch.dtype or a name such as "
+            f"{_DTYPE_EXAMPLES}"
+        )
+    raise InvalidInputError(
+        f"{name} must be a torch.dtype or a dtype name such as {_DTYPE_EXAMPLES}, got "
+        f"{value!r} ({type(value).__name__})"
+    )
+
+
+def check_input_shape(input_shape: object) -> list[tuple[int, ...]]:
+    """``input_shape=`` as a list of shapes of Python ints (numpy ints accepted)."""
+    return normalise_shapes(input_shape)
+
+
+def check_callable(name: str, value: object, what: str) -> None:
+    if value is not None and not callable(value):
+        raise InvalidInputError(f"{name} must be {what}, got {value!r}")
+
+
+def check_observers(observers: object) -> tuple[Observer, ...]:
+    """``observers=``: a list or tuple of ``Observer`` instances."""
+    if isinstance(observers, Observer):
+        raise InvalidInputError(
+            f"observers must be a list of Observer instances, got one observer "
+            f"({type(observers).__name__}); pass observers=[it]"
+        )
+    if not isinstance(observers, Sequence) or isinstance(observers, str | bytes):
+        raise InvalidInputError(
+            "observers must be a list or tuple of layerscope.collect.observer.Observer "
+            f"instances, got {observers!r} ({type(observers).__name__})"
+        )
+    for i, observer in enumerate(observers):
+        if isinstance(observer, type) and issubclass(observer, Observer):
+            raise InvalidInputError(
+                f"observers[{i}] is the class {observer.__name__}, not an instance; pass "
+                f"{observer.__name__}()"
+            )
+        if not isinstance(observer, Observer):
+            raise InvalidInputError(
+                f"observers[{i}] must be a layerscope.collect.observer.Observer instance, "
+                f"got {observer!r} ({type(observer).__name__})"
+            )
+    return tuple(observers)
+
+
+def check_flop_formulas(formulas: object) -> dict[Any, Formula] | None:
+    """``flop_formulas=``: a mapping from ops (``OpOverload``/``OpOverloadPacket``) to
+    formula callables."""
+    if formulas is None:
+        return None
+    if not isinstance(formulas, Mapping):
+        raise InvalidInputError(
+            "flop_formulas must be a mapping {op: formula}, such as "
+            f"{{torch.ops.aten.mm: my_formula}}, got {formulas!r} ({type(formulas).__name__})"
+        )
+    for op, formula in formulas.items():
+        if not isinstance(op, OpOverload | OpOverloadPacket):
+            raise InvalidInputError(f"flop_formulas key {op_key_problem(op)}")
+        if not callable(formula):
+            raise InvalidInputError(
+                f"flop_formulas[{op}] must be a callable formula(*args, out=..., **kwargs) "
+                f"-> Cost, got {formula!r} ({type(formula).__name__})"
+            )
+    return dict(formulas)
+
+
+def check_numerics(numerics: object, **defaults: Any) -> dict[str, Any] | None:
+    """``numerics=`` as ``NumericsObserver`` keyword arguments over ``defaults``."""
+    if numerics is None:
+        return None
+    if isinstance(numerics, str):
+        options: dict[str, Any] = {"nonfinite": numerics}
+    elif isinstance(numerics, Mapping):
+        unknown = sorted(map(str, set(numerics) - set(NUMERICS_OPTIONS)))
+        if unknown:
+            raise InvalidInputError(
+                f"unknown numerics option(s) {', '.join(unknown)}; known: "
+                f"{', '.join(NUMERICS_OPTIONS)}"
+            )
+        options = dict(numerics)
+    else:
+        raise InvalidInputError(
+            "numerics must be 'record', 'warn', 'raise', None or a mapping of options, got "
+            f"{numerics!r} ({type(numerics).__name__})"
+        )
+    nonfinite = options.get("nonfinite", "record")
+    if not isinstance(nonfinite, str) or nonfinite not in NONFINITE_MODES:
+        where = "numerics" if isinstance(numerics, str) else "numerics['nonfinite']"
+        raise InvalidInputError(
+            f"{where} must be one of {', '.join(map(repr, NONFINITE_MODES))}, got {nonfinite!r}"
+        )
+    for key in ("stats", "grads", "underflow"):
+        if key in options:
+            options[key] = check_bool(f"numerics[{key!r}]", options[key])
+    return {**defaults, **options}
+
+
+def check_timing(
+    timing: object, *, backward: bool, loss_fn: Callable[[Any], Any] | None
+) -> dict[str, Any] | None:
+    """``timing=``: off (None), or the checked keyword arguments of ``time_profile``.
+
+    Every option is checked here, with the backward settings of the run, so that a bad
+    one fails before the analysis pass instead of after it.
+    """
+    if is_bool(timing):
+        if not timing:
+            return None
+        given: dict[str, Any] = {}
+    elif isinstance(timing, Mapping):
+        unknown = sorted(map(str, set(timing) - set(TIMING_OPTIONS)))
+        if unknown:
+            raise InvalidInputError(
+                f"unknown timing option(s) {', '.join(unknown)}; known: {', '.join(TIMING_OPTIONS)}"
+            )
+        given = dict(timing)
+    else:
+        raise InvalidInputError(
+            f"timing must be True/False or a mapping of options ({', '.join(TIMING_OPTIONS)}),"
+            f" got {timing!r} ({type(timing).__name__})"
+        )
+    checked = TimingOptions(**given, backward=backward, loss_fn=loss_fn)
+    return {name: getattr(checked, name) for name in given}
+
+
+def check_timing_device(model: nn.Module, inputs: Any) -> None:
+    """Refuse to time a model or inputs on the meta device (nothing runs there)."""
+    where = None
+    for kind, named in (("parameter", model.named_parameters()), ("buffer", model.named_buffers())):
+        for name, t in named:
+            if not is_lazy(t) and t.is_meta:
+                where = f"the model's {kind} {name!r} is on the meta device"
+                break
+        if where is not None:
+            break
+    else:
+        if any(t.is_meta for t in iter_tensors(inputs)):
+            where = "an input tensor is on the meta device"
+    if where is not None:
+        raise InvalidInputError(
+            f"timing needs real tensors, but {where}: meta tensors hold no data and run no "
+            "kernels, so there is no time to measure; analyse on meta without timing, or "
+            "time the model on cpu or cuda"
+        )
+
+
+__all__ = [
+    "MODES",
+    "NONFINITE_MODES",
+    "NUMERICS_OPTIONS",
+    "TIMING_OPTIONS",
+    "Mode",
+    "SessionOptions",
+    "check_callable",
+    "check_dtype",
+    "check_flop_formulas",
+    "check_input_shape",
+    "check_mode",
+    "check_numerics",
+    "check_observers",
+    "check_session",
+    "check_timing",
+    "check_timing_device",
+]
