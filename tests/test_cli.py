@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 import layerscope as ls
 from layerscope.cli import main
@@ -110,3 +112,179 @@ def test_profile_backward_flag(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["profile", "examples:shared_mlp", "--backward", "--width", "200"]) == 0
     out = capsys.readouterr().out
     assert "Bwd FLOPs" in out and "MACs" in out
+
+
+DATA = Path(__file__).resolve().parent / "data" / "cli"
+
+
+def test_output_formats_by_extension_and_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = ["profile", "examples:tiny_gpt"]
+    for name in ("p.json", "p.csv", "p.md", "p.html", "p.txt"):
+        assert main([*base, "-o", str(tmp_path / name)]) == 0
+        assert capsys.readouterr().out == ""  # written, not printed
+    prof = ls.load(tmp_path / "p.json")
+    assert prof.model["training"] is False  # the CLI runs in eval mode by default
+    assert (tmp_path / "p.csv").read_text() == prof.to_csv()
+    assert (tmp_path / "p.md").read_text() == prof.to_markdown()
+    assert (tmp_path / "p.html").read_text().startswith("<!DOCTYPE html>")
+    assert (tmp_path / "p.txt").read_text() == prof.render()
+    # --format overrides the extension; a file format without -o prints
+    assert main([*base, "--format", "csv", "-o", str(tmp_path / "q.txt")]) == 0
+    assert (tmp_path / "q.txt").read_text() == prof.to_csv()
+    assert main([*base, "--format", "json"]) == 0
+    assert ls.Profile.from_dict(json.loads(capsys.readouterr().out)) == prof
+    assert main([*base, "--format", "md", "--columns", "params"]) == 0
+    assert capsys.readouterr().out == prof.to_markdown(columns=["params"])
+
+
+def test_view_flags_with_a_file_format_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["profile", "examples:tiny_gpt", "--format", "csv", "--depth", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err == "layerscope: error: --depth only apply to views and to --format md, not to csv\n"
+
+
+def test_eval_and_train_and_the_run_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    flops = {}
+    for flag in ("--eval", "--train"):
+        out = tmp_path / f"{flag[2:]}.json"
+        assert (
+            main(["profile", "examples:tiny_gpt", flag, "--json", str(out), "--width", "120"]) == 0
+        )
+        printed = capsys.readouterr().out
+        assert f"Run: {flag[2:]} mode, grad enabled, device cpu, float32." in printed
+        prof = ls.load(out)
+        assert prof.model["training"] is (flag == "--train")
+        flops[flag] = prof.root.metrics["flops"]
+    # train-mode dropout (p=0.1 in tiny_gpt) adds its own ops: more FLOPs than eval
+    assert flops["--train"] > flops["--eval"]
+    assert main(["profile", "examples:tiny_gpt", "--eval", "--train"]) == 2
+
+
+def test_keyword_inputs_saved_inputs_and_seed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(DATA)
+    out = tmp_path / "k.json"
+    kwargs = '{"x": {"shape": [3, 4]}, "scale": 2.0}'
+    assert main(["profile", "models.py:build", "--kwargs", kwargs, "--json", str(out)]) == 0
+    prof = ls.load(out)
+    assert prof.root.inputs == [] or prof.root.metrics["flops"] > 0
+    # Linear(4, 8) + ReLU + Linear(8, 8) + ReLU + Linear(8, 2) on 3 rows, times scale:
+    # MACs 3 * (4*8 + 8*8 + 8*2) = 3 * 112 = 336
+    assert prof.root.metrics["macs"] == 336
+    saved = tmp_path / "in.pt"
+    torch.save({"x": torch.ones(5, 4)}, saved)
+    assert main(["profile", "models.py:build", "--input", str(saved), "--json", str(out)]) == 0
+    assert ls.load(out).root.metrics["macs"] == 5 * 112
+    torch.save((torch.ones(6, 4),), saved)
+    assert main(["profile", "models.py:build", "--input", str(saved), "--json", str(out)]) == 0
+    assert ls.load(out).root.metrics["macs"] == 6 * 112
+    capsys.readouterr()
+    # the same seed draws the same inputs: the same activation statistics
+    stats = []
+    for seed in ("1", "1", "2"):
+        argv = ["profile", "models.py:build", "--input-shape", "2,4", "--numerics", "record"]
+        assert main([*argv, "--seed", seed, "--json", str(out)]) == 0
+        stats.append(ls.load(out).node("head").numerics)
+    assert stats[0] == stats[1] and stats[0] != stats[2]
+
+
+def test_integer_inputs_stay_below_the_first_embedding() -> None:
+    from layerscope.cli.inputs import InputMaker
+    from layerscope.examples import tiny_gpt
+
+    maker = InputMaker(tiny_gpt(), seed=0)
+    ids = maker.tensor((4000,), None)
+    assert ids.dtype == torch.long and int(ids.min()) == 0 and int(ids.max()) == 63  # vocab 64
+    ids = maker.tensor((4000,), torch.int32, low=10, high=13)
+    assert ids.dtype == torch.int32 and sorted(set(ids.tolist())) == [10, 11, 12]
+    with pytest.raises(ls.InvalidInputError, match=r"\[low, high\)"):
+        maker.tensor((2,), torch.long, low=5, high=5)
+
+
+def test_device_meta_keeps_tied_weights(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "m.json"
+    assert main(["profile", "examples:tiny_gpt", "--device", "meta", "--json", str(out)]) == 0
+    meta = ls.load(out)
+    assert main(["profile", "examples:tiny_gpt", "--json", str(out)]) == 0
+    cpu = ls.load(out)
+    assert meta.model["device"] == "meta"
+    # the LM head's weight is the token embedding's: counted once on meta too
+    assert meta.root.metrics["params"] == cpu.root.metrics["params"] == 28_032
+    assert meta.node("blocks.0.mlp").metrics["flops"] == cpu.node("blocks.0.mlp").metrics["flops"]
+
+
+def test_dtype_casts_the_model(tmp_path: Path) -> None:
+    out = tmp_path / "d.json"
+    assert (
+        main(
+            [
+                "profile",
+                "examples:tiny_resnet",
+                "--dtype",
+                "bfloat16",
+                "--json",
+                str(out),
+                "-o",
+                str(tmp_path / "x.txt"),
+            ]
+        )
+        == 0
+    )
+    prof = ls.load(out)
+    assert prof.model["dtype"] == "bfloat16"
+    spec = prof.root.inputs[0][0]
+    assert isinstance(spec, ls.TensorSpec) and spec.dtype == "bfloat16"  # the input is cast too
+
+
+def test_diff_and_config_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    assert (
+        main(["profile", "examples:tiny_gpt", "--json", str(a), "-o", str(tmp_path / "a.txt")]) == 0
+    )
+    assert (
+        main(
+            [
+                "profile",
+                "examples:tiny_gpt",
+                "--input-shape",
+                "4,16",
+                "--json",
+                str(b),
+                "-o",
+                str(tmp_path / "b.txt"),
+            ]
+        )
+        == 0
+    )
+    assert main(["diff", str(a), str(b), "--columns", "flops", "--width", "100"]) == 0
+    out = capsys.readouterr().out
+    assert out == ls.diff(ls.load(a), ls.load(b)).render(metrics=["flops"], width=100)
+    assert "2.00" in out  # twice the batch: twice the FLOPs
+    assert main(["diff", str(a), str(b), "--columns", "nope"]) == 2
+    capsys.readouterr()
+    assert main(["config", "--dump"]) == 0
+    dumped = capsys.readouterr().out
+    assert dumped == ls.config.dumps(ls.config.defaults())
+    path = tmp_path / "display.yaml"
+    path.write_text(dumped)
+    assert main(["config", "--check", str(path)]) == 0
+    assert capsys.readouterr().out == f"{path}: a valid display configuration\n"
+    path.write_text("table:\n  box: nope\n")
+    assert main(["config", "--check", str(path)]) == 2
+
+
+def test_transformers_spec_prints_only_the_profile(capsys: pytest.CaptureFixture[str]) -> None:
+    """transformers' warnings about a small config's token ids stay out of stderr."""
+    args = '{"n_layer": 1, "n_embd": 32, "n_head": 2, "vocab_size": 100, "n_positions": 16}'
+    argv = ["profile", "transformers:gpt2", "--model-args", args, "--input-shape", "1,8"]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert captured.err == ""
+    # wte 100*32 + wpe 16*32 + one block (2 LayerNorms 2*64, attn 32*96+96 + 32*32+32,
+    # mlp 32*128+128 + 128*32+32) + ln_f 64 = 3,200 + 512 + 12,704 + 64 = 16,480
+    assert "Params: 16,480 " in captured.out

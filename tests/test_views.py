@@ -258,7 +258,11 @@ def test_long_names_are_shortened_in_the_middle() -> None:
     ("kwargs", "message"),
     [
         ({"view": "grid"}, "unknown view 'grid'; choose one of: table, tree, repr, top, ops"),
-        ({"sort_by": "flop"}, "unknown metric 'flop' for sort_by; known: calls, params"),
+        (
+            {"sort_by": "flop"},
+            "unknown metric 'flop' for sort_by (did you mean flops or flops_pct?); "
+            "known: calls, params",
+        ),
         ({"columns": ["params", "nope"]}, "unknown column 'nope' for columns; known: input_shape"),
         ({"max_depth": -1}, "max_depth must be >= 0, got -1"),
         ({"max_depth": 1.5}, "max_depth must be an integer, got 1.5"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from layerscope.analysis.diff import ProfileDiff, diff
+from layerscope.collect.meta import to_meta
 from layerscope.collect.session import Profiler, profile
 from layerscope.errors import (
     ConfigError,
@@ -69,6 +70,7 @@ __all__ = [
     "profile",
     "record_training_footprint",
     "register_flop_formula",
+    "to_meta",
     "training_footprint",
     "view_options",
 ]

@@ -1,16 +1,24 @@
-"""Options and output shared by subcommands: the view flags and printing a view."""
+"""Options and output shared by subcommands: the view flags, ``--format``/``-o`` and
+writing a profile out as a view or a file."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from typing import Any
 
+from layerscope.errors import InvalidInputError
+from layerscope.export import FORMATS, export, export_text
+from layerscope.export.files import write_text
 from layerscope.profile import Profile
 from layerscope.render import config as display_config
-from layerscope.render.console import show
+from layerscope.render.console import render, show
 from layerscope.render.options import VIEWS, view_options
 
 _FOLD = {"on": True, "off": False, "all": "all"}
+#: Extensions that write a view as plain text with ``-o``.
+_TEXT_EXTENSIONS = (".txt", ".text")
 
 
 def add_view_arguments(p: argparse.ArgumentParser) -> None:
@@ -19,11 +27,21 @@ def add_view_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--format",
-        choices=VIEWS,
-        default="table",
-        help="table: tree and metric columns (default); tree: the module tree with metrics "
-        "on each label; repr: the model's repr annotated; top: the largest modules at "
-        "each depth; ops: every module by its own (self) cost",
+        choices=(*VIEWS, *FORMATS),
+        default=None,
+        help="a view: table (tree and metric columns; the default), tree (the module tree "
+        "with metrics on each label), repr (the model's repr annotated), top (the largest "
+        "modules at each depth), ops (every module by its own, self, cost); or a file "
+        "format: json, csv, md (a GitHub table of the table view), html (a self-contained "
+        "report), trace (Chrome/Perfetto, needs --time). Default: table, or with -o the "
+        "format of the file's extension",
+    )
+    g.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="write to FILE instead of printing: .json, .csv, .md, .html, .trace.json, or "
+        ".txt for a view as plain text (--format overrides the extension)",
     )
     g.add_argument(
         "--columns",
@@ -78,7 +96,7 @@ def add_view_arguments(p: argparse.ArgumentParser) -> None:
 def view_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """The view flags as ``prof.show`` keyword options (validated there)."""
     kwargs: dict[str, Any] = {
-        "view": args.format,
+        "view": args.format if args.format in VIEWS else "table",
         "fold": False if args.no_fold else _FOLD[args.fold],
         "show_not_called": not args.hide_not_called,
         "pct": not args.no_pct,
@@ -103,12 +121,68 @@ def view_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     return kwargs
 
 
+def output_format(args: argparse.Namespace) -> str:
+    """The view or file format to write: ``--format``, else ``-o``'s extension, else
+    the table view."""
+    if args.format is not None:
+        return str(args.format)
+    if args.output is None:
+        return "table"
+    name = os.fspath(args.output).lower()
+    if name.endswith(_TEXT_EXTENSIONS):
+        return "table"
+    for fmt, exts in FORMATS.items():
+        if name.endswith(exts):
+            return fmt
+    known = ", ".join(ext for exts in FORMATS.values() for ext in exts)
+    raise InvalidInputError(
+        f"cannot tell the format of -o {args.output!r} from its extension; use one of "
+        f"{known}, .txt, or pass --format"
+    )
+
+
 def check_view_arguments(args: argparse.Namespace) -> None:
-    """Validate the view flags and load ``--config`` before any work is done."""
-    view_options(**view_kwargs(args))
+    """Validate the view and output flags and load ``--config`` before any work is done."""
+    options = view_kwargs(args)
+    view_options(**options)
+    fmt = output_format(args)
+    if fmt in FORMATS and fmt != "md":
+        given = [f"--{flag}" for flag in _view_flags_given(args)]
+        if given:
+            raise InvalidInputError(
+                f"{' '.join(given)} only apply to views and to --format md, not to {fmt}"
+            )
     if args.config:
         display_config.load(args.config)
 
 
-def print_profile(prof: Profile, args: argparse.Namespace) -> None:
-    show(prof, **view_kwargs(args))
+def _view_flags_given(args: argparse.Namespace) -> list[str]:
+    defaults = {"fold": "on"}
+    flags = []
+    for name in (
+        "columns", "sort", "top", "by_type", "depth", "min_pct", "pct_of", "include",
+        "exclude", "fold", "no_fold", "hide_not_called", "no_pct", "raw", "no_shapes",
+        "width", "config",
+    ):  # fmt: skip
+        value = getattr(args, name)
+        if value not in (None, False, defaults.get(name)):
+            flags.append(name.replace("_", "-"))
+    return flags
+
+
+def write_profile(prof: Profile, args: argparse.Namespace) -> None:
+    """Print the chosen view, or write the chosen format to ``-o`` (or to stdout)."""
+    fmt = output_format(args)
+    options = view_kwargs(args)
+    if fmt in VIEWS:
+        if args.output is None:
+            show(prof, **options)
+        else:
+            write_text(args.output, render(prof, **options))
+        return
+    md_options = {k: v for k, v in options.items() if k not in ("view", "width")}
+    extra = md_options if fmt == "md" else {}
+    if args.output is None:
+        sys.stdout.write(export_text(prof, fmt, **extra))
+    else:
+        export(prof, args.output, fmt, **extra)

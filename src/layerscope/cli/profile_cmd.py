@@ -1,75 +1,155 @@
-"""Profile a model: build it, run it on random inputs (built-in examples bring their own),
-print a view (the tree and table by default).
+"""Profile a model: build it, run it once on its inputs under instrumentation and print a
+view (the tree and table by default) or write a file.
 
-TARGET names a model: `examples:NAME` for a built-in example (see `--list-examples`),
-`package.module:attr` or `path/to/file.py:attr`, where attr is an nn.Module or a function
-that returns one when called with no arguments.
+TARGET names the model:
+  examples:NAME                a built-in example (see --list-examples); brings its input
+  package.module:attr          imported from the current directory or the installed packages
+  path/to/file.py:attr         the file's directory is importable, so sibling imports work
+  transformers:NAME            a Hugging Face model type (gpt2, bert, t5, llama, whisper: the
+                               base model) or class (GPT2LMHeadModel), built from its default
+                               config with random weights; nothing is downloaded
+  transformers:config.json     the same from a config file
+attr is an nn.Module or a callable returning one, or a (module, inputs) pair: inputs a
+tensor, a tuple (positional) or a dict (keyword inputs). --model-args passes keyword
+arguments to it (for transformers: config fields).
+
+Inputs are random, on the model's device, repeatable (--seed): --input-shape for positional
+tensors (integer token ids when the model starts with an embedding), --kwargs for keyword
+ones, or --input FILE.pt for saved tensors.
+
+The model runs in eval mode unless --train is given (as torchinfo does; ls.profile keeps
+the model's own mode by default); every view states the mode, grad mode, device and dtype.
 
 Examples:
-  layerscope profile examples:tiny_resnet --input-shape 2,3,32,32
-  layerscope profile examples:tiny_gpt --input-shape 2,16 --json gpt.json
-  layerscope profile mypkg.models:build --input-shape 1,3,224,224 --input-shape 1,10
+  layerscope profile examples:tiny_resnet
   layerscope profile examples:tiny_gpt --format tree --columns params,flops,flops_pct
   layerscope profile examples:tiny_resnet --time --format ops --sort forward_time --top 10
+  layerscope profile mypkg.models:build --model-args '{"width": 64}' --input-shape 1,3,224,224
+  layerscope profile transformers:gpt2 --model-args '{"n_layer": 2}' --input-shape 1,128
+  layerscope profile transformers:t5 --model-args '{"num_layers": 2}' --input-shape 1,32 \\
+      --kwargs '{"decoder_input_ids": {"shape": [1, 8]}}'
+  layerscope profile transformers:llama --device meta --input-shape 1,2048 --memory
+  layerscope profile examples:tiny_gpt --backward --memory -o gpt.html
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
-import os
-import sys
 from typing import Any
 
 import torch
-from torch import nn
 
-from layerscope.cli.common import add_view_arguments, check_view_arguments, print_profile
+from layerscope.cli.common import add_view_arguments, check_view_arguments, write_profile
+from layerscope.cli.inputs import (
+    InputMaker,
+    load_input_file,
+    parse_dtype,
+    parse_json_object,
+    parse_shape,
+    to_device,
+)
 from layerscope.collect.session import profile
 from layerscope.errors import InvalidInputError
 
 NAME = "profile"
+HELP = "profile a model (built-in, your own or a transformers config) and show or save it"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "target", nargs="?", help="the model: examples:NAME, module:attr or file.py:attr"
+        "target",
+        nargs="?",
+        help="the model: examples:NAME, package.module:attr, file.py:attr, "
+        "transformers:NAME or transformers:config.json",
     )
     p.add_argument(
+        "--model-args",
+        metavar="JSON",
+        help="keyword arguments for the factory, or config fields for transformers: "
+        "specs (e.g. '{\"n_layer\": 2}')",
+    )
+    p.add_argument("--list-examples", action="store_true", help="list the built-in examples")
+
+    inputs = p.add_argument_group("inputs")
+    inputs.add_argument(
         "--input-shape",
         action="append",
         metavar="D1,D2,...",
-        help="shape of one random input; repeat for several inputs (e.g. 2,3,32,32)",
+        help="shape of one random positional input (e.g. 2,3,32,32); repeat for several",
     )
-    p.add_argument(
+    inputs.add_argument(
         "--input-dtype",
+        metavar="DTYPE",
+        help="dtype of the --input-shape inputs (e.g. long, float16); default: token ids "
+        "(long) when the model starts with an embedding, else the model's dtype",
+    )
+    inputs.add_argument(
+        "--kwargs",
+        metavar="JSON",
+        help='keyword inputs: a random tensor as {"shape": [2, 16], "dtype": "long", '
+        '"low": 0, "high": 100} or any JSON value as it is, e.g. '
+        '\'{"decoder_input_ids": {"shape": [2, 8]}, "use_cache": false}\'',
+    )
+    inputs.add_argument(
+        "--input",
+        metavar="FILE.pt",
+        help="saved inputs (torch.save): a tensor, a tuple or list of them, or a dict of "
+        "keyword inputs; loaded with weights_only=True",
+    )
+    inputs.add_argument(
+        "--low", type=int, default=None, help="lowest random integer input (default 0)"
+    )
+    inputs.add_argument(
+        "--high",
+        type=int,
         default=None,
-        help="dtype of the random inputs (e.g. long, float16); default: the model's, "
-        "or token ids when the model starts with an embedding",
+        help="random integer inputs stay below this (default: the size of the model's "
+        "first embedding, else 2)",
     )
-    p.add_argument(
-        "--device", default=None, help="move the model there first (e.g. cpu, cuda, meta)"
+    inputs.add_argument(
+        "--seed", type=int, default=0, help="seed of the random inputs and weights (0)"
     )
-    p.add_argument(
+
+    run = p.add_argument_group("run")
+    mode = run.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--eval",
+        dest="mode",
+        action="store_const",
+        const="eval",
+        help="run in eval mode (the default)",
+    )
+    mode.add_argument(
+        "--train", dest="mode", action="store_const", const="train", help="run in train mode"
+    )
+    run.add_argument(
+        "--device",
+        default=None,
+        help="run there: cpu, cuda, cuda:1, meta (shapes, FLOPs and memory without "
+        "running kernels; tied weights stay tied)",
+    )
+    run.add_argument(
+        "--dtype", metavar="DTYPE", help="cast the model first (e.g. float16, bfloat16)"
+    )
+    run.add_argument(
         "--backward",
         action="store_true",
-        help="also run backward on the sum of the outputs and measure it too (FLOPs; "
+        help="also run backward on the sum of the outputs and measure it (FLOPs; "
         "gradient bytes with --memory; backward time with --time)",
     )
-    p.add_argument(
+    run.add_argument(
         "--memory",
         action="store_true",
         help="per-module bytes saved for backward, output bytes and peak live bytes",
     )
-    p.add_argument(
+    run.add_argument(
         "--numerics",
         choices=("record", "warn", "raise"),
         default=None,
         help="check every module's outputs (and gradients) for NaN/Inf and record "
         "activation statistics; 'raise' stops at the module where they first appear",
     )
-    p.add_argument(
+    run.add_argument(
         "--underflow",
         action="store_true",
         help="with --numerics: also flag values too small for float16/bfloat16 "
@@ -77,7 +157,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     timing = p.add_argument_group("timing pass")
     timing.add_argument(
-        "--time", action="store_true", help="add the timing pass (per-module latency)"
+        "--time",
+        action="store_true",
+        help="add the timing pass (per-module latency; not on --device meta)",
     )
     timing.add_argument(
         "--timer",
@@ -100,7 +182,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     timing.add_argument("--batch-size", type=int, default=None, help="for throughput")
     p.add_argument("--json", metavar="PATH", help="also save the profile as JSON")
-    p.add_argument("--list-examples", action="store_true", help="list built-in examples")
     add_view_arguments(p)
 
 
@@ -114,31 +195,57 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not args.target:
         raise InvalidInputError("give a TARGET model (or --list-examples)")
-    check_view_arguments(args)
-    model, default_input = load_target(args.target)
-    if args.device:
-        try:
-            device = torch.device(args.device)
-        except RuntimeError as e:
-            raise InvalidInputError(f"bad --device {args.device!r}: {e}") from None
+    options = check_arguments(args)
+    device = parse_device(args.device)
+    model_args = parse_json_object(args.model_args, "--model-args") if args.model_args else None
+    from layerscope.cli.target import load_target
+
+    torch.manual_seed(args.seed)  # random weights of a model built from a config
+    target = load_target(args.target, model_args, meta=device is not None and device.type == "meta")
+    model = target.model
+    if args.dtype:
+        model = model.to(parse_dtype(args.dtype, "--dtype"))
+    if device is not None and device.type != "meta":
         model = model.to(device)
-        if default_input is not None:
-            default_input = default_input.to(device)
-    kwargs: dict[str, Any] = {}
+    call_args, call_kwargs = inputs_for(model, target.args, target.kwargs, args)
+    if args.backward and not (call_args or call_kwargs):
+        raise InvalidInputError("--backward needs an input (--input-shape, --kwargs or --input)")
+    if call_args or call_kwargs:
+        options["args"] = call_args
+        options["kwargs"] = call_kwargs
+    elif options.get("timing"):
+        raise InvalidInputError("--time needs an input (--input-shape, --kwargs or --input)")
+    prof = profile(model, mode=args.mode or "eval", **options)
+    write_profile(prof, args)
+    if args.json:
+        prof.save(args.json)
+    return 0
+
+
+def check_arguments(args: argparse.Namespace) -> dict[str, Any]:
+    """Every flag that needs no model, checked before the model is built; the options
+    for ``ls.profile`` they give."""
+    check_view_arguments(args)
+    options: dict[str, Any] = {}
     if args.input_shape:
-        kwargs["input_shape"] = [parse_shape(s) for s in args.input_shape]
-        if args.input_dtype:
-            kwargs["input_dtype"] = parse_dtype(args.input_dtype)
-    elif default_input is not None:
-        kwargs["args"] = (default_input,)
+        for text in args.input_shape:
+            parse_shape(text)
     elif args.input_dtype:
         raise InvalidInputError("--input-dtype needs --input-shape")
+    if args.input_dtype:
+        parse_dtype(args.input_dtype, "--input-dtype")
+    if args.dtype:
+        parse_dtype(args.dtype, "--dtype")
+    if args.kwargs:
+        parse_json_object(args.kwargs, "--kwargs")
+    if args.input and args.input_shape:
+        raise InvalidInputError("give --input FILE or --input-shape, not both")
     if args.underflow and not args.numerics:
         raise InvalidInputError("--underflow needs --numerics")
     if args.numerics:
-        kwargs["numerics"] = {"nonfinite": args.numerics, "underflow": args.underflow}
+        options["numerics"] = {"nonfinite": args.numerics, "underflow": args.underflow}
     if args.memory:
-        kwargs["memory"] = True
+        options["memory"] = True
     timing = {
         name: getattr(args, name)
         for name in ("timer", "warmup", "repeats", "grad_mode", "batch_size")
@@ -148,67 +255,63 @@ def run(args: argparse.Namespace) -> int:
     if timing and not args.time:
         raise InvalidInputError(f"--{next(iter(timing)).replace('_', '-')} needs --time")
     if args.time:
-        kwargs["timing"] = timing or True
+        if args.device and args.device.strip().startswith("meta"):
+            raise InvalidInputError(
+                "--time cannot run on --device meta: meta tensors hold no data and run no "
+                "kernels, so there is no time to measure; drop --time (FLOPs, shapes and "
+                "memory still work on meta) or time on cpu or cuda"
+            )
+        options["timing"] = timing or True
     if args.backward:
-        if not (args.input_shape or default_input is not None):
-            raise InvalidInputError("--backward needs an input (--input-shape)")
-        kwargs["backward"] = True
-    prof = profile(model, **kwargs)
-    print_profile(prof, args)
-    if args.json:
-        prof.save(args.json)
-    return 0
+        options["backward"] = True
+    return options
 
 
-def parse_shape(text: str) -> tuple[int, ...]:
+def parse_device(text: str | None) -> torch.device | None:
+    """``--device``, refused early when this torch cannot use it."""
+    if text is None:
+        return None
     try:
-        dims = tuple(int(d) for d in text.replace("x", ",").split(",") if d.strip())
-    except ValueError:
+        device = torch.device(text)
+    except RuntimeError:
         raise InvalidInputError(
-            f"bad --input-shape {text!r}: use integers like 2,3,32,32"
+            f"bad --device {text!r}: not a device torch knows; use cpu, cuda, cuda:N or meta"
         ) from None
-    if not dims or any(d < 0 for d in dims):
-        raise InvalidInputError(f"bad --input-shape {text!r}: use integers like 2,3,32,32")
-    return dims
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            why = (
+                "this torch was built without CUDA"
+                if torch.version.cuda is None
+                else "no CUDA device is visible"
+            )
+            raise InvalidInputError(f"--device {text}: {why}; use --device cpu or meta")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise InvalidInputError(
+                f"--device {text}: only {torch.cuda.device_count()} CUDA device(s) are visible"
+            )
+    return device
 
 
-def parse_dtype(text: str) -> torch.dtype:
-    dtype = getattr(torch, text.removeprefix("torch."), None)
-    if not isinstance(dtype, torch.dtype):
-        raise InvalidInputError(f"unknown dtype {text!r} (try float32, float16, bfloat16, long)")
-    return dtype
-
-
-def load_target(target: str) -> tuple[nn.Module, torch.Tensor | None]:
-    """The model named by TARGET and, for built-in examples, their default input."""
-    if target.startswith("examples:"):
-        from layerscope.examples import get
-
-        ex = get(target.split(":", 1)[1])
-        return ex.build(), ex.example_input()
-    module_name, sep, attr = target.rpartition(":")
-    if not sep or not module_name or not attr:
-        raise InvalidInputError(
-            f"TARGET must look like module:attr or file.py:attr, got {target!r}"
-        )
-    if module_name.endswith(".py"):
-        if not os.path.isfile(module_name):
-            raise InvalidInputError(f"no such file: {module_name}")
-        spec = importlib.util.spec_from_file_location("_layerscope_target", module_name)
-        assert spec is not None and spec.loader is not None
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = mod
-        spec.loader.exec_module(mod)
-    else:
-        try:
-            mod = importlib.import_module(module_name)
-        except ImportError as e:
-            raise InvalidInputError(f"cannot import {module_name!r}: {e}") from e
-    obj = getattr(mod, attr, None)
-    if obj is None:
-        raise InvalidInputError(f"{module_name!r} has no attribute {attr!r}")
-    if not isinstance(obj, nn.Module) and callable(obj):
-        obj = obj()
-    if not isinstance(obj, nn.Module):
-        raise InvalidInputError(f"{target} is a {type(obj).__name__}, not an nn.Module")
-    return obj, None
+def inputs_for(
+    model: torch.nn.Module,
+    given_args: tuple[Any, ...] | None,
+    given_kwargs: dict[str, Any] | None,
+    args: argparse.Namespace,
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """Positional and keyword inputs: the flags' over those the target brought."""
+    maker = InputMaker(model, args.seed, low=args.low, high=args.high)
+    # --dtype casts the floating inputs that came with the model or the file too
+    cast = parse_dtype(args.dtype, "--dtype") if args.dtype else None
+    call_args = tuple(to_device(given_args or (), maker.device, cast))
+    call_kwargs = dict(to_device(given_kwargs or {}, maker.device, cast))
+    if args.input:
+        file_args, file_kwargs = load_input_file(args.input)
+        call_args = tuple(to_device(file_args, maker.device, cast)) or call_args
+        call_kwargs.update(to_device(file_kwargs, maker.device, cast))
+    if args.input_shape:
+        dtype = parse_dtype(args.input_dtype, "--input-dtype") if args.input_dtype else None
+        call_args = tuple(maker.tensor(parse_shape(s), dtype) for s in args.input_shape)
+    if args.kwargs:
+        for name, spec in parse_json_object(args.kwargs, "--kwargs").items():
+            call_kwargs[name] = maker.kwarg(name, spec)
+    return call_args, call_kwargs

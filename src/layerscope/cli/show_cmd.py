@@ -1,22 +1,23 @@
-"""Show a saved profile (JSON from `layerscope profile --json` or Profile.save).
-
-Nothing is re-run: the view is built from the file alone.
+"""Show a saved profile (JSON from `layerscope profile -o p.json` or Profile.save) as any
+view, or convert it to another format. Nothing is re-run: everything comes from the file.
 
 Examples:
   layerscope show p.json --depth 2
   layerscope show p.json --format ops --top 10
   layerscope show p.json --format top --by-type --sort forward_time
   layerscope show p.json --sort flops --min-pct 1 --include '*attn*' --width 120
+  layerscope show p.json -o p.html
 """
 
 from __future__ import annotations
 
 import argparse
 
-from layerscope.cli.common import add_view_arguments, check_view_arguments, print_profile
+from layerscope.cli.common import add_view_arguments, check_view_arguments, write_profile
 from layerscope.profile import load
 
 NAME = "show"
+HELP = "show a saved profile as any view, or convert it (html, csv, md, trace)"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -26,5 +27,5 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     check_view_arguments(args)
-    print_profile(load(args.file), args)
+    write_profile(load(args.file), args)
     return 0

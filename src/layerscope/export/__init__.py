@@ -13,7 +13,7 @@ from layerscope.errors import ExportError
 from layerscope.export.files import write_text
 from layerscope.profile import Profile
 
-__all__ = ["FORMATS", "export", "format_of"]
+__all__ = ["FORMATS", "export", "export_text", "format_of"]
 
 #: Format name -> the extensions that select it (longest first where they overlap).
 FORMATS: dict[str, tuple[str, ...]] = {
@@ -60,3 +60,27 @@ def export(
         profile.to_html(path)
     else:
         profile.to_trace(path)
+
+
+def export_text(profile: Profile, format: str, **options: Any) -> str:
+    """The text ``export`` would write in ``format`` (for standard output)."""
+    fmt = format_of("", format)
+    if options and fmt != "md":
+        raise ExportError(f"{fmt} export takes no options, got {', '.join(options)}")
+    if fmt == "json":
+        return profile.to_json() + "\n"
+    if fmt == "csv":
+        text = profile.to_csv()
+        assert text is not None
+        return text
+    if fmt == "md":
+        return profile.to_markdown(**options)
+    if fmt == "html":
+        from layerscope.export.html import to_html_text
+
+        return to_html_text(profile)
+    import json
+
+    from layerscope.export.trace import trace_events
+
+    return json.dumps(trace_events(profile), separators=(",", ":"), allow_nan=False) + "\n"

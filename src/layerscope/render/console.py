@@ -18,7 +18,7 @@ from rich.theme import Theme
 from layerscope.gcpause import gc_paused
 from layerscope.profile import Profile
 from layerscope.render import config as display_config
-from layerscope.render.layout import Line, LinesRenderable, plain_text
+from layerscope.render.layout import Line, LinesRenderable, plain_text, text_of, too_narrow
 from layerscope.render.options import ViewOptions, view_options
 from layerscope.render.views import build, table_parts
 
@@ -65,6 +65,10 @@ def show(profile: Profile, file: IO[str] | None = None, **options: Any) -> None:
     console = Console(
         file=file or sys.stdout, theme=theme(), width=opts.width, highlight=False, soft_wrap=False
     )
+    note = too_narrow(opts.width or console.width)
+    if note is not None:  # the whole line, not cut to the width it complains about
+        console.print(text_of(note[0]), style="layerscope.notice", soft_wrap=True)
+        return
     console.print(renderable(profile, opts))
 
 

@@ -3,6 +3,7 @@ validated once at the boundary (strings to enums, numbers checked) into ``ViewOp
 
 from __future__ import annotations
 
+import difflib
 import operator
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
@@ -130,9 +131,14 @@ def strings(name: str, value: Any) -> list[str]:
 def _key(name: str, value: Any, *, numeric: bool) -> str:
     keys = known_keys(numeric=numeric)
     if not isinstance(value, str) or value not in keys:
+        derived = ("_pct", "_total", "_per_call")
+        base = [k for k in keys if not k.startswith("self_") and not k.endswith(derived)]
+        close = difflib.get_close_matches(str(value), keys, n=3)
+        hint = f" (did you mean {' or '.join(close)}?)" if close else ""
         raise InvalidInputError(
-            f"unknown {'metric' if numeric else 'column'} {value!r} for {name}; "
-            f"known: {', '.join(keys)}"
+            f"unknown {'metric' if numeric else 'column'} {value!r} for {name}{hint}; "
+            f"known: {', '.join(base)}, and of these self_KEY (the module's own), KEY_pct "
+            "(% of the whole model), KEY_per_call and, for times, KEY_total"
         )
     return value
 

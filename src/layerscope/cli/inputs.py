@@ -1,0 +1,178 @@
+"""The inputs of ``layerscope profile``: ``--input-shape``, ``--kwargs``, ``--input FILE.pt``,
+built on the model's device with a seeded generator, so a run is repeatable."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from layerscope.collect.inputs import first_embedding, model_device_dtype
+from layerscope.errors import InvalidInputError
+
+#: Keys of a random tensor in ``--kwargs`` (``{"shape": [2, 16], "dtype": "long"}``).
+TENSOR_KEYS = ("shape", "dtype", "low", "high")
+
+
+def parse_shape(text: str, flag: str = "--input-shape") -> tuple[int, ...]:
+    """``"2,3,32,32"`` (or ``2x3x32x32``) as a shape: every piece a positive integer."""
+    pieces = text.replace("x", ",").split(",")
+    if not all(p.strip().isdecimal() and int(p) > 0 for p in pieces):
+        raise InvalidInputError(
+            f"bad {flag} {text!r}: every dimension must be a positive integer, e.g. 2,3,32,32"
+        )
+    return tuple(int(p) for p in pieces)
+
+
+def parse_dtype(text: str, flag: str) -> torch.dtype:
+    """A dtype by its torch name (``float16``, ``torch.bfloat16``, ``long``, ``bool``)."""
+    dtype = getattr(torch, str(text).removeprefix("torch."), None)
+    if not isinstance(dtype, torch.dtype):
+        raise InvalidInputError(
+            f"bad {flag} {text!r}: not a torch dtype (e.g. float32, float16, bfloat16, long, "
+            "int32, bool)"
+        )
+    return dtype
+
+
+def parse_json_object(text: str, flag: str) -> dict[str, Any]:
+    """A JSON object given on the command line."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InvalidInputError(f"bad {flag}: not JSON ({e})") from None
+    if not isinstance(value, dict):
+        raise InvalidInputError(
+            f"bad {flag}: expected a JSON object like '{{\"n_layer\": 2}}', "
+            f"got {type(value).__name__}"
+        )
+    return value
+
+
+class InputMaker:
+    """Random tensors for one model: on its device, floating ones in its dtype, integer
+    ones in ``[low, high)`` with ``high`` defaulting to the size of the model's first
+    embedding; drawn from a generator seeded once, so every run draws the same."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        seed: int,
+        low: int | None = None,
+        high: int | None = None,
+        device: torch.device | None = None,
+    ):
+        self.device, self.dtype = model_device_dtype(model)
+        if device is not None:
+            self.device = device
+        self.generator = torch.Generator().manual_seed(seed)
+        self.low = 0 if low is None else low
+        self.high = high
+        #: Token ids by default: the model starts with an embedding.
+        self.ids_first = first_embedding(model) is not None
+        self.embedding = _first_embedding_size(model)
+
+    def tensor(
+        self,
+        shape: tuple[int, ...],
+        dtype: torch.dtype | None,
+        low: int | None = None,
+        high: int | None = None,
+        what: str = "input",
+    ) -> torch.Tensor:
+        if dtype is None:
+            dtype = torch.long if self.ids_first else self.dtype
+        if dtype.is_floating_point or dtype.is_complex:
+            t = torch.randn(shape, generator=self.generator, dtype=dtype)
+        else:
+            lo = self.low if low is None else low
+            hi = high if high is not None else self.high
+            if hi is None:
+                hi = 2 if dtype == torch.bool else (self.embedding or 2)
+            if hi <= lo:
+                raise InvalidInputError(
+                    f"{what}: integer inputs are drawn from [low, high), got low={lo}, high={hi}"
+                )
+            t = torch.randint(lo, hi, shape, generator=self.generator)
+            t = t.to(dtype)
+        return t.to(self.device)
+
+    def kwarg(self, name: str, spec: Any) -> Any:
+        """A ``--kwargs`` value: a random tensor spec, else the JSON value itself."""
+        if not isinstance(spec, dict) or "shape" not in spec:
+            return spec
+        what = f"--kwargs {name!r}"
+        unknown = sorted(set(spec) - set(TENSOR_KEYS))
+        if unknown:
+            raise InvalidInputError(
+                f"{what}: unknown key(s) {', '.join(unknown)}; a tensor takes "
+                f"{', '.join(TENSOR_KEYS)}"
+            )
+        shape = spec["shape"]
+        if not (
+            isinstance(shape, list)
+            and all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape)
+        ):
+            raise InvalidInputError(
+                f"{what}: shape must be a list of positive integers, got {shape!r}"
+            )
+        if "dtype" in spec:
+            dtype: torch.dtype | None = parse_dtype(spec["dtype"], f"{what} dtype")
+        else:  # token ids by name (input_ids, decoder_input_ids), else as positional inputs
+            dtype = torch.long if name.endswith("_ids") else None
+        bounds = {}
+        for key in ("low", "high"):
+            if key in spec:
+                if not isinstance(spec[key], int) or isinstance(spec[key], bool):
+                    raise InvalidInputError(f"{what}: {key} must be an integer")
+                bounds[key] = spec[key]
+        return self.tensor(tuple(shape), dtype, what=what, **bounds)
+
+
+def _first_embedding_size(model: nn.Module) -> int | None:
+    emb = first_embedding(model)
+    if emb is None:  # not the first leaf: the first embedding anywhere (a decoder's ids)
+        emb = next((m for m in model.modules() if isinstance(m, nn.Embedding)), None)
+    return None if emb is None else int(emb.num_embeddings)
+
+
+def load_input_file(path: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``--input FILE.pt``: a tensor, a tuple or list of them (positional inputs) or a
+    dict (keyword inputs), loaded with ``weights_only=True`` (nothing is executed)."""
+    if not os.path.isfile(path):
+        raise InvalidInputError(f"--input {path!r}: no such file")
+    try:
+        value = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # a pickle with code, a truncated file, not a torch file
+        raise InvalidInputError(
+            f"--input {path!r}: cannot load it with torch.load(weights_only=True): "
+            f"{str(e).splitlines()[0] if str(e) else type(e).__name__}"
+        ) from e
+    if isinstance(value, torch.Tensor):
+        return (value,), {}
+    if isinstance(value, tuple | list):
+        return tuple(value), {}
+    if isinstance(value, Mapping) and all(isinstance(k, str) for k in value):
+        return (), dict(value)
+    raise InvalidInputError(
+        f"--input {path!r}: expected a tensor, a tuple or list (positional inputs) or a "
+        f"dict with string keys (keyword inputs), got {type(value).__name__}"
+    )
+
+
+def to_device(value: Any, device: torch.device, dtype: torch.dtype | None = None) -> Any:
+    """Tensors in ``value`` (nested in tuples, lists and dicts) moved to ``device``, the
+    floating ones cast to ``dtype`` when one is given."""
+    if isinstance(value, torch.Tensor):
+        if dtype is not None and value.is_floating_point():
+            return value.to(device, dtype)
+        return value.to(device)
+    if isinstance(value, tuple | list):
+        return type(value)(to_device(v, device, dtype) for v in value)
+    if isinstance(value, dict):
+        return {k: to_device(v, device, dtype) for k, v in value.items()}
+    return value
