@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+import textwrap
 import traceback
 from collections.abc import Sequence
 from typing import NoReturn
@@ -35,9 +36,11 @@ EXIT_USAGE = 2
 EXIT_MODEL = 3
 EXIT_INTERRUPTED = 130
 
-EPILOG = (
+#: Pre-wrapped: the subcommands print their epilog as it is.
+EPILOG = textwrap.fill(
     "Exit codes: 0 ok, 1 internal error, 2 bad arguments or file, 3 the model raised. "
-    "--debug (anywhere on the line) prints the traceback of an error."
+    "--debug (anywhere on the line) prints the traceback of an error.",
+    width=78,
 )
 
 

@@ -29,6 +29,7 @@ def add_view_arguments(p: argparse.ArgumentParser) -> None:
         "--format",
         choices=(*VIEWS, *FORMATS),
         default=None,
+        metavar="FORMAT",
         help="a view: table (tree and metric columns; the default), tree (the module tree "
         "with metrics on each label), repr (the model's repr annotated), top (the largest "
         "modules at each depth), ops (every module by its own, self, cost); or a file "

@@ -1,6 +1,7 @@
-"""Print the display configuration (styles, labels, boxes, columns) as YAML: the shipped
-defaults, or those with a file's changes (--config, or LAYERSCOPE_CONFIG). Edit a copy
-and pass it to `profile`/`show` with --config, or to ls.config.load (docs/views.md).
+"""Print the display configuration (styles, labels, boxes, columns) as YAML:
+the shipped defaults, or those with a file's changes (--config, or
+$LAYERSCOPE_CONFIG). Edit a copy and pass it to `profile` or `show` with
+--config, or to ls.config.load (docs/views.md).
 
 Examples:
   layerscope config --dump > display.yaml

@@ -1,5 +1,6 @@
-"""Compare two saved profiles module by module: per metric A, B, the change B - A and the
-ratio B / A. Added modules are marked +, removed -, type changes ~ (docs/diff.md).
+"""Compare two saved profiles module by module: per metric A, B, the change
+B - A and the ratio B / A. Added modules are marked +, removed -, type changes ~
+(docs/diff.md).
 
 Examples:
   layerscope diff before.json after.json

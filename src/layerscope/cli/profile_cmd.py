@@ -1,34 +1,38 @@
-"""Profile a model: build it, run it once on its inputs under instrumentation and print a
-view (the tree and table by default) or write a file.
+"""Profile a model: build it, run it once on its inputs under instrumentation,
+and print a view (the tree and table by default) or write a file.
 
 TARGET names the model:
-  examples:NAME                a built-in example (see --list-examples); brings its input
-  package.module:attr          imported from the current directory or the installed packages
-  path/to/file.py:attr         the file's directory is importable, so sibling imports work
-  transformers:NAME            a Hugging Face model type (gpt2, bert, t5, llama, whisper: the
-                               base model) or class (GPT2LMHeadModel), built from its default
-                               config with random weights; nothing is downloaded
-  transformers:config.json     the same from a config file
-attr is an nn.Module or a callable returning one, or a (module, inputs) pair: inputs a
-tensor, a tuple (positional) or a dict (keyword inputs). --model-args passes keyword
-arguments to it (for transformers: config fields).
+  examples:NAME             a built-in example (--list-examples), with its input
+  package.module:attr       imported from the current directory or site-packages
+  path/to/file.py:attr      its directory is importable: sibling imports work
+  transformers:NAME         a Hugging Face model type (gpt2, bert, t5, llama,
+                            whisper: the base model) or class (GPT2LMHeadModel)
+                            built from its default config with random weights;
+                            nothing is downloaded
+  transformers:config.json  the same from a config file
+attr is an nn.Module, or a callable returning one or a (module, inputs) pair
+(inputs: a tensor, a tuple of positional or a dict of keyword inputs).
+--model-args passes keyword arguments to it (config fields for transformers).
 
-Inputs are random, on the model's device, repeatable (--seed): --input-shape for positional
-tensors (integer token ids when the model starts with an embedding), --kwargs for keyword
-ones, or --input FILE.pt for saved tensors.
+Inputs are random, on the model's device and repeatable (--seed): --input-shape
+for positional tensors (token ids when the model starts with an embedding),
+--kwargs for keyword ones, or --input FILE.pt for saved tensors.
 
-The model runs in eval mode unless --train is given (as torchinfo does; ls.profile keeps
-the model's own mode by default); every view states the mode, grad mode, device and dtype.
+The model runs in eval mode unless --train is given (as in torchinfo;
+ls.profile keeps the model's own mode); every view states the mode, grad mode,
+device and dtype it ran with.
 
 Examples:
   layerscope profile examples:tiny_resnet
-  layerscope profile examples:tiny_gpt --format tree --columns params,flops,flops_pct
-  layerscope profile examples:tiny_resnet --time --format ops --sort forward_time --top 10
-  layerscope profile mypkg.models:build --model-args '{"width": 64}' --input-shape 1,3,224,224
-  layerscope profile transformers:gpt2 --model-args '{"n_layer": 2}' --input-shape 1,128
-  layerscope profile transformers:t5 --model-args '{"num_layers": 2}' --input-shape 1,32 \\
+  layerscope profile examples:tiny_gpt --format tree --columns params,flops
+  layerscope profile examples:tiny_resnet --time --format ops --top 10
+  layerscope profile mypkg.models:build --model-args '{"width": 64}' \\
+      --input-shape 1,3,224,224
+  layerscope profile transformers:gpt2 --model-args '{"n_layer": 2}' \\
+      --input-shape 1,128
+  layerscope profile transformers:t5 --input-shape 1,32 \\
       --kwargs '{"decoder_input_ids": {"shape": [1, 8]}}'
-  layerscope profile transformers:llama --device meta --input-shape 1,2048 --memory
+  layerscope profile transformers:llama --device meta --input-shape 1,2048
   layerscope profile examples:tiny_gpt --backward --memory -o gpt.html
 """
 

@@ -1,11 +1,12 @@
-"""Show a saved profile (JSON from `layerscope profile -o p.json` or Profile.save) as any
-view, or convert it to another format. Nothing is re-run: everything comes from the file.
+"""Show a saved profile (from `layerscope profile -o p.json` or Profile.save) as
+any view, or convert it to another format. Nothing is re-run: everything comes
+from the file.
 
 Examples:
   layerscope show p.json --depth 2
   layerscope show p.json --format ops --top 10
   layerscope show p.json --format top --by-type --sort forward_time
-  layerscope show p.json --sort flops --min-pct 1 --include '*attn*' --width 120
+  layerscope show p.json --sort flops --min-pct 1 --include '*attn*'
   layerscope show p.json -o p.html
 """
 
