@@ -308,7 +308,7 @@ def test_render_batch_pair_at_80() -> None:
         "    2 Linear    68    68        0   1.00   +128   264      528    +264   2.00\n"
         "Modules: the same 4 paths in A and B.\n"
         "Hidden to fit 80 columns: Trainable A, B, Δ, ×; Param size A, B, Δ, ×; MACs A,\n"
-        "  B, × (widen with width=, or choose with metrics=).\n"
+        "  B, × (widen with --width / width=, or choose with --columns / metrics=).\n"
     )
 
 
@@ -328,8 +328,9 @@ def test_render_batch_pair_at_120() -> None:
         "    2 Linear    68    68        0   1.00           0   1.00   128   256   +128   2.00"
         "   264      528    +264   2.00\n"
         "Modules: the same 4 paths in A and B.\n"
-        "Hidden to fit 120 columns: Trainable A, B; Param size A, B, Δ, × (widen with width=, "
-        "or choose with metrics=).\n"
+        "Hidden to fit 120 columns: Trainable A, B; Param size A, B, Δ, × (widen with --width "
+        "/ width=, or choose with --columns\n"
+        "  / metrics=).\n"
     )
 
 

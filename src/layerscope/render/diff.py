@@ -507,8 +507,8 @@ class _View:
                     names[name] = gone
             listed = "; ".join(f"{name} {', '.join(roles)}" for name, roles in names.items())
             lines += wrap_text(
-                f"Hidden to fit {width} columns: {listed} (widen with width=, or choose "
-                "with metrics=).",
+                f"Hidden to fit {width} columns: {listed} (widen with --width / width=, or "
+                "choose with --columns / metrics=).",
                 "layerscope.hidden",
                 width,
             )
