@@ -288,3 +288,10 @@ def test_transformers_spec_prints_only_the_profile(capsys: pytest.CaptureFixture
     # wte 100*32 + wpe 16*32 + one block (2 LayerNorms 2*64, attn 32*96+96 + 32*32+32,
     # mlp 32*128+128 + 128*32+32) + ln_f 64 = 3,200 + 512 + 12,704 + 64 = 16,480
     assert "Params: 16,480 " in captured.out
+
+
+def test_numpy_is_a_dependency() -> None:
+    """Without numpy, importing torch warns "Failed to initialize NumPy" (make demo)."""
+    from importlib.metadata import requires
+
+    assert any(r.split(">")[0].strip() == "numpy" for r in requires("layerscope") or [])
