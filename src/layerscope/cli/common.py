@@ -105,21 +105,27 @@ def view_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "shapes": not args.no_shapes,
         "by_type": args.by_type,
     }
-    for flag, name in (
-        ("columns", "columns"),
-        ("sort", "sort_by"),
-        ("top", "top"),
-        ("depth", "max_depth"),
-        ("min_pct", "min_pct"),
-        ("pct_of", "pct_of"),
-        ("include", "include"),
-        ("exclude", "exclude"),
-        ("width", "width"),
-    ):
-        value = getattr(args, flag)
-        if value is not None:
-            kwargs[name] = value
-    return kwargs
+    return kwargs | flags_given(
+        args,
+        columns="columns",
+        sort="sort_by",
+        top="top",
+        depth="max_depth",
+        min_pct="min_pct",
+        pct_of="pct_of",
+        include="include",
+        exclude="exclude",
+        width="width",
+    )
+
+
+def flags_given(args: argparse.Namespace, **names: str) -> dict[str, Any]:
+    """The flags (by their dest) that were given, under the option names they map to."""
+    return {
+        option: getattr(args, flag)
+        for flag, option in names.items()
+        if getattr(args, flag) is not None
+    }
 
 
 def output_format(args: argparse.Namespace) -> str:

@@ -14,6 +14,7 @@ import argparse
 from typing import Any
 
 from layerscope.analysis.diff import diff
+from layerscope.cli.common import flags_given
 from layerscope.profile import load
 from layerscope.render import config as display_config
 from layerscope.render.diff import diff_options
@@ -49,18 +50,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def options(args: argparse.Namespace) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for flag, name in (
-        ("columns", "metrics"),
-        ("sort", "sort_by"),
-        ("top", "top"),
-        ("min_pct", "min_change_pct"),
-        ("width", "width"),
-    ):
-        value = getattr(args, flag)
-        if value is not None:
-            out[name] = value
-    return out
+    return flags_given(
+        args,
+        columns="metrics",
+        sort="sort_by",
+        top="top",
+        min_pct="min_change_pct",
+        width="width",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
