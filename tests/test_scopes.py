@@ -38,7 +38,7 @@ def test_current_is_innermost_running_module() -> None:
     with ls.Profiler(model) as p:
         holder.append(p)
         model(torch.ones(1))
-        assert p.tracker.current is p.tracker.tree.root  # outside any module: the root
+        assert p.tracker.current is p.tracker.outside  # no module running: prof.outside
     assert seen == ["0.0", "1"]
     assert p.tracker.stack == []
 

@@ -209,6 +209,10 @@ class Profile:
     #: Whole-model latency and throughput and how they were measured, if timed.
     timing: dict[str, Any] = field(default_factory=dict)
     notices: list[str] = field(default_factory=list)
+    #: Work done while no call of the profiled module ran (the loss of
+    #: ``ls.profile(backward=True)`` and its backward, the user's code around the calls
+    #: in a ``Profiler`` block), metric key -> value; not part of the root's totals.
+    outside: dict[str, Number] = field(default_factory=dict)
     schema: str = SCHEMA
     #: Top-level keys of a loaded file that this version does not know (a newer version's
     #: sections), written back by ``to_dict`` and ``save``.
@@ -346,6 +350,7 @@ class Profile:
             "numerics": _jsonable(self.numerics),
             "timing": _jsonable(self.timing),
             "notices": list(self.notices),
+            "outside": dict(self.outside),
             **{k: _jsonable(v) for k, v in self.extra.items()},
             "root": self.root.to_dict(),
         }

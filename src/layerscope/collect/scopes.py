@@ -45,6 +45,8 @@ from layerscope.profile import Node, Signature
 
 #: Distinct input/output signatures kept per module; later distinct ones are only counted.
 MAX_SIGNATURES = 16
+#: Path, name and type of the node that stands for work outside the profiled module.
+OUTSIDE = "<outside>"
 #: The sequence number autograd gives nodes outside the sequence (AccumulateGrad).
 _NO_SEQUENCE = 2**64 - 1
 _next_sequence_nr = torch._C._autograd._get_sequence_nr
@@ -90,8 +92,11 @@ class ScopeTracker:
         #: The running modules, innermost last: (node, module, exception being handled
         #: when it was entered, whether a backward pass was running it).
         self.stack: list[tuple[Node, nn.Module, BaseException | None, bool]] = []
-        #: The innermost running module's node; the root outside any module.
-        self.current: Node = tree.root
+        #: Where work done while no call of the profiled module runs is counted (the
+        #: loss, the user's code around the calls): ``Profile.outside``, not the root.
+        self.outside = Node(path=OUTSIDE, name=OUTSIDE, type=OUTSIDE)
+        #: The innermost running module's node; ``outside`` when none is running.
+        self.current: Node = self.outside
         #: Whether that module's forward was run by a backward pass (a recomputation).
         self.current_in_backward = False
         self.called: list[Node] = []  # each node that ran, in the order of its first call
@@ -109,6 +114,7 @@ class ScopeTracker:
         self._wrapped: list[tuple[nn.Module, MethodType, list[Any]]] = []
         self._grad_starts: list[int] = []  # sequence numbers where ownership changes
         self._grad_owners: list[Node] = []
+        self._owner_of_param: dict[int, Node] | None = None  # id(tensor) -> its node
 
     # ---- queries used by observers -------------------------------------------------
     def backward_owner(self, grad_node: Any) -> Node:
@@ -119,12 +125,35 @@ class ScopeTracker:
         return self.current if self.current_in_backward else self.grad_owner(grad_node)
 
     def grad_owner(self, grad_node: Any) -> Node:
-        """The module whose forward created this autograd node (the root if none did)."""
+        """The module whose forward created this autograd node (``outside`` if none
+        did); for a gradient accumulated into a parameter's ``.grad``, the module that
+        owns the parameter."""
         seq = grad_node._sequence_nr()
+        if seq == _NO_SEQUENCE:
+            return self._param_owner(grad_node)
         i = bisect_right(self._grad_starts, seq) - 1
-        if i < 0 or seq == _NO_SEQUENCE:
-            return self.tree.root
+        if i < 0:
+            return self.outside
         return self._grad_owners[i]
+
+    def _param_owner(self, grad_node: Any) -> Node:
+        """The node a tensor of an AccumulateGrad node (a leaf's ``.grad``) is counted at:
+        the module holding the parameter (their common ancestor for a shared one)."""
+        variable = getattr(grad_node, "variable", None)
+        if variable is None:
+            return self.outside
+        if self._owner_of_param is None:
+            holders: dict[int, list[Node]] = {}
+            for node in self.tree.root.walk():
+                for t in self.tree.module[id(node)]._parameters.values():
+                    if t is not None:
+                        holders.setdefault(id(t), []).append(node)
+            tree = self.tree
+            self._owner_of_param = {
+                k: v[0] if len(v) == 1 else tree.lowest_common_ancestor(v)
+                for k, v in holders.items()
+            }
+        return self._owner_of_param.get(id(variable), self.outside)
 
     def _owns_new_grad_nodes(self, node: Node) -> None:
         seq = _next_sequence_nr()
@@ -137,7 +166,7 @@ class ScopeTracker:
     # ---- installation --------------------------------------------------------------
     def install(self) -> None:
         self._grad_starts.append(_next_sequence_nr())
-        self._grad_owners.append(self.tree.root)
+        self._grad_owners.append(self.outside)
         hooked: list[nn.Module] = []
         for m in self.tree.modules():
             if (
@@ -269,7 +298,7 @@ class ScopeTracker:
         if self.stack:
             self.current, _, _, self.current_in_backward = self.stack[-1]
         else:
-            self.current, self.current_in_backward = self.tree.root, False
+            self.current, self.current_in_backward = self.outside, False
         self._owns_new_grad_nodes(self.current)
         return node
 

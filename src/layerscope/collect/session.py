@@ -199,6 +199,7 @@ def profile(
 
     - ``backward=True`` also runs ``loss_fn(output).backward()`` (default loss: the sum
       of every floating output tensor that requires grad) and measures the backward ops.
+      The loss and its backward are counted in ``prof.outside``, not in the model.
     - ``flop_formulas`` overrides or adds FLOP formulas for this call, keyed by op
       (``torch.ops.aten.mm`` or ``torch.ops.aten.mm.default``). A formula of the user's
       that raises or returns anything but a ``Cost`` raises ``FlopFormulaError``.
@@ -416,6 +417,7 @@ def build_profile(
     prof = Profile(root=tree.root, notices=notices)
     for observer in observers:
         _call_observer(observer, "finish", prof)
+    prof.outside = {k: v for k, v in tracker.outside.self_metrics.items() if v}
     prof.rollup()
     device, dtype = model_device_dtype(tree.model)
     prof.model = {

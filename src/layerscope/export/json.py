@@ -136,6 +136,7 @@ def _profile(data: Any) -> Profile:
         numerics=sections.get("numerics", {}),
         timing=sections.get("timing", {}),
         notices=sections.get("notices", []),
+        outside=sections.get("outside", {}),
         schema=SCHEMA,
         extra={
             key: json_value(value, ("$", key))

@@ -384,6 +384,11 @@ PROFILE_FIELDS: dict[str, Check] = {
     "numerics": NUMERICS,
     "timing": TIMING,
     "notices": Arr(Str(), "what the user should know about the run"),
+    "outside": Metrics(
+        AMOUNT_METRICS,
+        "work done while no call of the profiled module ran (a loss and its backward, "
+        "code around the calls): metric key -> value, not part of the root's totals",
+    ),
 }
 
 

@@ -7,6 +7,7 @@ names real module paths. Each line is ``(text, style)``; views wrap them to thei
 
 from __future__ import annotations
 
+from layerscope.analysis.catalog import column, has_column
 from layerscope.metrics.numerics import describe
 from layerscope.profile import Profile
 from layerscope.render import units
@@ -80,6 +81,7 @@ def summary_lines(profile: Profile) -> list[Fact]:
                 "layerscope.notice",
             )
         )
+    lines.extend(_outside_lines(profile))
     lines.extend(_memory_lines(profile))
     lines.extend(_timing_lines(profile))
     lines.extend(_numerics_lines(profile))
@@ -92,6 +94,24 @@ def summary_lines(profile: Profile) -> list[Fact]:
     if run is not None:
         lines.append(run)
     return lines
+
+
+def _outside_lines(profile: Profile) -> list[Fact]:
+    """Work done while no call of the model ran, which its totals leave out."""
+    parts = []
+    for key, value in profile.outside.items():
+        if value and has_column(key):
+            col = column(key)
+            parts.append(f"{col.header} {units.BY_KIND[col.kind](value)}")
+    if not parts:
+        return []
+    return [
+        (
+            "Outside the model (the loss, code around the calls; not in the totals): "
+            + ", ".join(parts),
+            "",
+        )
+    ]
 
 
 def _numerics_lines(profile: Profile) -> list[Fact]:
