@@ -8,6 +8,7 @@ the model is left exactly as found (``ModelSnapshot``).
 
 from __future__ import annotations
 
+import json
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -820,3 +821,25 @@ def test_cuda_timeline_reads_the_allocator() -> None:
     assert 512 <= got[2][3] <= 512 + (32 << 20)
     assert got[4][3] - got[3][3] == 512
     assert got[5][3] == prof.memory["forward_end_bytes"]  # the root returns at this level
+
+
+def test_backward_peak_per_module_by_hand() -> None:
+    """Each module's backward_peak_bytes: the highest live bytes above the level at the
+    start of each of its own backward intervals (its gradient work), max over them."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    prof = ls.profile(model, torch.randn(2, 4), backward=True, memory=True)
+    own = {n.path: n.self_metrics["backward_peak_bytes"] for n in prof.nodes()}
+    # Linear(8, 2): grad input 2x8 (64 B), grad weight 2x8 (64 B), grad bias 2 (8 B)
+    # ReLU: threshold_backward's 2x8 grad (64 B)
+    # Linear(4, 8): grad weight 8x4 (128 B) and grad bias 8 (32 B); x needs no grad
+    assert own == {"": 0, "2": 64 + 64 + 8, "1": 64, "0": 128 + 32}
+    # inclusive: the highest over the subtree
+    assert prof.root.metrics["backward_peak_bytes"] == 160
+    assert prof.node("2").metrics["backward_peak_bytes"] == 136
+    # the whole backward pass peaks higher: at its end the four parameter gradients
+    # are all live, 64 + 8 + 128 + 32 = 232 B
+    assert prof.memory["backward_peak_bytes"] == 232
+    again = ls.Profile.from_dict(json.loads(prof.to_json()))
+    assert again.node("0").metrics["backward_peak_bytes"] == 160
+    assert "Bwd peak" in prof.render(columns=["backward_peak_bytes"], width=100)

@@ -63,6 +63,7 @@ _BASE: dict[str, tuple[str, Kind, int]] = {
     "activation_bytes": ("Saved", "bytes", 70),
     "output_bytes": ("Out", "bytes", 40),
     "peak_bytes": ("Peak", "bytes", 50),
+    "backward_peak_bytes": ("Bwd peak", "bytes", 35),
     "grad_bytes": ("Grads", "bytes", 40),
     "bytes_accessed": ("Bytes", "bytes", 40),
     "backward_bytes_accessed": ("Bwd bytes", "bytes", 30),

@@ -67,6 +67,7 @@ AMOUNT_METRICS: frozenset[str] = frozenset(
         *ADDITIVE_METRICS,
         "peak_bytes",
         "simulated_peak_bytes",
+        "backward_peak_bytes",
         "bytes_accessed",
         "backward_bytes_accessed",
     )

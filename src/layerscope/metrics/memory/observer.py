@@ -181,6 +181,10 @@ class MemoryObserver(Observer):
         self._ops = 0  # aten ops seen so far: the timeline's clock
         self._cuda_base = 0  # CUDA bytes allocated when the session started
         self._bw_owner: Node | None = None  # module whose backward ops run now
+        # the interval of the backward pass that is ``_bw_owner``'s work: its scopes
+        self._bw_interval: tuple[Scope, Scope | None] | None = None
+        # id(node) -> (node, simulated backward peak, CUDA one or -1); max over intervals
+        self._bw_peaks: dict[int, tuple[Node, int, int]] = {}
 
     # ---- session lifetime ----------------------------------------------------------
     def install(self, tracker: ScopeTracker) -> None:
@@ -339,7 +343,10 @@ class MemoryObserver(Observer):
             if node is not self._bw_owner:
                 # Before this op's outputs are counted: the level where the work of the
                 # module starts (CUDA's allocator has allocated them already).
+                self._close_interval()
                 self._bw_owner = node
+                cuda = self._cuda.open() if self._cuda is not None else None
+                self._bw_interval = (self._sim.open(), cuda)
                 self._timeline.add(self._ops, BACKWARD, node.path, self._level())
         elif self._bw_sim is not None:
             self._end_backward()
@@ -386,7 +393,24 @@ class MemoryObserver(Observer):
             return self._cuda.source.read()[0] - self._cuda_base
         return self._table.live
 
+    def _close_interval(self) -> None:
+        """End the backward interval of ``_bw_owner``: its peak above the level where it
+        began, kept as the module's if the highest of its intervals so far."""
+        interval, node = self._bw_interval, self._bw_owner
+        if interval is None or node is None:
+            return
+        self._bw_interval = None
+        sim = self._sim.close(interval[0])
+        cuda = -1
+        if self._cuda is not None and interval[1] is not None:
+            cuda = self._cuda.close(interval[1])
+        old = self._bw_peaks.get(id(node))
+        if old is not None:
+            sim, cuda = max(sim, old[1]), max(cuda, old[2])
+        self._bw_peaks[id(node)] = (node, sim, cuda)
+
     def _end_backward(self) -> None:
+        self._close_interval()
         self._bw_owner = None
         if self._bw_sim is not None:
             self.backward_peak = max(self.backward_peak, self._sim.close(self._bw_sim))
@@ -425,6 +449,7 @@ class MemoryObserver(Observer):
         mem["activation_bytes"] = sum(n for _, n in self._activations.values())
         if self.saw_backward:
             mem["backward_peak_bytes"] = self.backward_peak_cuda if on_cuda else self.backward_peak
+            self._write_backward_peaks(profile, on_cuda)
         if on_cuda:
             mem["cuda"] = self._cuda_report(profile)
         mem["timeline"] = self._timeline.to_dict(mem["allocator"], self._cuda_base)
@@ -433,6 +458,20 @@ class MemoryObserver(Observer):
             fill_gradients(profile, owned, force=self.saw_backward)
             mem["params_by_dtype"] = params_by_dtype(owned)
         profile.notices.extend(self.notices)
+
+    def _write_backward_peaks(self, profile: Profile, on_cuda: bool) -> None:
+        """``backward_peak_bytes``: self, the highest of the module's own backward
+        intervals; inclusive, the highest over its subtree (each above its own start)."""
+        own = {
+            id(node): (cuda if on_cuda and cuda >= 0 else sim)
+            for node, sim, cuda in self._bw_peaks.values()
+        }
+        for node in reversed(list(profile.root.walk())):  # children before parents
+            mine = own.get(id(node), 0)
+            node.self_metrics["backward_peak_bytes"] = mine
+            node.metrics["backward_peak_bytes"] = max(
+                [mine, *(c.metrics["backward_peak_bytes"] for c in node.children)]
+            )
 
     def _cuda_report(self, profile: Profile) -> dict[str, Any]:
         """Allocator and simulated figures side by side, with the largest disagreement."""
