@@ -36,6 +36,7 @@ from layerscope.metrics.numerics import NonFiniteError, NonFiniteWarning, Numeri
 from layerscope.profile import SCHEMA, Node, Profile, TensorSpec, ValueSpec, load
 from layerscope.render import config
 from layerscope.render.options import ViewOptions, view_options
+from layerscope.render.ranks import rank_table
 
 __all__ = [
     "SCHEMA",
@@ -68,6 +69,7 @@ __all__ = [
     "load",
     "max_batch_size",
     "profile",
+    "rank_table",
     "record_training_footprint",
     "register_flop_formula",
     "to_meta",

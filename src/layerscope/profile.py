@@ -30,6 +30,11 @@ ADDITIVE_METRICS: tuple[str, ...] = (
     "backward_flops",
     "activation_bytes",
     "output_bytes",
+    "comm_bytes",
+    "backward_comm_bytes",
+    "local_params",
+    "local_param_bytes",
+    "local_buffer_bytes",
 )
 
 _ADDITIVE = frozenset(ADDITIVE_METRICS)
@@ -89,6 +94,10 @@ class Node:
     repr: str = ""
     inputs: list[Signature] = field(default_factory=list)
     outputs: list[Signature] = field(default_factory=list)
+    #: Distinct signatures of the gradients that reached the module's inputs and outputs
+    #: in a backward pass (leaves with no gradient are ``ValueSpec(path, "None")``).
+    grad_inputs: list[Signature] = field(default_factory=list)
+    grad_outputs: list[Signature] = field(default_factory=list)
     metrics: dict[str, Number] = field(default_factory=dict)
     self_metrics: dict[str, Number] = field(default_factory=dict)
     by_dtype: dict[str, dict[str, int]] = field(default_factory=dict)
@@ -137,6 +146,14 @@ class Node:
             "repr": self.repr,
             "inputs": [[s.to_dict() for s in sig] for sig in self.inputs],
             "outputs": [[s.to_dict() for s in sig] for sig in self.outputs],
+            **(
+                {
+                    "grad_inputs": [[s.to_dict() for s in sig] for sig in self.grad_inputs],
+                    "grad_outputs": [[s.to_dict() for s in sig] for sig in self.grad_outputs],
+                }
+                if self.grad_inputs or self.grad_outputs
+                else {}
+            ),
             "metrics": dict(self.metrics),
             "self_metrics": dict(self.self_metrics),
             "by_dtype": {k: dict(v) for k, v in self.by_dtype.items()},
@@ -180,6 +197,8 @@ def new_node(path: str, name: str, type: str, depth: int, repr: str) -> Node:
     node.repr = repr
     node.inputs = []
     node.outputs = []
+    node.grad_inputs = []
+    node.grad_outputs = []
     node.metrics = {}
     node.self_metrics = {}
     node.by_dtype = {}
@@ -213,6 +232,12 @@ class Profile:
     #: ``ls.profile(backward=True)`` and its backward, the user's code around the calls
     #: in a ``Profiler`` block), metric key -> value; not part of the root's totals.
     outside: dict[str, Number] = field(default_factory=dict)
+    #: Where a profile of a torch.distributed run was made: ``rank``, ``world_size`` and
+    #: ``backend`` of the default process group; empty outside such a run.
+    dist: dict[str, Any] = field(default_factory=dict)
+    #: Every rank's own profile, in rank order, after ``gather``; empty otherwise. Each
+    #: holds no ``ranks`` of its own.
+    ranks: list[Profile] = field(default_factory=list)
     schema: str = SCHEMA
     #: Top-level keys of a loaded file that this version does not know (a newer version's
     #: sections), written back by ``to_dict`` and ``save``.
@@ -351,6 +376,8 @@ class Profile:
             "timing": _jsonable(self.timing),
             "notices": list(self.notices),
             "outside": dict(self.outside),
+            **({"dist": _jsonable(self.dist)} if self.dist else {}),
+            **({"ranks": [_rank_dict(r) for r in self.ranks]} if self.ranks else {}),
             **{k: _jsonable(v) for k, v in self.extra.items()},
             "root": self.root.to_dict(),
         }
@@ -379,6 +406,27 @@ class Profile:
         from layerscope.export.json import save
 
         save(self, path)
+
+    # ---- torch.distributed ---------------------------------------------------------
+    def gather(self, dst: int = 0, group: Any = None) -> Profile | None:
+        """Collect every rank's profile on rank ``dst`` (a collective: call it on every
+        rank of ``group``, default the whole world).
+
+        Returns on ``dst`` a Profile whose tree and sections are ``dst``'s own and whose
+        ``ranks`` holds each rank's profile in group rank order; ``None`` on the other
+        ranks. ``InvalidInputError`` without an initialised process group. See
+        docs/distributed.md."""
+        from layerscope.distributed import gather
+
+        return gather(self, dst=dst, group=group)
+
+    def rank_summary(self, metrics: Any = None) -> Any:
+        """Per module and metric, min / median / max over the gathered ``ranks``, the
+        rank with the max and the imbalance (max / median): a ``RankSummary``, printable
+        (``print(prof.rank_summary())``, ``.render(width=80)``)."""
+        from layerscope.render.ranks import rank_summary
+
+        return rank_summary(self, metrics)
 
     # ---- exports (layerscope.export) -----------------------------------------------
     def export(
@@ -494,6 +542,13 @@ def load(path: str | os.PathLike[str]) -> Profile:
     from layerscope.export.json import load as load_json
 
     return load_json(path)
+
+
+def _rank_dict(profile: Profile) -> dict[str, Any]:
+    """One entry of ``"ranks"``: the rank's profile without ranks of its own."""
+    data = profile.to_dict()
+    data.pop("ranks", None)
+    return data
 
 
 def _jsonable(value: Any) -> Any:

@@ -67,6 +67,11 @@ _BASE: dict[str, tuple[str, Kind, int]] = {
     "grad_bytes": ("Grads", "bytes", 40),
     "bytes_accessed": ("Bytes", "bytes", 40),
     "backward_bytes_accessed": ("Bwd bytes", "bytes", 30),
+    "comm_bytes": ("Comm", "bytes", 45),
+    "backward_comm_bytes": ("Bwd comm", "bytes", 45),
+    "local_params": ("Local params", "count", 35),
+    "local_param_bytes": ("Local size", "bytes", 25),
+    "local_buffer_bytes": ("Local bufs", "bytes", 15),
     "forward_time": ("Fwd time", "seconds", 80),
     "backward_time": ("Bwd time", "seconds", 75),
     "device_time": ("Device", "seconds", 60),
@@ -90,6 +95,8 @@ def _build() -> dict[str, Column]:
     cols: dict[str, Column] = {
         "input_shape": Column("input_shape", "Input shape", "text", 0),
         "output_shape": Column("output_shape", "Output shape", "text", 1),
+        "grad_input_shape": Column("grad_input_shape", "Grad in", "text", 0),
+        "grad_output_shape": Column("grad_output_shape", "Grad out", "text", 0),
         "calls": Column("calls", "Calls", "count", 45),
     }
     for key, (header, kind, prio) in _BASE.items():

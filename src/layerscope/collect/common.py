@@ -17,21 +17,37 @@ from layerscope.errors import InvalidInputError
 
 
 def unwrap_model(model: Any) -> tuple[nn.Module, list[str]]:
-    """The eager module to instrument, with notices; clear errors for what cannot be."""
+    """The eager module to instrument, with notices; clear errors for what cannot be.
+
+    A ``torch.compile``'d model gives its original module; a ``DistributedDataParallel``
+    one its ``.module`` (paths then have no ``module.`` prefix), in any nesting."""
     notices: list[str] = []
-    if isinstance(model, torch.jit.ScriptModule | torch.jit.ScriptFunction):
-        raise InvalidInputError(
-            "TorchScript models cannot be profiled: their submodules run inside the "
-            "TorchScript interpreter, where no Python hook sees them. Profile the eager "
-            "nn.Module the script was made from."
-        )
-    orig = getattr(model, "_orig_mod", None)
-    if type(model).__name__ == "OptimizedModule" and isinstance(orig, nn.Module):
-        notices.append(
-            "torch.compile'd model: layerscope analysed the original eager module "
-            f"({type(orig).__name__}); the compiled graph may fuse or reorder its ops"
-        )
-        model = orig
+    while True:
+        if isinstance(model, torch.jit.ScriptModule | torch.jit.ScriptFunction):
+            raise InvalidInputError(
+                "TorchScript models cannot be profiled: their submodules run inside the "
+                "TorchScript interpreter, where no Python hook sees them. Profile the eager "
+                "nn.Module the script was made from."
+            )
+        orig = getattr(model, "_orig_mod", None)
+        if type(model).__name__ == "OptimizedModule" and isinstance(orig, nn.Module):
+            notices.append(
+                "torch.compile'd model: layerscope analysed the original eager module "
+                f"({type(orig).__name__}); the compiled graph may fuse or reorder its ops"
+            )
+            model = orig
+            continue
+        inner = getattr(model, "module", None)
+        if isinstance(model, nn.parallel.DistributedDataParallel) and isinstance(inner, nn.Module):
+            notices.append(
+                "DistributedDataParallel model: layerscope profiled its .module "
+                f"({type(inner).__name__}), paths without the 'module.' prefix; DDP's "
+                "gradient all-reduce runs only where the DDP model itself is called "
+                "(inside `with ls.Profiler(model):`), not in ls.profile"
+            )
+            model = inner
+            continue
+        break
     if not isinstance(model, nn.Module):
         raise InvalidInputError(f"expected a torch.nn.Module, got {type(model).__name__}")
     return model, notices

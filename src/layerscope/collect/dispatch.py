@@ -24,7 +24,12 @@ from typing import Any
 import torch
 from torch._C import DispatchKey
 from torch._ops import OpOverload
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import (
+    TorchDispatchMode,
+    _get_current_dispatch_mode_stack,
+    _pop_mode,
+    _push_mode,
+)
 
 from layerscope.collect.observer import observer_error
 from layerscope.collect.scopes import ScopeTracker
@@ -32,6 +37,8 @@ from layerscope.errors import LayerscopeError
 from layerscope.profile import Node
 
 _current_autograd_node = torch._C._current_autograd_node
+_stack_len = torch._C._len_torch_dispatch_stack
+_stack_at = torch._C._get_dispatch_stack_at
 _has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
 _COMPOSITE = DispatchKey.CompositeImplicitAutograd
 #: Kernels that run instead of an op's composite one on dense tensors.
@@ -132,3 +139,52 @@ class SessionMode(TorchDispatchMode):
 
 if _set_skip is not None:
     _set_skip(SessionMode.__torch_dispatch__.__code__)
+
+#: The per-mode bookkeeping ``TorchDispatchMode.__enter__`` pushes and ``__exit__`` pops.
+_FLAG_DEQUES = (
+    "old_dispatch_mode_flags",
+    "old_non_infra_dispatch_mode_flags",
+    "old_without_ignore_compile_internals_dispatch_mode_flags",
+)
+
+
+def _entered_by_base(mode: TorchDispatchMode) -> bool:
+    """Whether ``TorchDispatchMode.__exit__`` can take ``mode`` off (it was pushed by the base
+    class's ``__enter__``, which left its flags to pop), not only by a bare push."""
+    return all(getattr(mode, name, None) for name in _FLAG_DEQUES)
+
+
+def remove_mode(mode: TorchDispatchMode) -> None:
+    """Take ``mode`` off this thread's dispatch mode stack, wherever it is in it.
+
+    ``TorchDispatchMode.__exit__`` pops whichever mode is on top: when sessions end in
+    another order than they began (``p1`` entered, ``p2`` entered, ``p1`` exited), that
+    is another session's (or the user's) mode. Here the modes above ``mode`` come off,
+    ``mode`` comes off, and they go back in their order. They come off and go back through
+    ``TorchDispatchMode``'s own ``__exit__``/``__enter__``, which keep torch's "a mode is
+    active" flags right, and not through their subclasses' (a user's mode must not see
+    itself end and start again). A mode not on this thread's stack is left alone.
+    """
+    depth = _stack_len()
+    if depth and _stack_at(depth - 1) is mode:  # on top, as when sessions nest
+        TorchDispatchMode.__exit__(mode, None, None, None)  # type: ignore[no-untyped-call]
+        return
+    stack = _get_current_dispatch_mode_stack()
+    at = next((i for i in range(len(stack) - 1, -1, -1) if stack[i] is mode), None)
+    if at is None:
+        return
+    above = stack[at + 1 :]
+    by_base = [_entered_by_base(m) for m in above]
+    for m, base in zip(reversed(above), reversed(by_base), strict=True):
+        if base:
+            TorchDispatchMode.__exit__(m, None, None, None)  # type: ignore[no-untyped-call]
+        else:
+            _pop_mode()
+    try:
+        TorchDispatchMode.__exit__(mode, None, None, None)  # type: ignore[no-untyped-call]
+    finally:
+        for m, base in zip(above, by_base, strict=True):
+            if base:
+                TorchDispatchMode.__enter__(m)  # type: ignore[no-untyped-call]
+            else:
+                _push_mode(m)

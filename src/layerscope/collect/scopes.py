@@ -27,6 +27,7 @@ graph walks and no references kept to the user's graph.
 from __future__ import annotations
 
 import sys
+import threading
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from types import MethodType
@@ -51,6 +52,7 @@ OUTSIDE = "<outside>"
 _NO_SEQUENCE = 2**64 - 1
 _next_sequence_nr = torch._C._autograd._get_sequence_nr
 _current_autograd_node = torch._C._current_autograd_node
+_get_ident = threading.get_ident
 
 
 def _tensor_key(values: tuple[Any, ...]) -> tuple[Any, ...] | None:
@@ -81,6 +83,13 @@ def _signature_of(entry: Any, output: bool) -> Signature:
 
 class ScopeTracker:
     """Keeps the stack of running modules and records calls and shapes per node."""
+
+    #: The thread that installed the tracker: module hooks and forwards are global, so
+    #: calls of the model from other threads reach them too, and are not counted (except
+    #: while a backward pass runs them: autograd's worker threads recompute checkpointed
+    #: forwards). How many such calls were skipped is ``foreign_calls``.
+    _thread: int | None = None
+    foreign_calls: int = 0
 
     def __init__(
         self, tree: ModelTree, record_shapes: bool = True, observers: Sequence[Observer] = ()
@@ -165,6 +174,8 @@ class ScopeTracker:
 
     # ---- installation --------------------------------------------------------------
     def install(self) -> None:
+        self._thread = _get_ident()
+        self._foreign_lock = threading.Lock()
         self._grad_starts.append(_next_sequence_nr())
         self._grad_owners.append(self.outside)
         hooked: list[nn.Module] = []
@@ -204,12 +215,23 @@ class ScopeTracker:
         # All that ties the wrapper to the session, emptied by uninstall: a copy of the
         # module made meanwhile keeps this forward (as a pass-through) but neither the
         # session nor the original module alive.
-        live: list[Any] = [module, only, self._enter_node, self._leave, self._post, self._resolve]
+        live: list[Any] = [
+            module,
+            only,
+            self._enter_node,
+            self._leave,
+            self._post,
+            self._resolve,
+            self._thread,
+            self._skip_foreign,
+        ]
 
         def forward(this: nn.Module, *args: Any, **kwargs: Any) -> Any:
             if not live or this is not live[0]:  # the session is over, or a copy
                 return forward_fn(this, *args, **kwargs)
-            module, only, enter, leave, post, resolve = live
+            module, only, enter, leave, post, resolve, thread, skip_foreign = live
+            if _get_ident() != thread and skip_foreign():  # another thread's call
+                return forward_fn(module, *args, **kwargs)
             enter(only if only is not None else resolve(module), module, args, kwargs)
             try:
                 out = forward_fn(module, *args, **kwargs)
@@ -246,8 +268,20 @@ class ScopeTracker:
                 return i
         return None
 
+    def _skip_foreign(self) -> bool:
+        """For a module call from a thread other than the tracker's: whether to leave it
+        uncounted (counting it in ``foreign_calls``), as every such call is unless a
+        backward pass runs it."""
+        if _current_autograd_node() is not None:
+            return False
+        with self._foreign_lock:
+            self.foreign_calls += 1
+        return True
+
     def _pre(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """The forward pre hook of a module with hooks."""
+        if _get_ident() != self._thread and self._skip_foreign():
+            return
         self._enter_node(self._resolve(module), module, args, kwargs)
 
     def _enter_node(
@@ -278,6 +312,8 @@ class ScopeTracker:
     ) -> None:
         """The forward hook (always called) of a module with hooks; also where a wrapped
         forward goes when it raises."""
+        if _get_ident() != self._thread and _current_autograd_node() is None:
+            return  # another thread's call, skipped (and counted) at its entry
         i = self._frame_of(module)
         if i is None:
             return

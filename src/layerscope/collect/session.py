@@ -6,8 +6,13 @@ and also restores everything the run could have changed (RNG, buffers, flags).
 
 from __future__ import annotations
 
+import operator
 import platform
-from collections.abc import Callable, Mapping, Sequence
+import sys
+import threading
+import weakref
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from types import TracebackType
 from typing import Any
 
@@ -15,7 +20,8 @@ import torch
 from torch import nn
 
 from layerscope.collect.common import check_bool, default_loss, in_mode, unwrap_model
-from layerscope.collect.dispatch import SessionMode
+from layerscope.collect.dispatch import SessionMode, remove_mode
+from layerscope.collect.grads import GradShapes
 from layerscope.collect.inputs import model_device_dtype, random_inputs
 from layerscope.collect.observer import Observer, observer_error
 from layerscope.collect.options import NUMERICS_OPTIONS as NUMERICS_OPTIONS
@@ -38,6 +44,7 @@ from layerscope.collect.timing import time_profile
 from layerscope.collect.tree import ModelTree
 from layerscope.errors import InvalidInputError, LayerscopeError, ModelError
 from layerscope.gcpause import gc_paused
+from layerscope.metrics.comm import comm_observers
 from layerscope.metrics.flop_counter import FlopCounter
 from layerscope.metrics.flops import Formula
 from layerscope.metrics.memory import MemoryObserver
@@ -47,6 +54,77 @@ from layerscope.profile import Node, Profile
 
 _MISSING: Any = object()
 
+# ---- one session per model at a time -------------------------------------------------
+_model_locks: weakref.WeakKeyDictionary[nn.Module, threading.RLock] = weakref.WeakKeyDictionary()
+_model_locks_guard = threading.Lock()
+
+
+def model_lock(model: nn.Module) -> threading.RLock:
+    """The lock a thread holds while it profiles ``model``: ``profile`` waits for it, a
+    ``Profiler`` refuses to start without it. Re-entrant, so sessions nest in one thread.
+    A model that cannot be a weak dictionary key (a class that defines ``__eq__`` without
+    ``__hash__``) gets a fresh lock each time: it is not serialised."""
+    with _model_locks_guard:
+        try:
+            lock = _model_locks.get(model)
+            if lock is None:
+                lock = _model_locks[model] = threading.RLock()
+        except TypeError:
+            lock = threading.RLock()
+        return lock
+
+
+# ---- room on the stack for the session's frames ----------------------------------------
+#: Frames a session adds per level of module nesting: the forward wrapper, or the frame
+#: in which nn.Module runs the hooks of a module that had none of its own.
+_FRAMES_PER_LEVEL = 1
+#: Frames a session adds once, whatever the depth: its own calls around the model's, the
+#: dispatch mode, observers and formulas under the innermost op.
+_FRAMES_MARGIN = 64
+_limit_guard = threading.Lock()
+_limit_set: int | None = None  # the recursion limit as layerscope last set it
+_get_depth = operator.attrgetter("depth")
+
+
+def stack_room(tree: ModelTree, per_level: int = _FRAMES_PER_LEVEL) -> int:
+    """How many more frames than a bare run a run under instrumentation may need."""
+    depth = max(map(_get_depth, tree.by_path.values()), default=0)
+    return per_level * (depth + 1) + _FRAMES_MARGIN
+
+
+def raise_recursion_limit(extra: int) -> None:
+    """Raise Python's recursion limit by ``extra`` frames (see ``lower_recursion_limit``)."""
+    global _limit_set
+    with _limit_guard:
+        limit = sys.getrecursionlimit() + extra
+        sys.setrecursionlimit(limit)
+        _limit_set = limit
+
+
+def lower_recursion_limit(extra: int) -> None:
+    """Take back the ``extra`` frames ``raise_recursion_limit`` gave, unless someone set the
+    limit since: what the user sets stays, never lowered."""
+    global _limit_set
+    with _limit_guard:
+        limit = sys.getrecursionlimit()
+        if limit != _limit_set:
+            return
+        try:
+            sys.setrecursionlimit(limit - extra)
+        except RecursionError:  # deeper than that right now: leave it raised
+            return
+        _limit_set = limit - extra
+
+
+@contextmanager
+def recursion_room(extra: int) -> Iterator[None]:
+    """The block runs with ``extra`` more frames of recursion limit."""
+    raise_recursion_limit(extra)
+    try:
+        yield
+    finally:
+        lower_recursion_limit(extra)
+
 
 class Profiler:
     """Profile whatever code runs inside the ``with`` block.
@@ -54,6 +132,15 @@ class Profiler:
     >>> with Profiler(model) as p:          # doctest: +SKIP
     ...     model(x).sum().backward()
     >>> p.profile.root.metrics["params"]    # doctest: +SKIP
+
+    Only the thread that entered it is measured: calls of the model from other threads
+    are not counted (a notice says how many there were). One thread at a time profiles a
+    model: entering a Profiler on a model another thread is profiling raises. Sessions
+    on one model nest, and may end in any order.
+
+    ``grad_shapes`` (default: as ``record_shapes``) records the shapes of the gradients
+    that reach each module's inputs and outputs in a backward pass inside the block
+    (``Node.grad_inputs``/``grad_outputs``).
     """
 
     def __init__(
@@ -66,6 +153,7 @@ class Profiler:
         numerics: NonFiniteMode | Mapping[str, Any] | None = None,
         memory: bool = False,
         observers: Sequence[Observer] = (),
+        grad_shapes: bool | None = None,
     ) -> None:
         self.model, self._notices = unwrap_model(model)
         options = check_session(
@@ -84,19 +172,45 @@ class Profiler:
             self.observers.append(MemoryObserver())
         if options.numerics is not None:
             self.observers.append(NumericsObserver(**options.numerics))
+        # collective ops' bytes, when a process group is initialised
+        self.observers.extend(comm_observers(options.observers))
         self.observers.extend(options.observers)
+        # the shapes of the gradients reaching each module: with the other shapes
+        if options.record_shapes if grad_shapes is None else check_bool("grad_shapes", grad_shapes):
+            self.observers.append(GradShapes())
         self._tracker: ScopeTracker | None = None
         self._mode: SessionMode | None = None
         self._profile: Profile | None = None
         self._run: dict[str, Any] = {}
+        self._lock: threading.RLock | None = None  # the model's, held from enter to exit
+        self._thread: int | None = None
+        self._stack_room = 0
 
     def __enter__(self) -> Profiler:
         if self._tracker is not None:
             raise LayerscopeError("a Profiler cannot be entered twice; create a new one")
-        tree = ModelTree.build(self.model)
-        self._run = {"training": self.model.training, "grad_mode": grad_mode()}
-        self._tracker = ScopeTracker(tree, self.record_shapes, self.observers)
-        self._tracker.install()
+        lock = model_lock(self.model)
+        if not lock.acquire(blocking=False):
+            raise LayerscopeError(
+                f"the model ({type(self.model).__name__}) is being profiled in another "
+                "thread; profile it from one thread at a time (ls.profile waits its turn)"
+            )
+        try:
+            tree = ModelTree.build(self.model)
+            self._run = {"training": self.model.training, "grad_mode": grad_mode()}
+            self._tracker = ScopeTracker(tree, self.record_shapes, self.observers)
+            # Deep models that run bare must run instrumented too.
+            self._stack_room = stack_room(tree)
+            raise_recursion_limit(self._stack_room)
+        except BaseException:
+            lock.release()
+            raise
+        self._lock, self._thread = lock, threading.get_ident()
+        try:
+            self._tracker.install()
+        except BaseException:
+            self._release()
+            raise
         installed: list[Observer] = []
         try:
             for observer in self.observers:
@@ -114,11 +228,23 @@ class Profiler:
                 self._mode.__enter__()  # type: ignore[no-untyped-call]
         except BaseException:
             try:
+                if self._mode is not None:
+                    remove_mode(self._mode)
                 _uninstall(installed)
             finally:
-                self._tracker.uninstall()
+                try:
+                    self._tracker.uninstall()
+                finally:
+                    self._release()
             raise
         return self
+
+    def _release(self) -> None:
+        """Give back the recursion room and the model's lock (both taken at enter)."""
+        lower_recursion_limit(self._stack_room)
+        lock, self._lock = self._lock, None
+        if lock is not None and self._thread == threading.get_ident():
+            lock.release()
 
     def __exit__(
         self,
@@ -127,15 +253,27 @@ class Profiler:
         tb: TracebackType | None,
     ) -> None:
         assert self._tracker is not None
+        if self._lock is None:
+            raise LayerscopeError("the Profiler has already exited")
         failed: Exception | None = None
+        wrong_thread = self._thread != threading.get_ident()
         try:
             if self._mode is not None:
-                self._mode.__exit__(None, None, None)  # type: ignore[no-untyped-call]
+                # Its own mode, wherever it is on the stack: sessions may end in any order.
+                remove_mode(self._mode)
         finally:
             try:
                 failed = _uninstall(self.observers)
             finally:
-                self._tracker.uninstall()
+                try:
+                    self._tracker.uninstall()
+                finally:
+                    self._release()
+        if wrong_thread:
+            raise LayerscopeError(
+                "a Profiler must exit in the thread that entered it: its dispatch mode is "
+                "on that thread's stack, and the model stays locked to that thread"
+            )
         if failed is not None:
             raise failed
         if exc is not None:
@@ -149,6 +287,11 @@ class Profiler:
             observers=self.observers,
             run=self._run,
         )
+        if self._tracker.foreign_calls:
+            self._profile.notices.append(
+                f"{self._tracker.foreign_calls} module calls from threads other than the "
+                "profiling one were seen and not counted"
+            )
 
     @property
     def tracker(self) -> ScopeTracker:
@@ -218,6 +361,9 @@ def profile(
       ``docs/timing.md``). Not on the meta device, where nothing runs to be timed.
     - ``observers`` adds measurements of your own (``layerscope.collect.observer``); an
       exception in one of their methods is raised as ``ObserverError``.
+
+    Calls of the model from other threads meanwhile are not counted; a ``profile`` of a
+    model that another thread is profiling waits for it to finish.
     """
     model, notices = unwrap_model(model)
     given = [
@@ -257,65 +403,69 @@ def profile(
         numerics=check_numerics(numerics, grads=backward),
         memory=memory,
         observers=observers,
+        grad_shapes=record_shapes is True and backward,
     )
 
-    will_run = bool(given) or bool(kwargs)
-    if not will_run:
-        if backward or timing_options is not None:
-            raise InvalidInputError("backward=True and timing need an input")
-        tree = ModelTree.build(model)
-        return build_profile(ScopeTracker(tree), ran=False, notices=notices, observers=())
-    if timing_options is not None:
-        check_timing_device(model, (args, kwargs, None if inputs is _MISSING else inputs))
+    # One session on a model at a time: another thread's waits here for this one to end.
+    with model_lock(model):
+        will_run = bool(given) or bool(kwargs)
+        if not will_run:
+            if backward or timing_options is not None:
+                raise InvalidInputError("backward=True and timing need an input")
+            tree = ModelTree.build(model)
+            return build_profile(ScopeTracker(tree), ran=False, notices=notices, observers=())
+        if timing_options is not None:
+            check_timing_device(model, (args, kwargs, None if inputs is _MISSING else inputs))
 
-    with gc_paused():
-        state = ModelState.capture(model)
-        try:
-            if inputs is not _MISSING:
-                call_args: tuple[Any, ...] = (inputs,)
-            elif shapes is not None:
-                call_args = random_inputs(model, shapes, dtype)
-            else:
-                call_args = tuple(args or ())
-            if backward:
-                state.add_inputs(iter_tensors((call_args, kwargs)))
+        with gc_paused():
+            state = ModelState.capture(model)
             try:
-                with in_mode(model, run_mode), p:
-                    out = model(*call_args, **(kwargs or {}))
-                    if backward:
-                        loss = loss_fn(out) if loss_fn is not None else default_loss(out)
-                        loss.backward()  # type: ignore[no-untyped-call]
-                        del loss
-                    # Freed while the GC is still paused: the first collection after it
-                    # resumes then has the output's autograd graph out of its way.
-                    del out
-            except LayerscopeError:
-                raise
-            except Exception as e:
-                site = p.tracker.site_of(e)
-                where = f" in module {_describe(site)}" if site is not None else ""
-                raise ModelError(
-                    f"the model raised {type(e).__name__}{where}: {e}",
-                    path=site.path if site is not None else None,
-                    module_type=site.type if site is not None else None,
-                ) from e
-        finally:
-            restore_notices = state.restore()
-    prof = p.profile
-    prof.notices[:0] = notices  # what unwrapping the model found comes first
-    prof.notices.extend(restore_notices)
-    if timing_options is not None:
-        with in_mode(model, run_mode):
-            time_profile(
-                prof,
-                model,
-                call_args,
-                kwargs or {},
-                backward=backward,
-                loss_fn=loss_fn,
-                **timing_options,
-            )
-    return prof
+                if inputs is not _MISSING:
+                    call_args: tuple[Any, ...] = (inputs,)
+                elif shapes is not None:
+                    call_args = random_inputs(model, shapes, dtype)
+                else:
+                    call_args = tuple(args or ())
+                if backward:
+                    state.add_inputs(iter_tensors((call_args, kwargs)))
+                try:
+                    with in_mode(model, run_mode), p:
+                        out = model(*call_args, **(kwargs or {}))
+                        if backward:
+                            loss = loss_fn(out) if loss_fn is not None else default_loss(out)
+                            loss.backward()  # type: ignore[no-untyped-call]
+                            del loss
+                        # Freed while the GC is still paused: the first collection after it
+                        # resumes then has the output's autograd graph out of its way.
+                        del out
+                except LayerscopeError:
+                    raise
+                except Exception as e:
+                    site = p.tracker.site_of(e)
+                    where = f" in module {_describe(site)}" if site is not None else ""
+                    raise ModelError(
+                        f"the model raised {type(e).__name__}{where}: {e}",
+                        path=site.path if site is not None else None,
+                        module_type=site.type if site is not None else None,
+                    ) from e
+            finally:
+                restore_notices = state.restore()
+        prof = p.profile
+        prof.notices[:0] = notices  # what unwrapping the model found comes first
+        prof.notices.extend(restore_notices)
+        if timing_options is not None:
+            # The timers' hooks add a frame per level, as the analysis pass's wrappers do.
+            with in_mode(model, run_mode), recursion_room(stack_room(p.tracker.tree)):
+                time_profile(
+                    prof,
+                    model,
+                    call_args,
+                    kwargs or {},
+                    backward=backward,
+                    loss_fn=loss_fn,
+                    **timing_options,
+                )
+        return prof
 
 
 def numerics_options(

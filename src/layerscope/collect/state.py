@@ -1,6 +1,7 @@
 """Capture and restore what running a model may change, so profiling leaves no trace.
 
-Covers the global RNG streams (CPU and initialised CUDA devices); every module's class and
+Covers the global RNG streams (torch's CPU and initialised CUDA generators, Python's
+``random`` and numpy's global ``np.random``); every module's class and
 ``__dict__`` one level deep (attributes added or rebound by forward, train/eval flags, the
 parameter/buffer/submodule/hook tables); every buffer's values (BatchNorm running stats,
 counters); ``requires_grad``, ``.grad`` and gradient values of every parameter; and lazy
@@ -16,7 +17,10 @@ compared one by one.
 
 from __future__ import annotations
 
+import ctypes
 import operator
+import random
+import sys
 from dataclasses import dataclass, field
 from itertools import compress
 from typing import Any, NamedTuple, TypeVar
@@ -48,6 +52,73 @@ _T = TypeVar("_T")
 _LAZY: type = torch.nn.parameter.UninitializedTensorMixin  # type: ignore[attr-defined]
 
 
+class _NumpyRng(NamedTuple):
+    """numpy's global RNG (behind ``np.random.rand`` and co.) as found at capture."""
+
+    module: Any  # numpy.random
+    state: dict[str, Any]  # its get_state(legacy=False): bit generator state and gauss cache
+    #: An MT19937's key and position as raw bytes, which tell cheaply whether anything was
+    #: drawn since (None for other bit generators: restored unconditionally).
+    raw: bytes | None
+    address: int
+
+
+#: Bytes of numpy's MT19937 state struct: ``uint32 key[624]; int pos``.
+_MT19937_BYTES = 624 * 4 + 4
+#: The last state read in full (numpy reads its 624 words one by one, ~25 us), with the
+#: address and raw bytes of the generator it was read from. Kept only without a cached
+#: gaussian: the same raw bytes then mean the same state, as a cached gaussian appears
+#: only by drawing, which changes them (or by ``set_state`` to a state that has one at the
+#: very same key and position, which this cannot tell).
+_numpy_read: tuple[int, bytes, dict[str, Any]] | None = None
+
+
+def _capture_numpy_rng() -> _NumpyRng | None:
+    """numpy's global RNG state, if numpy is imported (if it is not, nothing drew from it
+    yet, and a first import seeds it afresh anyway)."""
+    global _numpy_read
+    np = sys.modules.get("numpy")
+    if np is None:
+        return None
+    try:
+        rng = np.random
+        bit_generator = rng.get_bit_generator()
+        if type(bit_generator).__name__ != "MT19937":
+            return _NumpyRng(rng, rng.get_state(legacy=False), None, 0)
+        address = bit_generator.ctypes.state_address
+        raw = ctypes.string_at(address, _MT19937_BYTES)
+        read = _numpy_read
+        if read is not None and read[0] == address and read[1] == raw:
+            return _NumpyRng(rng, read[2], raw, address)
+        state = rng.get_state(legacy=False)
+        # Another thread may draw meanwhile: the raw bytes must be those of that state.
+        if ctypes.string_at(address, _MT19937_BYTES) != raw:
+            return _NumpyRng(rng, state, None, 0)
+        if not state["has_gauss"]:
+            _numpy_read = (address, raw, state)
+        return _NumpyRng(rng, state, raw, address)
+    except Exception:  # an old or unusual numpy: fall back to what it lets us do
+        try:
+            return _NumpyRng(np.random, np.random.get_state(legacy=False), None, 0)
+        except Exception:
+            return None
+
+
+def _restore_numpy_rng(saved: _NumpyRng) -> None:
+    """Put numpy's global RNG back, skipping the (slow) write when nothing was drawn: same
+    key and position, and no cached gaussian at capture that a draw could have used up."""
+    rng, state, raw, address = saved
+    if raw is not None and not state["has_gauss"]:
+        bit_generator = rng.get_bit_generator()
+        if (
+            type(bit_generator).__name__ == "MT19937"
+            and bit_generator.ctypes.state_address == address
+            and ctypes.string_at(address, _MT19937_BYTES) == raw
+        ):
+            return
+    rng.set_state(state)
+
+
 class _Batch(NamedTuple):
     """Tensors of one dtype and rank (0 or 1), copied together into ``saved``."""
 
@@ -61,6 +132,8 @@ class _Batch(NamedTuple):
 class ModelState:
     cpu_rng: Tensor
     cuda_rng: list[Tensor] | None
+    python_rng: Any = None  # random.getstate()
+    numpy_rng: _NumpyRng | None = None
     #: Every module once, with its class and a shallow copy of its ``__dict__``.
     modules: list[tuple[nn.Module, type[nn.Module], dict[str, Any]]] = field(default_factory=list)
     #: The non-empty containers (dicts, sets, lists) held in the modules' ``__dict__``,
@@ -90,7 +163,12 @@ class ModelState:
         cuda_rng = None
         if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
             cuda_rng = torch.cuda.get_rng_state_all()
-        state = cls(cpu_rng=torch.get_rng_state(), cuda_rng=cuda_rng)
+        state = cls(
+            cpu_rng=torch.get_rng_state(),
+            cuda_rng=cuda_rng,
+            python_rng=random.getstate(),
+            numpy_rng=_capture_numpy_rng(),
+        )
         modules, contents, empty = state.modules, state.contents, state.empty
         named = list(model.named_modules())
         for _, m in named:
@@ -154,6 +232,7 @@ class ModelState:
         with _disable_current_modes():
             notices = self._restore()
         self.restored = True
+        self.python_rng = self.numpy_rng = None
         for copies in (
             self.modules,
             self.contents,
@@ -172,6 +251,10 @@ class ModelState:
         torch.set_rng_state(self.cpu_rng)
         if self.cuda_rng is not None:
             torch.cuda.set_rng_state_all(self.cuda_rng)
+        if self.python_rng is not None:
+            random.setstate(self.python_rng)
+        if self.numpy_rng is not None:
+            _restore_numpy_rng(self.numpy_rng)
         for t, lazy_cls, data in self.lazy:
             if type(t) is not lazy_cls:  # materialised by a lazy module's first forward
                 t.data = data

@@ -42,6 +42,8 @@ def columns(profile: Profile) -> list[str]:
     cols += [k for k in _STATS if any(_stat(n, k) is not None for n in nodes)]
     if any(n.inputs or n.outputs for n in nodes):
         cols += ["input_shape", "output_shape"]
+    if any(n.grad_inputs or n.grad_outputs for n in nodes):
+        cols += ["grad_input_shape", "grad_output_shape"]
     return cols
 
 
@@ -68,6 +70,10 @@ def rows(profile: Profile) -> list[dict[str, Any]]:
             row["input_shape"] = _shapes(n.inputs[0])
         if n.outputs:
             row["output_shape"] = _shapes(n.outputs[0])
+        if n.grad_inputs:
+            row["grad_input_shape"] = _shapes(n.grad_inputs[0])
+        if n.grad_outputs:
+            row["grad_output_shape"] = _shapes(n.grad_outputs[0])
         out.append(row)
     return out
 

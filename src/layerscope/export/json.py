@@ -16,7 +16,8 @@ every known key and names the JSON path of anything wrong.
   JSON data and kept, and ``save`` writes them back: in their own dict where the object
   is one (model, env, the whole-model sections, metrics, node numerics), top-level ones
   in ``Profile.extra``, node ones in ``Node.extra``; only the leaves of call signatures
-  (``TensorSpec``/``ValueSpec``) drop them. Nothing is executed.
+  (``TensorSpec``/``ValueSpec``) drop them. Each entry of a gathered profile's
+  ``ranks`` is read as a whole profile, with the same checks. Nothing is executed.
 
 What every key holds is specified in ``export.jsonspec``, in the check language of
 ``export.jsoncheck``; the same specification gives the JSON Schema shipped beside these
@@ -110,25 +111,36 @@ def _schema_error(e: Invalid, source: str | None) -> SchemaError:
     return SchemaError(f"{source}: {text}" if source is not None else text)
 
 
-def _profile(data: Any) -> Profile:
+def _profile(data: Any, where: Where = "$", rank: bool = False) -> Profile:
+    """The profile in ``data`` at ``where``; ``rank``: an entry of ``"ranks"``, which
+    holds no ranks of its own."""
+    what = "a rank's profile" if rank else "a saved profile"
     if not isinstance(data, dict):
-        raise Invalid("$", f"a saved profile must be a JSON object, got {value_text(data)}")
+        raise Invalid(where, f"{what} must be a JSON object, got {value_text(data)}")
     if "schema" not in data:
-        raise Invalid("$", f"missing key 'schema': not a layerscope profile ({SCHEMA!r})")
+        raise Invalid(where, f"missing key 'schema': not a layerscope profile ({SCHEMA!r})")
     schema = data["schema"]
     if type(schema) is not str or schema != SCHEMA:
         raise Invalid(
-            ("$", "schema"),
+            (where, "schema"),
             f"unsupported profile schema {schema!r}; this layerscope reads {SCHEMA!r}",
         )
     if "root" not in data:
-        raise Invalid("$", "missing key 'root' (the module tree)")
+        raise Invalid(where, "missing key 'root' (the module tree)")
     sections: dict[str, Any] = {}
     for key, spec in PROFILE_FIELDS.items():
         if key in data:
-            sections[key] = spec.check(data[key], ("$", key))
+            sections[key] = spec.check(data[key], (where, key))
+    ranks: list[Profile] = []
+    if "ranks" in data:
+        value = data["ranks"]
+        if rank:
+            raise Invalid((where, "ranks"), "a rank's profile cannot hold ranks of its own")
+        if not isinstance(value, list | tuple):
+            fail((where, "ranks"), "an array of per-rank profiles", value)
+        ranks = [_profile(entry, ((where, "ranks"), i), True) for i, entry in enumerate(value)]
     return Profile(
-        root=_tree(data["root"], ("$", "root"), 0),
+        root=_tree(data["root"], (where, "root"), 0),
         model=sections.get("model", {}),
         env=sections.get("env", {}),
         unsupported_ops=sections.get("unsupported_ops", {}),
@@ -137,9 +149,11 @@ def _profile(data: Any) -> Profile:
         timing=sections.get("timing", {}),
         notices=sections.get("notices", []),
         outside=sections.get("outside", {}),
+        dist=sections.get("dist", {}),
+        ranks=ranks,
         schema=SCHEMA,
         extra={
-            key: json_value(value, ("$", key))
+            key: json_value(value, (where, key))
             for key, value in data.items()
             if key not in _PROFILE_KNOWN
         },
@@ -190,7 +204,7 @@ def _children(value: Any, where: Where) -> list[Any]:
 
 
 #: Top-level keys this version reads; any other is kept in ``Profile.extra``.
-_PROFILE_KNOWN = frozenset((*PROFILE_FIELDS, "schema", "root", "partial_metrics"))
+_PROFILE_KNOWN = frozenset((*PROFILE_FIELDS, "schema", "root", "ranks", "partial_metrics"))
 #: Node keys this version reads; any other is kept in ``Node.extra``.
 _NODE_KNOWN = frozenset((*NODE_FIELDS, "children"))
 
@@ -198,7 +212,17 @@ _NODE_KNOWN = frozenset((*NODE_FIELDS, "children"))
 _NODE_OTHER = tuple(
     (k, c)
     for k, c in NODE_FIELDS.items()
-    if k not in (*NODE_REQUIRED, "repr", "inputs", "outputs", "metrics", "self_metrics")
+    if k
+    not in (
+        *NODE_REQUIRED,
+        "repr",
+        "inputs",
+        "outputs",
+        "grad_inputs",
+        "grad_outputs",
+        "metrics",
+        "self_metrics",
+    )
 )
 _METRICS = NODE_FIELDS["metrics"]
 _STR = Str()
@@ -241,6 +265,12 @@ def _node(d: Any, where: Where, depth: int | None, leaves: dict[tuple[Any, ...],
     value = d.get("outputs")
     if value is not None:
         node.outputs = _signatures(value, (where, "outputs"), leaves)
+    value = d.get("grad_inputs")
+    if value is not None:
+        node.grad_inputs = _signatures(value, (where, "grad_inputs"), leaves)
+    value = d.get("grad_outputs")
+    if value is not None:
+        node.grad_outputs = _signatures(value, (where, "grad_outputs"), leaves)
     value = d.get("metrics")
     if value is not None:
         node.metrics = _METRICS.check(value, (where, "metrics"))
@@ -353,7 +383,7 @@ def save(profile: Profile, path: str | os.PathLike[str]) -> None:
 def _encode(
     profile: Profile, indent: int | None, separators: tuple[str, str] | None, what: str
 ) -> str:
-    deepest = _deepest(profile.root)
+    deepest = max(_deepest(p.root) for p in (profile, *profile.ranks))
     if deepest > MAX_DEPTH:
         raise ExportError(
             f"{what}: the module tree is {deepest} levels deep; layerscope/1 files hold "
@@ -416,7 +446,13 @@ def _replace_nonfinite(
     checked a dict at a time at C speed (a finite sum means finite values) and the
     numerics' own values."""
     for key, value in data.items():
-        if key != "root":
+        if key == "ranks" and isinstance(value, list):
+            for entry in value:  # whole profiles: their trees walked as the root's is
+                if isinstance(entry, dict):
+                    _replace_nonfinite(entry, replace)
+                else:
+                    _replace_in(entry, replace)
+        elif key != "root":
             _replace_in(value, replace)
     stack = [data.get("root")]
     while stack:

@@ -36,6 +36,7 @@ from layerscope.profile import ADDITIVE_METRICS, DTYPE_KEYS, SCHEMA
 
 __all__ = [
     "AMOUNT_METRICS",
+    "DIST",
     "ENV",
     "MAX_DEPTH",
     "MEMORY",
@@ -45,6 +46,7 @@ __all__ = [
     "NODE_REQUIRED",
     "NUMERICS",
     "PROFILE_FIELDS",
+    "RANKS_DESCRIPTION",
     "SCHEMA_PATH",
     "SIGNATURES",
     "TIMING",
@@ -353,6 +355,15 @@ NODE_NUMERICS = Obj(
     description="statistics and NaN/Inf counts of the module's outputs, when checked",
 )
 
+DIST = Obj(
+    {
+        "rank": Int(0, description="global rank of the process that made the profile"),
+        "world_size": Int(1, description="processes in the default process group"),
+        "backend": Str("the process group's backend: 'gloo', 'nccl', ..."),
+    },
+    description="where a profile of a torch.distributed run was made; absent otherwise",
+)
+
 #: Node keys, in the order of ``Node.to_dict``; ``children`` is read by the tree walk.
 NODE_FIELDS: dict[str, Check] = {
     "path": Str("qualified module path ('' for the root)"),
@@ -364,6 +375,14 @@ NODE_FIELDS: dict[str, Check] = {
     "repr": Str("one-line Type(hyperparameters)"),
     "inputs": SIGNATURES,
     "outputs": SIGNATURES,
+    "grad_inputs": Arr(
+        Arr(Leaf(), "one call's gradient leaves"),
+        "distinct signatures of the gradients that reached the module's inputs in backward",
+    ),
+    "grad_outputs": Arr(
+        Arr(Leaf(), "one call's gradient leaves"),
+        "distinct signatures of the gradients that reached the module's outputs in backward",
+    ),
     "metrics": Metrics(AMOUNT_METRICS, "inclusive metrics (self + all descendants) in base units"),
     "self_metrics": Metrics(AMOUNT_METRICS, "metrics of work done directly in the module"),
     "by_dtype": Map(_DTYPE_ROW, "dtype -> inclusive parameter and buffer counts"),
@@ -390,7 +409,14 @@ PROFILE_FIELDS: dict[str, Check] = {
         "work done while no call of the profiled module ran (a loss and its backward, "
         "code around the calls): metric key -> value, not part of the root's totals",
     ),
+    "dist": DIST,
 }
+
+#: What ``"ranks"`` holds (read by ``export.json``, which checks each entry as a profile).
+RANKS_DESCRIPTION = (
+    "every rank's own profile after Profile.gather, in group rank order: each a whole "
+    "profile object (schema, sections, root) without 'ranks' of its own; absent otherwise"
+)
 
 
 # ---- the schema document -------------------------------------------------------------
@@ -415,6 +441,11 @@ def schema_document() -> dict[str, Any]:
     props: dict[str, Any] = {
         "schema": {"const": SCHEMA, "description": "the format version"},
         **{k: c.described() for k, c in PROFILE_FIELDS.items()},
+        "ranks": {
+            "description": RANKS_DESCRIPTION,
+            "type": "array",
+            "items": {"$ref": "#", "not": {"required": ["ranks"]}},
+        },
         "root": {"$ref": "#/$defs/node", "description": "the whole model"},
     }
     return {

@@ -3,6 +3,12 @@
 A tensor held by one module counts in that module's self metrics. A tensor held by
 several modules (tied weights, a shared submodule registered twice) counts once, at the
 lowest common ancestor of its holders; the holders list it in ``Node.shared``.
+
+A DTensor (FSDP2, tensor parallel) counts at its logical size in ``params`` and
+``param_bytes`` (the model as written, the same on every rank); when the model holds one,
+every node also gets ``local_params`` and ``local_param_bytes`` (parameters) and
+``local_buffer_bytes`` (buffers): what this rank stores, its shards' sizes and plain
+tensors whole.
 """
 
 from __future__ import annotations
@@ -21,6 +27,18 @@ from layerscope.profile import DTYPE_KEYS, Node
 
 #: The self metrics this module writes, each reset to 0 before counting.
 _ZERO = dict.fromkeys(("params", "trainable_params", "buffers", "param_bytes", "buffer_bytes"), 0)
+
+
+#: The self metrics written when the model holds a DTensor (see the module docstring).
+LOCAL_KEYS = ("local_params", "local_param_bytes", "local_buffer_bytes")
+
+
+def _dtensor_type() -> type | None:
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # a torch built without distributed
+        return None
+    return DTensor
 
 
 def tensor_bytes(t: Tensor) -> int:
@@ -147,7 +165,10 @@ def fill_parameters(tree: ModelTree) -> list[str]:
     """
     found, more, notices = _find_tensors(tree, reset=True)
     names: dict[torch.dtype, str] = {}
+    sharded = False
     for t, is_param, owner, key in found:
+        if type(t) is not Parameter and type(t) is not Tensor:
+            sharded = sharded or _is_dtensor(t)
         if more and id(t) in more:
             owner, holders = _holders(t, owner, key, more, tree)
             where = owner.path or "<root>"
@@ -176,4 +197,32 @@ def fill_parameters(tree: ModelTree) -> list[str]:
             m["buffer_bytes"] += nbytes
             row["buffers"] += numel
             row["buffer_bytes"] += nbytes
+    if sharded:
+        _fill_local(tree, found, more)
     return notices
+
+
+def _is_dtensor(t: Tensor) -> bool:
+    cls = _dtensor_type()
+    return cls is not None and isinstance(t, cls)
+
+
+def _fill_local(tree: ModelTree, found: Iterable[_Held], more: _More) -> None:
+    """``LOCAL_KEYS`` of every node: bytes and elements this rank stores (a DTensor's
+    local shard, a plain tensor whole), at the node its logical size counts at."""
+    for node in tree.root.walk():
+        node.self_metrics.update(dict.fromkeys(LOCAL_KEYS, 0))
+    for t, is_param, owner, key in found:
+        if more and id(t) in more:
+            owner = _holders(t, owner, key, more, tree)[0]
+        if _is_dtensor(t):
+            with torch.no_grad():
+                local = t.to_local()  # type: ignore[attr-defined]
+        else:
+            local = t
+        m = owner.self_metrics
+        if is_param:
+            m["local_params"] += local.numel()
+            m["local_param_bytes"] += local.numel() * local.element_size()
+        else:
+            m["local_buffer_bytes"] += local.numel() * local.element_size()

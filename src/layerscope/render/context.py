@@ -147,6 +147,10 @@ class ViewContext:
             return shapes_text(node.inputs)
         if key == "output_shape":
             return shapes_text(node.outputs)
+        if key == "grad_input_shape":
+            return shapes_text(node.grad_inputs)
+        if key == "grad_output_shape":
+            return shapes_text(node.grad_outputs)
         if key == "calls" and self.ran and not node.calls:
             return "-"
         value = self.values.get(node, key)

@@ -34,7 +34,7 @@ def _flat_columns(ctx: ViewContext, keys: Sequence[str], own: bool) -> list[str]
     self form become one column)."""
     out = []
     for key in keys:
-        if key in ("input_shape", "output_shape"):
+        if key in ("input_shape", "output_shape", "grad_input_shape", "grad_output_shape"):
             continue
         key = _own(key) if own else key
         if key not in out:

@@ -6,11 +6,16 @@ They cost 0 and are never reported as unsupported. Data movement (``cat``, ``clo
 generation (``bernoulli_``, ``normal_``) is not arithmetic on the tensor's values. The
 arithmetic relatives of these ops (``scatter_add``, ``index_add``, ``index_put`` with
 ``accumulate=True``, ``embedding_dense_backward``) have formulas in ``reductions``.
+Collectives and point-to-point ops of ``torch.distributed`` (the ``c10d``,
+``_c10d_functional`` and ``_c10d_functional_autograd`` namespaces: ``allreduce_``,
+``broadcast_``, ``all_gather_into_tensor``, ``wait_tensor``, ...) move data between ranks:
+their bytes are ``metrics.comm``'s ``comm_bytes``, their FLOPs 0.
 """
 
 from __future__ import annotations
 
 import torch
+from torch._ops import OpOverloadPacket
 
 from layerscope.metrics.flops.registry import aten_ops, register_zero_cost
 
@@ -335,8 +340,30 @@ CREATION = (
 )
 
 
+#: Namespaces of torch.distributed's ops: every op in them is zero-cost. The reduction of
+#: an all-reduce or reduce-scatter runs inside the communication backend, not as aten ops,
+#: and is not counted as FLOPs (its bytes are ``comm_bytes``).
+COLLECTIVE_NAMESPACES = ("c10d", "_c10d_functional", "_c10d_functional_autograd")
+
+
+def collective_ops() -> list[OpOverloadPacket]:
+    """The packets of every op this torch build registers in ``COLLECTIVE_NAMESPACES``."""
+    found: list[OpOverloadPacket] = []
+    prefixes = tuple(f"{ns}::" for ns in COLLECTIVE_NAMESPACES)
+    for qualified in sorted(torch._C._dispatch_get_all_op_names()):
+        if not qualified.startswith(prefixes):
+            continue
+        namespace, _, name = qualified.partition("::")
+        try:
+            found.append(getattr(getattr(torch.ops, namespace), name))
+        except (AttributeError, RuntimeError):
+            continue
+    return found
+
+
 def _register() -> None:
     register_zero_cost(*aten_ops(*VIEWS, *VIEW_COPIES, *COPIES, *CREATION))
+    register_zero_cost(*collective_ops())
     # Metadata queries FakeTensorMode and the profiler route through the dispatcher.
     for namespace, names in (
         ("prim", ("device", "layout", "dtype", "is_cuda", "data", "NumToTensor")),

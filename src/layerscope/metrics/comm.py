@@ -1,0 +1,175 @@
+"""The communication observer: bytes each torch.distributed op moves, per module and phase.
+
+Collectives and point-to-point ops reach the dispatcher as ops of the ``c10d``,
+``_c10d_functional`` and ``_c10d_functional_autograd`` namespaces (``allreduce_`` from
+``dist.all_reduce`` and DDP's gradient buckets, ``all_gather_into_tensor`` from functional
+collectives, ...). Each call adds the bytes of the tensors it is handed as input to
+``comm_bytes`` (forward) or ``backward_comm_bytes`` of the module the dispatch mode names:
+the tensor of an all-reduce, this rank's shard of an all-gather, the whole input of a
+reduce-scatter, the buffer of a broadcast or a receive (on every rank), the list a
+scatter's source hands out. Barriers, ``wait_tensor`` and other ops that carry no data
+add 0. Their FLOPs are 0 (``metrics.flops.zero``).
+
+Collectives that run below the dispatch mode are not seen: those a tensor subclass issues
+inside its own ``__torch_dispatch__`` (DTensor redistributions) and those of a backend
+called directly from C++ without the dispatcher.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch._ops import OpOverload
+
+from layerscope.collect.observer import Observer
+from layerscope.metrics.flops.zero import COLLECTIVE_NAMESPACES
+from layerscope.profile import Node, Profile
+
+__all__ = [
+    "BACKWARD_KEY",
+    "FORWARD_KEY",
+    "CommObserver",
+    "comm_observers",
+    "distributed_info",
+    "payload_bytes",
+]
+
+FORWARD_KEY = "comm_bytes"
+BACKWARD_KEY = "backward_comm_bytes"
+
+#: Argument names that hold an op's payload, the first present in its schema wins.
+_PAYLOAD_ARGS = (
+    "input_tensors",
+    "input_tensor",
+    "input_list",
+    "inputs",
+    "input",
+    "tensors",
+    "tensor",
+)
+#: Ops of the collective namespaces that carry no data (or only a dummy tensor).
+_NO_PAYLOAD = frozenset(
+    (
+        "c10d::barrier",
+        "c10d::monitored_barrier_",
+        "c10d::check_for_nan",
+        "_c10d_functional::wait_tensor",
+        "_c10d_functional::_wrap_tensor_autograd",
+    )
+)
+#: Not an op of torch.distributed (the cached answer for every other op).
+_NOT_COMM = -1
+#: An op of torch.distributed that carries no data.
+_NO_DATA = -2
+
+
+def _payload_index(func: OpOverload) -> int:
+    """Where ``func``'s payload is among its arguments; ``_NOT_COMM`` or ``_NO_DATA``."""
+    if getattr(func, "namespace", None) not in COLLECTIVE_NAMESPACES:
+        return _NOT_COMM
+    schema = func._schema
+    if schema.name in _NO_PAYLOAD:
+        return _NO_DATA
+    names = [a.name for a in schema.arguments]
+    for name in _PAYLOAD_ARGS:
+        if name in names:
+            return names.index(name)
+    return _NO_DATA
+
+
+def _nbytes(value: Any) -> int:
+    """Bytes of every tensor in ``value`` (a tensor or nested lists of them)."""
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, list | tuple):
+        return sum(_nbytes(v) for v in value)
+    return 0
+
+
+def payload_bytes(func: OpOverload, args: Sequence[Any], kwargs: dict[str, Any]) -> int | None:
+    """Bytes one call of ``func`` hands to torch.distributed (see the module docstring);
+    ``None`` when ``func`` is not a collective or point-to-point op."""
+    index = _payload_index(func)
+    if index == _NOT_COMM:
+        return None
+    if index == _NO_DATA:
+        return 0
+    if index < len(args):
+        return _nbytes(args[index])
+    return _nbytes(kwargs.get(func._schema.arguments[index].name))
+
+
+class CommObserver(Observer):
+    """Adds the bytes of every collective and point-to-point op to ``comm_bytes``
+    (forward) or ``backward_comm_bytes`` of the module running it; at the end records
+    the rank, world size and backend in ``Profile.dist`` when a process group is up."""
+
+    def __init__(self) -> None:
+        self.saw_backward = False
+        # id(func) -> (func, payload index or _NOT_COMM/_NO_DATA); resolved once per op.
+        self._resolved: dict[int, tuple[OpOverload, int]] = {}
+
+    def on_op(
+        self,
+        func: OpOverload,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        out: Any,
+        node: Node,
+        backward: bool,
+    ) -> None:
+        if backward:
+            self.saw_backward = True
+        entry = self._resolved.get(id(func))
+        if entry is None:
+            entry = self._resolved[id(func)] = (func, _payload_index(func))
+        index = entry[1]
+        if index < 0:  # most ops: not communication; barriers: no data
+            return
+        if index < len(args):
+            nbytes = _nbytes(args[index])
+        else:
+            nbytes = _nbytes(kwargs.get(func._schema.arguments[index].name))
+        key = BACKWARD_KEY if backward else FORWARD_KEY
+        m = node.self_metrics
+        m[key] = m.get(key, 0) + nbytes
+
+    def finish(self, profile: Profile) -> None:
+        """Give every node the keys (0 where nothing was sent), so totals roll up, and
+        record where the profile was made (``Profile.dist``)."""
+        keys = (FORWARD_KEY, BACKWARD_KEY) if self.saw_backward else (FORWARD_KEY,)
+        for node in profile.root.walk():
+            for key in keys:
+                node.self_metrics.setdefault(key, 0)
+        info = distributed_info()
+        if info:
+            profile.dist = info
+
+
+def distributed_info(group: Any = None) -> dict[str, Any]:
+    """``{"rank", "world_size", "backend"}`` of the default process group (global rank and
+    size), or ``{}`` when torch.distributed is not initialised."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return {}
+    return {
+        "rank": dist.get_rank(),
+        "world_size": dist.get_world_size(),
+        "backend": str(dist.get_backend(group)),
+    }
+
+
+def comm_observers(given: Sequence[Observer] = ()) -> list[Observer]:
+    """``[CommObserver()]`` when a torch.distributed process group is initialised and
+    ``given`` (the user's observers) holds none already; else ``[]``. A session adds what
+    this returns to its observers."""
+    if any(isinstance(o, CommObserver) for o in given):
+        return []
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return [CommObserver()]
+    return []
