@@ -359,3 +359,22 @@ def test_a_profiler_refuses_a_model_another_thread_is_profiling() -> None:
     assert waited and waited[0].root.metrics["flops"] == LINEAR_FLOPS
     with ls.Profiler(m), ls.Profiler(m):  # sessions nest in one thread
         m(x)
+
+
+def test_memory_sessions_ending_out_of_order_keep_their_saved_tensor_hooks() -> None:
+    """p1 ending first takes off only its own saved-tensor hooks: p2 still measures."""
+    torch.manual_seed(0)
+    a = nn.Sequential(nn.Linear(4, 8), nn.ReLU())
+    b = nn.Sequential(nn.Linear(4, 8), nn.ReLU())
+    xa, xb = torch.randn(2, 4), torch.randn(2, 4)
+    p1, p2 = ls.Profiler(a, memory=True), ls.Profiler(b, memory=True)
+    p1.__enter__()
+    p2.__enter__()
+    a(xa)
+    p1.__exit__(None, None, None)
+    b(xb)
+    p2.__exit__(None, None, None)
+    # Linear saves its 2x4 input (32 B), ReLU its 2x8 output (64 B)
+    assert p1.profile.root.metrics["activation_bytes"] == 32 + 64
+    assert p2.profile.root.metrics["activation_bytes"] == 32 + 64
+    assert torch._C._autograd._top_saved_tensors_default_hooks(False) is None

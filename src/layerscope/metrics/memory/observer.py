@@ -103,6 +103,25 @@ def _unpack(saved: _Saved | _Outer) -> Tensor:
     return t
 
 
+def _remove_saved_hooks(pack: Callable[[Tensor], Any]) -> None:
+    """Take the saved-tensor hooks whose pack hook is ``pack`` off this thread's stack,
+    wherever they are in it; the hooks above go back in their order."""
+    top = torch._C._autograd._top_saved_tensors_default_hooks
+    pop = torch._C._autograd._pop_saved_tensors_default_hooks
+    push = torch._C._autograd._push_saved_tensors_default_hooks
+    above: list[tuple[Any, Any]] = []
+    while True:
+        hooks = top(False)
+        if hooks is None:  # not on the stack (any more): everything goes back
+            break
+        pop()
+        if hooks[0] == pack:
+            break
+        above.append(hooks)
+    for hooks in reversed(above):
+        push(*hooks)
+
+
 def _output_bytes(output: Any) -> int:
     if isinstance(output, Tensor):
         return output.numel() * output.element_size()
@@ -232,7 +251,9 @@ class MemoryObserver(Observer):
     def uninstall(self) -> None:
         try:
             if self._hooks is not None:
-                self._hooks.__exit__(None, None, None)
+                # ours, wherever they are: another session may have pushed its own since
+                # and not ended yet (sessions may end in any order)
+                _remove_saved_hooks(self._pack)
                 self._hooks = None
         finally:
             self._end_backward()
