@@ -16,6 +16,13 @@ from layerscope.collect.signature import iter_tensors
 from layerscope.errors import InvalidInputError
 
 
+def is_compiled(model: Any) -> bool:
+    """Whether ``model`` is a ``torch.compile``'d module (an ``OptimizedModule``)."""
+    return type(model).__name__ == "OptimizedModule" and isinstance(
+        getattr(model, "_orig_mod", None), nn.Module
+    )
+
+
 def unwrap_model(model: Any) -> tuple[nn.Module, list[str]]:
     """The eager module to instrument, with notices; clear errors for what cannot be.
 
@@ -29,11 +36,12 @@ def unwrap_model(model: Any) -> tuple[nn.Module, list[str]]:
                 "TorchScript interpreter, where no Python hook sees them. Profile the eager "
                 "nn.Module the script was made from."
             )
-        orig = getattr(model, "_orig_mod", None)
-        if type(model).__name__ == "OptimizedModule" and isinstance(orig, nn.Module):
+        if is_compiled(model):
+            orig = model._orig_mod
             notices.append(
-                "torch.compile'd model: layerscope analysed the original eager module "
-                f"({type(orig).__name__}); the compiled graph may fuse or reorder its ops"
+                "torch.compile'd model: layerscope analysed (and timed per module) the "
+                f"original eager module ({type(orig).__name__}); the compiled graph may fuse "
+                "or reorder its ops, and a timing pass adds the compiled model's own latency"
             )
             model = orig
             continue

@@ -19,7 +19,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from layerscope.collect.common import check_bool, default_loss, in_mode, unwrap_model
+from layerscope.collect.common import (
+    check_bool,
+    default_loss,
+    in_mode,
+    is_compiled,
+    unwrap_model,
+)
 from layerscope.collect.dispatch import SessionMode, remove_mode
 from layerscope.collect.grads import GradShapes
 from layerscope.collect.inputs import model_device_dtype, random_inputs
@@ -40,7 +46,8 @@ from layerscope.collect.options import (
 from layerscope.collect.scopes import MAX_SIGNATURES, ScopeTracker
 from layerscope.collect.signature import dtype_name, iter_tensors
 from layerscope.collect.state import ModelState
-from layerscope.collect.timing import time_profile
+from layerscope.collect.timing import TimingOptions, time_profile
+from layerscope.collect.timing.compiled import time_compiled
 from layerscope.collect.tree import ModelTree
 from layerscope.errors import InvalidInputError, LayerscopeError, ModelError
 from layerscope.gcpause import gc_paused
@@ -365,6 +372,7 @@ def profile(
     Calls of the model from other threads meanwhile are not counted; a ``profile`` of a
     model that another thread is profiling waits for it to finish.
     """
+    compiled = model if is_compiled(model) else None
     model, notices = unwrap_model(model)
     given = [
         name
@@ -465,6 +473,14 @@ def profile(
                     loss_fn=loss_fn,
                     **timing_options,
                 )
+                if compiled is not None:
+                    prof.timing["compiled"] = time_compiled(
+                        compiled,
+                        model,
+                        call_args,
+                        kwargs or {},
+                        TimingOptions(**timing_options, backward=backward, loss_fn=loss_fn),
+                    )
         return prof
 
 

@@ -7,6 +7,8 @@ names real module paths. Each line is ``(text, style)``; views wrap them to thei
 
 from __future__ import annotations
 
+from typing import Any
+
 from layerscope.analysis.catalog import column, has_column
 from layerscope.metrics.numerics import describe
 from layerscope.profile import Profile
@@ -141,6 +143,23 @@ def _numerics_lines(profile: Profile) -> list[Fact]:
 def _timing_lines(profile: Profile) -> list[Fact]:
     """Whole-model latency and throughput of a timing pass, and how it was measured."""
     t = profile.timing
+    compiled = t.get("compiled")
+    lines = _timing_pass_lines(t)
+    if isinstance(compiled, dict) and isinstance(compiled.get("latency"), dict):
+        median = compiled["latency"].get("median")
+        if isinstance(median, int | float):
+            lines.append(
+                (
+                    f"Compiled (torch.compile) forward latency: median {units.seconds(median)}"
+                    f" over {compiled.get('repeats', '?')} runs; the rows are the eager "
+                    "module's.",
+                    "",
+                )
+            )
+    return lines
+
+
+def _timing_pass_lines(t: dict[str, Any]) -> list[Fact]:
     latency = t.get("latency")
     if not latency:
         return []
