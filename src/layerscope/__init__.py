@@ -11,6 +11,8 @@ __version__ = "0.1.0"
 
 from layerscope.analysis.diff import ProfileDiff, diff
 from layerscope.collect.meta import to_meta
+from layerscope.collect.regions import region
+from layerscope.collect.schedule import Schedule, schedule
 from layerscope.collect.session import Profiler, profile
 from layerscope.errors import (
     ConfigError,
@@ -59,6 +61,7 @@ __all__ = [
     "ProfileCheckError",
     "ProfileDiff",
     "Profiler",
+    "Schedule",
     "SchemaError",
     "TensorSpec",
     "ValueSpec",
@@ -71,7 +74,9 @@ __all__ = [
     "profile",
     "rank_table",
     "record_training_footprint",
+    "region",
     "register_flop_formula",
+    "schedule",
     "to_meta",
     "training_footprint",
     "view_options",

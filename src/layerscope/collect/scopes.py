@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from types import MethodType
@@ -53,6 +54,24 @@ _NO_SEQUENCE = 2**64 - 1
 _next_sequence_nr = torch._C._autograd._get_sequence_nr
 _current_autograd_node = torch._C._current_autograd_node
 _get_ident = threading.get_ident
+_perf_counter = time.perf_counter
+
+
+class _Active(threading.local):
+    """Per thread, the trackers installed in it, innermost last: what a user region
+    (``layerscope.collect.regions``) reports to. Empty outside any session, so a region
+    there costs one attribute lookup (made on first use in each thread)."""
+
+    def __init__(self) -> None:
+        self.trackers: list[ScopeTracker] = []
+
+
+active = _Active()
+#: The stand-in for "no module" on the stack under a region's frame, and in
+#: ``ModelTree.module`` for a region node once attached: it holds no tensors.
+REGION_MODULE = nn.Module()
+#: ``Node.type`` of a region node.
+REGION = "region"
 
 
 def _tensor_key(values: tuple[Any, ...]) -> tuple[Any, ...] | None:
@@ -124,6 +143,20 @@ class ScopeTracker:
         self._grad_starts: list[int] = []  # sequence numbers where ownership changes
         self._grad_owners: list[Node] = []
         self._owner_of_param: dict[int, Node] | None = None  # id(tensor) -> its node
+        # ---- user regions (enter_region/exit_region) ----
+        #: (id(scope node it was entered in), name) -> its node; ``outside`` is a scope.
+        self.regions: dict[tuple[int, str], Node] = {}
+        #: id(region node) -> the scope node it was entered in (``outside`` included).
+        self.region_parent: dict[int, Node] = {}
+        #: id(region node) -> how many nodes ``called`` held at its first call (regions
+        #: are not in ``called``, which lists module nodes only).
+        self.region_created: dict[int, int] = {}
+        #: id(region node) -> wall seconds of each of its calls.
+        self.region_times: dict[int, list[float]] = {}
+        #: Each ended region call, in order of its end (inner ones first): (region node,
+        #: index in ``called`` at its entry, the same at its exit).
+        self.region_calls: list[tuple[Node, int, int]] = []
+        self._active: list[ScopeTracker] | None = None  # the thread's list it is in
 
     # ---- queries used by observers -------------------------------------------------
     def backward_owner(self, grad_node: Any) -> Node:
@@ -175,6 +208,9 @@ class ScopeTracker:
     # ---- installation --------------------------------------------------------------
     def install(self) -> None:
         self._thread = _get_ident()
+        trackers = active.trackers
+        trackers.append(self)
+        self._active = trackers
         self._foreign_lock = threading.Lock()
         self._grad_starts.append(_next_sequence_nr())
         self._grad_owners.append(self.outside)
@@ -195,6 +231,13 @@ class ScopeTracker:
         )
 
     def uninstall(self) -> None:
+        # From the list of the thread that installed it, whichever thread this is.
+        trackers, self._active = self._active, None
+        if trackers is not None:
+            for i in range(len(trackers) - 1, -1, -1):
+                if trackers[i] is self:
+                    del trackers[i]
+                    break
         remove_hooks(self._handles)
         for module, wrapper, live in self._wrapped:
             if module.__dict__.get("forward") is wrapper:
@@ -245,6 +288,56 @@ class ScopeTracker:
         method = MethodType(forward, module)
         self._wrapped.append((module, method, live))
         module.__dict__["forward"] = method
+
+    # ---- user regions --------------------------------------------------------------
+    def enter_region(self, name: str) -> Any:
+        """A user region named ``name`` starts here: it becomes the innermost scope (a
+        node of type ``region``, a child of the scope running now) until ``exit_region``
+        with the token returned. Ops and modules run meanwhile are counted in it."""
+        parent = self.current
+        key = (id(parent), name)
+        node = self.regions.get(key)
+        if node is None:
+            if parent is self.outside:
+                path = f"{OUTSIDE}.[{name}]"
+            else:
+                path = f"{parent.path}.[{name}]" if parent.path else f"[{name}]"
+            node = Node(path=path, name=name, type=REGION, depth=parent.depth + 1)
+            self.regions[key] = node
+            self.region_parent[id(node)] = parent
+            self.region_times[id(node)] = []
+            self.region_created[id(node)] = len(self.called)
+        node.calls += 1
+        in_backward = _current_autograd_node() is not None
+        frame = (node, REGION_MODULE, sys.exc_info()[1], in_backward)
+        self.stack.append(frame)
+        self.current = node
+        self.current_in_backward = in_backward
+        self._owns_new_grad_nodes(node)
+        return (frame, len(self.called), _perf_counter())
+
+    def exit_region(self, token: Any, *, count: bool = True) -> None:
+        """The region ``enter_region`` returned ``token`` for ends (also when it raised:
+        a frame left open inside it is closed too). ``count=False``: this call is not
+        counted (its ops still are): an iterator's last ``next``, which found no item."""
+        frame, start, t0 = token
+        elapsed = _perf_counter() - t0
+        node = frame[0]
+        stack = self.stack
+        for i in range(len(stack) - 1, -1, -1):
+            if stack[i] is frame:
+                self._drop_frames(i)
+                exc = sys.exc_info()[1]
+                if exc is not None and exc is not frame[2]:
+                    self.mark_error_site(exc, node)
+                break
+        if self._active is None:  # the session ended inside the region
+            return
+        if count:
+            self.region_times[id(node)].append(elapsed)
+        else:
+            node.calls -= 1
+        self.region_calls.append((node, start, len(self.called)))
 
     # ---- hooks ---------------------------------------------------------------------
     def _resolve(self, module: nn.Module) -> Node:

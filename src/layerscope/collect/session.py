@@ -29,6 +29,7 @@ from layerscope.collect.common import (
 from layerscope.collect.dispatch import SessionMode, remove_mode
 from layerscope.collect.grads import GradShapes
 from layerscope.collect.inputs import model_device_dtype, random_inputs
+from layerscope.collect.loop import LoopTimer, check_loop_timing, index_depth, merge_profiles
 from layerscope.collect.observer import Observer, observer_error
 from layerscope.collect.options import NUMERICS_OPTIONS as NUMERICS_OPTIONS
 from layerscope.collect.options import TIMING_OPTIONS as TIMING_OPTIONS
@@ -43,6 +44,8 @@ from layerscope.collect.options import (
     check_timing,
     check_timing_device,
 )
+from layerscope.collect.regions import attach_regions
+from layerscope.collect.schedule import IDLE, Action, Schedule
 from layerscope.collect.scopes import MAX_SIGNATURES, ScopeTracker
 from layerscope.collect.signature import dtype_name, iter_tensors
 from layerscope.collect.state import ModelState
@@ -134,11 +137,25 @@ def recursion_room(extra: int) -> Iterator[None]:
 
 
 class Profiler:
-    """Profile whatever code runs inside the ``with`` block.
+    """Profile whatever code runs inside the ``with`` block, or between ``start()`` and
+    ``stop()``.
 
     >>> with Profiler(model) as p:          # doctest: +SKIP
     ...     model(x).sum().backward()
     >>> p.profile.root.metrics["params"]    # doctest: +SKIP
+
+    In a training (or generation) loop, ``schedule=ls.schedule(wait=, warmup=, active=,
+    repeat=)`` and one ``p.step()`` per iteration measure only some steps: nothing is
+    installed in ``wait`` and ``warmup`` steps; the ``active`` steps of a cycle are
+    analysed and merged into one Profile (work metrics and calls summed), handed to
+    ``on_ready(profile)`` at the end of each cycle and kept as ``p.profile``.
+
+    ``timing=True`` (or a mapping of ``sync``, ``clock``, ``correct_overhead``,
+    ``batch_size``) times steps with the cheap forward timers only: with a schedule the
+    first active step of each cycle is analysed and the others are timed
+    (``forward_time`` per module, the step time split in ``profile.timing``); without
+    one every call in the block is timed and nothing is analysed (instrumentation would
+    be in the times). See ``docs/loops.md``.
 
     Only the thread that entered it is measured: calls of the model from other threads
     are not counted (a notice says how many there were). One thread at a time profiles a
@@ -161,9 +178,12 @@ class Profiler:
         memory: bool = False,
         observers: Sequence[Observer] = (),
         grad_shapes: bool | None = None,
+        timing: bool | Mapping[str, Any] = False,
+        schedule: Schedule | None = None,
+        on_ready: Callable[[Profile], Any] | None = None,
     ) -> None:
         self.model, self._notices = unwrap_model(model)
-        options = check_session(
+        self._options = check_session(
             record_shapes=record_shapes,
             count_flops=count_flops,
             flop_formulas=flop_formulas,
@@ -171,31 +191,252 @@ class Profiler:
             memory=memory,
             observers=observers,
         )
-        self.record_shapes = options.record_shapes
-        self.observers: list[Observer] = []
-        if options.count_flops:
-            self.observers.append(FlopCounter(options.flop_formulas))
-        if options.memory:
-            self.observers.append(MemoryObserver())
-        if options.numerics is not None:
-            self.observers.append(NumericsObserver(**options.numerics))
-        # collective ops' bytes, when a process group is initialised
-        self.observers.extend(comm_observers(options.observers))
-        self.observers.extend(options.observers)
-        # the shapes of the gradients reaching each module: with the other shapes
-        if options.record_shapes if grad_shapes is None else check_bool("grad_shapes", grad_shapes):
-            self.observers.append(GradShapes())
+        self.record_shapes = self._options.record_shapes
+        self._grad_shapes = (
+            self._options.record_shapes
+            if grad_shapes is None
+            else check_bool("grad_shapes", grad_shapes)
+        )
+        self.observers: list[Observer] = self._make_observers()
+        self._timing = check_loop_timing(timing)
+        if schedule is not None and not isinstance(schedule, Schedule):
+            raise InvalidInputError(
+                f"schedule must be ls.schedule(wait=, warmup=, active=, repeat=) or None, "
+                f"got {schedule!r}"
+            )
+        self.schedule = schedule
+        check_callable("on_ready", on_ready, "a callable(profile)")
+        self.on_ready = on_ready
         self._tracker: ScopeTracker | None = None
         self._mode: SessionMode | None = None
         self._profile: Profile | None = None
         self._run: dict[str, Any] = {}
-        self._lock: threading.RLock | None = None  # the model's, held from enter to exit
+        self._lock: threading.RLock | None = None  # the model's, held while analysing
         self._thread: int | None = None
         self._stack_room = 0
+        # the loop: "new" -> "running" (start) -> "stopped" (stop)
+        self._state = "new"
+        self._owner: int | None = None  # the thread that started it
+        self._step = 0  # the current step, counted from start()
+        self._action = Action.DONE  # what the current step does
+        self._sessions = 0  # analysis sessions opened so far
+        self._cycle: list[Profile] = []  # this cycle's analysed steps' profiles
+        self._cycle_steps: list[int] = []  # the steps measured in this cycle
+        self._cycles = 0  # profiles built so far
+        self._timer: LoopTimer | None = None
+        self._timer_room = 0
 
+    def _make_observers(self) -> list[Observer]:
+        """The session's observers: fresh built-in ones, then the user's own."""
+        options = self._options
+        observers: list[Observer] = []
+        if options.count_flops:
+            observers.append(FlopCounter(options.flop_formulas))
+        if options.memory:
+            observers.append(MemoryObserver())
+        if options.numerics is not None:
+            observers.append(NumericsObserver(**options.numerics))
+        # collective ops' bytes, when a process group is initialised
+        observers.extend(comm_observers(options.observers))
+        observers.extend(options.observers)
+        # the shapes of the gradients reaching each module: with the other shapes
+        if self._grad_shapes:
+            observers.append(GradShapes())
+        return observers
+
+    # ---- the loop: start, step, stop -------------------------------------------------
     def __enter__(self) -> Profiler:
-        if self._tracker is not None:
-            raise LayerscopeError("a Profiler cannot be entered twice; create a new one")
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._stop(exc)
+
+    def start(self) -> Profiler:
+        """Begin measuring (step 0 begins); what ``with`` does on entry."""
+        if self._state != "new":
+            raise LayerscopeError(
+                "a Profiler cannot be entered twice (nor started again after stop()); "
+                "create a new one"
+            )
+        if self._timing is not None:
+            check_timing_device(self.model, ())
+            self._timer = LoopTimer(self.model, self._timing, grad_mode())
+            self._timer_room = _FRAMES_PER_LEVEL * (index_depth(self._timer.index) + 1)
+            self._timer_room += _FRAMES_MARGIN
+        self._run = {"training": self.model.training, "grad_mode": grad_mode()}
+        self._owner = threading.get_ident()
+        self._step = 0
+        self._begin_step()
+        self._state = "running"
+        return self
+
+    def step(self) -> None:
+        """End the current step of the loop and begin the next (call it once per
+        iteration, after the optimizer step). Ends a cycle after its last active step:
+        its profile is built and handed to ``on_ready``."""
+        if self._state != "running":
+            raise LayerscopeError(
+                "step() needs a running Profiler: call start() (or enter the `with` block) first"
+                if self._state == "new"
+                else "step() after stop(): the Profiler has stopped"
+            )
+        if threading.get_ident() != self._owner:
+            raise LayerscopeError("step() must be called in the thread that started the Profiler")
+        action = self._action
+        if self.schedule is None:
+            self._step += 1
+            if action is Action.TIME:  # each step's time apart
+                timer = self._timer
+                assert timer is not None
+                if timer.end():
+                    self._cycle_steps.append(self._step - 1)
+                timer.begin()
+            return
+        if action in IDLE:
+            self._step += 1
+            self._action = self.schedule.action(self._step, self._timer is not None)
+            if self._action not in IDLE:
+                self._begin_step()
+            return
+        last = self.schedule.last_of_cycle(self._step)
+        self._end_step(None, at_stop=False)
+        self._step += 1
+        ready = self._finish_cycle() if last else None
+        try:
+            if ready is not None and self.on_ready is not None:
+                self.on_ready(ready)
+        finally:
+            self._begin_step()
+
+    def stop(self) -> None:
+        """Stop measuring; what ``with`` does on exit. A cycle with measured steps that
+        has not ended yet is built as it is (``profile.model["loop"]["complete"]``)."""
+        self._stop(None)
+
+    def _stop(self, exc: BaseException | None) -> None:
+        if self._state != "running":
+            raise LayerscopeError(
+                "stop() before start(): the Profiler has not started"
+                if self._state == "new"
+                else "the Profiler has already stopped"
+            )
+        self._state = "stopped"
+        self._end_step(exc, at_stop=True)
+        ready = self._finish_cycle()
+        if ready is not None and self.on_ready is not None and exc is None:
+            self.on_ready(ready)
+
+    def _begin_step(self) -> None:
+        if self.schedule is None:
+            action = Action.ANALYSE if self._timer is None else Action.TIME
+        else:
+            action = self.schedule.action(self._step, self._timer is not None)
+        self._action = action
+        if action is Action.ANALYSE:
+            self._open()
+        elif action is Action.TIME:
+            timer = self._timer
+            assert timer is not None
+            raise_recursion_limit(self._timer_room)
+            try:
+                timer.begin()
+            except BaseException:
+                lower_recursion_limit(self._timer_room)
+                raise
+
+    def _end_step(self, exc: BaseException | None, *, at_stop: bool) -> None:
+        action, self._action = self._action, Action.DONE
+        if action is Action.ANALYSE:
+            prof = self._close(exc)
+            tracker = self._tracker
+            assert tracker is not None
+            # the step a loop begins after its last step() and never runs is not one
+            if not at_stop or tracker.called or self.schedule is None:
+                self._cycle.append(prof)
+                self._cycle_steps.append(self._step)
+        elif action is Action.TIME:
+            timer = self._timer
+            assert timer is not None
+            try:
+                if timer.end():
+                    self._cycle_steps.append(self._step)
+            finally:
+                lower_recursion_limit(self._timer_room)
+
+    def _finish_cycle(self) -> Profile | None:
+        """The profile of the cycle that just ended, or None if it measured nothing."""
+        profiles, self._cycle = self._cycle, []
+        steps, self._cycle_steps = self._cycle_steps, []
+        timer = self._timer
+        timed = timer.timed_steps if timer is not None else 0
+        if not profiles and not timed:
+            return None
+        if profiles:
+            prof = merge_profiles(profiles)
+        else:  # timed only: structure and parameters, calls from the timers
+            tree = ModelTree.build(self.model)
+            prof = build_profile(
+                ScopeTracker(tree), ran=True, notices=self._notices, observers=(), run=self._run
+            )
+            prof.notices.append(
+                "timed only: FLOPs, memory and shapes need an analysed step, and the "
+                "analysis instrumentation would be in the times; give a schedule "
+                "(ls.schedule(active=2) or more) to analyse the first active step of each "
+                "cycle and time the others"
+            )
+        if timer is not None:
+            if timed:
+                timer.apply(prof)
+                if not profiles:
+                    timer.set_calls(prof)
+            else:
+                prof.notices.append(
+                    "no step was timed: with timing the first active step of a cycle is "
+                    "analysed and the others are timed, so time needs active >= 2"
+                )
+            timer.reset()
+        if self.schedule is not None or timer is not None or self._step > 0:
+            sched = self.schedule
+            prof.model["loop"] = {
+                "cycle": self._cycles,
+                "steps": len(steps),
+                "analysed_steps": len(profiles),
+                "timed_steps": timed,
+                "first_step": steps[0] if steps else None,
+                "last_step": steps[-1] if steps else None,
+                "steps_seen": self._step,
+                "complete": sched is None or len(steps) == sched.active,
+                "schedule": None
+                if sched is None
+                else {
+                    "wait": sched.wait,
+                    "warmup": sched.warmup,
+                    "active": sched.active,
+                    "repeat": sched.repeat,
+                },
+            }
+            if sched is None:
+                # one span: analysed as a whole however many steps; or every step timed
+                loop = prof.model["loop"]
+                loop["analysed_steps"] = 1 if profiles else 0
+                loop["steps"] = len(steps) if timed else max(self._step, 1)
+                if not timed:
+                    loop["first_step"], loop["last_step"] = 0, loop["steps"] - 1
+        self._cycles += 1
+        self._profile = prof
+        return prof
+
+    # ---- one analysis session --------------------------------------------------------
+    def _open(self) -> None:
+        """Install the analysis instrumentation (a fresh tracker and observers)."""
+        if self._sessions:
+            self.observers = self._make_observers()
+        self._sessions += 1
         lock = model_lock(self.model)
         if not lock.acquire(blocking=False):
             raise LayerscopeError(
@@ -213,6 +454,7 @@ class Profiler:
             lock.release()
             raise
         self._lock, self._thread = lock, threading.get_ident()
+        self._mode = None
         try:
             self._tracker.install()
         except BaseException:
@@ -244,7 +486,6 @@ class Profiler:
                 finally:
                     self._release()
             raise
-        return self
 
     def _release(self) -> None:
         """Give back the recursion room and the model's lock (both taken at enter)."""
@@ -253,15 +494,9 @@ class Profiler:
         if lock is not None and self._thread == threading.get_ident():
             lock.release()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def _close(self, exc: BaseException | None) -> Profile:
+        """Remove the analysis instrumentation and build the session's Profile."""
         assert self._tracker is not None
-        if self._lock is None:
-            raise LayerscopeError("the Profiler has already exited")
         failed: Exception | None = None
         wrong_thread = self._thread != threading.get_ident()
         try:
@@ -269,6 +504,7 @@ class Profiler:
                 # Its own mode, wherever it is on the stack: sessions may end in any order.
                 remove_mode(self._mode)
         finally:
+            self._mode = None
             try:
                 failed = _uninstall(self.observers)
             finally:
@@ -287,7 +523,7 @@ class Profiler:
             site = self._tracker.site_of(exc)
             if site is not None:
                 exc.add_note(f"layerscope: raised in module {_describe(site)}")
-        self._profile = build_profile(
+        prof = build_profile(
             self._tracker,
             ran=True,
             notices=self._notices,
@@ -295,10 +531,11 @@ class Profiler:
             run=self._run,
         )
         if self._tracker.foreign_calls:
-            self._profile.notices.append(
+            prof.notices.append(
                 f"{self._tracker.foreign_calls} module calls from threads other than the "
                 "profiling one were seen and not counted"
             )
+        return prof
 
     @property
     def tracker(self) -> ScopeTracker:
@@ -308,9 +545,15 @@ class Profiler:
 
     @property
     def profile(self) -> Profile:
-        """The result, available once the ``with`` block has exited."""
+        """The result: of the whole block once it has exited, or with a schedule of the
+        last cycle that ended."""
         if self._profile is None:
-            raise LayerscopeError("the profile is available after the `with` block exits")
+            raise LayerscopeError(
+                "the profile is available after the `with` block exits"
+                if self.schedule is None
+                else "no profile yet: no cycle of the schedule has ended (and stop() has "
+                "not been called)"
+            )
         return self._profile
 
 
@@ -584,6 +827,7 @@ def build_profile(
     for observer in observers:
         _call_observer(observer, "finish", prof)
     prof.outside = {k: v for k, v in tracker.outside.self_metrics.items() if v}
+    attach_regions(prof, tracker)
     prof.rollup()
     device, dtype = model_device_dtype(tree.model)
     prof.model = {
