@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 import layerscope as ls
-from layerscope.collect.schedule import schedule
+from layerscope.session.schedule import schedule
 
 sys.path.insert(0, os.path.dirname(__file__))
 from timing import add_heap_option, steady_heap

@@ -18,9 +18,9 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
 import layerscope as ls
 from helpers import ModelSnapshot
-from layerscope.collect.loop import merge_profiles
-from layerscope.collect.schedule import Action, Schedule, schedule
 from layerscope.collect.timing import FORWARD_TIME, IQR_SUFFIX, MIN_SUFFIX
+from layerscope.session.loop import merge_profiles
+from layerscope.session.schedule import Action, Schedule, schedule
 
 MACS = 2 * 8 * 16 + 2 * 16 * 4  # 384 per forward
 FLOPS = 2 * 256 + 32 + 32 + 2 * 128 + 8  # 840 per forward

@@ -28,13 +28,13 @@ from layerscope.errors import InvalidInputError, ModelError
 from layerscope.examples import TinyGPT
 from layerscope.metrics.memory import (
     MemoryObserver,
-    max_batch_size,
     record_training_footprint,
     training_footprint,
 )
 from layerscope.metrics.memory.peaks import NestedPeaks
 from layerscope.metrics.memory.storages import StorageTable
 from layerscope.profile import Profile
+from layerscope.session import max_batch_size
 
 F32 = 4  # bytes per float32 element
 

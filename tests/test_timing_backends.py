@@ -11,7 +11,7 @@ from torch import Tensor, nn
 import layerscope as ls
 from helpers import ModelSnapshot
 from layerscope import examples
-from layerscope.collect.fx import UntraceableModelError, profile_fx
+from layerscope.collect.fx import UntraceableModelError
 from layerscope.collect.timing import (
     BACKWARD_TIME,
     DEVICE_TIME,
@@ -22,6 +22,7 @@ from layerscope.collect.timing import (
 )
 from layerscope.errors import InvalidInputError
 from layerscope.profile import Node, Profile
+from layerscope.session import profile_fx
 
 NS = 1e-9
 

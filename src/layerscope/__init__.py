@@ -7,13 +7,9 @@
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
 from layerscope.analysis.diff import ProfileDiff, diff
 from layerscope.collect.meta import to_meta
 from layerscope.collect.regions import region
-from layerscope.collect.schedule import Schedule, schedule
-from layerscope.collect.session import Profiler, profile
 from layerscope.errors import (
     ConfigError,
     ExportError,
@@ -30,7 +26,6 @@ from layerscope.export.json import SCHEMA_PATH
 from layerscope.metrics.flops import Cost, register_flop_formula
 from layerscope.metrics.memory import (
     MemoryObserver,
-    max_batch_size,
     record_training_footprint,
     training_footprint,
 )
@@ -39,6 +34,8 @@ from layerscope.profile import SCHEMA, Node, Profile, TensorSpec, ValueSpec, loa
 from layerscope.render import config
 from layerscope.render.options import ViewOptions, view_options
 from layerscope.render.ranks import rank_table
+from layerscope.session import Profiler, Schedule, max_batch_size, profile, schedule
+from layerscope.version import __version__
 
 __all__ = [
     "SCHEMA",

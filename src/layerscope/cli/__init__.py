@@ -15,7 +15,6 @@ import traceback
 from collections.abc import Sequence
 from typing import NoReturn
 
-from layerscope import __version__
 from layerscope.cli import config_cmd, diff_cmd, profile_cmd, show_cmd
 from layerscope.errors import (
     ExportError,
@@ -25,6 +24,7 @@ from layerscope.errors import (
     SchemaError,
 )
 from layerscope.metrics.numerics import NonFiniteError
+from layerscope.version import __version__
 
 #: Subcommand modules; each has NAME, HELP (one line), a docstring (its description) and
 #: add_arguments/run.

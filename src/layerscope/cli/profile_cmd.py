@@ -52,8 +52,8 @@ from layerscope.cli.inputs import (
     parse_shape,
     to_device,
 )
-from layerscope.collect.session import profile
 from layerscope.errors import InvalidInputError
+from layerscope.session.profiler import profile
 
 NAME = "profile"
 HELP = "profile a model (built-in, your own or a transformers config) and show or save it"

@@ -1,4 +1,4 @@
-"""``timer="fx"`` and ``profile_fx``: time every node of a ``torch.fx`` trace of the model.
+"""``timer="fx"``: time every node of a ``torch.fx`` trace of the model (``profile_fx`` runs it).
 
 ``torch.fx.symbolic_trace`` turns the model into a graph of calls: ``call_module`` for
 leaf modules (``nn.Conv2d``, ``nn.Linear``, ...), ``call_function`` / ``call_method`` for
@@ -28,7 +28,6 @@ import torch
 import torch.fx
 from torch import nn
 
-from layerscope.collect.common import unwrap_model
 from layerscope.collect.timing import (
     BACKWARD_TIME,
     FORWARD_TIME,
@@ -44,9 +43,8 @@ from layerscope.collect.timing import (
 from layerscope.collect.timing.clock import Stamper
 from layerscope.collect.timing.spans import RepeatSpans, logged_backward
 from layerscope.errors import InvalidInputError, LayerscopeError
-from layerscope.profile import Profile
 
-__all__ = ["UntraceableModelError", "profile_fx", "trace"]
+__all__ = ["UntraceableModelError", "trace"]
 
 _get_sequence_nr = torch._C._autograd._get_sequence_nr
 _TIMED_OPS = ("call_module", "call_function", "call_method", "get_attr")
@@ -364,42 +362,3 @@ def _add_rows(
             )
             result.ops.append(row)
         row.add(FORWARD_TIME, w, w)
-
-
-def profile_fx(
-    model: nn.Module,
-    *args: Any,
-    kwargs: dict[str, Any] | None = None,
-    warmup: int = 3,
-    repeats: int = 10,
-    ops: bool = True,
-    backward: bool = False,
-    clock: Callable[[], int] | None = None,
-    progress: bool | Callable[[int, int], None] | None = None,
-) -> Profile:
-    """Profile ``model(*args, **kwargs)`` and time it node by node through ``torch.fx``.
-
-    The analysis pass of ``ls.profile`` gives the tree and the other metrics; the timing
-    pass runs the fx trace. Functional nodes appear as op rows (``ops=True``). Raises
-    ``UntraceableModelError`` (an ``InvalidInputError``) when the model cannot be traced.
-    """
-    from layerscope.collect.session import profile as analyse
-    from layerscope.collect.timing import time_profile
-
-    unwrapped, _ = unwrap_model(model)
-    trace(unwrapped)  # fail fast, before the analysis pass
-    prof = analyse(model, args=args, kwargs=kwargs)
-    time_profile(
-        prof,
-        model,
-        args,
-        kwargs,
-        warmup=warmup,
-        repeats=repeats,
-        timer="fx",
-        ops=ops,
-        backward=backward,
-        clock=clock,
-        progress=progress,
-    )
-    return prof

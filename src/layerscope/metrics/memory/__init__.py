@@ -1,8 +1,8 @@
 """Memory accounting: saved activations, outputs, peaks, gradients, training footprint.
 
 ``MemoryObserver`` measures per module during a session (pass it in ``observers=[...]``);
-``training_footprint`` and ``max_batch_size`` turn a measured profile into the memory a
-training step needs. See ``docs/memory.md``.
+``training_footprint`` turns a measured profile into the memory a training step needs
+(``ls.max_batch_size`` builds on it). See ``docs/memory.md``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from layerscope.metrics.memory.observer import METRIC_KEYS, MemoryObserver
 from layerscope.metrics.memory.training import (
     OPTIMIZER_STATES,
     OptimizerName,
-    max_batch_size,
     record_training_footprint,
     training_footprint,
 )
@@ -21,7 +20,6 @@ __all__ = [
     "OPTIMIZER_STATES",
     "MemoryObserver",
     "OptimizerName",
-    "max_batch_size",
     "record_training_footprint",
     "training_footprint",
 ]

@@ -1,24 +1,18 @@
-"""What a training step needs in memory, and the largest batch that fits a budget.
+"""What a training step needs in memory.
 
 ``training_footprint(profile, optimizer=...)`` adds up, from a profile measured with
 ``MemoryObserver``: parameters, buffers, one gradient per trainable parameter, the
 optimizer's state, fp32 master weights when asked, and the forward activation peak.
 
-``max_batch_size(model, make_input, budget_bytes)`` profiles the model at a few batch
-sizes, fits the activation peak as ``a + b * batch``, checks the fit on a third batch
-size, and solves for the largest batch whose footprint fits the budget.
+``max_batch_size`` (``layerscope.session.batch``) builds on it to find the largest batch
+that fits a budget.
 """
 
 from __future__ import annotations
 
-import contextlib
-import math
-from collections.abc import Callable
-from fractions import Fraction
 from typing import Any, Literal
 
 import torch
-from torch import nn
 
 from layerscope.errors import InvalidInputError
 from layerscope.profile import Profile
@@ -141,155 +135,3 @@ def record_training_footprint(
     result = training_footprint(profile, optimizer, **options)
     profile.memory["training"] = result
     return result
-
-
-def _on_meta(model: nn.Module) -> bool:
-    tensors = [*model.parameters(), *model.buffers()]
-    return bool(tensors) and all(t.is_meta for t in tensors)
-
-
-def max_batch_size(
-    model: nn.Module,
-    make_input: Callable[[int], tuple[Any, ...]],
-    budget_bytes: int,
-    *,
-    optimizer: OptimizerName | None = "adamw",
-    master_weights: bool = False,
-    batch_sizes: tuple[int, int, int] = (1, 2, 4),
-    verify: bool | None = None,
-) -> dict[str, Any]:
-    """The largest batch whose training footprint fits ``budget_bytes``, with its breakdown.
-
-    ``make_input(batch)`` returns the model's positional arguments for that batch size,
-    on the model's device. The model is profiled (forward only, with ``MemoryObserver``)
-    at the first two ``batch_sizes``; the forward peak is fitted as ``a + b * batch`` and
-    checked on the third. The model runs as given, on its own device: on ``meta`` nothing
-    is computed or allocated, so analyse big models there; on a real device this runs the
-    model once per batch size (small ones by default). When the check fails the result
-    says ``"affine": False`` and the solution uses the steepest measured slope from the
-    largest measured point (a conservative extrapolation). ``verify`` (default: on meta)
-    profiles the answer itself and steps down until it fits.
-
-    ``optimizer=None`` sizes inference instead: forward under ``torch.no_grad``, no
-    gradients or optimizer state.
-    """
-    from layerscope.collect.session import profile as run_profile
-    from layerscope.metrics.memory.observer import MemoryObserver
-
-    if budget_bytes <= 0:
-        raise InvalidInputError(f"budget_bytes must be positive, got {budget_bytes}")
-    b1, b2, b3 = batch_sizes
-    if not 0 < b1 < b2 < b3:
-        raise InvalidInputError(f"batch_sizes must be increasing positive ints, got {batch_sizes}")
-    if verify is None:
-        verify = _on_meta(model)
-    training = optimizer is not None
-    peaks: dict[int, int] = {}
-    first: Profile | None = None
-
-    def measure(batch: int) -> int:
-        nonlocal first
-        if batch not in peaks:
-            grad_mode = contextlib.nullcontext() if training else torch.no_grad()
-            with grad_mode:
-                prof = run_profile(
-                    model,
-                    args=tuple(make_input(batch)),
-                    count_flops=False,
-                    record_shapes=False,
-                    observers=[MemoryObserver()],
-                )
-            if first is None:
-                first = prof
-            peaks[batch] = int(prof.memory["forward_peak_bytes"])
-        return peaks[batch]
-
-    a1, a2, a3 = measure(b1), measure(b2), measure(b3)
-    assert first is not None
-    slope = Fraction(a2 - a1, b2 - b1)
-    intercept = a1 - slope * b1
-    predicted3 = intercept + slope * b3
-    affine = predicted3 == a3
-    notes: list[str] = []
-    if affine:
-        base_batch, base_peak, per_sample = b1, Fraction(a1), slope
-    else:
-        per_sample = max(slope, Fraction(a3 - a2, b3 - b2))
-        base_batch, base_peak = b3, Fraction(a3)
-        notes.append(
-            f"the forward peak is not affine in the batch size: {a3} B measured at batch "
-            f"{b3}, {float(predicted3):.0f} B predicted from batches {b1} and {b2}; "
-            "extrapolated with the steepest measured slope from the largest point"
-        )
-
-    def footprint(activations: int) -> dict[str, Any]:
-        assert first is not None
-        if training:
-            assert optimizer is not None
-            return training_footprint(
-                first, optimizer, master_weights=master_weights, activation_bytes=activations
-            )
-        root = first.root.metrics
-        parts = {
-            "param_bytes": int(root.get("param_bytes", 0)),
-            "buffer_bytes": int(root.get("buffer_bytes", 0)),
-            "activation_bytes": activations,
-        }
-        return {"optimizer": None, **parts, "total_bytes": sum(parts.values()), "notes": []}
-
-    fixed = footprint(0)["total_bytes"]
-
-    def predict(batch: int) -> int:
-        return math.ceil(base_peak + per_sample * (batch - base_batch))
-
-    room = budget_bytes - fixed
-    if per_sample <= 0:
-        best: int | None = None if room >= predict(b1) else 0
-        if best is None:
-            notes.append("the forward peak does not grow with the batch size: no upper bound")
-    else:
-        # largest batch with base_peak + per_sample * (batch - base_batch) <= room
-        best = max(0, math.floor((room - base_peak) / per_sample + base_batch))
-    verified = False
-    if verify and best is not None and best >= 1:
-        best, verified = _verify_down(best, budget_bytes, fixed, measure, peaks)
-    activations = peaks.get(best, predict(best)) if best else 0
-    breakdown = footprint(activations) if best else None
-    return {
-        "budget_bytes": budget_bytes,
-        "max_batch": best,
-        "fits": best is None or best >= 1,
-        "fixed_bytes": fixed,
-        "activation_fit": {
-            "intercept_bytes": float(intercept),
-            "per_sample_bytes": float(slope),
-            "points": {str(b): peaks[b] for b in (b1, b2, b3)},
-            "affine": affine,
-            "third_point_error_bytes": float(a3 - predicted3),
-        },
-        "breakdown": breakdown,
-        "verified": verified,
-        "notes": notes,
-    }
-
-
-def _verify_down(
-    best: int,
-    budget: int,
-    fixed: int,
-    measure: Callable[[int], int],
-    peaks: dict[int, int],
-) -> tuple[int, bool]:
-    """Profile the predicted batch; if it does not fit, bisect down to the largest that does."""
-    if fixed + measure(best) <= budget:
-        return best, True
-    fitting = [b for b, p in peaks.items() if b < best and fixed + p <= budget]
-    lo = max(fitting, default=0)  # fits (0: nothing known to fit)
-    hi = best  # does not fit
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if fixed + measure(mid) <= budget:
-            lo = mid
-        else:
-            hi = mid
-    return lo, True

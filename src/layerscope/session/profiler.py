@@ -29,23 +29,8 @@ from layerscope.collect.common import (
 from layerscope.collect.dispatch import SessionMode, remove_mode
 from layerscope.collect.grads import GradShapes
 from layerscope.collect.inputs import model_device_dtype, random_inputs
-from layerscope.collect.loop import LoopTimer, check_loop_timing, index_depth, merge_profiles
 from layerscope.collect.observer import Observer, observer_error
-from layerscope.collect.options import NUMERICS_OPTIONS as NUMERICS_OPTIONS
-from layerscope.collect.options import TIMING_OPTIONS as TIMING_OPTIONS
-from layerscope.collect.options import (
-    Mode,
-    check_callable,
-    check_dtype,
-    check_input_shape,
-    check_mode,
-    check_numerics,
-    check_session,
-    check_timing,
-    check_timing_device,
-)
 from layerscope.collect.regions import attach_regions
-from layerscope.collect.schedule import IDLE, Action, Schedule
 from layerscope.collect.scopes import MAX_SIGNATURES, ScopeTracker
 from layerscope.collect.signature import dtype_name, iter_tensors
 from layerscope.collect.state import ModelState
@@ -61,6 +46,22 @@ from layerscope.metrics.memory import MemoryObserver
 from layerscope.metrics.numerics import NonFiniteMode, NumericsObserver
 from layerscope.metrics.params import fill_parameters
 from layerscope.profile import Node, Profile
+from layerscope.session.loop import LoopTimer, check_loop_timing, index_depth, merge_profiles
+from layerscope.session.options import NUMERICS_OPTIONS as NUMERICS_OPTIONS
+from layerscope.session.options import TIMING_OPTIONS as TIMING_OPTIONS
+from layerscope.session.options import (
+    Mode,
+    check_callable,
+    check_dtype,
+    check_input_shape,
+    check_mode,
+    check_numerics,
+    check_session,
+    check_timing,
+    check_timing_device,
+)
+from layerscope.session.schedule import IDLE, Action, Schedule
+from layerscope.version import __version__
 
 _MISSING: Any = object()
 
@@ -844,8 +845,6 @@ def build_profile(
 
 
 def environment() -> dict[str, Any]:
-    from layerscope import __version__
-
     return {
         "layerscope": __version__,
         "torch": torch.__version__,
