@@ -72,11 +72,12 @@ def _imports(path: Path) -> list[tuple[str, int, bool]]:
     for node in ast.walk(tree):
         if id(node) in typing_only:
             continue
-        names: list[str] = []
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names = [node.module]
+        else:
+            continue
         for name in names:
             if name == "layerscope" or name.startswith("layerscope."):
                 found.append((name, node.lineno, id(node) in top_level))
