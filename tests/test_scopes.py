@@ -6,6 +6,7 @@ import gc
 import inspect
 import weakref
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -210,10 +211,10 @@ def test_modules_with_hooks_and_without_are_both_tracked() -> None:
         handle.remove()
     assert seen == [(5, 4)]
     # 0 (hooked): addmm 5*2*4 = 40 MACs, 2*40 + 5*4 bias adds = 100 FLOPs. 1 (wrapped):
-    # 5*4*3 = 60 MACs. The user's forward hook runs once the module's forward has
-    # returned, so its 5*4 = 20 multiplies belong to the caller: the root's own FLOPs.
+    # 5*4*3 = 60 MACs. The user's forward hook runs inside the module's scope (as its pre
+    # hooks do), so its 5*4 = 20 multiplies are module 0's: 100 + 20 = 120, root self 0.
     assert (prof.node("0").metrics["macs"], prof.node("1").metrics["macs"]) == (40, 60)
-    assert (prof.node("0").metrics["flops"], prof.root.self_metrics["flops"]) == (100, 20)
+    assert (prof.node("0").metrics["flops"], prof.root.self_metrics["flops"]) == (120, 0)
 
 
 def test_base_exception_in_a_module_keeps_the_stack_balanced() -> None:
@@ -365,3 +366,79 @@ def test_a_call_whose_key_cannot_be_hashed_is_recorded_by_its_signature(
     relu = prof.node("0")
     # inputs: the key does not hash, so the Signature; outputs: a bare tensor's key
     assert relu.inputs == [flatten_call((x,), {})] and relu.outputs == [flatten(x)]
+
+
+class _FailingBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("boom in backward")
+
+
+class _UsesFunction(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _FailingBackward.apply(x)  # type: ignore[no-any-return]
+
+
+class _Double(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+
+def _two_level(inner: nn.Module) -> nn.Sequential:
+    return nn.Sequential(nn.Linear(4, 4), nn.Sequential(nn.Linear(4, 4), inner))
+
+
+def test_error_in_a_custom_function_backward_names_the_module_that_created_it() -> None:
+    model = _two_level(_UsesFunction())
+    with pytest.raises(ls.ModelError) as info:
+        ls.profile(model, torch.ones(2, 4), backward=True)
+    assert str(info.value) == (
+        "the model raised RuntimeError in the backward of module '1.1' (_UsesFunction): "
+        "boom in backward"
+    )
+    assert (info.value.path, info.value.module_type) == ("1.1", "_UsesFunction")
+
+
+def test_error_in_a_full_backward_hook_names_its_module() -> None:
+    model = _two_level(_Double())
+
+    def hook(module: nn.Module, grad_in: Any, grad_out: Any) -> None:
+        raise ValueError("bad gradient")
+
+    handle = model[1][1].register_full_backward_hook(hook)
+    try:
+        with pytest.raises(ls.ModelError) as info:
+            ls.profile(model, torch.ones(2, 4), backward=True)
+    finally:
+        handle.remove()
+    assert str(info.value) == (
+        "the model raised ValueError in the backward of module '1.1' (_Double): bad gradient"
+    )
+
+
+def test_error_in_backward_inside_a_profiler_block_gets_a_note() -> None:
+    model = _two_level(_UsesFunction())
+    with pytest.raises(RuntimeError, match="boom in backward") as info, ls.Profiler(model):
+        model(torch.ones(2, 4)).sum().backward()
+    assert info.value.__notes__ == [
+        "layerscope: raised in the backward of module '1.1' (_UsesFunction)"
+    ]
+
+
+def test_failing_forward_hook_names_its_own_module() -> None:
+    model = _two_level(nn.ReLU())
+
+    def hook(module: nn.Module, args: Any, out: Any) -> None:
+        raise ValueError("bad output")
+
+    handle = model[1][1].register_forward_hook(hook)
+    try:
+        with pytest.raises(ls.ModelError) as info:
+            ls.profile(model, torch.ones(2, 4))
+    finally:
+        handle.remove()
+    assert str(info.value) == "the model raised ValueError in module '1.1' (ReLU): bad output"

@@ -123,9 +123,11 @@ def install_hook_pairs(
     *,
     with_kwargs: bool = False,
     prepend_pre: bool = False,
+    prepend_post: bool = True,
 ) -> list[RemovableHandle]:
-    """Register a forward pre hook and an always-called forward hook (run before the
-    user's) on each module; on failure remove what was registered and re-raise."""
+    """Register a forward pre hook and an always-called forward hook on each module (the
+    forward hook runs before the user's unless ``prepend_post=False``); on failure remove
+    what was registered and re-raise."""
     handles: list[RemovableHandle] = []
     try:
         for module, pre, post in pairs:
@@ -134,7 +136,7 @@ def install_hook_pairs(
             )
             handles.append(
                 module.register_forward_hook(
-                    post, with_kwargs=with_kwargs, always_call=True, prepend=True
+                    post, with_kwargs=with_kwargs, always_call=True, prepend=prepend_post
                 )
             )
     except BaseException:

@@ -11,8 +11,9 @@ model is instrumented, and put back in ``uninstall`` (called from ``finally``):
   fast path;
 - a module that has hooks (the user's forward or backward hooks, a lazy module's
   initialiser) or a ``forward`` of its own on the instance gets a forward pre hook
-  (prepended, with kwargs) and a forward hook (``always_call=True``) instead, so the
-  user's pre hooks run inside its scope as before.
+  (prepended, with kwargs) and a forward hook (``always_call=True``, appended) instead,
+  so the user's pre and forward hooks run inside its scope: their work is the module's,
+  and an error they raise names it.
 
 Either way the stack stays balanced when a module raises, and the innermost module on an
 exception's way out is remembered so the error can name where it happened.
@@ -36,7 +37,8 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.hooks import RemovableHandle
+from torch.autograd.graph import Node as GraphNode
+from torch.utils.hooks import BackwardHook, RemovableHandle
 
 from layerscope.collect.common import install_hook_pairs, remove_hooks
 from layerscope.collect.observer import Observer, observer_error
@@ -227,7 +229,10 @@ class ScopeTracker:
             else:
                 self._wrap_forward(m)
         self._handles = install_hook_pairs(
-            ((m, self._pre, self._post) for m in hooked), with_kwargs=True, prepend_pre=True
+            ((m, self._pre, self._post) for m in hooked),
+            with_kwargs=True,
+            prepend_pre=True,
+            prepend_post=False,
         )
 
     def uninstall(self) -> None:
@@ -499,3 +504,27 @@ class ScopeTracker:
         """The innermost module that was running when ``exc`` was raised, if any."""
         entry = self.error_site.get(id(exc))
         return entry[1] if entry is not None and entry[0] is exc else None
+
+    def backward_site_of(self, exc: BaseException) -> Node | None:
+        """For ``exc`` raised in a backward pass: the module whose forward created the
+        autograd node that failed, found in the exception's own frames, innermost first.
+        A custom ``autograd.Function``'s backward runs in a frame holding its node (the
+        ``ctx``); a module's full backward hook or backward pre hook runs in a frame of
+        torch's ``BackwardHook``, which names the module. A tensor hook is called by the
+        autograd engine with no such frame around it: ``None`` then."""
+        tb = exc.__traceback__
+        frames = []
+        while tb is not None:
+            frames.append(tb.tb_frame)
+            tb = tb.tb_next
+        for frame in reversed(frames):
+            for value in frame.f_locals.values():
+                if isinstance(value, BackwardHook):
+                    module = value.module
+                    if id(module) in self.tree.nodes_of:
+                        return self._resolve(module)
+                elif isinstance(value, GraphNode):
+                    owner = self.grad_owner(value)
+                    if owner is not self.outside:
+                        return owner
+        return None

@@ -524,6 +524,12 @@ class Profiler:
             site = self._tracker.site_of(exc)
             if site is not None:
                 exc.add_note(f"layerscope: raised in module {_describe(site)}")
+            else:
+                site = self._tracker.backward_site_of(exc)
+                if site is not None:
+                    exc.add_note(
+                        f"layerscope: raised in the backward of module {_describe(site)}"
+                    )
         prof = build_profile(
             self._tracker,
             ran=True,
@@ -695,6 +701,10 @@ def profile(
                 except Exception as e:
                     site = p.tracker.site_of(e)
                     where = f" in module {_describe(site)}" if site is not None else ""
+                    if site is None:
+                        site = p.tracker.backward_site_of(e)
+                        if site is not None:
+                            where = f" in the backward of module {_describe(site)}"
                     raise ModelError(
                         f"the model raised {type(e).__name__}{where}: {e}",
                         path=site.path if site is not None else None,
