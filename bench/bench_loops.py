@@ -100,14 +100,14 @@ def main() -> None:
             f"{name:<10}{best * 1e3:>10.1f}ms{median * 1e3:>10.1f}ms"
             f"{best / bare_best:>12.3f}{median / bare_median:>13.3f}"
         )
-    split = prof.timing
+    ms = {k: v["median"] * 1e3 for k, v in prof.timing.items() if k.startswith("step_")}
     print(
-        "last timed cycle, medians: step {:.1f} ms = forward {:.1f} ms + other {:.1f} ms".format(
-            split["step_time"]["median"] * 1e3,
-            split["step_forward"]["median"] * 1e3,
-            split["step_other"]["median"] * 1e3,
-        )
+        "last timed cycle, medians: step {step_time:.1f} ms = forward {step_forward:.1f} ms"
+        " + backward {step_backward:.1f} ms + optimizer {step_optimizer:.1f} ms"
+        " + other {step_other:.1f} ms".format(**ms)
     )
+    module_backward = prof.root.metrics.get("backward_time", 0.0) * 1e3
+    print(f"root module backward time per call (median step): {module_backward:.1f} ms")
 
 
 if __name__ == "__main__":

@@ -303,10 +303,75 @@ def test_timing_step_split_adds_up() -> None:
     with p:
         _train(model, p, 3)
     prof = p.profile
-    # per timed step: step = forward + other, so their means add up too
-    st, fw, ot = (prof.timing[k] for k in ("step_time", "step_forward", "step_other"))
-    assert st["n"] == fw["n"] == ot["n"] == 2
-    assert fw["mean"] + ot["mean"] == pytest.approx(st["mean"])
+    # per timed step: step = forward + backward + optimizer + other, so their means add up
+    keys = ("step_forward", "step_backward", "step_optimizer", "step_other")
+    st, *parts = (prof.timing[k] for k in ("step_time", *keys))
+    assert st["n"] == 2 and all(part["n"] == 2 for part in parts)
+    assert sum(part["mean"] for part in parts) == pytest.approx(st["mean"])
+    assert all(part["min"] > 0 for part in parts[:3])
+    assert "Step (median of 2 timed steps): " in prof.render(width=200)
+
+
+class _Ticks:
+    """A clock that moves 1 µs per read: an interval is the number of reads in it."""
+
+    def __init__(self) -> None:
+        self.now = 0
+
+    def __call__(self) -> int:
+        self.now += 1000
+        return self.now
+
+
+def test_timed_steps_time_each_modules_backward_node_by_node() -> None:
+    """With a clock that ticks once per read and no overhead correction, a module's self
+    backward time is the number of its autograd nodes (each node's hook reads the clock
+    once; the interval from a node's stamp to the next is the node's).
+
+    Linear(16, 4) (2): AddmmBackward0, TBackward0 (weight.t()) and the AccumulateGrad
+    nodes of its weight and bias, 4 nodes; ReLU: ReluBackward0, 1; Linear(8, 16) (0):
+    4 nodes likewise (its input needs no grad, so nothing flows further). The loss's own
+    SumBackward0 has no hook: it is not the model's. Root self 0, inclusive 4 + 1 + 4 = 9.
+    """
+    model = _mlp()
+    timing = {"clock": _Ticks(), "correct_overhead": False}
+    p = ls.Profiler(model, timing=timing, schedule=schedule(active=2, repeat=1))
+    with p:
+        _train(model, p, 2)
+    prof = p.profile
+    assert prof.timing["backward"] is True and prof.timing["backward_steps"] == 1
+    us = 1e-6
+    got = {n.path: n.self_metrics["backward_time"] for n in prof.root.walk()}
+    assert got == pytest.approx({"": 0.0, "0": 4 * us, "1": 1 * us, "2": 4 * us})
+    assert prof.root.metrics["backward_time"] == pytest.approx(9 * us)
+    # the pass: from the first model node's stamp to the end-of-backward callback's
+    assert prof.timing["step_backward"]["median"] == pytest.approx(9 * us)
+
+
+def test_timed_steps_without_backward_have_no_backward_time() -> None:
+    model = _mlp()
+    p = ls.Profiler(model, timing=True, schedule=schedule(active=2, repeat=1))
+    with p, torch.no_grad():
+        for _ in range(2):
+            model(_x())
+            p.step()
+    prof = p.profile
+    assert prof.timing["backward"] is False and "backward_time" not in prof.root.metrics
+    assert prof.timing["step_backward"]["max"] == 0.0
+    assert _no_hooks(model)
+
+
+def test_timed_step_hooks_leave_the_graph() -> None:
+    """A graph built in a timed step and run backward after the step ended logs nothing."""
+    model = _mlp()
+    p = ls.Profiler(model, timing=True)
+    p.start()
+    out = model(_x())
+    p.stop()
+    timer = p._timer
+    assert timer is not None
+    out.sum().backward()
+    assert timer._bwd_log == [] and not timer._bwd_open
 
 
 def test_timing_only_cycle_with_active_one_says_so() -> None:

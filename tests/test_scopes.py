@@ -380,7 +380,7 @@ class _FailingBackward(torch.autograd.Function):
 
 class _UsesFunction(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _FailingBackward.apply(x)  # type: ignore[no-any-return]
+        return _FailingBackward.apply(x)  # type: ignore[no-any-return,no-untyped-call]
 
 
 class _Double(nn.Module):
@@ -409,7 +409,7 @@ def test_error_in_a_full_backward_hook_names_its_module() -> None:
     def hook(module: nn.Module, grad_in: Any, grad_out: Any) -> None:
         raise ValueError("bad gradient")
 
-    handle = model[1][1].register_full_backward_hook(hook)
+    handle = model[1][1].register_full_backward_hook(hook)  # type: ignore[index]
     try:
         with pytest.raises(ls.ModelError) as info:
             ls.profile(model, torch.ones(2, 4), backward=True)
@@ -435,7 +435,7 @@ def test_failing_forward_hook_names_its_own_module() -> None:
     def hook(module: nn.Module, args: Any, out: Any) -> None:
         raise ValueError("bad output")
 
-    handle = model[1][1].register_forward_hook(hook)
+    handle = model[1][1].register_forward_hook(hook)  # type: ignore[index]
     try:
         with pytest.raises(ls.ModelError) as info:
             ls.profile(model, torch.ones(2, 4))

@@ -159,7 +159,37 @@ def _timing_lines(profile: Profile) -> list[Fact]:
     return lines
 
 
+#: A loop's step parts, as ``timing[key]`` summaries, in the order they add up.
+STEP_PARTS = (
+    ("step_forward", "forward"),
+    ("step_backward", "backward"),
+    ("step_optimizer", "optimizer"),
+    ("step_other", "other"),
+)
+
+
+def _step_line(t: dict[str, Any]) -> list[Fact]:
+    """A loop's timed steps: the median step and the medians of its parts."""
+    step = t.get("step_time")
+    if not isinstance(step, dict) or not isinstance(step.get("median"), int | float):
+        return []
+    parts = [  # a part no step had (no backward, no optimizer) is left out
+        f"{label} {units.seconds(t[key]['median'])}"
+        for key, label in STEP_PARTS
+        if isinstance(t.get(key), dict)
+        and isinstance(t[key].get("median"), int | float)
+        and (key in ("step_forward", "step_other") or t[key].get("max"))
+    ]
+    text = f"Step (median of {t.get('timed_steps', step.get('n', '?'))} timed steps): "
+    text += units.seconds(step["median"])
+    if parts:
+        text += " = " + " + ".join(parts) + " (medians of each part)"
+    return [(text + ".", "")]
+
+
 def _timing_pass_lines(t: dict[str, Any]) -> list[Fact]:
+    if t.get("source") == "loop":
+        return _step_line(t)
     latency = t.get("latency")
     if not latency:
         return []

@@ -527,9 +527,7 @@ class Profiler:
             else:
                 site = self._tracker.backward_site_of(exc)
                 if site is not None:
-                    exc.add_note(
-                        f"layerscope: raised in the backward of module {_describe(site)}"
-                    )
+                    exc.add_note(f"layerscope: raised in the backward of module {_describe(site)}")
         prof = build_profile(
             self._tracker,
             ran=True,
