@@ -332,6 +332,41 @@ def test_profiles_of_one_model_from_two_threads_do_not_mix() -> None:
     assert all(p.grad is None for p in m.parameters())
 
 
+def test_a_submodule_and_its_parent_are_not_profiled_from_two_threads_at_once() -> None:
+    """The claim covers every module of the profiled model: a thread profiling the head
+    alone waits (``ls.profile``) or is refused (``Profiler``) while another profiles the
+    whole model, and a sibling module stays free."""
+    model = nn.Sequential(nn.Linear(4, 3), nn.Linear(3, 3))
+    head, other = model[1], nn.Linear(4, 3)
+    entered, leave = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with ls.Profiler(model[0]):
+            entered.set()
+            leave.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert entered.wait(10)
+        ls.profile(head, torch.randn(2, 3))  # not part of model[0]: runs at once
+        ls.profile(other, _x())
+        with pytest.raises(LayerscopeError, match="or a module of it is being profiled"):
+            ls.Profiler(model).__enter__()
+        waited: list[Any] = []
+        waiter = threading.Thread(target=lambda: waited.append(ls.profile(model, _x())))
+        waiter.start()
+        waiter.join(0.2)
+        assert waiter.is_alive() and not waited
+    finally:
+        leave.set()
+        holder.join()
+    waiter.join(10)
+    # Linear(4, 3) then Linear(3, 3) on (2, ·): 48 + 6, then 2*(2*3*3) + 6 = 42 FLOPs
+    assert waited and waited[0].root.metrics["flops"] == LINEAR_FLOPS + 42
+    _assert_no_session_left(model)
+
+
 def test_a_profiler_refuses_a_model_another_thread_is_profiling() -> None:
     m, x = nn.Linear(4, 3), _x()
     entered, leave = threading.Event(), threading.Event()
@@ -378,3 +413,26 @@ def test_memory_sessions_ending_out_of_order_keep_their_saved_tensor_hooks() -> 
     assert p1.profile.root.metrics["activation_bytes"] == 32 + 64
     assert p2.profile.root.metrics["activation_bytes"] == 32 + 64
     assert torch._C._autograd._top_saved_tensors_default_hooks(False) is None
+
+
+def test_timers_do_not_log_other_threads_calls() -> None:
+    """The timing pass's (and a loop's timed steps') forward hooks log only the calls of
+    the thread that installed them: another thread's call of the model adds nothing."""
+    from layerscope.collect.timing.clock import Stamper
+    from layerscope.collect.timing.forward import ForwardHooks
+    from layerscope.collect.timing.index import ModuleIndex
+
+    m = nn.Sequential(nn.Linear(4, 3), nn.ReLU())
+    index = ModuleIndex.build(m)
+    hooks = ForwardHooks(index, Stamper(None, torch.device("cpu"), False), record_seq=False)
+    hooks.install()
+    try:
+        other = threading.Thread(target=lambda: m(_x()))
+        other.start()
+        other.join()
+        assert hooks.take() == []
+        m(_x())
+        # the root, then 0 and 1, each entered (code i) and left (code ~i)
+        assert [code for code, _, _ in hooks.take()] == [0, 1, ~1, 2, ~2, ~0]
+    finally:
+        hooks.uninstall()

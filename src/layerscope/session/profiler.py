@@ -10,7 +10,6 @@ import operator
 import platform
 import sys
 import threading
-import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from types import TracebackType
@@ -46,6 +45,7 @@ from layerscope.metrics.memory import MemoryObserver
 from layerscope.metrics.numerics import NonFiniteMode, NumericsObserver
 from layerscope.metrics.params import fill_parameters
 from layerscope.profile import Node, Profile
+from layerscope.session.claims import Claim, claim, claimed, release
 from layerscope.session.loop import LoopTimer, check_loop_timing, index_depth, merge_profiles
 from layerscope.session.options import NUMERICS_OPTIONS as NUMERICS_OPTIONS
 from layerscope.session.options import TIMING_OPTIONS as TIMING_OPTIONS
@@ -64,26 +64,6 @@ from layerscope.session.schedule import IDLE, Action, Schedule
 from layerscope.version import __version__
 
 _MISSING: Any = object()
-
-# ---- one session per model at a time -------------------------------------------------
-_model_locks: weakref.WeakKeyDictionary[nn.Module, threading.RLock] = weakref.WeakKeyDictionary()
-_model_locks_guard = threading.Lock()
-
-
-def model_lock(model: nn.Module) -> threading.RLock:
-    """The lock a thread holds while it profiles ``model``: ``profile`` waits for it, a
-    ``Profiler`` refuses to start without it. Re-entrant, so sessions nest in one thread.
-    A model that cannot be a weak dictionary key (a class that defines ``__eq__`` without
-    ``__hash__``) gets a fresh lock each time: it is not serialised."""
-    with _model_locks_guard:
-        try:
-            lock = _model_locks.get(model)
-            if lock is None:
-                lock = _model_locks[model] = threading.RLock()
-        except TypeError:
-            lock = threading.RLock()
-        return lock
-
 
 # ---- room on the stack for the session's frames ----------------------------------------
 #: Frames a session adds per level of module nesting: the forward wrapper, or the frame
@@ -212,7 +192,7 @@ class Profiler:
         self._mode: SessionMode | None = None
         self._profile: Profile | None = None
         self._run: dict[str, Any] = {}
-        self._lock: threading.RLock | None = None  # the model's, held while analysing
+        self._claim: Claim | None = None  # the model's modules, held while analysing
         self._thread: int | None = None
         self._stack_room = 0
         # the loop: "new" -> "running" (start) -> "stopped" (stop)
@@ -438,11 +418,12 @@ class Profiler:
         if self._sessions:
             self.observers = self._make_observers()
         self._sessions += 1
-        lock = model_lock(self.model)
-        if not lock.acquire(blocking=False):
+        taken = claim(self.model, wait=False)
+        if taken is None:
             raise LayerscopeError(
-                f"the model ({type(self.model).__name__}) is being profiled in another "
-                "thread; profile it from one thread at a time (ls.profile waits its turn)"
+                f"the model ({type(self.model).__name__}) or a module of it is being "
+                "profiled in another thread; profile it from one thread at a time "
+                "(ls.profile waits its turn)"
             )
         try:
             tree = ModelTree.build(self.model)
@@ -452,9 +433,9 @@ class Profiler:
             self._stack_room = stack_room(tree)
             raise_recursion_limit(self._stack_room)
         except BaseException:
-            lock.release()
+            release(taken)
             raise
-        self._lock, self._thread = lock, threading.get_ident()
+        self._claim, self._thread = taken, threading.get_ident()
         self._mode = None
         try:
             self._tracker.install()
@@ -489,11 +470,11 @@ class Profiler:
             raise
 
     def _release(self) -> None:
-        """Give back the recursion room and the model's lock (both taken at enter)."""
+        """Give back the recursion room and the model's claim (both taken at enter)."""
         lower_recursion_limit(self._stack_room)
-        lock, self._lock = self._lock, None
-        if lock is not None and self._thread == threading.get_ident():
-            lock.release()
+        taken, self._claim = self._claim, None
+        if taken is not None:
+            release(taken)
 
     def _close(self, exc: BaseException | None) -> Profile:
         """Remove the analysis instrumentation and build the session's Profile."""
@@ -663,7 +644,7 @@ def profile(
     )
 
     # One session on a model at a time: another thread's waits here for this one to end.
-    with model_lock(model):
+    with claimed(model):
         will_run = bool(given) or bool(kwargs)
         if not will_run:
             if backward or timing_options is not None:

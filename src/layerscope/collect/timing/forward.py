@@ -4,6 +4,7 @@ and the replay of that log into per-module inclusive and self times.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
@@ -17,6 +18,13 @@ from layerscope.collect.timing.clock import Stamper
 from layerscope.collect.timing.index import ModuleIndex
 
 _get_sequence_nr = torch._C._autograd._get_sequence_nr
+_get_ident = threading.get_ident
+_current_autograd_node = torch._C._current_autograd_node
+
+
+def _foreign_ok() -> bool:
+    """Whether another thread's module call is logged: only when autograd runs it."""
+    return _current_autograd_node() is not None
 
 
 #: A log entry: (module index, stamp, next autograd sequence number) on entry, and
@@ -29,7 +37,9 @@ class ForwardHooks:
 
     The pre hook runs after the user's pre hooks and the post hook before the user's post
     hooks, so the window is as tight around ``forward`` as hooks allow. The post hook is
-    ``always_call`` so a raising module still logs its exit.
+    ``always_call`` so a raising module still logs its exit. Calls from a thread other
+    than the one that installed the hooks are not logged, unless autograd runs them (a
+    checkpointed module's forward recomputed on a device's backward thread).
     """
 
     def __init__(self, index: ModuleIndex, stamper: Stamper, record_seq: bool) -> None:
@@ -39,9 +49,11 @@ class ForwardHooks:
         self._post_stamp = stamper.post_stamp()
         self._record_seq = record_seq
         self._handles: list[RemovableHandle] = []
+        self._thread = [0]  # the installing thread's ident, read by every hook
         self._hooks = [self._make(mid) for mid in range(len(index.modules))]
 
     def install(self) -> None:
+        self._thread[0] = _get_ident()
         self._handles = install_hook_pairs(
             (m, pre, post) for m, (pre, post) in zip(self.index.modules, self._hooks, strict=True)
         )
@@ -53,22 +65,27 @@ class ForwardHooks:
         append = self.log.append
         pre_stamp, post_stamp = self._pre_stamp, self._post_stamp
         exit_code = ~mid
+        owner = self._thread
         if self._record_seq:
             seq = _get_sequence_nr
 
             def pre_seq(module: nn.Module, args: Any) -> None:
-                append((mid, pre_stamp(), seq()))
+                if _get_ident() == owner[0] or _foreign_ok():
+                    append((mid, pre_stamp(), seq()))
 
             def post_seq(module: nn.Module, args: Any, output: Any) -> None:
-                append((exit_code, post_stamp(), seq()))
+                if _get_ident() == owner[0] or _foreign_ok():
+                    append((exit_code, post_stamp(), seq()))
 
             return pre_seq, post_seq
 
         def pre(module: nn.Module, args: Any) -> None:
-            append((mid, pre_stamp(), 0))
+            if _get_ident() == owner[0] or _foreign_ok():
+                append((mid, pre_stamp(), 0))
 
         def post(module: nn.Module, args: Any, output: Any) -> None:
-            append((exit_code, post_stamp(), 0))
+            if _get_ident() == owner[0] or _foreign_ok():
+                append((exit_code, post_stamp(), 0))
 
         return pre, post
 
