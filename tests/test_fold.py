@@ -690,3 +690,21 @@ def test_best_window_examples() -> None:
     assert best([0, 1, 0, 2], 4) == (1, 1)
     # A B A C A B A C: (A B A C) ×2 covers 8, found through the positions of B
     assert best([0, 1, 0, 2, 0, 1, 0, 2], 8) == (4, 2)
+
+
+def test_fold_keeps_the_whole_profile_sections() -> None:
+    """Folding changes the tree only: outside work, the distributed facts, the ranks and
+    the extra sections are the profile's as they were."""
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Linear(4, 4) for _ in range(3)])
+    prof = ls.profile(model, torch.randn(2, 4), backward=True)
+    prof.dist = {"rank": 0, "world_size": 2}
+    prof.ranks = [prof]
+    prof.extra["regions"] = [{"path": "<outside>.[data]"}]
+    folded = fold(prof)
+    assert folded.root.children[0].repeat == 3  # the three Linears are one row
+    # the default loss sums the (2, 4) output: one FLOP per input element, 2*4 = 8
+    assert folded.outside == prof.outside and prof.outside["flops"] == 8
+    assert folded.dist == {"rank": 0, "world_size": 2}
+    assert folded.ranks == [prof]
+    assert folded.extra == {"regions": [{"path": "<outside>.[data]"}]}

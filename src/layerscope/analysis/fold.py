@@ -100,7 +100,11 @@ def fold(profile: Profile, mode: FoldMode = True) -> Profile:
         numerics=copy.deepcopy(profile.numerics),
         timing=copy.deepcopy(profile.timing),
         notices=list(profile.notices),
+        outside=dict(profile.outside),
+        dist=copy.deepcopy(profile.dist),
+        ranks=list(profile.ranks),  # each rank's own profile, unfolded
         schema=profile.schema,
+        extra=copy.deepcopy(profile.extra),
     )
 
 
