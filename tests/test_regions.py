@@ -9,6 +9,7 @@ from torch import nn
 import layerscope as ls
 from layerscope.collect import scopes
 from layerscope.collect.regions import region
+from layerscope.collect.timing import time_profile
 
 B = 5  # batch
 
@@ -276,15 +277,63 @@ def test_json_round_trip_and_render(tmp_path: object) -> None:
     assert "(2) head region" in text
 
 
-def test_timed_profile_keeps_regions_and_only_the_timing_pass_times() -> None:
+class _Ticks:
+    """A clock that moves 1 µs per read: a wall time is the number of reads in it."""
+
+    def __init__(self) -> None:
+        self.now = 0
+
+    def __call__(self) -> int:
+        self.now += 1000
+        return self.now
+
+
+US = 1e-6
+
+
+def test_timing_pass_times_regions_with_its_own_timers() -> None:
+    """Rule 4: the region's time comes from the timing pass, not the analysed run. With a
+    clock that ticks once per read and no overhead correction, a call of [head] spans
+    its own enter stamp, proj's pre and post stamps and its exit stamp: 4 reads, 3 µs."""
     model, x = _headed()
-    prof = ls.profile(model, x, timing={"repeats": 3, "warmup": 1})
+    prof = ls.profile(model, x)
+    assert prof.node("[head]").metrics["forward_time"] > 0  # the analysed run's
+    time_profile(prof, model, (x,), warmup=1, repeats=3, clock=_Ticks(), correct_overhead=False)
     prof.self_check()
-    # times come from the timing pass only (rule 4), which does not time regions
     head = prof.node("[head]")
-    assert "forward_time" not in head.metrics
+    assert head.metrics["forward_time"] == pytest.approx(3 * US)
+    assert "forward_time" not in head.self_metrics  # a region has no self time
     assert head.metrics["macs"] == B * 8 * 4
+    assert prof.node("proj").metrics["forward_time"] == pytest.approx(1 * US)
+
+
+def test_kineto_timer_does_not_time_regions() -> None:
+    """A timer without the forward hooks sees no region: it keeps no time (the analysed
+    run's would carry the instrumentation's cost)."""
+    model, x = _headed()
+    prof = ls.profile(model, x, timing={"repeats": 2, "warmup": 0, "timer": "kineto"})
+    assert "forward_time" not in prof.node("[head]").metrics
     assert prof.node("proj").metrics["forward_time"] > 0
+
+
+def test_loop_timed_steps_time_regions_outside_the_model() -> None:
+    """In a Profiler loop the first active step is analysed and the others are timed:
+    the data region's time is the timed steps' (one tick from its enter stamp to its
+    exit stamp: 1 µs), replacing the analysed step's, in the node and in the notice."""
+    model, x = _headed()
+    loader = [x] * 3
+    timing = {"clock": _Ticks(), "correct_overhead": False}
+    p = ls.Profiler(model, timing=timing, schedule=ls.schedule(active=3, repeat=1))
+    with p:
+        for batch in region.iter(loader, "data"):
+            model(batch).sum().backward()
+            p.step()
+    prof = p.profile
+    (data,) = region.outside(prof)
+    assert (data.path, data.calls) == ("<outside>.[data]", 1)  # counted in the analysed step
+    assert data.metrics["forward_time"] == pytest.approx(1 * US)
+    assert any("[data] ×1 1 µs/call" in n for n in prof.notices)
+    assert prof.node("[head]").metrics["forward_time"] == pytest.approx(3 * US)
 
 
 def test_bad_names() -> None:

@@ -13,7 +13,8 @@ call was inside it is moved under it, keeping its own path. Where no module ran 
 around the model in a ``Profiler`` block), it is outside the model: its work is in
 ``prof.outside`` as before, and the node, path ``<outside>.[<name>]``, is kept in
 ``prof.extra["regions"]`` (``region.outside(prof)`` gives the Nodes). ``forward_time``
-of a region is the median wall time of its calls in the profiled run itself.
+of a region is the median wall time of its calls: in the analysed run itself, unless a
+timing pass or a loop's timed steps timed it (``apply_region_times``, rule 4).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import statistics
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar, cast
 
-from layerscope.collect.scopes import REGION_MODULE, ScopeTracker, active
+from layerscope.collect.scopes import REGION, REGION_MODULE, ScopeTracker, active
 from layerscope.errors import InvalidInputError
 from layerscope.profile import ADDITIVE_METRICS, Node, Profile
 
@@ -33,15 +34,16 @@ F = TypeVar("F", bound=Callable[..., Any])
 #: Key of ``Profile.extra`` holding the regions outside the model, as JSON nodes.
 OUTSIDE_KEY = "regions"
 
-_Tokens = list[tuple[ScopeTracker, Any]]
+_Tokens = list[tuple[Any, Any]]  # (a ScopeTracker or a forward timer, its token)
 
 
 def _enter(name: str) -> _Tokens | None:
-    """Enter the region in every session of this thread; None when there is none."""
-    trackers = active.trackers
-    if not trackers:
+    """Enter the region in every session and timer of this thread; None when there is
+    none."""
+    trackers, timers = active.trackers, active.timers
+    if not trackers and not timers:
         return None
-    return [(t, t.enter_region(name)) for t in trackers]
+    return [(t, t.enter_region(name)) for t in (*trackers, *timers)]
 
 
 def _exit(tokens: _Tokens | None, count: bool = True) -> None:
@@ -246,6 +248,13 @@ def _outside_forest(
     for k, v in totals.items():
         profile.outside[k] = profile.outside.get(k, 0) + v
     profile.extra[OUTSIDE_KEY] = [r.to_dict() for r in forest]
+    profile.notices.append(_outside_notice(forest))
+
+
+_OUTSIDE_NOTICE = "regions outside the model (in the outside totals; region.outside(prof)): "
+
+
+def _outside_notice(forest: Iterable[Node]) -> str:
     parts = []
     for r in forest:
         part = f"[{r.name}] ×{r.calls}"
@@ -254,10 +263,34 @@ def _outside_forest(
         if r.metrics.get("flops"):
             part += f" {r.metrics['flops']:.4g} FLOPs"
         parts.append(part)
-    profile.notices.append(
-        "regions outside the model (in the outside totals; region.outside(prof)): "
-        + ", ".join(parts)
-    )
+    return _OUTSIDE_NOTICE + ", ".join(parts)
+
+
+def apply_region_times(profile: Profile, times: dict[str, list[float]]) -> None:
+    """Set each region's ``forward_time`` to the median of ``times[path]`` (seconds per
+    call, measured by a timing pass or a loop's timed steps with the light timers only),
+    replacing the time the analysed run measured; a region the timers did not see keeps
+    no time (rule 4: no time with analysis instrumentation in it)."""
+    for node in profile.root.walk():
+        if node.type == REGION:
+            _set_time(node.metrics, times.get(node.path))
+    forest = profile.extra.get(OUTSIDE_KEY)
+    if not forest:
+        return
+    todo = list(forest)
+    while todo:
+        d = todo.pop()
+        _set_time(d.setdefault("metrics", {}), times.get(d.get("path", "")))
+        todo.extend(d.get("children", []))
+    notice = _outside_notice(region.outside(profile))
+    profile.notices = [notice if n.startswith(_OUTSIDE_NOTICE) else n for n in profile.notices]
+
+
+def _set_time(metrics: dict[str, Any], samples: list[float] | None) -> None:
+    if samples:
+        metrics["forward_time"] = statistics.median(samples)
+    else:
+        metrics.pop("forward_time", None)
 
 
 def _seconds(t: float) -> str:

@@ -60,12 +60,14 @@ _perf_counter = time.perf_counter
 
 
 class _Active(threading.local):
-    """Per thread, the trackers installed in it, innermost last: what a user region
+    """Per thread, the trackers installed in it, innermost last, and the forward timers
+    (``collect.timing.forward.ForwardHooks``) installed in it: what a user region
     (``layerscope.collect.regions``) reports to. Empty outside any session, so a region
-    there costs one attribute lookup (made on first use in each thread)."""
+    there costs two attribute lookups (made on first use in each thread)."""
 
     def __init__(self) -> None:
         self.trackers: list[ScopeTracker] = []
+        self.timers: list[Any] = []
 
 
 active = _Active()

@@ -34,7 +34,7 @@ from layerscope.collect.timing.calibrate import (
     calibrate_forward,
 )
 from layerscope.collect.timing.clock import Stamper
-from layerscope.collect.timing.forward import Entry, ForwardHooks, replay_forward
+from layerscope.collect.timing.forward import Entry, ForwardHooks, region_times, replay_forward
 from layerscope.collect.timing.index import ModuleIndex
 from layerscope.collect.timing.options import TimingOptions
 from layerscope.collect.timing.result import TimingResult, add_repeat
@@ -289,6 +289,7 @@ class LoopTimer:
         self.running = False
         stamper.end()
         entries = self.hooks.take()
+        regions = self.hooks.taken_regions
         bwd_log, self._bwd_log = self._bwd_log, []
         hooking, self._hooking = self._hooking, []
         optim, self._optim = self._optim, []
@@ -296,6 +297,8 @@ class LoopTimer:
         kept = keep and bool(entries)
         if kept:
             self._add(entries, bwd_log, hooking, optim, stamper.ns(start), stamper.ns(stop))
+            outer = self.overhead.get("forward_hook_outer", 0.0)
+            self.result.add_regions(region_times(self.index, entries, regions, stamper.ns, outer))
         used = [start, stop, *(e[1] for e in entries), *(t for _, t in bwd_log), *optim]
         stamper.recycle(used + [t for pair in hooking for t in pair])
         return kept

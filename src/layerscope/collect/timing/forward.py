@@ -14,6 +14,7 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from layerscope.collect.common import install_hook_pairs, remove_hooks
+from layerscope.collect.scopes import OUTSIDE, active
 from layerscope.collect.timing.clock import Stamper
 from layerscope.collect.timing.index import ModuleIndex
 
@@ -49,6 +50,10 @@ class ForwardHooks:
         self._post_stamp = stamper.post_stamp()
         self._record_seq = record_seq
         self._handles: list[RemovableHandle] = []
+        self._timers: list[Any] | None = None
+        self._open_regions: list[RegionCall] = []
+        self.regions: list[RegionCall] = []  # closed since the last take()
+        self.taken_regions: list[RegionCall] = []
         self._thread = [0]  # the installing thread's ident, read by every hook
         self._hooks = [self._make(mid) for mid in range(len(index.modules))]
 
@@ -57,9 +62,38 @@ class ForwardHooks:
         self._handles = install_hook_pairs(
             (m, pre, post) for m, (pre, post) in zip(self.index.modules, self._hooks, strict=True)
         )
+        self._timers = active.timers  # user regions of this thread report here too
+        self._timers.append(self)
 
     def uninstall(self) -> None:
         remove_hooks(self._handles)
+        timers, self._timers = self._timers, None
+        if timers is not None:
+            for i in range(len(timers) - 1, -1, -1):
+                if timers[i] is self:
+                    del timers[i]
+                    break
+        self._open_regions.clear()
+
+    # ---- user regions (``ls.region``) -------------------------------------------------
+    def enter_region(self, name: str) -> RegionCall:
+        """A user region starts: its call, with where the log stands and the region it
+        is nested in, closed by ``exit_region``."""
+        opened = self._open_regions
+        call = RegionCall(name, opened[-1] if opened else None, len(self.log), self._pre_stamp())
+        opened.append(call)
+        return call
+
+    def exit_region(self, call: RegionCall, *, count: bool = True) -> None:
+        call.stop = self._post_stamp()
+        call.end = len(self.log)
+        opened = self._open_regions
+        for i in range(len(opened) - 1, -1, -1):
+            if opened[i] is call:
+                del opened[i:]
+                break
+        if count:
+            self.regions.append(call)
 
     def _make(self, mid: int) -> tuple[Callable[..., None], Callable[..., None]]:
         append = self.log.append
@@ -90,9 +124,70 @@ class ForwardHooks:
         return pre, post
 
     def take(self) -> list[Entry]:
+        """The log so far, emptied; the regions closed meanwhile move to ``taken_regions``
+        (their log positions index the entries returned)."""
         entries = list(self.log)
         self.log.clear()
+        self.taken_regions, self.regions = self.regions, []
         return entries
+
+
+@dataclass(eq=False)
+class RegionCall:
+    """One call of a user region seen by the forward timers."""
+
+    name: str
+    parent: RegionCall | None
+    start: int  # log length at entry
+    begin: Any  # stamp
+    end: int = 0  # log length at exit
+    stop: Any = None  # stamp
+
+
+def region_times(
+    index: ModuleIndex,
+    entries: Sequence[Entry],
+    calls: Sequence[RegionCall],
+    ns: Callable[[Any], float],
+    outer: float = 0.0,
+) -> dict[str, list[float]]:
+    """Wall time (ns) of each region call, by region path, with the hook cost of the
+    module calls inside it (``outer`` each) taken off. A region's path is that of the
+    scope it was entered in (the region around it, else the innermost module running,
+    else outside the model), then ``.[name]``, as the analysed run names it."""
+    if not calls:
+        return {}
+    # the innermost module node running before each log position
+    innermost: list[int] = []
+    running: list[int] = []
+    for code, _, _ in entries:
+        innermost.append(running[-1] if running else -1)
+        if code >= 0:
+            running.append(index.resolve(code, running))
+        elif running:
+            running.pop()
+    innermost.append(running[-1] if running else -1)
+    paths: dict[int, str] = {}
+
+    def path_of(call: RegionCall) -> str:
+        known = paths.get(id(call))
+        if known is not None:
+            return known
+        if call.parent is not None:
+            scope = path_of(call.parent)
+        else:
+            at = innermost[min(call.start, len(innermost) - 1)]
+            scope = OUTSIDE if at < 0 else index.paths[at]
+        path = f"{scope}.[{call.name}]" if scope else f"[{call.name}]"
+        paths[id(call)] = path
+        return path
+
+    out: dict[str, list[float]] = {}
+    for call in calls:
+        inside = sum(1 for code, _, _ in entries[call.start : call.end] if code >= 0)
+        wall = ns(call.stop) - ns(call.begin) - outer * inside
+        out.setdefault(path_of(call), []).append(max(wall, 0.0))
+    return out
 
 
 @dataclass

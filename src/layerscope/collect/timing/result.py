@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from layerscope.collect.regions import apply_region_times
 from layerscope.collect.timing.forward import ForwardRepeat
 from layerscope.collect.timing.index import ModuleIndex
 from layerscope.collect.timing.spans import RepeatSpans
@@ -82,7 +83,7 @@ class TimingResult:
     ``backward_latency``, ``instrumented_forward``); ``info`` the options and facts that
     go into ``Profile.timing``; ``overhead`` the calibrated instrumentation costs;
     ``spans`` every timed repeat's timeline and ``trace`` the median one as written to
-    ``Profile.timing["trace"]``.
+    ``Profile.timing["trace"]``; ``regions`` the user regions' call times by path.
     """
 
     modules: dict[str, RowSamples] = field(default_factory=dict)
@@ -93,6 +94,12 @@ class TimingResult:
     notices: list[str] = field(default_factory=list)
     spans: list[RepeatSpans] = field(default_factory=list)
     trace: dict[str, Any] | None = None
+    #: user regions: per-call wall times (ns) by region path
+    regions: dict[str, list[float]] = field(default_factory=dict)
+
+    def add_regions(self, times: dict[str, list[float]]) -> None:
+        for path, samples in times.items():
+            self.regions.setdefault(path, []).extend(samples)
 
     def row(self, path: str) -> RowSamples:
         return self.modules.setdefault(path, RowSamples(path))
@@ -145,6 +152,9 @@ class TimingResult:
         if self.trace is not None:
             timing["trace"] = self.trace
         profile.timing = timing
+        apply_region_times(
+            profile, {path: [t * 1e-9 for t in ts] for path, ts in self.regions.items()}
+        )
         profile.notices.extend(n for n in self.notices if n not in profile.notices)
 
 

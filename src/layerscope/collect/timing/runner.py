@@ -22,7 +22,7 @@ from layerscope.collect.timing.calibrate import (
     calibrate_forward,
 )
 from layerscope.collect.timing.context import PassContext
-from layerscope.collect.timing.forward import ForwardHooks, replay_forward
+from layerscope.collect.timing.forward import ForwardHooks, region_times, replay_forward
 from layerscope.collect.timing.index import ModuleIndex
 from layerscope.collect.timing.options import Clock, GradMode, Timer, TimingOptions
 from layerscope.collect.timing.progress import Progress
@@ -221,6 +221,7 @@ def _hooks_runs(ctx: PassContext, result: TimingResult) -> None:
         try:
             out = ctx.call()
             entries = hooks.take()
+            regions = hooks.taken_regions
             hooks.uninstall()
             if options.backward:
                 seqs, owners = grad_steps(index, entries)
@@ -239,6 +240,7 @@ def _hooks_runs(ctx: PassContext, result: TimingResult) -> None:
             stamps = [stamper.ns(e[1]) for e in entries]
             fwd = replay_forward(index, codes, stamps, inner, outer)
             windows.append(fwd.root_window)
+            result.add_regions(region_times(index, entries, regions, stamper.ns, outer))
             bwd_self: list[float] | None = None
             t0 = stamper.ns(origin)
             spans = RepeatSpans(forward_spans(index, codes, stamps, t0))
