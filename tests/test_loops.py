@@ -19,6 +19,7 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 import layerscope as ls
 from helpers import ModelSnapshot
 from layerscope.collect.timing import FORWARD_TIME, IQR_SUFFIX, MIN_SUFFIX
+from layerscope.export.trace import trace_events
 from layerscope.session.loop import merge_profiles
 from layerscope.session.schedule import Action, Schedule, schedule
 
@@ -346,6 +347,13 @@ def test_timed_steps_time_each_modules_backward_node_by_node() -> None:
     assert prof.root.metrics["backward_time"] == pytest.approx(9 * us)
     # the pass: from the first model node's stamp to the end-of-backward callback's
     assert prof.timing["step_backward"]["median"] == pytest.approx(9 * us)
+    # the timeline has the backward too: one inclusive span per module, in µs
+    spans = {
+        e["name"]: e["dur"]
+        for e in trace_events(prof)["traceEvents"]
+        if e.get("ph") == "X" and e["args"].get("phase") == "backward"
+    }
+    assert spans == pytest.approx({"<root>": 9.0, "2": 4.0, "1": 1.0, "0": 4.0})
 
 
 def test_timed_steps_without_backward_have_no_backward_time() -> None:

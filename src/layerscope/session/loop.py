@@ -38,7 +38,12 @@ from layerscope.collect.timing.forward import Entry, ForwardHooks, region_times,
 from layerscope.collect.timing.index import ModuleIndex
 from layerscope.collect.timing.options import TimingOptions
 from layerscope.collect.timing.result import TimingResult, add_repeat
-from layerscope.collect.timing.spans import RepeatSpans, build_trace, forward_spans
+from layerscope.collect.timing.spans import (
+    RepeatSpans,
+    backward_intervals,
+    build_trace,
+    forward_spans,
+)
 from layerscope.errors import InvalidInputError
 from layerscope.profile import ADDITIVE_METRICS, Node, Number, Profile
 
@@ -369,11 +374,18 @@ class LoopTimer:
             overhead.get("forward_hook_inner", 0.0),
             overhead.get("forward_hook_outer", 0.0),
         )
-        bwd_self, backward = self._replay_backward(entries, bwd_log) if bwd_log else (None, 0.0)
+        passes: list[tuple[list[int], list[float]]] = []  # (owners, stamps) per backward
+        bwd_self, backward = (
+            self._replay_backward(entries, bwd_log, passes) if bwd_log else (None, 0.0)
+        )
         add_repeat(self.result, index, fwd, bwd_self)
         for i, n in enumerate(fwd.calls):
             self.calls[i] += n
         spans = RepeatSpans(forward_spans(index, codes, stamps, t0))
+        for owners, times in passes:  # the last stamp is the pass's end
+            spans.backward += backward_intervals(
+                times[0], times[-1], owners, times[:-1], t0, index.root
+            )
         spans.end = t1 - t0
         self.result.spans.append(spans)
         hooking_ns = sum(stamper.ns(b) - stamper.ns(a) for a, b in hooking)
@@ -393,11 +405,15 @@ class LoopTimer:
             self.backward_steps += 1
 
     def _replay_backward(
-        self, entries: list[Entry], log: list[tuple[int, Any]]
+        self,
+        entries: list[Entry],
+        log: list[tuple[int, Any]],
+        passes: list[tuple[list[int], list[float]]],
     ) -> tuple[list[float], float]:
         """Self backward time per module (ns) and the backward passes' total: each
         interval between two stamps of a pass is the earlier node's module's; one hook's
-        cost comes off each interval."""
+        cost comes off each interval. Each pass's (owners, stamps) go to ``passes``, the
+        pass's end stamp last."""
         index, stamper = self.index, self.stamper
         seqs, owners = grad_steps(index, entries)
         hook = self.overhead.get("backward_hook", 0.0)
@@ -405,19 +421,23 @@ class LoopTimer:
         total = 0.0
         prev_t: float | None = None
         prev_owner = index.root
-        first = 0.0
+        pass_owners: list[int] = []
+        pass_stamps: list[float] = []
         for key, stamp in log:
             t = stamper.ns(stamp)
             if prev_t is not None:
                 out[prev_owner] += max(t - prev_t - hook, 0.0)
             if key == _BACKWARD_END:
                 if prev_t is not None:
-                    total += t - first
+                    total += t - pass_stamps[0]
+                    passes.append((pass_owners, [*pass_stamps, t]))
                 prev_t = None
                 continue
             if prev_t is None:
-                first = t
+                pass_owners, pass_stamps = [], []
             prev_t, prev_owner = t, owner_of(seqs, owners, key, index.root)
+            pass_owners.append(prev_owner)
+            pass_stamps.append(t)
         return out, total
 
     def apply(self, profile: Profile) -> None:
