@@ -248,7 +248,7 @@ def test_structure_only_against_a_run() -> None:
     d = diff(ls.profile(model), ls.profile(model, torch.zeros(2, 8)))
     assert d.facts["model.ran"] == (False, True)
     assert d.facts["inputs"] == (None, "[2, 8]")
-    assert d.only_in_b == ["macs", "flops"]
+    assert d.only_in_b == ["macs", "flops", "bytes_accessed"]
     assert d.row("0").metrics["flops"] == Change(None, 544, None, None)
     assert d.row("0").metrics["calls"] == Change(0, 1, 1, None)
 
@@ -535,8 +535,8 @@ def test_allowed_metrics_are_listed() -> None:
         batch_pair().render(sort_by="x")
     assert str(err.value).endswith(
         "use one of: params, trainable_params, buffers, param_bytes, buffer_bytes, macs, "
-        "flops, calls, self_params, self_trainable_params, self_buffers, self_param_bytes, "
-        "self_buffer_bytes, self_macs, self_flops"
+        "flops, bytes_accessed, calls, self_params, self_trainable_params, self_buffers, "
+        "self_param_bytes, self_buffer_bytes, self_macs, self_flops, self_bytes_accessed"
     )
 
 

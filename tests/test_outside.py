@@ -44,8 +44,11 @@ def test_the_loss_is_outside_and_the_model_numbers_do_not_change() -> None:
             assert a.metrics[key] == b.metrics[key], (a.path, key)
             assert a.self_metrics[key] == b.self_metrics[key], (a.path, key)
     # the default loss sums the 4x10 output: a reduction of 40 values is 40 FLOPs
-    # (docs/flops.md); its backward (expand) does no arithmetic
-    assert with_backward.outside == {"flops": 40}
+    # (docs/flops.md); its backward (expand) does no arithmetic. Bytes (docs/roofline.md):
+    # the sum reads 40 float32 values (160 B) and writes the 4-B loss; backward() seeds
+    # the loss's gradient with ones_like, which writes 4 B (it reads only the loss's
+    # shape); the backward's expand is a view (0 B). 160 + 4 + 4 = 168
+    assert with_backward.outside == {"flops": 40, "bytes_accessed": 168}
     assert plain.outside == {}
     # the root's inclusive totals are its children's: nothing of its own here
     assert with_backward.root.self_metrics["flops"] == 0
@@ -91,9 +94,9 @@ def test_accumulated_gradients_are_charged_to_the_parameter_owner() -> None:
 def test_outside_round_trips_through_json_and_shows_in_the_footer() -> None:
     prof = ls.profile(mlp(), torch.randn(4, 512), backward=True)
     data = json.loads(prof.to_json())
-    assert data["outside"] == {"flops": 40}
+    assert data["outside"] == {"flops": 40, "bytes_accessed": 168}
     again = ls.Profile.from_dict(data)
-    assert again.outside == {"flops": 40} and again == prof
+    assert again.outside == {"flops": 40, "bytes_accessed": 168} and again == prof
     text = prof.render(width=100)
     assert (
         "Outside the model (the loss, code around the calls; not in the totals): FLOPs 40" in text

@@ -28,6 +28,8 @@ ADDITIVE_METRICS: tuple[str, ...] = (
     "flops",
     "backward_macs",
     "backward_flops",
+    "bytes_accessed",
+    "backward_bytes_accessed",
     "activation_bytes",
     "output_bytes",
     "comm_bytes",

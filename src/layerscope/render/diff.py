@@ -183,12 +183,17 @@ def show(d: ProfileDiff, file: IO[str] | None = None, **options: Any) -> None:
 # ---- the view ------------------------------------------------------------------------
 
 
+#: Metrics a diff shows only when asked for: bytes moved follow FLOPs and shapes.
+_ON_REQUEST = frozenset({"bytes_accessed", "backward_bytes_accessed"})
+
+
 def default_metrics(d: ProfileDiff) -> list[str]:
     """What the view shows unless told: each metric either profile has, where it is not
-    0 everywhere (params and times always), and calls where a module's count changed."""
+    0 everywhere (params and times always; bytes moved only on request), and calls where
+    a module's count changed."""
     out = []
     for key in d.metric_keys:
-        if not has_column(key):  # e.g. a timing pass's spread statistics: by name only
+        if not has_column(key) or key in _ON_REQUEST:  # e.g. spread statistics: by name
             continue
         changes = [r.metrics[key] for r in d.rows]
         if key == "calls":

@@ -56,6 +56,7 @@ class SessionOptions:
     record_shapes: bool = True
     count_flops: bool = True
     flop_formulas: dict[Any, Formula] | None = None
+    count_bytes: bool = True
     #: ``NumericsObserver`` keyword arguments, or None for no numerics check.
     numerics: dict[str, Any] | None = None
     memory: bool = False
@@ -67,6 +68,7 @@ def check_session(
     record_shapes: object = True,
     count_flops: object = True,
     flop_formulas: object = None,
+    count_bytes: object = True,
     numerics: object = None,
     memory: object = False,
     observers: object = (),
@@ -78,6 +80,7 @@ def check_session(
         record_shapes=check_bool("record_shapes", record_shapes),
         count_flops=check_bool("count_flops", count_flops),
         flop_formulas=check_flop_formulas(flop_formulas),
+        count_bytes=check_bool("count_bytes", count_bytes),
         numerics=check_numerics(numerics, **(numerics_defaults or {})),
         memory=check_bool("memory", memory),
         observers=check_observers(observers),

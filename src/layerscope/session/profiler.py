@@ -38,6 +38,7 @@ from layerscope.collect.timing.compiled import time_compiled
 from layerscope.collect.tree import ModelTree
 from layerscope.errors import InvalidInputError, LayerscopeError, ModelError
 from layerscope.gcpause import gc_paused
+from layerscope.metrics.bytes import ByteCounter
 from layerscope.metrics.comm import comm_observers
 from layerscope.metrics.flop_counter import FlopCounter
 from layerscope.metrics.flops import Formula
@@ -155,6 +156,7 @@ class Profiler:
         record_shapes: bool = True,
         count_flops: bool = True,
         flop_formulas: Mapping[Any, Formula] | None = None,
+        count_bytes: bool = True,
         numerics: NonFiniteMode | Mapping[str, Any] | None = None,
         memory: bool = False,
         observers: Sequence[Observer] = (),
@@ -168,6 +170,7 @@ class Profiler:
             record_shapes=record_shapes,
             count_flops=count_flops,
             flop_formulas=flop_formulas,
+            count_bytes=count_bytes,
             numerics=numerics,
             memory=memory,
             observers=observers,
@@ -213,6 +216,8 @@ class Profiler:
         observers: list[Observer] = []
         if options.count_flops:
             observers.append(FlopCounter(options.flop_formulas))
+        if options.count_bytes:
+            observers.append(ByteCounter())
         if options.memory:
             observers.append(MemoryObserver())
         if options.numerics is not None:
@@ -557,6 +562,7 @@ def profile(
     record_shapes: bool = True,
     count_flops: bool = True,
     flop_formulas: Mapping[Any, Formula] | None = None,
+    count_bytes: bool = True,
     numerics: NonFiniteMode | Mapping[str, Any] | None = None,
     memory: bool = False,
     timing: bool | Mapping[str, Any] = False,
@@ -582,6 +588,8 @@ def profile(
     - ``flop_formulas`` overrides or adds FLOP formulas for this call, keyed by op
       (``torch.ops.aten.mm`` or ``torch.ops.aten.mm.default``). A formula of the user's
       that raises or returns anything but a ``Cost`` raises ``FlopFormulaError``.
+    - ``count_bytes`` (default on) counts the bytes each op reads and writes, per module:
+      ``bytes_accessed`` and ``backward_bytes_accessed`` (``docs/roofline.md``).
     - ``memory=True`` measures per module the bytes autograd saves for backward, output
       bytes and peak live bytes (gradient bytes after a backward), and the whole-model
       peaks in ``profile.memory``.
@@ -637,6 +645,7 @@ def profile(
         record_shapes=record_shapes,
         count_flops=count_flops,
         flop_formulas=flop_formulas,
+        count_bytes=count_bytes,
         numerics=check_numerics(numerics, grads=backward),
         memory=memory,
         observers=observers,

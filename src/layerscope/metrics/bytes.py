@@ -1,0 +1,236 @@
+"""Bytes moved: what each aten op reads and writes, per module and phase.
+
+The convention (``docs/roofline.md``): an op reads each distinct tensor argument once and
+writes each tensor it returns once; a tensor's bytes are those of the elements it can
+reach (``element_size × Π sizes`` over the dimensions with a non-zero stride, so an
+``expand``-ed argument counts its underlying elements once). Aliasing follows the op's
+schema:
+
+- a *view* (every tensor it returns aliases an argument without writing it: ``view``,
+  ``t``, ``expand``, ``slice``, ``permute``, ...) moves nothing: 0 bytes; nor does an
+  allocation (``empty``, ``empty_like``, ``empty_strided``, ``new_empty``): memory is
+  reserved, not written; ``ones_like``, ``zeros_like``, ``new_zeros``, ... write their
+  result but read only their argument's shape;
+- an argument the op writes in place counts as written, and also as read unless the op
+  only overwrites it (``copy_``, ``fill_``, ``zero_``, the random fills, ``out=``
+  arguments); a returned alias of it is not written twice;
+- a fused kernel (``addmm``, ``convolution``, ``native_layer_norm``, the flash and
+  memory-efficient attention kernels) counts what it reads and writes as one op: its
+  intermediates never reach memory. Unfused, each op's reads and writes count.
+
+Sums go to ``bytes_accessed`` (forward) and ``backward_bytes_accessed`` (backward) of the
+module the dispatch mode names, like FLOPs. Device-side caches, re-reads a kernel makes
+because its tiles do not fit, and the memory traffic of ops layerscope cannot see (a
+custom kernel called outside the dispatcher) are not counted: this is the minimum a
+kernel must move, the traffic a roofline model assumes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import Tensor
+from torch._ops import OpOverload
+
+from layerscope.collect.observer import Observer
+from layerscope.profile import Node, Profile
+
+FORWARD_KEY = "bytes_accessed"
+BACKWARD_KEY = "backward_bytes_accessed"
+
+#: In-place ops that overwrite their argument without reading it.
+_OVERWRITE = frozenset(
+    {
+        "copy_",
+        "fill_",
+        "zero_",
+        "uniform_",
+        "normal_",
+        "random_",
+        "bernoulli_",
+        "exponential_",
+        "geometric_",
+        "cauchy_",
+        "log_normal_",
+        "set_",
+        "resize_",
+        "index_put_",  # writes only the indexed elements: counted as the values written
+    }
+)
+
+#: Ops that read only the shape, dtype and device of their tensor arguments.
+_SHAPE_ONLY = frozenset(
+    {
+        "ones_like",
+        "zeros_like",
+        "full_like",
+        "rand_like",
+        "randn_like",
+        "randint_like",
+        "new_zeros",
+        "new_ones",
+        "new_full",
+    }
+)
+#: Ops that allocate without writing.
+_ALLOCATE = frozenset(
+    {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "empty_permuted"}
+)
+
+_READ, _WRITE, _READ_WRITE = 0, 1, 2
+
+
+class _Plan:
+    """What an op's schema says about its arguments and returns, resolved once."""
+
+    __slots__ = ("args", "func", "is_view", "reads_only", "write_returns")
+
+    def __init__(self, func: OpOverload) -> None:
+        self.func = func  # kept alive: plans are looked up by id(func)
+        schema = func._schema
+        name = schema.name.split("::")[-1]
+        returns = [r for r in schema.returns if "Tensor" in str(r.type)]
+        self.is_view = name in _ALLOCATE or (
+            bool(returns)
+            and all(r.alias_info is not None and not r.alias_info.is_write for r in returns)
+        )
+        # returns that are new tensors (an in-place op's returned alias is its argument)
+        self.write_returns = [i for i, r in enumerate(schema.returns) if r.alias_info is None]
+        overwrite = name in _OVERWRITE
+        self.args: list[tuple[int, str, int]] = []  # (position, name, how it is used)
+        lists = False
+        for i, a in enumerate(schema.arguments):
+            kind = str(a.type)
+            if "Tensor" not in kind or name in _SHAPE_ONLY:
+                continue
+            lists = lists or "[]" in kind
+            if a.alias_info is not None and a.alias_info.is_write:
+                pure = overwrite or a.is_out or (a.kwarg_only and a.name.startswith("out"))
+                self.args.append((i, a.name, _WRITE if pure else _READ_WRITE))
+            else:
+                self.args.append((i, a.name, _READ))
+        #: at most two tensor arguments, both only read, and one new tensor returned
+        self.reads_only = (
+            len(self.args) <= 2
+            and not lists
+            and all(how == _READ for _, _, how in self.args)
+            and self.write_returns == [0]
+            and len(schema.returns) == 1
+        )
+
+
+def tensor_bytes(t: Tensor) -> int:
+    """Bytes of the elements ``t`` can reach (stride-0 dimensions count once)."""
+    try:
+        if t.is_contiguous():
+            return int(t.nbytes)
+        n = 1
+        for size, stride in zip(t.shape, t.stride(), strict=True):
+            if size == 0:
+                return 0
+            if stride != 0:
+                n *= size
+        return n * t.element_size()
+    except (RuntimeError, NotImplementedError):  # sparse, nested: no strides
+        return t.numel() * t.element_size()
+
+
+def op_bytes(
+    plan: _Plan, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
+) -> tuple[int, int]:
+    """(bytes read, bytes written) by one call of an op."""
+    if plan.is_view:
+        return 0, 0
+    n = len(args)
+    if plan.reads_only and isinstance(out, Tensor):  # f(a[, b]) -> a new tensor: most ops
+        read = 0
+        first: Any = None
+        for i, name, _ in plan.args:
+            value = args[i] if i < n else kwargs.get(name)
+            if isinstance(value, Tensor) and value is not first:  # x * x reads x once
+                read += tensor_bytes(value)
+                first = value
+        return read, tensor_bytes(out)
+    read = written = 0
+    seen_read: list[int] = []  # ids; an op has a handful of tensor arguments
+    seen_written: list[int] = []
+    for i, name, how in plan.args:
+        value = args[i] if i < n else kwargs.get(name)
+        if isinstance(value, Tensor):
+            tensors: Any = (value,)
+        elif isinstance(value, list | tuple):
+            tensors = value
+        else:
+            continue
+        for t in tensors:
+            if not isinstance(t, Tensor):
+                continue
+            key = id(t)
+            if how != _WRITE and key not in seen_read:
+                seen_read.append(key)
+                read += tensor_bytes(t)
+            if how != _READ and key not in seen_written:
+                seen_written.append(key)
+                written += tensor_bytes(t)
+    if plan.write_returns:
+        if isinstance(out, Tensor):
+            if key_free(out, seen_written):
+                written += tensor_bytes(out)
+        else:
+            outs = out if isinstance(out, tuple | list) else (out,)
+            for i in plan.write_returns:
+                if i < len(outs):
+                    value = outs[i]
+                    tensors = value if isinstance(value, list | tuple) else (value,)
+                    for t in tensors:
+                        if isinstance(t, Tensor) and key_free(t, seen_written):
+                            written += tensor_bytes(t)
+    return read, written
+
+
+def key_free(t: Tensor, seen: list[int]) -> bool:
+    """Whether ``t`` is not in ``seen`` yet (then it is now)."""
+    key = id(t)
+    if key in seen:
+        return False
+    seen.append(key)
+    return True
+
+
+class ByteCounter(Observer):
+    """Accumulates each op's bytes read + written into the self metrics of its node."""
+
+    def __init__(self) -> None:
+        self.saw_backward = False
+        self._plans: dict[int, _Plan] = {}  # by id(func), as FLOPs; a plan keeps its func
+
+    def on_op(
+        self,
+        func: OpOverload,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        out: Any,
+        node: Node,
+        backward: bool,
+    ) -> None:
+        plan = self._plans.get(id(func))
+        if plan is None:
+            plan = self._plans[id(func)] = _Plan(func)
+        if backward:
+            self.saw_backward = True
+        if plan.is_view:
+            return
+        read, written = op_bytes(plan, args, kwargs, out)
+        key = BACKWARD_KEY if backward else FORWARD_KEY
+        m = node.self_metrics
+        m[key] = m.get(key, 0) + read + written
+
+    def finish(self, profile: Profile) -> None:
+        """Give every node the measured keys (0 where no op ran), so totals roll up."""
+        keys = (FORWARD_KEY, BACKWARD_KEY) if self.saw_backward else (FORWARD_KEY,)
+        for node in profile.root.walk():
+            for key in keys:
+                node.self_metrics.setdefault(key, 0)
+
+
+__all__ = ["BACKWARD_KEY", "FORWARD_KEY", "ByteCounter", "op_bytes", "tensor_bytes"]
