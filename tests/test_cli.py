@@ -295,3 +295,20 @@ def test_numpy_is_a_dependency() -> None:
     from importlib.metadata import requires
 
     assert any(r.split(">")[0].strip() == "numpy" for r in requires("layerscope") or [])
+
+
+def test_estimate_and_roofline_view(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["profile", "examples:shared_mlp", "--device", "meta", "--estimate", "h100"]
+    assert main([*argv, "--width", "100"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Roofline on h100 (float32: peak 495 TFLOP/s, 3.35 TB/s")
+    assert "a lower bound" in out and "Fwd min" in out
+    saved = tmp_path / "p.json"
+    assert main(["profile", "examples:shared_mlp", "--time", "-o", str(saved)]) == 0
+    capsys.readouterr()
+    assert main(["show", str(saved), "--format", "roofline", "--spec", "l4"]) == 0
+    assert capsys.readouterr().out.startswith("Roofline on l4 ")
+    assert main(["show", str(saved), "--estimate", "h1000"]) == 2
+    assert "did you mean h100?" in capsys.readouterr().err
+    assert main(["show", str(saved), "--format", "roofline"]) == 2
+    assert "needs a device spec" in capsys.readouterr().err

@@ -22,6 +22,7 @@ LAYERS: dict[str, int] = {
     "errors": 0,
     "gcpause": 0,
     "version": 0,
+    "hardware": 0,
     "profile": 1,
     "collect": 2,
     "metrics": 3,
@@ -30,6 +31,7 @@ LAYERS: dict[str, int] = {
     "export": 5,
     "session": 6,
     "distributed": 6,
+    "integrations": 6,
     "examples": 6,
     "cli": 7,
     "__init__": 8,
@@ -38,7 +40,9 @@ LAYERS: dict[str, int] = {
 
 
 #: Modules holding a data model whose methods may import upper layers lazily.
-DATA_MODELS = frozenset({"layerscope.profile", "layerscope.analysis.diff"})
+DATA_MODELS = frozenset(
+    {"layerscope.profile", "layerscope.analysis.diff", "layerscope.analysis.roofline"}
+)
 
 
 def _layer_of(module: str) -> int:

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 from layerscope.analysis.diff import ProfileDiff, diff
+from layerscope.analysis.roofline import Estimate, estimate
 from layerscope.collect.meta import to_meta
 from layerscope.collect.regions import region
 from layerscope.errors import (
@@ -23,6 +24,7 @@ from layerscope.errors import (
     SchemaError,
 )
 from layerscope.export.json import SCHEMA_PATH
+from layerscope.hardware import DeviceSpec, device_spec
 from layerscope.metrics.flops import Cost, register_flop_formula
 from layerscope.metrics.memory import (
     MemoryObserver,
@@ -42,6 +44,8 @@ __all__ = [
     "SCHEMA_PATH",
     "ConfigError",
     "Cost",
+    "DeviceSpec",
+    "Estimate",
     "ExportError",
     "FlopFormulaError",
     "InvalidInputError",
@@ -65,7 +69,9 @@ __all__ = [
     "ViewOptions",
     "__version__",
     "config",
+    "device_spec",
     "diff",
+    "estimate",
     "load",
     "max_batch_size",
     "profile",

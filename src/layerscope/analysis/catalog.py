@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from layerscope.analysis.roofline import PHASE_KEYS, Roof, intensity, roof_times, work
 from layerscope.profile import ADDITIVE_METRICS, Node, Number, Profile
 
 __all__ = [
@@ -126,6 +127,27 @@ def _build() -> dict[str, Column]:
     cols["flops_per_s"] = Column("flops_per_s", "FLOP/s", "rate", 55)
     cols["macs_per_s"] = Column("macs_per_s", "MAC/s", "rate", 35)
     cols["backward_flops_per_s"] = Column("backward_flops_per_s", "Bwd FLOP/s", "rate", 35)
+    cols["bytes_per_s"] = Column("bytes_per_s", "B/s", "rate", 30)
+    cols["backward_bytes_per_s"] = Column("backward_bytes_per_s", "Bwd B/s", "rate", 25)
+    # the roofline (analysis.roofline): intensity from the numbers alone, the rest on the
+    # device spec a view names (``device=``)
+    for phase, short in (("", ""), ("backward_", "Bwd ")):
+        for own, prefix in ((False, ""), (True, "Self ")):
+            lead = "self_" if own else ""
+            head = f"{prefix}{short}".strip()
+            rows: tuple[tuple[str, str, Kind, int], ...] = (
+                ("intensity", "FLOP/B", "number", 40),
+                ("roofline_time", "Roofline", "seconds", 45),
+                ("efficiency", "Eff", "pct", 45),
+                ("lost_time", "Lost", "seconds", 40),
+            )
+            for name, header, kind, prio in rows:
+                key = f"{lead}{phase}{name}"
+                title = f"{head} {header.lower() if head else header}".strip()
+                cols[key] = Column(key, title, kind, prio - (15 if own else 0) - len(phase) // 3)
+            cols[f"{lead}{phase}bound"] = Column(
+                f"{lead}{phase}bound", f"{head} bound".strip().capitalize(), "text", 35
+            )
     return cols
 
 
@@ -139,7 +161,24 @@ _RATES = {
     "flops_per_s": ("flops", "forward_time"),
     "macs_per_s": ("macs", "forward_time"),
     "backward_flops_per_s": ("backward_flops", "backward_time"),
+    "bytes_per_s": ("bytes_accessed", "forward_time"),
+    "backward_bytes_per_s": ("backward_bytes_accessed", "backward_time"),
 }
+
+#: Derived roofline keys (after ``self_`` and ``backward_``): what needs a device spec.
+ROOFLINE_KEYS = ("roofline_time", "efficiency", "lost_time", "bound")
+
+
+def roofline_parts(key: str) -> tuple[bool, str, str] | None:
+    """(own, phase, quantity) of a roofline key: ``self_backward_efficiency`` ->
+    (True, "backward", "efficiency"); None for other keys."""
+    own = key.startswith("self_")
+    rest = key.removeprefix("self_")
+    phase = "backward" if rest.startswith("backward_") else "forward"
+    rest = rest.removeprefix("backward_")
+    if rest in ROOFLINE_KEYS or rest == "intensity":
+        return own, phase, rest
+    return None
 
 
 def column(key: str) -> Column:
@@ -172,11 +211,15 @@ class Values:
     (folded, filtered, sorted): a folded entry's time totals are summed over the original
     modules it stands for, found by path."""
 
-    def __init__(self, original: Profile, *, ops_apart: bool = False) -> None:
+    def __init__(
+        self, original: Profile, *, ops_apart: bool = False, roof: Roof | None = None
+    ) -> None:
         self.original = original
         self.ops_apart = ops_apart
+        self.roof = roof  # the device the roofline keys are derived for, if any
         self._by_path: dict[str, Node] | None = None
         self._cache: dict[tuple[Node, str], Number | None] = {}
+        self._roof_times: dict[tuple[str, bool], dict[str, float]] = {}
         self.root = original.root
 
     def _index(self) -> dict[str, Node]:
@@ -261,7 +304,65 @@ class Values:
             if amount is None or not node.calls:
                 return None
             return float(amount) / node.calls
+        parts = roofline_parts(key)
+        if parts is not None:
+            return self._roofline(node, *parts)
         raise KeyError(key)
+
+    # ---- the roofline ----------------------------------------------------------------
+    def roof_time(self, node: Node, phase: str, *, own: bool = False) -> float | None:
+        """Roofline seconds of ``node``'s work in ``phase`` (all calls), summed over the
+        modules it stands for; None without a roof or without bytes moved."""
+        if self.roof is None:
+            return None
+        table = self._roof_times.get((phase, own))
+        if table is None:
+            table = self._roof_times[(phase, own)] = self._roof_table(phase, own)
+        times = [table[o.path] for o in self.originals(node) if o.path in table]
+        return sum(times) if times else None
+
+    def _roof_table(self, phase: str, own: bool) -> dict[str, float]:
+        assert self.roof is not None
+        roof = self.roof
+        if own:
+            out = {}
+            for n in self.original.root.walk():
+                w = work(n.self_metrics, phase)
+                if w is not None:
+                    out[n.path] = roof.time(*w)
+            return out
+        if work(self.original.root.metrics, phase) is None:
+            return {}
+        by_id = roof_times(self.original, roof, phase)
+        return {n.path: by_id[id(n)] for n in self.original.root.walk()}
+
+    def _roofline(self, node: Node, own: bool, phase: str, what: str) -> Number | None:
+        metrics = node.self_metrics if own else node.metrics
+        w = work(metrics, phase)
+        if w is None:
+            return None
+        if what == "intensity":
+            return intensity(*w)
+        roofline = self.roof_time(node, phase, own=own)
+        if roofline is None:
+            return None
+        if what == "roofline_time":
+            return roofline
+        measured = self.time_total(node, PHASE_KEYS[phase][2], own=own)
+        if not measured:
+            return None
+        if what == "efficiency":
+            return 100.0 * roofline / measured
+        return measured - roofline  # lost_time
+
+    def bound(self, node: Node, key: str) -> str | None:
+        """ "compute" or "memory" for a ``bound`` key; None without a roof or bytes."""
+        parts = roofline_parts(key)
+        if self.roof is None or parts is None:
+            return None
+        own, phase, _ = parts
+        w = work(node.self_metrics if own else node.metrics, phase)
+        return None if w is None else self.roof.bound(*w)
 
 
 def _metric(key: str) -> Callable[[Node], Number | None]:

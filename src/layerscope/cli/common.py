@@ -32,7 +32,8 @@ def add_view_arguments(p: argparse.ArgumentParser) -> None:
         metavar="FORMAT",
         help="a view: table (tree and metric columns; the default), tree (the module tree "
         "with metrics on each label), repr (the model's repr annotated), top (the largest "
-        "modules at each depth), ops (every module by its own, self, cost); or a file "
+        "modules at each depth), ops (every module by its own, self, cost), roofline "
+        "(each module's own work against a device's roofline; needs --spec); or a file "
         "format: json, csv, md (a GitHub table of the table view), html (a self-contained "
         "report), trace (Chrome/Perfetto, needs --time). Default: table, or with -o the "
         "format of the file's extension",
@@ -88,6 +89,19 @@ def add_view_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-shapes", action="store_true", help="hide input/output shape columns")
     g.add_argument("--width", type=int, default=None, help="console width in characters")
     g.add_argument(
+        "--spec",
+        metavar="DEVICE",
+        help="a device spec (h100, h100-pcie, h200, a100, l4, l40s, rtx4090, cpu, ...) for "
+        "the roofline view and columns (intensity, bound, roofline_time, efficiency, "
+        "lost_time); docs/roofline.md",
+    )
+    g.add_argument(
+        "--estimate",
+        metavar="DEVICE",
+        help="print the roofline estimate on DEVICE instead of a view: per-module lower-"
+        "bound times, forward and backward (works on a profile analysed on meta)",
+    )
+    g.add_argument(
         "--config",
         metavar="YAML",
         help="display configuration (styles, labels, boxes); see `ls.config.dump`",
@@ -116,6 +130,7 @@ def view_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         include="include",
         exclude="exclude",
         width="width",
+        spec="device",
     )
 
 
@@ -159,6 +174,10 @@ def check_view_arguments(args: argparse.Namespace) -> None:
             raise InvalidInputError(
                 f"{' '.join(given)} only apply to views and to --format md, not to {fmt}"
             )
+    if args.estimate is not None:
+        from layerscope.hardware import device_spec
+
+        device_spec(args.estimate)  # an unknown device fails before the model runs
     if args.config:
         display_config.load(args.config)
 
@@ -169,7 +188,7 @@ def _view_flags_given(args: argparse.Namespace) -> list[str]:
     for name in (
         "columns", "sort", "top", "by_type", "depth", "min_pct", "pct_of", "include",
         "exclude", "fold", "no_fold", "hide_not_called", "no_pct", "raw", "no_shapes",
-        "width", "config",
+        "width", "config", "spec", "estimate",
     ):  # fmt: skip
         value = getattr(args, name)
         if value not in (None, False, defaults.get(name)):
@@ -181,6 +200,17 @@ def write_profile(prof: Profile, args: argparse.Namespace) -> None:
     """Print the chosen view, or write the chosen format to ``-o`` (or to stdout)."""
     fmt = output_format(args)
     options = view_kwargs(args)
+    if args.estimate is not None:
+        from layerscope.analysis.roofline import estimate
+
+        text = estimate(prof, args.estimate).render(
+            width=options.get("width"), max_depth=options.get("max_depth")
+        )
+        if args.output is None:
+            sys.stdout.write(text)
+        else:
+            write_text(args.output, text)
+        return
     if fmt in VIEWS:
         if args.output is None:
             show(prof, **options)

@@ -12,6 +12,7 @@ from rich.text import Text
 
 from layerscope.analysis.catalog import TIMES, Column, Values, column, pct_base
 from layerscope.analysis.fold import fold
+from layerscope.analysis.roofline import profile_dtype, roof_of
 from layerscope.analysis.transforms import filter_tree, matches, post_order, sort_tree, top_k
 from layerscope.profile import Node, Number, Profile, Signature
 from layerscope.render import config as display_config
@@ -62,7 +63,8 @@ class ViewContext:
         self.profile = profile
         self.options = options
         # a flat list of self values shows op rows apart from their module's self time
-        self.values = Values(profile, ops_apart=options.view == "ops")
+        roof = roof_of(options.device, profile_dtype(profile)) if options.device else None
+        self.values = Values(profile, ops_apart=options.view == "ops", roof=roof)
         self.config = display_config.current()
         self.ran = bool(profile.model.get("ran", True))
         root = profile.root
@@ -153,6 +155,8 @@ class ViewContext:
             return shapes_text(node.grad_outputs)
         if key == "calls" and self.ran and not node.calls:
             return "-"
+        if key.endswith("bound"):
+            return self.values.bound(node, key) or ""
         value = self.values.get(node, key)
         if value is None:
             return ""

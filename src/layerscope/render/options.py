@@ -14,11 +14,11 @@ from layerscope.errors import InvalidInputError
 
 __all__ = ["FOLD_MODES", "OPTION_NAMES", "VIEWS", "ViewOptions", "view_options"]
 
-View: TypeAlias = Literal["table", "tree", "repr", "top", "ops"]
+View: TypeAlias = Literal["table", "tree", "repr", "top", "ops", "roofline"]
 Fold: TypeAlias = bool | Literal["all"]
 
 #: The views, in the order the docs present them.
-VIEWS: tuple[str, ...] = ("table", "tree", "repr", "top", "ops")
+VIEWS: tuple[str, ...] = ("table", "tree", "repr", "top", "ops", "roofline")
 FOLD_MODES = (True, False, "all")
 
 
@@ -51,6 +51,9 @@ class ViewOptions:
     #: Input and output shape columns (when the profile has shapes).
     shapes: bool = True
     width: int | None = None
+    #: A device spec name (``"h100"``, ``"cpu"``, ...): the roofline columns and view are
+    #: derived for it (``layerscope.hardware``).
+    device: str | None = None
 
 
 #: Option names ``view_options`` accepts.
@@ -96,6 +99,16 @@ def view_options(**kwargs: Any) -> ViewOptions:
         if fold not in FOLD_MODES or (fold not in (True, False) and not isinstance(fold, str)):
             raise InvalidInputError(f"fold must be True, False or 'all', got {fold!r}")
         out["fold"] = fold
+    if kwargs.get("device") is not None:
+        from layerscope.hardware import device_spec
+
+        device = kwargs["device"]
+        if not isinstance(device, str):
+            raise InvalidInputError(
+                f"device must be a device spec name such as 'h100' or 'cpu', got {device!r}"
+            )
+        device_spec(device)  # raises, naming the known devices
+        out["device"] = device
     for name in ("by_type", "show_not_called", "pct", "raw", "shapes"):
         if name in kwargs:
             value = kwargs[name]
@@ -103,6 +116,10 @@ def view_options(**kwargs: Any) -> ViewOptions:
                 raise InvalidInputError(f"{name} must be True or False, got {value!r}")
             out[name] = value
     options = ViewOptions(**out)
+    if options.view == "roofline" and options.device is None:
+        raise InvalidInputError(
+            "the roofline view needs a device spec: device='h100' (or 'cpu', 'a100', ...)"
+        )
     if options.by_type and options.view not in ("top", "ops"):
         raise InvalidInputError(
             f"by_type applies to the 'top' and 'ops' views, not {options.view!r}"

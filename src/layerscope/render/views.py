@@ -1,4 +1,4 @@
-"""The five views of a Profile: table, tree, repr, top and ops.
+"""The views of a Profile: table, tree, repr, top, ops and roofline.
 
 ``build(profile, options)`` does the width-independent work once (fold, filter, sort,
 values, cells; ``render.context``) and returns a function of the width that lays the view
@@ -13,6 +13,7 @@ from layerscope.render.context import Builder, ViewContext
 from layerscope.render.flatviews import ops_view, top_view
 from layerscope.render.layout import MIN_WIDTH, Line, too_narrow
 from layerscope.render.options import ViewOptions
+from layerscope.render.roofline import roofline_view
 from layerscope.render.treeviews import repr_view, table_parts, table_view, tree_view
 
 __all__ = ["MIN_WIDTH", "build", "table_parts"]
@@ -27,6 +28,7 @@ def build(profile: Profile, options: ViewOptions) -> Builder:
         "repr": repr_view,
         "top": top_view,
         "ops": ops_view,
+        "roofline": roofline_view,
     }[options.view](ctx)
 
     def lay_out(width: int) -> list[Line]:

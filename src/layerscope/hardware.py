@@ -1,0 +1,309 @@
+"""Device specs for the roofline: peak dense FLOP/s per dtype and memory bandwidth.
+
+``device_spec("h100")`` answers a built-in spec (names and aliases in ``SPECS``), a
+mapping builds a custom one, and ``"cpu"`` measures this machine (``calibrate_cpu``,
+once per process and thread count). Figures are NVIDIA's published dense (not
+2:4-sparse) numbers: where a datasheet prints only the sparse figure (marked with an
+asterisk there), the dense one is half of it. 1 TFLOP/s = 1e12 FLOP/s; 1 TB/s = 1e12 B/s.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from layerscope.errors import InvalidInputError
+
+T = 1e12
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """A device's roof: dense peak FLOP/s per dtype and bytes/s of memory bandwidth.
+
+    ``peak_flops`` keys are torch dtype names, plus ``"tfloat32"`` for float32 matmuls
+    and convolutions on TF32 tensor cores."""
+
+    name: str
+    label: str
+    kind: str  # "gpu" or "cpu"
+    arch: str  # "sm90", "sm80", "sm89", "cpu"
+    bandwidth: float
+    peak_flops: Mapping[str, float]
+    memory_bytes: int | None = None
+    sources: tuple[str, ...] = ()
+    notes: str = ""
+
+    def peak(self, dtype: str = "float32", *, tensor_cores: bool = True) -> float:
+        """Dense peak FLOP/s for ``dtype``; float32 uses the TF32 tensor-core peak when
+        ``tensor_cores`` and the spec has one."""
+        name = str(dtype).removeprefix("torch.")
+        if name == "float32" and tensor_cores and "tfloat32" in self.peak_flops:
+            name = "tfloat32"
+        value = self.peak_flops.get(name)
+        if value is None:
+            raise InvalidInputError(
+                f"{self.name} has no peak for {dtype!r}; known: {', '.join(self.peak_flops)}"
+            )
+        return value
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "label": self.label,
+            "kind": self.kind,
+            "arch": self.arch,
+            "bandwidth": self.bandwidth,
+            "peak_flops": dict(self.peak_flops),
+            "memory_bytes": self.memory_bytes,
+            "sources": list(self.sources),
+            "notes": self.notes,
+        }
+
+    @classmethod
+    def from_mapping(cls, mapping: Mapping[str, Any]) -> DeviceSpec:
+        """A custom spec: ``{"name": ..., "bandwidth": B/s, "peak_flops": {dtype: FLOP/s}}``
+        and optionally ``label``, ``kind``, ``arch``, ``memory_bytes``, ``sources``,
+        ``notes``."""
+        known = {f for f in cls.__dataclass_fields__}
+        unknown = sorted(map(str, set(mapping) - known))
+        if unknown:
+            raise InvalidInputError(
+                f"unknown device spec key(s) {', '.join(unknown)}; known: {', '.join(known)}"
+            )
+        for key in ("name", "bandwidth", "peak_flops"):
+            if key not in mapping:
+                raise InvalidInputError(f"a device spec needs {key!r}")
+        name = mapping["name"]
+        if not isinstance(name, str) or not name:
+            raise InvalidInputError(f"device spec name must be a non-empty string, got {name!r}")
+        bandwidth = _positive("bandwidth", mapping["bandwidth"])
+        peaks = mapping["peak_flops"]
+        if not isinstance(peaks, Mapping) or not peaks:
+            raise InvalidInputError("peak_flops must be a non-empty mapping of dtype -> FLOP/s")
+        memory = mapping.get("memory_bytes")
+        return cls(
+            name=name,
+            label=str(mapping.get("label", name)),
+            kind=str(mapping.get("kind", "gpu")),
+            arch=str(mapping.get("arch", "custom")),
+            bandwidth=bandwidth,
+            peak_flops={str(k): _positive(f"peak_flops[{k!r}]", v) for k, v in peaks.items()},
+            memory_bytes=None if memory is None else int(_positive("memory_bytes", memory)),
+            sources=tuple(str(s) for s in mapping.get("sources", ("given by the user",))),
+            notes=str(mapping.get("notes", "")),
+        )
+
+
+def _positive(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidInputError(f"{name} must be a positive number, got {value!r}")
+    if not math.isfinite(value) or value <= 0:
+        raise InvalidInputError(f"{name} must be a positive number, got {value!r}")
+    return float(value)
+
+
+_H100 = "NVIDIA H100 Tensor Core GPU datasheet (2023), Technical Specifications table"
+_H200 = "NVIDIA H200 Tensor Core GPU datasheet (2024), Technical Specifications table"
+_A100 = "NVIDIA A100 Tensor Core GPU datasheet (2021), Technical Specifications table"
+_L4 = "NVIDIA L4 Tensor Core GPU datasheet (2023), Specifications table"
+_L40S = "NVIDIA L40S GPU datasheet (2023), Specifications table"
+_ADA = "NVIDIA Ada Lovelace GPU architecture whitepaper v1.1 (2023), GeForce RTX 4090 table"
+_HALF = "dense = the datasheet's sparse figure / 2 for the tensor-core dtypes"
+
+_SXM_PEAKS = {
+    "float64": 66.9e12,  # FP64 tensor core
+    "float32": 66.9e12,
+    "tfloat32": 494.7e12,  # 989.4 sparse
+    "bfloat16": 989.4e12,  # 1,978.9 sparse
+    "float16": 989.4e12,
+    "float8_e4m3fn": 1978.9e12,  # 3,957.8 sparse
+    "int8": 1978.9e12,
+}
+_A100_PEAKS = {
+    "float64": 19.5e12,  # FP64 tensor core
+    "float32": 19.5e12,
+    "tfloat32": 156.0e12,  # 312 sparse
+    "bfloat16": 312.0e12,  # 624 sparse
+    "float16": 312.0e12,
+    "int8": 624.0e12,
+}
+
+_BUILTIN: tuple[DeviceSpec, ...] = (
+    DeviceSpec(
+        "h100", "NVIDIA H100 SXM5 80GB", "gpu", "sm90", 3.35e12, _SXM_PEAKS,
+        80 * 10**9, (_H100 + ", H100 SXM column",), _HALF,
+    ),
+    DeviceSpec(
+        "h100-pcie", "NVIDIA H100 PCIe 80GB", "gpu", "sm90", 2.0e12,
+        {
+            "float64": 51.2e12, "float32": 51.2e12, "tfloat32": 378.0e12,
+            "bfloat16": 756.0e12, "float16": 756.0e12, "float8_e4m3fn": 1513.0e12,
+            "int8": 1513.0e12,
+        },
+        80 * 10**9, (_H100 + ", H100 PCIe column",), _HALF,
+    ),
+    DeviceSpec(
+        "h200", "NVIDIA H200 SXM 141GB", "gpu", "sm90", 4.8e12, _SXM_PEAKS,
+        141 * 10**9, (_H200 + ", H200 SXM column",), _HALF + "; compute as the H100 SXM",
+    ),
+    DeviceSpec(
+        "a100-40gb", "NVIDIA A100 SXM4 40GB", "gpu", "sm80", 1.555e12, _A100_PEAKS,
+        40 * 10**9, (_A100 + ", A100 40GB SXM column",), _HALF,
+    ),
+    DeviceSpec(
+        "a100-80gb", "NVIDIA A100 SXM4 80GB", "gpu", "sm80", 2.039e12, _A100_PEAKS,
+        80 * 10**9, (_A100 + ", A100 80GB SXM column",), _HALF,
+    ),
+    DeviceSpec(
+        "l4", "NVIDIA L4 24GB", "gpu", "sm89", 300e9,
+        {
+            "float32": 30.3e12, "tfloat32": 60.0e12, "bfloat16": 121.0e12,
+            "float16": 121.0e12, "float8_e4m3fn": 242.5e12, "int8": 242.5e12,
+        },
+        24 * 10**9, (_L4,), _HALF,
+    ),
+    DeviceSpec(
+        "l40s", "NVIDIA L40S 48GB", "gpu", "sm89", 864e9,
+        {
+            "float32": 91.6e12, "tfloat32": 183.0e12, "bfloat16": 362.05e12,
+            "float16": 362.05e12, "float8_e4m3fn": 733.0e12, "int8": 733.0e12,
+        },
+        48 * 10**9, (_L40S,), _HALF,
+    ),
+    DeviceSpec(
+        "rtx4090", "NVIDIA GeForce RTX 4090 24GB", "gpu", "sm89", 1008e9,
+        {
+            "float32": 82.6e12, "tfloat32": 82.6e12, "bfloat16": 165.2e12,
+            "float16": 165.2e12, "float8_e4m3fn": 330.3e12, "int8": 660.6e12,
+        },
+        24 * 10**9, (_ADA,),
+        "FP16/BF16 with FP32 accumulate (PyTorch's default); dense figures",
+    ),
+)  # fmt: skip
+
+#: Built-in specs by name.
+SPECS: dict[str, DeviceSpec] = {s.name: s for s in _BUILTIN}
+#: Other names for the built-in specs.
+ALIASES: dict[str, str] = {
+    "h100-sxm": "h100",
+    "h100-sxm5": "h100",
+    "a100": "a100-80gb",
+    "4090": "rtx4090",
+    "rtx-4090": "rtx4090",
+}
+
+
+def known_devices() -> list[str]:
+    """Every name ``device_spec`` accepts."""
+    return [*SPECS, *ALIASES, "cpu"]
+
+
+def device_spec(device: str | DeviceSpec | Mapping[str, Any]) -> DeviceSpec:
+    """A spec by name (case-insensitive; ``"cpu"`` calibrates this machine), a
+    ``DeviceSpec`` as it is, or a custom one from a mapping."""
+    if isinstance(device, DeviceSpec):
+        return device
+    if isinstance(device, Mapping):
+        return DeviceSpec.from_mapping(device)
+    if not isinstance(device, str):
+        raise InvalidInputError(
+            f"a device spec is a name, a DeviceSpec or a mapping, got {device!r}"
+        )
+    name = device.strip().lower()
+    if name == "cpu":
+        return calibrate_cpu()
+    name = ALIASES.get(name, name)
+    spec = SPECS.get(name)
+    if spec is None:
+        close = difflib.get_close_matches(name, known_devices(), n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise InvalidInputError(
+            f"unknown device {device!r}{hint}; known: {', '.join(known_devices())}"
+        )
+    return spec
+
+
+# ---- the CPU: measured -------------------------------------------------------------
+_cpu_cache: dict[tuple[int, tuple[str, ...]], DeviceSpec] = {}
+_cpu_lock = threading.Lock()
+
+
+def _best(fn: Any, repeats: int) -> float:
+    fn()  # warm up
+    best = math.inf
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def calibrate_cpu(dtypes: tuple[str, ...] = ("float32", "bfloat16")) -> DeviceSpec:
+    """This CPU's roof, measured (cached per process and thread count): peak FLOP/s per
+    dtype from a 2048x2048 matmul (2 n^3 FLOPs), bandwidth from copying 64 MiB (read
+    plus write: 2 x 64 MiB moved). Best of a few repeats."""
+    threads = torch.get_num_threads()
+    key = (threads, tuple(dtypes))
+    with _cpu_lock:
+        cached = _cpu_cache.get(key)
+        if cached is not None:
+            return cached
+        n = 2048
+        peaks: dict[str, float] = {}
+        for name in dtypes:
+            dtype = getattr(torch, name, None)
+            if not isinstance(dtype, torch.dtype):
+                raise InvalidInputError(f"unknown dtype {name!r}")
+            a = torch.randn(n, n).to(dtype)
+            b = torch.randn(n, n).to(dtype)
+            peaks[name] = 2 * n**3 / _best(lambda a=a, b=b: torch.mm(a, b), 2)
+        src = torch.empty(16 * 2**20, dtype=torch.float32).fill_(1.0)
+        dst = torch.empty_like(src)
+        bandwidth = 2 * src.nbytes / _best(lambda: dst.copy_(src), 5)
+        spec = DeviceSpec(
+            name="cpu",
+            label=f"CPU ({threads} threads, calibrated)",
+            kind="cpu",
+            arch="cpu",
+            bandwidth=bandwidth,
+            peak_flops=peaks,
+            sources=("measured by layerscope.hardware.calibrate_cpu on this machine",),
+            notes=f"torch {torch.__version__}, {threads} threads",
+        )
+        _cpu_cache[key] = spec
+        return spec
+
+
+def spec_table_markdown() -> str:
+    """The built-in specs as a Markdown table (docs/roofline.md shows it)."""
+    lines = [
+        "| name | device | BF16 | TF32 | FP32 | bandwidth | memory |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for s in _BUILTIN:
+        p = s.peak_flops
+        lines.append(
+            f"| `{s.name}` | {s.label} | {p['bfloat16'] / T:g} | {p['tfloat32'] / T:g} | "
+            f"{p['float32'] / T:g} | {s.bandwidth / T:g} TB/s | "
+            f"{(s.memory_bytes or 0) / 10**9:g} GB |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+__all__ = [
+    "ALIASES",
+    "SPECS",
+    "DeviceSpec",
+    "calibrate_cpu",
+    "device_spec",
+    "known_devices",
+    "spec_table_markdown",
+]

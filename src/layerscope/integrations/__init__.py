@@ -1,0 +1,2 @@
+"""Hooks into training frameworks: a Hugging Face ``Trainer`` callback
+(``layerscope.integrations.huggingface``)."""

@@ -1,0 +1,152 @@
+"""Device specs, the roofline per module and ``ls.estimate``, with exact numbers.
+
+A custom spec with round numbers keeps the arithmetic by hand: peak 1,000 FLOP/s,
+bandwidth 100 B/s, ridge 10 FLOP/B.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import layerscope as ls
+from layerscope.analysis.catalog import Values
+from layerscope.analysis.roofline import roof_of
+from layerscope.hardware import SPECS, calibrate_cpu, spec_table_markdown
+
+SPEC = {"name": "toy", "bandwidth": 100, "peak_flops": {"float32": 1000}}
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "roofline.md"
+
+
+def _mlp_profile(backward: bool = False) -> ls.Profile:
+    """Linear(8, 16) - ReLU - Linear(16, 4) on (2, 8). Forward, per module:
+    Linear 0: 2*2*8*16 + 2*16 = 544 FLOPs; bytes: reads bias 16, x 2*8, W 16*8 and
+    writes 2*16 floats = (16 + 16 + 128 + 32) * 4 = 768 B.
+    ReLU: 32 FLOPs; reads and writes 32 floats = 256 B.
+    Linear 2: 2*2*16*4 + 2*4 = 264 FLOPs; (4 + 32 + 64 + 8) * 4 = 432 B."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    return ls.profile(model, torch.randn(2, 8), backward=backward)
+
+
+def test_estimate_per_module_and_whole_model() -> None:
+    est = ls.estimate(_mlp_profile(), SPEC)
+    assert (est.device, est.dtype, est.peak, est.bandwidth) == ("toy", "float32", 1000, 100)
+    first = est.module("0")
+    assert (first.flops, first.bytes) == (544, 768)
+    # max(544 / 1000, 768 / 100) = 7.68 s, memory-bound; intensity 544 / 768
+    assert first.time == pytest.approx(7.68) and first.bound == "memory"
+    assert first.intensity == pytest.approx(544 / 768)
+    assert est.module("1").time == pytest.approx(2.56)  # max(0.032, 256 / 100)
+    assert est.module("2").time == pytest.approx(4.32)  # max(0.264, 432 / 100)
+    # the model: the roof of its own work (none) plus its children's: 7.68 + 2.56 + 4.32
+    assert est.model.time == pytest.approx(14.56)
+    assert est.model.measured is None and est.model.efficiency is None
+    text = est.render(width=80)
+    assert "lower bound" in text and "14.6 s" in text and "Fwd min" in text
+
+
+def test_compute_bound_work_and_the_ridge() -> None:
+    roof = roof_of(SPEC)
+    assert roof.ridge == 10
+    assert roof.bound(2000, 100) == "compute" and roof.time(2000, 100) == 2.0
+    assert roof.bound(0, 0) == ""
+
+
+def test_backward_estimate() -> None:
+    est = ls.estimate(_mlp_profile(backward=True), SPEC)
+    relu = est.module("1")
+    # threshold_backward reads the gradient and the output and writes the input
+    # gradient: 3 * 32 floats = 384 B, 32 FLOPs: max(0.032, 3.84)
+    assert relu.backward_bytes == 384 and relu.backward_time == pytest.approx(3.84)
+
+
+def test_efficiency_and_lost_time_from_measured_times() -> None:
+    prof = _mlp_profile()
+    for node in prof.root.walk():  # a made-up timing pass: 10 s per call for everyone
+        node.metrics["forward_time"] = 10.0
+        node.self_metrics["forward_time"] = 10.0 if node.path else 0.0
+    values = Values(prof, roof=roof_of(SPEC))
+    first = prof.node("0")
+    assert values.get(first, "efficiency") == pytest.approx(76.8)  # 7.68 / 10
+    assert values.get(first, "lost_time") == pytest.approx(2.32)
+    assert values.get(first, "roofline_time") == pytest.approx(7.68)
+    assert values.get(prof.root, "roofline_time") == pytest.approx(14.56)
+    assert values.get(prof.root, "self_roofline_time") == 0.0
+    assert values.bound(first, "bound") == "memory"
+    assert values.get(first, "intensity") == pytest.approx(544 / 768)
+    est = ls.estimate(prof, SPEC)
+    assert est.module("0").efficiency == pytest.approx(0.768)
+
+
+def test_roofline_view_and_columns() -> None:
+    prof = ls.profile(
+        nn.Sequential(nn.Linear(64, 64), nn.ReLU()),
+        torch.randn(8, 64),
+        timing={"repeats": 2, "warmup": 0, "progress": False},
+    )
+    text = prof.render(view="roofline", device="h100", width=120)
+    assert text.startswith("Roofline on h100 (float32: peak 495 TFLOP/s, 3.35 TB/s")
+    for header in ("FLOP/B", "Bound", "Roofline", "Measured", "Eff", "Lost"):
+        assert header in text
+    table = prof.render(columns=["flops", "intensity", "roofline_time"], device="a100")
+    assert "FLOP/B" in table and "Roofline" in table
+    with pytest.raises(ls.InvalidInputError, match="needs a device spec"):
+        prof.render(view="roofline")
+    with pytest.raises(ls.InvalidInputError, match="did you mean h100"):
+        prof.render(view="roofline", device="h10")
+
+
+def test_estimate_needs_bytes() -> None:
+    torch.manual_seed(0)
+    prof = ls.profile(nn.Linear(4, 4), torch.randn(2, 4), count_bytes=False)
+    with pytest.raises(ls.InvalidInputError, match="no bytes moved"):
+        ls.estimate(prof, "h100")
+
+
+def test_estimate_of_a_loaded_profile(tmp_path: Path) -> None:
+    prof = _mlp_profile()
+    prof.save(tmp_path / "p.json")
+    again = ls.estimate(ls.load(tmp_path / "p.json"), SPEC)
+    assert again.model.time == pytest.approx(14.56)
+
+
+# ---- the specs ---------------------------------------------------------------------
+def test_builtin_specs_and_aliases() -> None:
+    h100 = ls.device_spec("H100")
+    assert h100 is ls.device_spec("h100-sxm") is SPECS["h100"]
+    # the datasheet prints 1,979 TFLOP/s BF16 with sparsity: dense is half
+    assert h100.peak("bfloat16") == 989.4e12
+    assert h100.peak("float32") == 494.7e12  # TF32 tensor cores
+    assert h100.peak("float32", tensor_cores=False) == 66.9e12
+    assert h100.bandwidth == 3.35e12
+    assert ls.device_spec("a100").name == "a100-80gb"
+    assert ls.device_spec("a100-40gb").bandwidth == 1.555e12
+    assert ls.device_spec("4090").name == "rtx4090"
+    assert all(spec.sources for spec in SPECS.values())
+    with pytest.raises(ls.InvalidInputError, match="no peak for 'float8'"):
+        h100.peak("float8")
+
+
+def test_custom_spec_validation() -> None:
+    spec = ls.device_spec(SPEC)
+    assert ls.DeviceSpec.from_mapping(spec.to_dict()) == spec
+    with pytest.raises(ls.InvalidInputError, match="bandwidth must be a positive number"):
+        ls.device_spec({**SPEC, "bandwidth": -1})
+    with pytest.raises(ls.InvalidInputError, match="unknown device spec key"):
+        ls.device_spec({**SPEC, "bandwith": 1})
+    with pytest.raises(ls.InvalidInputError, match="needs 'peak_flops'"):
+        ls.device_spec({"name": "x", "bandwidth": 1})
+
+
+def test_cpu_calibration_is_measured_once() -> None:
+    cpu = ls.device_spec("cpu")
+    assert cpu is calibrate_cpu()  # cached for this process and thread count
+    assert cpu.kind == "cpu" and cpu.bandwidth > 0 and cpu.peak("float32") > 0
+
+
+def test_docs_show_the_table_of_the_code() -> None:
+    assert spec_table_markdown() in DOCS.read_text(encoding="utf-8")
