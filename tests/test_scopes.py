@@ -442,3 +442,31 @@ def test_failing_forward_hook_names_its_own_module() -> None:
     finally:
         handle.remove()
     assert str(info.value) == "the model raised ValueError in module '1.1' (ReLU): bad output"
+
+
+class _HookedTensor(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x * 3
+
+        def hook(grad: torch.Tensor) -> None:
+            raise ValueError("bad tensor gradient")
+
+        y.register_hook(hook)  # type: ignore[no-untyped-call]
+        return y
+
+
+def test_error_in_a_tensor_hook_names_the_module_that_made_the_tensor() -> None:
+    original = torch.Tensor.register_hook
+    model = _two_level(_HookedTensor())
+    with pytest.raises(ls.ModelError) as info:
+        ls.profile(model, torch.ones(2, 4), backward=True)
+    assert str(info.value) == (
+        "the model raised ValueError in the backward of module '1.1' (_HookedTensor): "
+        "bad tensor gradient"
+    )
+    assert torch.Tensor.register_hook is original  # put back when the session ended
+    # outside a session a hook is registered as it is, unwrapped
+    y = torch.ones(2, requires_grad=True) * 3
+    y.register_hook(lambda g: None)  # type: ignore[no-untyped-call]
+    hooks = y._backward_hooks
+    assert hooks is not None and [h.__name__ for h in hooks.values()] == ["<lambda>"]

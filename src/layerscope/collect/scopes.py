@@ -40,6 +40,7 @@ from torch import nn
 from torch.autograd.graph import Node as GraphNode
 from torch.utils.hooks import BackwardHook, RemovableHandle
 
+from layerscope.collect import tensorhooks
 from layerscope.collect.common import install_hook_pairs, remove_hooks
 from layerscope.collect.observer import Observer, observer_error
 from layerscope.collect.signature import MAX_LEAVES, flatten, flatten_call, spec_of
@@ -135,6 +136,7 @@ class ScopeTracker:
         # id(node) -> {"inputs"/"outputs": distinct signatures seen but not kept}
         self.extra_signatures: dict[int, dict[str, int]] = {}
         self.error_site: dict[int, tuple[BaseException, Node]] = {}  # id(exc) -> (exc, node)
+        self.backward_error_site: dict[int, tuple[BaseException, Node]] = {}
         # (node, is output, entry) of every distinct call, in order, its entry as cheap as
         # it can be told apart by (see _signature_of): one table for all the modules, so
         # a call touches no per-module state. record_signatures() turns them into the
@@ -215,27 +217,32 @@ class ScopeTracker:
         trackers = active.trackers
         trackers.append(self)
         self._active = trackers
+        tensorhooks.acquire(self)  # released by uninstall, which any failure below calls
         self._foreign_lock = threading.Lock()
         self._grad_starts.append(_next_sequence_nr())
         self._grad_owners.append(self.outside)
-        hooked: list[nn.Module] = []
-        for m in self.tree.modules():
-            if (
-                m._forward_pre_hooks
-                or m._forward_hooks
-                or m._backward_hooks
-                or m._backward_pre_hooks
-                or "forward" in m.__dict__  # the user's own per-instance forward
-            ):
-                hooked.append(m)
-            else:
-                self._wrap_forward(m)
-        self._handles = install_hook_pairs(
-            ((m, self._pre, self._post) for m in hooked),
-            with_kwargs=True,
-            prepend_pre=True,
-            prepend_post=False,
-        )
+        try:
+            hooked: list[nn.Module] = []
+            for m in self.tree.modules():
+                if (
+                    m._forward_pre_hooks
+                    or m._forward_hooks
+                    or m._backward_hooks
+                    or m._backward_pre_hooks
+                    or "forward" in m.__dict__  # the user's own per-instance forward
+                ):
+                    hooked.append(m)
+                else:
+                    self._wrap_forward(m)
+            self._handles = install_hook_pairs(
+                ((m, self._pre, self._post) for m in hooked),
+                with_kwargs=True,
+                prepend_pre=True,
+                prepend_post=False,
+            )
+        except BaseException:
+            self.uninstall()
+            raise
 
     def uninstall(self) -> None:
         # From the list of the thread that installed it, whichever thread this is.
@@ -245,6 +252,7 @@ class ScopeTracker:
                 if trackers[i] is self:
                     del trackers[i]
                     break
+            tensorhooks.release(self)
         remove_hooks(self._handles)
         for module, wrapper, live in self._wrapped:
             if module.__dict__.get("forward") is wrapper:
@@ -502,6 +510,15 @@ class ScopeTracker:
         """Record that ``exc`` was raised in ``node``; the first (innermost) mark wins."""
         self.error_site.setdefault(id(exc), (exc, node))
 
+    def mark_backward_site(self, exc: BaseException, node: Node) -> None:
+        """Record that ``exc`` was raised in the backward of ``node`` (by a tensor hook)."""
+        self.backward_error_site.setdefault(id(exc), (exc, node))
+
+    @property
+    def installed(self) -> bool:
+        """Whether the session is running (between ``install`` and ``uninstall``)."""
+        return self._active is not None
+
     def site_of(self, exc: BaseException) -> Node | None:
         """The innermost module that was running when ``exc`` was raised, if any."""
         entry = self.error_site.get(id(exc))
@@ -512,8 +529,11 @@ class ScopeTracker:
         autograd node that failed, found in the exception's own frames, innermost first.
         A custom ``autograd.Function``'s backward runs in a frame holding its node (the
         ``ctx``); a module's full backward hook or backward pre hook runs in a frame of
-        torch's ``BackwardHook``, which names the module. A tensor hook is called by the
-        autograd engine with no such frame around it: ``None`` then."""
+        torch's ``BackwardHook``, which names the module. A tensor hook registered during
+        the session told the tracker itself (``collect.tensorhooks``)."""
+        entry = self.backward_error_site.get(id(exc))
+        if entry is not None and entry[0] is exc:
+            return entry[1]
         tb = exc.__traceback__
         frames = []
         while tb is not None:
