@@ -133,6 +133,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "running kernels; tied weights stay tied)",
     )
     run.add_argument(
+        "--target",
+        dest="kernel_target",
+        metavar="DEVICE",
+        default=None,
+        help="with --device meta, follow this device's kernels (attention, BatchNorm): "
+        "cpu, the default there; GPU targets are not supported yet",
+    )
+    run.add_argument(
         "--dtype", metavar="DTYPE", help="cast the model first (e.g. float16, bfloat16)"
     )
     run.add_argument(
@@ -219,6 +227,8 @@ def run(args: argparse.Namespace) -> int:
         options["kwargs"] = call_kwargs
     elif options.get("timing"):
         raise InvalidInputError("--time needs an input (--input-shape, --kwargs or --input)")
+    if args.kernel_target is not None:
+        options["target"] = args.kernel_target
     prof = profile(model, mode=args.mode or "eval", **options)
     write_profile(prof, args)
     if args.json:

@@ -38,6 +38,16 @@ def run_line(profile: Profile) -> Fact | None:
         parts.append(f"device {m['device']}")
     if m.get("dtype"):
         parts.append(str(m["dtype"]))
+    target = m.get("target")
+    if isinstance(target, str):
+        kernels = m.get("kernels")
+        chosen = [
+            f"{op} {kernel} ×{n}"
+            for op, by_kernel in (kernels.items() if isinstance(kernels, dict) else ())
+            if isinstance(by_kernel, dict)
+            for kernel, n in by_kernel.items()
+        ]
+        parts.append(f"following {target} kernels" + (f" ({', '.join(chosen)})" if chosen else ""))
     if not parts:
         return None
     return ("Run: " + ", ".join(parts) + ".", "")

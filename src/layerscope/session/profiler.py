@@ -11,7 +11,7 @@ import platform
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from types import TracebackType
 from typing import Any
 
@@ -33,6 +33,7 @@ from layerscope.collect.regions import attach_regions
 from layerscope.collect.scopes import MAX_SIGNATURES, ScopeTracker
 from layerscope.collect.signature import dtype_name, iter_tensors
 from layerscope.collect.state import ModelState
+from layerscope.collect.target import Steering, adjust_output, check_target
 from layerscope.collect.timing import TimingOptions, time_profile
 from layerscope.collect.timing.compiled import time_compiled
 from layerscope.collect.tree import ModelTree
@@ -209,6 +210,8 @@ class Profiler:
         self._cycles = 0  # profiles built so far
         self._timer: LoopTimer | None = None
         self._timer_room = 0
+        #: op outputs mapped to a target device's kernels (``ls.profile(target=)``)
+        self._adjust: Callable[[Any, tuple[Any, ...], Any], Any] | None = None
 
     def _make_observers(self) -> list[Observer]:
         """The session's observers: fresh built-in ones, then the user's own."""
@@ -460,7 +463,7 @@ class Profiler:
                 # (and the memory observer's storages live) while the GC is paused.
                 import torch._dynamo  # noqa: F401
 
-                self._mode = SessionMode(self._tracker, on_op)
+                self._mode = SessionMode(self._tracker, on_op, self._adjust)
                 self._mode.__enter__()  # type: ignore[no-untyped-call]
         except BaseException:
             try:
@@ -568,6 +571,7 @@ def profile(
     timing: bool | Mapping[str, Any] = False,
     observers: Sequence[Observer] = (),
     mode: Mode | None = None,
+    target: str | None = None,
 ) -> Profile:
     """Run ``model`` once under instrumentation and return its Profile.
 
@@ -578,6 +582,10 @@ def profile(
     The model is left exactly as found, gradients included. Every option is checked
     before the model is touched (``InvalidInputError``).
 
+    - ``target="cpu"`` makes an analysis on ``meta`` follow the CPU's kernels
+      (attention's flash kernel, eval BatchNorm's empty saved statistics:
+      ``docs/roofline.md``); the default for a model on ``meta``. Real tensors on
+      another device than the target are an error.
     - ``mode="eval"|"train"`` runs both passes with ``model.eval()``/``model.train()``
       in force and puts every submodule's own flag back afterwards; None (default) runs
       the model as it is. ``profile.model["training"]`` says which mode ran.
@@ -638,6 +646,18 @@ def profile(
         raise InvalidInputError("loss_fn only applies with backward=True")
     run_mode = check_mode(mode)
     timing_options = check_timing(timing, backward=backward, loss_fn=loss_fn)
+    target = check_target(target)
+    on = model_device_dtype(model)[0].type
+    given_tensors = iter_tensors((args, kwargs, None if inputs is _MISSING else inputs))
+    if on == "cpu" and any(t.is_meta for t in given_tensors):  # a model without tensors
+        on = "meta"
+    if target is None and on in ("meta", "cpu"):
+        target = "cpu"
+    elif target is not None and on not in ("meta", target):
+        raise InvalidInputError(
+            f"target={target!r} follows that device's kernels on meta; the model is on {on}"
+        )
+    steering = Steering() if target is not None and on == "meta" else None
     # Builds the observers, checking their options. Without a backward there are no
     # gradients to check: no tensor hooks for them.
     p = Profiler(
@@ -651,6 +671,8 @@ def profile(
         observers=observers,
         grad_shapes=record_shapes is True and backward,
     )
+    if steering is not None:
+        p._adjust = adjust_output
 
     # One session on a model at a time: another thread's waits here for this one to end.
     with claimed(model):
@@ -675,7 +697,7 @@ def profile(
                 if backward:
                     state.add_inputs(iter_tensors((call_args, kwargs)))
                 try:
-                    with in_mode(model, run_mode), p:
+                    with in_mode(model, run_mode), p, steering or nullcontext():
                         out = model(*call_args, **(kwargs or {}))
                         if backward:
                             loss = loss_fn(out) if loss_fn is not None else default_loss(out)
@@ -701,6 +723,10 @@ def profile(
             finally:
                 restore_notices = state.restore()
         prof = p.profile
+        if steering is not None:
+            prof.model["target"] = target
+            if steering.kernels:
+                prof.model["kernels"] = steering.kernels
         prof.notices[:0] = notices  # what unwrapping the model found comes first
         prof.notices.extend(restore_notices)
         if timing_options is not None:
