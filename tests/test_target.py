@@ -29,7 +29,8 @@ KEYS = (
 
 def _meta(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
-        return torch.empty(value.shape, dtype=value.dtype, device="meta")
+        meta = torch.empty(value.shape, dtype=value.dtype, device="meta")
+        return meta.requires_grad_(value.requires_grad)
     if isinstance(value, dict):
         return {k: _meta(v) for k, v in value.items()}
     if isinstance(value, tuple | list):
@@ -84,6 +85,18 @@ def _bert() -> tuple[nn.Module, tuple[Any, ...]]:
     return transformers.BertModel(config).eval(), (torch.randint(0, 128, (2, 16)),)
 
 
+class _MaskedAttention(nn.Module):
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, m: torch.Tensor) -> Any:
+        return nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=m)
+
+
+def _masked() -> tuple[nn.Module, tuple[Any, ...]]:
+    """A boolean mask: the CPU turns it into an additive float mask (where(mask, 0,
+    -inf)) before its flash kernel; steered meta runs the same ops."""
+    q, k, v = (torch.randn(2, 4, 16, 8, requires_grad=True) for _ in range(3))
+    return _MaskedAttention(), (q, k, v, torch.rand(2, 1, 16, 16) > 0.3)
+
+
 def _example(name: str) -> Callable[[], tuple[nn.Module, tuple[Any, ...]]]:
     def build() -> tuple[nn.Module, tuple[Any, ...]]:
         ex = examples.EXAMPLES[name]
@@ -94,8 +107,8 @@ def _example(name: str) -> Callable[[], tuple[nn.Module, tuple[Any, ...]]]:
 
 @pytest.mark.parametrize(
     "build",
-    [_gpt2, _llama, _bert, _example("tiny_resnet"), _example("tiny_gpt")],
-    ids=["gpt2", "llama", "bert", "tiny_resnet", "tiny_gpt"],
+    [_gpt2, _llama, _bert, _masked, _example("tiny_resnet"), _example("tiny_gpt")],
+    ids=["gpt2", "llama", "bert", "masked_sdpa", "tiny_resnet", "tiny_gpt"],
 )
 def test_meta_equals_cpu(build: Callable[[], tuple[nn.Module, tuple[Any, ...]]]) -> None:
     torch.manual_seed(0)

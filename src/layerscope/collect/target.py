@@ -7,7 +7,7 @@ tensors makes them take the CPU's:
 - ``F.scaled_dot_product_attention``: torch's CPU backend choice
   (``_fused_sdp_choice`` asked with the CPU dispatch key, which answers on meta tensors);
   for the flash choice, the CPU's input preparation (a boolean mask becomes an additive
-  float mask) and ``_scaled_dot_product_flash_attention_for_cpu``, which saves the
+  float mask through ``where``) and ``_scaled_dot_product_flash_attention_for_cpu``, which saves the
   log-sum-exp instead of the attention matrix. Otherwise the math path, as on meta.
 - eval-mode ``native_batch_norm``: the CPU kernel returns empty saved statistics.
 
@@ -93,10 +93,11 @@ class Steering(TorchFunctionMode):
         if choice != _SDPA_FLASH:
             self.count("scaled_dot_product_attention", "math")
             return F.scaled_dot_product_attention(*args, **kwargs)
-        if mask is not None and mask.dtype == torch.bool:  # as the CPU prepares it
-            mask = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill(
-                mask.logical_not(), float("-inf")
-            )
+        if mask is not None and mask.dtype == torch.bool:  # the ops the CPU runs for it
+            neg = torch.scalar_tensor(float("-inf"), dtype=q.dtype, device=q.device)
+            zero = torch.scalar_tensor(0.0, dtype=q.dtype, device=q.device)
+            mask = torch.where(mask, zero, neg)
+            del neg, zero  # temporaries, freed before the kernel runs as in C++
         self.count("scaled_dot_product_attention", "flash_attention_cpu")
         out, _ = _aten._scaled_dot_product_flash_attention_for_cpu(
             q, k, v, dropout, causal, attn_mask=mask, scale=scale
