@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from typing import Any
+from unittest import mock
 
 import pytest
 import torch
@@ -163,15 +164,22 @@ def test_meta_follows_the_cpu_attention_kernel() -> None:
         ]
 
 
-def test_meta_runs_the_decomposed_lstm() -> None:
+def test_meta_follows_the_onednn_lstm() -> None:
     """CPU runs the fused oneDNN LSTM kernel, whose backward also computes the gradient of
-    the initial state h0; meta runs the op-by-op cells, which skip it (h0 needs none)."""
+    the initial state h0; torch alone on meta runs the op-by-op cells, which skip it (h0
+    needs none). The default target="cpu" steers meta to oneDNN's kernel."""
     ex = EXAMPLES["lstm_tagger"]
     real = ls.profile(ex.build(), ex.example_input(), backward=True).node("lstm").metrics
-    meta = on_meta("lstm_tagger").node("lstm").metrics
-    assert real["macs"] == meta["macs"] and real["flops"] == meta["flops"]
+    meta = on_meta("lstm_tagger")
+    assert meta.model["kernels"] == {"lstm": {"onednn": 1}}
+    steered = meta.node("lstm").metrics
+    with mock.patch("layerscope.session.profiler.steering_active", return_value=True):
+        cells = on_meta("lstm_tagger").node("lstm").metrics
+    for m in (steered, cells):
+        assert real["macs"] == m["macs"] and real["flops"] == m["flops"]
+    assert real["backward_macs"] == steered["backward_macs"]
     n, directions, hidden = 2, 2, 16
-    assert real["backward_macs"] - meta["backward_macs"] == n * directions * 4 * hidden * hidden
+    assert real["backward_macs"] - cells["backward_macs"] == n * directions * 4 * hidden * hidden
 
 
 @pytest.mark.parametrize("name", sorted(EXAMPLES))

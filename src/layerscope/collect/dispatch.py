@@ -103,13 +103,10 @@ class SessionMode(TorchDispatchMode):
         self,
         tracker: ScopeTracker,
         callbacks: Sequence[OpCallback],
-        adjust: Callable[[OpOverload, tuple[Any, ...], Any], Any] | None = None,
     ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.tracker = tracker
         self.callbacks = callbacks
-        #: maps an op's output to the target device kernel's (``collect.target``)
-        self.adjust = adjust
         # id(func) -> (func, whether it runs decomposed); resolved once per op
         self._decomposed: dict[int, tuple[OpOverload, bool]] = {}
 
@@ -129,8 +126,6 @@ class SessionMode(TorchDispatchMode):
             with self:
                 return func._op_dk(_COMPOSITE, *args, **kwargs)
         out = func(*args, **kwargs)
-        if self.adjust is not None:
-            out = self.adjust(func, args, out)
         grad_node = _current_autograd_node()
         if grad_node is None:
             node, backward = self.tracker.current, False

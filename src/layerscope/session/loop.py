@@ -109,7 +109,8 @@ def merge_profiles(profiles: Sequence[Profile]) -> Profile:
     communication bytes; self and inclusive) and ``calls`` are summed; ``*peak_bytes``
     take the max; static metrics (parameters, buffers, gradient bytes), node numerics and
     everything else come from the last step. Distinct signatures are kept in order of
-    first appearance. ``unsupported_ops`` counts and ``outside`` are summed, whole-model
+    first appearance. ``unsupported_ops`` counts, ``outside`` and the kernels a meta
+    analysis followed (``model["kernels"]``) are summed, whole-model
     ``memory`` numbers take the max (its timeline is the last step's), ``numerics`` is the
     first step's that found a non-finite value, else the last's; notices are united.
     The profiles are consumed: the result is the last one, updated in place.
@@ -141,6 +142,15 @@ def merge_profiles(profiles: Sequence[Profile]) -> Profile:
         notices.extend(n for n in prof.notices if n not in notices)
     last.outside = outside
     last.notices = notices
+    kernels: dict[str, dict[str, int]] = {}
+    for prof in profiles:
+        chosen = prof.model.get("kernels")
+        for op, by_kernel in chosen.items() if isinstance(chosen, dict) else ():
+            counts = kernels.setdefault(op, {})
+            for kernel, n in by_kernel.items():
+                counts[kernel] = counts.get(kernel, 0) + n
+    if kernels:
+        last.model["kernels"] = kernels
     for prof in profiles:
         if prof.numerics.get("first_nonfinite") is not None:
             last.numerics = prof.numerics

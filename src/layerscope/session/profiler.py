@@ -11,7 +11,7 @@ import platform
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager
 from types import TracebackType
 from typing import Any
 
@@ -33,7 +33,7 @@ from layerscope.collect.regions import attach_regions
 from layerscope.collect.scopes import MAX_SIGNATURES, ScopeTracker
 from layerscope.collect.signature import dtype_name, iter_tensors
 from layerscope.collect.state import ModelState
-from layerscope.collect.target import Steering, adjust_output, check_target
+from layerscope.collect.target import KernelLog, Target, parse_target, steer, steering_active
 from layerscope.collect.timing import TimingOptions, time_profile
 from layerscope.collect.timing.compiled import time_compiled
 from layerscope.collect.tree import ModelTree
@@ -165,8 +165,10 @@ class Profiler:
         timing: bool | Mapping[str, Any] = False,
         schedule: Schedule | None = None,
         on_ready: Callable[[Profile], Any] | None = None,
+        target: str | None = None,
     ) -> None:
         self.model, self._notices = unwrap_model(model)
+        self._target = parse_target(target) if target is not None else None
         self._options = check_session(
             record_shapes=record_shapes,
             count_flops=count_flops,
@@ -210,8 +212,13 @@ class Profiler:
         self._cycles = 0  # profiles built so far
         self._timer: LoopTimer | None = None
         self._timer_room = 0
-        #: op outputs mapped to a target device's kernels (``ls.profile(target=)``)
-        self._adjust: Callable[[Any, tuple[Any, ...], Any], Any] | None = None
+        #: where the session's tensors are (ls.profile sets it: a model without tensors
+        #: can run on meta inputs); None: the model's parameters' device
+        self._tensors_on: str | None = None
+        #: the steering of an analysis session on meta, and the kernels it chose
+        self._steering: AbstractContextManager[KernelLog] | None = None
+        self._steered: Target | None = None
+        self._kernels: KernelLog | None = None
 
     def _make_observers(self) -> list[Observer]:
         """The session's observers: fresh built-in ones, then the user's own."""
@@ -463,10 +470,16 @@ class Profiler:
                 # (and the memory observer's storages live) while the GC is paused.
                 import torch._dynamo  # noqa: F401
 
-                self._mode = SessionMode(self._tracker, on_op, self._adjust)
+                self._mode = SessionMode(self._tracker, on_op)
                 self._mode.__enter__()  # type: ignore[no-untyped-call]
+            target = self._steer_to()
+            if target is not None:
+                steering = steer(target, "meta")
+                self._kernels = steering.__enter__()
+                self._steering, self._steered = steering, target
         except BaseException:
             try:
+                self._end_steering()
                 if self._mode is not None:
                     remove_mode(self._mode)
                 _uninstall(installed)
@@ -476,6 +489,19 @@ class Profiler:
                 finally:
                     self._release()
             raise
+
+    def _steer_to(self) -> Target | None:
+        """The target whose kernels this session's meta tensors follow, or None when
+        they are real tensors (which run their own device's kernels)."""
+        on = self._tensors_on or model_device_dtype(self.model)[0].type
+        target = resolve_target(self._target, on)
+        # inside an outer steer context (collect.target), that one steers
+        return target if on == "meta" and not steering_active() else None
+
+    def _end_steering(self) -> None:
+        steering, self._steering = self._steering, None
+        if steering is not None:
+            steering.__exit__(None, None, None)
 
     def _release(self) -> None:
         """Give back the recursion room and the model's claim (both taken at enter)."""
@@ -490,9 +516,13 @@ class Profiler:
         failed: Exception | None = None
         wrong_thread = self._thread != threading.get_ident()
         try:
-            if self._mode is not None:
-                # Its own mode, wherever it is on the stack: sessions may end in any order.
-                remove_mode(self._mode)
+            try:
+                self._end_steering()
+            finally:
+                if self._mode is not None:
+                    # Its own mode, wherever it is on the stack: sessions may end in any
+                    # order.
+                    remove_mode(self._mode)
         finally:
             self._mode = None
             try:
@@ -524,6 +554,11 @@ class Profiler:
             observers=self.observers,
             run=self._run,
         )
+        steered, kernels, self._steered, self._kernels = self._steered, self._kernels, None, None
+        if steered is not None:
+            prof.model["target"] = steered.describe()
+            if kernels:
+                prof.model["kernels"] = kernels.as_dict()
         if self._tracker.foreign_calls:
             prof.notices.append(
                 f"{self._tracker.foreign_calls} module calls from threads other than the "
@@ -549,6 +584,21 @@ class Profiler:
                 "not been called)"
             )
         return self._profile
+
+
+def resolve_target(target: Target | None, on: str) -> Target | None:
+    """The target of a session whose tensors are on ``on``: the one given, else the CPU
+    for meta and CPU tensors (None on a GPU, whose own kernels run). A target of another
+    device than real tensors' is an ``InvalidInputError``."""
+    if target is None:
+        return parse_target("cpu") if on in ("meta", "cpu") else None
+    if on not in ("meta", target.device_type):
+        raise InvalidInputError(
+            f"target={target.name!r} makes a meta analysis follow that device's kernels; "
+            f"the model's tensors are on {on}, which run {on} kernels (move the model to "
+            "meta with ls.to_meta, or leave target out)"
+        )
+    return target
 
 
 def profile(
@@ -646,18 +696,11 @@ def profile(
         raise InvalidInputError("loss_fn only applies with backward=True")
     run_mode = check_mode(mode)
     timing_options = check_timing(timing, backward=backward, loss_fn=loss_fn)
-    target = check_target(target)
     on = model_device_dtype(model)[0].type
     given_tensors = iter_tensors((args, kwargs, None if inputs is _MISSING else inputs))
     if on == "cpu" and any(t.is_meta for t in given_tensors):  # a model without tensors
         on = "meta"
-    if target is None and on in ("meta", "cpu"):
-        target = "cpu"
-    elif target is not None and on not in ("meta", target):
-        raise InvalidInputError(
-            f"target={target!r} follows that device's kernels on meta; the model is on {on}"
-        )
-    steering = Steering() if target is not None and on == "meta" else None
+    resolve_target(parse_target(target) if target is not None else None, on)
     # Builds the observers, checking their options. Without a backward there are no
     # gradients to check: no tensor hooks for them.
     p = Profiler(
@@ -670,9 +713,9 @@ def profile(
         memory=memory,
         observers=observers,
         grad_shapes=record_shapes is True and backward,
+        target=target,
     )
-    if steering is not None:
-        p._adjust = adjust_output
+    p._tensors_on = on
 
     # One session on a model at a time: another thread's waits here for this one to end.
     with claimed(model):
@@ -697,7 +740,7 @@ def profile(
                 if backward:
                     state.add_inputs(iter_tensors((call_args, kwargs)))
                 try:
-                    with in_mode(model, run_mode), p, steering or nullcontext():
+                    with in_mode(model, run_mode), p:
                         out = model(*call_args, **(kwargs or {}))
                         if backward:
                             loss = loss_fn(out) if loss_fn is not None else default_loss(out)
@@ -723,10 +766,6 @@ def profile(
             finally:
                 restore_notices = state.restore()
         prof = p.profile
-        if steering is not None:
-            prof.model["target"] = target
-            if steering.kernels:
-                prof.model["kernels"] = steering.kernels
         prof.notices[:0] = notices  # what unwrapping the model found comes first
         prof.notices.extend(restore_notices)
         if timing_options is not None:

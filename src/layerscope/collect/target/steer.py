@@ -1,0 +1,248 @@
+"""``steer``: run a meta analysis through the kernels the target device would run."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import (
+    TorchDispatchMode,
+    _get_current_dispatch_mode_stack,
+    _pop_mode,
+    _push_mode,
+)
+
+from layerscope.collect.dispatch import remove_mode
+from layerscope.collect.target import rnn
+from layerscope.collect.target.sdpa import SdpaCall, kernel_name, run_sdpa, sdpa_backend
+from layerscope.collect.target.spec import Target
+from layerscope.errors import InvalidInputError
+
+_aten = torch.ops.aten
+_SDPA = F.scaled_dot_product_attention
+_VF = torch._C._VariableFunctions
+#: the RNN entry points ``nn.LSTM``/``nn.GRU``/``nn.RNN`` call (``torch._VF.<name>``)
+_RNNS: dict[Any, str] = {
+    _VF.lstm: "lstm",
+    _VF.gru: "gru",
+    _VF.rnn_tanh: "rnn_tanh",
+    _VF.rnn_relu: "rnn_relu",
+}
+_NATIVE_BATCH_NORM = _aten.native_batch_norm.default
+_MKLDNN_RNN_LAYER_BACKWARD = _aten.mkldnn_rnn_layer_backward.default
+CPU = Target("cpu")
+
+
+class KernelLog(dict[str, dict[str, int]]):
+    """The kernels steering chose: ``{op: {kernel: calls}}``, e.g.
+    ``{"scaled_dot_product_attention": {"flash_attention_cpu": 12},
+    "batch_norm": {"cpu_eval": 3}, "lstm": {"onednn": 1}}``.
+
+    Kernel names: SDPA ``flash_attention_cpu``, ``flash_attention``,
+    ``efficient_attention``, ``cudnn_attention``, ``math``; ``batch_norm`` ``cpu_eval``
+    (eval-mode BatchNorm with the CPU kernel's empty saved statistics); ``lstm``,
+    ``gru``, ``rnn_tanh``, ``rnn_relu``: ``onednn`` (``mkldnn_rnn_layer`` per layer and
+    direction), ``cpu_cells`` (the generic cells with the whole-sequence input
+    projection), or ``not_steered`` (a CUDA target: cuDNN RNNs are not ported, meta's
+    cells ran)."""
+
+    def add(self, op: str, kernel: str, n: int = 1) -> None:
+        per_op = self.setdefault(op, {})
+        per_op[kernel] = per_op.get(kernel, 0) + n
+
+    def as_dict(self) -> dict[str, dict[str, int]]:
+        """A plain copy (JSON-ready)."""
+        return {op: dict(kernels) for op, kernels in self.items()}
+
+
+class _Active(threading.local):
+    depth = 0
+
+
+_active = _Active()
+
+
+def steering_active() -> bool:
+    """Whether a ``steer`` context is active in this thread."""
+    return _active.depth > 0
+
+
+class _FunctionSteering(TorchFunctionMode):
+    """Replaces SDPA and RNN calls on meta tensors by the target's ops.
+
+    A function mode runs before the dispatcher: the aten ops its handlers call go
+    through autograd and every dispatch mode as any op does, so a session's dispatch
+    mode sees them (and not meta's decomposition) wherever this mode sits among the
+    function modes."""
+
+    def __init__(self, target: Target, log: KernelLog, *, rnns: bool = True) -> None:
+        super().__init__()
+        self.target = target
+        self.log = log
+        self.rnns = rnns
+
+    def __torch_function__(
+        self,
+        func: Callable[..., Any],
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        kwargs = kwargs or {}
+        if func is _SDPA:
+            return self._sdpa(args, kwargs)
+        if self.rnns:
+            name = _RNNS.get(func)
+            if name is not None:
+                return self._rnn(func, name, args, kwargs)
+        return func(*args, **kwargs)
+
+    def _sdpa(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        call = SdpaCall.from_args(args, kwargs)
+        if not call.query.is_meta or not call.dense:
+            return _SDPA(*args, **kwargs)  # real tensors, or nested ones: as they are
+        backend = sdpa_backend(self.target, call)
+        self.log.add("scaled_dot_product_attention", kernel_name(self.target, backend))
+        return run_sdpa(self.target, call, backend, _SDPA)
+
+    def _rnn(
+        self, func: Callable[..., Any], name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        first = args[0] if args else kwargs.get("input", kwargs.get("data"))
+        if not (isinstance(first, torch.Tensor) and first.is_meta):
+            return func(*args, **kwargs)
+        if self.target.device_type != "cpu":
+            self.log.add(name, "not_steered")
+            return func(*args, **kwargs)
+        if not rnn.batch_sizes_known(name, args, kwargs):
+            self.log.add(name, "not_steered")
+            return func(*args, **kwargs)
+        kernel = "onednn" if rnn.uses_onednn(name, args, kwargs) else "cpu_cells"
+        self.log.add(name, kernel)
+        return rnn.cpu_rnn(name, args, kwargs)
+
+
+def _cpu_eval_batch_norm(args: tuple[Any, ...], out: Any) -> tuple[Any, Any, Any]:
+    """``batch_norm_cpu`` in eval: the output, and empty saved statistics of the
+    parameters' dtype when it differs from the input's (``is_mixed_type``: bf16/fp16
+    input with float32 weight, bias and running statistics), else of the input's."""
+    x = args[0]
+    first = next((a for a in args[1:5] if isinstance(a, torch.Tensor)), None)
+    dtype = first.dtype if first is not None and first.dtype != x.dtype else x.dtype
+    return out[0], x.new_empty(0, dtype=dtype), x.new_empty(0, dtype=dtype)
+
+
+class _CpuOutputs(TorchDispatchMode):
+    """Gives two ops on meta the CPU kernel's outputs: eval-mode ``native_batch_norm``
+    empty saved mean and inverse std (the CPU saves nothing in eval; meta returns
+    C-sized ones, which autograd would save), and ``mkldnn_rnn_layer_backward`` two
+    distinct bias gradients.
+
+    It must run below the session's dispatch mode (closer to the kernel), so that the
+    session sees the adjusted outputs: ``steer`` inserts it at the bottom of the stack."""
+
+    def __init__(self, log: KernelLog) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.log = log
+
+    def __torch_dispatch__(
+        self,
+        func: Any,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        out = func(*args, **(kwargs or {}))
+        if func is _NATIVE_BATCH_NORM and not args[5] and args[0].is_meta:
+            self.log.add("batch_norm", "cpu_eval")
+            return _cpu_eval_batch_norm(args, out)
+        if func is _MKLDNN_RNN_LAYER_BACKWARD and out[3] is out[4] and out[3].is_meta:
+            # meta returns one bias gradient twice; the CPU a copy (diff_b2_ =
+            # clone(diff_b_)), which autograd can keep without copying it again
+            return (*out[:4], torch.empty_like(out[3]), *out[5:])
+        return out
+
+
+_FLAG_DEQUES = (
+    "old_dispatch_mode_flags",
+    "old_non_infra_dispatch_mode_flags",
+    "old_without_ignore_compile_internals_dispatch_mode_flags",
+)
+
+
+def _entered_by_base(mode: TorchDispatchMode) -> bool:
+    return all(getattr(mode, name, None) for name in _FLAG_DEQUES)
+
+
+def _enter_at_bottom(mode: TorchDispatchMode) -> None:
+    """Enter ``mode`` below every dispatch mode of this thread (the session's included),
+    taking the others off and putting them back in their order, as ``remove_mode``
+    does."""
+    stack = _get_current_dispatch_mode_stack()
+    by_base = [_entered_by_base(m) for m in stack]
+    for m, base in zip(reversed(stack), reversed(by_base), strict=True):
+        if base:
+            TorchDispatchMode.__exit__(m, None, None, None)  # type: ignore[no-untyped-call]
+        else:
+            _pop_mode()
+    try:
+        mode.__enter__()  # type: ignore[no-untyped-call]
+    finally:
+        for m, base in zip(stack, by_base, strict=True):
+            if base:
+                TorchDispatchMode.__enter__(m)  # type: ignore[no-untyped-call]
+            else:
+                _push_mode(m)
+
+
+@contextmanager
+def steer(target: Target, tensors_device: torch.device | str) -> Iterator[KernelLog]:
+    """Run the ops inside through the kernels ``target`` would run; yields the
+    ``KernelLog`` of the choices made.
+
+    With ``tensors_device`` of the target's type the real kernels run: nothing is
+    installed and the log stays empty; likewise inside another ``steer`` context of this
+    thread, which does the steering. With meta tensors:
+
+    - ``F.scaled_dot_product_attention``: the target's backend choice and input
+      preparation, then its kernel (``_scaled_dot_product_flash_attention_for_cpu``;
+      on CUDA ``_scaled_dot_product_{cudnn,flash,efficient}_attention``) or the math
+      path;
+    - CPU target: ``nn.LSTM``/``nn.GRU``/``nn.RNN`` (``torch._VF`` calls) through
+      oneDNN's ``mkldnn_rnn_layer`` or the CPU's cells; eval-mode BatchNorm with the
+      CPU kernel's empty saved statistics.
+
+    Enter it before the session's dispatch mode or inside it: the function mode's ops
+    reach any dispatch mode, and the dispatch mode that fixes outputs goes to the bottom
+    of the stack.
+    """
+    device = torch.device(tensors_device)
+    log = KernelLog()
+    if device.type == target.device_type or steering_active():
+        yield log  # real kernels run, or an outer steer context does the steering
+        return
+    if device.type != "meta":
+        raise InvalidInputError(
+            f"steering to {target.describe()} kernels needs meta tensors; tensors on "
+            f"{device.type} run {device.type} kernels"
+        )
+    functions = _FunctionSteering(target, log)
+    cpu_outputs = _CpuOutputs(log) if target.device_type == "cpu" else None
+    if cpu_outputs is not None:
+        _enter_at_bottom(cpu_outputs)
+    _active.depth += 1
+    try:
+        with functions:
+            yield log
+    finally:
+        _active.depth -= 1
+        if cpu_outputs is not None:
+            remove_mode(cpu_outputs)
+
+
+__all__ = ["KernelLog", "steer", "steering_active"]
