@@ -137,8 +137,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         dest="kernel_target",
         metavar="DEVICE",
         default=None,
-        help="with --device meta, follow this device's kernels (attention, BatchNorm): "
-        "cpu, the default there; GPU targets are not supported yet",
+        help="with --device meta, follow the kernels (attention, LSTM, BatchNorm) of "
+        "this device: cpu (the default there), cuda, h100, h100-pcie, h200, a100, "
+        "a100-40gb, a100-80gb, l4, l40s, rtx4090",
     )
     run.add_argument(
         "--dtype", metavar="DTYPE", help="cast the model first (e.g. float16, bfloat16)"

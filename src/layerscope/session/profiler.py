@@ -145,6 +145,9 @@ class Profiler:
     model: entering a Profiler on a model another thread is profiling raises. Sessions
     on one model nest, and may end in any order.
 
+    On a ``meta`` model, analysed steps follow the kernels of ``target`` (default
+    ``"cpu"``; ``"h100"``, ``"a100"``, ... as in ``ls.profile``).
+
     ``grad_shapes`` (default: as ``record_shapes``) records the shapes of the gradients
     that reach each module's inputs and outputs in a backward pass inside the block
     (``Node.grad_inputs``/``grad_outputs``).
@@ -165,10 +168,10 @@ class Profiler:
         timing: bool | Mapping[str, Any] = False,
         schedule: Schedule | None = None,
         on_ready: Callable[[Profile], Any] | None = None,
-        target: str | None = None,
+        target: str | Target | None = None,
     ) -> None:
         self.model, self._notices = unwrap_model(model)
-        self._target = parse_target(target) if target is not None else None
+        self._target = as_target(target)
         self._options = check_session(
             record_shapes=record_shapes,
             count_flops=count_flops,
@@ -586,6 +589,11 @@ class Profiler:
         return self._profile
 
 
+def as_target(value: str | Target | None) -> Target | None:
+    """``target=`` as a Target: a name (``parse_target``) or a Target as it is."""
+    return value if value is None or isinstance(value, Target) else parse_target(value)
+
+
 def resolve_target(target: Target | None, on: str) -> Target | None:
     """The target of a session whose tensors are on ``on``: the one given, else the CPU
     for meta and CPU tensors (None on a GPU, whose own kernels run). A target of another
@@ -621,7 +629,7 @@ def profile(
     timing: bool | Mapping[str, Any] = False,
     observers: Sequence[Observer] = (),
     mode: Mode | None = None,
-    target: str | None = None,
+    target: str | Target | None = None,
 ) -> Profile:
     """Run ``model`` once under instrumentation and return its Profile.
 
@@ -632,10 +640,13 @@ def profile(
     The model is left exactly as found, gradients included. Every option is checked
     before the model is touched (``InvalidInputError``).
 
-    - ``target="cpu"`` makes an analysis on ``meta`` follow the CPU's kernels
-      (attention's flash kernel, eval BatchNorm's empty saved statistics:
-      ``docs/roofline.md``); the default for a model on ``meta``. Real tensors on
-      another device than the target are an error.
+    - ``target`` makes an analysis on ``meta`` follow the kernels of the device the
+      model will run on: ``"cpu"`` (the default on meta: SDPA's CPU flash kernel,
+      oneDNN's LSTM, eval BatchNorm's empty saved statistics), ``"cuda"`` or a GPU name
+      (``"h100"``, ``"a100"``, ``"l4"``, ...: the SDPA kernel torch would select there), or
+      a ``collect.target.Target``. The kernels chosen go to ``profile.model["kernels"]``
+      and the footer (``docs/target.md``). Real tensors on another device than the
+      target are an error.
     - ``mode="eval"|"train"`` runs both passes with ``model.eval()``/``model.train()``
       in force and puts every submodule's own flag back afterwards; None (default) runs
       the model as it is. ``profile.model["training"]`` says which mode ran.
@@ -700,7 +711,7 @@ def profile(
     given_tensors = iter_tensors((args, kwargs, None if inputs is _MISSING else inputs))
     if on == "cpu" and any(t.is_meta for t in given_tensors):  # a model without tensors
         on = "meta"
-    resolve_target(parse_target(target) if target is not None else None, on)
+    resolve_target(as_target(target), on)
     # Builds the observers, checking their options. Without a backward there are no
     # gradients to check: no tensor hooks for them.
     p = Profiler(
