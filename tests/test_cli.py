@@ -143,6 +143,27 @@ def test_view_flags_with_a_file_format_are_refused(capsys: pytest.CaptureFixture
     assert main(["profile", "examples:tiny_gpt", "--format", "csv", "--depth", "1"]) == 2
     err = capsys.readouterr().err
     assert err == "layerscope: error: --depth only apply to views and to --format md, not to csv\n"
+    assert main(["profile", "examples:tiny_gpt", "--format", "html", "--depth", "1"]) == 2
+    assert capsys.readouterr().err == (
+        "layerscope: error: --depth only apply to views and to --format md (and --spec to "
+        "html), not to html\n"
+    )
+
+
+def test_spec_draws_the_html_roofline(tmp_path: Path) -> None:
+    out = tmp_path / "p.html"
+    assert main(["profile", "examples:tiny_gpt", "--spec", "a100", "-o", str(out)]) == 0
+    text = out.read_text()
+    data = json.loads(text[text.index('id="ls-data">') + 13 : text.index("</script>")])
+    # a100 (the 80 GB part, the alias): TF32 tensor cores 156 TFLOP/s, 2,039 GB/s; the
+    # profile has no timing pass, so the points sit on that roof
+    assert data["roofline"]["roof"] == {
+        "name": "a100-80gb",
+        "dtype": "float32",
+        "peak": 156000000000000,
+        "bandwidth": 2039000000000,
+    }
+    assert data["roofline"]["phases"]["forward"]["timed"] is False
 
 
 def test_eval_and_train_and_the_run_line(

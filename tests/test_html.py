@@ -27,6 +27,7 @@ from torch import nn
 import layerscope as ls
 from layerscope import examples
 from layerscope.errors import ExportError
+from layerscope.export import export
 from layerscope.export.html import report_data, script_json, to_html, to_html_text
 from layerscope.profile import Node, Profile
 from layerscope.render import units
@@ -274,9 +275,9 @@ class Page:
 def open_report(browser: Any, tmp_path: Path) -> Iterator[Any]:
     pages: list[Any] = []
 
-    def open_(prof: Profile, name: str = "r.html", width: int = 1280) -> Page:
+    def open_(prof: Profile, name: str = "r.html", width: int = 1280, device: Any = None) -> Page:
         out = tmp_path / name
-        to_html(prof, out)
+        to_html(prof, out, device=device)
         page = browser.new_page(viewport={"width": width, "height": 900})
         pages.append(page)
         p = Page(page, out.as_uri())
@@ -541,4 +542,111 @@ def test_not_called_and_folded_rows(open_report: Any) -> None:
     p = open_report(folded)
     names = p.rows()
     assert len(names) == 2 and names[1].endswith("×3")
+    p.clean()
+
+
+# ==== the roofline chart ======================================================================
+
+#: round numbers (peak 1,000 FLOP/s, 100 B/s: ridge 10 FLOP/B), as in test_roofline.py
+TOY = {"name": "toy", "bandwidth": 100, "peak_flops": {"float32": 1000}}
+
+
+def _mlp(backward: bool = False, seconds: float | None = None) -> Profile:
+    """Linear(8, 16) - ReLU - Linear(16, 4) on (2, 8); per module (test_roofline.py):
+    544 FLOPs / 768 B, 32 FLOPs / 256 B, 264 FLOPs / 432 B; ``seconds`` per call, a
+    made-up timing pass."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    prof = ls.profile(model, torch.randn(2, 8), backward=backward)
+    if seconds is not None:
+        for n in prof.root.walk():
+            n.metrics["forward_time"] = seconds
+            n.self_metrics["forward_time"] = seconds if n.path else 0.0
+    return prof
+
+
+def test_roofline_points_travel_per_module() -> None:
+    from layerscope.analysis.roofline import roof_of
+
+    assert report_data(_mlp())["roofline"] is None  # neither a time nor a roof
+    data = report_data(_mlp(backward=True), roof_of(TOY))["roofline"]
+    assert data["roof"] == {"name": "toy", "dtype": "float32", "peak": 1000, "bandwidth": 100}
+    forward = data["phases"]["forward"]
+    # node indices in pre-order: 0 the root (no work of its own, no point), 1, 2, 3
+    assert forward == {
+        "i": [1, 2, 3],
+        "f": [544, 32, 264],
+        "b": [768, 256, 432],
+        "t": [None, None, None],
+        "no_flops": 0,
+        "timed": False,
+    }
+    # backward: Linear 0 computes only the weight and bias gradients (its input needs
+    # none): 2*2*8*16 + 2*16 = 544 FLOPs; ReLU's threshold_backward 32 FLOPs, 384 B
+    backward = data["phases"]["backward"]
+    assert backward["i"] == [1, 2, 3] and backward["f"][:2] == [544, 32]
+    assert backward["b"][1] == 3 * 32 * 4
+    timed = report_data(_mlp(seconds=10.0))["roofline"]
+    assert timed["roof"] is None and list(timed["phases"]) == ["forward"]
+    assert timed["phases"]["forward"]["t"] == [10, 10, 10]
+    assert timed["phases"]["forward"]["timed"] is True
+
+
+def test_roofline_device_reaches_every_html_path(tmp_path: Path) -> None:
+    prof = _mlp(seconds=10.0)
+    prof.to_html(tmp_path / "a.html", device=TOY)
+    export(prof, tmp_path / "b.html", device=TOY)
+    for name in ("a.html", "b.html"):
+        data = embedded((tmp_path / name).read_text(encoding="utf-8"))
+        assert data["roofline"]["roof"]["name"] == "toy"
+    with pytest.raises(ExportError, match="takes no options \\(only device\\), got view"):
+        export(prof, tmp_path / "c.html", view="tree")
+    with pytest.raises(ls.InvalidInputError, match="unknown device"):
+        prof.to_html(tmp_path / "d.html", device="h10")
+
+
+def test_roofline_chart_in_the_page(open_report: Any) -> None:
+    p = open_report(_mlp(seconds=10.0), device=TOY)
+    page = p.page
+    chart = page.locator("#ls-roofline-chart")
+    assert chart.locator("circle.rl-pt").count() == 3
+    assert chart.locator("path.rl-roof").count() == 1
+    note = page.locator("#ls-roofline .head .note").text_content()
+    assert note.startswith("Roof: toy (float32): peak 1 KFLOP/s, 100 B/s, ridge 10 FLOP/B.")
+    tip = chart.locator('circle[data-i="1"]').get_attribute("data-tip")
+    # 544 / 768 = 0.708 FLOP/B; 544 FLOPs in 10 s; 768 B in 10 s; roofline max(0.544,
+    # 7.68) = 7.68 s, memory-bound: 76.8% of the measured 10 s
+    assert tip.split("\n") == [
+        "0 (Linear)",
+        "0.708 FLOP/B \u00b7 544 FLOP, 768 B moved",
+        "54.4 FLOP/s achieved, 76.8 B/s \u00b7 own time 10 s",
+        "memory-bound, roofline time 7.68 s \u00b7 efficiency 76.8%",
+    ]
+    # the point's height: log10(54.4) between the axis decades
+    box = chart.locator('circle[data-i="1"]').bounding_box()
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    assert page.locator("#ls-roofline .tip").text_content().startswith("0 (Linear)")
+    p.clean()
+
+
+def test_roofline_chart_on_meta_sits_on_the_roof(open_report: Any) -> None:
+    """Not timed, with a roof and a backward: points on the roof, both phases."""
+    torch.manual_seed(0)
+    model = ls.to_meta(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)))
+    prof = ls.profile(model, torch.empty(2, 8, device="meta"), backward=True)
+    p = open_report(prof, device=TOY)
+    page = p.page
+    chart = page.locator("#ls-roofline-chart")
+    assert chart.locator("circle.rl-pt.est").count() == 3
+    tip = chart.locator('circle[data-i="3"]').get_attribute("data-tip").split("\n")
+    # 264 / 432 = 0.611 FLOP/B: memory-bound, on the roof at 100 * 0.611 = 61.1 FLOP/s
+    assert tip[1:] == [
+        "0.611 FLOP/B \u00b7 264 FLOP, 432 B moved",
+        "not timed: placed on the roof (61.1 FLOP/s)",
+        "memory-bound, roofline time 4.32 s",
+    ]
+    assert "No time was measured" in page.locator("#ls-roofline > .note").text_content()
+    page.locator('#ls-rl-phase button[data-phase="backward"]').click()
+    tip = chart.locator('circle[data-i="2"]').get_attribute("data-tip").split("\n")
+    assert tip[1] == "0.0833 FLOP/B \u00b7 32 FLOP, 384 B moved"  # 32 / 384
     p.clean()

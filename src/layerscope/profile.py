@@ -465,11 +465,13 @@ class Profile:
 
         to_trace(self, path)
 
-    def to_html(self, path: str | os.PathLike[str]) -> None:
-        """A self-contained HTML report (inline JS and CSS; opens from disk)."""
+    def to_html(self, path: str | os.PathLike[str], *, device: Any = None) -> None:
+        """A self-contained HTML report (inline JS and CSS; opens from disk). ``device``
+        (a spec name such as ``"h100"`` or ``"cpu"``, ``ls.device_spec(...)`` or a
+        mapping) draws that device's roof in the roofline chart."""
         from layerscope.export.html import to_html
 
-        to_html(self, path)
+        to_html(self, path, device=device)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Profile):

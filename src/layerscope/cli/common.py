@@ -93,7 +93,7 @@ def add_view_arguments(p: argparse.ArgumentParser) -> None:
         metavar="DEVICE",
         help="a device spec (h100, h100-pcie, h200, a100, l4, l40s, rtx4090, cpu, ...) for "
         "the roofline view and columns (intensity, bound, roofline_time, efficiency, "
-        "lost_time); docs/roofline.md",
+        "lost_time) and the HTML report's roofline chart; docs/roofline.md",
     )
     g.add_argument(
         "--estimate",
@@ -170,9 +170,12 @@ def check_view_arguments(args: argparse.Namespace) -> None:
     fmt = output_format(args)
     if fmt in FORMATS and fmt != "md":
         given = [f"--{flag}" for flag in _view_flags_given(args)]
+        if fmt == "html" and "--spec" in given:
+            given.remove("--spec")  # the roofline chart's roof
         if given:
+            also = " (and --spec to html)" if fmt == "html" else ""
             raise InvalidInputError(
-                f"{' '.join(given)} only apply to views and to --format md, not to {fmt}"
+                f"{' '.join(given)} only apply to views and to --format md{also}, not to {fmt}"
             )
     if args.estimate is not None:
         from layerscope.hardware import device_spec
@@ -217,8 +220,12 @@ def write_profile(prof: Profile, args: argparse.Namespace) -> None:
         else:
             write_text(args.output, render(prof, **options))
         return
-    md_options = {k: v for k, v in options.items() if k not in ("view", "width")}
-    extra = md_options if fmt == "md" else {}
+    if fmt == "md":
+        extra = {k: v for k, v in options.items() if k not in ("view", "width")}
+    elif fmt == "html" and options.get("device") is not None:
+        extra = {"device": options["device"]}  # --spec: the roofline chart's roof
+    else:
+        extra = {}
     if args.output is None:
         sys.stdout.write(export_text(prof, fmt, **extra))
     else:

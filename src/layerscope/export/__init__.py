@@ -42,14 +42,23 @@ def format_of(path: str | os.PathLike[str], format: str | None = None) -> str:
     )
 
 
+def _check_options(fmt: str, options: dict[str, Any]) -> None:
+    if fmt == "md" or not options:
+        return
+    if fmt == "html" and set(options) <= {"device"}:
+        return
+    takes = " (only device)" if fmt == "html" else ""
+    raise ExportError(f"{fmt} export takes no options{takes}, got {', '.join(options)}")
+
+
 def export(
     profile: Profile, path: str | os.PathLike[str], format: str | None = None, **options: Any
 ) -> None:
-    """Write ``profile`` to ``path`` in ``format`` (default: from the extension). Only the
-    Markdown table takes options (the view options, as for ``prof.show``)."""
+    """Write ``profile`` to ``path`` in ``format`` (default: from the extension). The
+    Markdown table takes the view options (as for ``prof.show``); the HTML report
+    ``device`` (the roofline chart's roof)."""
     fmt = format_of(path, format)
-    if options and fmt != "md":
-        raise ExportError(f"{fmt} export takes no options, got {', '.join(options)}")
+    _check_options(fmt, options)
     if fmt == "json":
         profile.save(path)
     elif fmt == "csv":
@@ -57,7 +66,7 @@ def export(
     elif fmt == "md":
         write_text(path, profile.to_markdown(**options))
     elif fmt == "html":
-        profile.to_html(path)
+        profile.to_html(path, **options)
     else:
         profile.to_trace(path)
 
@@ -65,8 +74,7 @@ def export(
 def export_text(profile: Profile, format: str, **options: Any) -> str:
     """The text ``export`` would write in ``format`` (for standard output)."""
     fmt = format_of("", format)
-    if options and fmt != "md":
-        raise ExportError(f"{fmt} export takes no options, got {', '.join(options)}")
+    _check_options(fmt, options)
     if fmt == "json":
         return profile.to_json() + "\n"
     if fmt == "csv":
@@ -78,7 +86,7 @@ def export_text(profile: Profile, format: str, **options: Any) -> str:
     if fmt == "html":
         from layerscope.export.html import to_html_text
 
-        return to_html_text(profile)
+        return to_html_text(profile, **options)
     import json
 
     from layerscope.export.trace import trace_events

@@ -2,7 +2,9 @@
 
 The page shows the module tree as a table (sort by any column, filter by name or type,
 expand and collapse), an icicle chart of time, FLOPs, parameters or memory per module, the
-memory timeline of the analysis pass, and the facts below every view (``summary_lines``).
+memory timeline of the analysis pass, a roofline chart (one point per module's own work,
+with the roof of a device spec when one is given), and the facts below every view
+(``summary_lines``).
 
 The profile's numbers travel as one JSON document, column by column (a value per node in
 pre-order; paths, node ids, self times and time totals only where the tree and the other
@@ -24,8 +26,10 @@ from importlib import resources
 from typing import Any
 
 from layerscope.analysis.catalog import TIMES, Values, column
+from layerscope.analysis.roofline import PHASE_KEYS, Roof, profile_dtype, roof_of, work
 from layerscope.export.files import write_text
-from layerscope.profile import Number, Profile
+from layerscope.hardware import DeviceSpec
+from layerscope.profile import Node, Number, Profile
 from layerscope.render import units
 from layerscope.render.summary import summary_lines
 
@@ -81,14 +85,23 @@ CHART_METRICS: tuple[tuple[str, str, str], ...] = (
 _EVENTS = {"enter": "e", "exit": "x", "backward": "b"}
 
 
-def to_html(profile: Profile, path: str | os.PathLike[str]) -> None:
-    """Write the report for ``profile`` to ``path`` (atomically; ``ExportError`` on failure)."""
-    write_text(path, to_html_text(profile))
+#: A device spec: a name such as "h100" or "cpu", a DeviceSpec, or a mapping.
+Device = str | DeviceSpec | dict[str, Any]
 
 
-def to_html_text(profile: Profile) -> str:
+def to_html(
+    profile: Profile, path: str | os.PathLike[str], *, device: Device | None = None
+) -> None:
+    """Write the report for ``profile`` to ``path`` (atomically; ``ExportError`` on
+    failure). ``device`` (a spec name such as ``"h100"`` or ``"cpu"``, a ``DeviceSpec`` or
+    a mapping) draws its roof in the roofline chart."""
+    write_text(path, to_html_text(profile, device=device))
+
+
+def to_html_text(profile: Profile, *, device: Device | None = None) -> str:
     """The report as one HTML document."""
-    data = report_data(profile)
+    roof = roof_of(device, profile_dtype(profile)) if device is not None else None
+    data = report_data(profile, roof)
     title = profile.model.get("name") or profile.root.type or "model"
     css, js = _assets()
     return _PAGE.format(
@@ -112,8 +125,9 @@ def script_json(value: Any) -> str:
     )
 
 
-def report_data(profile: Profile) -> dict[str, Any]:
-    """Everything the page shows, as plain JSON (no NaN: non-finite floats as strings)."""
+def report_data(profile: Profile, roof: Roof | None = None) -> dict[str, Any]:
+    """Everything the page shows, as plain JSON (no NaN: non-finite floats as strings);
+    ``roof``: the device whose roof the roofline chart draws."""
     nodes = profile.nodes()
     index = {id(n): i for i, n in enumerate(nodes)}
     values = Values(profile)
@@ -218,6 +232,7 @@ def report_data(profile: Profile) -> dict[str, Any]:
         "facts": [[text, style] for text, style in summary_lines(profile)],
         "unsupported": _unsupported(profile),
         "timeline": _timeline(profile, {n.path: i for i, n in enumerate(nodes)}),
+        "roofline": _roofline(nodes, values, roof),
         "not_called": [index[id(n)] for n in nodes if not n.calls],
     }
 
@@ -339,6 +354,45 @@ def _timeline(profile: Profile, by_path: dict[str, int]) -> dict[str, Any] | Non
         "bytes": list(t["bytes"]),
         "allocator": t.get("allocator", "simulated"),
         "dropped": t.get("dropped", 0),
+    }
+
+
+def _roofline(nodes: list[Node], values: Values, roof: Roof | None) -> dict[str, Any] | None:
+    """The roofline chart's points: per phase, every module whose own work has FLOPs and
+    bytes moved, as node indices (``i``), own FLOPs (``f``), own bytes (``b``) and own
+    measured time, all calls (``t``; None where not timed). None when no module has a
+    point that can be placed: timed work, or any work once a roof is given."""
+    phases: dict[str, dict[str, Any]] = {}
+    for phase, (_, _, time_key) in PHASE_KEYS.items():
+        points: dict[str, list[Any]] = {"i": [], "f": [], "b": [], "t": []}
+        no_flops = 0
+        for i, n in enumerate(nodes):
+            w = work(n.self_metrics, phase)
+            if w is None or not w[1]:
+                continue
+            if not w[0]:
+                no_flops += 1
+                continue
+            t = values.time_total(n, time_key, own=True)
+            points["i"].append(i)
+            points["f"].append(_num(w[0]))
+            points["b"].append(_num(w[1]))
+            points["t"].append(_num(t) if t else None)
+        timed = any(t is not None for t in points["t"])
+        if points["i"] and (timed or roof is not None):
+            phases[phase] = {**points, "no_flops": no_flops, "timed": timed}
+    if not phases:
+        return None
+    return {
+        "roof": None
+        if roof is None
+        else {
+            "name": roof.name,
+            "dtype": roof.dtype,
+            "peak": _num(roof.peak),
+            "bandwidth": _num(roof.bandwidth),
+        },
+        "phases": phases,
     }
 
 
