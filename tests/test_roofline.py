@@ -14,7 +14,8 @@ from torch import nn
 
 import layerscope as ls
 from layerscope.analysis.catalog import Values
-from layerscope.analysis.roofline import roof_of
+from layerscope.analysis.roofline import roof_of, target_spec
+from layerscope.export.html import to_html_text
 from layerscope.hardware import SPECS, calibrate_cpu, spec_table_markdown
 
 SPEC = {"name": "toy", "bandwidth": 100, "peak_flops": {"float32": 1000}}
@@ -150,3 +151,22 @@ def test_cpu_calibration_is_measured_once() -> None:
 
 def test_docs_show_the_table_of_the_code() -> None:
     assert spec_table_markdown() in DOCS.read_text(encoding="utf-8")
+
+
+def test_a_meta_target_is_the_default_device() -> None:
+    """Analysed on meta for an H100, the estimate, the roofline view and columns and the
+    HTML chart use the H100's spec unless told otherwise; a CPU-run profile has none."""
+    model = ls.to_meta(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)))
+    prof = ls.profile(model, torch.empty(2, 8, device="meta"), target="h100")
+    assert prof.model["target"] == "h100 (cuda sm90)" and target_spec(prof) == "h100"
+    est = ls.estimate(prof)
+    assert est.device == "h100"
+    # Linear 0: 768 B at 3.35 TB/s (memory-bound: 544 FLOPs at 495 TFLOP/s is shorter)
+    assert est.module("0").time == pytest.approx(768 / 3.35e12)
+    assert ls.estimate(prof, SPEC).device == "toy"
+    assert prof.render(view="roofline", width=120).startswith("Roofline on h100 (float32")
+    assert "Roofline" in prof.render(columns=["flops", "roofline_time"])
+    assert '"roof":{"name":"h100"' in to_html_text(prof)
+    assert target_spec(_mlp_profile()) is None
+    cuda = ls.profile(model, torch.empty(2, 8, device="meta"), target="cuda")
+    assert target_spec(cuda) is None  # "cuda (sm90)": rules, not a spec

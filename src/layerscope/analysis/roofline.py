@@ -80,6 +80,18 @@ def roof_of(
     return Roof(spec.peak(dtype, tensor_cores=tensor_cores), spec.bandwidth, spec.name, dtype)
 
 
+def target_spec(profile: Profile) -> str | None:
+    """The device spec a meta analysis followed the kernels of (``target="h100"``: its
+    profile says ``model["target"] == "h100 (cuda sm90)"``), when that names a spec."""
+    from layerscope.hardware import ALIASES, SPECS
+
+    target = profile.model.get("target")
+    if not isinstance(target, str) or not target:
+        return None
+    name = target.split(" ", 1)[0]
+    return name if name in SPECS or name in ALIASES else None
+
+
 def intensity(flops: float | None, nbytes: float | None) -> float | None:
     """FLOPs per byte; None when either is unknown or no byte moved."""
     if flops is None or not nbytes:
@@ -203,13 +215,15 @@ def _total_time(node: Node, key: str) -> float | None:
 
 def estimate(
     profile: Profile,
-    device: str | DeviceSpec | dict[str, Any] = "cpu",
+    device: str | DeviceSpec | dict[str, Any] | None = None,
     *,
     dtype: str | None = None,
     tensor_cores: bool = True,
 ) -> Estimate:
     """Roofline times per module of ``profile`` on ``device`` (a lower bound: no kernel
     does the work faster), forward and, where the profile has a backward, backward.
+    ``device`` defaults to the target a meta analysis followed (``target="h100"``), else
+    ``"cpu"`` (this machine, calibrated).
 
     ``dtype`` picks the peak (default: the dtype the profile ran in); ``tensor_cores``
     (default on) lets float32 use the TF32 tensor-core peak where the spec has one, which
@@ -220,6 +234,8 @@ def estimate(
     if not isinstance(profile, Profile):
         raise InvalidInputError(f"estimate needs a Profile, got {type(profile).__name__}")
     dtype = dtype or profile_dtype(profile)
+    if device is None:
+        device = target_spec(profile) or "cpu"
     roof = roof_of(device, dtype, tensor_cores=tensor_cores)
     if work(profile.root.metrics, "forward") is None:
         raise InvalidInputError(

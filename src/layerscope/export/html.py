@@ -26,7 +26,14 @@ from importlib import resources
 from typing import Any
 
 from layerscope.analysis.catalog import TIMES, Values, column
-from layerscope.analysis.roofline import PHASE_KEYS, Roof, profile_dtype, roof_of, work
+from layerscope.analysis.roofline import (
+    PHASE_KEYS,
+    Roof,
+    profile_dtype,
+    roof_of,
+    target_spec,
+    work,
+)
 from layerscope.export.files import write_text
 from layerscope.hardware import DeviceSpec
 from layerscope.profile import Node, Number, Profile
@@ -94,12 +101,14 @@ def to_html(
 ) -> None:
     """Write the report for ``profile`` to ``path`` (atomically; ``ExportError`` on
     failure). ``device`` (a spec name such as ``"h100"`` or ``"cpu"``, a ``DeviceSpec`` or
-    a mapping) draws its roof in the roofline chart."""
+    a mapping; default: the target a meta analysis followed, if a spec) draws its roof in
+    the roofline chart."""
     write_text(path, to_html_text(profile, device=device))
 
 
 def to_html_text(profile: Profile, *, device: Device | None = None) -> str:
     """The report as one HTML document."""
+    device = device if device is not None else target_spec(profile)
     roof = roof_of(device, profile_dtype(profile)) if device is not None else None
     data = report_data(profile, roof)
     title = profile.model.get("name") or profile.root.type or "model"

@@ -12,8 +12,9 @@ from rich.text import Text
 
 from layerscope.analysis.catalog import TIMES, Column, Values, column, pct_base
 from layerscope.analysis.fold import fold
-from layerscope.analysis.roofline import profile_dtype, roof_of
+from layerscope.analysis.roofline import profile_dtype, roof_of, target_spec
 from layerscope.analysis.transforms import filter_tree, matches, post_order, sort_tree, top_k
+from layerscope.errors import InvalidInputError
 from layerscope.profile import Node, Number, Profile, Signature
 from layerscope.render import config as display_config
 from layerscope.render import units
@@ -63,7 +64,13 @@ class ViewContext:
         self.profile = profile
         self.options = options
         # a flat list of self values shows op rows apart from their module's self time
-        roof = roof_of(options.device, profile_dtype(profile)) if options.device else None
+        device = options.device or target_spec(profile)
+        if options.view == "roofline" and device is None:
+            raise InvalidInputError(
+                "the roofline view needs a device spec: device='h100' (or 'cpu', 'a100', "
+                "...), or a profile analysed on meta with target='h100'"
+            )
+        roof = roof_of(device, profile_dtype(profile)) if device else None
         self.values = Values(profile, ops_apart=options.view == "ops", roof=roof)
         self.config = display_config.current()
         self.ran = bool(profile.model.get("ran", True))

@@ -52,7 +52,8 @@ class ViewOptions:
     shapes: bool = True
     width: int | None = None
     #: A device spec name (``"h100"``, ``"cpu"``, ...): the roofline columns and view are
-    #: derived for it (``layerscope.hardware``).
+    #: derived for it (``layerscope.hardware``); default: the target a meta analysis
+    #: followed, when it names a spec.
     device: str | None = None
 
 
@@ -116,10 +117,6 @@ def view_options(**kwargs: Any) -> ViewOptions:
                 raise InvalidInputError(f"{name} must be True or False, got {value!r}")
             out[name] = value
     options = ViewOptions(**out)
-    if options.view == "roofline" and options.device is None:
-        raise InvalidInputError(
-            "the roofline view needs a device spec: device='h100' (or 'cpu', 'a100', ...)"
-        )
     if options.by_type and options.view not in ("top", "ops"):
         raise InvalidInputError(
             f"by_type applies to the 'top' and 'ops' views, not {options.view!r}"
