@@ -197,12 +197,16 @@ def key_free(t: Tensor, seen: list[int]) -> bool:
     return True
 
 
+#: Plans by id(op), shared by every counter: an op's schema does not change, and reading
+#: it costs more than most ops' bytes. A plan keeps its op alive, so its id stays its own.
+_PLANS: dict[int, _Plan] = {}
+
+
 class ByteCounter(Observer):
     """Accumulates each op's bytes read + written into the self metrics of its node."""
 
     def __init__(self) -> None:
         self.saw_backward = False
-        self._plans: dict[int, _Plan] = {}  # by id(func), as FLOPs; a plan keeps its func
 
     def on_op(
         self,
@@ -213,9 +217,9 @@ class ByteCounter(Observer):
         node: Node,
         backward: bool,
     ) -> None:
-        plan = self._plans.get(id(func))
+        plan = _PLANS.get(id(func))
         if plan is None:
-            plan = self._plans[id(func)] = _Plan(func)
+            plan = _PLANS[id(func)] = _Plan(func)
         if backward:
             self.saw_backward = True
         if plan.is_view:
