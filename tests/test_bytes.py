@@ -109,3 +109,25 @@ def test_self_and_inclusive_add_up_and_count_bytes_turns_it_off() -> None:
     off = ls.profile(model, torch.randn(2, 8), count_bytes=False)
     assert "bytes_accessed" not in off.root.metrics
     assert off.root.metrics["flops"] == prof.root.metrics["flops"]
+
+
+def test_a_gather_reads_only_what_it_returns() -> None:
+    """Embedding(100, 8) on (2, 5) int64 indices: reads the 10 rows it returns (10*8
+    floats = 320 B, not the 100*8 table) and the indices (10 * 8 B = 80 B), writes
+    (2, 5, 8) = 320 B: 720 B. Backward: ``embedding_dense_backward`` reads the output
+    gradient (320 B) and the indices (80 B) and writes the dense weight gradient, the
+    whole table (100*8*4 = 3,200 B): 3,600 B."""
+    prof = _bytes(nn.Embedding(100, 8), torch.randint(0, 100, (2, 5)), backward=True)
+    m = prof.root.metrics
+    assert m["bytes_accessed"] == 10 * 8 * F32 + 10 * 8 + 2 * 5 * 8 * F32 == 720
+    assert m["backward_bytes_accessed"] == 320 + 80 + 100 * 8 * F32 == 3600
+    # index_select of 3 of 1,000 rows of 4; gather whose result is larger than its source
+    # (4 elements gathered 6 times): at most the source, 16 B
+    src, rows = torch.randn(1000, 4), torch.tensor([1, 5, 7])
+    plan = _Plan(torch.ops.aten.index_select.default)
+    out = torch.index_select(src, 0, rows)
+    assert op_bytes(plan, (src, 0, rows), {}, out) == (3 * 4 * F32 + 3 * 8, 3 * 4 * F32)
+    small, idx = torch.randn(4), torch.zeros(6, dtype=torch.long)
+    plan = _Plan(torch.ops.aten.gather.default)
+    out = torch.gather(small, 0, idx)
+    assert op_bytes(plan, (small, 0, idx), {}, out) == (4 * F32 + 6 * 8, 6 * F32)

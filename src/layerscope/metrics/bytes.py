@@ -16,7 +16,10 @@ schema:
   arguments); a returned alias of it is not written twice;
 - a fused kernel (``addmm``, ``convolution``, ``native_layer_norm``, the flash and
   memory-efficient attention kernels) counts what it reads and writes as one op: its
-  intermediates never reach memory. Unfused, each op's reads and writes count.
+  intermediates never reach memory. Unfused, each op's reads and writes count;
+- a gather (``embedding``, ``index_select``, ``gather``, ``index``, ``take``) reads from
+  its source only as many bytes as it returns (at most the whole source), and its
+  indices.
 
 Sums go to ``bytes_accessed`` (forward) and ``backward_bytes_accessed`` (backward) of the
 module the dispatch mode names, like FLOPs. Device-side caches, re-reads a kernel makes
@@ -77,13 +80,17 @@ _ALLOCATE = frozenset(
     {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "empty_permuted"}
 )
 
+#: Ops that gather elements of their first argument: they read from it only what they
+#: return (an embedding lookup reads its rows, not the whole table).
+_GATHER = frozenset({"embedding", "index_select", "gather", "index", "take"})
+
 _READ, _WRITE, _READ_WRITE = 0, 1, 2
 
 
 class _Plan:
     """What an op's schema says about its arguments and returns, resolved once."""
 
-    __slots__ = ("args", "func", "is_view", "reads_only", "write_returns")
+    __slots__ = ("args", "func", "gather", "is_view", "reads_only", "write_returns")
 
     def __init__(self, func: OpOverload) -> None:
         self.func = func  # kept alive: plans are looked up by id(func)
@@ -109,9 +116,11 @@ class _Plan:
                 self.args.append((i, a.name, _WRITE if pure else _READ_WRITE))
             else:
                 self.args.append((i, a.name, _READ))
+        self.gather = name in _GATHER
         #: at most two tensor arguments, both only read, and one new tensor returned
         self.reads_only = (
-            len(self.args) <= 2
+            not self.gather
+            and len(self.args) <= 2
             and not lists
             and all(how == _READ for _, _, how in self.args)
             and self.write_returns == [0]
@@ -154,6 +163,10 @@ def op_bytes(
     read = written = 0
     seen_read: list[int] = []  # ids; an op has a handful of tensor arguments
     seen_written: list[int] = []
+    if plan.gather and args and isinstance(args[0], Tensor) and isinstance(out, Tensor):
+        # the source's elements that reach the result, at most the whole source
+        read += min(tensor_bytes(args[0]), tensor_bytes(out))
+        seen_read.append(id(args[0]))
     for i, name, how in plan.args:
         value = args[i] if i < n else kwargs.get(name)
         if isinstance(value, Tensor):
