@@ -122,6 +122,13 @@ MODEL = Obj(
         "grad_mode": Str("'enabled', 'no_grad' or 'inference_mode'"),
         "device": Opt(Str()),
         "dtype": Opt(Str()),
+        "target": Str(
+            "the device whose kernels a meta analysis followed: 'cpu', 'h100 (cuda sm90)'"
+        ),
+        "kernels": Map(
+            Map(Int(0)),
+            "the kernels a meta analysis followed, by op: {op: {kernel: calls}}",
+        ),
     },
     description="the model and how it was run",
 )
