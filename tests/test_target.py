@@ -1017,3 +1017,31 @@ def test_steered_meta_equals_this_gpu() -> None:
         for key in ("flops", "backward_flops", "activation_bytes", "output_bytes"):
             assert node.metrics.get(key) == other.get(key), (node.path, key)
         assert node.metrics.get("simulated_peak_bytes") == other.get("peak_bytes"), node.path
+
+
+def test_max_batch_size_for_a_target() -> None:
+    """``max_batch_size(target=)``: the tiny attention on meta, per sample (16 tokens,
+    32 features, 4 heads of 8, float32). The CPU's flash kernel: the input saved by qkv
+    (16*32*4 = 2,048 B), q, k, v (the qkv output, 16*96*4 = 6,144 B), the attention
+    output saved by ``out`` (2,048 B) and the log-sum-exp (4 heads * 16 * 4 = 256 B):
+    10,496 B. An H100 or A100 runs float32 through memory-efficient attention, whose
+    log-sum-exp is padded to a multiple of 32 queries (4 * 32 * 4 = 512 B), and which
+    keeps a philox seed and offset (2 int64: 16 B, once per batch)."""
+    model = ls.to_meta(TinyAttention())
+
+    def make(batch: int) -> tuple[torch.Tensor]:
+        return (torch.empty(batch, 16, 32, device="meta"),)
+
+    fits = {t: ls.max_batch_size(model, make, 2**20, target=t) for t in ("cpu", "h100")}
+    cpu, h100 = (fits[t]["activation_fit"] for t in ("cpu", "h100"))
+    assert cpu["per_sample_bytes"] == 2048 + 6144 + 2048 + 256 == 10496
+    assert cpu["intercept_bytes"] == 0
+    assert h100["per_sample_bytes"] == 2048 + 6144 + 2048 + 512 == 10752
+    assert h100["intercept_bytes"] == 16
+    # fixed, the same on both: 4,224 float32 params (16,896 B), their gradients, AdamW's
+    # two moments and a float32 step per parameter tensor (4 tensors: 16 B)
+    for t in ("cpu", "h100"):
+        assert fits[t]["fixed_bytes"] == 4 * 16896 + 16 == 67600
+    # (1 MiB - fixed - intercept) // per sample
+    assert fits["cpu"]["max_batch"] == (2**20 - 67600) // 10496 == 93
+    assert fits["h100"]["max_batch"] == (2**20 - 67600 - 16) // 10752 == 91

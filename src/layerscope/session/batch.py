@@ -37,6 +37,7 @@ def max_batch_size(
     master_weights: bool = False,
     batch_sizes: tuple[int, int, int] = (1, 2, 4),
     verify: bool | None = None,
+    target: str | None = None,
 ) -> dict[str, Any]:
     """The largest batch whose training footprint fits ``budget_bytes``, with its breakdown.
 
@@ -51,7 +52,9 @@ def max_batch_size(
     profiles the answer itself and steps down until it fits.
 
     ``optimizer=None`` sizes inference instead: forward under ``torch.no_grad``, no
-    gradients or optimizer state.
+    gradients or optimizer state. ``target`` (``"h100"``, ``"a100"``, ...; default
+    ``"cpu"``) makes a model on meta follow that device's kernels (attention's saved
+    tensors differ between them: ``docs/target.md``).
     """
     if budget_bytes <= 0:
         raise InvalidInputError(f"budget_bytes must be positive, got {budget_bytes}")
@@ -73,8 +76,10 @@ def max_batch_size(
                     model,
                     args=tuple(make_input(batch)),
                     count_flops=False,
+                    count_bytes=False,
                     record_shapes=False,
                     observers=[MemoryObserver()],
+                    target=target,
                 )
             if first is None:
                 first = prof
