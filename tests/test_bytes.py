@@ -131,3 +131,14 @@ def test_a_gather_reads_only_what_it_returns() -> None:
     plan = _Plan(torch.ops.aten.gather.default)
     out = torch.gather(small, 0, idx)
     assert op_bytes(plan, (small, 0, idx), {}, out) == (4 * F32 + 6 * 8, 6 * F32)
+
+
+def test_metadata_queries_move_nothing_and_comparisons_read() -> None:
+    """``prim::device`` (which a FakeTensorMode asks of every argument) reads metadata
+    only: 0 B. ``equal`` returns a bool and writes nothing, but reads both tensors:
+    2 * 6 floats = 48 B."""
+    t, u = torch.randn(2, 3), torch.randn(2, 3)
+    device = _Plan(torch.ops.prim.device.default)
+    assert op_bytes(device, (t,), {}, t.device) == (0, 0)
+    equal = _Plan(torch.ops.aten.equal.default)
+    assert op_bytes(equal, (t, u), {}, False) == (2 * 6 * F32, 0)

@@ -1045,3 +1045,27 @@ def test_max_batch_size_for_a_target() -> None:
     # (1 MiB - fixed - intercept) // per sample
     assert fits["cpu"]["max_batch"] == (2**20 - 67600) // 10496 == 93
     assert fits["h100"]["max_batch"] == (2**20 - 67600 - 16) // 10752 == 91
+
+
+@pytest.mark.parametrize("name", ["attention", "bn_cnn", "gpt2"])
+def test_fake_tensor_analysis_equals_cpu(name: str) -> None:
+    """A model built under ``FakeTensorMode`` runs the CPU's kernels (fake CPU tensors
+    dispatch as the CPU does): every module's FLOPs, saved, output, peak and moved bytes
+    equal a real CPU run's. The mode asks ``prim::device`` of every argument of every
+    op; those metadata queries move no bytes."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    build, _ = STEERED[name]
+    torch.manual_seed(0)
+    model, args = build()
+    cpu = ls.profile(model, args=args, memory=True, backward=True)
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+        torch.manual_seed(0)
+        fake_model, fake_args = build()
+        fake = ls.profile(
+            fake_model,
+            args=tuple(mode.from_tensor(a) for a in fake_args),
+            memory=True,
+            backward=True,
+        )
+    assert not _differences(cpu, fake), _differences(cpu, fake)[:10]

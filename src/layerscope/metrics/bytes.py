@@ -9,8 +9,9 @@ schema:
 - a *view* (every tensor it returns aliases an argument without writing it: ``view``,
   ``t``, ``expand``, ``slice``, ``permute``, ...) moves nothing: 0 bytes; nor does an
   allocation (``empty``, ``empty_like``, ``empty_strided``, ``new_empty``): memory is
-  reserved, not written; ``ones_like``, ``zeros_like``, ``new_zeros``, ... write their
-  result but read only their argument's shape;
+  reserved, not written; nor does a metadata query (``prim::device``, ``sym_size``);
+  ``ones_like``, ``zeros_like``, ``new_zeros``, ... write their result but read only
+  their argument's shape;
 - an argument the op writes in place counts as written, and also as read unless the op
   only overwrites it (``copy_``, ``fill_``, ``zero_``, the random fills, ``out=``
   arguments); a returned alias of it is not written twice;
@@ -75,9 +76,26 @@ _SHAPE_ONLY = frozenset(
         "new_full",
     }
 )
-#: Ops that allocate without writing.
+#: Ops that allocate without writing, and ops that read a tensor's metadata only (a
+#: FakeTensorMode asks ``prim::device`` of every argument of every op).
 _ALLOCATE = frozenset(
     {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "empty_permuted"}
+)
+_METADATA = frozenset(
+    {
+        "device",
+        "layout",
+        "dim",
+        "size",
+        "stride",
+        "numel",
+        "sym_size",
+        "sym_stride",
+        "sym_numel",
+        "sym_storage_offset",
+        "storage_offset",
+        "is_same_size",
+    }
 )
 
 #: Ops that gather elements of their first argument: they read from it only what they
@@ -97,12 +115,20 @@ class _Plan:
         schema = func._schema
         name = schema.name.split("::")[-1]
         returns = [r for r in schema.returns if "Tensor" in str(r.type)]
-        self.is_view = name in _ALLOCATE or (
-            bool(returns)
-            and all(r.alias_info is not None and not r.alias_info.is_write for r in returns)
+        self.is_view = (
+            name in _ALLOCATE
+            or name in _METADATA
+            or (
+                bool(returns)
+                and all(r.alias_info is not None and not r.alias_info.is_write for r in returns)
+            )
         )
         # returns that are new tensors (an in-place op's returned alias is its argument)
-        self.write_returns = [i for i, r in enumerate(schema.returns) if r.alias_info is None]
+        self.write_returns = [
+            i
+            for i, r in enumerate(schema.returns)
+            if r.alias_info is None and "Tensor" in str(r.type)
+        ]
         overwrite = name in _OVERWRITE
         self.args: list[tuple[int, str, int]] = []  # (position, name, how it is used)
         lists = False
