@@ -147,7 +147,10 @@ def render_estimate(
     """``estimate`` as plain text: one row per module (inclusive, lower-bound times)."""
     from layerscope.analysis.roofline import Roof
 
-    width = width or 100
+    if not width:
+        from layerscope.render.console import terminal_width
+
+        width = terminal_width()
     roof = Roof(estimate.peak, estimate.bandwidth, estimate.device, estimate.dtype)
     backward = any(m.backward_time is not None for m in estimate)
     measured = any(m.measured is not None for m in estimate)
@@ -201,11 +204,13 @@ def render_estimate(
         + (f", together {units.seconds(total)}" if whole.backward_time else "")
         + "."
     )
-    text = [plain_text(wrap_text(line, "", width)) for line in lines]
+    # the title, the estimate and the table, a blank line apart
+    parts = [plain_text(wrap_text(line, "", width)).rstrip("\n") for line in lines]
     fitted = fit_table(table, width)
-    text.append(plain_text(fitted.lines))
+    below = [plain_text(fitted.lines).rstrip("\n")]
     if fitted.dropped:
         hidden = f"Hidden to fit {width} columns: {', '.join(fitted.dropped)}."
-        text.append(plain_text(wrap_text(hidden, "", width)))
-    text += [plain_text(wrap_text(n, "", width)) for n in estimate.notices]
-    return "\n".join(t for t in text if t) + "\n"
+        below.append(plain_text(wrap_text(hidden, "", width)).rstrip("\n"))
+    below += [plain_text(wrap_text(n, "", width)).rstrip("\n") for n in estimate.notices]
+    parts.append("\n".join(below))
+    return "\n\n".join(parts) + "\n"
