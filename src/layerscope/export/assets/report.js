@@ -475,7 +475,7 @@
       if (lx + wide > W - Rm) lx = sx(p.x) - 8 - wide;
       for (var q = 0; q < placed.length; q++) {
         var o = placed[q];
-        if (Math.abs(o[1] - ly) < 13 && lx < o[0] + o[2] && o[0] < lx + wide) return;
+        if (Math.abs(o[1] - ly) < 13 && lx < o[0] + o[2] + 8 && o[0] < lx + wide + 8) return;
       }
       placed.push([lx, ly, wide]); named++;
       var lt = sv("text", { x: lx.toFixed(1), y: ly.toFixed(1), "class": "halo" });
