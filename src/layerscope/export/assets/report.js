@@ -120,6 +120,12 @@
     for (var k in attrs) e.setAttribute(k, attrs[k]);
     return e;
   }
+  function plotIn(sec, chart) {  // a chart and its tooltip at the end of a section
+    var plot = el("div", "plot"), tip = el("div", "tip");
+    plot.appendChild(chart); plot.appendChild(tip);
+    sec.appendChild(plot);
+    return tip;
+  }
   function section(title, id) {
     var s = el("section"); s.id = id;
     var h = el("div", "head"); h.appendChild(el("h2", "", title));
@@ -251,11 +257,8 @@
       "x: aten ops dispatched (op order, not time). Peaks inside a module fall between samples (see Peak). " +
       "Hover for the module." +
       (T.dropped ? " " + T.dropped + " later events were not kept." : "")));
-    var plot = el("div", "plot");
     tl = sv("svg", { id: "ls-timeline", role: "img", "aria-label": "live bytes over op order" });
-    tlTip = el("div", "tip");
-    plot.appendChild(tl); plot.appendChild(tlTip);
-    ts.appendChild(plot);
+    tlTip = plotIn(ts, tl);
     body.appendChild(ts);
   }
   var EVENTS = { e: "enter", x: "exit", b: "backward" };
@@ -379,11 +382,8 @@
       "One point per module's own work: x FLOPs per byte moved, y FLOP/s achieved (own FLOPs / own time, " +
       "all calls), area \u221d time. Hover for the module."));
     rlNote = el("div", "note"); rs.appendChild(rlNote);
-    var rplot = el("div", "plot");
     rl = sv("svg", { id: "ls-roofline-chart", role: "img", "aria-label": "roofline: FLOP/s against FLOPs per byte" });
-    rlTip = el("div", "tip");
-    rplot.appendChild(rl); rplot.appendChild(rlTip);
-    rs.appendChild(rplot);
+    rlTip = plotIn(rs, rl);
     body.appendChild(rs);
   }
   function decade(x) { return Math.pow(10, x); }
