@@ -142,10 +142,16 @@ def test_output_formats_by_extension_and_flag(
 def test_view_flags_with_a_file_format_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["profile", "examples:tiny_gpt", "--format", "csv", "--depth", "1"]) == 2
     err = capsys.readouterr().err
-    assert err == "layerscope: error: --depth only apply to views and to --format md, not to csv\n"
+    assert (
+        err == "layerscope: error: --depth applies only to views and to --format md, not to csv\n"
+    )
+    assert main(["profile", "examples:tiny_gpt", "--format", "csv", "--top", "2", "--raw"]) == 2
+    assert capsys.readouterr().err == (
+        "layerscope: error: --top --raw apply only to views and to --format md, not to csv\n"
+    )
     assert main(["profile", "examples:tiny_gpt", "--format", "html", "--depth", "1"]) == 2
     assert capsys.readouterr().err == (
-        "layerscope: error: --depth only apply to views and to --format md (and --spec to "
+        "layerscope: error: --depth applies only to views and to --format md (and --spec to "
         "html), not to html\n"
     )
 

@@ -175,7 +175,8 @@ def check_view_arguments(args: argparse.Namespace) -> None:
         if given:
             also = " (and --spec to html)" if fmt == "html" else ""
             raise InvalidInputError(
-                f"{' '.join(given)} only apply to views and to --format md{also}, not to {fmt}"
+                f"{' '.join(given)} {'applies' if len(given) == 1 else 'apply'} only to views "
+                f"and to --format md{also}, not to {fmt}"
             )
     if args.estimate is not None:
         from layerscope.hardware import device_spec
