@@ -120,6 +120,12 @@
     for (var k in attrs) e.setAttribute(k, attrs[k]);
     return e;
   }
+  function pressOnly(bar, field, value) {  // a segmented control: the button pressed
+    Array.prototype.forEach.call(bar.children, function (b) {
+      var on = b.dataset[field] === value;
+      b.className = on ? "on" : ""; b.setAttribute("aria-pressed", on ? "true" : "false");
+    });
+  }
   function plotIn(sec, chart) {  // a chart and its tooltip at the end of a section
     var plot = el("div", "plot"), tip = el("div", "tip");
     plot.appendChild(chart); plot.appendChild(tip);
@@ -364,10 +370,7 @@
         b.setAttribute("aria-pressed", p === rlPhase ? "true" : "false");
         b.addEventListener("click", function () {
           rlPhase = p;
-          Array.prototype.forEach.call(rlBar.children, function (c) {
-            var on = c.dataset.phase === p;
-            c.className = on ? "on" : ""; c.setAttribute("aria-pressed", on ? "true" : "false");
-          });
+          pressOnly(rlBar, "phase", p);
           drawRoofline();
         });
         rlBar.appendChild(b);
@@ -402,9 +405,9 @@
       if (t) y = f / t;
       else if (R) y = Math.min(R.peak, R.bandwidth * x);  // not timed: on the roof
       else continue;
+      var rt = R ? Math.max(f / R.peak, b / R.bandwidth) : 0;  // its roofline time
       // w: what sizes and ranks the point, its time (its roofline time when not timed)
-      var w = t || (R ? Math.max(f / R.peak, b / R.bandwidth) : 0);
-      pts.push({ i: P.i[k], f: f, b: b, t: t, x: x, y: y, w: w });
+      pts.push({ i: P.i[k], f: f, b: b, t: t, x: x, y: y, rt: rt, w: t || rt });
     }
     var W = Math.max(rl.clientWidth || rl.parentNode.clientWidth, 300), H = 320;
     var L = 78, Rm = 16, top = 12, B = 36, pw = W - L - Rm, ph = H - top - B;
@@ -460,9 +463,8 @@
       if (p.t) lines.push(unit(p.y, "FLOP/s") + " achieved, " + unit(p.b / p.t, "B/s") + " \u00b7 own time " + seconds(p.t));
       else lines.push("not timed: placed on the roof (" + unit(p.y, "FLOP/s") + ")");
       if (R) {
-        var best = Math.max(p.f / R.peak, p.b / R.bandwidth);
-        lines.push((p.f / R.peak >= p.b / R.bandwidth ? "compute" : "memory") + "-bound, roofline time " + seconds(best) +
-          (p.t ? " \u00b7 efficiency " + pct(100 * best / p.t) : ""));
+        lines.push((p.f / R.peak >= p.b / R.bandwidth ? "compute" : "memory") + "-bound, roofline time " + seconds(p.rt) +
+          (p.t ? " \u00b7 efficiency " + pct(100 * p.rt / p.t) : ""));
       }
       c.dataset.tip = lines.join("\n");
       dots.appendChild(c);
@@ -746,10 +748,7 @@
   }
   function setMetric(key) {
     chartKey = key; focus = 0;
-    Array.prototype.forEach.call(metricBar.children, function (b) {
-      var on = b.dataset.key === key;
-      b.className = on ? "on" : ""; b.setAttribute("aria-pressed", on ? "true" : "false");
-    });
+    pressOnly(metricBar, "key", key);
     drawIcicle();
     if (sortKey === "pct") resort();
     rebuild();
