@@ -201,12 +201,17 @@ ALIASES: dict[str, str] = {
 }
 
 
+#: What names a device spec: a name (``device_spec``'s), a DeviceSpec, or a mapping of
+#: its fields.
+DeviceLike = str | DeviceSpec | Mapping[str, Any]
+
+
 def known_devices() -> list[str]:
     """Every name ``device_spec`` accepts."""
     return [*SPECS, *ALIASES, "cpu"]
 
 
-def device_spec(device: str | DeviceSpec | Mapping[str, Any]) -> DeviceSpec:
+def device_spec(device: DeviceLike) -> DeviceSpec:
     """A spec by name (case-insensitive; ``"cpu"`` calibrates this machine), a
     ``DeviceSpec`` as it is, or a custom one from a mapping."""
     if isinstance(device, DeviceSpec):
@@ -301,6 +306,7 @@ def spec_table_markdown() -> str:
 __all__ = [
     "ALIASES",
     "SPECS",
+    "DeviceLike",
     "DeviceSpec",
     "calibrate_cpu",
     "device_spec",

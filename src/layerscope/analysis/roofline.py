@@ -30,7 +30,7 @@ from layerscope.errors import InvalidInputError
 from layerscope.profile import Node, Profile
 
 if TYPE_CHECKING:
-    from layerscope.hardware import DeviceSpec
+    from layerscope.hardware import DeviceLike
 
 Phase = Literal["forward", "backward"]
 
@@ -67,7 +67,7 @@ class Roof:
 
 
 def roof_of(
-    device: str | DeviceSpec | dict[str, Any],
+    device: DeviceLike,
     dtype: str = "float32",
     *,
     tensor_cores: bool = True,
@@ -215,7 +215,7 @@ def _total_time(node: Node, key: str) -> float | None:
 
 def estimate(
     profile: Profile,
-    device: str | DeviceSpec | dict[str, Any] | None = None,
+    device: DeviceLike | None = None,
     *,
     dtype: str | None = None,
     tensor_cores: bool = True,

@@ -35,7 +35,7 @@ from layerscope.analysis.roofline import (
     work,
 )
 from layerscope.export.files import write_text
-from layerscope.hardware import DeviceSpec
+from layerscope.hardware import DeviceLike
 from layerscope.profile import Node, Number, Profile
 from layerscope.render import units
 from layerscope.render.summary import summary_lines
@@ -92,12 +92,8 @@ CHART_METRICS: tuple[tuple[str, str, str], ...] = (
 _EVENTS = {"enter": "e", "exit": "x", "backward": "b"}
 
 
-#: A device spec: a name such as "h100" or "cpu", a DeviceSpec, or a mapping.
-Device = str | DeviceSpec | dict[str, Any]
-
-
 def to_html(
-    profile: Profile, path: str | os.PathLike[str], *, device: Device | None = None
+    profile: Profile, path: str | os.PathLike[str], *, device: DeviceLike | None = None
 ) -> None:
     """Write the report for ``profile`` to ``path`` (atomically; ``ExportError`` on
     failure). ``device`` (a spec name such as ``"h100"`` or ``"cpu"``, a ``DeviceSpec`` or
@@ -106,7 +102,7 @@ def to_html(
     write_text(path, to_html_text(profile, device=device))
 
 
-def to_html_text(profile: Profile, *, device: Device | None = None) -> str:
+def to_html_text(profile: Profile, *, device: DeviceLike | None = None) -> str:
     """The report as one HTML document."""
     device = device if device is not None else target_spec(profile)
     roof = roof_of(device, profile_dtype(profile)) if device is not None else None
