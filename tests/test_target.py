@@ -1006,11 +1006,7 @@ def test_steered_meta_equals_this_gpu() -> None:
     model = model.half()
     x = x.half()
     gpu = ls.profile(model.cuda(), x.cuda(), memory=True, backward=True)
-    major, minor = torch.cuda.get_device_capability()
-    target = {(9, 0): "h100", (8, 0): "a100", (8, 9): "l4"}.get((major, minor))
-    if target is None:
-        pytest.skip(f"no target with this GPU's architecture (sm{major}{minor})")
-    meta = ls.profile(ls.to_meta(model), _meta(x), memory=True, backward=True, target=target)
+    meta = ls.profile(ls.to_meta(model), _meta(x), memory=True, backward=True, target=_this_gpu())
     assert len(meta.model["kernels"]) == 1
     for node in gpu.root.walk():
         other = meta.node(node.path).metrics
