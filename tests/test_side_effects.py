@@ -433,3 +433,81 @@ def test_real_model_under_a_users_fake_tensor_mode() -> None:
         prof = ls.profile(model, mode.from_tensor(x))
     snap.assert_unchanged(model)
     assert prof.root.outputs[0][0] == ls.TensorSpec("", (2, 10), "float32", "cpu")
+
+
+@pytest.mark.parametrize(
+    "options", [{"backward": True}, {"backward": True, "timing": True}, {"timing": True}]
+)
+def test_lazy_modules_keep_no_gradients_or_versions(options: dict[str, Any]) -> None:
+    """A run materialises lazy parameters: its gradients and version bumps go with them."""
+    model = nn.Sequential(nn.LazyLinear(8), nn.ReLU(), nn.LazyLinear(2))
+    x = torch.randn(4, 5)
+    for _ in range(3):
+        ls.profile(model, x, **options)
+        for p in model.parameters():
+            assert isinstance(p, nn.parameter.UninitializedParameter)
+            assert p.grad is None and p._version == 0 and p.requires_grad
+    model(x).sum().backward()
+    # d(sum of a (4, 2) output)/d bias: one per row of the batch, 4 rows; nothing of the
+    # three runs before (each left 4 per element: 16 on main).
+    last = model[2]
+    assert isinstance(last, nn.Linear)
+    assert last.bias.grad is not None
+    assert last.bias.grad.tolist() == [4.0, 4.0]
+
+
+@pytest.mark.parametrize("grad_mode", [torch.no_grad, torch.inference_mode])
+def test_lazy_timing_under_no_grad_keeps_materialised_gradients(grad_mode: Any) -> None:
+    """Existing gradients of a model with lazy parts stay (same objects, same values)."""
+    model = nn.Sequential(nn.Linear(5, 8), nn.LazyLinear(2))
+    x = torch.randn(4, 5)
+    first = model[0]
+    assert isinstance(first, nn.Linear)
+    model[0](x).sum().backward()
+    grad = first.weight.grad
+    assert grad is not None
+    before = grad.clone()
+    with grad_mode():
+        ls.profile(model, x, timing=True)
+    assert first.weight.grad is grad and torch.equal(grad, before)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"backward": True}, {"timing": True}, {"memory": True, "numerics": "record"}],
+)
+def test_profile_between_a_users_forward_and_backward(options: dict[str, Any]) -> None:
+    """The user's pending graph saved the BatchNorm's running statistics: putting them back
+    must not make that graph see them as modified in place."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 2)).train()
+    twin = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 2)).train()
+    twin.load_state_dict(model.state_dict())
+    x = torch.randn(16, 4)
+    bn = model[1]
+    assert isinstance(bn, nn.BatchNorm1d) and bn.running_mean is not None
+    out = model(x)
+    mean, version = bn.running_mean.clone(), bn.running_mean._version
+    ls.profile(model, x, **options)
+    assert torch.equal(bn.running_mean, mean) and bn.running_mean._version == version
+    out.sum().backward()  # raised "modified by an inplace operation" on main
+    twin(x).sum().backward()  # the same step with no profile in between
+    for p, q in zip(model.parameters(), twin.parameters(), strict=True):
+        assert p.grad is not None and q.grad is not None
+        assert torch.equal(p.grad, q.grad)
+
+
+def test_embedding_max_norm_rows_put_back() -> None:
+    """``max_norm`` renormalises the looked-up rows of the weight in place."""
+    emb = nn.Embedding(10, 4, max_norm=1.0)
+    with torch.no_grad():
+        emb.weight.fill_(3.0)  # each row's norm is sqrt(4 * 9) = 6 > 1
+    version = emb.weight._version
+    ids = torch.tensor([1, 2, 3])
+    prof = ls.profile(emb, ids, timing=True)
+    assert emb.weight.eq(3.0).all() and emb.weight._version == version
+    assert prof.notices == []
+    # The user's own forward still renormalises: rows 1-3 to norm 1 (0.5 each).
+    emb(ids)
+    assert torch.allclose(emb.weight[1:4], torch.full((3, 4), 0.5))
+    assert emb.weight[0].eq(3.0).all()

@@ -5,8 +5,16 @@ Covers the global RNG streams (torch's CPU and initialised CUDA generators, Pyth
 ``__dict__`` one level deep (attributes added or rebound by forward, train/eval flags, the
 parameter/buffer/submodule/hook tables); every buffer's values (BatchNorm running stats,
 counters); ``requires_grad``, ``.grad`` and gradient values of every parameter; and lazy
-parameters, which a first forward materialises in place. Buffers and gradients are cloned
-up front but written back only where their values changed.
+parameters, which a first forward materialises in place (their class, data, ``.grad``,
+``requires_grad`` and version counter are put back). Buffers and gradients are cloned up
+front but written back only where their values changed. The weights of embeddings with a
+``max_norm`` (whose forward renormalises rows in place) are cloned too.
+
+Writing values back would bump the tensors' version counters, and a graph the user built
+before (``out = m(x)``, then a profile, then ``out.backward()``) that saved a BatchNorm's
+running statistics would then refuse to run: every tensor whose values are put back gets
+the version counter it had at capture, so nothing the user's pending graph saved looks
+modified. Its values are those it had at capture, so that graph reads what it saved.
 
 Small buffers and gradients (a BatchNorm's statistics and counter) are copied in batches,
 one op per batch at capture and two at restore instead of one per tensor at each: those of
@@ -149,7 +157,14 @@ class ModelState:
     buffers: list[tuple[Tensor, Tensor]] = field(default_factory=list)
     #: The small buffers and gradients, copied in batches.
     batches: list[_Batch] = field(default_factory=list)
-    lazy: list[tuple[Tensor, type[Tensor], Tensor]] = field(default_factory=list)
+    #: (tensor, class, data, grad, requires_grad, version) of each lazy parameter or buffer.
+    lazy: list[tuple[Tensor, type[Tensor], Tensor, Tensor | None, bool, int]] = field(
+        default_factory=list
+    )
+    #: (parameter, copy) of the weights a forward may renormalise in place.
+    renormed: list[tuple[Tensor, Tensor]] = field(default_factory=list)
+    #: (tensor, version) of every buffer, gradient and renormalised weight copied above.
+    versions: list[tuple[Tensor, int]] = field(default_factory=list)
     restored: bool = False
 
     @classmethod
@@ -205,9 +220,18 @@ class ModelState:
                     )
                 )
                 # A backward pass accumulates into a gradient in place.
-                state.grads = _copy([g for g in grads if g is not None], state.batches)
+                present = [g for g in grads if g is not None]
+                state.grads = _copy(present, state.batches)
+                state.versions.extend(zip(present, map(_get_version, present), strict=True))
             buffers = [b for _, m in named for b in m._buffers.values() if b is not None]
-            state.buffers = _copy(_distinct(buffers, buffers, state.lazy), state.batches)
+            buffers = _distinct(buffers, buffers, state.lazy)
+            state.buffers = _copy(buffers, state.batches)
+            state.versions.extend(zip(buffers, map(_get_version, buffers), strict=True))
+            for _, m in named:
+                weight = getattr(m, "weight", None) if _renorms(m) else None
+                if isinstance(weight, Tensor) and not is_lazy(weight):
+                    state.renormed.append((weight, weight.clone()))
+                    state.versions.append((weight, weight._version))
         return state
 
     def add_inputs(self, tensors: list[Tensor]) -> None:
@@ -242,6 +266,8 @@ class ModelState:
             self.buffers,
             self.batches,
             self.lazy,
+            self.renormed,
+            self.versions,
         ):
             copies.clear()
         return notices
@@ -255,10 +281,14 @@ class ModelState:
             random.setstate(self.python_rng)
         if self.numpy_rng is not None:
             _restore_numpy_rng(self.numpy_rng)
-        for t, lazy_cls, data in self.lazy:
+        for t, lazy_cls, data, grad, requires_grad, _ in self.lazy:
+            if t.grad is not grad:  # a backward pass after a materialising forward
+                t.grad = grad
             if type(t) is not lazy_cls:  # materialised by a lazy module's first forward
                 t.data = data
                 t.__class__ = lazy_cls
+            if t.requires_grad != requires_grad:
+                t.requires_grad_(requires_grad)
         for m, cls, attrs in self.modules:
             _restore_module(m, cls, attrs)
         if any(self.empty):
@@ -277,15 +307,16 @@ class ModelState:
             # counter, so compare values; write back only what differs.
             for batch in self.batches:
                 _restore_batch(batch)
-            for b, saved in [*self.buffers, *self.grads]:
+            for b, saved in [*self.buffers, *self.grads, *self.renormed]:
                 if _has_values(b) and not torch.equal(b, saved):
                     b.copy_(saved)
+        _reset_versions([*self.versions, *((t, version) for t, *_, version in self.lazy)])
         for prefix, key, p, requires_grad, grad, version in self.params:
             if p.requires_grad != requires_grad:
                 p.requires_grad_(requires_grad)
             if p.grad is not grad:
                 p.grad = grad
-            if p._version != version:
+            if p._version != version and not any(p is w for w, _ in self.renormed):
                 name = f"{prefix}.{key}" if prefix else key
                 notices.append(
                     f"the model changed parameter {name} in place during forward; "
@@ -296,7 +327,7 @@ class ModelState:
 
 def _distinct(items: list[_T], tensors: list[Tensor], lazy: list[Any]) -> list[_T]:
     """The items whose tensor is neither lazy nor held by an earlier item; the lazy tensors
-    go to ``lazy``, with their class and data."""
+    go to ``lazy``, with what restore needs."""
     if len(set(map(id, tensors))) == len(tensors) and not any(
         issubclass(k, _LAZY) for k in set(map(type, tensors))
     ):
@@ -308,10 +339,25 @@ def _distinct(items: list[_T], tensors: list[Tensor], lazy: list[Any]) -> list[_
             continue
         seen.add(id(t))
         if is_lazy(t):
-            lazy.append((t, type(t), t.data))
+            lazy.append((t, type(t), t.data, t.grad, t.requires_grad, t._version))
         else:
             kept.append(item)
     return kept
+
+
+def _renorms(m: nn.Module) -> bool:
+    """Whether this module's forward may rewrite rows of its weight in place (an embedding
+    with a ``max_norm``: ``embedding_renorm_``)."""
+    return isinstance(m, nn.Embedding | nn.EmbeddingBag) and m.max_norm is not None
+
+
+def _reset_versions(versions: list[tuple[Tensor, int]]) -> None:
+    """Give the tensors whose values were put back the version counters they had at
+    capture (see the module's docstring)."""
+    moved = [(t, v) for t, v in versions if t._version != v]
+    if moved:
+        tensors, counters = zip(*moved, strict=True)
+        torch._C._autograd._unsafe_set_version_counter(tensors, counters)
 
 
 def _copy(tensors: list[Tensor], batches: list[_Batch]) -> list[tuple[Tensor, Tensor]]:
