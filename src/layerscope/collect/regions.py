@@ -144,11 +144,25 @@ def attach_regions(profile: Profile, tracker: ScopeTracker) -> None:
     """
     if not tracker.regions:
         return
-    tree = tracker.tree
-    parent = tree.parent
+    _move_subtrees(tracker)
+    forest = _place_regions(profile, tracker)
+    # First calls in order: a module's index in ``called``; a region goes before the
+    # module called first after it, regions made at one index in the order made.
+    order: dict[int, tuple[int, ...]] = {id(n): (i, 0) for i, n in enumerate(tracker.called)}
+    for seq, r in enumerate(tracker.regions.values()):
+        order[id(r)] = (tracker.region_created[id(r)], -1, seq)
+    _number(profile.root, order, "")
+    profile.link()
+    if forest:
+        _outside_forest(profile, forest, order)
+
+
+def _move_subtrees(tracker: ScopeTracker) -> None:
+    """Move each module subtree whose first call was inside a region (entered in the
+    subtree's parent) under that region; inner regions end first, so they claim first."""
+    parent = tracker.tree.parent
     region_parent = tracker.region_parent
     called = tracker.called
-    outside = tracker.outside
     # Earliest first call in each module subtree (of the module tree as built).
     first: dict[int, int] = {}
     for i, node in enumerate(called):
@@ -162,9 +176,8 @@ def attach_regions(profile: Profile, tracker: ScopeTracker) -> None:
         p = region_parent[id(r)]
         while id(p) in region_parent:
             p = region_parent[id(p)]
-        return None if p is outside else p
+        return None if p is tracker.outside else p
 
-    # Inner regions end first, so they claim a subtree first.
     moved: dict[int, tuple[Node, Node]] = {}  # id(module node) -> (it, its region)
     for r, start, end in tracker.region_calls:
         a = anchor(r)
@@ -183,31 +196,29 @@ def attach_regions(profile: Profile, tracker: ScopeTracker) -> None:
         old.children.remove(node)
         r.children.append(node)
         parent[id(node)] = r
+
+
+def _place_regions(profile: Profile, tracker: ScopeTracker) -> list[Node]:
+    """Give each region its time and hang it under its parent; return the regions entered
+    outside the model, which have none."""
+    tree = tracker.tree
     forest: list[Node] = []
     defaults = {k: 0 for k in profile.root.self_metrics if k in ADDITIVE_METRICS}
     for r in tracker.regions.values():
         times = tracker.region_times[id(r)]
         if times:
             r.metrics["forward_time"] = statistics.median(times)
-        p = region_parent[id(r)]
-        if p is outside:
+        p = tracker.region_parent[id(r)]
+        if p is tracker.outside:
             forest.append(r)
             continue
         for k, v in defaults.items():
             r.self_metrics.setdefault(k, v)
         p.children.append(r)
-        parent[id(r)] = p
+        tree.parent[id(r)] = p
         tree.module[id(r)] = REGION_MODULE
         tree.by_path.setdefault(r.path, r)
-    # First calls in order: a module's index in ``called``; a region goes before the
-    # module called first after it, regions made at one index in the order made.
-    order: dict[int, tuple[int, ...]] = {id(n): (i, 0) for i, n in enumerate(called)}
-    for seq, r in enumerate(tracker.regions.values()):
-        order[id(r)] = (tracker.region_created[id(r)], -1, seq)
-    _number(profile.root, order, "")
-    profile.link()
-    if forest:
-        _outside_forest(profile, forest, order)
+    return forest
 
 
 def _number(top: Node, order: dict[int, tuple[int, ...]], prefix: str) -> None:

@@ -273,7 +273,13 @@ class ModelState:
         return notices
 
     def _restore(self) -> list[str]:
-        notices: list[str] = []
+        self._restore_rng()
+        self._restore_lazy()
+        self._restore_modules()
+        self._restore_values()
+        return self._restore_params()
+
+    def _restore_rng(self) -> None:
         torch.set_rng_state(self.cpu_rng)
         if self.cuda_rng is not None:
             torch.cuda.set_rng_state_all(self.cuda_rng)
@@ -281,6 +287,8 @@ class ModelState:
             random.setstate(self.python_rng)
         if self.numpy_rng is not None:
             _restore_numpy_rng(self.numpy_rng)
+
+    def _restore_lazy(self) -> None:
         for t, lazy_cls, data, grad, requires_grad, _ in self.lazy:
             if t.grad is not grad:  # a backward pass after a materialising forward
                 t.grad = grad
@@ -289,6 +297,8 @@ class ModelState:
                 t.__class__ = lazy_cls
             if t.requires_grad != requires_grad:
                 t.requires_grad_(requires_grad)
+
+    def _restore_modules(self) -> None:
         for m, cls, attrs in self.modules:
             _restore_module(m, cls, attrs)
         if any(self.empty):
@@ -302,6 +312,9 @@ class ModelState:
                     value.extend(saved)
                 else:
                     value.update(saved)
+
+    def _restore_values(self) -> None:
+        """Buffers, gradients and renormalised weights, then their version counters."""
         with torch.no_grad():
             # Kernels such as batch_norm update running stats without bumping the version
             # counter, so compare values; write back only what differs.
@@ -311,12 +324,16 @@ class ModelState:
                 if _has_values(b) and not torch.equal(b, saved):
                     b.copy_(saved)
         _reset_versions([*self.versions, *((t, version) for t, *_, version in self.lazy)])
+
+    def _restore_params(self) -> list[str]:
+        """``requires_grad`` and ``.grad``; a notice per parameter changed in place."""
+        notices: list[str] = []
         for prefix, key, p, requires_grad, grad, version in self.params:
             if p.requires_grad != requires_grad:
                 p.requires_grad_(requires_grad)
             if p.grad is not grad:
                 p.grad = grad
-            if p._version != version and not any(p is w for w, _ in self.renormed):
+            if p._version != version:
                 name = f"{prefix}.{key}" if prefix else key
                 notices.append(
                     f"the model changed parameter {name} in place during forward; "

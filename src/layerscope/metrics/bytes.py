@@ -186,6 +186,14 @@ def op_bytes(
                 read += tensor_bytes(value)
                 first = value
         return read, tensor_bytes(out)
+    return _mixed_bytes(plan, args, kwargs, out)
+
+
+def _mixed_bytes(
+    plan: _Plan, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
+) -> tuple[int, int]:
+    """``op_bytes`` of an op that writes an argument, returns several tensors or gathers."""
+    n = len(args)
     read = written = 0
     seen_read: list[int] = []  # ids; an op has a handful of tensor arguments
     seen_written: list[int] = []
@@ -212,19 +220,24 @@ def op_bytes(
                 seen_written.append(key)
                 written += tensor_bytes(t)
     if plan.write_returns:
-        if isinstance(out, Tensor):
-            if key_free(out, seen_written):
-                written += tensor_bytes(out)
-        else:
-            outs = out if isinstance(out, tuple | list) else (out,)
-            for i in plan.write_returns:
-                if i < len(outs):
-                    value = outs[i]
-                    tensors = value if isinstance(value, list | tuple) else (value,)
-                    for t in tensors:
-                        if isinstance(t, Tensor) and key_free(t, seen_written):
-                            written += tensor_bytes(t)
+        written += _returned_bytes(plan, out, seen_written)
     return read, written
+
+
+def _returned_bytes(plan: _Plan, out: Any, seen_written: list[int]) -> int:
+    """Bytes of the returned tensors not already counted as written arguments."""
+    if isinstance(out, Tensor):
+        return tensor_bytes(out) if key_free(out, seen_written) else 0
+    written = 0
+    outs = out if isinstance(out, tuple | list) else (out,)
+    for i in plan.write_returns:
+        if i < len(outs):
+            value = outs[i]
+            tensors = value if isinstance(value, list | tuple) else (value,)
+            for t in tensors:
+                if isinstance(t, Tensor) and key_free(t, seen_written):
+                    written += tensor_bytes(t)
+    return written
 
 
 def key_free(t: Tensor, seen: list[int]) -> bool:
