@@ -218,117 +218,143 @@ def fit_table(table: Table, width: int) -> Fitted:
 
 
 def _draw(table: Table, shown: list[int], widths: dict[int, int]) -> list[Line]:
-    cols = table.columns
     b = getattr(rich_box, table.box)
-    border = table.border_style
+    d = _Drawer(table, shown, widths)
     lines: list[Line] = []
-
-    def rule(left: str, fill: str, cross: str, right: str) -> Line:
-        if table.show_edge:
-            return [(left + cross.join(fill * (widths[i] + 2) for i in shown) + right, border)]
-        last = len(shown) - 1
-        parts = [fill * (widths[i] + (k > 0) + (k < last)) for k, i in enumerate(shown)]
-        return [(cross.join(parts), border)]
-
-    def row(
-        cells: list[Line], style: str, left: str, mid: str, right: str, prefix: int
-    ) -> list[Line]:
-        rendered: list[list[Line]] = []
-        for i in shown:
-            col = cols[i]
-            cell = cells[i]
-            w = widths[i]
-            if len(cell) == 1 and len(cell[0][0]) <= w:
-                rendered.append([cell])
-                continue
-            if width_of(cell) > w and (col.label or col.text):
-                if col.overflow == "fold":
-                    rendered.append(wrap_line(cell, w))
-                    continue
-                if col.label and col.overflow == "ellipsis":
-                    head = cell[:1] if prefix else []
-                    body = cell[1:] if prefix else cell
-                    keep = w - width_of(head)
-                    shorten = col.shorten or cut_middle
-                    cell = [*head, *shorten(body, keep)] if keep >= 3 else cut_middle(cell, w)
-                else:
-                    cell = cut_end(cell, w, ELLIPSIS if col.overflow == "ellipsis" else "")
-            rendered.append([cell])
-        out: list[Line] = []
-        if all(len(r) == 1 for r in rendered) and not table.show_edge:  # the common case
-            line: Line = []
-            last = len(shown) - 1
-            sep = (f" {mid} ", border)
-            for k, i in enumerate(shown):
-                col = cols[i]
-                cell = rendered[k][0]
-                if len(cell) == 1 and not col.style:
-                    text, s = cell[0]
-                    gap = widths[i] - len(text)
-                    if col.justify == "right":
-                        text = " " * gap + text
-                    elif col.justify == "left":
-                        text += " " * gap
-                    else:
-                        text = " " * (gap // 2) + text + " " * (gap - gap // 2)
-                    line.append((text, s))
-                else:
-                    padded = pad(cell, widths[i], col.justify)
-                    if col.style:
-                        padded = [(t, f"{col.style}|{x}" if x else col.style) for t, x in padded]
-                    line.extend(padded)
-                if k < last:
-                    line.append(sep)
-            if style:
-                line = [(t, f"{style}|{x}" if x else style) for t, x in line]
-            return [line]
-        height = max(len(r) for r in rendered)
-        for h in range(height):
-            line = []
-            if table.show_edge:
-                line.append((left + " ", border))
-            for k, i in enumerate(shown):
-                part = rendered[k][h] if h < len(rendered[k]) else []
-                col = cols[i]
-                piece_style = col.style
-                padded = pad(part, widths[i], col.justify)
-                if piece_style:
-                    padded = [(t, f"{piece_style}|{s}" if s else piece_style) for t, s in padded]
-                line.extend(padded)
-                if k < len(shown) - 1:
-                    line.append((f" {mid} ", border))
-            if table.show_edge:
-                line.append((" " + right, border))
-            if style:
-                line = [(t, f"{style}|{s}" if s else style) for t, s in line]
-            out.append(line)
-        return out
-
     if table.show_edge:
-        lines.append(rule(b.top_left, b.top, b.top_divider, b.top_right))
+        lines.append(d.rule(b.top_left, b.top, b.top_divider, b.top_right))
     if table.show_header:
-        headers = [[(c.header, table.header_style)] for c in cols]
-        lines += row(headers, "", b.head_left, b.head_vertical, b.head_right, 0)
+        headers = [[(c.header, table.header_style)] for c in table.columns]
+        lines += d.row(headers, "", b.head_left, b.head_vertical, b.head_right, 0)
         lines.append(
-            rule(b.head_row_left, b.head_row_horizontal, b.head_row_cross, b.head_row_right)
+            d.rule(b.head_row_left, b.head_row_horizontal, b.head_row_cross, b.head_row_right)
         )
     for n, r in enumerate(table.rows):
         style = r.style
         if table.row_styles and not style:
             style = table.row_styles[n % len(table.row_styles)]
-        lines += row(r.cells, style, b.mid_left, b.mid_vertical, b.mid_right, r.prefix)
+        lines += d.row(r.cells, style, b.mid_left, b.mid_vertical, b.mid_right, r.prefix)
         if n in table.sections and n < len(table.rows) - 1:
-            lines.append(rule(b.row_left, b.row_horizontal, b.row_cross, b.row_right))
+            lines.append(d.rule(b.row_left, b.row_horizontal, b.row_cross, b.row_right))
     if table.total is not None:
         lines.append(
-            rule(b.foot_row_left, b.foot_row_horizontal, b.foot_row_cross, b.foot_row_right)
+            d.rule(b.foot_row_left, b.foot_row_horizontal, b.foot_row_cross, b.foot_row_right)
         )
-        lines += row(
+        lines += d.row(
             table.total.cells, table.total.style, b.foot_left, b.foot_vertical, b.foot_right, 0
         )
     if table.show_edge:
-        lines.append(rule(b.bottom_left, b.bottom, b.bottom_divider, b.bottom_right))
+        lines.append(d.rule(b.bottom_left, b.bottom, b.bottom_divider, b.bottom_right))
     return lines
+
+
+class _Drawer:
+    """Draws a table's rules and rows at fitted widths (``_draw``'s parts)."""
+
+    __slots__ = ("border", "cols", "shown", "table", "widths")
+
+    def __init__(self, table: Table, shown: list[int], widths: dict[int, int]) -> None:
+        self.table = table
+        self.cols = table.columns
+        self.shown = shown
+        self.widths = widths
+        self.border = table.border_style
+
+    def rule(self, left: str, fill: str, cross: str, right: str) -> Line:
+        shown, widths = self.shown, self.widths
+        if self.table.show_edge:
+            return [(left + cross.join(fill * (widths[i] + 2) for i in shown) + right, self.border)]
+        last = len(shown) - 1
+        parts = [fill * (widths[i] + (k > 0) + (k < last)) for k, i in enumerate(shown)]
+        return [(cross.join(parts), self.border)]
+
+    def row(
+        self, cells: list[Line], style: str, left: str, mid: str, right: str, prefix: int
+    ) -> list[Line]:
+        """One row's lines: its cells cut or wrapped to their widths, padded, joined."""
+        rendered: list[list[Line]] = []
+        cols, widths = self.cols, self.widths
+        for i in self.shown:
+            cell = cells[i]
+            if len(cell) == 1 and len(cell[0][0]) <= widths[i]:
+                rendered.append([cell])
+            else:
+                rendered.append(self._fit(cell, cols[i], widths[i], prefix))
+        if all(len(r) == 1 for r in rendered) and not self.table.show_edge:  # the common case
+            return [self._single(rendered, style, mid)]
+        return self._multi(rendered, style, left, mid, right)
+
+    @staticmethod
+    def _fit(cell: Line, col: TableColumn, w: int, prefix: int) -> list[Line]:
+        """A cell wider than its column: wrapped (fold), or cut (a label in the middle)."""
+        if width_of(cell) > w and (col.label or col.text):
+            if col.overflow == "fold":
+                return wrap_line(cell, w)
+            if col.label and col.overflow == "ellipsis":
+                head = cell[:1] if prefix else []
+                body = cell[1:] if prefix else cell
+                keep = w - width_of(head)
+                shorten = col.shorten or cut_middle
+                cell = [*head, *shorten(body, keep)] if keep >= 3 else cut_middle(cell, w)
+            else:
+                cell = cut_end(cell, w, ELLIPSIS if col.overflow == "ellipsis" else "")
+        return [cell]
+
+    def _single(self, rendered: list[list[Line]], style: str, mid: str) -> Line:
+        """A row of one line, no edge: plain cells padded inline."""
+        cols, widths = self.cols, self.widths
+        line: Line = []
+        last = len(self.shown) - 1
+        sep = (f" {mid} ", self.border)
+        for k, i in enumerate(self.shown):
+            col = cols[i]
+            cell = rendered[k][0]
+            if len(cell) == 1 and not col.style:
+                text, s = cell[0]
+                gap = widths[i] - len(text)
+                if col.justify == "right":
+                    text = " " * gap + text
+                elif col.justify == "left":
+                    text += " " * gap
+                else:
+                    text = " " * (gap // 2) + text + " " * (gap - gap // 2)
+                line.append((text, s))
+            else:
+                padded = pad(cell, widths[i], col.justify)
+                if col.style:
+                    padded = [(t, f"{col.style}|{x}" if x else col.style) for t, x in padded]
+                line.extend(padded)
+            if k < last:
+                line.append(sep)
+        if style:
+            line = [(t, f"{style}|{x}" if x else style) for t, x in line]
+        return line
+
+    def _multi(
+        self, rendered: list[list[Line]], style: str, left: str, mid: str, right: str
+    ) -> list[Line]:
+        """A row of several lines (wrapped cells) or with an edge."""
+        out: list[Line] = []
+        edge = self.table.show_edge
+        for h in range(max(len(r) for r in rendered)):
+            line: Line = []
+            if edge:
+                line.append((left + " ", self.border))
+            for k, i in enumerate(self.shown):
+                part = rendered[k][h] if h < len(rendered[k]) else []
+                col = self.cols[i]
+                padded = pad(part, self.widths[i], col.justify)
+                if col.style:
+                    padded = [(t, f"{col.style}|{s}" if s else col.style) for t, s in padded]
+                line.extend(padded)
+                if k < len(self.shown) - 1:
+                    line.append((f" {mid} ", self.border))
+            if edge:
+                line.append((" " + right, self.border))
+            if style:
+                line = [(t, f"{style}|{s}" if s else style) for t, s in line]
+            out.append(line)
+        return out
 
 
 # ---- output ------------------------------------------------------------------------
