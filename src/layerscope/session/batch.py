@@ -20,7 +20,7 @@ from layerscope.errors import InvalidInputError
 from layerscope.metrics.memory.observer import MemoryObserver
 from layerscope.metrics.memory.training import OptimizerName, training_footprint
 from layerscope.profile import Profile
-from layerscope.session.profiler import profile as run_profile
+from layerscope.session.run import profile as run_profile
 
 
 def _on_meta(model: nn.Module) -> bool:
