@@ -73,20 +73,11 @@ def merge_profiles(profiles: Sequence[Profile]) -> Profile:
                 outside[key] = outside.get(key, 0) + value
         if prof is not last:
             _merge_unsupported(unsupported, prof.unsupported_ops)
-            for key, value in prof.memory.items():
-                mine = last.memory.get(key)
-                if _is_number(value) and (mine is None or (_is_number(mine) and value > mine)):
-                    last.memory[key] = value
+            _merge_memory(last.memory, prof.memory)
         notices.extend(n for n in prof.notices if n not in notices)
     last.outside = outside
     last.notices = notices
-    kernels: dict[str, dict[str, int]] = {}
-    for prof in profiles:
-        chosen = prof.model.get("kernels")
-        for op, by_kernel in chosen.items() if isinstance(chosen, dict) else ():
-            counts = kernels.setdefault(op, {})
-            for kernel, n in by_kernel.items():
-                counts[kernel] = counts.get(kernel, 0) + n
+    kernels = _sum_kernels(profiles)
     if kernels:
         last.model["kernels"] = kernels
     for prof in profiles:
@@ -94,6 +85,26 @@ def merge_profiles(profiles: Sequence[Profile]) -> Profile:
             last.numerics = prof.numerics
             break
     return last
+
+
+def _merge_memory(into: dict[str, Any], earlier: Mapping[str, Any]) -> None:
+    """Whole-model ``memory`` numbers: the max of the steps'."""
+    for key, value in earlier.items():
+        mine = into.get(key)
+        if _is_number(value) and (mine is None or (_is_number(mine) and value > mine)):
+            into[key] = value
+
+
+def _sum_kernels(profiles: Sequence[Profile]) -> dict[str, dict[str, int]]:
+    """The kernels a meta analysis followed (``model["kernels"]``), summed over steps."""
+    kernels: dict[str, dict[str, int]] = {}
+    for prof in profiles:
+        chosen = prof.model.get("kernels")
+        for op, by_kernel in chosen.items() if isinstance(chosen, dict) else ():
+            counts = kernels.setdefault(op, {})
+            for kernel, n in by_kernel.items():
+                counts[kernel] = counts.get(kernel, 0) + n
+    return kernels
 
 
 def _is_number(value: object) -> bool:

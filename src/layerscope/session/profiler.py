@@ -316,35 +316,39 @@ class Profiler:
                 )
             timer.reset()
         if self.schedule is not None or timer is not None or self._step > 0:
-            sched = self.schedule
-            prof.model["loop"] = {
-                "cycle": self._cycles,
-                "steps": len(steps),
-                "analysed_steps": len(profiles),
-                "timed_steps": timed,
-                "first_step": steps[0] if steps else None,
-                "last_step": steps[-1] if steps else None,
-                "steps_seen": self._step,
-                "complete": sched is None or len(steps) == sched.active,
-                "schedule": None
-                if sched is None
-                else {
-                    "wait": sched.wait,
-                    "warmup": sched.warmup,
-                    "active": sched.active,
-                    "repeat": sched.repeat,
-                },
-            }
-            if sched is None:
-                # one span: analysed as a whole however many steps; or every step timed
-                loop = prof.model["loop"]
-                loop["analysed_steps"] = 1 if profiles else 0
-                loop["steps"] = len(steps) if timed else max(self._step, 1)
-                if not timed:
-                    loop["first_step"], loop["last_step"] = 0, loop["steps"] - 1
+            prof.model["loop"] = self._loop_info(steps, len(profiles), timed)
         self._cycles += 1
         self._profile = prof
         return prof
+
+    def _loop_info(self, steps: list[int], analysed: int, timed: int) -> dict[str, Any]:
+        """``profile.model["loop"]``: which steps of the loop the cycle's profile holds."""
+        sched = self.schedule
+        loop: dict[str, Any] = {
+            "cycle": self._cycles,
+            "steps": len(steps),
+            "analysed_steps": analysed,
+            "timed_steps": timed,
+            "first_step": steps[0] if steps else None,
+            "last_step": steps[-1] if steps else None,
+            "steps_seen": self._step,
+            "complete": sched is None or len(steps) == sched.active,
+            "schedule": None
+            if sched is None
+            else {
+                "wait": sched.wait,
+                "warmup": sched.warmup,
+                "active": sched.active,
+                "repeat": sched.repeat,
+            },
+        }
+        if sched is None:
+            # one span: analysed as a whole however many steps; or every step timed
+            loop["analysed_steps"] = 1 if analysed else 0
+            loop["steps"] = len(steps) if timed else max(self._step, 1)
+            if not timed:
+                loop["first_step"], loop["last_step"] = 0, loop["steps"] - 1
+        return loop
 
     # ---- one analysis session --------------------------------------------------------
     def _open(self) -> None:
