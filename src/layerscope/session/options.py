@@ -228,14 +228,15 @@ def check_timing(
     elif isinstance(timing, Mapping):
         unknown = sorted(map(str, set(timing) - set(known)))
         if unknown:
+            whose = " for a Profiler:" if loop else ""
+            others = (
+                " (the others belong to ls.profile's timing pass, which runs the model itself)"
+                if loop
+                else ""
+            )
             raise InvalidInputError(
-                f"unknown timing option(s){' for a Profiler:' if loop else ''} "
-                f"{', '.join(unknown)}; known: {', '.join(known)}"
-                + (
-                    " (the others belong to ls.profile's timing pass, which runs the model itself)"
-                    if loop
-                    else ""
-                )
+                f"unknown timing option(s){whose} {', '.join(unknown)}; "
+                f"known: {', '.join(known)}{others}"
             )
         given = dict(timing)
     else:
