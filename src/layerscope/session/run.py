@@ -156,7 +156,7 @@ def profile(
         prof, call_args = run.analyse(p, given)
         prof.notices[:0] = notices  # what unwrapping the model found comes first
         if timing_options is not None:
-            run.time(prof, compiled, call_args, given.kwargs or {}, timing_options, p)
+            run.time(prof, compiled, call_args, given.kwargs or {}, timing_options, p.tracker.tree)
         return prof
 
 
@@ -276,12 +276,12 @@ class _Run:
         call_args: tuple[Any, ...],
         kwargs: dict[str, Any],
         options: TimingOptions,
-        p: Profiler,
+        tree: ModelTree,
     ) -> None:
         """The timing pass on the same inputs, written into ``prof`` (and the compiled
         model's whole-run time, when ``ls.profile`` was given one)."""
         # The timers' hooks add a frame per level, as the analysis pass's wrappers do.
-        with in_mode(self.model, self.mode), recursion_room(stack_room(p.tracker.tree)):
+        with in_mode(self.model, self.mode), recursion_room(stack_room(tree)):
             measure(self.model, call_args, dict(kwargs), options).apply(prof)
             if compiled is not None:
                 prof.timing["compiled"] = time_compiled(
