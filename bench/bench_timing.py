@@ -35,10 +35,10 @@ from torch import nn
 from torch.autograd.profiler import record_function
 
 import layerscope as ls
-from layerscope.collect.fx import TimingInterpreter, trace
-from layerscope.collect.kineto import RangeHooks
 from layerscope.collect.timing import FORWARD_TIME, ForwardHooks, ModuleIndex, Stamper
 from layerscope.collect.timing import time_profile as run_timing
+from layerscope.collect.timing.fx import TimingInterpreter, trace
+from layerscope.collect.timing.kineto import RangeHooks
 
 sys.path.insert(0, os.path.dirname(__file__))
 from models import resnet50

@@ -173,7 +173,7 @@ def test_meta_follows_the_onednn_lstm() -> None:
     meta = on_meta("lstm_tagger")
     assert meta.model["kernels"] == {"lstm": {"onednn": 1}}
     steered = meta.node("lstm").metrics
-    with mock.patch("layerscope.session.profiler.steering_active", return_value=True):
+    with mock.patch("layerscope.session.instrument.steering_active", return_value=True):
         cells = on_meta("lstm_tagger").node("lstm").metrics
     for m in (steered, cells):
         assert real["macs"] == m["macs"] and real["flops"] == m["flops"]

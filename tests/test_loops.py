@@ -18,9 +18,9 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
 import layerscope as ls
 from helpers import ModelSnapshot
+from layerscope.analysis.merge import merge_profiles
 from layerscope.collect.timing import FORWARD_TIME, IQR_SUFFIX, MIN_SUFFIX
 from layerscope.export.trace import trace_events
-from layerscope.session.loop import merge_profiles
 from layerscope.session.schedule import Action, Schedule, schedule
 
 MACS = 2 * 8 * 16 + 2 * 16 * 4  # 384 per forward

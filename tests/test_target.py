@@ -307,7 +307,7 @@ def _unsteered(build: Build) -> ls.Profile:
     torch.manual_seed(0)
     model, args = build()
     meta_model = ls.to_meta(model)
-    with mock.patch("layerscope.session.profiler.steering_active", return_value=True):
+    with mock.patch("layerscope.session.instrument.steering_active", return_value=True):
         return ls.profile(meta_model, args=_meta(args), memory=True)
 
 

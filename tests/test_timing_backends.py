@@ -11,7 +11,6 @@ from torch import Tensor, nn
 import layerscope as ls
 from helpers import ModelSnapshot
 from layerscope import examples
-from layerscope.collect.fx import UntraceableModelError
 from layerscope.collect.timing import (
     BACKWARD_TIME,
     DEVICE_TIME,
@@ -20,6 +19,7 @@ from layerscope.collect.timing import (
     is_op_row,
     time_profile,
 )
+from layerscope.collect.timing.fx import UntraceableModelError
 from layerscope.errors import InvalidInputError
 from layerscope.profile import Node, Profile
 from layerscope.session import profile_fx

@@ -53,7 +53,7 @@ from layerscope.cli.inputs import (
     to_device,
 )
 from layerscope.errors import InvalidInputError
-from layerscope.session.profiler import profile
+from layerscope.session.run import profile
 
 NAME = "profile"
 HELP = "profile a model (built-in, your own or a transformers config) and show or save it"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
@@ -20,12 +21,84 @@ from layerscope.errors import InvalidInputError
 from layerscope.metrics.memory.observer import MemoryObserver
 from layerscope.metrics.memory.training import OptimizerName, training_footprint
 from layerscope.profile import Profile
-from layerscope.session.profiler import profile as run_profile
+from layerscope.session.run import profile as run_profile
 
 
 def _on_meta(model: nn.Module) -> bool:
     tensors = [*model.parameters(), *model.buffers()]
     return bool(tensors) and all(t.is_meta for t in tensors)
+
+
+class _PeakMeter:
+    """The forward peak at a batch size, profiled once per size (with ``MemoryObserver``);
+    ``first`` is the first Profile, for the model's fixed footprint."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        make_input: Callable[[int], tuple[Any, ...]],
+        training: bool,
+        target: str | None,
+    ) -> None:
+        self.model = model
+        self.make_input = make_input
+        self.training = training
+        self.target = target
+        self.peaks: dict[int, int] = {}
+        self.first: Profile | None = None
+
+    def __call__(self, batch: int) -> int:
+        peaks = self.peaks
+        if batch not in peaks:
+            grad_mode = contextlib.nullcontext() if self.training else torch.no_grad()
+            with grad_mode:
+                prof = run_profile(
+                    self.model,
+                    args=tuple(self.make_input(batch)),
+                    count_flops=False,
+                    count_bytes=False,
+                    record_shapes=False,
+                    observers=[MemoryObserver()],
+                    target=self.target,
+                )
+            if self.first is None:
+                self.first = prof
+            peaks[batch] = int(prof.memory["forward_peak_bytes"])
+        return peaks[batch]
+
+
+@dataclass(frozen=True)
+class _Fit:
+    """The forward peak fitted as ``intercept + slope * batch`` on two batch sizes and
+    checked on a third; when the check fails, the steepest measured slope from the
+    largest point (``base_*``, ``per_sample``) extrapolates conservatively."""
+
+    slope: Fraction
+    intercept: Fraction
+    predicted3: Fraction
+    affine: bool
+    base_batch: int
+    base_peak: Fraction
+    per_sample: Fraction
+    notes: tuple[str, ...]
+
+    @classmethod
+    def of(cls, p1: tuple[int, int], p2: tuple[int, int], p3: tuple[int, int]) -> _Fit:
+        """The fit of three (batch, peak) points, batches increasing."""
+        (b1, a1), (b2, a2), (b3, a3) = p1, p2, p3
+        slope = Fraction(a2 - a1, b2 - b1)
+        intercept = a1 - slope * b1
+        predicted3 = intercept + slope * b3
+        affine = predicted3 == a3
+        if affine:
+            return cls(slope, intercept, predicted3, affine, b1, Fraction(a1), slope, ())
+        note = (
+            f"the forward peak is not affine in the batch size: {a3} B measured at batch "
+            f"{b3}, {float(predicted3):.0f} B predicted from batches {b1} and {b2}; "
+            "extrapolated with the steepest measured slope from the largest point"
+        )
+        per_sample = max(slope, Fraction(a3 - a2, b3 - b2))
+        return cls(slope, intercept, predicted3, affine, b3, Fraction(a3), per_sample, (note,))
 
 
 def max_batch_size(
@@ -64,45 +137,13 @@ def max_batch_size(
     if verify is None:
         verify = _on_meta(model)
     training = optimizer is not None
-    peaks: dict[int, int] = {}
-    first: Profile | None = None
-
-    def measure(batch: int) -> int:
-        nonlocal first
-        if batch not in peaks:
-            grad_mode = contextlib.nullcontext() if training else torch.no_grad()
-            with grad_mode:
-                prof = run_profile(
-                    model,
-                    args=tuple(make_input(batch)),
-                    count_flops=False,
-                    count_bytes=False,
-                    record_shapes=False,
-                    observers=[MemoryObserver()],
-                    target=target,
-                )
-            if first is None:
-                first = prof
-            peaks[batch] = int(prof.memory["forward_peak_bytes"])
-        return peaks[batch]
-
+    measure = _PeakMeter(model, make_input, training, target)
+    peaks = measure.peaks
     a1, a2, a3 = measure(b1), measure(b2), measure(b3)
+    first = measure.first
     assert first is not None
-    slope = Fraction(a2 - a1, b2 - b1)
-    intercept = a1 - slope * b1
-    predicted3 = intercept + slope * b3
-    affine = predicted3 == a3
-    notes: list[str] = []
-    if affine:
-        base_batch, base_peak, per_sample = b1, Fraction(a1), slope
-    else:
-        per_sample = max(slope, Fraction(a3 - a2, b3 - b2))
-        base_batch, base_peak = b3, Fraction(a3)
-        notes.append(
-            f"the forward peak is not affine in the batch size: {a3} B measured at batch "
-            f"{b3}, {float(predicted3):.0f} B predicted from batches {b1} and {b2}; "
-            "extrapolated with the steepest measured slope from the largest point"
-        )
+    fit = _Fit.of((b1, a1), (b2, a2), (b3, a3))
+    notes = list(fit.notes)
 
     def footprint(activations: int) -> dict[str, Any]:
         assert first is not None
@@ -122,16 +163,16 @@ def max_batch_size(
     fixed = footprint(0)["total_bytes"]
 
     def predict(batch: int) -> int:
-        return math.ceil(base_peak + per_sample * (batch - base_batch))
+        return math.ceil(fit.base_peak + fit.per_sample * (batch - fit.base_batch))
 
     room = budget_bytes - fixed
-    if per_sample <= 0:
+    if fit.per_sample <= 0:
         best: int | None = None if room >= predict(b1) else 0
         if best is None:
             notes.append("the forward peak does not grow with the batch size: no upper bound")
     else:
         # largest batch with base_peak + per_sample * (batch - base_batch) <= room
-        best = max(0, math.floor((room - base_peak) / per_sample + base_batch))
+        best = max(0, math.floor((room - fit.base_peak) / fit.per_sample + fit.base_batch))
     verified = False
     if verify and best is not None and best >= 1:
         best, verified = _verify_down(best, budget_bytes, fixed, measure, peaks)
@@ -143,11 +184,11 @@ def max_batch_size(
         "fits": best is None or best >= 1,
         "fixed_bytes": fixed,
         "activation_fit": {
-            "intercept_bytes": float(intercept),
-            "per_sample_bytes": float(slope),
+            "intercept_bytes": float(fit.intercept),
+            "per_sample_bytes": float(fit.slope),
             "points": {str(b): peaks[b] for b in (b1, b2, b3)},
-            "affine": affine,
-            "third_point_error_bytes": float(a3 - predicted3),
+            "affine": fit.affine,
+            "third_point_error_bytes": float(a3 - fit.predicted3),
         },
         "breakdown": breakdown,
         "verified": verified,

@@ -8,10 +8,10 @@ from typing import Any
 from torch import nn
 
 from layerscope.collect.common import unwrap_model
-from layerscope.collect.fx import trace
 from layerscope.collect.timing import time_profile
+from layerscope.collect.timing.fx import trace
 from layerscope.profile import Profile
-from layerscope.session.profiler import profile as analyse
+from layerscope.session.run import profile as analyse
 
 
 def profile_fx(

@@ -45,6 +45,10 @@ TIMING_OPTIONS = (
     "batch_size",
     "progress",
 )
+#: The options ``timing=`` accepts as a mapping in a ``Profiler``: those of a loop's timed
+#: steps (the rest describe the timing pass's own runs: warmup, repeats, backward, loss,
+#: timer backend, grad mode, ops).
+LOOP_TIMING_OPTIONS = ("sync", "clock", "correct_overhead", "batch_size")
 #: Dtype names shown when one is not known.
 _DTYPE_EXAMPLES = "'float32', 'float16', 'bfloat16', 'half', 'int64', 'long', 'bool'"
 
@@ -204,31 +208,43 @@ def check_numerics(numerics: object, **defaults: Any) -> dict[str, Any] | None:
 
 
 def check_timing(
-    timing: object, *, backward: bool, loss_fn: Callable[[Any], Any] | None
-) -> dict[str, Any] | None:
-    """``timing=``: off (None), or the checked keyword arguments of ``time_profile``.
+    timing: object,
+    *,
+    loop: bool = False,
+    backward: bool = False,
+    loss_fn: Callable[[Any], Any] | None = None,
+) -> TimingOptions | None:
+    """``timing=``: off (None), or the checked options of ``ls.profile``'s timing pass
+    (with the run's backward settings) or, with ``loop``, of a ``Profiler``'s timers.
 
-    Every option is checked here, with the backward settings of the run, so that a bad
-    one fails before the analysis pass instead of after it.
+    Every option is checked here, so that a bad one fails before the analysis pass
+    instead of after it.
     """
+    known = LOOP_TIMING_OPTIONS if loop else TIMING_OPTIONS
     if is_bool(timing):
         if not timing:
             return None
         given: dict[str, Any] = {}
     elif isinstance(timing, Mapping):
-        unknown = sorted(map(str, set(timing) - set(TIMING_OPTIONS)))
+        unknown = sorted(map(str, set(timing) - set(known)))
         if unknown:
+            whose = " for a Profiler:" if loop else ""
+            others = (
+                " (the others belong to ls.profile's timing pass, which runs the model itself)"
+                if loop
+                else ""
+            )
             raise InvalidInputError(
-                f"unknown timing option(s) {', '.join(unknown)}; known: {', '.join(TIMING_OPTIONS)}"
+                f"unknown timing option(s){whose} {', '.join(unknown)}; "
+                f"known: {', '.join(known)}{others}"
             )
         given = dict(timing)
     else:
         raise InvalidInputError(
-            f"timing must be True/False or a mapping of options ({', '.join(TIMING_OPTIONS)}),"
+            f"timing must be True/False or a mapping of options ({', '.join(known)}),"
             f" got {timing!r} ({type(timing).__name__})"
         )
-    checked = TimingOptions(**given, backward=backward, loss_fn=loss_fn)
-    return {name: getattr(checked, name) for name in given}
+    return TimingOptions(**given, backward=backward, loss_fn=loss_fn)
 
 
 def check_timing_device(model: nn.Module, inputs: Any) -> None:
@@ -253,6 +269,7 @@ def check_timing_device(model: nn.Module, inputs: Any) -> None:
 
 
 __all__ = [
+    "LOOP_TIMING_OPTIONS",
     "MODES",
     "NONFINITE_MODES",
     "NUMERICS_OPTIONS",

@@ -11,9 +11,9 @@ nothing but light timers installed, and writes the results into an existing Prof
   The log is replayed after each repeat into inclusive and self times per call.
   Each timed repeat is a bare run then an instrumented run (hooks installed only around
   it), so machine-load drift hits the whole-model latency and module times alike.
-- ``"kineto"`` (``collect/kineto.py``): a ``record_function`` range per module under
+- ``"kineto"`` (``kineto.py``): a ``record_function`` range per module under
   ``torch.profiler``; CPU and device time, optionally the aten ops under each module.
-- ``"fx"`` (``collect/fx.py``): a ``torch.fx`` trace run by a timing interpreter; every
+- ``"fx"`` (``fx.py``): a ``torch.fx`` trace run by a timing interpreter; every
   graph node timed, functional calls (``add``, ``flatten``) included.
 
 Backward (``backward=True``): autograd numbers every node it creates; the forward hooks
@@ -42,12 +42,14 @@ from layerscope.collect.timing.calibrate import calibrate_backward as calibrate_
 from layerscope.collect.timing.calibrate import calibrate_clock as calibrate_clock
 from layerscope.collect.timing.calibrate import calibrate_forward as calibrate_forward
 from layerscope.collect.timing.clock import Stamper as Stamper
+from layerscope.collect.timing.compiled import time_compiled as time_compiled
 from layerscope.collect.timing.context import PassContext as PassContext
 from layerscope.collect.timing.forward import Entry as Entry
 from layerscope.collect.timing.forward import ForwardHooks as ForwardHooks
 from layerscope.collect.timing.forward import ForwardRepeat as ForwardRepeat
 from layerscope.collect.timing.forward import replay_forward as replay_forward
 from layerscope.collect.timing.index import ModuleIndex as ModuleIndex
+from layerscope.collect.timing.loop import LoopTimer as LoopTimer
 from layerscope.collect.timing.options import Clock, GradMode, Timer, TimingOptions
 from layerscope.collect.timing.options import ProgressArg as ProgressArg
 from layerscope.collect.timing.progress import Progress as Progress

@@ -161,11 +161,11 @@ def measure(
                 if options.timer is Timer.HOOKS:
                     _hooks_runs(ctx, result)
                 elif options.timer is Timer.KINETO:
-                    from layerscope.collect.kineto import kineto_runs
+                    from layerscope.collect.timing.kineto import kineto_runs
 
                     kineto_runs(ctx, result)
                 else:
-                    from layerscope.collect.fx import fx_runs
+                    from layerscope.collect.timing.fx import fx_runs
 
                     fx_runs(ctx, result)
             finally:

@@ -1,6 +1,4 @@
-"""The pieces of a ``Profiler`` driven by a user's loop: merging the Profiles of a
-cycle's analysed steps (``merge_profiles``) and the cheap timers of its timed steps
-(``LoopTimer``).
+"""The cheap timers of a ``Profiler``'s timed loop steps (``LoopTimer``).
 
 A timed step carries no analysis instrumentation (rule 4): only the forward pre/post hook
 pair of the timing pass per module, which appends ``(module, stamp, sequence number)`` to
@@ -13,7 +11,6 @@ step's end stamp, so the replay is not part of the step's time.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -44,159 +41,7 @@ from layerscope.collect.timing.spans import (
     build_trace,
     forward_spans,
 )
-from layerscope.errors import InvalidInputError
-from layerscope.profile import ADDITIVE_METRICS, Node, Number, Profile
-
-#: ``timing=`` options that apply to a loop's timed steps (the rest describe the timing
-#: pass's own runs: warmup, repeats, backward, loss, timer backend, grad mode, ops).
-LOOP_TIMING_OPTIONS: tuple[str, ...] = ("sync", "clock", "correct_overhead", "batch_size")
-
-#: Metrics that describe the model, not the work of a step: the last step's value.
-STATIC_METRICS = frozenset(
-    {
-        "params",
-        "trainable_params",
-        "buffers",
-        "param_bytes",
-        "buffer_bytes",
-        "grad_bytes",
-        "local_params",
-        "local_param_bytes",
-        "local_buffer_bytes",
-    }
-)
-#: Work metrics summed over a cycle's analysed steps.
-SUMMED_METRICS = frozenset(ADDITIVE_METRICS) - STATIC_METRICS
-
-
-def check_loop_timing(timing: object) -> TimingOptions | None:
-    """``Profiler(timing=)``: off (None) or the checked options of the loop's timers."""
-    from layerscope.collect.common import is_bool
-
-    if is_bool(timing):
-        return TimingOptions() if timing else None
-    if isinstance(timing, Mapping):
-        unknown = sorted(map(str, set(timing) - set(LOOP_TIMING_OPTIONS)))
-        if unknown:
-            raise InvalidInputError(
-                f"unknown timing option(s) for a Profiler: {', '.join(unknown)}; known: "
-                f"{', '.join(LOOP_TIMING_OPTIONS)} (the others belong to ls.profile's timing "
-                "pass, which runs the model itself)"
-            )
-        return TimingOptions(**dict(timing))
-    raise InvalidInputError(
-        f"timing must be True/False or a mapping of options ({', '.join(LOOP_TIMING_OPTIONS)}),"
-        f" got {timing!r} ({type(timing).__name__})"
-    )
-
-
-# ---- merging a cycle's analysed steps --------------------------------------------------
-def _merge_metrics(into: dict[str, Number], earlier: Mapping[str, Number]) -> None:
-    for key, value in earlier.items():
-        mine = into.get(key)
-        if key in SUMMED_METRICS:
-            into[key] = value if mine is None else mine + value
-        elif key.endswith("peak_bytes"):
-            into[key] = value if mine is None else max(mine, value)
-        elif mine is None and key not in STATIC_METRICS:
-            into[key] = value
-
-
-def merge_profiles(profiles: Sequence[Profile]) -> Profile:
-    """One Profile for several analysed steps of the same model, built on the last.
-
-    Nodes are matched by path. Work metrics (FLOPs, MACs, activation, output and
-    communication bytes; self and inclusive) and ``calls`` are summed; ``*peak_bytes``
-    take the max; static metrics (parameters, buffers, gradient bytes), node numerics and
-    everything else come from the last step. Distinct signatures are kept in order of
-    first appearance. ``unsupported_ops`` counts, ``outside`` and the kernels a meta
-    analysis followed (``model["kernels"]``) are summed, whole-model
-    ``memory`` numbers take the max (its timeline is the last step's), ``numerics`` is the
-    first step's that found a non-finite value, else the last's; notices are united.
-    The profiles are consumed: the result is the last one, updated in place.
-    """
-    if not profiles:
-        raise ValueError("no profiles to merge")
-    last = profiles[-1]
-    if len(profiles) == 1:
-        return last
-    by_path = {n.path: n for n in last.root.walk()}
-    for prof in reversed(profiles[:-1]):  # newest first: signatures end in step order
-        for node in prof.root.walk():
-            mine = by_path.get(node.path)
-            if mine is not None:
-                _merge_node(mine, node)
-    outside = dict(last.outside)
-    unsupported = last.unsupported_ops
-    notices: list[str] = []
-    for prof in profiles:
-        for key, value in prof.outside.items():
-            if prof is not last:
-                outside[key] = outside.get(key, 0) + value
-        if prof is not last:
-            _merge_unsupported(unsupported, prof.unsupported_ops)
-            for key, value in prof.memory.items():
-                mine = last.memory.get(key)
-                if _is_number(value) and (mine is None or (_is_number(mine) and value > mine)):
-                    last.memory[key] = value
-        notices.extend(n for n in prof.notices if n not in notices)
-    last.outside = outside
-    last.notices = notices
-    kernels: dict[str, dict[str, int]] = {}
-    for prof in profiles:
-        chosen = prof.model.get("kernels")
-        for op, by_kernel in chosen.items() if isinstance(chosen, dict) else ():
-            counts = kernels.setdefault(op, {})
-            for kernel, n in by_kernel.items():
-                counts[kernel] = counts.get(kernel, 0) + n
-    if kernels:
-        last.model["kernels"] = kernels
-    for prof in profiles:
-        if prof.numerics.get("first_nonfinite") is not None:
-            last.numerics = prof.numerics
-            break
-    return last
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _merge_node(mine: Node, earlier: Node) -> None:
-    mine.calls += earlier.calls
-    _merge_metrics(mine.metrics, earlier.metrics)
-    _merge_metrics(mine.self_metrics, earlier.self_metrics)
-    for name in ("inputs", "outputs", "grad_inputs", "grad_outputs"):
-        old = getattr(earlier, name)
-        if old:
-            current = getattr(mine, name)
-            setattr(mine, name, [s for s in old if s not in current] + current)
-
-
-def _merge_unsupported(into: dict[str, Any], earlier: Mapping[str, Any]) -> None:
-    for op, entry in earlier.items():
-        mine = into.get(op)
-        if mine is None:
-            into[op] = {**entry, "modules": dict(entry.get("modules", {}))}
-            continue
-        for key in ("count", "forward", "backward"):
-            mine[key] = mine.get(key, 0) + entry.get(key, 0)
-        modules = mine.setdefault("modules", {})
-        for where, n in entry.get("modules", {}).items():
-            modules[where] = modules.get(where, 0) + n
-        if "error" in entry:
-            mine.setdefault("error", entry["error"])
-
-
-# ---- timing steps ------------------------------------------------------------------------
-def index_depth(index: ModuleIndex) -> int:
-    """The deepest node's depth (the root is 0)."""
-    depth = [0] * len(index)
-    for i, p in enumerate(index.parent):  # pre-order: a parent comes before its children
-        if p >= 0:
-            depth[i] = depth[p] + 1
-    return max(depth, default=0)
-
+from layerscope.profile import Profile
 
 #: Sequence number of autograd nodes outside the sequence (AccumulateGrad).
 _NO_SEQUENCE = 2**64 - 1
@@ -276,6 +121,16 @@ class LoopTimer:
     @property
     def timed_steps(self) -> int:
         return len(self.steps["step_time"])
+
+    @property
+    def depth(self) -> int:
+        """The deepest module's depth (the root is 0): the timers add a frame per level."""
+        index = self.index
+        depth = [0] * len(index)
+        for i, p in enumerate(index.parent):  # pre-order: a parent comes before its children
+            if p >= 0:
+                depth[i] = depth[p] + 1
+        return max(depth, default=0)
 
     def begin(self) -> None:
         stamper = self.stamper
@@ -491,12 +346,4 @@ class LoopTimer:
                 node.calls = self.calls[i]
 
 
-__all__ = [
-    "LOOP_TIMING_OPTIONS",
-    "STATIC_METRICS",
-    "SUMMED_METRICS",
-    "LoopTimer",
-    "check_loop_timing",
-    "index_depth",
-    "merge_profiles",
-]
+__all__ = ["LoopTimer"]

@@ -28,19 +28,18 @@ import torch
 import torch.fx
 from torch import nn
 
-from layerscope.collect.timing import (
+from layerscope.collect.timing.backward import BackwardTimer, replay_backward_log
+from layerscope.collect.timing.clock import Stamper
+from layerscope.collect.timing.context import PassContext
+from layerscope.collect.timing.forward import ForwardRepeat
+from layerscope.collect.timing.index import ModuleIndex
+from layerscope.collect.timing.result import (
     BACKWARD_TIME,
     FORWARD_TIME,
-    BackwardTimer,
-    ForwardRepeat,
-    ModuleIndex,
     OpSamples,
-    PassContext,
     TimingResult,
     add_repeat,
-    replay_backward_log,
 )
-from layerscope.collect.timing.clock import Stamper
 from layerscope.collect.timing.spans import RepeatSpans, logged_backward
 from layerscope.errors import InvalidInputError, LayerscopeError
 

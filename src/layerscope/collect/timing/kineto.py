@@ -34,22 +34,19 @@ from torch.profiler import ProfilerActivity
 from torch.utils.hooks import RemovableHandle
 
 from layerscope.collect.common import install_hook_pairs, remove_hooks
-from layerscope.collect.timing import (
+from layerscope.collect.timing.backward import _NO_SEQUENCE, grad_steps, owner_of
+from layerscope.collect.timing.context import PassContext
+from layerscope.collect.timing.forward import Entry, ForwardRepeat
+from layerscope.collect.timing.index import ModuleIndex
+from layerscope.collect.timing.result import (
     BACKWARD_DEVICE_TIME,
     BACKWARD_TIME,
     DEVICE_TIME,
     FORWARD_TIME,
-    Entry,
-    ForwardRepeat,
-    ModuleIndex,
     OpSamples,
-    PassContext,
     TimingResult,
     add_repeat,
-    grad_steps,
-    owner_of,
 )
-from layerscope.collect.timing.backward import _NO_SEQUENCE
 from layerscope.collect.timing.spans import NodeSpan, RepeatSpans
 from layerscope.errors import LayerscopeError
 

@@ -1,0 +1,140 @@
+"""Merging the Profiles of a cycle's analysed steps into one (``merge_profiles``).
+
+A ``Profiler`` with a schedule analyses several steps of a user's loop; each gives a
+Profile of the same model, and the cycle's Profile is their merge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from layerscope.profile import ADDITIVE_METRICS, Node, Number, Profile
+
+#: Metrics that describe the model, not the work of a step: the last step's value.
+STATIC_METRICS = frozenset(
+    {
+        "params",
+        "trainable_params",
+        "buffers",
+        "param_bytes",
+        "buffer_bytes",
+        "grad_bytes",
+        "local_params",
+        "local_param_bytes",
+        "local_buffer_bytes",
+    }
+)
+#: Work metrics summed over a cycle's analysed steps.
+SUMMED_METRICS = frozenset(ADDITIVE_METRICS) - STATIC_METRICS
+
+
+def _merge_metrics(into: dict[str, Number], earlier: Mapping[str, Number]) -> None:
+    for key, value in earlier.items():
+        mine = into.get(key)
+        if key in SUMMED_METRICS:
+            into[key] = value if mine is None else mine + value
+        elif key.endswith("peak_bytes"):
+            into[key] = value if mine is None else max(mine, value)
+        elif mine is None and key not in STATIC_METRICS:
+            into[key] = value
+
+
+def merge_profiles(profiles: Sequence[Profile]) -> Profile:
+    """One Profile for several analysed steps of the same model, built on the last.
+
+    Nodes are matched by path. Work metrics (FLOPs, MACs, activation, output and
+    communication bytes; self and inclusive) and ``calls`` are summed; ``*peak_bytes``
+    take the max; static metrics (parameters, buffers, gradient bytes), node numerics and
+    everything else come from the last step. Distinct signatures are kept in order of
+    first appearance. ``unsupported_ops`` counts, ``outside`` and the kernels a meta
+    analysis followed (``model["kernels"]``) are summed, whole-model
+    ``memory`` numbers take the max (its timeline is the last step's), ``numerics`` is the
+    first step's that found a non-finite value, else the last's; notices are united.
+    The profiles are consumed: the result is the last one, updated in place.
+    """
+    if not profiles:
+        raise ValueError("no profiles to merge")
+    last = profiles[-1]
+    if len(profiles) == 1:
+        return last
+    by_path = {n.path: n for n in last.root.walk()}
+    for prof in reversed(profiles[:-1]):  # newest first: signatures end in step order
+        for node in prof.root.walk():
+            mine = by_path.get(node.path)
+            if mine is not None:
+                _merge_node(mine, node)
+    outside = dict(last.outside)
+    unsupported = last.unsupported_ops
+    notices: list[str] = []
+    for prof in profiles:
+        for key, value in prof.outside.items():
+            if prof is not last:
+                outside[key] = outside.get(key, 0) + value
+        if prof is not last:
+            _merge_unsupported(unsupported, prof.unsupported_ops)
+            _merge_memory(last.memory, prof.memory)
+        notices.extend(n for n in prof.notices if n not in notices)
+    last.outside = outside
+    last.notices = notices
+    kernels = _sum_kernels(profiles)
+    if kernels:
+        last.model["kernels"] = kernels
+    for prof in profiles:
+        if prof.numerics.get("first_nonfinite") is not None:
+            last.numerics = prof.numerics
+            break
+    return last
+
+
+def _merge_memory(into: dict[str, Any], earlier: Mapping[str, Any]) -> None:
+    """Whole-model ``memory`` numbers: the max of the steps'."""
+    for key, value in earlier.items():
+        mine = into.get(key)
+        if _is_number(value) and (mine is None or (_is_number(mine) and value > mine)):
+            into[key] = value
+
+
+def _sum_kernels(profiles: Sequence[Profile]) -> dict[str, dict[str, int]]:
+    """The kernels a meta analysis followed (``model["kernels"]``), summed over steps."""
+    kernels: dict[str, dict[str, int]] = {}
+    for prof in profiles:
+        chosen = prof.model.get("kernels")
+        for op, by_kernel in chosen.items() if isinstance(chosen, dict) else ():
+            counts = kernels.setdefault(op, {})
+            for kernel, n in by_kernel.items():
+                counts[kernel] = counts.get(kernel, 0) + n
+    return kernels
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _merge_node(mine: Node, earlier: Node) -> None:
+    mine.calls += earlier.calls
+    _merge_metrics(mine.metrics, earlier.metrics)
+    _merge_metrics(mine.self_metrics, earlier.self_metrics)
+    for name in ("inputs", "outputs", "grad_inputs", "grad_outputs"):
+        old = getattr(earlier, name)
+        if old:
+            current = getattr(mine, name)
+            setattr(mine, name, [s for s in old if s not in current] + current)
+
+
+def _merge_unsupported(into: dict[str, Any], earlier: Mapping[str, Any]) -> None:
+    for op, entry in earlier.items():
+        mine = into.get(op)
+        if mine is None:
+            into[op] = {**entry, "modules": dict(entry.get("modules", {}))}
+            continue
+        for key in ("count", "forward", "backward"):
+            mine[key] = mine.get(key, 0) + entry.get(key, 0)
+        modules = mine.setdefault("modules", {})
+        for where, n in entry.get("modules", {}).items():
+            modules[where] = modules.get(where, 0) + n
+        if "error" in entry:
+            mine.setdefault("error", entry["error"])
+
+
+__all__ = ["STATIC_METRICS", "SUMMED_METRICS", "merge_profiles"]
