@@ -101,8 +101,9 @@ def _is_package(module: str) -> bool:
 
 
 def _resolve(source: str, node: ast.Import | ast.ImportFrom) -> Iterator[str]:
-    """The layerscope modules one import statement loads (a name that is no module is an
-    attribute of the module it comes from)."""
+    """The modules one import statement loads: ``from a import b`` loads ``a.b`` when that
+    is a module, else ``a`` (b is an attribute of it). A package's ``__init__`` runs before
+    its submodules but does not depend on them, so it is no edge of its own."""
     if isinstance(node, ast.Import):
         yield from (a.name for a in node.names)
         return
