@@ -25,10 +25,11 @@ import torch.distributed as dist
 from torch import nn
 
 import layerscope as ls
+from layerscope.analysis.ranks import RankSummary, rank_summary
 from layerscope.export.json import SCHEMA_PATH
 from layerscope.metrics.comm import comm_observers, payload_bytes
 from layerscope.metrics.flops import is_zero_cost
-from layerscope.render.ranks import RankSummary, rank_summary, rank_table
+from layerscope.render.ranks import rank_table
 
 WORLD = 2
 #: Wall-clock limit of the 2-process run (it takes about 6 s on 2 cores: each process

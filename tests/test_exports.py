@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import argparse
 import csv
 import io
 import os
+import re
 import stat
 import sys
 from pathlib import Path
@@ -13,8 +15,10 @@ from pathlib import Path
 import pytest
 
 import layerscope as ls
+from layerscope.cli.common import add_view_arguments
 from layerscope.examples import EXAMPLES
 from layerscope.export import format_of
+from layerscope.export.formats import FORMATS
 from layerscope.export.markdown import escape
 from viewmodels import build, node, small
 
@@ -111,6 +115,22 @@ def test_export_picks_the_format_from_the_extension(tmp_path: Path) -> None:
         prof.export(tmp_path / "p", format="xls")
     with pytest.raises(ls.ExportError, match="csv export takes no options, got columns"):
         prof.export(tmp_path / "q.csv", columns=["flops"])
+
+
+def test_the_docs_and_the_cli_list_the_formats_of_the_format_table() -> None:
+    """docs/exports.md and ``-o``'s help name each format's usual extension, and
+    ``--format`` takes every format of ``export.formats.FORMATS``."""
+    usual = {f.extensions[0] for f in FORMATS.values()}
+    docs = (Path(__file__).parent.parent / "docs" / "exports.md").read_text(encoding="utf-8")
+    listed = re.search(r"# the format from the extension: (.*)", docs)
+    assert listed is not None and set(listed.group(1).split()) == usual
+    parser = argparse.ArgumentParser()
+    add_view_arguments(parser)
+    output = next(a for a in parser._actions if a.dest == "output").help or ""
+    listed = re.search(r"instead of printing: (.*), or \.txt", output)
+    assert listed is not None and set(listed.group(1).split(", ")) == usual
+    for name in FORMATS:
+        assert parser.parse_args(["--format", name]).format == name
 
 
 def test_exports_never_damage_an_existing_file(tmp_path: Path) -> None:

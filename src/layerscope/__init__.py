@@ -23,7 +23,7 @@ from layerscope.errors import (
     ProfileCheckError,
     SchemaError,
 )
-from layerscope.export.json import SCHEMA_PATH
+from layerscope.export.json import SCHEMA_PATH, load
 from layerscope.hardware import DeviceSpec, device_spec
 from layerscope.metrics.flops import Cost, register_flop_formula
 from layerscope.metrics.memory import (
@@ -32,7 +32,7 @@ from layerscope.metrics.memory import (
     training_footprint,
 )
 from layerscope.metrics.numerics import NonFiniteError, NonFiniteWarning, NumericsObserver
-from layerscope.profile import SCHEMA, Node, Profile, TensorSpec, ValueSpec, load
+from layerscope.profile import SCHEMA, Node, Profile, TensorSpec, ValueSpec
 from layerscope.render import config
 from layerscope.render.options import ViewOptions, view_options
 from layerscope.render.ranks import rank_table

@@ -12,7 +12,7 @@ What ``dst`` gets: a Profile whose tree and sections are ``dst``'s own (not a me
 ranks may run different work, and a merged tree would hide it) and whose ``ranks`` lists
 every rank's profile in group rank order, ``ranks[i].dist`` saying which rank made it.
 The top level and its own entry in ``ranks`` share ``dst``'s nodes with the profile
-``gather`` was called on. ``render.ranks`` compares the ranks module by module.
+``gather`` was called on. ``analysis.ranks`` compares the ranks module by module.
 """
 
 from __future__ import annotations

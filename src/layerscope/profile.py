@@ -425,7 +425,7 @@ class Profile:
     def rank_summary(self, metrics: Any = None) -> Any:
         """Per module and metric, min / median / max over the gathered ``ranks``, the
         rank with the max and the imbalance (max / median): a ``RankSummary``, printable
-        (``print(prof.rank_summary())``, ``.render(width=80)``)."""
+        (``print(prof.rank_summary())``, ``.render(width=80)``): the cross-rank view."""
         from layerscope.render.ranks import rank_summary
 
         return rank_summary(self, metrics)
@@ -538,16 +538,6 @@ class Profile:
         return html_table(self)
 
 
-def load(path: str | os.PathLike[str]) -> Profile:
-    """Read a profile saved with ``Profile.save``, every known key checked.
-
-    ``FileNotFoundError`` when there is no such file; ``SchemaError`` for anything else
-    that is not a readable ``layerscope/1`` profile (naming the file and the JSON path)."""
-    from layerscope.export.json import load as load_json
-
-    return load_json(path)
-
-
 def _rank_dict(profile: Profile) -> dict[str, Any]:
     """One entry of ``"ranks"``: the rank's profile without ranks of its own."""
     data = profile.to_dict()
@@ -567,3 +557,33 @@ def _jsonable(value: Any) -> Any:
 
         return math.nan
     return value
+
+
+# ---- numerics events (Profile.numerics) -------------------------------------------
+def _event_label(path: str, type_name: str) -> str:
+    return f"'{path}' ({type_name})" if path else f"<root> ({type_name})"
+
+
+_WHERE_TEXT: dict[str, str] = {
+    "output": "output",
+    "grad_output": "gradient w.r.t. its output",
+    "grad_input": "gradient w.r.t. its input",
+}
+
+
+def describe_nonfinite(event: dict[str, Any], origin: bool) -> str:
+    """One sentence about a first_nonfinite/origin event of ``Profile.numerics``: the
+    words of ``NonFiniteError``/``NonFiniteWarning`` and of the views' numerics line."""
+    what = f"{event['nan']} NaN, {event['inf']} Inf"
+    head = (
+        f"module {_event_label(event['path'], event['type'])} call {event['call']}: "
+        f"non-finite values ({what}) in its {_WHERE_TEXT[event['where']]}, "
+        f"shapes {event['shapes']}"
+    )
+    if origin:
+        before = "inputs" if event["where"] == "output" else "output gradients"
+        return f"{head}; its {before} were finite, so this module produced them (origin)"
+    return (
+        f"{head}; they were already there when it ran: no module produced them from "
+        "finite values (they came from the inputs, or from code outside any module)"
+    )

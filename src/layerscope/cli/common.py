@@ -9,14 +9,27 @@ import sys
 from typing import Any
 
 from layerscope.errors import InvalidInputError
-from layerscope.export import FORMATS, export, export_text
 from layerscope.export.files import write_text
+from layerscope.export.formats import FORMATS, export, export_text, matching
 from layerscope.profile import Profile
 from layerscope.render import config as display_config
 from layerscope.render.console import render, show
 from layerscope.render.options import VIEWS, view_options
 
 _FOLD = {"on": True, "off": False, "all": "all"}
+#: View flags (by their dest) given as they are -> the ``prof.show`` option each sets.
+_OPTION_FLAGS = {
+    "columns": "columns",
+    "sort": "sort_by",
+    "top": "top",
+    "depth": "max_depth",
+    "min_pct": "min_pct",
+    "pct_of": "pct_of",
+    "include": "include",
+    "exclude": "exclude",
+    "width": "width",
+    "spec": "device",
+}
 #: Extensions that write a view as plain text with ``-o``.
 _TEXT_EXTENSIONS = (".txt", ".text")
 
@@ -119,19 +132,7 @@ def view_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "shapes": not args.no_shapes,
         "by_type": args.by_type,
     }
-    return kwargs | flags_given(
-        args,
-        columns="columns",
-        sort="sort_by",
-        top="top",
-        depth="max_depth",
-        min_pct="min_pct",
-        pct_of="pct_of",
-        include="include",
-        exclude="exclude",
-        width="width",
-        spec="device",
-    )
+    return kwargs | flags_given(args, **_OPTION_FLAGS)
 
 
 def flags_given(args: argparse.Namespace, **names: str) -> dict[str, Any]:
@@ -150,13 +151,12 @@ def output_format(args: argparse.Namespace) -> str:
         return str(args.format)
     if args.output is None:
         return "table"
-    name = os.fspath(args.output).lower()
-    if name.endswith(_TEXT_EXTENSIONS):
+    if os.fspath(args.output).lower().endswith(_TEXT_EXTENSIONS):
         return "table"
-    for fmt, exts in FORMATS.items():
-        if name.endswith(exts):
-            return fmt
-    known = ", ".join(ext for exts in FORMATS.values() for ext in exts)
+    found = matching(args.output)
+    if found is not None:
+        return found.name
+    known = ", ".join(ext for f in FORMATS.values() for ext in f.extensions)
     raise InvalidInputError(
         f"cannot tell the format of -o {args.output!r} from its extension; use one of "
         f"{known}, .txt, or pass --format"
@@ -168,15 +168,16 @@ def check_view_arguments(args: argparse.Namespace) -> None:
     options = view_kwargs(args)
     view_options(**options)
     fmt = output_format(args)
-    if fmt in FORMATS and fmt != "md":
-        given = [f"--{flag}" for flag in _view_flags_given(args)]
-        if fmt == "html" and "--spec" in given:
-            given.remove("--spec")  # the roofline chart's roof
+    export_format = FORMATS.get(fmt)
+    if export_format is not None and not export_format.view_options:
+        takes = [f"--{dest}" for dest, opt in _OPTION_FLAGS.items() if opt in export_format.options]
+        given = [f"--{flag}" for flag in _view_flags_given(args) if f"--{flag}" not in takes]
         if given:
-            also = " (and --spec to html)" if fmt == "html" else ""
+            drawn = " ".join(f"--format {f.name}" for f in FORMATS.values() if f.view_options)
+            also = f" (and {', '.join(takes)} to {fmt})" if takes else ""
             raise InvalidInputError(
                 f"{' '.join(given)} {'applies' if len(given) == 1 else 'apply'} only to views "
-                f"and to --format md{also}, not to {fmt}"
+                f"and to {drawn}{also}, not to {fmt}"
             )
     if args.estimate is not None:
         from layerscope.hardware import device_spec
@@ -221,12 +222,10 @@ def write_profile(prof: Profile, args: argparse.Namespace) -> None:
         else:
             write_text(args.output, render(prof, **options))
         return
-    if fmt == "md":
+    if FORMATS[fmt].view_options:
         extra = {k: v for k, v in options.items() if k not in ("view", "width")}
-    elif fmt == "html" and options.get("device") is not None:
-        extra = {"device": options["device"]}  # --spec: the roofline chart's roof
-    else:
-        extra = {}
+    else:  # the options it takes, such as html's device (--spec: the roofline chart's roof)
+        extra = {k: v for k, v in options.items() if k in FORMATS[fmt].options}
     if args.output is None:
         sys.stdout.write(export_text(prof, fmt, **extra))
     else:

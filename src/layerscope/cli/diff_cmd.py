@@ -15,7 +15,7 @@ from typing import Any
 
 from layerscope.analysis.diff import diff
 from layerscope.cli.common import flags_given
-from layerscope.profile import load
+from layerscope.export.json import load
 from layerscope.render import config as display_config
 from layerscope.render.diff import diff_options
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 
 from layerscope.cli.common import add_view_arguments, check_view_arguments, write_profile
-from layerscope.profile import load
+from layerscope.export.json import load
 
 NAME = "show"
 HELP = "show a saved profile as any view, or convert it (html, csv, md, trace)"

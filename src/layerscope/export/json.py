@@ -332,8 +332,10 @@ def _leaf(leaf: Any, where: Where, leaves: dict[tuple[Any, ...], Spec]) -> Spec:
 
 
 def load(path: str | os.PathLike[str]) -> Profile:
-    """Read a profile saved with ``save``. ``FileNotFoundError`` when there is no such
-    file; ``SchemaError`` for everything else that cannot be read as ``layerscope/1``."""
+    """Read a profile saved with ``Profile.save`` (``ls.load``), every known key checked.
+
+    ``FileNotFoundError`` when there is no such file; ``SchemaError`` for anything else
+    that is not a readable ``layerscope/1`` profile (naming the file and the JSON path)."""
     source = os.fspath(path)
     if os.path.isdir(source):
         raise SchemaError(f"cannot read {source}: it is a directory")

@@ -8,7 +8,6 @@ whose theme lacks them falls back to those, so any rich Console can print a prof
 from __future__ import annotations
 
 import html
-import shutil
 import sys
 from typing import IO, Any
 
@@ -18,14 +17,18 @@ from rich.theme import Theme
 from layerscope.gcpause import gc_paused
 from layerscope.profile import Profile
 from layerscope.render import config as display_config
-from layerscope.render.layout import Line, LinesRenderable, plain_text, text_of, too_narrow
+from layerscope.render.layout import (
+    Line,
+    LinesRenderable,
+    plain_text,
+    terminal_width,
+    text_of,
+    too_narrow,
+)
 from layerscope.render.options import ViewOptions, view_options
 from layerscope.render.views import build, table_parts
 
 __all__ = ["html_table", "render", "render_text", "renderable", "show", "theme"]
-
-#: Width used when there is no terminal to ask (pipes, files, CI): rich's default too.
-DEFAULT_WIDTH = 80
 
 
 def theme() -> Theme:
@@ -52,11 +55,6 @@ def render_text(
     width = width or options.width or terminal_width()
     with gc_paused():
         return plain_text(build(profile, options)(width))
-
-
-def terminal_width() -> int:
-    """``COLUMNS`` or the terminal's width; 80 when output is not a terminal."""
-    return shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns
 
 
 def show(profile: Profile, file: IO[str] | None = None, **options: Any) -> None:

@@ -28,7 +28,6 @@ from layerscope.gcpause import gc_paused
 from layerscope.profile import ADDITIVE_METRICS
 from layerscope.render import config as display_config
 from layerscope.render import units
-from layerscope.render.console import terminal_width
 from layerscope.render.layout import (
     Line,
     LinesRenderable,
@@ -38,6 +37,7 @@ from layerscope.render.layout import (
     cut_end,
     fit_table,
     plain_text,
+    terminal_width,
     text_of,
     too_narrow,
     width_of,

@@ -13,6 +13,7 @@ priority first), then the module column is shortened in the middle.
 
 from __future__ import annotations
 
+import shutil
 import textwrap
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -358,6 +359,15 @@ class _Drawer:
 
 
 # ---- output ------------------------------------------------------------------------
+
+
+#: Width used when there is no terminal to ask (pipes, files, CI): rich's default too.
+DEFAULT_WIDTH = 80
+
+
+def terminal_width() -> int:
+    """``COLUMNS`` or the terminal's width; 80 when output is not a terminal."""
+    return shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns
 
 
 #: Below this width a view is one line saying so (a table of 10 columns helps nobody).

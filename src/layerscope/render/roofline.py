@@ -9,8 +9,7 @@ time lost (by roofline time without timing). ``render_estimate`` writes an
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from layerscope.analysis.roofline import Estimate, Roof
 from layerscope.analysis.transforms import filter_tree, matches, top_k
 from layerscope.render import units
 from layerscope.render.context import Builder, ViewContext
@@ -21,11 +20,9 @@ from layerscope.render.layout import (
     TableRow,
     fit_table,
     plain_text,
+    terminal_width,
     wrap_text,
 )
-
-if TYPE_CHECKING:
-    from layerscope.analysis.roofline import Estimate, Roof
 
 __all__ = ["render_estimate", "roof_title", "roofline_view"]
 
@@ -145,11 +142,7 @@ def render_estimate(
     estimate: Estimate, *, width: int | None = None, max_depth: int | None = None
 ) -> str:
     """``estimate`` as plain text: one row per module (inclusive, lower-bound times)."""
-    from layerscope.analysis.roofline import Roof
-
     if not width:
-        from layerscope.render.console import terminal_width
-
         width = terminal_width()
     roof = Roof(estimate.peak, estimate.bandwidth, estimate.device, estimate.dtype)
     backward = any(m.backward_time is not None for m in estimate)

@@ -10,8 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from layerscope.analysis.catalog import column, has_column
-from layerscope.metrics.numerics import describe
-from layerscope.profile import Profile
+from layerscope.profile import Profile, describe_nonfinite
 from layerscope.render import units
 
 Fact = tuple[str, str]
@@ -136,7 +135,7 @@ def _numerics_lines(profile: Profile) -> list[Fact]:
         lines.append((f"Numerics not checked: {report['skipped']}.", "layerscope.notice"))
     event = report.get("origin") or report.get("first_nonfinite")
     if event:
-        text = describe(event, origin=report.get("origin") is not None)
+        text = describe_nonfinite(event, origin=report.get("origin") is not None)
         lines.append((text, "layerscope.error"))
     elif not report.get("skipped"):
         lines.append((f"No NaN/Inf in {report.get('checked_calls', 0)} checked module calls.", ""))

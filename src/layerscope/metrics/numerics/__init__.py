@@ -13,7 +13,7 @@ into a device buffer and read back with one host transfer per device in ``finish
 ``nonfinite="raise"`` reads a finiteness flag per module call, to stop where it happens.
 The report format is documented in ``docs/numerics.md``.
 
-Modules: ``errors`` (modes, NonFiniteError/NonFiniteWarning, ``describe``), ``values``
+Modules: ``errors`` (modes, NonFiniteError/NonFiniteWarning), ``values``
 (device reductions, row store, host reads), ``stats`` (combining statistics across calls),
 ``records`` (calls, gradient events, memo entries), ``report`` (raise-mode checks and the
 end-of-session walk) and ``observer`` (``NumericsObserver``).
@@ -26,7 +26,6 @@ from layerscope.metrics.numerics.errors import (
     NonFiniteMode,
     NonFiniteWarning,
     Where,
-    describe,
 )
 from layerscope.metrics.numerics.observer import NumericsObserver
 from layerscope.metrics.numerics.stats import BF16_MAX, BF16_TINY, FP16_MAX, FP16_TINY
@@ -41,5 +40,4 @@ __all__ = [
     "NonFiniteWarning",
     "NumericsObserver",
     "Where",
-    "describe",
 ]

@@ -1,5 +1,5 @@
-"""What the user sees of a non-finite finding: the modes, the error, the warning and the
-sentence that describes a first_nonfinite/origin event (shared by both and the console).
+"""What the user sees of a non-finite finding: the modes, the error and the warning, both
+worded by ``profile.describe_nonfinite`` (which the console uses too).
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from layerscope.errors import LayerscopeError
+from layerscope.profile import describe_nonfinite
 
 NonFiniteMode = Literal["record", "warn", "raise"]
 #: Where a non-finite value was seen: a forward output, or a gradient w.r.t. one.
@@ -52,37 +53,11 @@ class NonFiniteWarning(UserWarning):
     """``nonfinite="warn"``: the session saw NaN/Inf values (emitted once, at its end)."""
 
 
-def _label(path: str, type_name: str) -> str:
-    return f"'{path}' ({type_name})" if path else f"<root> ({type_name})"
-
-
-_WHERE_TEXT: dict[str, str] = {
-    "output": "output",
-    "grad_output": "gradient w.r.t. its output",
-    "grad_input": "gradient w.r.t. its input",
-}
-
-
-def describe(event: dict[str, Any], origin: bool) -> str:
-    """One sentence about a first_nonfinite/origin event of ``profile.numerics``."""
-    what = f"{event['nan']} NaN, {event['inf']} Inf"
-    head = (
-        f"module {_label(event['path'], event['type'])} call {event['call']}: "
-        f"non-finite values ({what}) in its {_WHERE_TEXT[event['where']]}, "
-        f"shapes {event['shapes']}"
-    )
-    if origin:
-        before = "inputs" if event["where"] == "output" else "output gradients"
-        return f"{head}; its {before} were finite, so this module produced them (origin)"
-    return (
-        f"{head}; they were already there when it ran: no module produced them from "
-        "finite values (they came from the inputs, or from code outside any module)"
-    )
-
-
 def _warn(event: dict[str, Any], origin: bool) -> None:
     """Emit the one ``NonFiniteWarning``, attributed to the first frame outside layerscope."""
     level, frame = 1, sys._getframe(0)
     while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
         frame, level = frame.f_back, level + 1  # type: ignore[assignment]
-    warnings.warn(NonFiniteWarning("layerscope: " + describe(event, origin)), stacklevel=level)
+    warnings.warn(
+        NonFiniteWarning("layerscope: " + describe_nonfinite(event, origin)), stacklevel=level
+    )

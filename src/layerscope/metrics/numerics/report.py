@@ -8,11 +8,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from layerscope.metrics.numerics.errors import NonFiniteError, describe
+from layerscope.metrics.numerics.errors import NonFiniteError
 from layerscope.metrics.numerics.records import _Call, _event, _GradEvent, _ordered_roles
 from layerscope.metrics.numerics.stats import _Stats
 from layerscope.metrics.numerics.values import _INF, _NAN, Store, _read_counts
-from layerscope.profile import Node
+from layerscope.profile import Node, describe_nonfinite
 
 if TYPE_CHECKING:
     from layerscope.collect.scopes import ScopeTracker
@@ -30,7 +30,7 @@ def _raise_forward(
     origin = all(a + b == 0 for a, b in ins)
     event = _event(call, "output", call.shapes, call.dtypes, nan, inf)
     err = NonFiniteError(
-        "layerscope: " + describe(event, origin),
+        "layerscope: " + describe_nonfinite(event, origin),
         path=call.node.path,
         call=call.index,
         where="output",
@@ -56,7 +56,7 @@ def _raise_backward(event: _GradEvent, row_loc: Sequence[tuple[Store, int, int]]
     call, where = origin_role if origin_role is not None else ordered[0]
     info = _event(call, where, [event.shape], [event.dtype], nan, inf)
     raise NonFiniteError(
-        "layerscope: " + describe(info, origin_role is not None),
+        "layerscope: " + describe_nonfinite(info, origin_role is not None),
         path=call.node.path,
         call=call.index,
         where=where,
