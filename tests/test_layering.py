@@ -20,6 +20,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "src" / "layerscope"
 #: Lowest first. A module's layer is its first dotted component below ``layerscope``.
 LAYERS: dict[str, int] = {
     "errors": 0,
+    "validate": 0,
     "gcpause": 0,
     "version": 0,
     "hardware": 0,

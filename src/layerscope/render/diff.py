@@ -43,8 +43,8 @@ from layerscope.render.layout import (
     width_of,
     wrap_text,
 )
-from layerscope.render.options import strings
 from layerscope.render.treeviews import shorten_label
+from layerscope.validate import check_names
 
 __all__ = ["DIFF_THEME", "OPTION_NAMES", "DiffOptions", "diff_options", "render", "show"]
 
@@ -101,7 +101,7 @@ def diff_options(d: ProfileDiff, **kwargs: Any) -> DiffOptions:
     out: dict[str, Any] = {}
     allowed = available(d)
     if kwargs.get("metrics") is not None:
-        keys = strings("metrics", kwargs["metrics"])
+        keys = check_names("metrics", kwargs["metrics"])
         if not keys:
             raise InvalidInputError(f"metrics is empty; name at least one of: {', '.join(allowed)}")
         out["metrics"] = tuple(dict.fromkeys(_metric("metrics", k, allowed) for k in keys))
