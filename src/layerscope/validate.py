@@ -40,6 +40,7 @@ __all__ = [
     "check_names",
     "check_number",
     "close_matches",
+    "each",
     "is_bool",
     "refuse",
     "refuse_keys",
@@ -116,7 +117,7 @@ def close_matches(word: object, known: Iterable[str]) -> list[str]:
         return []
     names = list(known)
     same_case = [n for n in names if n.lower() == word.lower() and n != word]
-    return same_case or difflib.get_close_matches(word, names, n=2)
+    return same_case or difflib.get_close_matches(word, names, n=3)
 
 
 def _did_you_mean(close: Sequence[str]) -> str:
