@@ -85,6 +85,8 @@ class DeviceSpec:
         if not isinstance(peaks, Mapping) or not peaks:
             refuse("peak_flops", peaks, "a non-empty mapping of dtype -> FLOP/s")
         memory = mapping.get("memory_bytes")
+        if memory is not None:
+            memory = int(check_number("memory_bytes", memory, positive=True))
         return cls(
             name=name,
             label=str(mapping.get("label", name)),
@@ -95,9 +97,7 @@ class DeviceSpec:
                 str(k): check_number(f"peak_flops[{k!r}]", v, positive=True)
                 for k, v in peaks.items()
             },
-            memory_bytes=None
-            if memory is None
-            else int(check_number("memory_bytes", memory, positive=True)),
+            memory_bytes=memory,
             sources=tuple(str(s) for s in mapping.get("sources", ("given by the user",))),
             notes=str(mapping.get("notes", "")),
         )

@@ -6,7 +6,7 @@ functions, so a value is accepted or refused the same way everywhere: Python's a
 numpy's bools are bools, Python's and numpy's integers are ints (a bool is not one), and
 every refusal is one line in one of two forms::
 
-    LABEL must be ALLOWED, got VALUE (WHY) (did you mean 'X'?)
+    LABEL must be ALLOWED, got VALUE (WHY; did you mean 'X'?)
     unknown key 'K' in LABEL (did you mean 'X'?); known: A, B, C
 
 ``LABEL`` is how the user wrote the option: the Python parameter (``timing``), the CLI
@@ -54,17 +54,21 @@ MAX_SHOWN = 80
 class Label:
     """How a refusal names an option and which error it raises.
 
-    ``name`` is the option as the user wrote it; ``source`` (the display config's file, or
-    ``None`` for a mapping given in code) marks a display-config key: its refusals are
-    ``ConfigError`` with the file in front and ``.key`` set to the key path.
+    ``name`` is the option as the user wrote it ("" for a whole mapping, which refusals
+    call ``root``); a ``config`` label (``source``: the display config's file, or ``None``
+    for a mapping given in code) is a display-config key: its refusals are ``ConfigError``
+    with the file in front and ``.key`` set to the key path.
     """
 
-    __slots__ = ("config", "name", "source")
+    __slots__ = ("config", "name", "root", "source")
 
-    def __init__(self, name: str, *, source: str | None = None, config: bool = False):
+    def __init__(
+        self, name: str, *, source: str | None = None, config: bool = False, root: str = ""
+    ):
         self.name = name
         self.source = source
         self.config = config or source is not None
+        self.root = root
 
     def at(self, part: str | int) -> Label:
         """The label of an item: ``name.part`` for a key, ``name[part]`` for an index."""
@@ -72,7 +76,7 @@ class Label:
             name = f"{self.name}[{part}]"
         else:
             name = f"{self.name}.{part}" if self.name else str(part)
-        return Label(name, source=self.source, config=self.config)
+        return Label(name, source=self.source, config=self.config, root=self.root)
 
     def error(self, message: str, key: str | None = None) -> InvalidInputError:
         """The exception for ``message``; ``key``: the config key path it is about, when
@@ -91,7 +95,7 @@ class Label:
         return shown(value)
 
     def __str__(self) -> str:
-        return self.name
+        return self.name or self.root
 
 
 #: What a checker takes as its label: a :class:`Label` or an option's name.
@@ -121,7 +125,11 @@ def close_matches(word: object, known: Iterable[str]) -> list[str]:
 
 
 def _did_you_mean(close: Sequence[str]) -> str:
-    return f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
+    if not close:
+        return ""
+    names = [repr(c) for c in close]
+    either = f"{', '.join(names[:-1])} or {names[-1]}" if len(names) > 1 else names[0]
+    return f"did you mean {either}?"
 
 
 def refuse(
@@ -130,10 +138,9 @@ def refuse(
     """Raise the one-line refusal ``LABEL must be ALLOWED, got VALUE (WHY)``, with a
     ``did you mean`` hint naming ``close``."""
     where = _label(label)
-    note = f" ({why})" if why else ""
-    raise where.error(
-        f"{where} must be {allowed}, got {where.spell(value)}{note}{_did_you_mean(close)}"
-    )
+    notes = [n for n in (why, _did_you_mean(close)) if n]
+    note = f" ({'; '.join(notes)})" if notes else ""
+    raise where.error(f"{where} must be {allowed}, got {where.spell(value)}{note}")
 
 
 def refuse_keys(
@@ -150,9 +157,10 @@ def refuse_keys(
     names = ", ".join(map(shown, unknown))
     plural = "s" if len(unknown) > 1 else ""
     close = close_matches(unknown[0], known) if len(unknown) == 1 else []
-    subject = f" in {where}" if where.name else ""
+    subject = f" in {where}" if str(where) else ""
+    hint = f" ({_did_you_mean(close)})" if close else ""
     raise where.error(
-        f"unknown {noun}{plural} {names}{subject}{_did_you_mean(close)}; "
+        f"unknown {noun}{plural} {names}{subject}{hint}; "
         f"known: {', '.join(known)}{more}",
         key=where.at(str(unknown[0])).name,
     )
