@@ -383,8 +383,7 @@ def test_unknown_keys_list_the_known_ones(tmp_path: Path) -> None:
         "unknown key 'width' in table.columns.flops; known: justify, style, overflow, header"
     )
     assert error_of({"tree": {"repeat_block": {"expand": True}}}) == (
-        "unknown key 'expand' in tree.repeat_block; known: show, title, box, border_style, "
-        "padding"
+        "unknown key 'expand' in tree.repeat_block; known: show, title, box, border_style, padding"
     )
 
 
@@ -417,8 +416,7 @@ def test_wrong_types() -> None:
 
 def test_bad_enum_values() -> None:
     assert error_of({"table": {"columns": {"flops": {"justify": "middle"}}}}) == (
-        "table.columns.flops.justify must be one of 'left', 'center', 'right' or null, "
-        "got 'middle'"
+        "table.columns.flops.justify must be one of 'left', 'center', 'right' or null, got 'middle'"
     )
     assert error_of({"table": {"columns": {"module": {"overflow": None}}}}) == (
         "table.columns.module.overflow must be one of 'ellipsis', 'fold', 'crop', got null"
@@ -467,8 +465,7 @@ def test_bad_padding() -> None:
         "tree.repeat_block.padding must be [vertical, horizontal], two ints >= 0, got 1"
     )
     assert error_of({"tree": {"repeat_block": {"padding": [0, 1, 2]}}}) == (
-        "tree.repeat_block.padding must be [vertical, horizontal], two ints >= 0, "
-        "got [0, 1, 2]"
+        "tree.repeat_block.padding must be [vertical, horizontal], two ints >= 0, got [0, 1, 2]"
     )
 
 

@@ -81,12 +81,11 @@ class Label:
     def error(self, message: str, key: str | None = None) -> InvalidInputError:
         """The exception for ``message``; ``key``: the config key path it is about, when
         not this label's."""
+        text = message.replace("\n", " ")  # one line, whatever a reason quoted
         if not self.config:
-            return InvalidInputError(message)
-        text = f"{self.source}: {message}" if self.source else message
-        return ConfigError(
-            text.replace("\n", " "), source=self.source, key=self.name if key is None else key
-        )
+            return InvalidInputError(text)
+        text = f"{self.source}: {text}" if self.source else text
+        return ConfigError(text, source=self.source, key=self.name if key is None else key)
 
     def spell(self, value: object) -> str:
         """``value`` as the user would write it, shortened (``null`` in the config)."""
@@ -160,8 +159,7 @@ def refuse_keys(
     subject = f" in {where}" if str(where) else ""
     hint = f" ({_did_you_mean(close)})" if close else ""
     raise where.error(
-        f"unknown {noun}{plural} {names}{subject}{hint}; "
-        f"known: {', '.join(known)}{more}",
+        f"unknown {noun}{plural} {names}{subject}{hint}; known: {', '.join(known)}{more}",
         key=where.at(str(unknown[0])).name,
     )
 
