@@ -63,6 +63,18 @@ def view(name: str) -> Callable[[Any], str]:
     return refusal
 
 
+def diff_view(name: str) -> Callable[[Any], str]:
+    """``ls.diff(a, b).render(name=value)``."""
+
+    def refusal(value: Any) -> str:
+        prof = ls.profile(_model(), _x())
+        with pytest.raises(InvalidInputError) as info:
+            ls.diff(prof, prof).render(**{name: value})
+        return str(info.value)
+
+    return refusal
+
+
 def yaml_file(tmp: Path, layout: Callable[[Any], dict[str, Any]]) -> Callable[[Any], str]:
     """A YAML display config file with the value at ``layout``; the file's name stripped."""
 
@@ -103,12 +115,18 @@ CASES: list[tuple[str, Any, str, list[str]]] = [
     ("a string for a bool", "maybe", "True or False", ["api:backward", "view:pct", "yaml:bool"]),
     ("an int for a bool", 1, "True or False", ["api:memory", "view:raw", "yaml:bool"]),
     ("a negative depth", -1, "an int >= 0", ["view:max_depth", "yaml:padding", "cli:--depth"]),
-    ("a zero count", 0, "an int >= 1", ["timing:batch_size", "view:top", "cli:--top"]),
+    (
+        "a zero count",
+        0,
+        "an int >= 1",
+        ["timing:batch_size", "view:top", "cli:--top", "diff:top", "cli-diff:--top"],
+    ),
     ("a zero count, bounded", 0, "an int from 1 to 10000", ["timing:repeats", "cli:--repeats"]),
     ("a float for an int", 2.5, "an int >= 1", ["timing:batch_size", "view:width"]),
     ("a float for an int >= 0", 1.5, "an int >= 0", ["view:max_depth", "yaml:padding"]),
     ("a bool for an int", True, "an int >= 1", ["timing:batch_size", "view:top"]),
     ("a % out of range", 100.5, "a number from 0 to 100", ["view:min_pct", "cli:--min-pct"]),
+    ("a negative %", -0.5, "a number >= 0", ["diff:min_change_pct", "cli-diff:--min-pct"]),
 ]
 
 
@@ -129,7 +147,11 @@ def _routes(tmp: Path, capsys: pytest.CaptureFixture[str], saved: str) -> dict[s
             "tree.repeat_block.padding[1]",
             yaml_file(tmp, lambda v: {"tree": {"repeat_block": {"padding": [0, v]}}}),
         ),
+        "diff:top": ("top", diff_view("top")),
+        "diff:min_change_pct": ("min_change_pct", diff_view("min_change_pct")),
+        "cli-diff:--min-pct": ("--min-pct", cli(capsys, "diff", saved, saved, "--min-pct")),
         "cli:--depth": ("--depth", cli(capsys, "show", saved, "--depth")),
+        "cli-diff:--top": ("--top", cli(capsys, "diff", saved, saved, "--top")),
         "cli:--top": ("--top", cli(capsys, "show", saved, "--top")),
         "cli:--min-pct": ("--min-pct", cli(capsys, "show", saved, "--min-pct")),
         "cli:--repeats": (

@@ -219,6 +219,8 @@ def check_number(
         allowed = "a positive number"
     elif low is not None and high is not None:
         allowed = f"a number from {low:g} to {high:g}"
+    elif low is not None or high is not None:
+        allowed = f"a number >= {low:g}" if low is not None else f"a number <= {high:g}"
     else:
         allowed = "a finite number"
     refuse(label, value, allowed)
