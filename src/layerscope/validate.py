@@ -153,7 +153,7 @@ def refuse_keys(
     """Raise ``unknown key(s) 'K' in LABEL (did you mean 'X'?); known: A, B, C`` (then
     ``more``); a config refusal is about the first unknown key's path."""
     where = _label(label)
-    names = ", ".join(map(shown, unknown))
+    names = ", ".join(map(where.spell, unknown))
     plural = "s" if len(unknown) > 1 else ""
     close = close_matches(unknown[0], known) if len(unknown) == 1 else []
     subject = f" in {where}" if str(where) else ""

@@ -1,10 +1,11 @@
 """The display config: how the console views look, read from a YAML file.
 
 The shipped defaults live in ``display.yaml`` beside this module (every key explained
-there). A user's file only names what it changes; it is validated and merged over the
-defaults into a frozen :class:`DisplayConfig`. Files are read with ``yaml.safe_load`` only,
-and every mistake raises :class:`~layerscope.errors.ConfigError` with a one-line message
-naming the file, the dotted key, the bad value and what is allowed.
+there). A user's file only names what it changes; it is validated (the layout and its
+checks: ``config_schema``) and merged over the defaults into a frozen
+:class:`DisplayConfig`. Files are read with ``yaml.safe_load`` only, and every mistake
+raises :class:`~layerscope.errors.ConfigError` with a one-line message naming the file, the
+dotted key, the bad value and what is allowed.
 
 Users reach this module as ``ls.config``: ``load(path)``, ``dump(path)``, ``reset()``,
 ``current()``; renderers call ``current()`` and read its fields.
