@@ -137,7 +137,7 @@ def test_custom_spec_validation() -> None:
     assert ls.DeviceSpec.from_mapping(spec.to_dict()) == spec
     with pytest.raises(ls.InvalidInputError, match="bandwidth must be a positive number"):
         ls.device_spec({**SPEC, "bandwidth": -1})
-    with pytest.raises(ls.InvalidInputError, match="unknown device spec key"):
+    with pytest.raises(ls.InvalidInputError, match="unknown key 'bandwith' in the device spec"):
         ls.device_spec({**SPEC, "bandwith": 1})
     with pytest.raises(ls.InvalidInputError, match="needs 'peak_flops'"):
         ls.device_spec({"name": "x", "bandwidth": 1})

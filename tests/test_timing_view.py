@@ -31,7 +31,7 @@ def test_profile_timing_fills_times_and_latency() -> None:
 
 def test_timing_options_are_checked() -> None:
     model, x = EXAMPLES["shared_mlp"].build(), EXAMPLES["shared_mlp"].example_input()
-    with pytest.raises(ls.InvalidInputError, match="unknown timing option"):
+    with pytest.raises(ls.InvalidInputError, match="unknown option 'repeat' in timing"):
         ls.profile(model, x, timing={"repeat": 3})
     with pytest.raises(ls.InvalidInputError, match="need an input"):
         ls.profile(model, timing=True)

@@ -255,32 +255,41 @@ def test_long_names_are_shortened_in_the_middle() -> None:
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "message"),
+    ("kwargs", "words"),
     [
-        ({"view": "grid"}, "unknown view 'grid'; choose one of: table, tree, repr, top, ops"),
+        (
+            {"view": "grid"},
+            ["view must be one of 'table', 'tree', 'repr', 'top', 'ops', 'roofline', got 'grid'"],
+        ),
         (
             {"sort_by": "flop"},
-            "unknown metric 'flop' for sort_by (did you mean flops or flops_pct?); "
-            "known: calls, params",
+            [
+                "sort_by must be a metric: calls, params, ",
+                ", got 'flop' (did you mean 'flops' or 'flops_pct'?)",
+            ],
         ),
-        ({"columns": ["params", "nope"]}, "unknown column 'nope' for columns; known: input_shape"),
-        ({"max_depth": -1}, "max_depth must be >= 0, got -1"),
-        ({"max_depth": 1.5}, "max_depth must be an integer, got 1.5"),
-        ({"top": 0}, "top must be >= 1, got 0"),
-        ({"min_pct": 101}, "min_pct must be between 0 and 100, got 101"),
-        ({"min_pct": "1"}, "min_pct must be a number, got '1'"),
-        ({"pct_of": "absmax"}, "does not add up over modules"),
-        ({"fold": "yes"}, "fold must be True, False or 'all', got 'yes'"),
-        ({"raw": 1}, "raw must be True or False, got 1"),
-        ({"by_type": True}, "by_type applies to the 'top' and 'ops' views, not 'table'"),
-        ({"colour": True}, "unknown view option(s) 'colour'; known: view, columns"),
-        ({"include": 3}, "include must be a string or a list of strings, got 3"),
+        ({"columns": ["params", "nope"]}, ["columns must be a column: input_shape", "got 'nope'"]),
+        ({"max_depth": -1}, ["max_depth must be an int >= 0, got -1"]),
+        ({"max_depth": 1.5}, ["max_depth must be an int >= 0, got 1.5"]),
+        ({"top": 0}, ["top must be an int >= 1, got 0"]),
+        ({"min_pct": 101}, ["min_pct must be a number from 0 to 100, got 101"]),
+        ({"min_pct": "1"}, ["min_pct must be a number from 0 to 100, got '1'"]),
+        ({"pct_of": "absmax"}, ["pct_of must be a metric that adds up over modules", "'absmax'"]),
+        ({"fold": "yes"}, ["fold must be True, False or 'all', got 'yes'"]),
+        ({"raw": 1}, ["raw must be True or False, got 1"]),
+        ({"by_type": True}, ["by_type applies to the 'top' and 'ops' views, not 'table'"]),
+        (
+            {"colour": True},
+            ["unknown option 'colour' in the view options (did you mean 'columns'?); known: view"],
+        ),
+        ({"include": 3}, ["include must be a string or a list of strings, got 3"]),
     ],
 )
-def test_options_are_checked_at_the_boundary(kwargs: dict[str, object], message: str) -> None:
+def test_options_are_checked_at_the_boundary(kwargs: dict[str, object], words: list[str]) -> None:
     with pytest.raises(ls.InvalidInputError) as info:
         small().render(**kwargs)
-    assert message in str(info.value)
+    for word in words:
+        assert word in str(info.value)
 
 
 def test_numpy_integers_are_accepted() -> None:

@@ -175,11 +175,13 @@ def test_cli_view_errors_are_one_line_exit_2(
     saved: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     for flags, message in [
-        (["--depth", "-1"], "max_depth must be >= 0, got -1"),
-        (["--sort", "speed"], "unknown metric 'speed' for sort_by; known:"),
-        (["--columns", "params,x"], "unknown column 'x' for columns; known:"),
-        (["--by-type"], "by_type applies to the 'top' and 'ops' views, not 'table'"),
-        (["--min-pct", "200"], "min_pct must be between 0 and 100, got 200"),
+        (["--depth", "-1"], "--depth must be an int >= 0, got -1"),
+        (["--sort", "speed"], "--sort must be a metric: "),
+        (["--sort", "speed"], "for times, KEY_total, got 'speed'"),
+        (["--columns", "params,x"], "--columns must be a column: "),
+        (["--columns", "params,x"], "for times, KEY_total, got 'x'"),
+        (["--by-type"], "--by-type applies to the 'top' and 'ops' views, not 'table'"),
+        (["--min-pct", "200"], "--min-pct must be a number from 0 to 100, got 200.0"),
     ]:
         code, out, err = run(["show", str(saved), *flags], capsys)
         assert code == 2 and out == "", flags
@@ -188,7 +190,7 @@ def test_cli_view_errors_are_one_line_exit_2(
 
 def test_cli_profile_checks_view_flags_before_running(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(["profile", "examples:tiny_resnet", "--sort", "nope"], capsys)
-    assert code == 2 and "unknown metric 'nope'" in err
+    assert code == 2 and "--sort must be a metric: " in err and err.endswith(", got 'nope'\n")
 
 
 def test_cli_config_flag(saved: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

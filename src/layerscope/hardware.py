@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from layerscope.errors import InvalidInputError
+from layerscope.validate import check_keys, check_number, refuse
 
 T = 1e12
 
@@ -72,42 +73,34 @@ class DeviceSpec:
         """A custom spec: ``{"name": ..., "bandwidth": B/s, "peak_flops": {dtype: FLOP/s}}``
         and optionally ``label``, ``kind``, ``arch``, ``memory_bytes``, ``sources``,
         ``notes``."""
-        known = {f for f in cls.__dataclass_fields__}
-        unknown = sorted(map(str, set(mapping) - known))
-        if unknown:
-            raise InvalidInputError(
-                f"unknown device spec key(s) {', '.join(unknown)}; known: {', '.join(known)}"
-            )
+        check_keys("the device spec", mapping, list(cls.__dataclass_fields__))
         for key in ("name", "bandwidth", "peak_flops"):
             if key not in mapping:
                 raise InvalidInputError(f"a device spec needs {key!r}")
         name = mapping["name"]
         if not isinstance(name, str) or not name:
-            raise InvalidInputError(f"device spec name must be a non-empty string, got {name!r}")
-        bandwidth = _positive("bandwidth", mapping["bandwidth"])
+            refuse("name", name, "a non-empty string")
+        bandwidth = check_number("bandwidth", mapping["bandwidth"], positive=True)
         peaks = mapping["peak_flops"]
         if not isinstance(peaks, Mapping) or not peaks:
-            raise InvalidInputError("peak_flops must be a non-empty mapping of dtype -> FLOP/s")
+            refuse("peak_flops", peaks, "a non-empty mapping of dtype -> FLOP/s")
         memory = mapping.get("memory_bytes")
+        if memory is not None:
+            memory = int(check_number("memory_bytes", memory, positive=True))
         return cls(
             name=name,
             label=str(mapping.get("label", name)),
             kind=str(mapping.get("kind", "gpu")),
             arch=str(mapping.get("arch", "custom")),
             bandwidth=bandwidth,
-            peak_flops={str(k): _positive(f"peak_flops[{k!r}]", v) for k, v in peaks.items()},
-            memory_bytes=None if memory is None else int(_positive("memory_bytes", memory)),
+            peak_flops={
+                str(k): check_number(f"peak_flops[{k!r}]", v, positive=True)
+                for k, v in peaks.items()
+            },
+            memory_bytes=memory,
             sources=tuple(str(s) for s in mapping.get("sources", ("given by the user",))),
             notes=str(mapping.get("notes", "")),
         )
-
-
-def _positive(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidInputError(f"{name} must be a positive number, got {value!r}")
-    if not math.isfinite(value) or value <= 0:
-        raise InvalidInputError(f"{name} must be a positive number, got {value!r}")
-    return float(value)
 
 
 _H100 = "NVIDIA H100 Tensor Core GPU datasheet (2023), Technical Specifications table"

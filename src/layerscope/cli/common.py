@@ -14,7 +14,8 @@ from layerscope.export.formats import FORMATS, export, export_text, matching
 from layerscope.profile import Profile
 from layerscope.render import config as display_config
 from layerscope.render.console import render, show
-from layerscope.render.options import VIEWS, view_options
+from layerscope.render.options import VIEWS, check_view
+from layerscope.validate import refuse
 
 _FOLD = {"on": True, "off": False, "all": "all"}
 #: View flags (by their dest) given as they are -> the ``prof.show`` option each sets.
@@ -29,6 +30,26 @@ _OPTION_FLAGS = {
     "exclude": "exclude",
     "width": "width",
     "spec": "device",
+}
+#: The flag that gives each view option, for refusals that name it.
+VIEW_FLAGS = {
+    "view": "--format",
+    "columns": "--columns",
+    "sort_by": "--sort",
+    "top": "--top",
+    "by_type": "--by-type",
+    "max_depth": "--depth",
+    "min_pct": "--min-pct",
+    "pct_of": "--pct-of",
+    "include": "--include",
+    "exclude": "--exclude",
+    "fold": "--fold",
+    "show_not_called": "--hide-not-called",
+    "pct": "--no-pct",
+    "raw": "--raw",
+    "shapes": "--no-shapes",
+    "width": "--width",
+    "device": "--spec",
 }
 #: Extensions that write a view as plain text with ``-o``.
 _TEXT_EXTENSIONS = (".txt", ".text")
@@ -157,16 +178,17 @@ def output_format(args: argparse.Namespace) -> str:
     if found is not None:
         return found.name
     known = ", ".join(ext for f in FORMATS.values() for ext in f.extensions)
-    raise InvalidInputError(
-        f"cannot tell the format of -o {args.output!r} from its extension; use one of "
-        f"{known}, .txt, or pass --format"
+    refuse(
+        "-o",
+        args.output,
+        f"a file name ending in one of {known}, .txt (or give --format)",
+        why="its extension names no format",
     )
 
 
 def check_view_arguments(args: argparse.Namespace) -> None:
     """Validate the view and output flags and load ``--config`` before any work is done."""
-    options = view_kwargs(args)
-    view_options(**options)
+    check_view(view_kwargs(args), VIEW_FLAGS)
     fmt = output_format(args)
     export_format = FORMATS.get(fmt)
     if export_format is not None and not export_format.view_options:

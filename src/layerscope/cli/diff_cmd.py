@@ -17,7 +17,7 @@ from layerscope.analysis.diff import diff
 from layerscope.cli.common import flags_given
 from layerscope.export.json import load
 from layerscope.render import config as display_config
-from layerscope.render.diff import diff_options
+from layerscope.render.diff import check_diff
 
 NAME = "diff"
 HELP = "compare two saved profiles module by module"
@@ -49,6 +49,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--config", metavar="YAML", help="display configuration (styles)")
 
 
+#: The flag that gives each diff option, for refusals that name it.
+DIFF_FLAGS = {
+    "metrics": "--columns",
+    "sort_by": "--sort",
+    "top": "--top",
+    "min_change_pct": "--min-pct",
+    "width": "--width",
+}
+
+
 def options(args: argparse.Namespace) -> dict[str, Any]:
     return flags_given(
         args,
@@ -65,6 +75,6 @@ def run(args: argparse.Namespace) -> int:
         display_config.load(args.config)
     d = diff(load(args.a), load(args.b))
     kwargs = options(args)
-    diff_options(d, **kwargs)
+    check_diff(d, kwargs, DIFF_FLAGS)
     d.show(**kwargs)
     return 0

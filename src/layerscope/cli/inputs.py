@@ -4,7 +4,6 @@ built on the model's device with a seeded generator, so a run is repeatable."""
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -13,6 +12,7 @@ from torch import nn
 
 from layerscope.collect.inputs import first_embedding, model_device_dtype
 from layerscope.errors import InvalidInputError
+from layerscope.validate import check_file, check_int, check_keys, each, refuse
 
 #: Keys of a random tensor in ``--kwargs`` (``{"shape": [2, 16], "dtype": "long"}``).
 TENSOR_KEYS = ("shape", "dtype", "low", "high")
@@ -22,9 +22,7 @@ def parse_shape(text: str, flag: str = "--input-shape") -> tuple[int, ...]:
     """``"2,3,32,32"`` (or ``2x3x32x32``) as a shape: every piece a positive integer."""
     pieces = text.replace("x", ",").split(",")
     if not all(p.strip().isdecimal() and int(p) > 0 for p in pieces):
-        raise InvalidInputError(
-            f"bad {flag} {text!r}: every dimension must be a positive integer, e.g. 2,3,32,32"
-        )
+        refuse(flag, text, "a shape such as 2,3,32,32 (positive integers)")
     return tuple(int(p) for p in pieces)
 
 
@@ -32,24 +30,19 @@ def parse_dtype(text: str, flag: str) -> torch.dtype:
     """A dtype by its torch name (``float16``, ``torch.bfloat16``, ``long``, ``bool``)."""
     dtype = getattr(torch, str(text).removeprefix("torch."), None)
     if not isinstance(dtype, torch.dtype):
-        raise InvalidInputError(
-            f"bad {flag} {text!r}: not a torch dtype (e.g. float32, float16, bfloat16, long, "
-            "int32, bool)"
-        )
+        refuse(flag, text, "a torch dtype such as float32, float16, bfloat16, long, int32, bool")
     return dtype
 
 
 def parse_json_object(text: str, flag: str) -> dict[str, Any]:
     """A JSON object given on the command line."""
+    allowed = "a JSON object such as '{\"n_layer\": 2}'"
     try:
         value = json.loads(text)
     except json.JSONDecodeError as e:
-        raise InvalidInputError(f"bad {flag}: not JSON ({e})") from None
+        refuse(flag, text, allowed, why=f"not JSON: {e}")
     if not isinstance(value, dict):
-        raise InvalidInputError(
-            f"bad {flag}: expected a JSON object like '{{\"n_layer\": 2}}', "
-            f"got {type(value).__name__}"
-        )
+        refuse(flag, text, allowed, why=f"a JSON {type(value).__name__}")
     return value
 
 
@@ -106,31 +99,19 @@ class InputMaker:
         if not isinstance(spec, dict) or "shape" not in spec:
             return spec
         what = f"--kwargs {name!r}"
-        unknown = sorted(set(spec) - set(TENSOR_KEYS))
-        if unknown:
-            raise InvalidInputError(
-                f"{what}: unknown key(s) {', '.join(unknown)}; a tensor takes "
-                f"{', '.join(TENSOR_KEYS)}"
-            )
+        check_keys(what, spec, TENSOR_KEYS)
         shape = spec["shape"]
-        if not (
-            isinstance(shape, list)
-            and all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape)
-        ):
-            raise InvalidInputError(
-                f"{what}: shape must be a list of positive integers, got {shape!r}"
-            )
+        if not isinstance(shape, list):
+            refuse(f"{what} shape", shape, "a list of positive integers")
+        dims = each(f"{what} shape", shape, lambda label, d: check_int(label, d, 1))
         if "dtype" in spec:
             dtype: torch.dtype | None = parse_dtype(spec["dtype"], f"{what} dtype")
         else:  # token ids by name (input_ids, decoder_input_ids), else as positional inputs
             dtype = torch.long if name.endswith("_ids") else None
-        bounds = {}
-        for key in ("low", "high"):
-            if key in spec:
-                if not isinstance(spec[key], int) or isinstance(spec[key], bool):
-                    raise InvalidInputError(f"{what}: {key} must be an integer")
-                bounds[key] = spec[key]
-        return self.tensor(tuple(shape), dtype, what=what, **bounds)
+        bounds = {
+            key: check_int(f"{what} {key}", spec[key]) for key in ("low", "high") if key in spec
+        }
+        return self.tensor(tuple(dims), dtype, what=what, **bounds)
 
 
 def _first_embedding_size(model: nn.Module) -> int | None:
@@ -143,8 +124,7 @@ def _first_embedding_size(model: nn.Module) -> int | None:
 def load_input_file(path: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """``--input FILE.pt``: a tensor, a tuple or list of them (positional inputs) or a
     dict (keyword inputs), loaded with ``weights_only=True`` (nothing is executed)."""
-    if not os.path.isfile(path):
-        raise InvalidInputError(f"--input {path!r}: no such file")
+    check_file("--input", path)
     try:
         value = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # a pickle with code, a truncated file, not a torch file

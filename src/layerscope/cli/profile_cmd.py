@@ -52,8 +52,10 @@ from layerscope.cli.inputs import (
     parse_shape,
     to_device,
 )
+from layerscope.collect.timing.options import INT_BOUNDS
 from layerscope.errors import InvalidInputError
 from layerscope.session.run import profile
+from layerscope.validate import check_int, refuse
 
 NAME = "profile"
 HELP = "profile a model (built-in, your own or a transformers config) and show or save it"
@@ -266,6 +268,9 @@ def check_arguments(args: argparse.Namespace) -> dict[str, Any]:
         for name in ("timer", "warmup", "repeats", "grad_mode", "batch_size")
         if getattr(args, name) is not None
     }
+    for name, (low, high) in INT_BOUNDS.items():
+        if name in timing:
+            check_int(f"--{name.replace('_', '-')}", timing[name], low, high)
     timing.update({name: True for name in ("sync", "ops") if getattr(args, name)})
     if timing and not args.time:
         raise InvalidInputError(f"--{next(iter(timing)).replace('_', '-')} needs --time")
@@ -289,9 +294,7 @@ def parse_device(text: str | None) -> torch.device | None:
     try:
         device = torch.device(text)
     except RuntimeError:
-        raise InvalidInputError(
-            f"bad --device {text!r}: not a device torch knows; use cpu, cuda, cuda:N or meta"
-        ) from None
+        refuse("--device", text, "a device torch knows: cpu, cuda, cuda:N or meta")
     if device.type == "cuda":
         if not torch.cuda.is_available():
             why = (

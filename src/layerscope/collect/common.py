@@ -1,9 +1,9 @@
 """Small pieces every pass of a session shares: which module to run, the default loss,
-installing hook pairs, and the checks of plain option values (bools, bounded ints)."""
+installing hook pairs; the checks of plain option values (bools, bounded ints) come from
+``layerscope.validate``."""
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -14,6 +14,9 @@ from torch.utils.hooks import RemovableHandle
 
 from layerscope.collect.signature import iter_tensors
 from layerscope.errors import InvalidInputError
+from layerscope.validate import check_bool as check_bool
+from layerscope.validate import check_int as check_int
+from layerscope.validate import is_bool as is_bool
 
 
 def is_compiled(model: Any) -> bool:
@@ -59,31 +62,6 @@ def unwrap_model(model: Any) -> tuple[nn.Module, list[str]]:
     if not isinstance(model, nn.Module):
         raise InvalidInputError(f"expected a torch.nn.Module, got {type(model).__name__}")
     return model, notices
-
-
-def is_bool(value: object) -> bool:
-    """A real bool: Python's or numpy's (not 0/1, not a string)."""
-    if isinstance(value, bool):
-        return True
-    kind = type(value)
-    return kind.__module__ == "numpy" and kind.__name__ in ("bool", "bool_")
-
-
-def check_bool(name: str, value: object) -> bool:
-    """``value`` as a bool; ``InvalidInputError`` naming ``name`` if it is not one."""
-    if is_bool(value):
-        return bool(value)
-    raise InvalidInputError(f"{name} must be True or False, got {value!r}")
-
-
-def check_int(name: str, value: object, low: int, high: int | None = None) -> int:
-    """``value`` as an int in ``low..high`` (Python's or numpy's integers, not bools)."""
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
-        n = int(value)
-        if n >= low and (high is None or n <= high):
-            return n
-    allowed = f"an int from {low} to {high}" if high is not None else f"an int >= {low}"
-    raise InvalidInputError(f"{name} must be {allowed}, got {value!r}")
 
 
 @contextmanager

@@ -1,10 +1,11 @@
 """The display config: how the console views look, read from a YAML file.
 
 The shipped defaults live in ``display.yaml`` beside this module (every key explained
-there). A user's file only names what it changes; it is validated and merged over the
-defaults into a frozen :class:`DisplayConfig`. Files are read with ``yaml.safe_load`` only,
-and every mistake raises :class:`~layerscope.errors.ConfigError` with a one-line message
-naming the file, the dotted key, the bad value and what is allowed.
+there). A user's file only names what it changes; it is validated (the layout and its
+checks: ``config_schema``) and merged over the defaults into a frozen
+:class:`DisplayConfig`. Files are read with ``yaml.safe_load`` only, and every mistake
+raises :class:`~layerscope.errors.ConfigError` with a one-line message naming the file, the
+dotted key, the bad value and what is allowed.
 
 Users reach this module as ``ls.config``: ``load(path)``, ``dump(path)``, ``reset()``,
 ``current()``; renderers call ``current()`` and read its fields.
@@ -12,26 +13,30 @@ Users reach this module as ``ls.config``: ``load(path)``, ``dump(path)``, ``rese
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal, NoReturn, TypeVar, get_args
+from typing import Any, TypeVar
 
 import rich.box
 import yaml
-from rich.default_styles import DEFAULT_STYLES
-from rich.errors import MarkupError, StyleSyntaxError
 from rich.markup import escape
-from rich.markup import render as render_markup
-from rich.style import Style
 from rich.theme import Theme
 from yaml.constructor import ConstructorError
 
-from layerscope.errors import ConfigError
+from layerscope.render.config_schema import (
+    BOX_NAMES,
+    PLACEHOLDER,
+    PLACEHOLDERS,
+    REMOVE,
+    Justify,
+    Overflow,
+    normalise,
+)
+from layerscope.validate import Label
 
 __all__ = [
     "BOX_NAMES",
@@ -59,24 +64,8 @@ __all__ = [
     "use",
 ]
 
-Justify = Literal["left", "center", "right"]
-Overflow = Literal["ellipsis", "fold", "crop"]
-
 #: The environment variable naming a display config file that ``current()`` loads on first use.
 ENV_VAR = "LAYERSCOPE_CONFIG"
-#: Placeholders allowed in tree labels and the repeat-block title, written ``<name>``.
-PLACEHOLDERS: tuple[str, ...] = ("node_id", "name", "type", "path", "depth", "repeat_time")
-#: Names of the rich.box constants a ``box`` key may name.
-BOX_NAMES: tuple[str, ...] = tuple(
-    sorted(n for n in dir(rich.box) if isinstance(getattr(rich.box, n), rich.box.Box))
-)
-
-_JUSTIFY: tuple[str, ...] = get_args(Justify)
-_OVERFLOW: tuple[str, ...] = get_args(Overflow)
-# Anything that looks meant as a placeholder (so "<nmae>" or "<node-id>" is caught as a
-# typo), while a lone "<" or "<=" stays plain text.
-_PLACEHOLDER = re.compile(r"<([A-Za-z_][\w.-]*)>")
-_THEME_PREFIX = "layerscope."
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -192,330 +181,13 @@ class DisplayConfig:
         return Theme(dict(self.theme))
 
 
-# --------------------------------------------------------------------------- validation
-
-_Check = Callable[["_Ctx", str, Any], Any]
-_REMOVE = object()  # a partial entry given as null: drop that level / column entry
-
-
-@dataclass
-class _Ctx:
-    source: str | None  # the file, for messages
-    theme: Mapping[str, str]  # theme names a style may refer to
-
-
-def _fail(ctx: _Ctx, key: str, message: str) -> NoReturn:
-    where = ": ".join(p for p in (ctx.source, key) if p)
-    text = f"{where}: {message}" if where else message
-    raise ConfigError(text.replace("\n", " "), source=ctx.source, key=key)
-
-
-def _show(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def _kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    for cls, name in (
-        (bool, "a boolean"),
-        (int, "an integer"),
-        (float, "a number"),
-        (str, "a string"),
-        (list, "a list"),
-        (Mapping, "a mapping"),
-    ):
-        if isinstance(value, cls):
-            return name
-    return type(value).__name__
-
-
-def _wrong_type(ctx: _Ctx, key: str, value: Any, expected: str) -> NoReturn:
-    _fail(ctx, key, f"expected {expected}, got {_show(value)} ({_kind(value)})")
-
-
-def _hint(word: str, known: list[str]) -> str:
-    close = difflib.get_close_matches(word, known, n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
-def _bool(ctx: _Ctx, key: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        _wrong_type(ctx, key, value, "true or false")
-    return value
-
-
-def _choice(values: tuple[str, ...], nullable: bool = False) -> _Check:
-    allowed = ", ".join(values) + (" or null" if nullable else "")
-
-    def check(ctx: _Ctx, key: str, value: Any) -> str | None:
-        if value is None and nullable:
-            return None
-        if not isinstance(value, str) or value not in values:
-            _fail(ctx, key, f"{_show(value)} is not allowed; use one of {allowed}")
-        return value
-
-    return check
-
-
-def _style(ctx: _Ctx, key: str, value: Any) -> str:
-    if not isinstance(value, str):
-        _wrong_type(ctx, key, value, "a style string ('' for no style)")
-    if value == "" or value in ctx.theme or value in DEFAULT_STYLES:
-        return value
-    try:
-        Style.parse(value)
-    except StyleSyntaxError as e:
-        names = sorted(ctx.theme)
-        _fail(
-            ctx,
-            key,
-            f"{_show(value)} is not a style ({e}){_hint(value, names)}; use a rich style "
-            f"such as 'bold red', '' for none, or a theme name: {', '.join(names)}",
-        )
-    return value
-
-
-def _styles(ctx: _Ctx, key: str, value: Any) -> tuple[str, ...]:
-    if not isinstance(value, list | tuple):
-        _wrong_type(ctx, key, value, "a list of styles ([] for none)")
-    return tuple(_style(ctx, f"{key}[{i}]", v) for i, v in enumerate(value))
-
-
-def _box(ctx: _Ctx, key: str, value: Any) -> str:
-    if not isinstance(value, str) or value not in BOX_NAMES:
-        hint = _hint(value.upper(), list(BOX_NAMES)) if isinstance(value, str) else ""
-        _fail(
-            ctx,
-            key,
-            f"{_show(value)} is not a rich box{hint}; use one of {', '.join(BOX_NAMES)}",
-        )
-    return value
-
-
-def _padding(ctx: _Ctx, key: str, value: Any) -> tuple[int, int]:
-    if (
-        not isinstance(value, list | tuple)
-        or len(value) != 2
-        or any(isinstance(v, bool) or not isinstance(v, int) for v in value)
-    ):
-        _wrong_type(ctx, key, value, "[vertical, horizontal], two integers >= 0")
-    if value[0] < 0 or value[1] < 0:
-        _fail(ctx, key, f"padding must be >= 0, got {_show(list(value))}")
-    return (value[0], value[1])
-
-
-def _markup(ctx: _Ctx, key: str, value: Any) -> str:
-    if not isinstance(value, str):
-        _wrong_type(ctx, key, value, "a string of rich markup")
-    try:
-        render_markup(value)
-    except MarkupError as e:
-        _fail(ctx, key, f"{_show(value)} is not valid rich markup: {e}")
-    return value
-
-
-def _optional_markup(ctx: _Ctx, key: str, value: Any) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        _wrong_type(ctx, key, value, "a string of rich markup or null")
-    return _markup(ctx, key, value)
-
-
-def _template(ctx: _Ctx, key: str, value: Any) -> str:
-    if not isinstance(value, str):
-        _wrong_type(ctx, key, value, "a string of rich markup with <placeholders>")
-    for match in _PLACEHOLDER.finditer(value):
-        if match.group(1) not in PLACEHOLDERS:
-            allowed = ", ".join(f"<{p}>" for p in PLACEHOLDERS)
-            hint = _hint(match.group(1), list(PLACEHOLDERS))
-            _fail(
-                ctx,
-                key,
-                f"unknown placeholder {match.group(0)} in {_show(value)}{hint}; "
-                f"allowed placeholders: {allowed}",
-            )
-    return _markup(ctx, key, value)
-
-
-def _fields(ctx: _Ctx, key: str, value: Any, fields: Mapping[str, _Check]) -> dict[str, Any]:
-    """Validate a section given as a mapping of known fields (null: an empty section)."""
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        _wrong_type(ctx, key, value, f"a mapping with keys {', '.join(fields)}")
-    out: dict[str, Any] = {}
-    for name, item in value.items():
-        path = f"{key}.{name}" if key else str(name)
-        check = fields.get(name) if isinstance(name, str) else None
-        if check is None:
-            hint = _hint(name, list(fields)) if isinstance(name, str) else ""
-            _fail(ctx, path, f"unknown key {_show(name)}{hint}; known keys: {', '.join(fields)}")
-        out[name] = check(ctx, path, item)
-    return out
-
-
-def _section(fields: Mapping[str, _Check]) -> _Check:
-    return lambda ctx, key, value: _fields(ctx, key, value, fields)
-
-
-_LEVEL_FIELDS: dict[str, _Check] = {
-    "label": _template,
-    "style": _style,
-    "guide_style": _style,
-    "hide": _bool,
-    "expanded": _bool,
-}
-_REPEAT_FIELDS: dict[str, _Check] = {
-    "show": _bool,
-    "title": _template,
-    "box": _box,
-    "border_style": _style,
-    "padding": _padding,
-}
-_COLUMN_FIELDS: dict[str, _Check] = {
-    "justify": _choice(_JUSTIFY, nullable=True),
-    "style": _style,
-    "overflow": _choice(_OVERFLOW),
-    "header": _optional_markup,
-}
-
-
-def _level_key(ctx: _Ctx, key: str, raw: Any) -> str:
-    if raw in ("default", "all"):
-        return str(raw)
-    if isinstance(raw, int) and not isinstance(raw, bool) and raw >= 0:
-        return str(raw)
-    if isinstance(raw, str) and re.fullmatch(r"[0-9]+", raw):
-        return str(int(raw))
-    _fail(
-        ctx,
-        f"{key}.{raw}",
-        f"level key {_show(raw)} is not allowed; use default, all or a level number "
-        "0, 1, 2, ... (0 is the root)",
-    )
-
-
-def _levels(ctx: _Ctx, key: str, value: Any) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        _wrong_type(ctx, key, value, "a mapping of levels (default, all, 0, 1, ...)")
-    out: dict[str, Any] = {}
-    raw_keys: dict[str, Any] = {}
-    for raw, entry in value.items():
-        name = _level_key(ctx, key, raw)
-        path = f"{key}.{name}"
-        if name in raw_keys:
-            _fail(ctx, path, f"level {name} is given twice (as {raw_keys[name]!r} and {raw!r})")
-        raw_keys[name] = raw
-        if entry is None and name != "default":
-            out[name] = _REMOVE
-        elif entry is None or isinstance(entry, Mapping):
-            out[name] = _fields(ctx, path, entry, _LEVEL_FIELDS)
-        else:
-            _wrong_type(ctx, path, entry, f"a mapping with keys {', '.join(_LEVEL_FIELDS)}")
-    return out
-
-
-def _columns(ctx: _Ctx, key: str, value: Any) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        _wrong_type(ctx, key, value, "a mapping of column keys (default, flops, module, ...)")
-    out: dict[str, Any] = {}
-    for name, entry in value.items():
-        if not isinstance(name, str) or not name:
-            _fail(
-                ctx,
-                f"{key}.{name}",
-                f"column key {_show(name)} is not allowed; use default or a column name "
-                "such as flops, forward_time, flops_pct, module, input_shape",
-            )
-        path = f"{key}.{name}"
-        if entry is None and name != "default":
-            out[name] = _REMOVE
-        elif entry is None or isinstance(entry, Mapping):
-            out[name] = _fields(ctx, path, entry, _COLUMN_FIELDS)
-        else:
-            _wrong_type(ctx, path, entry, f"a mapping with keys {', '.join(_COLUMN_FIELDS)}")
-    return out
-
-
-_TREE_FIELDS: dict[str, _Check] = {"levels": _levels, "repeat_block": _section(_REPEAT_FIELDS)}
-_TABLE_FIELDS: dict[str, _Check] = {
-    "box": _box,
-    "show_edge": _bool,
-    "show_header": _bool,
-    "header_style": _style,
-    "border_style": _style,
-    "title": _optional_markup,
-    "caption": _optional_markup,
-    "row_styles": _styles,
-    "columns": _columns,
-}
-_TOP_FIELDS: dict[str, _Check] = {
-    "tree": _section(_TREE_FIELDS),
-    "table": _section(_TABLE_FIELDS),
-    "theme": lambda ctx, key, value: {},  # read first, by _theme
-}
-
-
-def _theme(ctx: _Ctx, value: Any, known: Mapping[str, str]) -> dict[str, str]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        _wrong_type(ctx, "theme", value, "a mapping of style names (layerscope.*) to styles")
-    out: dict[str, str] = {}
-    for name, style in value.items():
-        path = f"theme.{name}"
-        if not isinstance(name, str) or (
-            name not in known and (not name.startswith(_THEME_PREFIX) or name == _THEME_PREFIX)
-        ):
-            hint = _hint(name, list(known)) if isinstance(name, str) else ""
-            _fail(
-                ctx,
-                path,
-                f"unknown theme key {_show(name)}{hint}; known keys: {', '.join(known)}; "
-                f"new names must start with {_THEME_PREFIX!r}",
-            )
-        if not isinstance(style, str):
-            _wrong_type(ctx, path, style, "a rich style string ('' for no style)")
-        try:
-            Style.parse(style)
-        except StyleSyntaxError as e:
-            _fail(
-                ctx,
-                path,
-                f"{_show(style)} is not a rich style ({e}); theme values are rich styles "
-                "such as 'bold green', or '' for none (not other theme names)",
-            )
-        out[name] = style
-    return out
-
-
-def _normalise(data: Any, source: str | None, base_theme: Mapping[str, str]) -> dict[str, Any]:
-    """Validate a whole (partial) config mapping into plain, normalised dicts."""
-    ctx = _Ctx(source, base_theme)
-    if not isinstance(data, Mapping):
-        _wrong_type(ctx, "", data, f"a mapping with keys {', '.join(_TOP_FIELDS)} at the top")
-    theme = _theme(ctx, data.get("theme"), base_theme)
-    ctx.theme = {**base_theme, **theme}
-    out = _fields(ctx, "", data, _TOP_FIELDS)
-    out["theme"] = theme
-    return out
+# --------------------------------------------------------------------------- merging
 
 
 def _merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     merged = dict(base)
     for key, value in over.items():
-        if value is _REMOVE:
+        if value is REMOVE:
             merged.pop(key, None)
         elif isinstance(value, dict) and isinstance(merged.get(key), dict):
             merged[key] = _merge(merged[key], value)
@@ -549,7 +221,7 @@ def _build(tree: Mapping[str, Any]) -> DisplayConfig:
 
 def _shipped() -> tuple[dict[str, Any], DisplayConfig]:
     text = resources.files("layerscope.render").joinpath("display.yaml").read_text("utf-8")
-    tree = _normalise(yaml.safe_load(text), "<shipped display.yaml>", {})
+    tree = normalise(yaml.safe_load(text), "<shipped display.yaml>", {})
     cfg = _build(tree)  # raises TypeError if the shipped file is missing a field
     return tree, cfg
 
@@ -572,43 +244,42 @@ def from_dict(data: Mapping[str, Any]) -> DisplayConfig:
 
 
 def _from_data(data: Any, source: str | None) -> DisplayConfig:
-    return _build(_merge(_SHIPPED_TREE, _normalise(data, source, _DEFAULTS.theme)))
+    return _build(_merge(_SHIPPED_TREE, normalise(data, source, _DEFAULTS.theme)))
 
 
 def _read(path: str | os.PathLike[str], source: str | None = None) -> DisplayConfig:
     name = os.fspath(path)
-    ctx = _Ctx(source or name, {})
+    file = Label("", source=source or name)
     try:
         text = Path(name).read_text(encoding="utf-8")
     except FileNotFoundError:
-        _fail(ctx, "", "no such file")
+        raise file.error("no such file") from None
     except UnicodeDecodeError as e:
-        _fail(ctx, "", f"not UTF-8 text ({e.reason} at byte {e.start})")
+        raise file.error(f"not UTF-8 text ({e.reason} at byte {e.start})") from None
     except OSError as e:
-        _fail(ctx, "", f"cannot read the file: {e.strerror or e}")
+        raise file.error(f"cannot read the file: {e.strerror or e}") from None
     try:
         data = yaml.safe_load(text)
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark
         at = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         if isinstance(e, ConstructorError):
-            _fail(
-                ctx,
-                "",
+            raise file.error(
                 f"{at}unsupported YAML tag: {e.problem}; only plain YAML values are read "
-                "(mappings, lists, strings, numbers, true/false, null)",
-            )
+                "(mappings, lists, strings, numbers, true/false, null)"
+            ) from None
         context = ""
         if e.context:
             started = e.context_mark
             context = f" ({e.context}" + (
                 f" at line {started.line + 1}, column {started.column + 1})" if started else ")"
             )
-        _fail(ctx, "", f"YAML syntax error{' at ' + at if at else ': '}{e.problem}{context}")
+        syntax = f"YAML syntax error{' at ' + at if at else ': '}{e.problem}{context}"
+        raise file.error(syntax) from None
     except yaml.YAMLError as e:
-        _fail(ctx, "", f"YAML error: {e}")
+        raise file.error(f"YAML error: {e}") from None
     # An empty file (or one of comments only) changes nothing.
-    return _from_data({} if data is None else data, ctx.source)
+    return _from_data({} if data is None else data, file.source)
 
 
 def load(path: str | os.PathLike[str]) -> DisplayConfig:
@@ -727,7 +398,7 @@ def dump(path: str | os.PathLike[str], cfg: DisplayConfig | None = None) -> None
     try:
         Path(name).write_text(text, encoding="utf-8")
     except OSError as e:
-        _fail(_Ctx(name, {}), "", f"cannot write the file: {e.strerror or e}")
+        raise Label("", source=name).error(f"cannot write the file: {e.strerror or e}") from None
 
 
 def rich_box(name: str) -> rich.box.Box:
@@ -746,4 +417,4 @@ def fill(template: str, **values: object) -> str:
         key = match.group(1)
         return escape(str(values[key])) if key in values else match.group(0)
 
-    return _PLACEHOLDER.sub(replace, template)
+    return PLACEHOLDER.sub(replace, template)

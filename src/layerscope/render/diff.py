@@ -10,11 +10,8 @@ numbers are never cut: a narrow width drops the least important metric's columns
 
 from __future__ import annotations
 
-import contextlib
-import math
-import operator
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import IO, Any
 
@@ -23,7 +20,6 @@ from rich.theme import Theme
 
 from layerscope.analysis.catalog import TIMES, column, has_column
 from layerscope.analysis.diff import Change, DiffRow, ProfileDiff
-from layerscope.errors import InvalidInputError
 from layerscope.gcpause import gc_paused
 from layerscope.profile import ADDITIVE_METRICS
 from layerscope.render import config as display_config
@@ -43,10 +39,25 @@ from layerscope.render.layout import (
     width_of,
     wrap_text,
 )
-from layerscope.render.options import strings
 from layerscope.render.treeviews import shorten_label
+from layerscope.validate import (
+    check_int,
+    check_keys,
+    check_names,
+    check_number,
+    close_matches,
+    refuse,
+)
 
-__all__ = ["DIFF_THEME", "OPTION_NAMES", "DiffOptions", "diff_options", "render", "show"]
+__all__ = [
+    "DIFF_THEME",
+    "OPTION_NAMES",
+    "DiffOptions",
+    "check_diff",
+    "diff_options",
+    "render",
+    "show",
+]
 
 #: Styles of the row markers; a display config's theme may override them.
 DIFF_THEME: dict[str, str] = {
@@ -92,35 +103,32 @@ def available(d: ProfileDiff) -> list[str]:
 
 def diff_options(d: ProfileDiff, **kwargs: Any) -> DiffOptions:
     """Validate keyword options for ``d``; every error names the allowed values."""
-    unknown = sorted(set(kwargs) - set(OPTION_NAMES))
-    if unknown:
-        raise InvalidInputError(
-            f"unknown diff option(s) {', '.join(map(repr, unknown))}; "
-            f"known: {', '.join(OPTION_NAMES)}"
-        )
+    return check_diff(d, kwargs)
+
+
+def check_diff(
+    d: ProfileDiff, options: Mapping[str, Any], labels: Mapping[str, str] | None = None
+) -> DiffOptions:
+    """``options`` validated for ``d``; a refusal names an option by ``labels[name]`` when
+    given (the CLI's flags), else by its name."""
+    check_keys("the diff options", options, OPTION_NAMES, noun="option")
+    names = {name: name for name in OPTION_NAMES} | dict(labels or {})
     out: dict[str, Any] = {}
     allowed = available(d)
-    if kwargs.get("metrics") is not None:
-        keys = strings("metrics", kwargs["metrics"])
+    if options.get("metrics") is not None:
+        label = names["metrics"]
+        keys = check_names(label, options["metrics"])
         if not keys:
-            raise InvalidInputError(f"metrics is empty; name at least one of: {', '.join(allowed)}")
-        out["metrics"] = tuple(dict.fromkeys(_metric("metrics", k, allowed) for k in keys))
-    if kwargs.get("sort_by") is not None:
-        out["sort_by"] = _metric("sort_by", kwargs["sort_by"], allowed)
-    for name, low in (("top", 1), ("width", 1)):
-        if kwargs.get(name) is not None:
-            out[name] = _int(name, kwargs[name], low)
-    if kwargs.get("min_change_pct") is not None:
-        value = kwargs["min_change_pct"]
-        number = math.nan
-        if not isinstance(value, bool | str | bytes):
-            with contextlib.suppress(TypeError, ValueError):
-                number = float(value)  # int, float and numpy scalars
-        if not (0 <= number < math.inf):
-            raise InvalidInputError(
-                f"min_change_pct must be a number >= 0 (a % of A: 10 means 10 %), got {value!r}"
-            )
-        out["min_change_pct"] = number
+            refuse(label, options["metrics"], f"one or more of {', '.join(allowed)}")
+        out["metrics"] = tuple(dict.fromkeys(_metric(label, k, allowed) for k in keys))
+    if options.get("sort_by") is not None:
+        out["sort_by"] = _metric(names["sort_by"], options["sort_by"], allowed)
+    for name in ("top", "width"):
+        if options.get(name) is not None:
+            out[name] = check_int(names[name], options[name], 1)
+    if options.get("min_change_pct") is not None:
+        label = names["min_change_pct"]
+        out["min_change_pct"] = check_number(label, options["min_change_pct"], 0.0)
     return DiffOptions(**out)
 
 
@@ -131,20 +139,13 @@ def _metric(name: str, key: Any, allowed: list[str]) -> str:
         known = isinstance(key, str) and bool(column(key))
     except KeyError:
         known = False
-    why = "neither profile has" if known else "unknown metric"
-    raise InvalidInputError(f"{why} {key!r} for {name}; use one of: {', '.join(allowed)}")
-
-
-def _int(name: str, value: Any, low: int) -> int:
-    if isinstance(value, bool):
-        raise InvalidInputError(f"{name} must be an integer >= {low}, got {value!r}")
-    try:
-        number = operator.index(value)
-    except TypeError:
-        raise InvalidInputError(f"{name} must be an integer >= {low}, got {value!r}") from None
-    if number < low:
-        raise InvalidInputError(f"{name} must be an integer >= {low}, got {number}")
-    return number
+    refuse(
+        name,
+        key,
+        f"one of {', '.join(allowed)}",
+        why="neither profile has it" if known else "",
+        close=close_matches(key, allowed),
+    )
 
 
 # ---- entry points --------------------------------------------------------------------

@@ -3,16 +3,25 @@ validated once at the boundary (strings to enums, numbers checked) into ``ViewOp
 
 from __future__ import annotations
 
-import difflib
-import operator
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Literal, TypeAlias
 
 from layerscope.analysis.catalog import known_keys, pct_base
 from layerscope.errors import InvalidInputError
+from layerscope.validate import (
+    check_bool,
+    check_choice,
+    check_int,
+    check_keys,
+    check_names,
+    check_number,
+    close_matches,
+    is_bool,
+    refuse,
+)
 
-__all__ = ["FOLD_MODES", "OPTION_NAMES", "VIEWS", "ViewOptions", "view_options"]
+__all__ = ["FOLD_MODES", "OPTION_NAMES", "VIEWS", "ViewOptions", "check_view", "view_options"]
 
 View: TypeAlias = Literal["table", "tree", "repr", "top", "ops", "roofline"]
 Fold: TypeAlias = bool | Literal["all"]
@@ -59,123 +68,94 @@ class ViewOptions:
 
 #: Option names ``view_options`` accepts.
 OPTION_NAMES: tuple[str, ...] = tuple(f.name for f in fields(ViewOptions))
+#: Options that None leaves unset (the others refuse None).
+_UNSET_BY_NONE = frozenset(
+    [f.name for f in fields(ViewOptions) if f.default is None] + ["include", "exclude"]
+)
 
 
 def view_options(**kwargs: Any) -> ViewOptions:
     """Validate keyword options into ``ViewOptions``; every error names the allowed values."""
-    unknown = sorted(set(kwargs) - set(OPTION_NAMES))
-    if unknown:
-        raise InvalidInputError(
-            f"unknown view option(s) {', '.join(map(repr, unknown))}; "
-            f"known: {', '.join(OPTION_NAMES)}"
-        )
-    out: dict[str, Any] = {}
-    if "view" in kwargs:
-        out["view"] = _choice("view", kwargs["view"], VIEWS)
-    if kwargs.get("columns") is not None:
-        out["columns"] = tuple(
-            _key("columns", c, numeric=False) for c in strings("columns", kwargs["columns"])
-        )
-        if not out["columns"]:
-            raise InvalidInputError("columns is empty; name at least one column")
-    for name in ("max_depth", "top", "width"):
-        if kwargs.get(name) is not None:
-            out[name] = _int(name, kwargs[name], minimum=0 if name == "max_depth" else 1)
-    if kwargs.get("min_pct") is not None:
-        out["min_pct"] = _number("min_pct", kwargs["min_pct"], 0.0, 100.0)
-    for name in ("sort_by", "pct_of"):
-        if kwargs.get(name) is not None:
-            out[name] = _key(name, kwargs[name], numeric=True)
+    return check_view(kwargs)
+
+
+def check_view(options: Mapping[str, Any], labels: Mapping[str, str] | None = None) -> ViewOptions:
+    """``options`` (by ``ViewOptions`` field) validated into ``ViewOptions``; a refusal
+    names an option by ``labels[name]`` when given (the CLI's flags), else by its name."""
+    check_keys("the view options", options, OPTION_NAMES, noun="option")
+    names = labels or {}
+    given = {k: v for k, v in options.items() if v is not None or k not in _UNSET_BY_NONE}
+    out = {name: _CHECKS[name](names.get(name, name), value) for name, value in given.items()}
     if "pct_of" in out and pct_base(out["pct_of"]) is None:
         adds = [k for k in known_keys() if pct_base(k) == k]
-        raise InvalidInputError(
-            f"pct_of={out['pct_of']!r} does not add up over modules, so it has no % of "
-            f"total; use one of: {', '.join(adds)}"
+        refuse(
+            names.get("pct_of", "pct_of"),
+            out["pct_of"],
+            f"a metric that adds up over modules (one of {', '.join(adds)})",
+            why="it has no % of total",
         )
-    for name in ("include", "exclude"):
-        if kwargs.get(name) is not None:
-            out[name] = tuple(strings(name, kwargs[name]))
-    if "fold" in kwargs:
-        fold = kwargs["fold"]
-        if fold not in FOLD_MODES or (fold not in (True, False) and not isinstance(fold, str)):
-            raise InvalidInputError(f"fold must be True, False or 'all', got {fold!r}")
-        out["fold"] = fold
-    if kwargs.get("device") is not None:
-        from layerscope.hardware import device_spec
-
-        device = kwargs["device"]
-        if not isinstance(device, str):
-            raise InvalidInputError(
-                f"device must be a device spec name such as 'h100' or 'cpu', got {device!r}"
-            )
-        device_spec(device)  # raises, naming the known devices
-        out["device"] = device
-    for name in ("by_type", "show_not_called", "pct", "raw", "shapes"):
-        if name in kwargs:
-            value = kwargs[name]
-            if not isinstance(value, bool):
-                raise InvalidInputError(f"{name} must be True or False, got {value!r}")
-            out[name] = value
-    options = ViewOptions(**out)
-    if options.by_type and options.view not in ("top", "ops"):
+    checked = ViewOptions(**out)
+    if checked.by_type and checked.view not in ("top", "ops"):
         raise InvalidInputError(
-            f"by_type applies to the 'top' and 'ops' views, not {options.view!r}"
+            f"{names.get('by_type', 'by_type')} applies to the 'top' and 'ops' views, "
+            f"not {checked.view!r}"
         )
-    return options
+    return checked
 
 
-def _choice(name: str, value: Any, allowed: Iterable[str]) -> str:
-    allowed = tuple(allowed)
-    if not isinstance(value, str) or value not in allowed:
-        raise InvalidInputError(f"unknown {name} {value!r}; choose one of: {', '.join(allowed)}")
-    return value
+def _columns(label: str, value: Any) -> tuple[str, ...]:
+    names = check_names(label, value)
+    if not names:
+        refuse(label, value, "one or more column names")
+    return tuple(_key(label, c, numeric=False) for c in names)
 
 
-def strings(name: str, value: Any) -> list[str]:
-    """A string (comma-separated allowed) or a sequence of strings."""
-    if isinstance(value, str):
-        return [v.strip() for v in value.split(",") if v.strip()]
-    if isinstance(value, Iterable) and not isinstance(value, bytes | Mapping):
-        items = list(value)
-        if all(isinstance(v, str) for v in items):
-            return items
-    raise InvalidInputError(f"{name} must be a string or a list of strings, got {value!r}")
-
-
-def _key(name: str, value: Any, *, numeric: bool) -> str:
+def _key(label: str, value: Any, *, numeric: bool) -> str:
     keys = known_keys(numeric=numeric)
-    if not isinstance(value, str) or value not in keys:
-        derived = ("_pct", "_total", "_per_call")
-        base = [k for k in keys if not k.startswith("self_") and not k.endswith(derived)]
-        close = difflib.get_close_matches(str(value), keys, n=3)
-        hint = f" (did you mean {' or '.join(close)}?)" if close else ""
-        raise InvalidInputError(
-            f"unknown {'metric' if numeric else 'column'} {value!r} for {name}{hint}; "
-            f"known: {', '.join(base)}, and of these self_KEY (the module's own), KEY_pct "
-            "(% of the whole model), KEY_per_call and, for times, KEY_total"
-        )
+    if isinstance(value, str) and value in keys:
+        return value
+    derived = ("_pct", "_total", "_per_call")
+    base = [k for k in keys if not k.startswith("self_") and not k.endswith(derived)]
+    refuse(
+        label,
+        value,
+        f"{'a metric' if numeric else 'a column'}: {', '.join(base)}, or of these self_KEY "
+        "(the module's own), KEY_pct (% of the whole model), KEY_per_call and, for times, "
+        "KEY_total",
+        close=close_matches(value, keys),
+    )
+
+
+def _fold(label: str, value: Any) -> Fold:
+    if isinstance(value, str) and value == "all":
+        return "all"
+    if is_bool(value):
+        return bool(value)
+    refuse(label, value, "True, False or 'all'")
+
+
+def _device(label: str, value: Any) -> str:
+    from layerscope.hardware import device_spec
+
+    if not isinstance(value, str):
+        refuse(label, value, "a device spec name such as 'h100' or 'cpu'")
+    device_spec(value)  # raises, naming the known devices
     return value
 
 
-def _int(name: str, value: Any, *, minimum: int) -> int:
-    if isinstance(value, bool):
-        raise InvalidInputError(f"{name} must be an integer, got {value!r}")
-    try:
-        number = operator.index(value)  # int and numpy integers
-    except TypeError:
-        raise InvalidInputError(f"{name} must be an integer, got {value!r}") from None
-    if number < minimum:
-        raise InvalidInputError(f"{name} must be >= {minimum}, got {number}")
-    return number
-
-
-def _number(name: str, value: Any, low: float, high: float) -> float:
-    if isinstance(value, bool | str | bytes):
-        raise InvalidInputError(f"{name} must be a number, got {value!r}")
-    try:
-        number = float(value)  # int, float and numpy scalars
-    except (TypeError, ValueError):
-        raise InvalidInputError(f"{name} must be a number, got {value!r}") from None
-    if not low <= number <= high:  # also rejects NaN
-        raise InvalidInputError(f"{name} must be between {low:g} and {high:g}, got {value!r}")
-    return number
+#: The check of each option: (label, value) -> the checked value.
+_CHECKS: dict[str, Callable[[str, Any], Any]] = {
+    "view": lambda label, v: check_choice(label, v, VIEWS),
+    "columns": _columns,
+    "max_depth": lambda label, v: check_int(label, v, 0),
+    "top": lambda label, v: check_int(label, v, 1),
+    "width": lambda label, v: check_int(label, v, 1),
+    "min_pct": lambda label, v: check_number(label, v, 0.0, 100.0),
+    "sort_by": lambda label, v: _key(label, v, numeric=True),
+    "pct_of": lambda label, v: _key(label, v, numeric=True),
+    "include": lambda label, v: tuple(check_names(label, v)),
+    "exclude": lambda label, v: tuple(check_names(label, v)),
+    "fold": _fold,
+    "device": _device,
+    **{name: check_bool for name in ("by_type", "show_not_called", "pct", "raw", "shapes")},
+}

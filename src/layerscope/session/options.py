@@ -17,7 +17,6 @@ from torch import nn
 from torch._ops import OpOverload, OpOverloadPacket
 from torch.nn.parameter import is_lazy
 
-from layerscope.collect.common import check_bool, is_bool
 from layerscope.collect.inputs import normalise_shapes
 from layerscope.collect.observer import Observer
 from layerscope.collect.signature import iter_tensors
@@ -25,6 +24,15 @@ from layerscope.collect.timing.options import TimingOptions
 from layerscope.errors import InvalidInputError
 from layerscope.metrics.flops import Formula, op_key_problem
 from layerscope.metrics.numerics import NonFiniteMode
+from layerscope.validate import (
+    check_bool,
+    check_callable,
+    check_choice,
+    check_keys,
+    is_bool,
+    refuse,
+    refuse_keys,
+)
 
 #: ``mode=``: the train/eval mode a run happens in (None: as the model is).
 Mode = Literal["eval", "train"]
@@ -93,11 +101,8 @@ def check_session(
 
 def check_mode(mode: object) -> Mode | None:
     """``mode=``: "eval", "train" or None (the model's own flags)."""
-    if mode is None or (isinstance(mode, str) and mode in MODES):
-        return mode  # type: ignore[return-value]
-    raise InvalidInputError(
-        f"mode must be 'eval', 'train' or None (run the model as it is), got {mode!r}"
-    )
+    checked: Mode | None = check_choice("mode", mode, MODES, none=True)
+    return checked
 
 
 def check_dtype(name: str, value: object) -> torch.dtype:
@@ -109,24 +114,12 @@ def check_dtype(name: str, value: object) -> torch.dtype:
         found = getattr(torch, key, None) if key.isidentifier() else None
         if isinstance(found, torch.dtype):
             return found
-        raise InvalidInputError(
-            f"{name}: unknown dtype {value!r}; use a torch.dtype or a name such as "
-            f"{_DTYPE_EXAMPLES}"
-        )
-    raise InvalidInputError(
-        f"{name} must be a torch.dtype or a dtype name such as {_DTYPE_EXAMPLES}, got "
-        f"{value!r} ({type(value).__name__})"
-    )
+    refuse(name, value, f"a torch.dtype or a dtype name such as {_DTYPE_EXAMPLES}")
 
 
 def check_input_shape(input_shape: object) -> list[tuple[int, ...]]:
     """``input_shape=`` as a list of shapes of Python ints (numpy ints accepted)."""
     return normalise_shapes(input_shape)
-
-
-def check_callable(name: str, value: object, what: str) -> None:
-    if value is not None and not callable(value):
-        raise InvalidInputError(f"{name} must be {what}, got {value!r}")
 
 
 def check_observers(observers: object) -> tuple[Observer, ...]:
@@ -137,9 +130,10 @@ def check_observers(observers: object) -> tuple[Observer, ...]:
             f"({type(observers).__name__}); pass observers=[it]"
         )
     if not isinstance(observers, Sequence) or isinstance(observers, str | bytes):
-        raise InvalidInputError(
-            "observers must be a list or tuple of layerscope.collect.observer.Observer "
-            f"instances, got {observers!r} ({type(observers).__name__})"
+        refuse(
+            "observers",
+            observers,
+            "a list or tuple of layerscope.collect.observer.Observer instances",
         )
     for i, observer in enumerate(observers):
         if isinstance(observer, type) and issubclass(observer, Observer):
@@ -148,10 +142,7 @@ def check_observers(observers: object) -> tuple[Observer, ...]:
                 f"{observer.__name__}()"
             )
         if not isinstance(observer, Observer):
-            raise InvalidInputError(
-                f"observers[{i}] must be a layerscope.collect.observer.Observer instance, "
-                f"got {observer!r} ({type(observer).__name__})"
-            )
+            refuse(f"observers[{i}]", observer, "a layerscope.collect.observer.Observer instance")
     return tuple(observers)
 
 
@@ -161,18 +152,20 @@ def check_flop_formulas(formulas: object) -> dict[Any, Formula] | None:
     if formulas is None:
         return None
     if not isinstance(formulas, Mapping):
-        raise InvalidInputError(
-            "flop_formulas must be a mapping {op: formula}, such as "
-            f"{{torch.ops.aten.mm: my_formula}}, got {formulas!r} ({type(formulas).__name__})"
+        refuse(
+            "flop_formulas",
+            formulas,
+            "a mapping {op: formula}, such as {torch.ops.aten.mm: my_formula}",
         )
     for op, formula in formulas.items():
         if not isinstance(op, OpOverload | OpOverloadPacket):
             raise InvalidInputError(f"flop_formulas key {op_key_problem(op)}")
-        if not callable(formula):
-            raise InvalidInputError(
-                f"flop_formulas[{op}] must be a callable formula(*args, out=..., **kwargs) "
-                f"-> Cost, got {formula!r} ({type(formula).__name__})"
-            )
+        check_callable(
+            f"flop_formulas[{op}]",
+            formula,
+            "a callable formula(*args, out=..., **kwargs) -> Cost",
+            none=False,
+        )
     return dict(formulas)
 
 
@@ -183,24 +176,12 @@ def check_numerics(numerics: object, **defaults: Any) -> dict[str, Any] | None:
     if isinstance(numerics, str):
         options: dict[str, Any] = {"nonfinite": numerics}
     elif isinstance(numerics, Mapping):
-        unknown = sorted(map(str, set(numerics) - set(NUMERICS_OPTIONS)))
-        if unknown:
-            raise InvalidInputError(
-                f"unknown numerics option(s) {', '.join(unknown)}; known: "
-                f"{', '.join(NUMERICS_OPTIONS)}"
-            )
-        options = dict(numerics)
+        options = dict(check_keys("numerics", numerics, NUMERICS_OPTIONS, noun="option"))
     else:
-        raise InvalidInputError(
-            "numerics must be 'record', 'warn', 'raise', None or a mapping of options, got "
-            f"{numerics!r} ({type(numerics).__name__})"
-        )
-    nonfinite = options.get("nonfinite", "record")
-    if not isinstance(nonfinite, str) or nonfinite not in NONFINITE_MODES:
-        where = "numerics" if isinstance(numerics, str) else "numerics['nonfinite']"
-        raise InvalidInputError(
-            f"{where} must be one of {', '.join(map(repr, NONFINITE_MODES))}, got {nonfinite!r}"
-        )
+        modes = ", ".join(map(repr, NONFINITE_MODES))
+        refuse("numerics", numerics, f"{modes}, None or a mapping of options")
+    where = "numerics" if isinstance(numerics, str) else "numerics['nonfinite']"
+    check_choice(where, options.get("nonfinite", "record"), NONFINITE_MODES)
     for key in ("stats", "grads", "underflow"):
         if key in options:
             options[key] = check_bool(f"numerics[{key!r}]", options[key])
@@ -226,23 +207,16 @@ def check_timing(
             return None
         given: dict[str, Any] = {}
     elif isinstance(timing, Mapping):
-        unknown = sorted(map(str, set(timing) - set(known)))
+        unknown = [k for k in timing if k not in known]
         if unknown:
-            whose = " for a Profiler:" if loop else ""
-            others = (
-                " (the others belong to ls.profile's timing pass, which runs the model itself)"
-                if loop
-                else ""
-            )
-            raise InvalidInputError(
-                f"unknown timing option(s){whose} {', '.join(unknown)}; "
-                f"known: {', '.join(known)}{others}"
-            )
+            others = " (the others belong to ls.profile's timing pass, which runs the model itself)"
+            refuse_keys("timing", unknown, known, noun="option", more=others if loop else "")
         given = dict(timing)
     else:
-        raise InvalidInputError(
-            f"timing must be True/False or a mapping of options ({', '.join(known)}),"
-            f" got {timing!r} ({type(timing).__name__})"
+        refuse(
+            "timing",
+            timing,
+            f"True, False or a mapping of options ({', '.join(known)})",
         )
     return TimingOptions(**given, backward=backward, loss_fn=loss_fn)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from layerscope.collect.common import check_int
+from layerscope.validate import check_int
 
 
 class Action(str, Enum):

@@ -14,12 +14,18 @@ from typing import Any, TypeAlias, TypeVar
 import torch
 from torch import Tensor
 
-from layerscope.collect.common import check_bool, check_int, is_bool
 from layerscope.errors import InvalidInputError
+from layerscope.validate import check_bool, check_callable, check_enum, check_int, is_bool, refuse
 
 #: The most timed repeats and warmup runs a timing pass takes.
 MAX_REPEATS = 10_000
 MAX_WARMUP = 10_000
+#: The bounds of the integer options (``None``: no upper bound), for every entry point.
+INT_BOUNDS: dict[str, tuple[int, int | None]] = {
+    "warmup": (0, MAX_WARMUP),
+    "repeats": (1, MAX_REPEATS),
+    "batch_size": (1, None),
+}
 #: A clock: integer nanoseconds from an arbitrary origin, like ``time.perf_counter_ns``.
 Clock: TypeAlias = Callable[[], int]
 #: ``progress``: None (auto: a bar on a terminal when the pass takes over ~1 s), a bool,
@@ -64,16 +70,13 @@ class TimingOptions:
         def put(name: str, value: Any) -> None:
             object.__setattr__(self, name, value)
 
-        put("warmup", check_int("warmup", self.warmup, 0, MAX_WARMUP))
-        put("repeats", check_int("repeats", self.repeats, 1, MAX_REPEATS))
+        put("warmup", check_int("warmup", self.warmup, *INT_BOUNDS["warmup"]))
+        put("repeats", check_int("repeats", self.repeats, *INT_BOUNDS["repeats"]))
         for name in ("backward", "sync", "ops", "correct_overhead"):
             put(name, check_bool(name, getattr(self, name)))
         put("timer", _choice("timer", self.timer, Timer))
         put("grad_mode", _choice("grad_mode", self.grad_mode, GradMode))
-        if self.loss_fn is not None and not callable(self.loss_fn):
-            raise InvalidInputError(
-                f"loss_fn must be a callable(output) -> loss tensor, got {self.loss_fn!r}"
-            )
+        check_callable("loss_fn", self.loss_fn, "a callable(output) -> loss tensor")
         if self.loss_fn is not None and not self.backward:
             raise InvalidInputError("loss_fn only applies with backward=True")
         if self.backward and self.grad_mode is not GradMode.ENABLED:
@@ -82,20 +85,15 @@ class TimingOptions:
                 f"grad_mode={self.grad_mode.value!r}"
             )
         if self.batch_size is not None:
-            put("batch_size", check_int("batch_size", self.batch_size, 1))
+            put("batch_size", check_int("batch_size", self.batch_size, *INT_BOUNDS["batch_size"]))
         if self.ops and self.timer is Timer.HOOKS:
             raise InvalidInputError("ops=True needs timer='kineto' or timer='fx'")
-        if self.clock is not None and not callable(self.clock):
-            raise InvalidInputError(
-                f"clock must be a callable returning nanoseconds, got {self.clock!r}"
-            )
+        check_callable("clock", self.clock, "a callable returning nanoseconds")
         p = self.progress
         if is_bool(p):
             put("progress", bool(p))
         elif p is not None and not callable(p):
-            raise InvalidInputError(
-                f"progress must be None, True/False or a callable(done, total), got {p!r}"
-            )
+            refuse("progress", p, "None, True, False or a callable(done, total)")
 
     def grad_context(self) -> AbstractContextManager[Any]:
         if self.grad_mode is GradMode.NO_GRAD:
@@ -110,8 +108,4 @@ _E = TypeVar("_E", Timer, GradMode)
 
 def _choice(name: str, value: object, kind: type[_E]) -> _E:
     """``value`` (an enum member or its string) as a member of ``kind``."""
-    try:
-        return kind(value)
-    except ValueError:
-        known = ", ".join(repr(m.value) for m in kind)
-        raise InvalidInputError(f"unknown {name} {value!r}; use one of {known}") from None
+    return check_enum(name, value, kind)
