@@ -1,6 +1,5 @@
 """Small pieces every pass of a session shares: which module to run, the default loss,
-installing hook pairs; the checks of plain option values (bools, bounded ints) come from
-``layerscope.validate``."""
+installing hook pairs."""
 
 from __future__ import annotations
 
@@ -14,9 +13,6 @@ from torch.utils.hooks import RemovableHandle
 
 from layerscope.collect.signature import iter_tensors
 from layerscope.errors import InvalidInputError
-from layerscope.validate import check_bool as check_bool
-from layerscope.validate import check_int as check_int
-from layerscope.validate import is_bool as is_bool
 
 
 def is_compiled(model: Any) -> bool:

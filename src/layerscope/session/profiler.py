@@ -16,7 +16,7 @@ from typing import Any
 from torch import nn
 
 from layerscope.analysis.merge import merge_profiles
-from layerscope.collect.common import check_bool, unwrap_model
+from layerscope.collect.common import unwrap_model
 from layerscope.collect.grads import GradShapes
 from layerscope.collect.observer import Observer
 from layerscope.collect.scopes import ScopeTracker
@@ -41,6 +41,7 @@ from layerscope.session.options import (
 )
 from layerscope.session.schedule import IDLE, Action, Schedule
 from layerscope.session.stack import frames_for_depth, lower_recursion_limit, raise_recursion_limit
+from layerscope.validate import check_bool
 
 
 class Profiler:

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from layerscope.collect.common import check_bool, default_loss, in_mode, is_compiled, unwrap_model
+from layerscope.collect.common import default_loss, in_mode, is_compiled, unwrap_model
 from layerscope.collect.inputs import model_device_dtype, random_inputs
 from layerscope.collect.observer import Observer
 from layerscope.collect.scopes import ScopeTracker
@@ -43,6 +43,7 @@ from layerscope.session.options import (
 )
 from layerscope.session.profiler import Profiler, profiler_for_run
 from layerscope.session.stack import recursion_room, stack_room
+from layerscope.validate import check_bool
 
 _MISSING: Any = object()
 
