@@ -32,6 +32,7 @@ __all__ = [
 #: How a value is written: exact counts, SI magnitudes, bytes, seconds, rates, %.
 Kind = Literal["count", "si", "bytes", "seconds", "rate", "pct", "number", "text"]
 
+
 @dataclass(frozen=True)
 class Column:
     """A column a view can show: its key, header, how its values are written, and its

@@ -26,6 +26,7 @@ SCHEMA = "layerscope-diff/1"
 #: How a path fares from A to B.
 Status: TypeAlias = Literal["same", "added", "removed", "type_changed"]
 
+
 @dataclass(frozen=True, slots=True)
 class Change:
     """One metric of one module in A and in B (None where that side lacks it).

@@ -19,6 +19,7 @@ __all__ = ["by_type", "filter_tree", "matches", "post_order", "sort_tree", "top_
 
 Getter = Callable[[Node], Number | None]
 
+
 def matches(node: Node, patterns: Sequence[str]) -> bool:
     """Whether a case-sensitive glob matches the node's path, its type, or the path of a
     module it stands for (a folded entry's members)."""

@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from layerscope import metricspec as ms
 from layerscope.export.jsoncheck import (
     NONFINITE,
     Arr,
@@ -32,7 +33,6 @@ from layerscope.export.jsoncheck import (
     Where,
     fail,
 )
-from layerscope import metricspec as ms
 from layerscope.profile import DTYPE_KEYS, SCHEMA
 
 __all__ = [
