@@ -166,7 +166,15 @@ def _static(
     )
 
 
-def _peak(key: str, phase: Phase, header: str, priority: int, description: str) -> MetricSpec:
+def _peak(
+    key: str,
+    phase: Phase,
+    header: str,
+    priority: int,
+    description: str,
+    *,
+    default: bool = False,
+) -> MetricSpec:
     """A high-water mark: not additive, the largest wins wherever values combine."""
     return MetricSpec(
         key,
@@ -179,6 +187,7 @@ def _peak(key: str, phase: Phase, header: str, priority: int, description: str) 
         fold="max",
         by_type="drop",
         cycles="max",
+        default=default,
     )
 
 
@@ -265,7 +274,7 @@ _BUILTIN: tuple[MetricSpec, ...] = (
     _work(OUTPUT_BYTES, "bytes", "forward", "Out", 40, "bytes of the module's tensor "
           "outputs", default=True),
     _peak(PEAK_BYTES, "forward", "Peak", 50, "highest live bytes above the level at module "
-          "entry, during its forward"),
+          "entry, during its forward", default=True),
     _peak(SIMULATED_PEAK_BYTES, "forward", "", 0, "the simulated peak_bytes, kept beside "
           "the CUDA allocator's as a cross-check"),
     _peak(BACKWARD_PEAK_BYTES, "backward", "Bwd peak", 35, "highest live bytes during the "
