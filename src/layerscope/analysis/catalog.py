@@ -154,11 +154,11 @@ _TABLE = _Table()
 
 #: Keys whose value is a rate: (work metric, time metric) whose total it divides by.
 _RATES = {
-    "flops_per_s": ("flops", "forward_time"),
-    "macs_per_s": ("macs", "forward_time"),
-    "backward_flops_per_s": ("backward_flops", "backward_time"),
-    "bytes_per_s": ("bytes_accessed", "forward_time"),
-    "backward_bytes_per_s": ("backward_bytes_accessed", "backward_time"),
+    "flops_per_s": (ms.FLOPS, ms.FORWARD_TIME),
+    "macs_per_s": (ms.MACS, ms.FORWARD_TIME),
+    "backward_flops_per_s": (ms.BACKWARD_FLOPS, ms.BACKWARD_TIME),
+    "bytes_per_s": (ms.BYTES_ACCESSED, ms.FORWARD_TIME),
+    "backward_bytes_per_s": (ms.BACKWARD_BYTES_ACCESSED, ms.BACKWARD_TIME),
 }
 
 #: Derived roofline keys (after ``self_`` and ``backward_``): what needs a device spec.
