@@ -24,6 +24,7 @@ LAYERS: dict[str, int] = {
     "version": 0,
     "hardware": 0,
     "profile": 1,
+    "metricspec": 1,
     "collect": 2,
     "metrics": 3,
     "analysis": 4,

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 import layerscope as ls
-from layerscope import metricspec as ms
+import layerscope.metricspec as ms
 from layerscope.analysis.fold import fold
 from layerscope.analysis.transforms import by_type
 from layerscope.errors import InvalidInputError, SchemaError

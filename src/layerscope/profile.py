@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any, TypeAlias
 
-from layerscope import metricspec as ms
+import layerscope.metricspec as ms
 from layerscope.errors import ProfileCheckError
 from layerscope.metricspec import ADDITIVE_METRICS as ADDITIVE_METRICS  # re-export, old path
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from layerscope import metricspec as ms
+import layerscope.metricspec as ms
 from layerscope.analysis.roofline import PHASE_KEYS, Roof, intensity, roof_times, work
 from layerscope.metricspec import TIMES as TIMES  # re-export for older readers
 from layerscope.profile import Node, Number, Profile

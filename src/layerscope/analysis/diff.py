@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any, Literal, TypeAlias
 
-from layerscope import metricspec as ms
+import layerscope.metricspec as ms
 from layerscope.errors import InvalidInputError
 from layerscope.profile import Node, Number, Profile, TensorSpec
 

@@ -49,7 +49,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, Literal, TypeAlias
 
-from layerscope import metricspec as ms
+import layerscope.metricspec as ms
 from layerscope.errors import InvalidInputError
 from layerscope.gcpause import gc_paused
 from layerscope.profile import Node, Number, Profile

@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from layerscope import metricspec as ms
+import layerscope.metricspec as ms
 from layerscope.errors import InvalidInputError
 from layerscope.profile import Node, Profile
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from fnmatch import fnmatchcase
 
-from layerscope import metricspec as ms
+import layerscope.metricspec as ms
 from layerscope.profile import Node, Number, Profile
 
 __all__ = ["by_type", "filter_tree", "matches", "post_order", "sort_tree", "top_k"]

@@ -15,7 +15,7 @@ import io
 import os
 from typing import Any
 
-from layerscope import metricspec as ms
+import layerscope.metricspec as ms
 from layerscope.export.files import write_text
 from layerscope.profile import Node, Profile, Signature
 from layerscope.render import units

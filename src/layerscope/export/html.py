@@ -25,7 +25,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from layerscope import metricspec as ms
+import layerscope.metricspec as ms
 from layerscope.analysis.catalog import Values, column
 from layerscope.analysis.roofline import (
     PHASE_KEYS,

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from layerscope import metricspec as ms
+import layerscope.metricspec as ms
 from layerscope.export.jsoncheck import (
     NONFINITE,
     Arr,

@@ -18,7 +18,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from layerscope import metricspec as ms
+import layerscope.metricspec as ms
 from layerscope.errors import ExportError
 from layerscope.export.files import write_text
 from layerscope.profile import Node, Profile

@@ -36,7 +36,7 @@ from typing import Any
 from torch import Tensor
 from torch._ops import OpOverload
 
-from layerscope import metricspec as ms
+import layerscope.metricspec as ms
 from layerscope.collect.observer import Observer
 from layerscope.profile import Node, Profile
 

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch._ops import OpOverload
 
-from layerscope import metricspec as ms
+import layerscope.metricspec as ms
 from layerscope.collect.observer import Observer
 from layerscope.metrics.flops.zero import COLLECTIVE_NAMESPACES
 from layerscope.profile import Node, Profile

@@ -17,7 +17,7 @@ from typing import Any
 
 from torch._ops import OpOverload
 
-from layerscope import metricspec as ms
+import layerscope.metricspec as ms
 from layerscope.collect.observer import Observer
 from layerscope.metrics.flops import (
     Cost,

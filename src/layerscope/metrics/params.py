@@ -21,7 +21,7 @@ from torch import Tensor
 from torch.nn import Parameter
 from torch.nn.parameter import is_lazy
 
-from layerscope import metricspec as ms
+import layerscope.metricspec as ms
 from layerscope.collect.signature import dtype_name
 from layerscope.collect.tree import ModelTree
 from layerscope.profile import DTYPE_KEYS, Node

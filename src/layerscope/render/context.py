@@ -10,7 +10,7 @@ from typing import Any
 
 from rich.text import Text
 
-from layerscope import metricspec as ms
+import layerscope.metricspec as ms
 from layerscope.analysis.catalog import Column, Values, column, pct_base
 from layerscope.analysis.fold import fold
 from layerscope.analysis.roofline import profile_dtype, roof_of, target_spec

@@ -21,7 +21,7 @@ from typing import IO, Any
 from rich.console import Console
 from rich.theme import Theme
 
-from layerscope import metricspec as ms
+import layerscope.metricspec as ms
 from layerscope.analysis.catalog import column, has_column
 from layerscope.analysis.diff import Change, DiffRow, ProfileDiff
 from layerscope.errors import InvalidInputError

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from layerscope import metricspec as ms
+import layerscope.metricspec as ms
 from layerscope.analysis.catalog import column, has_column
 from layerscope.analysis.transforms import by_type, filter_tree, matches, top_k
 from layerscope.profile import Node

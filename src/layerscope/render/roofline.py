@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from layerscope import metricspec as ms
+import layerscope.metricspec as ms
 from layerscope.analysis.transforms import filter_tree, matches, top_k
 from layerscope.render import units
 from layerscope.render.context import Builder, ViewContext

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from layerscope import metricspec as ms
+import layerscope.metricspec as ms
 from layerscope.analysis.catalog import column, has_column
 from layerscope.metrics.numerics import describe
 from layerscope.profile import Profile

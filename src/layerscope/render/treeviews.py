@@ -8,7 +8,7 @@ import textwrap
 
 from rich import box as rich_box
 
-from layerscope import metricspec as ms
+import layerscope.metricspec as ms
 from layerscope.analysis.catalog import column
 from layerscope.profile import Node, Profile
 from layerscope.render.context import Builder, ViewContext, shapes_text, template

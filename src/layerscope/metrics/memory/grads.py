@@ -11,7 +11,7 @@ from typing import Any
 
 from torch import Tensor
 
-from layerscope import metricspec as ms
+import layerscope.metricspec as ms
 from layerscope.collect.signature import dtype_name
 from layerscope.collect.tree import ModelTree
 from layerscope.metrics.params import Owned, owned_tensors

@@ -32,7 +32,7 @@ from torch import Tensor, nn
 from torch._ops import OpOverload
 from torch.nn.parameter import is_lazy
 
-from layerscope import metricspec as ms
+import layerscope.metricspec as ms
 from layerscope.collect.observer import Observer
 from layerscope.collect.signature import iter_tensors
 from layerscope.collect.tree import ModelTree

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 import torch
 
-from layerscope import metricspec as ms
+import layerscope.metricspec as ms
 from layerscope.errors import InvalidInputError
 from layerscope.profile import Profile
 
