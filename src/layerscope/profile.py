@@ -12,37 +12,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any, TypeAlias
 
+import layerscope.metricspec as ms
 from layerscope.errors import ProfileCheckError
+from layerscope.metricspec import ADDITIVE_METRICS as ADDITIVE_METRICS  # re-export, old path
 
 SCHEMA = "layerscope/1"
 
-#: Metrics for which inclusive = self + sum over children holds exactly.
-ADDITIVE_METRICS: tuple[str, ...] = (
-    "params",
-    "trainable_params",
-    "buffers",
-    "param_bytes",
-    "buffer_bytes",
-    "grad_bytes",
-    "macs",
-    "flops",
-    "backward_macs",
-    "backward_flops",
-    "bytes_accessed",
-    "backward_bytes_accessed",
-    "activation_bytes",
-    "output_bytes",
-    "comm_bytes",
-    "backward_comm_bytes",
-    "local_params",
-    "local_param_bytes",
-    "local_buffer_bytes",
-)
-
-_ADDITIVE = frozenset(ADDITIVE_METRICS)
-
 #: Keys of the per-dtype breakdown, additive like the metrics of the same names.
-DTYPE_KEYS: tuple[str, ...] = ("params", "param_bytes", "buffers", "buffer_bytes")
+DTYPE_KEYS: tuple[str, ...] = (ms.PARAMS, ms.PARAM_BYTES, ms.BUFFERS, ms.BUFFER_BYTES)
 
 Number: TypeAlias = int | float
 
@@ -280,9 +257,9 @@ class Profile:
         entries = self.unsupported_ops.values()
         keys: list[str] = []
         if any(e.get("forward") for e in entries):
-            keys += ["macs", "flops"]
+            keys += [ms.MACS, ms.FLOPS]
         if any(e.get("backward") for e in entries):
-            keys += ["backward_macs", "backward_flops"]
+            keys += [ms.BACKWARD_MACS, ms.BACKWARD_FLOPS]
         return keys
 
     # ---- invariants ----------------------------------------------------------------
@@ -293,7 +270,7 @@ class Profile:
         for node in order:  # the list grows while it is read
             if node.children:
                 order += node.children
-        additive = _ADDITIVE
+        additive = ms.ADDITIVE
         only_additive = additive.issuperset
         keys = DTYPE_KEYS
         for node in reversed(order):
@@ -351,7 +328,7 @@ class Profile:
     def self_check(self) -> None:
         """Assert inclusive = self + sum of children for every additive metric and node."""
         for node in self.root.walk():
-            for key in ADDITIVE_METRICS:
+            for key in ms.ADDITIVE_METRICS:
                 if key not in node.metrics:
                     continue
                 expected = node.self_metrics.get(key, 0) + sum(
@@ -513,13 +490,13 @@ class Profile:
         parts = [f"{sum(1 for _ in self.root.walk())} modules"]
         from layerscope.render import units
 
-        if "params" in m:
-            parts.append(f"params={units.count(m['params'])}")
-        for key, label in (("macs", "MACs"), ("flops", "FLOPs")):
+        if ms.PARAMS in m:
+            parts.append(f"params={units.count(m[ms.PARAMS])}")
+        for key, label in ((ms.MACS, "MACs"), (ms.FLOPS, "FLOPs")):
             if m.get(key):
                 parts.append(f"{label}={units.si(m[key]).replace(' ', '')}")
-        if "forward_time" in m:
-            parts.append(f"fwd={units.seconds(m['forward_time']).replace(' ', '')}")
+        if ms.FORWARD_TIME in m:
+            parts.append(f"fwd={units.seconds(m[ms.FORWARD_TIME]).replace(' ', '')}")
         peak = self.memory.get("forward_peak_bytes")
         if peak is not None:
             parts.append(f"peak={units.nbytes(peak).replace(' ', '')}")

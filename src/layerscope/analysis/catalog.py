@@ -15,11 +15,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+import layerscope.metricspec as ms
 from layerscope.analysis.roofline import PHASE_KEYS, Roof, intensity, roof_times, work
-from layerscope.profile import ADDITIVE_METRICS, Node, Number, Profile
+from layerscope.metricspec import TIMES as TIMES  # re-export for older readers
+from layerscope.profile import Node, Number, Profile
 
 __all__ = [
-    "STORED_METRICS",
     "TIMES",
     "Column",
     "Values",
@@ -30,11 +31,6 @@ __all__ = [
 
 #: How a value is written: exact counts, SI magnitudes, bytes, seconds, rates, %.
 Kind = Literal["count", "si", "bytes", "seconds", "rate", "pct", "number", "text"]
-
-_ADDITIVE = frozenset(ADDITIVE_METRICS)
-#: The per-call time metrics (a total is per-call time × calls).
-TIMES: tuple[str, ...] = ("forward_time", "backward_time", "device_time")
-_TIMES = TIMES
 
 
 @dataclass(frozen=True)
@@ -50,32 +46,13 @@ class Column:
     additive: bool = False
 
 
-#: Stored metrics: key -> (header, kind, priority). Order is the default column order.
-_BASE: dict[str, tuple[str, Kind, int]] = {
-    "params": ("Params", "count", 90),
-    "trainable_params": ("Trainable", "count", 30),
-    "buffers": ("Buffer vals", "count", 20),
-    "param_bytes": ("Param size", "bytes", 30),
-    "buffer_bytes": ("Buffers", "bytes", 20),
-    "macs": ("MACs", "si", 60),
-    "flops": ("FLOPs", "si", 90),
-    "backward_macs": ("Bwd MACs", "si", 50),
-    "backward_flops": ("Bwd FLOPs", "si", 70),
-    "activation_bytes": ("Saved", "bytes", 70),
-    "output_bytes": ("Out", "bytes", 40),
-    "peak_bytes": ("Peak", "bytes", 50),
-    "backward_peak_bytes": ("Bwd peak", "bytes", 35),
-    "grad_bytes": ("Grads", "bytes", 40),
-    "bytes_accessed": ("Bytes", "bytes", 40),
-    "backward_bytes_accessed": ("Bwd bytes", "bytes", 30),
-    "comm_bytes": ("Comm", "bytes", 45),
-    "backward_comm_bytes": ("Bwd comm", "bytes", 45),
-    "local_params": ("Local params", "count", 35),
-    "local_param_bytes": ("Local size", "bytes", 25),
-    "local_buffer_bytes": ("Local bufs", "bytes", 15),
-    "forward_time": ("Fwd time", "seconds", 80),
-    "backward_time": ("Bwd time", "seconds", 75),
-    "device_time": ("Device", "seconds", 60),
+#: How a metric's values are written, by its unit.
+_KIND_OF_UNIT: dict[str, Kind] = {
+    "count": "count",
+    "bytes": "bytes",
+    "seconds": "seconds",
+    "FLOP": "si",
+    "MAC": "si",
 }
 
 #: Statistics of a numerics check (``node.numerics``).
@@ -89,8 +66,6 @@ _NUMERICS: dict[str, tuple[str, Kind, int]] = {
     "std": ("Std", "number", 25),
 }
 
-_SHORT = {"forward_time": "fwd", "backward_time": "bwd", "device_time": "device"}
-
 
 def _build() -> dict[str, Column]:
     cols: dict[str, Column] = {
@@ -100,28 +75,9 @@ def _build() -> dict[str, Column]:
         "grad_output_shape": Column("grad_output_shape", "Grad out", "text", 0),
         "calls": Column("calls", "Calls", "count", 45),
     }
-    for key, (header, kind, prio) in _BASE.items():
-        additive = key in _ADDITIVE or key in _TIMES
-        cols[key] = Column(key, header, kind, prio, additive=key in _ADDITIVE)
-        short = _SHORT.get(key)
-        self_header = f"Self {short}" if short else f"Self {header.lower()}"
-        if key in ("macs", "flops", "backward_macs", "backward_flops"):
-            self_header = f"Self {header}"
-        cols[f"self_{key}"] = Column(f"self_{key}", self_header, kind, prio - 15, key in _ADDITIVE)
-        if additive:
-            pct_header = f"% {short}" if short else f"% {header}"
-            cols[f"{key}_pct"] = Column(f"{key}_pct", pct_header, "pct", prio - 5)
-            cols[f"self_{key}_pct"] = Column(f"self_{key}_pct", pct_header, "pct", prio - 20)
-        if key in _TIMES:
-            name = f"{key}_total"
-            total_header = f"{header.split()[0]} total"
-            cols[name] = Column(name, total_header, "seconds", prio - 10, True)
-            cols[f"self_{name}"] = Column(
-                f"self_{name}", f"Self {total_header.lower()}", "seconds", prio - 20, True
-            )
-        if key in ("macs", "flops", "backward_macs", "backward_flops"):
-            per_call = f"{key}_per_call"
-            cols[per_call] = Column(per_call, f"{header}/call", "si", prio - 20)
+    for spec in ms.METRICS.values():
+        if spec.column:
+            cols.update(_metric_columns(spec))
     for key, (header, kind, prio) in _NUMERICS.items():
         cols[key] = Column(key, header, kind, prio)
     cols["flops_per_s"] = Column("flops_per_s", "FLOP/s", "rate", 55)
@@ -151,18 +107,58 @@ def _build() -> dict[str, Column]:
     return cols
 
 
-_COLUMNS = _build()
+def _metric_columns(spec: ms.MetricSpec) -> dict[str, Column]:
+    """A stored metric's columns: itself, self, % of total, time totals, per call."""
+    key, header, prio = spec.key, spec.header, spec.priority
+    kind = _KIND_OF_UNIT[spec.unit]
+    time = spec.calls == "per_call"
+    counted = spec.unit in ("FLOP", "MAC")  # headers that keep their case: "Self MACs"
+    cols = {key: Column(key, header, kind, prio, additive=spec.additive)}
+    short = spec.short
+    self_header = f"Self {short or (header if counted else header.lower())}"
+    cols[f"self_{key}"] = Column(f"self_{key}", self_header, kind, prio - 15, spec.additive)
+    if spec.additive or time:
+        pct_header = f"% {short or header}"
+        cols[f"{key}_pct"] = Column(f"{key}_pct", pct_header, "pct", prio - 5)
+        cols[f"self_{key}_pct"] = Column(f"self_{key}_pct", pct_header, "pct", prio - 20)
+    if time:
+        name = f"{key}_total"
+        total_header = f"{header.split()[0]} total"
+        cols[name] = Column(name, total_header, "seconds", prio - 10, True)
+        cols[f"self_{name}"] = Column(
+            f"self_{name}", f"Self {total_header.lower()}", "seconds", prio - 20, True
+        )
+    if counted:
+        per_call = f"{key}_per_call"
+        cols[per_call] = Column(per_call, f"{header}/call", "si", prio - 20)
+    return cols
 
-#: The stored metric keys (``node.metrics``) in the order views list them.
-STORED_METRICS: tuple[str, ...] = tuple(_BASE)
+
+class _Table:
+    """The columns and direct getters, rebuilt when the metric table changes."""
+
+    def __init__(self) -> None:
+        self.generation = -1
+        self.columns: dict[str, Column] = {}
+        self.getters: dict[str, Callable[[Node], Number | None]] = {}
+
+    def current(self) -> _Table:
+        if self.generation != ms.generation():
+            self.columns = _build()
+            self.getters = _getters()
+            self.generation = ms.generation()
+        return self
+
+
+_TABLE = _Table()
 
 #: Keys whose value is a rate: (work metric, time metric) whose total it divides by.
 _RATES = {
-    "flops_per_s": ("flops", "forward_time"),
-    "macs_per_s": ("macs", "forward_time"),
-    "backward_flops_per_s": ("backward_flops", "backward_time"),
-    "bytes_per_s": ("bytes_accessed", "forward_time"),
-    "backward_bytes_per_s": ("backward_bytes_accessed", "backward_time"),
+    "flops_per_s": (ms.FLOPS, ms.FORWARD_TIME),
+    "macs_per_s": (ms.MACS, ms.FORWARD_TIME),
+    "backward_flops_per_s": (ms.BACKWARD_FLOPS, ms.BACKWARD_TIME),
+    "bytes_per_s": (ms.BYTES_ACCESSED, ms.FORWARD_TIME),
+    "backward_bytes_per_s": (ms.BACKWARD_BYTES_ACCESSED, ms.BACKWARD_TIME),
 }
 
 #: Derived roofline keys (after ``self_`` and ``backward_``): what needs a device spec.
@@ -183,25 +179,25 @@ def roofline_parts(key: str) -> tuple[bool, str, str] | None:
 
 def column(key: str) -> Column:
     """The column for ``key``; ``KeyError`` if unknown."""
-    return _COLUMNS[key]
+    return _TABLE.current().columns[key]
 
 
 def has_column(key: str) -> bool:
     """Whether ``key`` is a column the views know."""
-    return key in _COLUMNS
+    return key in _TABLE.current().columns
 
 
 def known_keys(*, numeric: bool = True) -> list[str]:
     """Keys a view accepts; only numeric ones (sortable) with ``numeric=True``."""
-    return [k for k, c in _COLUMNS.items() if not numeric or c.kind != "text"]
+    return [k for k, c in _TABLE.current().columns.items() if not numeric or c.kind != "text"]
 
 
 def pct_base(key: str) -> str | None:
     """The metric a % of total is taken of, for ``key`` (``flops_pct`` -> ``flops``;
     ``self_flops`` -> ``flops``), or None when ``key`` does not add up over modules."""
     base = key.removesuffix("_pct").removeprefix("self_").removesuffix("_total")
-    col = _COLUMNS.get(base)
-    if col is None or not (col.additive or base in _TIMES):
+    col = _TABLE.current().columns.get(base)
+    if col is None or not (col.additive or base in ms.TIMES):
         return None
     return base
 
@@ -221,6 +217,8 @@ class Values:
         self._cache: dict[tuple[Node, str], Number | None] = {}
         self._roof_times: dict[tuple[str, bool], dict[str, float]] = {}
         self.root = original.root
+        self._getters = _TABLE.current().getters
+        self._times = ms.TIMES
 
     def _index(self) -> dict[str, Node]:
         if self._by_path is None:
@@ -259,15 +257,16 @@ class Values:
 
     def total(self, base: str) -> float | None:
         """The whole-model value a % of ``base`` is taken of."""
-        if base in _TIMES:
+        if base in self._times:
             return self.time_total(self.root, base)
         v = self.root.metrics.get(base)
         return None if v is None else float(v)
 
     def get(self, node: Node, key: str) -> Number | None:
         """The value of ``key`` for ``node``, or None when the profile lacks it."""
-        if key in _COLUMNS_GET:
-            return _COLUMNS_GET[key](node)
+        getter = self._getters.get(key)
+        if getter is not None:
+            return getter(node)
         cache_key = (node, key)
         if cache_key in self._cache:
             return self._cache[cache_key]
@@ -283,7 +282,7 @@ class Values:
             total = self.total(base)
             if not total:
                 return None
-            if base in _TIMES:
+            if base in self._times:
                 part = self.time_total(node, base, own=own)
             else:
                 part = (node.self_metrics if own else node.metrics).get(base)
@@ -381,10 +380,12 @@ def _numeric_stat(key: str) -> Callable[[Node], Number | None]:
     return get
 
 
-#: Keys read straight from a node (no derivation, no cache).
-_COLUMNS_GET: dict[str, Callable[[Node], Number | None]] = {
-    "calls": lambda node: node.calls,
-    **{k: _metric(k) for k in _BASE},
-    **{f"self_{k}": _self_metric(k) for k in _BASE},
-    **{k: _numeric_stat(k) for k in _NUMERICS},
-}
+def _getters() -> dict[str, Callable[[Node], Number | None]]:
+    """Keys read straight from a node (no derivation, no cache)."""
+    stored = ms.STORED_METRICS
+    return {
+        "calls": lambda node: node.calls,
+        **{k: _metric(k) for k in stored},
+        **{f"self_{k}": _self_metric(k) for k in stored},
+        **{k: _numeric_stat(k) for k in _NUMERICS},
+    }

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any, Literal, TypeAlias
 
-from layerscope.analysis.catalog import STORED_METRICS
+import layerscope.metricspec as ms
 from layerscope.errors import InvalidInputError
 from layerscope.profile import Node, Number, Profile, TensorSpec
 
@@ -25,9 +25,6 @@ SCHEMA = "layerscope-diff/1"
 
 #: How a path fares from A to B.
 Status: TypeAlias = Literal["same", "added", "removed", "type_changed"]
-
-#: Stored metric keys in the order views list them; others (from newer profiles) follow.
-_ORDER: tuple[str, ...] = STORED_METRICS
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,8 +289,10 @@ def _keys(p: Profile) -> tuple[set[str], set[str]]:
 
 
 def _ordered(keys: set[str]) -> list[str]:
-    known = [k for k in _ORDER if k in keys]
-    return known + sorted(keys - set(_ORDER))
+    """Metric keys in the order views list them; others (from newer profiles) follow."""
+    order = ms.STORED_METRICS
+    known = [k for k in order if k in keys]
+    return known + sorted(keys - set(order))
 
 
 def _index(p: Profile) -> dict[str, Node]:

@@ -28,10 +28,11 @@ with a numerics event (``nan`` or ``inf`` > 0, non-finite gradients, or the path
 it and its ancestors are never hidden inside a fold, while its alike neighbours on either
 side still fold among themselves.
 
-Metric rule for merged entries: keys in ``ADDITIVE_METRICS`` (and the dtype breakdowns and
-``calls``) are summed over the members, so the folded totals equal the unfolded totals
-exactly; any other key (``peak_bytes``, ``forward_time``, ...) is not a quantity that adds
-up over modules, so the merged entry takes the maximum over its members. Its numerics
+Metric rule for merged entries: each key's ``fold`` rule in the metric table
+(``metricspec``). Additive metrics (and the dtype breakdowns and ``calls``) are summed over
+the members, so the folded totals equal the unfolded totals exactly; any other key
+(``peak_bytes``, ``forward_time``, keys not in the table) is not a quantity that adds up
+over modules, so the merged entry takes the maximum over its members. Its numerics
 sum the checked calls, combine min, max and abs-max, and keep the (shared) range flags.
 
 Paths and members: a merged entry's ``members`` lists the paths of *every* original module
@@ -48,9 +49,10 @@ from bisect import bisect_right
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, Literal, TypeAlias
 
+import layerscope.metricspec as ms
 from layerscope.errors import InvalidInputError
 from layerscope.gcpause import gc_paused
-from layerscope.profile import ADDITIVE_METRICS, Node, Number, Profile
+from layerscope.profile import Node, Number, Profile
 
 __all__ = ["REPEAT_TYPE", "FoldMode", "fold"]
 
@@ -60,7 +62,6 @@ REPEAT_TYPE = "Repeat"
 #: ``True``: fold integer-named siblings only; ``"all"``: any names; ``False``: no folding.
 FoldMode: TypeAlias = bool | Literal["all"]
 
-_ADDITIVE = frozenset(ADDITIVE_METRICS)
 _DASH = "–"  # en dash, as in "layers.0–11"
 
 #: ``node.numerics`` flags that are part of the structural signature.
@@ -294,7 +295,7 @@ class _Folder:
             calls=0,
             repr="",
             metrics=metrics,
-            self_metrics={k: 0 for k in metrics if k in _ADDITIVE},
+            self_metrics={k: 0 for k in metrics if k in ms.ADDITIVE},
             by_dtype=_sum_by_dtype(c.by_dtype for c in children),
             repeat=repeat,
             members=_paths(_interleave(covered)),
@@ -383,13 +384,14 @@ def _paths(nodes: Iterable[Node]) -> list[str]:
 
 
 def _combine(parts: Iterable[Mapping[str, Number]]) -> dict[str, Number]:
-    """Sum additive metrics, take the max of the others, over every key present."""
+    """Each key present by its ``fold`` rule: summed, or the max (keys not in the table)."""
+    summed = ms.rule_keys("fold", "sum")
     out: dict[str, Number] = {}
     for part in parts:
         for key, value in part.items():
             if key not in out:
                 out[key] = value
-            elif key in _ADDITIVE:
+            elif key in summed:
                 out[key] += value
             else:
                 out[key] = max(out[key], value)

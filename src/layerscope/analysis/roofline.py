@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+import layerscope.metricspec as ms
 from layerscope.errors import InvalidInputError
 from layerscope.profile import Node, Profile
 
@@ -36,8 +37,8 @@ Phase = Literal["forward", "backward"]
 
 #: (FLOPs key, bytes key, time key) of each phase.
 PHASE_KEYS: dict[str, tuple[str, str, str]] = {
-    "forward": ("flops", "bytes_accessed", "forward_time"),
-    "backward": ("backward_flops", "backward_bytes_accessed", "backward_time"),
+    "forward": (ms.FLOPS, ms.BYTES_ACCESSED, ms.FORWARD_TIME),
+    "backward": (ms.BACKWARD_FLOPS, ms.BACKWARD_BYTES_ACCESSED, ms.BACKWARD_TIME),
 }
 
 
@@ -259,14 +260,14 @@ def estimate(
             bytes=nbytes,
             time=times["forward"][id(node)],
             bound=roof.bound(flops, nbytes),
-            measured=_total_time(node, "forward_time"),
+            measured=_total_time(node, ms.FORWARD_TIME),
         )
         bwd = work(node.metrics, "backward")
         if bwd is not None:
             m.backward_flops, m.backward_bytes = bwd
             m.backward_time = times["backward"][id(node)]
             m.backward_bound = roof.bound(*bwd)
-            m.backward_measured = _total_time(node, "backward_time")
+            m.backward_measured = _total_time(node, ms.BACKWARD_TIME)
         result.modules.append(m)
     if profile.unsupported_ops:
         result.notices.append(

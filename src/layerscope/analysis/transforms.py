@@ -12,13 +12,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from fnmatch import fnmatchcase
 
-from layerscope.profile import ADDITIVE_METRICS, Node, Number, Profile
+import layerscope.metricspec as ms
+from layerscope.profile import Node, Number, Profile
 
 __all__ = ["by_type", "filter_tree", "matches", "post_order", "sort_tree", "top_k"]
 
 Getter = Callable[[Node], Number | None]
-
-_ADDITIVE = frozenset(ADDITIVE_METRICS)
 
 
 def matches(node: Node, patterns: Sequence[str]) -> bool:
@@ -97,7 +96,8 @@ def top_k(nodes: Iterable[Node], key: Getter, k: int | None) -> list[Node]:
 def by_type(nodes: Iterable[Node]) -> list[Node]:
     """One synthetic node per module type summing the given nodes (in first-seen order).
 
-    Additive metrics and calls are summed, self and inclusive; ``members`` lists the
+    Metrics by their ``by_type`` rule (summed or dropped; keys not in the table are
+    dropped) and calls are summed, self and inclusive; ``members`` lists the
     paths summed (so time totals can be summed over them); ``repeat`` counts the modules.
     Give nodes that do not contain each other (one depth, or self values only).
     """
@@ -118,10 +118,11 @@ def by_type(nodes: Iterable[Node]) -> list[Node]:
 
 
 def _sum(parts: Iterable[dict[str, Number]]) -> dict[str, Number]:
+    summed = ms.rule_keys("by_type", "sum")
     out: dict[str, Number] = {}
     for part in parts:
         for key, value in part.items():
-            if key in _ADDITIVE:
+            if key in summed:
                 out[key] = out.get(key, 0) + value
     return out
 

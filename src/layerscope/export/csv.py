@@ -15,7 +15,7 @@ import io
 import os
 from typing import Any
 
-from layerscope.analysis.catalog import known_keys
+import layerscope.metricspec as ms
 from layerscope.export.files import write_text
 from layerscope.profile import Node, Profile, Signature
 from layerscope.render import units
@@ -32,10 +32,8 @@ def columns(profile: Profile) -> list[str]:
     nodes = profile.nodes()
     inclusive = {k for n in nodes for k in n.metrics}
     own = {k for n in nodes for k in n.self_metrics}
-    order = known_keys()
-    ranked = sorted(
-        inclusive | own, key=lambda k: (order.index(k) if k in order else len(order), k)
-    )
+    order = {k: i for i, k in enumerate(ms.STORED_METRICS)}  # the table's order first
+    ranked = sorted(inclusive | own, key=lambda k: (order.get(k, len(order)), k))
     cols = list(_IDENTITY)
     cols += [k for k in ranked if k in inclusive]
     cols += [f"self_{k}" for k in ranked if k in own]

@@ -25,7 +25,8 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from layerscope.analysis.catalog import TIMES, Values, column
+import layerscope.metricspec as ms
+from layerscope.analysis.catalog import Values, column
 from layerscope.analysis.roofline import (
     PHASE_KEYS,
     Roof,
@@ -46,26 +47,26 @@ __all__ = ["report_data", "to_html", "to_html_text"]
 TABLE_KEYS: tuple[str, ...] = (
     "input_shape",
     "output_shape",
-    "params",
-    "trainable_params",
-    "buffers",
-    "param_bytes",
-    "buffer_bytes",
-    "macs",
-    "flops",
-    "backward_macs",
-    "backward_flops",
-    "activation_bytes",
-    "output_bytes",
-    "peak_bytes",
-    "grad_bytes",
-    "bytes_accessed",
-    "backward_bytes_accessed",
-    "forward_time",
+    ms.PARAMS,
+    ms.TRAINABLE_PARAMS,
+    ms.BUFFERS,
+    ms.PARAM_BYTES,
+    ms.BUFFER_BYTES,
+    ms.MACS,
+    ms.FLOPS,
+    ms.BACKWARD_MACS,
+    ms.BACKWARD_FLOPS,
+    ms.ACTIVATION_BYTES,
+    ms.OUTPUT_BYTES,
+    ms.PEAK_BYTES,
+    ms.GRAD_BYTES,
+    ms.BYTES_ACCESSED,
+    ms.BACKWARD_BYTES_ACCESSED,
+    ms.FORWARD_TIME,
     "self_forward_time",
-    "backward_time",
+    ms.BACKWARD_TIME,
     "self_backward_time",
-    "device_time",
+    ms.DEVICE_TIME,
     "flops_per_s",
     "absmax",
     "nan",
@@ -75,17 +76,17 @@ TABLE_KEYS: tuple[str, ...] = (
 
 #: Shown before the user picks columns: the console's high-priority ones.
 _SHOWN_PRIORITY = 55
-_SHOWN_ALWAYS = frozenset({"output_shape", "peak_bytes"})
+_SHOWN_ALWAYS = frozenset({"output_shape", ms.PEAK_BYTES})
 
 #: What the chart can size modules by: (value key, label, kind), when the profile has it.
 CHART_METRICS: tuple[tuple[str, str, str], ...] = (
     ("forward_time_total", "Fwd time", "seconds"),
     ("backward_time_total", "Bwd time", "seconds"),
-    ("flops", "FLOPs", "si"),
-    ("backward_flops", "Bwd FLOPs", "si"),
-    ("params", "Params", "count"),
-    ("activation_bytes", "Memory (saved)", "bytes"),
-    ("param_bytes", "Param size", "bytes"),
+    (ms.FLOPS, "FLOPs", "si"),
+    (ms.BACKWARD_FLOPS, "Bwd FLOPs", "si"),
+    (ms.PARAMS, "Params", "count"),
+    (ms.ACTIVATION_BYTES, "Memory (saved)", "bytes"),
+    (ms.PARAM_BYTES, "Param size", "bytes"),
 )
 
 
@@ -187,7 +188,7 @@ def report_data(profile: Profile, roof: Roof | None = None) -> dict[str, Any]:
             if all(x is None for x in v[key]):
                 del v[key]
                 continue
-            if not key.startswith("self_") and (column(key).additive or key in TIMES):
+            if not key.startswith("self_") and (column(key).additive or key in ms.TIMES):
                 s[key] = [_num(nodes[i].self_metrics.get(key)) for i in inner]
         else:
             continue
@@ -302,22 +303,16 @@ def _headline(profile: Profile) -> list[list[Any]]:
     """The few whole-model figures shown first: ``[label, value, kind]``."""
     m = profile.root.metrics
     out: list[list[Any]] = []
-    for key, label, kind in (
-        ("params", "Params", "count"),
-        ("flops", "FLOPs", "si"),
-        ("backward_flops", "Bwd FLOPs", "si"),
-        ("forward_time", "Fwd time", "seconds"),
-        ("backward_time", "Bwd time", "seconds"),
-    ):
+    for key in (ms.PARAMS, ms.FLOPS, ms.BACKWARD_FLOPS, ms.FORWARD_TIME, ms.BACKWARD_TIME):
         if key in m:
-            out.append(
-                [label + ("*" if key in profile.partial_metrics else ""), _num(m[key]), kind]
-            )
+            col = column(key)
+            label = col.header + ("*" if key in profile.partial_metrics else "")
+            out.append([label, _num(m[key]), col.kind])
     mem = profile.memory
     for key, label in (
         ("forward_peak_bytes", "Fwd peak"),
-        ("backward_peak_bytes", "Bwd peak"),
-        ("activation_bytes", "Saved"),
+        (ms.BACKWARD_PEAK_BYTES, "Bwd peak"),
+        (ms.ACTIVATION_BYTES, "Saved"),
     ):
         if key in mem:
             out.append([label, _num(mem[key]), "bytes"])

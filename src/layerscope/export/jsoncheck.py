@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from typing import Any, NoReturn, TypeAlias
 
 __all__ = [
@@ -427,12 +428,13 @@ def _string_keys(value: dict[Any, Any], where: Where) -> None:
 
 
 class Metrics(Check):
-    """An object of numbers (a profile's ``metrics``): finite numbers under the keys of
-    ``amounts``, any number (non-finite included) under the others."""
+    """An object of numbers (a profile's ``metrics``): finite numbers under the keys
+    ``amounts()`` gives (asked at every check, so the set may grow), any number
+    (non-finite included) under the others."""
 
     expected = "an object"
 
-    def __init__(self, amounts: frozenset[str], description: str = "") -> None:
+    def __init__(self, amounts: Callable[[], frozenset[str]], description: str = "") -> None:
         super().__init__(description)
         self.amounts = amounts
 
@@ -449,7 +451,7 @@ class Metrics(Check):
             return dict(value)
         _string_keys(value, where)
         out = {}
-        amounts = self.amounts
+        amounts = self.amounts()
         for k, v in value.items():
             if k in amounts:
                 out[k] = _FINITE.check(v, (where, k))
@@ -462,7 +464,7 @@ class Metrics(Check):
     def schema(self) -> dict[str, Any]:
         return {
             "type": "object",
-            "properties": {k: {"$ref": "#/$defs/finite"} for k in sorted(self.amounts)},
+            "properties": {k: {"$ref": "#/$defs/finite"} for k in sorted(self.amounts())},
             "additionalProperties": {"$ref": "#/$defs/number"},
         }
 

@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import layerscope.metricspec as ms
 from layerscope.export.jsoncheck import (
     NONFINITE,
     Arr,
@@ -32,10 +33,9 @@ from layerscope.export.jsoncheck import (
     Where,
     fail,
 )
-from layerscope.profile import ADDITIVE_METRICS, DTYPE_KEYS, SCHEMA
+from layerscope.profile import DTYPE_KEYS, SCHEMA
 
 __all__ = [
-    "AMOUNT_METRICS",
     "DIST",
     "ENV",
     "MAX_DEPTH",
@@ -62,18 +62,11 @@ SCHEMA_PATH: Path = Path(__file__).with_name("layerscope-1.schema.json")
 #: Deepest module tree read or written: a node's ``depth`` is at most this (root 0).
 MAX_DEPTH = 256
 
-#: Metrics that are amounts (counts, operations, bytes): finite numbers. Other metric
-#: keys (times, keys of newer versions) take any number, non-finite ones included.
-AMOUNT_METRICS: frozenset[str] = frozenset(
-    (
-        *ADDITIVE_METRICS,
-        "peak_bytes",
-        "simulated_peak_bytes",
-        "backward_peak_bytes",
-        "bytes_accessed",
-        "backward_bytes_accessed",
-    )
-)
+
+def _amounts() -> frozenset[str]:
+    """Metric keys that are amounts (``json`` type ``finite`` in the metric table): finite
+    numbers. Other metric keys (times, keys of newer versions) take any number."""
+    return ms.AMOUNT_METRICS
 
 
 # ---- layerscope/1, section by section ---------------------------------------------------
@@ -165,8 +158,8 @@ MEMORY = Obj(
         "forward_peak_bytes": _BYTES,
         "forward_end_bytes": _BYTES,
         "session_peak_bytes": _BYTES,
-        "activation_bytes": _BYTES,
-        "backward_peak_bytes": _BYTES,
+        ms.ACTIVATION_BYTES: _BYTES,
+        ms.BACKWARD_PEAK_BYTES: _BYTES,
         "grads": Map(
             Obj(
                 {
@@ -181,9 +174,9 @@ MEMORY = Obj(
         "params_by_dtype": Map(
             Counts(
                 {
-                    "params": Int(0),
+                    ms.PARAMS: Int(0),
                     "tensors": Int(0),
-                    "trainable_params": Int(0),
+                    ms.TRAINABLE_PARAMS: Int(0),
                     "trainable_tensors": Int(0),
                 }
             )
@@ -198,7 +191,7 @@ MEMORY = Obj(
                 "simulated_forward_end_bytes": Opt(_BYTES),
                 "session_peak_bytes": Opt(_BYTES),
                 "simulated_session_peak_bytes": Opt(_BYTES),
-                "backward_peak_bytes": Opt(_BYTES),
+                ms.BACKWARD_PEAK_BYTES: Opt(_BYTES),
                 "simulated_backward_peak_bytes": Opt(_BYTES),
                 "largest_peak_difference": Obj({"path": Str(), "bytes": _BYTES}),
             },
@@ -209,13 +202,13 @@ MEMORY = Obj(
                 "optimizer": Str(),
                 "master_weights": Bool(),
                 "amsgrad": Bool(),
-                "trainable_params": Int(0),
-                "param_bytes": _BYTES,
-                "buffer_bytes": _BYTES,
-                "grad_bytes": _BYTES,
+                ms.TRAINABLE_PARAMS: Int(0),
+                ms.PARAM_BYTES: _BYTES,
+                ms.BUFFER_BYTES: _BYTES,
+                ms.GRAD_BYTES: _BYTES,
                 "master_weight_bytes": _BYTES,
                 "optimizer_state_bytes": _BYTES,
-                "activation_bytes": _BYTES,
+                ms.ACTIVATION_BYTES: _BYTES,
                 "total_bytes": _BYTES,
                 "notes": Arr(Str()),
             },
@@ -390,8 +383,8 @@ NODE_FIELDS: dict[str, Check] = {
         Arr(Leaf(), "one call's gradient leaves"),
         "distinct signatures of the gradients that reached the module's outputs in backward",
     ),
-    "metrics": Metrics(AMOUNT_METRICS, "inclusive metrics (self + all descendants) in base units"),
-    "self_metrics": Metrics(AMOUNT_METRICS, "metrics of work done directly in the module"),
+    "metrics": Metrics(_amounts, "inclusive metrics (self + all descendants) in base units"),
+    "self_metrics": Metrics(_amounts, "metrics of work done directly in the module"),
     "by_dtype": Map(_DTYPE_ROW, "dtype -> inclusive parameter and buffer counts"),
     "self_by_dtype": Map(_DTYPE_ROW, "dtype -> the module's own parameters and buffers"),
     "shared": Arr(Str(), "tensors held here but counted at an ancestor (tied weights)"),
@@ -412,7 +405,7 @@ PROFILE_FIELDS: dict[str, Check] = {
     "timing": TIMING,
     "notices": Arr(Str(), "what the user should know about the run"),
     "outside": Metrics(
-        AMOUNT_METRICS,
+        _amounts,
         "work done while no call of the profiled module ran (a loss and its backward, "
         "code around the calls): metric key -> value, not part of the root's totals",
     ),

@@ -18,6 +18,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+import layerscope.metricspec as ms
 from layerscope.errors import ExportError
 from layerscope.export.files import write_text
 from layerscope.profile import Node, Profile
@@ -30,31 +31,31 @@ BACKWARD_TID = 2
 
 #: Metrics copied into the args of forward spans, when the module has them.
 FORWARD_ARGS: tuple[str, ...] = (
-    "params",
-    "trainable_params",
-    "buffers",
-    "param_bytes",
-    "buffer_bytes",
-    "macs",
-    "flops",
-    "activation_bytes",
-    "output_bytes",
-    "peak_bytes",
-    "bytes_accessed",
+    ms.PARAMS,
+    ms.TRAINABLE_PARAMS,
+    ms.BUFFERS,
+    ms.PARAM_BYTES,
+    ms.BUFFER_BYTES,
+    ms.MACS,
+    ms.FLOPS,
+    ms.ACTIVATION_BYTES,
+    ms.OUTPUT_BYTES,
+    ms.PEAK_BYTES,
+    ms.BYTES_ACCESSED,
 )
 #: Metrics copied into the args of backward spans, when the module has them.
 BACKWARD_ARGS: tuple[str, ...] = (
-    "params",
-    "trainable_params",
-    "grad_bytes",
-    "backward_macs",
-    "backward_flops",
-    "backward_bytes_accessed",
+    ms.PARAMS,
+    ms.TRAINABLE_PARAMS,
+    ms.GRAD_BYTES,
+    ms.BACKWARD_MACS,
+    ms.BACKWARD_FLOPS,
+    ms.BACKWARD_BYTES_ACCESSED,
 )
 #: Time keys per phase: median per call, with ``_min`` / ``_iqr`` and the self median.
 _TIMES: dict[str, tuple[str, ...]] = {
-    "forward": ("forward_time", "device_time"),
-    "backward": ("backward_time", "backward_device_time"),
+    "forward": (ms.FORWARD_TIME, ms.DEVICE_TIME),
+    "backward": (ms.BACKWARD_TIME, ms.BACKWARD_DEVICE_TIME),
 }
 
 

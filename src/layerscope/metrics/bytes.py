@@ -36,11 +36,12 @@ from typing import Any
 from torch import Tensor
 from torch._ops import OpOverload
 
+import layerscope.metricspec as ms
 from layerscope.collect.observer import Observer
 from layerscope.profile import Node, Profile
 
-FORWARD_KEY = "bytes_accessed"
-BACKWARD_KEY = "backward_bytes_accessed"
+FORWARD_KEY = ms.BYTES_ACCESSED
+BACKWARD_KEY = ms.BACKWARD_BYTES_ACCESSED
 
 #: In-place ops that overwrite their argument without reading it.
 _OVERWRITE = frozenset(

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from torch._ops import OpOverload
 
+import layerscope.metricspec as ms
 from layerscope.collect.observer import Observer
 from layerscope.metrics.flops.zero import COLLECTIVE_NAMESPACES
 from layerscope.profile import Node, Profile
@@ -36,8 +37,8 @@ __all__ = [
     "payload_bytes",
 ]
 
-FORWARD_KEY = "comm_bytes"
-BACKWARD_KEY = "backward_comm_bytes"
+FORWARD_KEY = ms.COMM_BYTES
+BACKWARD_KEY = ms.BACKWARD_COMM_BYTES
 
 #: Argument names that hold an op's payload, the first present in its schema wins.
 _PAYLOAD_ARGS = (

@@ -17,6 +17,7 @@ from typing import Any
 
 from torch._ops import OpOverload
 
+import layerscope.metricspec as ms
 from layerscope.collect.observer import Observer
 from layerscope.metrics.flops import (
     Cost,
@@ -28,8 +29,8 @@ from layerscope.metrics.flops import (
 )
 from layerscope.profile import Node, Profile
 
-FORWARD_KEYS = ("macs", "flops")
-BACKWARD_KEYS = ("backward_macs", "backward_flops")
+FORWARD_KEYS = (ms.MACS, ms.FLOPS)
+BACKWARD_KEYS = (ms.BACKWARD_MACS, ms.BACKWARD_FLOPS)
 
 
 class FlopCounter(Observer):
@@ -73,11 +74,11 @@ class FlopCounter(Observer):
             return
         m = node.self_metrics
         if backward:
-            m["backward_macs"] = m.get("backward_macs", 0) + cost.macs
-            m["backward_flops"] = m.get("backward_flops", 0) + cost.flops
+            m[ms.BACKWARD_MACS] = m.get(ms.BACKWARD_MACS, 0) + cost.macs
+            m[ms.BACKWARD_FLOPS] = m.get(ms.BACKWARD_FLOPS, 0) + cost.flops
         else:
-            m["macs"] = m.get("macs", 0) + cost.macs
-            m["flops"] = m.get("flops", 0) + cost.flops
+            m[ms.MACS] = m.get(ms.MACS, 0) + cost.macs
+            m[ms.FLOPS] = m.get(ms.FLOPS, 0) + cost.flops
 
     def _unsupported(self, func: OpOverload, node: Node, backward: bool) -> dict[str, Any]:
         entry = self.unsupported.setdefault(

@@ -21,16 +21,19 @@ from torch import Tensor
 from torch.nn import Parameter
 from torch.nn.parameter import is_lazy
 
+import layerscope.metricspec as ms
 from layerscope.collect.signature import dtype_name
 from layerscope.collect.tree import ModelTree
 from layerscope.profile import DTYPE_KEYS, Node
 
 #: The self metrics this module writes, each reset to 0 before counting.
-_ZERO = dict.fromkeys(("params", "trainable_params", "buffers", "param_bytes", "buffer_bytes"), 0)
+_ZERO = dict.fromkeys(
+    (ms.PARAMS, ms.TRAINABLE_PARAMS, ms.BUFFERS, ms.PARAM_BYTES, ms.BUFFER_BYTES), 0
+)
 
 
 #: The self metrics written when the model holds a DTensor (see the module docstring).
-LOCAL_KEYS = ("local_params", "local_param_bytes", "local_buffer_bytes")
+LOCAL_KEYS = (ms.LOCAL_PARAMS, ms.LOCAL_PARAM_BYTES, ms.LOCAL_BUFFER_BYTES)
 
 
 def _dtensor_type() -> type | None:
@@ -186,17 +189,17 @@ def fill_parameters(tree: ModelTree) -> list[str]:
             row = by_dtype[name] = dict.fromkeys(DTYPE_KEYS, 0)
         m = owner.self_metrics
         if is_param:
-            m["params"] += numel
-            m["param_bytes"] += nbytes
+            m[ms.PARAMS] += numel
+            m[ms.PARAM_BYTES] += nbytes
             if t.requires_grad:
-                m["trainable_params"] += numel
-            row["params"] += numel
-            row["param_bytes"] += nbytes
+                m[ms.TRAINABLE_PARAMS] += numel
+            row[ms.PARAMS] += numel
+            row[ms.PARAM_BYTES] += nbytes
         else:
-            m["buffers"] += numel
-            m["buffer_bytes"] += nbytes
-            row["buffers"] += numel
-            row["buffer_bytes"] += nbytes
+            m[ms.BUFFERS] += numel
+            m[ms.BUFFER_BYTES] += nbytes
+            row[ms.BUFFERS] += numel
+            row[ms.BUFFER_BYTES] += nbytes
     if sharded:
         _fill_local(tree, found, more)
     return notices
@@ -222,7 +225,7 @@ def _fill_local(tree: ModelTree, found: Iterable[_Held], more: _More) -> None:
             local = t
         m = owner.self_metrics
         if is_param:
-            m["local_params"] += local.numel()
-            m["local_param_bytes"] += local.numel() * local.element_size()
+            m[ms.LOCAL_PARAMS] += local.numel()
+            m[ms.LOCAL_PARAM_BYTES] += local.numel() * local.element_size()
         else:
-            m["local_buffer_bytes"] += local.numel() * local.element_size()
+            m[ms.LOCAL_BUFFER_BYTES] += local.numel() * local.element_size()

@@ -10,7 +10,8 @@ from typing import Any
 
 from rich.text import Text
 
-from layerscope.analysis.catalog import TIMES, Column, Values, column, pct_base
+import layerscope.metricspec as ms
+from layerscope.analysis.catalog import Column, Values, column, pct_base
 from layerscope.analysis.fold import fold
 from layerscope.analysis.roofline import profile_dtype, roof_of, target_spec
 from layerscope.analysis.transforms import filter_tree, matches, post_order, sort_tree, top_k
@@ -23,9 +24,9 @@ from layerscope.render.options import ViewOptions
 from layerscope.render.summary import summary_lines
 
 __all__ = [
-    "DEFAULT_KEYS",
     "Builder",
     "ViewContext",
+    "default_keys",
     "markup_lines",
     "shapes_text",
     "template",
@@ -33,28 +34,21 @@ __all__ = [
 
 Builder = Callable[[int], list[Line]]
 
-#: Columns shown by default when the profile has them, in this order.
-DEFAULT_KEYS: tuple[str, ...] = (
-    "params",
-    "param_bytes",
-    "buffer_bytes",
-    "macs",
-    "flops",
-    "backward_flops",
-    "activation_bytes",
-    "output_bytes",
-    "peak_bytes",
-    "grad_bytes",
-    "forward_time",
-    "self_forward_time",
-    "backward_time",
-    "self_backward_time",
-    "device_time",
-    "flops_per_s",
-    "absmax",
-    "nan",
-    "inf",
-)
+#: Derived columns shown by default when the profile has them, after the metrics.
+_DEFAULT_DERIVED: tuple[str, ...] = ("flops_per_s", "absmax", "nan", "inf")
+
+
+def default_keys() -> tuple[str, ...]:
+    """Columns shown by default when the profile has them, in this order: the metrics the
+    table marks ``default`` (each followed by its self column where marked), then
+    derived ones."""
+    keys: list[str] = []
+    for spec in ms.METRICS.values():
+        if spec.default:
+            keys.append(spec.key)
+            if spec.default_self:
+                keys.append(f"self_{spec.key}")
+    return (*keys, *_DEFAULT_DERIVED)
 
 
 class ViewContext:
@@ -84,7 +78,7 @@ class ViewContext:
                 base = pct_base(candidate)
                 break
         if base is None:
-            base = "flops" if root.metrics.get("flops") else "params"
+            base = ms.FLOPS if root.metrics.get(ms.FLOPS) else ms.PARAMS
         self.pct_base: str = base
         self.sort_key: str = options.sort_by or base
         self.columns = self._columns()
@@ -103,12 +97,11 @@ class ViewContext:
         if key in ("absmax", "nan", "inf"):
             return any(n.numerics.get(key) for n in root.walk())
         if key == "flops_per_s":
-            return bool(root.metrics.get("flops")) and "forward_time" in root.metrics
+            return bool(root.metrics.get(ms.FLOPS)) and ms.FORWARD_TIME in root.metrics
         base = key.removeprefix("self_")
         value = root.metrics.get(base)
-        if base in TIMES:
-            return value is not None
-        return value is not None and (value != 0 or base == "params")
+        spec = ms.METRICS.get(base)
+        return value is not None and (value != 0 or (spec is not None and spec.show_zero))
 
     def _columns(self) -> list[str]:
         o = self.options
@@ -121,7 +114,7 @@ class ViewContext:
         cols = []
         if o.shapes and self.ran and any(n.inputs or n.outputs for n in self.profile.root.walk()):
             cols += ["input_shape", "output_shape"]
-        for key in DEFAULT_KEYS:
+        for key in default_keys():
             if self._present(key):
                 cols.append(key)
                 if key == self.pct_base and o.pct:

@@ -18,10 +18,10 @@ from typing import IO, Any
 from rich.console import Console
 from rich.theme import Theme
 
-from layerscope.analysis.catalog import TIMES, column, has_column
+import layerscope.metricspec as ms
+from layerscope.analysis.catalog import column, has_column
 from layerscope.analysis.diff import Change, DiffRow, ProfileDiff
 from layerscope.gcpause import gc_paused
-from layerscope.profile import ADDITIVE_METRICS
 from layerscope.render import config as display_config
 from layerscope.render import units
 from layerscope.render.layout import (
@@ -185,7 +185,7 @@ def show(d: ProfileDiff, file: IO[str] | None = None, **options: Any) -> None:
 
 
 #: Metrics a diff shows only when asked for: bytes moved follow FLOPs and shapes.
-_ON_REQUEST = frozenset({"bytes_accessed", "backward_bytes_accessed"})
+_ON_REQUEST = frozenset({ms.BYTES_ACCESSED, ms.BACKWARD_BYTES_ACCESSED})
 
 
 def default_metrics(d: ProfileDiff) -> list[str]:
@@ -200,7 +200,7 @@ def default_metrics(d: ProfileDiff) -> list[str]:
         if key == "calls":
             if any(c.delta for r, c in zip(d.rows, changes, strict=True) if r.status != "added"):
                 out.append(key)
-        elif key == "params" or key in TIMES or any(c.a or c.b for c in changes):
+        elif key == ms.PARAMS or key in ms.TIMES or any(c.a or c.b for c in changes):
             out.append(key)
     return out
 
@@ -361,7 +361,7 @@ class _View:
             c = row.value(key)
             if total and key.startswith("self_"):
                 base = key.removeprefix("self_")
-                c = row.metrics.get(base) if base in ADDITIVE_METRICS else None
+                c = row.metrics.get(base) if base in ms.ADDITIVE else None
             if c is None:
                 out += [[("", "")]] * 4
                 continue

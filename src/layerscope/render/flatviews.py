@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from layerscope.analysis.catalog import TIMES, column, has_column
+import layerscope.metricspec as ms
+from layerscope.analysis.catalog import column, has_column
 from layerscope.analysis.transforms import by_type, filter_tree, matches, top_k
 from layerscope.profile import Node
 from layerscope.render.context import Builder, ViewContext
@@ -162,7 +163,7 @@ def _own(key: str) -> str:
     base = key.removesuffix("_pct")
     if key.endswith("_pct"):
         return f"self_{base}_pct" if has_column(f"self_{base}_pct") else key
-    if base in TIMES:
+    if base in ms.TIMES:
         return f"self_{base}_total"
     return f"self_{key}" if column(key).additive else key
 
@@ -170,6 +171,6 @@ def _own(key: str) -> str:
 def _total_time(key: str) -> str:
     """Per-call time keys as totals (aggregated rows have no per-call time)."""
     base = key.removeprefix("self_")
-    if base in TIMES:
+    if base in ms.TIMES:
         return f"{key}_total"
     return key

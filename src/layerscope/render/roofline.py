@@ -9,6 +9,7 @@ time lost (by roofline time without timing). ``render_estimate`` writes an
 
 from __future__ import annotations
 
+import layerscope.metricspec as ms
 from layerscope.analysis.roofline import Estimate, Roof
 from layerscope.analysis.transforms import filter_tree, matches, top_k
 from layerscope.render import units
@@ -66,15 +67,15 @@ def roofline_view(ctx: ViewContext) -> Builder:
     roof = ctx.values.roof
     assert roof is not None  # view_options refuses the view without a device
     profile = ctx.profile
-    timed = "forward_time" in profile.root.metrics
-    backward = "backward_bytes_accessed" in profile.root.metrics
+    timed = ms.FORWARD_TIME in profile.root.metrics
+    backward = ms.BACKWARD_BYTES_ACCESSED in profile.root.metrics
     keys = ["self_flops", "self_bytes_accessed", "self_intensity", "self_bound"]
     keys += ["self_roofline_time"]
     if timed:
         keys += ["self_forward_time_total", "self_efficiency", "self_lost_time"]
     if backward:
         keys += ["self_backward_intensity", "self_backward_roofline_time"]
-        if "backward_time" in profile.root.metrics:
+        if ms.BACKWARD_TIME in profile.root.metrics:
             keys += ["self_backward_efficiency", "self_backward_lost_time"]
     if o.columns is not None:
         keys = list(o.columns)
@@ -85,7 +86,7 @@ def roofline_view(ctx: ViewContext) -> Builder:
         exclude=o.exclude,
         hide_not_called=not o.show_not_called and ctx.ran,
     )
-    nodes = [n for n in shown.root.walk() if n.self_metrics.get("bytes_accessed")]
+    nodes = [n for n in shown.root.walk() if n.self_metrics.get(ms.BYTES_ACCESSED)]
     if o.include:
         nodes = [n for n in nodes if matches(n, o.include)]
     nodes = top_k(nodes, lambda n: ctx.value(n, sort_key), o.top or len(nodes) or 1)

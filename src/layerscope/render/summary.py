@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import layerscope.metricspec as ms
 from layerscope.analysis.catalog import column, has_column
 from layerscope.profile import Profile, describe_nonfinite
 from layerscope.render import units
@@ -56,16 +57,16 @@ def summary_lines(profile: Profile) -> list[Fact]:
     root = profile.root
     m = root.metrics
     lines: list[Fact] = []
-    if "params" in m:
-        frozen = m["params"] - m.get("trainable_params", 0)
+    if ms.PARAMS in m:
+        trainable = m.get(ms.TRAINABLE_PARAMS, 0)
         lines.append(
             (
-                f"Params: {units.count(m['params'])} "
-                f"(trainable {units.count(m.get('trainable_params', 0))}, "
-                f"frozen {units.count(frozen)}), "
-                f"{units.nbytes(m.get('param_bytes', 0))}; "
-                f"buffers: {units.count(m.get('buffers', 0))} "
-                f"({units.nbytes(m.get('buffer_bytes', 0))})",
+                f"Params: {units.count(m[ms.PARAMS])} "
+                f"(trainable {units.count(trainable)}, "
+                f"frozen {units.count(m[ms.PARAMS] - trainable)}), "
+                f"{units.nbytes(m.get(ms.PARAM_BYTES, 0))}; "
+                f"buffers: {units.count(m.get(ms.BUFFERS, 0))} "
+                f"({units.nbytes(m.get(ms.BUFFER_BYTES, 0))})",
                 "",
             )
         )
@@ -74,10 +75,10 @@ def summary_lines(profile: Profile) -> list[Fact]:
         for dtype, row in root.by_dtype.items():
             what = [
                 f"{units.count(row[k])} {label}"
-                for k, label in (("params", "params"), ("buffers", "buffer values"))
+                for k, label in ((ms.PARAMS, "params"), (ms.BUFFERS, "buffer values"))
                 if row[k]
             ]
-            size = units.nbytes(row["param_bytes"] + row["buffer_bytes"])
+            size = units.nbytes(row[ms.PARAM_BYTES] + row[ms.BUFFER_BYTES])
             parts.append(f"{dtype} {' + '.join(what)} ({size})")
         lines.append(("By dtype: " + "; ".join(parts), ""))
     if profile.unsupported_ops:
@@ -224,20 +225,20 @@ def _memory_lines(profile: Profile) -> list[Fact]:
     text = f"Memory ({mem.get('allocator', 'simulated')}): forward peak " + units.nbytes(
         mem["forward_peak_bytes"]
     )
-    if "activation_bytes" in mem:
-        text += f", saved for backward {units.nbytes(mem['activation_bytes'])}"
-    if "backward_peak_bytes" in mem:
-        text += f", backward peak {units.nbytes(mem['backward_peak_bytes'])}"
+    if ms.ACTIVATION_BYTES in mem:
+        text += f", saved for backward {units.nbytes(mem[ms.ACTIVATION_BYTES])}"
+    if ms.BACKWARD_PEAK_BYTES in mem:
+        text += f", backward peak {units.nbytes(mem[ms.BACKWARD_PEAK_BYTES])}"
     lines: list[Fact] = [(text, "")]
     training = mem.get("training")
     if training:
         parts = ", ".join(
             f"{label} {units.nbytes(training[key])}"
             for key, label in (
-                ("param_bytes", "params"),
-                ("grad_bytes", "grads"),
+                (ms.PARAM_BYTES, "params"),
+                (ms.GRAD_BYTES, "grads"),
                 ("optimizer_state_bytes", "optimizer"),
-                ("activation_bytes", "activations"),
+                (ms.ACTIVATION_BYTES, "activations"),
             )
             if training.get(key)
         )

@@ -8,6 +8,7 @@ import textwrap
 
 from rich import box as rich_box
 
+import layerscope.metricspec as ms
 from layerscope.analysis.catalog import column
 from layerscope.profile import Node, Profile
 from layerscope.render.context import Builder, ViewContext, shapes_text, template
@@ -29,10 +30,10 @@ TREE_KEYS = frozenset(
     {
         "input_shape",
         "output_shape",
-        "params",
-        "flops",
-        "forward_time",
-        "backward_time",
+        ms.PARAMS,
+        ms.FLOPS,
+        ms.FORWARD_TIME,
+        ms.BACKWARD_TIME,
         "nan",
         "inf",
     }
@@ -40,13 +41,13 @@ TREE_KEYS = frozenset(
 #: What the repr view writes in each module by default (DeepSpeed's choice, and more).
 REPR_KEYS = frozenset(
     {
-        "params",
-        "macs",
-        "flops",
-        "backward_flops",
-        "activation_bytes",
-        "forward_time",
-        "backward_time",
+        ms.PARAMS,
+        ms.MACS,
+        ms.FLOPS,
+        ms.BACKWARD_FLOPS,
+        ms.ACTIVATION_BYTES,
+        ms.FORWARD_TIME,
+        ms.BACKWARD_TIME,
         "flops_per_s",
         "nan",
         "inf",

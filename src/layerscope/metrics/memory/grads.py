@@ -11,6 +11,7 @@ from typing import Any
 
 from torch import Tensor
 
+import layerscope.metricspec as ms
 from layerscope.collect.signature import dtype_name
 from layerscope.collect.tree import ModelTree
 from layerscope.metrics.params import Owned, owned_tensors
@@ -41,13 +42,13 @@ def fill_gradients(profile: Profile, owned: list[Owned], *, force: bool) -> None
     if not present and not force:
         return
     for node in profile.root.walk():
-        node.self_metrics["grad_bytes"] = 0
+        node.self_metrics[ms.GRAD_BYTES] = 0
     grads: dict[str, dict[str, Any]] = {}
     for o in present:
         g = o.tensor.grad
         assert g is not None
         n = grad_nbytes(g)
-        o.owner.self_metrics["grad_bytes"] += n
+        o.owner.self_metrics[ms.GRAD_BYTES] += n
         grads[o.names[0]] = {
             "shape": list(g.shape),
             "dtype": dtype_name(g.dtype),
@@ -67,11 +68,11 @@ def params_by_dtype(owned: list[Owned]) -> dict[str, dict[str, int]]:
         p = o.tensor
         row = out.setdefault(
             dtype_name(p.dtype),
-            {"params": 0, "tensors": 0, "trainable_params": 0, "trainable_tensors": 0},
+            {ms.PARAMS: 0, "tensors": 0, ms.TRAINABLE_PARAMS: 0, "trainable_tensors": 0},
         )
-        row["params"] += p.numel()
+        row[ms.PARAMS] += p.numel()
         row["tensors"] += 1
         if p.requires_grad:
-            row["trainable_params"] += p.numel()
+            row[ms.TRAINABLE_PARAMS] += p.numel()
             row["trainable_tensors"] += 1
     return dict(sorted(out.items()))

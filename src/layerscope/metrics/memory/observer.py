@@ -32,6 +32,7 @@ from torch import Tensor, nn
 from torch._ops import OpOverload
 from torch.nn.parameter import is_lazy
 
+import layerscope.metricspec as ms
 from layerscope.collect.observer import Observer
 from layerscope.collect.signature import iter_tensors
 from layerscope.collect.tree import ModelTree
@@ -52,7 +53,7 @@ _PLAIN = frozenset({Tensor, nn.Parameter})
 
 #: Metric keys this observer writes (``grad_bytes`` only once a backward ran or gradients
 #: exist; ``simulated_peak_bytes`` only on CUDA): the columns a memory view shows.
-METRIC_KEYS = ("activation_bytes", "output_bytes", "peak_bytes", "grad_bytes")
+METRIC_KEYS = (ms.ACTIVATION_BYTES, ms.OUTPUT_BYTES, ms.PEAK_BYTES, ms.GRAD_BYTES)
 
 
 @dataclass(slots=True)
@@ -447,29 +448,29 @@ class MemoryObserver(Observer):
         on_cuda = self._cuda_device is not None
         for node in root.walk():
             m = node.self_metrics
-            m["activation_bytes"] = 0
-            m["output_bytes"] = 0
-            node.metrics["peak_bytes"] = m["peak_bytes"] = 0
+            m[ms.ACTIVATION_BYTES] = 0
+            m[ms.OUTPUT_BYTES] = 0
+            node.metrics[ms.PEAK_BYTES] = m[ms.PEAK_BYTES] = 0
             if on_cuda:
-                node.metrics["simulated_peak_bytes"] = m["simulated_peak_bytes"] = 0
+                node.metrics[ms.SIMULATED_PEAK_BYTES] = m[ms.SIMULATED_PEAK_BYTES] = 0
         for node, n in self._activations.values():
-            node.self_metrics["activation_bytes"] = n
+            node.self_metrics[ms.ACTIVATION_BYTES] = n
         for node, n in self._outputs.values():
-            node.self_metrics["output_bytes"] = n
+            node.self_metrics[ms.OUTPUT_BYTES] = n
         for node, sim, cuda in self._peaks.values():
             peak = cuda if on_cuda and cuda >= 0 else sim
-            node.metrics["peak_bytes"] = node.self_metrics["peak_bytes"] = peak
+            node.metrics[ms.PEAK_BYTES] = node.self_metrics[ms.PEAK_BYTES] = peak
             if on_cuda:
-                node.metrics["simulated_peak_bytes"] = sim
-                node.self_metrics["simulated_peak_bytes"] = sim
+                node.metrics[ms.SIMULATED_PEAK_BYTES] = sim
+                node.self_metrics[ms.SIMULATED_PEAK_BYTES] = sim
         mem = profile.memory
         mem["allocator"] = "cuda" if on_cuda else "simulated"
-        mem["forward_peak_bytes"] = root.metrics["peak_bytes"]
+        mem["forward_peak_bytes"] = root.metrics[ms.PEAK_BYTES]
         mem["forward_end_bytes"] = self.forward_end_cuda if on_cuda else self.forward_end
         mem["session_peak_bytes"] = self.session_peak_cuda if on_cuda else self.session_peak
-        mem["activation_bytes"] = sum(n for _, n in self._activations.values())
+        mem[ms.ACTIVATION_BYTES] = sum(n for _, n in self._activations.values())
         if self.saw_backward:
-            mem["backward_peak_bytes"] = self.backward_peak_cuda if on_cuda else self.backward_peak
+            mem[ms.BACKWARD_PEAK_BYTES] = self.backward_peak_cuda if on_cuda else self.backward_peak
             self._write_backward_peaks(profile, on_cuda)
         if on_cuda:
             mem["cuda"] = self._cuda_report(profile)
@@ -489,28 +490,28 @@ class MemoryObserver(Observer):
         }
         for node in reversed(list(profile.root.walk())):  # children before parents
             mine = own.get(id(node), 0)
-            node.self_metrics["backward_peak_bytes"] = mine
-            node.metrics["backward_peak_bytes"] = max(
-                [mine, *(c.metrics["backward_peak_bytes"] for c in node.children)]
+            node.self_metrics[ms.BACKWARD_PEAK_BYTES] = mine
+            node.metrics[ms.BACKWARD_PEAK_BYTES] = max(
+                [mine, *(c.metrics[ms.BACKWARD_PEAK_BYTES] for c in node.children)]
             )
 
     def _cuda_report(self, profile: Profile) -> dict[str, Any]:
         """Allocator and simulated figures side by side, with the largest disagreement."""
         worst = ("", 0)
         for node in profile.root.walk():
-            d = node.metrics["peak_bytes"] - node.metrics["simulated_peak_bytes"]
+            d = node.metrics[ms.PEAK_BYTES] - node.metrics[ms.SIMULATED_PEAK_BYTES]
             if abs(d) > abs(worst[1]):
                 worst = (node.path, int(d))
         return {
             "device": str(self._cuda_device),
             "peak_before_session_bytes": self._cuda_peak_before,
-            "forward_peak_bytes": profile.root.metrics["peak_bytes"],
-            "simulated_forward_peak_bytes": profile.root.metrics["simulated_peak_bytes"],
+            "forward_peak_bytes": profile.root.metrics[ms.PEAK_BYTES],
+            "simulated_forward_peak_bytes": profile.root.metrics[ms.SIMULATED_PEAK_BYTES],
             "forward_end_bytes": self.forward_end_cuda,
             "simulated_forward_end_bytes": self.forward_end,
             "session_peak_bytes": self.session_peak_cuda,
             "simulated_session_peak_bytes": self.session_peak,
-            "backward_peak_bytes": self.backward_peak_cuda,
+            ms.BACKWARD_PEAK_BYTES: self.backward_peak_cuda,
             "simulated_backward_peak_bytes": self.backward_peak,
             "largest_peak_difference": {"path": worst[0], "bytes": worst[1]},
         }

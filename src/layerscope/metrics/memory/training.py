@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 import torch
 
+import layerscope.metricspec as ms
 from layerscope.errors import InvalidInputError
 from layerscope.profile import Profile
 
@@ -39,16 +40,21 @@ def _trainable_by_dtype(profile: Profile) -> dict[str, dict[str, int]]:
         return {str(k): dict(v) for k, v in rows.items()}
     # A profile made without MemoryObserver: usable only if every parameter trains.
     root = profile.root.metrics
-    if root.get("trainable_params", 0) != root.get("params", 0):
+    if root.get(ms.TRAINABLE_PARAMS, 0) != root.get(ms.PARAMS, 0):
         raise InvalidInputError(
             "the profile has frozen parameters but no per-dtype trainable counts; profile "
             "with observers=[MemoryObserver()]"
         )
     out: dict[str, dict[str, int]] = {}
     for dtype, row in profile.root.by_dtype.items():
-        if row.get("params"):
-            n = row["params"]
-            out[dtype] = {"params": n, "trainable_params": n, "tensors": 0, "trainable_tensors": 0}
+        if row.get(ms.PARAMS):
+            n = row[ms.PARAMS]
+            out[dtype] = {
+                ms.PARAMS: n,
+                ms.TRAINABLE_PARAMS: n,
+                "tensors": 0,
+                "trainable_tensors": 0,
+            }
     return out
 
 
@@ -95,7 +101,7 @@ def training_footprint(
     trainable = 0
     notes: list[str] = []
     for dtype, row in _trainable_by_dtype(profile).items():
-        n = row.get("trainable_params", 0)
+        n = row.get(ms.TRAINABLE_PARAMS, 0)
         size = _itemsize(dtype)
         trainable += n
         grads += n * size
@@ -110,18 +116,18 @@ def training_footprint(
         notes.append("master_weights: no fp16/bf16 trainable parameters, so no fp32 copy")
     root = profile.root.metrics
     parts = {
-        "param_bytes": int(root.get("param_bytes", 0)),
-        "buffer_bytes": int(root.get("buffer_bytes", 0)),
-        "grad_bytes": grads,
+        ms.PARAM_BYTES: int(root.get(ms.PARAM_BYTES, 0)),
+        ms.BUFFER_BYTES: int(root.get(ms.BUFFER_BYTES, 0)),
+        ms.GRAD_BYTES: grads,
         "master_weight_bytes": master,
         "optimizer_state_bytes": state,
-        "activation_bytes": activation_bytes,
+        ms.ACTIVATION_BYTES: activation_bytes,
     }
     return {
         "optimizer": optimizer,
         "master_weights": master_weights,
         "amsgrad": amsgrad,
-        "trainable_params": trainable,
+        ms.TRAINABLE_PARAMS: trainable,
         **parts,
         "total_bytes": sum(parts.values()),
         "notes": notes,
