@@ -13,12 +13,12 @@ from collections.abc import Iterator
 
 import pytest
 import torch
-from layerscope.session.loop import merge_profiles
 from torch import nn
 
 import layerscope as ls
 import layerscope.metricspec as ms
 from layerscope.analysis.fold import fold
+from layerscope.analysis.merge import merge_profiles
 from layerscope.analysis.transforms import by_type
 from layerscope.errors import InvalidInputError, SchemaError
 from layerscope.metricspec import MetricSpec, register_metric, unregister_metric
@@ -133,11 +133,6 @@ def test_by_type_group(widget: MetricSpec) -> None:
     assert text.splitlines()[3].split() == ["1", "Linear", "3", "123", "B"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="merge_profiles still combines by its own key sets; it passes (and this marker "
-    "goes) once its _merge_metrics is metricspec.merge_cycle_metrics",
-)
 def test_merged_loop_profile(widget: MetricSpec) -> None:
     merged = merge_profiles([_profile(), _profile(scale=2)])
     assert merged.root.calls == 2

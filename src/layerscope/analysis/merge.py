@@ -9,35 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from layerscope.profile import ADDITIVE_METRICS, Node, Number, Profile
-
-#: Metrics that describe the model, not the work of a step: the last step's value.
-STATIC_METRICS = frozenset(
-    {
-        "params",
-        "trainable_params",
-        "buffers",
-        "param_bytes",
-        "buffer_bytes",
-        "grad_bytes",
-        "local_params",
-        "local_param_bytes",
-        "local_buffer_bytes",
-    }
-)
-#: Work metrics summed over a cycle's analysed steps.
-SUMMED_METRICS = frozenset(ADDITIVE_METRICS) - STATIC_METRICS
-
-
-def _merge_metrics(into: dict[str, Number], earlier: Mapping[str, Number]) -> None:
-    for key, value in earlier.items():
-        mine = into.get(key)
-        if key in SUMMED_METRICS:
-            into[key] = value if mine is None else mine + value
-        elif key.endswith("peak_bytes"):
-            into[key] = value if mine is None else max(mine, value)
-        elif mine is None and key not in STATIC_METRICS:
-            into[key] = value
+from layerscope.metricspec import merge_cycle_metrics
+from layerscope.profile import Node, Profile
 
 
 def merge_profiles(profiles: Sequence[Profile]) -> Profile:
@@ -113,8 +86,8 @@ def _is_number(value: object) -> bool:
 
 def _merge_node(mine: Node, earlier: Node) -> None:
     mine.calls += earlier.calls
-    _merge_metrics(mine.metrics, earlier.metrics)
-    _merge_metrics(mine.self_metrics, earlier.self_metrics)
+    merge_cycle_metrics(mine.metrics, earlier.metrics)
+    merge_cycle_metrics(mine.self_metrics, earlier.self_metrics)
     for name in ("inputs", "outputs", "grad_inputs", "grad_outputs"):
         old = getattr(earlier, name)
         if old:
@@ -137,4 +110,4 @@ def _merge_unsupported(into: dict[str, Any], earlier: Mapping[str, Any]) -> None
             mine.setdefault("error", entry["error"])
 
 
-__all__ = ["STATIC_METRICS", "SUMMED_METRICS", "merge_profiles"]
+__all__ = ["merge_profiles"]
