@@ -17,11 +17,9 @@ from typing import Literal
 
 import layerscope.metricspec as ms
 from layerscope.analysis.roofline import PHASE_KEYS, Roof, intensity, roof_times, work
-from layerscope.metricspec import TIMES as TIMES  # re-export for older readers
 from layerscope.profile import Node, Number, Profile
 
 __all__ = [
-    "TIMES",
     "Column",
     "Values",
     "column",

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import layerscope.metricspec as ms
 from layerscope.errors import InvalidInputError
 from layerscope.profile import Node, Number, Profile
 
@@ -130,8 +131,8 @@ def rank_summary(profile: Profile, metrics: str | Sequence[str] | None = None) -
 
 def _metrics(metrics: str | Sequence[str] | None, have: set[str]) -> tuple[str, ...]:
     if metrics is None:
-        first = "forward_time" if "forward_time" in have else "flops"
-        keys = tuple(k for k in (first, "params") if k in have)
+        first = ms.FORWARD_TIME if ms.FORWARD_TIME in have else ms.FLOPS
+        keys = tuple(k for k in (first, ms.PARAMS) if k in have)
         if not keys:
             raise InvalidInputError(
                 "the ranks' profiles have neither times, FLOPs nor parameters to compare; "

@@ -24,9 +24,10 @@ import statistics
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar, cast
 
+import layerscope.metricspec as ms
 from layerscope.collect.scopes import REGION, REGION_MODULE, ScopeTracker, active
 from layerscope.errors import InvalidInputError
-from layerscope.profile import ADDITIVE_METRICS, Node, Profile
+from layerscope.profile import Node, Profile
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -203,11 +204,11 @@ def _place_regions(profile: Profile, tracker: ScopeTracker) -> list[Node]:
     outside the model, which have none."""
     tree = tracker.tree
     forest: list[Node] = []
-    defaults = {k: 0 for k in profile.root.self_metrics if k in ADDITIVE_METRICS}
+    defaults = {k: 0 for k in profile.root.self_metrics if k in ms.ADDITIVE_METRICS}
     for r in tracker.regions.values():
         times = tracker.region_times[id(r)]
         if times:
-            r.metrics["forward_time"] = statistics.median(times)
+            r.metrics[ms.FORWARD_TIME] = statistics.median(times)
         p = tracker.region_parent[id(r)]
         if p is tracker.outside:
             forest.append(r)
@@ -252,7 +253,7 @@ def _outside_forest(
         r.node_id, r.depth = f"o{i}", 1
         _number(r, order, f"o{i}.")
         Profile(root=r).rollup()
-        for k in ADDITIVE_METRICS:
+        for k in ms.ADDITIVE_METRICS:
             v = r.metrics.get(k, 0)
             if v:
                 totals[k] = totals.get(k, 0) + v
@@ -269,10 +270,10 @@ def _outside_notice(forest: Iterable[Node]) -> str:
     parts = []
     for r in forest:
         part = f"[{r.name}] ×{r.calls}"
-        if "forward_time" in r.metrics:
-            part += f" {_seconds(r.metrics['forward_time'])}/call"
-        if r.metrics.get("flops"):
-            part += f" {r.metrics['flops']:.4g} FLOPs"
+        if ms.FORWARD_TIME in r.metrics:
+            part += f" {_seconds(r.metrics[ms.FORWARD_TIME])}/call"
+        if r.metrics.get(ms.FLOPS):
+            part += f" {r.metrics[ms.FLOPS]:.4g} FLOPs"
         parts.append(part)
     return _OUTSIDE_NOTICE + ", ".join(parts)
 
@@ -299,9 +300,9 @@ def apply_region_times(profile: Profile, times: dict[str, list[float]]) -> None:
 
 def _set_time(metrics: dict[str, Any], samples: list[float] | None) -> None:
     if samples:
-        metrics["forward_time"] = statistics.median(samples)
+        metrics[ms.FORWARD_TIME] = statistics.median(samples)
     else:
-        metrics.pop("forward_time", None)
+        metrics.pop(ms.FORWARD_TIME, None)
 
 
 def _seconds(t: float) -> str:

@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from layerscope.analysis.catalog import TIMES, column, has_column
+import layerscope.metricspec as ms
+from layerscope.analysis.catalog import column, has_column
 from layerscope.analysis.ranks import RankRow, RankSummary, rank_summary
 from layerscope.profile import Profile
 from layerscope.render import config as display_config
@@ -55,7 +56,7 @@ def summary_lines(summary: RankSummary, width: int, max_depth: int | None = None
         out.extend(fitted.lines)
     out.append([])
     footer = "imbalance = max / median over the ranks"
-    if any(k in TIMES for k in summary.metrics):
+    if any(k in ms.TIMES for k in summary.metrics):
         footer += "; times are per call"
     out.extend(wrap_text(footer, "layerscope.notice", width))
     return out

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
+import layerscope.metricspec as ms
 from layerscope.errors import InvalidInputError
 from layerscope.metrics.memory.observer import MemoryObserver
 from layerscope.metrics.memory.training import OptimizerName, training_footprint
@@ -154,9 +155,9 @@ def max_batch_size(
             )
         root = first.root.metrics
         parts = {
-            "param_bytes": int(root.get("param_bytes", 0)),
-            "buffer_bytes": int(root.get("buffer_bytes", 0)),
-            "activation_bytes": activations,
+            ms.PARAM_BYTES: int(root.get(ms.PARAM_BYTES, 0)),
+            ms.BUFFER_BYTES: int(root.get(ms.BUFFER_BYTES, 0)),
+            ms.ACTIVATION_BYTES: activations,
         }
         return {"optimizer": None, **parts, "total_bytes": sum(parts.values()), "notes": []}
 

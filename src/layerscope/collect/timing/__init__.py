@@ -53,11 +53,9 @@ from layerscope.collect.timing.loop import LoopTimer as LoopTimer
 from layerscope.collect.timing.options import Clock, GradMode, Timer, TimingOptions
 from layerscope.collect.timing.options import ProgressArg as ProgressArg
 from layerscope.collect.timing.progress import Progress as Progress
+from layerscope.collect.timing.result import IQR_SUFFIX as IQR_SUFFIX
+from layerscope.collect.timing.result import MIN_SUFFIX as MIN_SUFFIX
 from layerscope.collect.timing.result import (
-    BACKWARD_DEVICE_TIME,
-    BACKWARD_TIME,
-    DEVICE_TIME,
-    FORWARD_TIME,
     TIME_METRICS,
     OpSamples,
     RowSamples,
@@ -65,14 +63,16 @@ from layerscope.collect.timing.result import (
     TimingResult,
     is_op_row,
 )
-from layerscope.collect.timing.result import IQR_SUFFIX as IQR_SUFFIX
-from layerscope.collect.timing.result import MIN_SUFFIX as MIN_SUFFIX
 from layerscope.collect.timing.result import add_repeat as add_repeat
 from layerscope.collect.timing.runner import measure as measure
 from layerscope.collect.timing.runner import time_profile
 from layerscope.collect.timing.spans import RepeatSpans as RepeatSpans
 from layerscope.collect.timing.spans import build_trace as build_trace
 from layerscope.collect.timing.stats import summarize
+from layerscope.metricspec import BACKWARD_DEVICE_TIME as BACKWARD_DEVICE_TIME
+from layerscope.metricspec import BACKWARD_TIME as BACKWARD_TIME
+from layerscope.metricspec import DEVICE_TIME as DEVICE_TIME
+from layerscope.metricspec import FORWARD_TIME as FORWARD_TIME
 
 __all__ = [
     "BACKWARD_DEVICE_TIME",

@@ -34,14 +34,13 @@ from layerscope.collect.timing.context import PassContext
 from layerscope.collect.timing.forward import ForwardRepeat
 from layerscope.collect.timing.index import ModuleIndex
 from layerscope.collect.timing.result import (
-    BACKWARD_TIME,
-    FORWARD_TIME,
     OpSamples,
     TimingResult,
     add_repeat,
 )
 from layerscope.collect.timing.spans import RepeatSpans, logged_backward
 from layerscope.errors import InvalidInputError, LayerscopeError
+from layerscope.metricspec import BACKWARD_TIME, FORWARD_TIME
 
 __all__ = ["UntraceableModelError", "trace"]
 

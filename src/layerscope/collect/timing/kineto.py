@@ -39,16 +39,13 @@ from layerscope.collect.timing.context import PassContext
 from layerscope.collect.timing.forward import Entry, ForwardRepeat
 from layerscope.collect.timing.index import ModuleIndex
 from layerscope.collect.timing.result import (
-    BACKWARD_DEVICE_TIME,
-    BACKWARD_TIME,
-    DEVICE_TIME,
-    FORWARD_TIME,
     OpSamples,
     TimingResult,
     add_repeat,
 )
 from layerscope.collect.timing.spans import NodeSpan, RepeatSpans
 from layerscope.errors import LayerscopeError
+from layerscope.metricspec import BACKWARD_DEVICE_TIME, BACKWARD_TIME, DEVICE_TIME, FORWARD_TIME
 
 REPEAT_LABEL = "layerscope::repeat"
 MODULE_PREFIX = "layerscope::module::"

@@ -13,16 +13,9 @@ from layerscope.collect.timing.index import ModuleIndex
 from layerscope.collect.timing.spans import RepeatSpans
 from layerscope.collect.timing.stats import summarize
 from layerscope.errors import InvalidInputError
+from layerscope.metricspec import BACKWARD_DEVICE_TIME, BACKWARD_TIME, DEVICE_TIME, FORWARD_TIME
 from layerscope.profile import Node, Profile
 
-#: Seconds per call, median over repeats, of the module's forward (inclusive / self).
-FORWARD_TIME = "forward_time"
-#: Seconds per call of the backward work created by the module's forward.
-BACKWARD_TIME = "backward_time"
-#: Device (CUDA kernel) seconds per call, from torch.profiler (``timer="kineto"``).
-DEVICE_TIME = "device_time"
-#: Device seconds per call of the module's backward kernels (``timer="kineto"``).
-BACKWARD_DEVICE_TIME = "backward_device_time"
 #: Suffixes of the spread keys written next to each time key.
 MIN_SUFFIX = "_min"
 IQR_SUFFIX = "_iqr"
