@@ -23,6 +23,7 @@ LAYERS: dict[str, int] = {
     "gcpause": 0,
     "version": 0,
     "hardware": 0,
+    "torchapi": 0,
     "profile": 1,
     "collect": 2,
     "metrics": 3,
