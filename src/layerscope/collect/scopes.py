@@ -41,6 +41,7 @@ from torch.autograd.graph import Node as GraphNode
 from torch.utils.hooks import BackwardHook, RemovableHandle
 
 from layerscope.collect import tensorhooks
+from layerscope.collect.active import active as active  # re-exported: timing.forward reads it here
 from layerscope.collect.common import install_hook_pairs, remove_hooks
 from layerscope.collect.observer import Observer, observer_error
 from layerscope.collect.signature import MAX_LEAVES, flatten, flatten_call, spec_of
@@ -57,18 +58,6 @@ _get_ident = threading.get_ident
 _perf_counter = time.perf_counter
 
 
-class _Active(threading.local):
-    """Per thread, the trackers installed in it, innermost last, and the forward timers
-    (``collect.timing.forward.ForwardHooks``) installed in it: what a user region
-    (``layerscope.collect.regions``) reports to. Empty outside any session, so a region
-    there costs two attribute lookups (made on first use in each thread)."""
-
-    def __init__(self) -> None:
-        self.trackers: list[ScopeTracker] = []
-        self.timers: list[Any] = []
-
-
-active = _Active()
 #: The stand-in for "no module" on the stack under a region's frame, and in
 #: ``ModelTree.module`` for a region node once attached: it holds no tensors.
 REGION_MODULE = nn.Module()
