@@ -24,6 +24,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "src" / "layerscope"
 #: Lowest first. A module's layer is that of the longest prefix listed here.
 LAYERS: dict[str, int] = {
     "layerscope.errors": 0,
+    "layerscope.torchapi": 0,
     "layerscope.validate": 0,
     "layerscope.gcpause": 0,
     "layerscope.version": 0,

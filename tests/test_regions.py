@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 import layerscope as ls
-from layerscope.collect import scopes
+from layerscope.collect.active import active
 from layerscope.collect.regions import region
 from layerscope.collect.timing import time_profile
 
@@ -216,8 +216,8 @@ def test_decorated_function_that_raises_still_pops() -> None:
 
 
 def test_regions_outside_a_session_do_nothing() -> None:
-    trackers = scopes.active.trackers
-    before = dict(vars(scopes.active))
+    trackers = active.trackers
+    before = dict(vars(active))
     r = region("idle")
     with r, region("idle2"):
         pass
@@ -230,8 +230,8 @@ def test_regions_outside_a_session_do_nothing() -> None:
     assert f(1) == 2
     assert list(region.iter(range(3), "it")) == [0, 1, 2]
     # nothing registered, nothing created: the thread-local is as it was
-    assert dict(vars(scopes.active)) == before
-    assert scopes.active.trackers is trackers and trackers == []
+    assert dict(vars(active)) == before
+    assert active.trackers is trackers and trackers == []
     # and a later session sees none of it
     model, x = _headed()
     with ls.Profiler(model) as p:
@@ -242,8 +242,8 @@ def test_regions_outside_a_session_do_nothing() -> None:
 def test_session_ends_the_active_registration() -> None:
     model, _ = _headed()
     with ls.Profiler(model) as p:
-        assert scopes.active.trackers[-1] is p.tracker
-    assert p.tracker not in scopes.active.trackers
+        assert active.trackers[-1] is p.tracker
+    assert p.tracker not in active.trackers
 
 
 def test_region_open_across_the_end_of_a_session_is_harmless() -> None:

@@ -3,14 +3,16 @@
 >>> import layerscope as ls                       # doctest: +SKIP
 >>> prof = ls.profile(model, x)                   # doctest: +SKIP
 >>> print(prof)                                   # doctest: +SKIP
+
+``import layerscope`` loads only the errors and the data model; every other public
+name loads its module on first use (``__getattr__`` below), so the import stays cheap.
 """
 
 from __future__ import annotations
 
-from layerscope.analysis.diff import ProfileDiff, diff
-from layerscope.analysis.roofline import Estimate, estimate
-from layerscope.collect.meta import to_meta
-from layerscope.collect.regions import region
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from layerscope.errors import (
     ConfigError,
     ExportError,
@@ -23,21 +25,91 @@ from layerscope.errors import (
     ProfileCheckError,
     SchemaError,
 )
-from layerscope.export.json import SCHEMA_PATH, load
-from layerscope.hardware import DeviceSpec, device_spec
-from layerscope.metrics.flops import Cost, register_flop_formula
-from layerscope.metrics.memory import (
-    MemoryObserver,
-    record_training_footprint,
-    training_footprint,
-)
-from layerscope.metrics.numerics import NonFiniteError, NonFiniteWarning, NumericsObserver
 from layerscope.profile import SCHEMA, Node, Profile, TensorSpec, ValueSpec
-from layerscope.render import config
-from layerscope.render.options import ViewOptions, view_options
-from layerscope.render.ranks import rank_table
-from layerscope.session import Profiler, Schedule, max_batch_size, profile, schedule
 from layerscope.version import __version__
+
+# Loading the data model above made ``profile`` name that submodule here; the public
+# ``profile`` is the function, which ``__getattr__`` finds (the submodule, loaded first,
+# cannot shadow it later).
+del globals()["profile"]
+
+if TYPE_CHECKING:
+    from layerscope.analysis.diff import ProfileDiff, diff
+    from layerscope.analysis.roofline import Estimate, estimate
+    from layerscope.collect.meta import to_meta
+    from layerscope.collect.regions import region
+    from layerscope.export.json import SCHEMA_PATH, load
+    from layerscope.hardware import DeviceSpec, device_spec
+    from layerscope.metrics.flops import Cost, register_flop_formula
+    from layerscope.metrics.memory import (
+        MemoryObserver,
+        record_training_footprint,
+        training_footprint,
+    )
+    from layerscope.metrics.numerics import NonFiniteError, NonFiniteWarning, NumericsObserver
+    from layerscope.render import config
+    from layerscope.render.options import ViewOptions, view_options
+    from layerscope.render.ranks import rank_table
+    from layerscope.session import Profiler, Schedule, max_batch_size, profile, schedule
+
+#: The module each lazily loaded public name comes from (``config`` is a submodule).
+_LAZY: dict[str, str] = {
+    "ProfileDiff": "layerscope.analysis.diff",
+    "diff": "layerscope.analysis.diff",
+    "Estimate": "layerscope.analysis.roofline",
+    "estimate": "layerscope.analysis.roofline",
+    "to_meta": "layerscope.collect.meta",
+    "region": "layerscope.collect.regions",
+    "SCHEMA_PATH": "layerscope.export.json",
+    "load": "layerscope.export.json",
+    "DeviceSpec": "layerscope.hardware",
+    "device_spec": "layerscope.hardware",
+    "Cost": "layerscope.metrics.flops",
+    "register_flop_formula": "layerscope.metrics.flops",
+    "MemoryObserver": "layerscope.metrics.memory",
+    "record_training_footprint": "layerscope.metrics.memory",
+    "training_footprint": "layerscope.metrics.memory",
+    "NonFiniteError": "layerscope.metrics.numerics",
+    "NonFiniteWarning": "layerscope.metrics.numerics",
+    "NumericsObserver": "layerscope.metrics.numerics",
+    "config": "layerscope.render",
+    "ViewOptions": "layerscope.render.options",
+    "view_options": "layerscope.render.options",
+    "rank_table": "layerscope.render.ranks",
+    "Profiler": "layerscope.session",
+    "Schedule": "layerscope.session",
+    "max_batch_size": "layerscope.session",
+    "profile": "layerscope.session",
+    "schedule": "layerscope.session",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """A public name's value, loaded on first use and kept (PEP 562); a subpackage such
+    as ``layerscope.analysis`` loads on first use too."""
+    source = _LAZY.get(name)
+    if source is not None:
+        package = importlib.import_module(source)
+        if hasattr(package, name):
+            value = getattr(package, name)
+        else:  # a submodule (``config``)
+            value = importlib.import_module(f"{source}.{name}")
+    elif name.startswith("_"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    else:
+        try:
+            value = importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as e:
+            if e.name != f"{__name__}.{name}":
+                raise
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 __all__ = [
     "SCHEMA",

@@ -1,8 +1,9 @@
 """Device specs for the roofline: peak dense FLOP/s per dtype and memory bandwidth.
 
-``device_spec("h100")`` answers a built-in spec (names and aliases in ``SPECS``), a
-mapping builds a custom one, and ``"cpu"`` measures this machine (``calibrate_cpu``,
-once per process and thread count). Figures are NVIDIA's published dense (not
+``device_spec("h100")`` answers a built-in spec (by name in ``SPECS`` or alias in
+``ALIASES``: every one of them, ``BY_NAME``, is also a ``target=`` of
+``collect.target``), a mapping builds a custom one, and ``"cpu"`` measures this machine
+(``calibrate_cpu``, once per process and thread count). Figures are NVIDIA's published dense (not
 2:4-sparse) numbers: where a datasheet prints only the sparse figure (marked with an
 asterisk there), the dense one is half of it. 1 TFLOP/s = 1e12 FLOP/s; 1 TB/s = 1e12 B/s.
 """
@@ -192,6 +193,9 @@ ALIASES: dict[str, str] = {
     "4090": "rtx4090",
     "rtx-4090": "rtx4090",
 }
+#: Every built-in spec by each of its names, aliases included: the one device table that
+#: ``device_spec`` and the kernel targets (``collect.target.parse_target``) both read.
+BY_NAME: dict[str, DeviceSpec] = {**SPECS, **{a: SPECS[n] for a, n in ALIASES.items()}}
 
 
 #: What names a device spec: a name (``device_spec``'s), a DeviceSpec, or a mapping of
@@ -201,7 +205,7 @@ DeviceLike = str | DeviceSpec | Mapping[str, Any]
 
 def known_devices() -> list[str]:
     """Every name ``device_spec`` accepts."""
-    return [*SPECS, *ALIASES, "cpu"]
+    return [*BY_NAME, "cpu"]
 
 
 def device_spec(device: DeviceLike) -> DeviceSpec:
@@ -218,8 +222,7 @@ def device_spec(device: DeviceLike) -> DeviceSpec:
     name = device.strip().lower()
     if name == "cpu":
         return calibrate_cpu()
-    name = ALIASES.get(name, name)
-    spec = SPECS.get(name)
+    spec = BY_NAME.get(name)
     if spec is None:
         close = difflib.get_close_matches(name, known_devices(), n=1)
         hint = f" (did you mean {close[0]}?)" if close else ""
@@ -298,6 +301,7 @@ def spec_table_markdown() -> str:
 
 __all__ = [
     "ALIASES",
+    "BY_NAME",
     "SPECS",
     "DeviceLike",
     "DeviceSpec",

@@ -213,16 +213,16 @@ def run(args: argparse.Namespace) -> int:
     options = check_arguments(args)
     device = parse_device(args.device)
     model_args = parse_json_object(args.model_args, "--model-args") if args.model_args else None
-    from layerscope.cli.target import load_target
+    from layerscope.cli.specs import load_model
 
     torch.manual_seed(args.seed)  # random weights of a model built from a config
-    target = load_target(args.target, model_args, meta=device is not None and device.type == "meta")
-    model = target.model
+    loaded = load_model(args.target, model_args, meta=device is not None and device.type == "meta")
+    model = loaded.model
     if args.dtype:
         model = model.to(parse_dtype(args.dtype, "--dtype"))
     if device is not None and device.type != "meta":
         model = model.to(device)
-    call_args, call_kwargs = inputs_for(model, target.args, target.kwargs, args)
+    call_args, call_kwargs = inputs_for(model, loaded.args, loaded.kwargs, args)
     if args.backward and not (call_args or call_kwargs):
         raise InvalidInputError("--backward needs an input (--input-shape, --kwargs or --input)")
     if call_args or call_kwargs:

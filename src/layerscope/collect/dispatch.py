@@ -21,7 +21,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import torch
 from torch._C import DispatchKey
 from torch._ops import OpOverload
 from torch.utils._python_dispatch import (
@@ -35,11 +34,13 @@ from layerscope.collect.observer import observer_error
 from layerscope.collect.scopes import ScopeTracker
 from layerscope.errors import LayerscopeError
 from layerscope.profile import Node
+from layerscope.torchapi import (
+    current_autograd_node,
+    dispatch_has_kernel,
+    get_dispatch_stack_at,
+    len_torch_dispatch_stack,
+)
 
-_current_autograd_node = torch._C._current_autograd_node
-_stack_len = torch._C._len_torch_dispatch_stack
-_stack_at = torch._C._get_dispatch_stack_at
-_has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
 _COMPOSITE = DispatchKey.CompositeImplicitAutograd
 #: Kernels that run instead of an op's composite one on dense tensors.
 _OWN_KERNELS = (
@@ -60,10 +61,10 @@ def runs_decomposed(func: Any) -> bool:
         return False
     name = func.name()  # type: ignore[no-untyped-call]
     try:
-        composite = _has_kernel(name, _COMPOSITE)
+        composite = dispatch_has_kernel(name, _COMPOSITE)
     except RuntimeError:  # not a dispatcher op (prim::device, which fake tensors call)
         return False
-    return composite and not any(_has_kernel(name, k) for k in _OWN_KERNELS)
+    return composite and not any(dispatch_has_kernel(name, k) for k in _OWN_KERNELS)
 
 
 #: ``Observer.on_op``: (func, args, kwargs, out, node, backward) -> None
@@ -126,7 +127,7 @@ class SessionMode(TorchDispatchMode):
             with self:
                 return func._op_dk(_COMPOSITE, *args, **kwargs)
         out = func(*args, **kwargs)
-        grad_node = _current_autograd_node()
+        grad_node = current_autograd_node()
         if grad_node is None:
             node, backward = self.tracker.current, False
         else:
@@ -169,8 +170,8 @@ def remove_mode(mode: TorchDispatchMode) -> None:
     active" flags right, and not through their subclasses' (a user's mode must not see
     itself end and start again). A mode not on this thread's stack is left alone.
     """
-    depth = _stack_len()
-    if depth and _stack_at(depth - 1) is mode:  # on top, as when sessions nest
+    depth = len_torch_dispatch_stack()
+    if depth and get_dispatch_stack_at(depth - 1) is mode:  # on top, as when sessions nest
         TorchDispatchMode.__exit__(mode, None, None, None)  # type: ignore[no-untyped-call]
         return
     stack = _get_current_dispatch_mode_stack()

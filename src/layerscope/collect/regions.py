@@ -2,7 +2,7 @@
 
 ``with ls.region("data"): ...``, ``@ls.region("loss")`` on a function, and
 ``for batch in ls.region.iter(loader, "data"): ...`` (each ``next()`` runs in the region)
-report to every session active in the thread (``scopes.active``); with none, a region
+report to every session active in the thread (``collect.active``); with none, a region
 costs one thread-local lookup and touches nothing else.
 
 A region is a scope like a module call: ops and module calls inside it (and not inside a
@@ -25,7 +25,8 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar, cast
 
 import layerscope.metricspec as ms
-from layerscope.collect.scopes import REGION, REGION_MODULE, ScopeTracker, active
+from layerscope.collect.active import active
+from layerscope.collect.scopes import REGION, REGION_MODULE, ScopeTracker
 from layerscope.errors import InvalidInputError
 from layerscope.profile import Node, Profile
 

@@ -41,37 +41,23 @@ from torch.autograd.graph import Node as GraphNode
 from torch.utils.hooks import BackwardHook, RemovableHandle
 
 from layerscope.collect import tensorhooks
+from layerscope.collect.active import active as active  # re-exported: timing.forward reads it here
 from layerscope.collect.common import install_hook_pairs, remove_hooks
 from layerscope.collect.observer import Observer, observer_error
 from layerscope.collect.signature import MAX_LEAVES, flatten, flatten_call, spec_of
 from layerscope.collect.tree import ModelTree
 from layerscope.errors import LayerscopeError
 from layerscope.profile import Node, Signature
+from layerscope.torchapi import NO_SEQUENCE, current_autograd_node, get_sequence_nr
 
 #: Distinct input/output signatures kept per module; later distinct ones are only counted.
 MAX_SIGNATURES = 16
 #: Path, name and type of the node that stands for work outside the profiled module.
 OUTSIDE = "<outside>"
-#: The sequence number autograd gives nodes outside the sequence (AccumulateGrad).
-_NO_SEQUENCE = 2**64 - 1
-_next_sequence_nr = torch._C._autograd._get_sequence_nr
-_current_autograd_node = torch._C._current_autograd_node
 _get_ident = threading.get_ident
 _perf_counter = time.perf_counter
 
 
-class _Active(threading.local):
-    """Per thread, the trackers installed in it, innermost last, and the forward timers
-    (``collect.timing.forward.ForwardHooks``) installed in it: what a user region
-    (``layerscope.collect.regions``) reports to. Empty outside any session, so a region
-    there costs two attribute lookups (made on first use in each thread)."""
-
-    def __init__(self) -> None:
-        self.trackers: list[ScopeTracker] = []
-        self.timers: list[Any] = []
-
-
-active = _Active()
 #: The stand-in for "no module" on the stack under a region's frame, and in
 #: ``ModelTree.module`` for a region node once attached: it holds no tensors.
 REGION_MODULE = nn.Module()
@@ -177,7 +163,7 @@ class ScopeTracker:
         did); for a gradient accumulated into a parameter's ``.grad``, the module that
         owns the parameter."""
         seq = grad_node._sequence_nr()
-        if seq == _NO_SEQUENCE:
+        if seq == NO_SEQUENCE:
             return self._param_owner(grad_node)
         i = bisect_right(self._grad_starts, seq) - 1
         if i < 0:
@@ -204,7 +190,7 @@ class ScopeTracker:
         return self._owner_of_param.get(id(variable), self.outside)
 
     def _owns_new_grad_nodes(self, node: Node) -> None:
-        seq = _next_sequence_nr()
+        seq = get_sequence_nr()
         if self._grad_starts[-1] == seq:
             self._grad_owners[-1] = node
         else:
@@ -219,7 +205,7 @@ class ScopeTracker:
         self._active = trackers
         tensorhooks.acquire(self)  # released by uninstall, which any failure below calls
         self._foreign_lock = threading.Lock()
-        self._grad_starts.append(_next_sequence_nr())
+        self._grad_starts.append(get_sequence_nr())
         self._grad_owners.append(self.outside)
         try:
             hooked: list[nn.Module] = []
@@ -323,7 +309,7 @@ class ScopeTracker:
             self.region_times[id(node)] = []
             self.region_created[id(node)] = len(self.called)
         node.calls += 1
-        in_backward = _current_autograd_node() is not None
+        in_backward = current_autograd_node() is not None
         frame = (node, REGION_MODULE, sys.exc_info()[1], in_backward)
         self.stack.append(frame)
         self.current = node
@@ -380,7 +366,7 @@ class ScopeTracker:
         """For a module call from a thread other than the tracker's: whether to leave it
         uncounted (counting it in ``foreign_calls``), as every such call is unless a
         backward pass runs it."""
-        if _current_autograd_node() is not None:
+        if current_autograd_node() is not None:
             return False
         with self._foreign_lock:
             self.foreign_calls += 1
@@ -402,7 +388,7 @@ class ScopeTracker:
         if self.record_shapes:
             key = None if kwargs else _tensor_key(args)
             self._remember(node, False, key, flatten_call, args, kwargs)
-        in_backward = _current_autograd_node() is not None
+        in_backward = current_autograd_node() is not None
         self.stack.append((node, module, sys.exc_info()[1], in_backward))
         self.current = node
         self.current_in_backward = in_backward
@@ -420,7 +406,7 @@ class ScopeTracker:
     ) -> None:
         """The forward hook (always called) of a module with hooks; also where a wrapped
         forward goes when it raises."""
-        if _get_ident() != self._thread and _current_autograd_node() is None:
+        if _get_ident() != self._thread and current_autograd_node() is None:
             return  # another thread's call, skipped (and counted) at its entry
         i = self._frame_of(module)
         if i is None:

@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from layerscope.collect.active import active
+
 if TYPE_CHECKING:
     from layerscope.collect.scopes import ScopeTracker
 
@@ -30,8 +32,6 @@ _original: Callable[..., Any] = torch.Tensor.register_hook
 
 
 def _register_hook(self: torch.Tensor, hook: Callable[..., Any]) -> Any:
-    from layerscope.collect.scopes import active
-
     trackers = active.trackers
     if not trackers or not callable(hook):
         return _original(self, hook)

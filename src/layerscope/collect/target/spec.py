@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass
 
 from layerscope.errors import InvalidInputError
+from layerscope.hardware import BY_NAME, DeviceSpec
 
 #: The runtime cuDNN version (``torch.backends.cudnn.version()``) the CUDA rules assume by
 #: default: the one torch 2.13's CUDA 12.8/12.9/13.0 wheels ship (9.20.0, pinned in March
@@ -67,30 +68,25 @@ class Target:
         return f"{self.name} (cuda {self.arch})"
 
 
-#: Every name ``parse_target`` knows, with what it stands for.
+def _device_type_and_arch(spec: DeviceSpec) -> tuple[str, str | None]:
+    return ("cpu", None) if spec.kind == "cpu" else ("cuda", spec.arch)
+
+
+#: Every name ``parse_target`` knows, with what it stands for: "cpu"; "cuda", today's
+#: data-centre GPUs, whose rules are sm90's; and every name and alias of a built-in
+#: device spec (``hardware.BY_NAME``, the table ``ls.device_spec`` reads), as its arch.
 KNOWN_TARGETS: dict[str, tuple[str, str | None]] = {
     "cpu": ("cpu", None),
-    # "cuda": today's data-centre GPUs, whose rules are sm90's
     "cuda": ("cuda", "sm90"),
-    "h100": ("cuda", "sm90"),
-    "h100-pcie": ("cuda", "sm90"),
-    "h100-sxm": ("cuda", "sm90"),
-    "h200": ("cuda", "sm90"),
-    "a100": ("cuda", "sm80"),
-    "a100-40gb": ("cuda", "sm80"),
-    "a100-80gb": ("cuda", "sm80"),
-    "l4": ("cuda", "sm89"),
-    "l40s": ("cuda", "sm89"),
-    "rtx4090": ("cuda", "sm89"),
-    "4090": ("cuda", "sm89"),
+    **{name: _device_type_and_arch(spec) for name, spec in BY_NAME.items()},
 }
 
 
 def parse_target(value: str) -> Target:
-    """The Target a name stands for: "cpu", "cuda" (sm90), "h100", "h100-pcie", "h200"
-    (sm90), "a100", "a100-40gb", "a100-80gb" (sm80), "l4", "l40s", "rtx4090", "4090"
-    (sm89); case and surrounding blanks do not matter. Anything else raises
-    ``InvalidInputError`` naming the known ones."""
+    """The Target a name stands for: "cpu", "cuda" (sm90), or a built-in device spec's
+    name or alias ("h100", "h100-sxm5", "a100", "l4", "rtx-4090", ...: sm90, sm80 or
+    sm89, as ``ls.device_spec`` names them); case and surrounding blanks do not matter.
+    Anything else raises ``InvalidInputError`` naming the known ones."""
     if not isinstance(value, str):
         raise InvalidInputError(f"target must be a string, got {type(value).__name__}")
     key = value.strip().lower()

@@ -18,7 +18,7 @@ from torch.utils._python_dispatch import (
 )
 
 from layerscope.collect.dispatch import remove_mode
-from layerscope.collect.target import rnn
+from layerscope.collect.target.rnn import batch_sizes_known, cpu_rnn, uses_onednn
 from layerscope.collect.target.sdpa import SdpaCall, kernel_name, run_sdpa, sdpa_backend
 from layerscope.collect.target.spec import Target
 from layerscope.errors import InvalidInputError
@@ -119,12 +119,12 @@ class _FunctionSteering(TorchFunctionMode):
         if self.target.device_type != "cpu":
             self.log.add(name, "not_steered")
             return func(*args, **kwargs)
-        if not rnn.batch_sizes_known(name, args, kwargs):
+        if not batch_sizes_known(name, args, kwargs):
             self.log.add(name, "not_steered")
             return func(*args, **kwargs)
-        kernel = "onednn" if rnn.uses_onednn(name, args, kwargs) else "cpu_cells"
+        kernel = "onednn" if uses_onednn(name, args, kwargs) else "cpu_cells"
         self.log.add(name, kernel)
-        return rnn.cpu_rnn(name, args, kwargs)
+        return cpu_rnn(name, args, kwargs)
 
 
 def _cpu_eval_batch_norm(args: tuple[Any, ...], out: Any) -> tuple[Any, Any, Any]:

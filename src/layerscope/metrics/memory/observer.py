@@ -42,12 +42,11 @@ from layerscope.metrics.memory.peaks import CudaAllocator, NestedPeaks, Scope
 from layerscope.metrics.memory.storages import StorageTable, storage_of
 from layerscope.metrics.memory.timeline import BACKWARD, ENTER, EXIT, Timeline
 from layerscope.profile import Node, Profile
+from layerscope.torchapi import DisableTorchDispatch, current_autograd_node
 
 if TYPE_CHECKING:
     from layerscope.collect.scopes import ScopeTracker
 
-_current_autograd_node = torch._C._current_autograd_node
-_no_python_dispatch = torch._C._DisableTorchDispatch
 #: Tensor types whose ``detach`` can run below Python dispatch.
 _PLAIN = frozenset({Tensor, nn.Parameter})
 
@@ -272,7 +271,7 @@ class MemoryObserver(Observer):
     # ---- saved tensors -------------------------------------------------------------
     def _pack(self, t: Tensor) -> Any:
         tracker = self._tracker
-        if tracker is not None and _current_autograd_node() is None:
+        if tracker is not None and current_autograd_node() is None:
             self._saved(t, tracker.current)
         if self._outer_pack is not None:
             assert self._outer_unpack is not None
@@ -280,7 +279,7 @@ class MemoryObserver(Observer):
         if type(t) in _PLAIN:
             # A plain tensor's detach needs no Python dispatch: skipping the session's
             # dispatch mode here saves a Python round trip per saved tensor.
-            with _no_python_dispatch():
+            with DisableTorchDispatch():
                 return _Saved(t.detach(), t._version)
         return _Saved(t.detach(), t._version)  # subclasses (FakeTensor, ...) keep theirs
 

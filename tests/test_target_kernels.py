@@ -16,6 +16,7 @@ CUDA targets are checked against the ported selection rules here, and against
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 from unittest import mock
 
@@ -41,6 +42,7 @@ from layerscope.collect.target import (
     steering_active,
 )
 from layerscope.errors import InvalidInputError
+from layerscope.hardware import ALIASES, known_devices
 
 KEYS = (
     "flops",
@@ -234,6 +236,8 @@ def test_target_is_checked() -> None:
         ("l40s", "cuda", "sm89"),
         ("rtx4090", "cuda", "sm89"),
         (" 4090 ", "cuda", "sm89"),
+        ("H100-SXM5", "cuda", "sm90"),
+        ("rtx-4090", "cuda", "sm89"),
     ],
 )
 def test_parse_target(name: str, device_type: str, arch: str | None) -> None:
@@ -245,6 +249,29 @@ def test_parse_target(name: str, device_type: str, arch: str | None) -> None:
         assert target.capability == {"sm90": (9, 0), "sm80": (8, 0), "sm89": (8, 9)}[arch or ""]
     else:
         assert target.cudnn_version is None and target.capability is None
+
+
+def test_targets_and_device_specs_share_one_table() -> None:
+    """Every name ``ls.device_spec`` accepts, aliases included, is a ``target=`` and the
+    other way round, except "cuda" (the GPU present, no one spec); each names one arch."""
+    assert set(KNOWN_TARGETS) - {"cuda"} == set(known_devices())
+    for name in known_devices():
+        target = parse_target(name)
+        if name == "cpu":  # device_spec("cpu") measures this machine; its target is cpu
+            assert target.device_type == "cpu"
+            continue
+        assert (target.device_type, target.arch) == ("cuda", ls.device_spec(name).arch)
+    with pytest.raises(InvalidInputError, match="unknown device 'cuda'"):
+        ls.device_spec("cuda")
+    # an alias steers a meta analysis as its spec's name does
+    x = torch.empty(2, 4, device="meta")
+    prof = ls.profile(ls.to_meta(nn.Linear(4, 4)), x, target="rtx-4090")
+    assert prof.model["target"] == "rtx-4090 (cuda sm89)"
+    # the docs name every alias on both pages
+    docs = Path(__file__).resolve().parent.parent / "docs"
+    for page in ("target.md", "roofline.md"):
+        text = (docs / page).read_text(encoding="utf-8")
+        assert [a for a in ALIASES if f"`{a}`" not in text and f'`"{a}"`' not in text] == []
 
 
 def test_unknown_targets_name_the_known_ones() -> None:

@@ -1,4 +1,4 @@
-"""``load_target``: every TARGET form the CLI accepts and every one-line error it gives."""
+"""``load_model``: every TARGET model spec the CLI accepts and every one-line error it gives."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch import nn
 
-from layerscope.cli.target import Target, load_target
+from layerscope.cli.specs import LoadedModel, load_model
 from layerscope.errors import InvalidInputError, MissingDependencyError
 
 
@@ -25,7 +25,7 @@ def clean_imports(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[N
     yield
     for name in set(sys.modules) - before:
         file = getattr(sys.modules[name], "__file__", None) or ""
-        if name.startswith("_layerscope_target_") or file.startswith(str(tmp_path)):
+        if name.startswith("_layerscope_model_") or file.startswith(str(tmp_path)):
             del sys.modules[name]
 
 
@@ -40,9 +40,9 @@ def n_params(model: nn.Module) -> int:
 
 
 def error(spec: str, model_args: dict[str, Any] | None = None, **kw: Any) -> InvalidInputError:
-    """The InvalidInputError ``load_target`` raises, checked to be one line."""
+    """The InvalidInputError ``load_model`` raises, checked to be one line."""
     with pytest.raises(InvalidInputError) as info:
-        load_target(spec, model_args, **kw)
+        load_model(spec, model_args, **kw)
     assert "\n" not in str(info.value)
     return info.value
 
@@ -51,20 +51,20 @@ def error(spec: str, model_args: dict[str, Any] | None = None, **kw: Any) -> Inv
 
 
 def test_example_brings_its_input() -> None:
-    target = load_target("examples:tiny_gpt")
-    assert type(target.model).__name__ == "TinyGPT"
-    assert target.args is not None and target.kwargs is None
-    (ids,) = target.args
+    loaded = load_model("examples:tiny_gpt")
+    assert type(loaded.model).__name__ == "TinyGPT"
+    assert loaded.args is not None and loaded.kwargs is None
+    (ids,) = loaded.args
     assert ids.shape == (2, 16) and ids.dtype == torch.long
-    assert target.description.startswith("example tiny_gpt: ")
+    assert loaded.description.startswith("example tiny_gpt: ")
 
 
 def test_example_on_meta_keeps_the_tied_head_and_moves_the_input() -> None:
-    target = load_target("examples:tiny_gpt", meta=True)
-    model: Any = target.model
+    loaded = load_model("examples:tiny_gpt", meta=True)
+    model: Any = loaded.model
     assert model.lm_head.weight is model.tok_emb.weight
     assert {p.device.type for p in model.parameters()} == {"meta"}
-    assert target.args is not None and target.args[0].device.type == "meta"
+    assert loaded.args is not None and loaded.args[0].device.type == "meta"
 
 
 def test_example_errors() -> None:
@@ -72,7 +72,7 @@ def test_example_errors() -> None:
         error("examples:nope")
     )
     assert "takes no --model-args" in str(error("examples:tiny_gpt", {"width": 4}))
-    assert load_target("examples:shared_mlp", {}).model is not None  # {} is no arguments
+    assert load_model("examples:shared_mlp", {}).model is not None  # {} is no arguments
 
 
 # ---------------------------------------------------------------- files and modules
@@ -164,25 +164,25 @@ def models(tmp_path: Path) -> Path:
 
 
 def test_file_factory_with_a_sibling_import(models: Path) -> None:
-    target = load_target(f"{models}:build", {"width": 16})
+    loaded = load_model(f"{models}:build", {"width": 16})
     # body Linear(4, 16): 4*16 + 16 = 80; head Linear(16, 2): 16*2 + 2 = 34
-    assert n_params(target.model) == 114
-    assert target.args is None and target.kwargs is None
-    assert target.description == f"Net from {models}:build(width=16)"
+    assert n_params(loaded.model) == 114
+    assert loaded.args is None and loaded.kwargs is None
+    assert loaded.description == f"Net from {models}:build(width=16)"
     assert str(models.parent) == sys.path[0]
 
 
 def test_file_class_instance_and_dotted_attr(models: Path) -> None:
-    assert n_params(load_target(f"{models}:Net").model) == 58  # 4*8+8 + 8*2+2 = 40 + 18
-    assert n_params(load_target(f"{models}:Net", {"width": 2}).model) == 16  # 10 + 6
-    assert n_params(load_target(f"{models}:instance").model) == 20  # 4*4 + 4
-    assert n_params(load_target(f"{models}:Outer.build").model) == 9  # 2*3 + 3
+    assert n_params(load_model(f"{models}:Net").model) == 58  # 4*8+8 + 8*2+2 = 40 + 18
+    assert n_params(load_model(f"{models}:Net", {"width": 2}).model) == 16  # 10 + 6
+    assert n_params(load_model(f"{models}:instance").model) == 20  # 4*4 + 4
+    assert n_params(load_model(f"{models}:Outer.build").model) == 9  # 2*3 + 3
 
 
 def test_two_files_of_the_same_name_are_two_modules(tmp_path: Path, models: Path) -> None:
     other = write(tmp_path / "other" / "models.py", "from torch import nn\nm = nn.Linear(1, 1)\n")
-    assert n_params(load_target(f"{other}:m").model) == 2
-    assert n_params(load_target(f"{models}:instance").model) == 20
+    assert n_params(load_model(f"{other}:m").model) == 2
+    assert n_params(load_model(f"{models}:instance").model) == 20
 
 
 @pytest.mark.parametrize(
@@ -197,19 +197,19 @@ def test_two_files_of_the_same_name_are_two_modules(tmp_path: Path, models: Path
 def test_factory_inputs(
     models: Path, attr: str, args: int | None, kwargs: list[str] | None
 ) -> None:
-    target = load_target(f"{models}:{attr}")
-    assert isinstance(target.model, nn.Module)
-    assert (None if target.args is None else len(target.args)) == args
-    assert (None if target.kwargs is None else list(target.kwargs)) == kwargs
-    if target.args is not None:
-        assert isinstance(target.args, tuple)
-        assert target.model(*target.args).shape == (2, 2)
+    loaded = load_model(f"{models}:{attr}")
+    assert isinstance(loaded.model, nn.Module)
+    assert (None if loaded.args is None else len(loaded.args)) == args
+    assert (None if loaded.kwargs is None else list(loaded.kwargs)) == kwargs
+    if loaded.args is not None:
+        assert isinstance(loaded.args, tuple)
+        assert loaded.model(*loaded.args).shape == (2, 2)
 
 
 def test_meta_moves_the_model_and_its_inputs(models: Path) -> None:
-    target = load_target(f"{models}:with_dict", meta=True)
-    assert {p.device.type for p in target.model.parameters()} == {"meta"}
-    assert target.kwargs is not None and target.kwargs["x"].device.type == "meta"
+    loaded = load_model(f"{models}:with_dict", meta=True)
+    assert {p.device.type for p in loaded.model.parameters()} == {"meta"}
+    assert loaded.kwargs is not None and loaded.kwargs["x"].device.type == "meta"
 
 
 def test_package_module_from_the_current_directory(
@@ -228,9 +228,9 @@ def test_package_module_from_the_current_directory(
     )
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
-    target = load_target("tgtpkg.models:tiny")
-    assert n_params(target.model) == 58  # 4*8 + 8 + 8*2 + 2 = 40 + 18
-    assert target.description == "Sequential from tgtpkg.models:tiny"
+    loaded = load_model("tgtpkg.models:tiny")
+    assert n_params(loaded.model) == 58  # 4*8 + 8 + 8*2 + 2 = 40 + 18
+    assert loaded.description == "Sequential from tgtpkg.models:tiny"
     assert sys.path[0] == os.getcwd()
 
 
@@ -382,11 +382,11 @@ def transformers() -> Any:
 
 def test_model_type_builds_the_base_model(transformers: Any) -> None:
     hub = os.environ.get("HF_HUB_OFFLINE")
-    target = load_target("transformers:gpt2", TINY_GPT2)
-    assert type(target.model).__name__ == "GPT2Model"
-    assert n_params(target.model) == GPT2_PARAMS
-    assert target.args is None and target.kwargs is None
-    assert target.description == (
+    loaded = load_model("transformers:gpt2", TINY_GPT2)
+    assert type(loaded.model).__name__ == "GPT2Model"
+    assert n_params(loaded.model) == GPT2_PARAMS
+    assert loaded.args is None and loaded.kwargs is None
+    assert loaded.description == (
         "transformers GPT2Model (gpt2 config, n_layer=2, n_embd=64, n_head=4, "
         "vocab_size=100, n_positions=32)"
     )
@@ -394,14 +394,14 @@ def test_model_type_builds_the_base_model(transformers: Any) -> None:
 
 
 def test_class_name_keeps_the_lm_head_tied(transformers: Any) -> None:
-    target = load_target("transformers:GPT2LMHeadModel", TINY_GPT2)
-    model: Any = target.model
+    loaded = load_model("transformers:GPT2LMHeadModel", TINY_GPT2)
+    model: Any = loaded.model
     assert type(model).__name__ == "GPT2LMHeadModel"
     assert model.lm_head.weight is model.transformer.wte.weight
     assert model.lm_head.weight.data_ptr() == model.transformer.wte.weight.data_ptr()
     assert n_params(model) == GPT2_PARAMS  # the head adds nothing: it is wte
-    assert target.description.startswith("transformers GPT2LMHeadModel (gpt2 config, n_layer=2")
-    meta: Any = load_target("transformers:GPT2LMHeadModel", TINY_GPT2, meta=True).model
+    assert loaded.description.startswith("transformers GPT2LMHeadModel (gpt2 config, n_layer=2")
+    meta: Any = load_model("transformers:GPT2LMHeadModel", TINY_GPT2, meta=True).model
     assert meta.lm_head.weight is meta.transformer.wte.weight
     assert meta.lm_head.weight.device.type == "meta"
 
@@ -411,16 +411,16 @@ def test_config_json(transformers: Any, tmp_path: Path) -> None:
 
     path = tmp_path / "tiny_llama.json"
     path.write_text(json.dumps(TINY_LLAMA))
-    target = load_target(f"transformers:{path}")
-    assert type(target.model).__name__ == "LlamaForCausalLM"
-    assert n_params(target.model) == LLAMA_LM == 106816
-    assert target.description == "transformers LlamaForCausalLM (tiny_llama.json, llama config)"
-    one = load_target(f"transformers:{path}", {"num_hidden_layers": 1}).model
+    loaded = load_model(f"transformers:{path}")
+    assert type(loaded.model).__name__ == "LlamaForCausalLM"
+    assert n_params(loaded.model) == LLAMA_LM == 106816
+    assert loaded.description == "transformers LlamaForCausalLM (tiny_llama.json, llama config)"
+    one = load_model(f"transformers:{path}", {"num_hidden_layers": 1}).model
     assert n_params(one) == LLAMA_LM - 36992  # one layer fewer: 69824
     # no known architecture: the base model
     path.write_text(json.dumps({**TINY_LLAMA, "architectures": ["NoSuchModelXyz"]}))
-    assert type(load_target(f"transformers:{path}").model).__name__ == "LlamaModel"
-    assert n_params(load_target(f"transformers:{path}").model) == LLAMA_BASE == 90432
+    assert type(load_model(f"transformers:{path}").model).__name__ == "LlamaModel"
+    assert n_params(load_model(f"transformers:{path}").model) == LLAMA_BASE == 90432
 
 
 def test_default_llama_on_meta_allocates_nothing(transformers: Any) -> None:
@@ -428,11 +428,11 @@ def test_default_llama_on_meta_allocates_nothing(transformers: Any) -> None:
     # per layer: attention 4*4096*4096 = 67,108,864, MLP 3*4096*11008 = 135,266,304,
     # two norms 8192: 202,383,360; 32 layers 6,476,267,520; embed 32000*4096 = 131,072,000;
     # final norm 4096: base 6,607,343,616; + lm_head 131,072,000 = 6,738,415,616
-    base = load_target("transformers:llama", meta=True).model
+    base = load_model("transformers:llama", meta=True).model
     assert type(base).__name__ == "LlamaModel"
     assert all(p.device.type == "meta" for p in base.parameters())
     assert n_params(base) == 6_607_343_616
-    lm = load_target("transformers:LlamaForCausalLM", meta=True).model
+    lm = load_model("transformers:LlamaForCausalLM", meta=True).model
     assert all(p.device.type == "meta" for p in lm.parameters())
     assert n_params(lm) == 6_738_415_616
 
@@ -444,7 +444,7 @@ def test_unknown_config_field(transformers: Any) -> None:
         "num_hidden_layers?"
     )
     assert "has no field 'n_layers'" in str(error("transformers:GPT2LMHeadModel", {"n_layers": 2}))
-    assert load_target("transformers:gpt2", {"num_hidden_layers": 1, **TINY_GPT2}).model
+    assert load_model("transformers:gpt2", {"num_hidden_layers": 1, **TINY_GPT2}).model
 
 
 def test_unknown_transformers_name(transformers: Any) -> None:
@@ -483,10 +483,10 @@ def test_bad_config_files(transformers: Any, tmp_path: Path) -> None:
 def test_transformers_not_installed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "transformers", None)  # `import transformers` fails
     with pytest.raises(MissingDependencyError, match="pip install transformers") as info:
-        load_target("transformers:gpt2")
+        load_model("transformers:gpt2")
     assert "\n" not in str(info.value)
 
 
-def test_target_is_a_plain_record() -> None:
-    target = Target(nn.Identity(), None, None, "x")
-    assert target.description == "x"
+def test_a_loaded_model_is_a_plain_record() -> None:
+    loaded = LoadedModel(nn.Identity(), None, None, "x")
+    assert loaded.description == "x"

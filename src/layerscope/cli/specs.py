@@ -1,4 +1,4 @@
-"""Resolve the CLI's TARGET into a model (and the inputs that came with it).
+"""Model specs: resolve the CLI's TARGET into a model (and the inputs that came with it).
 
 Forms: ``examples:NAME``, ``package.module:attr``, ``path/to/file.py:attr``,
 ``transformers:NAME`` (a model type or a model class) and ``transformers:config.json``.
@@ -41,7 +41,7 @@ _HERE = os.path.abspath(__file__)
 
 
 @dataclass
-class Target:
+class LoadedModel:
     """A model built from a TARGET spec, with the inputs the spec brought (if any)."""
 
     model: nn.Module
@@ -51,9 +51,9 @@ class Target:
     description: str
 
 
-def load_target(
+def load_model(
     spec: str, model_args: Mapping[str, Any] | None = None, *, meta: bool = False
-) -> Target:
+) -> LoadedModel:
     """Build the model that ``spec`` names.
 
     ``model_args`` are keyword arguments of a factory, or config fields of a
@@ -76,23 +76,23 @@ def load_target(
     if kind == "examples":
         if not rest:
             raise _empty(spec, "example name after 'examples:'")
-        target = _load_example(rest, spec, args)
+        loaded = _load_example(rest, spec, args)
     else:
-        target = _load_python(spec, args)
+        loaded = _load_python(spec, args)
     if meta:
-        target = Target(
-            to_meta(target.model),
-            _inputs_to_meta(target.args),
-            _inputs_to_meta(target.kwargs),
-            target.description,
+        loaded = LoadedModel(
+            to_meta(loaded.model),
+            _inputs_to_meta(loaded.args),
+            _inputs_to_meta(loaded.kwargs),
+            loaded.description,
         )
-    return target
+    return loaded
 
 
 # ---------------------------------------------------------------- examples
 
 
-def _load_example(name: str, spec: str, model_args: dict[str, Any]) -> Target:
+def _load_example(name: str, spec: str, model_args: dict[str, Any]) -> LoadedModel:
     from layerscope.examples import get
 
     ex = get(name)
@@ -101,13 +101,15 @@ def _load_example(name: str, spec: str, model_args: dict[str, Any]) -> Target:
             f"{spec} builds a fixed model and takes no --model-args; drop them (or use "
             "your own factory, file.py:attr)"
         )
-    return Target(ex.build(), (ex.example_input(),), None, f"example {ex.name}: {ex.description}")
+    return LoadedModel(
+        ex.build(), (ex.example_input(),), None, f"example {ex.name}: {ex.description}"
+    )
 
 
 # ---------------------------------------------------------------- python objects
 
 
-def _load_python(spec: str, model_args: dict[str, Any]) -> Target:
+def _load_python(spec: str, model_args: dict[str, Any]) -> LoadedModel:
     where, _, attr = spec.rpartition(":")
     if not where:
         raise _empty(spec, "module or file before the colon")
@@ -130,7 +132,7 @@ def _load_python(spec: str, model_args: dict[str, Any]) -> Target:
     call = ""
     if model_args:
         call = "(" + ", ".join(f"{k}={v!r}" for k, v in model_args.items()) + ")"
-    return Target(model, args, kwargs, f"{type(model).__name__} from {spec}{call}")
+    return LoadedModel(model, args, kwargs, f"{type(model).__name__} from {spec}{call}")
 
 
 def _import_file(path: str, spec: str) -> ModuleType:
@@ -146,7 +148,7 @@ def _import_file(path: str, spec: str) -> ModuleType:
     if directory not in sys.path:
         sys.path.insert(0, directory)
     stem = re.sub(r"\W", "_", os.path.splitext(os.path.basename(full))[0])
-    name = f"_layerscope_target_{next(_FILE_COUNTER)}_{stem}"
+    name = f"_layerscope_model_{next(_FILE_COUNTER)}_{stem}"
     module_spec = importlib.util.spec_from_file_location(name, full)
     if module_spec is None or module_spec.loader is None:
         raise InvalidInputError(f"cannot load {path} as a Python module; give a .py file")
@@ -313,7 +315,7 @@ def _example_value(annotation: Any) -> Any:
 # ---------------------------------------------------------------- transformers
 
 
-def _load_transformers(name: str, spec: str, model_args: dict[str, Any], meta: bool) -> Target:
+def _load_transformers(name: str, spec: str, model_args: dict[str, Any], meta: bool) -> LoadedModel:
     with _offline():
         tf = _import_transformers(spec)
         with _quiet(tf):
@@ -322,7 +324,7 @@ def _load_transformers(name: str, spec: str, model_args: dict[str, Any], meta: b
 
 def _build_transformers(
     tf: Any, name: str, spec: str, model_args: dict[str, Any], meta: bool
-) -> Target:
+) -> LoadedModel:
     if name.endswith(".json") or "/" in name or os.sep in name:
         config, cls, label = _config_from_file(tf, name, model_args)
     else:
@@ -342,7 +344,9 @@ def _build_transformers(
             ) from e
     if not isinstance(model, nn.Module):  # pragma: no cover - transformers builds modules
         raise InvalidInputError(f"{spec} built a {type(model).__name__}, not an nn.Module")
-    return Target(model, None, None, f"transformers {type(model).__name__} ({label}{overrides})")
+    return LoadedModel(
+        model, None, None, f"transformers {type(model).__name__} ({label}{overrides})"
+    )
 
 
 @contextmanager
@@ -582,4 +586,4 @@ def _location(tb: TracebackType | None, user_dir: str | None) -> str:
     return f" ({_short(frame.filename)}, line {frame.lineno})"
 
 
-__all__ = ["FORMS", "Target", "load_target"]
+__all__ = ["FORMS", "LoadedModel", "load_model"]
