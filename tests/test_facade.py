@@ -52,10 +52,10 @@ def test_profile_is_the_function_whatever_loads_first() -> None:
     """``layerscope.profile`` is also a submodule (the data model); loading it, or the
     session, in any order leaves ``ls.profile`` the function."""
     out = run(
-        "import layerscope.profile, layerscope.session.profiler\n"
+        "import layerscope.profile, layerscope.session.run\n"
         "from layerscope.profile import Profile\n"
         "import layerscope as ls\n"
-        "print(ls.profile is layerscope.session.profiler.profile, callable(ls.profile))"
+        "print(ls.profile is layerscope.session.run.profile, callable(ls.profile))"
     )
     assert out.split() == ["True", "True"]
 

@@ -50,7 +50,10 @@ if TYPE_CHECKING:
     from layerscope.render import config
     from layerscope.render.options import ViewOptions, view_options
     from layerscope.render.ranks import rank_table
-    from layerscope.session import Profiler, Schedule, max_batch_size, profile, schedule
+    from layerscope.session.batch import max_batch_size
+    from layerscope.session.profiler import Profiler
+    from layerscope.session.run import profile
+    from layerscope.session.schedule import Schedule, schedule
 
 #: The module each lazily loaded public name comes from (``config`` is a submodule).
 _LAZY: dict[str, str] = {
