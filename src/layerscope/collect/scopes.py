@@ -41,7 +41,7 @@ from torch.autograd.graph import Node as GraphNode
 from torch.utils.hooks import BackwardHook, RemovableHandle
 
 from layerscope.collect import tensorhooks
-from layerscope.collect.active import active as active  # re-exported: timing.forward reads it here
+from layerscope.collect.active import active
 from layerscope.collect.common import install_hook_pairs, remove_hooks
 from layerscope.collect.observer import Observer, observer_error
 from layerscope.collect.signature import MAX_LEAVES, flatten, flatten_call, spec_of

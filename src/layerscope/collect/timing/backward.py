@@ -14,8 +14,7 @@ from torch.utils.hooks import RemovableHandle
 from layerscope.collect.timing.clock import Stamper
 from layerscope.collect.timing.forward import Entry
 from layerscope.collect.timing.index import ModuleIndex
-
-_NO_SEQUENCE = 2**64 - 1  # the sequence number of autograd nodes outside the sequence
+from layerscope.torchapi import NO_SEQUENCE
 
 
 def grad_steps(index: ModuleIndex, entries: Sequence[Entry]) -> tuple[list[int], list[int]]:
@@ -43,7 +42,7 @@ def grad_steps(index: ModuleIndex, entries: Sequence[Entry]) -> tuple[list[int],
 
 def owner_of(seqs: Sequence[int], owners: Sequence[int], seq: int, root: int = 0) -> int:
     i = bisect_right(seqs, seq) - 1
-    return root if i < 0 or seq == _NO_SEQUENCE else owners[i]
+    return root if i < 0 or seq == NO_SEQUENCE else owners[i]
 
 
 class BackwardTimer:
@@ -82,7 +81,7 @@ class BackwardTimer:
                 while todo:
                     gnode, consumer = todo.pop()
                     seq = gnode._sequence_nr()
-                    owner = consumer if seq == _NO_SEQUENCE else owner_of(seqs, owners, seq, root)
+                    owner = consumer if seq == NO_SEQUENCE else owner_of(seqs, owners, seq, root)
                     handles.append(gnode.register_prehook(make(owner)))
                     for nxt, _ in gnode.next_functions:
                         if nxt is not None and nxt not in seen:

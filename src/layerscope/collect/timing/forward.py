@@ -9,23 +9,22 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
+from layerscope.collect.active import active
 from layerscope.collect.common import install_hook_pairs, remove_hooks
-from layerscope.collect.scopes import OUTSIDE, active
+from layerscope.collect.scopes import OUTSIDE
 from layerscope.collect.timing.clock import Stamper
 from layerscope.collect.timing.index import ModuleIndex
+from layerscope.torchapi import current_autograd_node, get_sequence_nr
 
-_get_sequence_nr = torch._C._autograd._get_sequence_nr
 _get_ident = threading.get_ident
-_current_autograd_node = torch._C._current_autograd_node
 
 
 def _foreign_ok() -> bool:
     """Whether another thread's module call is logged: only when autograd runs it."""
-    return _current_autograd_node() is not None
+    return current_autograd_node() is not None
 
 
 #: A log entry: (module index, stamp, next autograd sequence number) on entry, and
@@ -101,7 +100,7 @@ class ForwardHooks:
         exit_code = ~mid
         owner = self._thread
         if self._record_seq:
-            seq = _get_sequence_nr
+            seq = get_sequence_nr
 
             def pre_seq(module: nn.Module, args: Any) -> None:
                 if _get_ident() == owner[0] or _foreign_ok():

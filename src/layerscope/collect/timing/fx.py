@@ -41,10 +41,10 @@ from layerscope.collect.timing.result import (
 from layerscope.collect.timing.spans import RepeatSpans, logged_backward
 from layerscope.errors import InvalidInputError, LayerscopeError
 from layerscope.metricspec import BACKWARD_TIME, FORWARD_TIME
+from layerscope.torchapi import get_sequence_nr
 
 __all__ = ["UntraceableModelError", "trace"]
 
-_get_sequence_nr = torch._C._autograd._get_sequence_nr
 _TIMED_OPS = ("call_module", "call_function", "call_method", "get_attr")
 
 
@@ -144,7 +144,7 @@ class TimingInterpreter(torch.fx.Interpreter):
             return super().run_node(n)
         args, kwargs = self.fetch_args_kwargs_from_env(n)
         fn = getattr(self, n.op)
-        seq = _get_sequence_nr() if self.record_seq else 0
+        seq = get_sequence_nr() if self.record_seq else 0
         stamp = self.stamp
         t0 = stamp()
         out = fn(n.target, args, kwargs)
@@ -283,7 +283,7 @@ def _steps(fmap: FxMap, log: Sequence[tuple[int, Any, Any, int]]) -> tuple[list[
             seqs.append(seq)
             owners.append(fmap.owner[i])
     if seqs:  # whatever is created after the graph (the loss) belongs to the root
-        seqs.append(_get_sequence_nr())
+        seqs.append(get_sequence_nr())
         owners.append(0)
     return seqs, owners
 

@@ -34,7 +34,7 @@ from torch.profiler import ProfilerActivity
 from torch.utils.hooks import RemovableHandle
 
 from layerscope.collect.common import install_hook_pairs, remove_hooks
-from layerscope.collect.timing.backward import _NO_SEQUENCE, grad_steps, owner_of
+from layerscope.collect.timing.backward import grad_steps, owner_of
 from layerscope.collect.timing.context import PassContext
 from layerscope.collect.timing.forward import Entry, ForwardRepeat
 from layerscope.collect.timing.index import ModuleIndex
@@ -46,11 +46,11 @@ from layerscope.collect.timing.result import (
 from layerscope.collect.timing.spans import NodeSpan, RepeatSpans
 from layerscope.errors import LayerscopeError
 from layerscope.metricspec import BACKWARD_DEVICE_TIME, BACKWARD_TIME, DEVICE_TIME, FORWARD_TIME
+from layerscope.torchapi import NO_SEQUENCE, get_sequence_nr
 
 REPEAT_LABEL = "layerscope::repeat"
 MODULE_PREFIX = "layerscope::module::"
 EVALUATE_PREFIX = "autograd::engine::evaluate_function: "
-_get_sequence_nr = torch._C._autograd._get_sequence_nr
 
 
 class RangeHooks:
@@ -83,7 +83,7 @@ class RangeHooks:
     def _make(self, mid: int, name: str) -> tuple[Callable[..., None], Callable[..., None]]:
         opened = self._open
         append = self.log.append
-        seq = _get_sequence_nr if self._record_seq else None
+        seq = get_sequence_nr if self._record_seq else None
         exit_code = ~mid
 
         def pre(module: nn.Module, args: Any) -> None:
@@ -330,7 +330,7 @@ def _backward(
         if e.time_range.start < start or e.time_range.start > end:
             continue
         seq = e.sequence_nr
-        if seq >= 0 and seq != _NO_SEQUENCE:
+        if seq >= 0 and seq != NO_SEQUENCE:
             owner = owner_of(seqs, owners, seq, index.root)
         cpu[owner] += _us_to_ns(e.time_range.elapsed_us())
         dev[owner] += _us_to_ns(_device_total(e))

@@ -42,9 +42,9 @@ from layerscope.collect.timing.spans import (
     forward_spans,
 )
 from layerscope.profile import Profile
+from layerscope.torchapi import NO_SEQUENCE
 
 #: Sequence number of autograd nodes outside the sequence (AccumulateGrad).
-_NO_SEQUENCE = 2**64 - 1
 #: Backward log marker: the backward pass that the entries since the last marker ran in
 #: has ended.
 _BACKWARD_END = -1
@@ -196,7 +196,7 @@ class LoopTimer:
         while todo:
             fn, consumer = todo.pop()
             seq = fn._sequence_nr()
-            key = consumer if seq == _NO_SEQUENCE else seq
+            key = consumer if seq == NO_SEQUENCE else seq
             handles.append(fn.register_prehook(self._node_hook(key)))
             for nxt, _ in fn.next_functions:
                 if nxt is not None and nxt not in hooked:
