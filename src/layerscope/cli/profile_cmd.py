@@ -243,7 +243,24 @@ def check_arguments(args: argparse.Namespace) -> dict[str, Any]:
     """Every flag that needs no model, checked before the model is built; the options
     for ``ls.profile`` they give."""
     check_view_arguments(args)
+    _check_input_flags(args)
     options: dict[str, Any] = {}
+    if args.underflow and not args.numerics:
+        raise InvalidInputError("--underflow needs --numerics")
+    if args.numerics:
+        options["numerics"] = {"nonfinite": args.numerics, "underflow": args.underflow}
+    if args.memory:
+        options["memory"] = True
+    timing = _timing_flags(args)
+    if args.time:
+        options["timing"] = timing or True
+    if args.backward:
+        options["backward"] = True
+    return options
+
+
+def _check_input_flags(args: argparse.Namespace) -> None:
+    """The flags that say what the model is given: shapes, dtypes, keyword inputs."""
     if args.input_shape:
         for text in args.input_shape:
             parse_shape(text)
@@ -257,12 +274,10 @@ def check_arguments(args: argparse.Namespace) -> dict[str, Any]:
         parse_json_object(args.kwargs, "--kwargs")
     if args.input and args.input_shape:
         raise InvalidInputError("give --input FILE or --input-shape, not both")
-    if args.underflow and not args.numerics:
-        raise InvalidInputError("--underflow needs --numerics")
-    if args.numerics:
-        options["numerics"] = {"nonfinite": args.numerics, "underflow": args.underflow}
-    if args.memory:
-        options["memory"] = True
+
+
+def _timing_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """The timing pass's options from its flags, which all need ``--time``."""
     timing = {
         name: getattr(args, name)
         for name in ("timer", "warmup", "repeats", "grad_mode", "batch_size")
@@ -274,17 +289,13 @@ def check_arguments(args: argparse.Namespace) -> dict[str, Any]:
     timing.update({name: True for name in ("sync", "ops") if getattr(args, name)})
     if timing and not args.time:
         raise InvalidInputError(f"--{next(iter(timing)).replace('_', '-')} needs --time")
-    if args.time:
-        if args.device and args.device.strip().startswith("meta"):
-            raise InvalidInputError(
-                "--time cannot run on --device meta: meta tensors hold no data and run no "
-                "kernels, so there is no time to measure; drop --time (FLOPs, shapes and "
-                "memory still work on meta) or time on cpu or cuda"
-            )
-        options["timing"] = timing or True
-    if args.backward:
-        options["backward"] = True
-    return options
+    if args.time and args.device and args.device.strip().startswith("meta"):
+        raise InvalidInputError(
+            "--time cannot run on --device meta: meta tensors hold no data and run no "
+            "kernels, so there is no time to measure; drop --time (FLOPs, shapes and "
+            "memory still work on meta) or time on cpu or cuda"
+        )
+    return timing
 
 
 def parse_device(text: str | None) -> torch.device | None:

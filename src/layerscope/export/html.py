@@ -135,8 +135,43 @@ def report_data(profile: Profile, roof: Roof | None = None) -> dict[str, Any]:
     """Everything the page shows, as plain JSON (no NaN: non-finite floats as strings);
     ``roof``: the device whose roof the roofline chart draws."""
     nodes = profile.nodes()
-    index = {id(n): i for i, n in enumerate(nodes)}
     values = Values(profile)
+    tree = _tree(nodes)
+    inner: list[int] = tree["inner"]
+    present = {k for n in nodes for k in n.metrics} | {
+        k for n in nodes for k in n.numerics if isinstance(n.numerics[k], int | float)
+    }
+    partial = set(profile.partial_metrics)
+    cols, v, s = _table(nodes, values, present, partial, inner)
+    chart = _chart(nodes, values, present, cols, v)
+    derived = _derivable(v, s, inner, [n.calls for n in nodes])
+    for key in derived:
+        del v[key]
+    return {
+        "schema": profile.schema,
+        "model": _plain(profile.model),
+        "env": _plain(profile.env),
+        "headline": _headline(profile),
+        **tree,
+        "rep": {str(i): n.repeat for i, n in enumerate(nodes) if n.repeat > 1},
+        "columns": cols,
+        "v": v,
+        "derived": derived,
+        "s": s,
+        "chart": chart,
+        "partial": sorted(partial),
+        "facts": [[text, style] for text, style in summary_lines(profile)],
+        "unsupported": _unsupported(profile),
+        "timeline": _timeline(profile, {n.path: i for i, n in enumerate(nodes)}),
+        "roofline": _roofline(nodes, values, roof),
+        "not_called": [i for i, n in enumerate(nodes) if not n.calls],
+    }
+
+
+def _tree(nodes: list[Node]) -> dict[str, Any]:
+    """The tree in pre-order: depths, names, type ids, the inner nodes, and only the paths
+    and ids that differ from what the page derives from the tree."""
+    index = {id(n): i for i, n in enumerate(nodes)}
     types: dict[str, int] = {}
     depth: list[int] = []
     names: list[str] = []
@@ -167,13 +202,25 @@ def report_data(profile: Profile, roof: Roof | None = None) -> dict[str, Any]:
             inner.append(i)
             for k, child in enumerate(n.children, start=1):
                 position[id(child)] = k
-    partial = set(profile.partial_metrics)
+    return {
+        "types": list(types),
+        "depth": depth,
+        "name": names,
+        "type": type_ids,
+        "path": paths,
+        "id": ids,
+        "inner": inner,
+    }
+
+
+def _table(
+    nodes: list[Node], values: Values, present: set[str], partial: set[str], inner: list[int]
+) -> tuple[list[dict[str, Any]], dict[str, list[Any]], dict[str, list[Any]]]:
+    """The table's columns, their values per node (``v``) and the self values of the
+    inner nodes for the additive and time columns (``s``)."""
     cols: list[dict[str, Any]] = []
     v: dict[str, list[Any]] = {}
     s: dict[str, list[Any]] = {}
-    present = {k for n in nodes for k in n.metrics} | {
-        k for n in nodes for k in n.numerics if isinstance(n.numerics[k], int | float)
-    }
     for key in TABLE_KEYS:
         base = key.removeprefix("self_")
         if key in ("input_shape", "output_shape"):
@@ -201,6 +248,18 @@ def report_data(profile: Profile, roof: Roof | None = None) -> dict[str, Any]:
                 "shown": col.priority >= _SHOWN_PRIORITY or key in _SHOWN_ALWAYS,
             }
         )
+    return cols, v, s
+
+
+def _chart(
+    nodes: list[Node],
+    values: Values,
+    present: set[str],
+    cols: list[dict[str, Any]],
+    v: dict[str, list[Any]],
+) -> list[dict[str, Any]]:
+    """The metrics the chart can show (a positive whole-model total); adds their values
+    to ``v``."""
     chart: list[dict[str, Any]] = []
     for key, label, kind in CHART_METRICS:
         base = key.removesuffix("_total")
@@ -213,34 +272,7 @@ def report_data(profile: Profile, roof: Roof | None = None) -> dict[str, Any]:
             chart.append({"key": key, "label": label, "kind": kind})
         elif key not in (c["key"] for c in cols):
             del v[key]
-    derived = _derivable(v, s, inner, [n.calls for n in nodes])
-    for key in derived:
-        del v[key]
-    return {
-        "schema": profile.schema,
-        "model": _plain(profile.model),
-        "env": _plain(profile.env),
-        "headline": _headline(profile),
-        "types": list(types),
-        "depth": depth,
-        "name": names,
-        "type": type_ids,
-        "path": paths,
-        "id": ids,
-        "inner": inner,
-        "rep": {str(i): n.repeat for i, n in enumerate(nodes) if n.repeat > 1},
-        "columns": cols,
-        "v": v,
-        "derived": derived,
-        "s": s,
-        "chart": chart,
-        "partial": sorted(partial),
-        "facts": [[text, style] for text, style in summary_lines(profile)],
-        "unsupported": _unsupported(profile),
-        "timeline": _timeline(profile, {n.path: i for i, n in enumerate(nodes)}),
-        "roofline": _roofline(nodes, values, roof),
-        "not_called": [index[id(n)] for n in nodes if not n.calls],
-    }
+    return chart
 
 
 def _derivable(

@@ -215,33 +215,7 @@ def fx_runs(ctx: PassContext, result: TimingResult) -> None:
             ctx.bare_run(record=True)  # interleaved: load drift hits both alike
         ctx.clear_grads()
         stamper.begin()
-        interp.log.clear()
-        b_start: Any = None
-        b_end: Any = None
-        b_log: list[tuple[int, Any]] = []
-        try:
-            t_start = stamper.record()
-            with options.grad_context():
-                out = interp.run(*inputs)
-            t_end = stamper.record()
-            # The interpreter's env still holds the output (and so the autograd graph):
-            # drop it now, or the next bare run cannot reuse that memory and page-faults.
-            interp.env.clear()
-            log = list(interp.log)
-            if options.backward:
-                seqs, owners = _steps(fmap, log)
-                b_start, b_end, b_log = back.run(ctx.loss(out), seqs, owners)
-        except LayerscopeError:
-            raise
-        except Exception as e:
-            if r == 0:
-                raise UntraceableModelError(
-                    f"the fx trace of {type(ctx.model).__name__} traced but fails to run "
-                    f"({type(e).__name__}: {e}); the trace may have frozen a shape or a "
-                    "branch. " + _advice()
-                ) from e
-            raise ctx.model_error(e) from e
-        del out
+        log, t_start, t_end, (b_start, b_end, b_log) = _run_once(ctx, interp, back, fmap, inputs, r)
         stamper.end()
         if r >= warm:
             windows = [max(stamper.ns(t1) - stamper.ns(t0) - inner, 0.0) for _, t0, t1, _ in log]
@@ -269,6 +243,44 @@ def fx_runs(ctx: PassContext, result: TimingResult) -> None:
         stamper.recycle(used)
         ctx.progress.advance()
     result.whole["interpreted_forward"] = interpreted
+
+
+def _run_once(
+    ctx: PassContext,
+    interp: TimingInterpreter,
+    back: BackwardTimer,
+    fmap: FxMap,
+    inputs: tuple[Any, ...],
+    r: int,
+) -> tuple[list[tuple[int, Any, Any, int]], Any, Any, tuple[Any, Any, list[tuple[int, Any]]]]:
+    """One instrumented run: the interpreter's log, the forward's start and end stamps,
+    and the backward's (start, end, log) when timed."""
+    options, stamper = ctx.options, ctx.stamper
+    interp.log.clear()
+    backward: tuple[Any, Any, list[tuple[int, Any]]] = (None, None, [])
+    try:
+        t_start = stamper.record()
+        with options.grad_context():
+            out = interp.run(*inputs)
+        t_end = stamper.record()
+        # The interpreter's env still holds the output (and so the autograd graph):
+        # drop it now, or the next bare run cannot reuse that memory and page-faults.
+        interp.env.clear()
+        log = list(interp.log)
+        if options.backward:
+            seqs, owners = _steps(fmap, log)
+            backward = back.run(ctx.loss(out), seqs, owners)
+    except LayerscopeError:
+        raise
+    except Exception as e:
+        if r == 0:
+            raise UntraceableModelError(
+                f"the fx trace of {type(ctx.model).__name__} traced but fails to run "
+                f"({type(e).__name__}: {e}); the trace may have frozen a shape or a "
+                "branch. " + _advice()
+            ) from e
+        raise ctx.model_error(e) from e
+    return log, t_start, t_end, backward
 
 
 def _steps(fmap: FxMap, log: Sequence[tuple[int, Any, Any, int]]) -> tuple[list[int], list[int]]:
