@@ -84,13 +84,13 @@ def roof_of(
 def target_spec(profile: Profile) -> str | None:
     """The device spec a meta analysis followed the kernels of (``target="h100"``: its
     profile says ``model["target"] == "h100 (cuda sm90)"``), when that names a spec."""
-    from layerscope.hardware import ALIASES, SPECS
+    from layerscope.hardware import BY_NAME
 
     target = profile.model.get("target")
     if not isinstance(target, str) or not target:
         return None
     name = target.split(" ", 1)[0]
-    return name if name in SPECS or name in ALIASES else None
+    return name if name in BY_NAME else None
 
 
 def intensity(flops: float | None, nbytes: float | None) -> float | None:
