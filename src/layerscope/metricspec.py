@@ -25,7 +25,7 @@ Derived key sets are rebuilt when the table changes: read them through the modul
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
@@ -45,8 +45,8 @@ __all__ = [
     "Rule",
     "Stage",
     "Unit",
-    "generation",
     "merge_cycle_metrics",
+    "on_change",
     "register_metric",
     "rule_keys",
     "unregister_metric",
@@ -323,14 +323,15 @@ AMOUNT_METRICS: frozenset[str] = frozenset()
 STATIC_METRICS: frozenset[str] = frozenset()
 #: Metrics summed over a loop cycle's analysed steps.
 SUMMED_METRICS: frozenset[str] = frozenset()
-_generation = 0
 _rules: dict[tuple[str, str], frozenset[str]] = {}
+#: Called after every change of the table (readers drop what they derived from it).
+_listeners: list[Callable[[], None]] = []
 
 
 def _refresh() -> None:
     """Rebuild the derived key sets from ``METRICS``."""
     global ADDITIVE_METRICS, ADDITIVE, TIMES, STORED_METRICS, AMOUNT_METRICS
-    global STATIC_METRICS, SUMMED_METRICS, _generation
+    global STATIC_METRICS, SUMMED_METRICS
     specs = METRICS.values()
     ADDITIVE_METRICS = tuple(s.key for s in specs if s.additive)
     ADDITIVE = frozenset(ADDITIVE_METRICS)
@@ -340,7 +341,8 @@ def _refresh() -> None:
     _rules.clear()
     STATIC_METRICS = rule_keys("cycles", "keep")
     SUMMED_METRICS = rule_keys("cycles", "sum")
-    _generation += 1
+    for listener in _listeners:
+        listener()
 
 
 def rule_keys(stage: Stage, rule: Rule) -> frozenset[str]:
@@ -352,9 +354,10 @@ def rule_keys(stage: Stage, rule: Rule) -> frozenset[str]:
     return found
 
 
-def generation() -> int:
-    """A number that changes whenever the table does (readers rebuild what they derive)."""
-    return _generation
+def on_change(listener: Callable[[], None]) -> None:
+    """Call ``listener`` whenever the table changes, so that a reader rebuilds what it
+    derived from it (and need not ask on every use)."""
+    _listeners.append(listener)
 
 
 def register_metric(spec: MetricSpec) -> None:

@@ -133,22 +133,28 @@ def _metric_columns(spec: ms.MetricSpec) -> dict[str, Column]:
 
 
 class _Table:
-    """The columns and direct getters, rebuilt when the metric table changes."""
+    """The columns and direct getters, built on first use and again after the metric
+    table changes."""
 
     def __init__(self) -> None:
-        self.generation = -1
-        self.columns: dict[str, Column] = {}
+        self.columns: dict[str, Column] | None = None
         self.getters: dict[str, Callable[[Node], Number | None]] = {}
+        ms.on_change(self.invalidate)
 
-    def current(self) -> _Table:
-        if self.generation != ms.generation():
-            self.columns = _build()
-            self.getters = _getters()
-            self.generation = ms.generation()
-        return self
+    def invalidate(self) -> None:
+        self.columns = None
+
+    def build(self) -> dict[str, Column]:
+        self.getters = _getters()
+        self.columns = columns = _build()
+        return columns
 
 
 _TABLE = _Table()
+
+
+def _columns() -> dict[str, Column]:
+    return _TABLE.columns or _TABLE.build()
 
 #: Keys whose value is a rate: (work metric, time metric) whose total it divides by.
 _RATES = {
@@ -177,24 +183,24 @@ def roofline_parts(key: str) -> tuple[bool, str, str] | None:
 
 def column(key: str) -> Column:
     """The column for ``key``; ``KeyError`` if unknown."""
-    return _TABLE.current().columns[key]
+    return (_TABLE.columns or _TABLE.build())[key]
 
 
 def has_column(key: str) -> bool:
     """Whether ``key`` is a column the views know."""
-    return key in _TABLE.current().columns
+    return key in _columns()
 
 
 def known_keys(*, numeric: bool = True) -> list[str]:
     """Keys a view accepts; only numeric ones (sortable) with ``numeric=True``."""
-    return [k for k, c in _TABLE.current().columns.items() if not numeric or c.kind != "text"]
+    return [k for k, c in _columns().items() if not numeric or c.kind != "text"]
 
 
 def pct_base(key: str) -> str | None:
     """The metric a % of total is taken of, for ``key`` (``flops_pct`` -> ``flops``;
     ``self_flops`` -> ``flops``), or None when ``key`` does not add up over modules."""
     base = key.removesuffix("_pct").removeprefix("self_").removesuffix("_total")
-    col = _TABLE.current().columns.get(base)
+    col = _columns().get(base)
     if col is None or not (col.additive or base in ms.TIMES):
         return None
     return base
@@ -215,7 +221,8 @@ class Values:
         self._cache: dict[tuple[Node, str], Number | None] = {}
         self._roof_times: dict[tuple[str, bool], dict[str, float]] = {}
         self.root = original.root
-        self._getters = _TABLE.current().getters
+        _columns()
+        self._getters = _TABLE.getters
         self._times = ms.TIMES
 
     def _index(self) -> dict[str, Node]:
