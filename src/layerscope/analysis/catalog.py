@@ -156,6 +156,7 @@ _TABLE = _Table()
 def _columns() -> dict[str, Column]:
     return _TABLE.columns or _TABLE.build()
 
+
 #: Keys whose value is a rate: (work metric, time metric) whose total it divides by.
 _RATES = {
     "flops_per_s": (ms.FLOPS, ms.FORWARD_TIME),
