@@ -16,6 +16,7 @@ import os
 import time
 import traceback
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -124,14 +125,49 @@ def _worker(rank: int, store: str, out: str) -> None:
     Path(out, f"rank{rank}.json").write_text(json.dumps(facts), encoding="utf-8")
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, list[dict[str, Any]]]]:
-    """Start the 2 ranks, wait at most TIME_LIMIT_S, and hand over their output."""
-    out = tmp_path_factory.mktemp("dist")
+#: The gather timeout of the runs where a rank does not arrive, in seconds.
+SHORT_TIMEOUT_S = 2
+
+
+def _absent_worker(rank: int, store: str, out: str) -> None:
+    """One of 2 ranks gathering where a rank does not arrive: rank 1 runs other code
+    while rank 0 gathers, then it exits and rank 0 gathers again. Writes
+    ``rank{r}.json`` (the errors rank 0 got) or ``rank{r}.error``."""
+    facts: dict[str, Any] = {}
+    try:
+        torch.set_num_threads(1)
+        limit = timedelta(seconds=TIME_LIMIT_S)  # gloo's own: the test's limit, not 30 min
+        dist.init_process_group(
+            "gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD, timeout=limit
+        )
+        prof = ls.profile(nn.Linear(2, 2))  # the structure: no run, quick to start
+        if rank == 1:  # other code until rank 0 has given up, then gone
+            while not Path(out, "gave_up").exists():
+                time.sleep(0.05)
+            Path(out, "rank1.json").write_text("{}", encoding="utf-8")
+            os._exit(0)
+        for case in ("skipped", "exited"):
+            start = time.perf_counter()
+            try:
+                prof.gather(dst=0, timeout=SHORT_TIMEOUT_S)
+            except ls.LayerscopeError as e:
+                facts[case] = str(e)
+            facts[f"{case}_s"] = time.perf_counter() - start
+            Path(out, "gave_up").touch()
+    except BaseException:
+        Path(out, f"rank{rank}.error").write_text(traceback.format_exc(), encoding="utf-8")
+        raise
+    Path(out, f"rank{rank}.json").write_text(json.dumps(facts), encoding="utf-8")
+    os._exit(0)  # no destroy_process_group: rank 1 is gone
+
+
+def _spawn(worker: Any, world: int, out: Path) -> list[dict[str, Any]]:
+    """Start ``world`` ranks of ``worker``, wait at most TIME_LIMIT_S, and hand over
+    each rank's ``rank{r}.json``; a test failure with their tracebacks if one failed."""
     ctx = multiprocessing.get_context("spawn")
     procs = [
-        ctx.Process(target=_worker, args=(r, str(out / "store"), str(out)), daemon=True)
-        for r in range(WORLD)
+        ctx.Process(target=worker, args=(r, str(out / "store"), str(out)), daemon=True)
+        for r in range(world)
     ]
     start = time.monotonic()
     for proc in procs:
@@ -145,15 +181,21 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, list[d
             if proc.is_alive():
                 proc.terminate()
                 proc.join(5)
-    errors = {r: (out / f"rank{r}.error") for r in range(WORLD)}
+    errors = {r: (out / f"rank{r}.error") for r in range(world)}
     found = "\n".join(f"rank {r}:\n{p.read_text()}" for r, p in errors.items() if p.exists())
     if late:
         pytest.fail(f"ranks {late} still ran after {TIME_LIMIT_S:.0f} s (killed)\n{found}")
     if found or any(proc.exitcode != 0 for proc in procs):
         codes = [proc.exitcode for proc in procs]
         pytest.fail(f"a rank failed (exit codes {codes}):\n{found}")
-    facts = [json.loads((out / f"rank{r}.json").read_text()) for r in range(WORLD)]
-    yield out, facts
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(world)]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, list[dict[str, Any]]]]:
+    """Start the 2 ranks, wait at most TIME_LIMIT_S, and hand over their output."""
+    out = tmp_path_factory.mktemp("dist")
+    yield out, _spawn(_worker, WORLD, out)
 
 
 # ---- 2 processes: gather ----------------------------------------------------------------
@@ -218,6 +260,50 @@ def test_rank_table_of_the_gathered_profile(run: tuple[Path, list[dict[str, Any]
     assert "FLOPs over 2 ranks" in text and "Params over 2 ranks" in text
     row = next(line for line in text.splitlines() if line.startswith("0 "))
     assert row.split() == ["0", "68", "136", "68", "102", "136", "rank", "1", "1.33"]
+
+
+# ---- 2 processes: a rank that does not arrive ----------------------------------------------
+def test_a_rank_that_does_not_call_gather_is_named(tmp_path: Path) -> None:
+    """Rank 1 runs other code, then exits: rank 0 gives up after the 2 s timeout each
+    time (not gloo's 30 minutes, nor a raw gloo error) and names it."""
+    facts = _spawn(_absent_worker, WORLD, tmp_path)
+    for case in ("skipped", "exited"):
+        assert facts[0][case] == (
+            "rank 0: rank 1 did not call Profile.gather within 2 s: every rank of the "
+            "group must call it at the same point (a rank that exited, failed or runs "
+            "other code never arrives)"
+        )
+        # 2 s, and the file store's polling (up to 1 s more)
+        assert SHORT_TIMEOUT_S <= facts[0][f"{case}_s"] < SHORT_TIMEOUT_S + 5
+
+
+def test_gather_timeout_and_a_broken_transfer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One rank: ``timeout`` is checked, the rank meets itself at every gather, and a
+    transfer that breaks (a rank exited in it) is a LayerscopeError, not gloo's own."""
+    prof = ls.profile(nn.Linear(2, 2))
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    try:
+        with pytest.raises(ls.InvalidInputError) as info:
+            prof.gather(timeout=0)
+        assert str(info.value) == "timeout must be a number from 0.001 to 1e+09, got 0"
+        for _ in range(3):  # a new meeting each time
+            assert prof.gather(timeout=1) is not None
+
+        def closed(*args: Any, **kwargs: Any) -> None:
+            raise RuntimeError("Connection closed by peer [127.0.0.1]:29500")
+
+        monkeypatch.setattr(dist, "gather_object", closed)
+        with pytest.raises(ls.LayerscopeError) as broken:
+            prof.gather(timeout=1)
+        assert str(broken.value) == (
+            "rank 0: the profiles' transfer failed after every rank had called "
+            "Profile.gather (a rank may have exited during it): Connection closed by peer "
+            "[127.0.0.1]:29500"
+        )
+    finally:
+        dist.destroy_process_group()
 
 
 # ---- 2 processes: DDP, DTensor --------------------------------------------------------

@@ -19,6 +19,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatc
 from torch.utils.checkpoint import checkpoint
 
 import layerscope as ls
+from helpers import ModelSnapshot
 from layerscope.errors import LayerscopeError
 
 #: Linear(4, 3) on a (2, 4) input: 2*4*3 = 24 MACs = 48 FLOPs, plus 2*3 = 6 bias adds.
@@ -293,6 +294,59 @@ def test_a_checkpoint_recomputed_by_a_backward_in_another_thread_is_counted() ->
         thread.join()
     assert p.profile.node("0").calls == 2  # the forward and its recomputation
     assert "other threads" not in " ".join(p.profile.notices)
+
+
+def _from_another_thread(call: Callable[[], object]) -> BaseException | None:
+    """What ``call`` raised when run in a thread of its own (None if nothing)."""
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            call()
+        except BaseException as e:
+            raised.append(e)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(10)
+    return raised[0] if raised else None
+
+
+@pytest.mark.parametrize("timing", [False, True], ids=["analysed", "timed"])
+def test_a_profiler_stopped_from_another_thread_changes_nothing(timing: bool) -> None:
+    """``step()``, ``stop()`` and ``__exit__`` from a thread other than the one that
+    started the Profiler are refused before anything is touched (a second ``start()``
+    says it was entered twice); the starting thread then stops it as usual: its dispatch
+    mode off the stack, its hooks and wrappers gone, the model free for a new session."""
+    m, x = nn.Sequential(nn.Linear(4, 3)), _x()
+    depth = torch._C._len_torch_dispatch_stack()
+    snap = ModelSnapshot.take(m)
+    p = ls.Profiler(m, timing=timing)
+    p.__enter__()
+    m(x)
+    for name, call in [
+        ("step()", p.step),
+        ("stop()", p.stop),
+        ("__exit__()", lambda: p.__exit__(None, None, None)),
+    ]:
+        e = _from_another_thread(call)
+        assert isinstance(e, LayerscopeError) and str(e) == (
+            f"{name} must be called in the thread that started the Profiler (its "
+            "instrumentation belongs to that thread); nothing was changed: call it there"
+        )
+    e = _from_another_thread(p.start)
+    assert isinstance(e, LayerscopeError) and "entered twice" in str(e)
+    # the analysis session's dispatch mode is still on this thread's stack, and counts
+    assert torch._C._len_torch_dispatch_stack() == depth + (0 if timing else 1)
+    m(x)
+    p.__exit__(None, None, None)
+    assert torch._C._len_torch_dispatch_stack() == depth
+    assert snap.differences(m) == []
+    assert p.profile.root.calls == 2  # both calls of this thread
+    if not timing:
+        assert p.profile.root.metrics["flops"] == 2 * LINEAR_FLOPS
+    assert ls.profile(m, x).root.metrics["flops"] == LINEAR_FLOPS
+    _assert_no_session_left(m)
 
 
 # ---- ls.profile from several threads -------------------------------------------------------

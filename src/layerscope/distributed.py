@@ -8,6 +8,12 @@ has no gather. A rank whose profile cannot be serialised still takes part in the
 collective (it sends the error), so no rank is left waiting: ``dst`` then raises naming
 it, and so does that rank.
 
+Before anything is sent, the ranks meet through the process group's store (any backend):
+each sets a key of this gather and waits at most ``timeout`` seconds for the others'. A
+rank that never calls ``gather`` (it exited, failed, or runs other code) is then named by
+every rank that did, instead of leaving them in the collective until the process
+group's own timeout (gloo's default is 30 minutes).
+
 What ``dst`` gets: a Profile whose tree and sections are ``dst``'s own (not a merge: the
 ranks may run different work, and a merged tree would hide it) and whose ``ranks`` lists
 every rank's profile in group rank order, ``ranks[i].dist`` saying which rank made it.
@@ -19,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from datetime import timedelta
 from typing import Any
 
 from layerscope.errors import ExportError, InvalidInputError, LayerscopeError
@@ -27,6 +34,8 @@ from layerscope.export.jsoncheck import NONFINITE
 from layerscope.gcpause import gc_paused
 from layerscope.metrics.comm import distributed_info
 from layerscope.profile import Profile
+from layerscope.torchapi import private
+from layerscope.validate import check_number
 
 __all__ = ["gather"]
 
@@ -34,14 +43,25 @@ __all__ = ["gather"]
 #: ``dst``, whose own profile stays where it is.
 _Payload = tuple[str, str]
 
+#: How long ``gather`` waits for every rank to arrive, in seconds, by default.
+DEFAULT_TIMEOUT_S = 300.0
 
-def gather(profile: Profile, dst: int = 0, group: Any = None) -> Profile | None:
+#: The gathers this process has begun, per group (its global ranks): the round of each
+#: meeting's keys, the same on every rank since they all call ``gather`` in turn.
+_rounds: dict[tuple[int, ...], int] = {}
+
+
+def gather(
+    profile: Profile, dst: int = 0, group: Any = None, timeout: float = DEFAULT_TIMEOUT_S
+) -> Profile | None:
     """Every rank's profile on global rank ``dst``: see the module docstring. Call it on
     every rank of ``group`` (default: the whole world); ranks outside ``group`` get
-    ``None`` at once, as torch's collectives do."""
+    ``None`` at once, as torch's collectives do. ``timeout``: the seconds each rank waits
+    for the others to call it."""
     dist = _initialised()
     if isinstance(dst, bool) or not isinstance(dst, int):
         raise InvalidInputError(f"dst must be a global rank (an int), got {dst!r}")
+    timeout = check_number("timeout", timeout, 0.001, 1e9)
     if group is None:
         group = dist.group.WORLD
     members = dist.get_process_group_ranks(group)
@@ -62,7 +82,14 @@ def gather(profile: Profile, dst: int = 0, group: Any = None) -> Profile | None:
             payload = ("profile", own.to_json(indent=None))
         except ExportError as e:
             payload = ("error", str(e))
-    received = _collect(dist, payload, dst, group, len(members), me == dst)
+    _meet(members, me, timeout)
+    try:
+        received = _collect(dist, payload, dst, group, len(members), me == dst)
+    except RuntimeError as e:  # e.g. gloo's "Connection closed by peer"
+        raise LayerscopeError(
+            f"rank {me}: the profiles' transfer failed after every rank had called "
+            f"Profile.gather (a rank may have exited during it): {e}"
+        ) from e
     if received is None:
         if payload[0] == "error":
             raise LayerscopeError(f"rank {me}: cannot send its profile: {payload[1]}")
@@ -100,6 +127,37 @@ def _initialised() -> Any:
             "each rank's profile: prof.save(f'rank{rank}.json'))"
         )
     return dist
+
+
+def _meet(members: list[int], me: int, timeout: float) -> None:
+    """Wait until every rank of ``members`` has reached this gather, at most ``timeout``
+    seconds: a ``LayerscopeError`` naming the ranks that did not arrive."""
+    store = private("distributed.distributed_c10d._get_default_store")()
+    round_ = _rounds.get(tuple(members), 0)
+    _rounds[tuple(members)] = round_ + 1
+    base = "layerscope/gather/" + ",".join(map(str, members))
+    keys = {rank: f"{base}/{round_}/{rank}" for rank in members}
+    missing: list[int] = []
+    try:
+        store.set(keys[me], "1")
+        try:
+            store.wait(list(keys.values()), timedelta(seconds=timeout))
+        except RuntimeError:  # a timeout: who is missing?
+            missing = [r for r, key in keys.items() if not store.check([key])]
+        if round_ and not missing:  # all are past the previous round's wait
+            store.delete_key(f"{base}/{round_ - 1}/{me}")
+    except RuntimeError as e:
+        raise LayerscopeError(
+            f"rank {me}: cannot meet the other ranks at Profile.gather through the process "
+            f"group's store (the rank that holds it may have exited): {e}"
+        ) from e
+    if missing:
+        names = ("rank " if len(missing) == 1 else "ranks ") + ", ".join(map(str, missing))
+        raise LayerscopeError(
+            f"rank {me}: {names} did not call Profile.gather within {timeout:g} s: every "
+            "rank of the group must call it at the same point (a rank that exited, failed "
+            "or runs other code never arrives)"
+        )
 
 
 def _collect(

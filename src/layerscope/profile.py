@@ -387,17 +387,18 @@ class Profile:
         save(self, path)
 
     # ---- torch.distributed ---------------------------------------------------------
-    def gather(self, dst: int = 0, group: Any = None) -> Profile | None:
+    def gather(self, dst: int = 0, group: Any = None, timeout: float = 300.0) -> Profile | None:
         """Collect every rank's profile on rank ``dst`` (a collective: call it on every
         rank of ``group``, default the whole world).
 
         Returns on ``dst`` a Profile whose tree and sections are ``dst``'s own and whose
         ``ranks`` holds each rank's profile in group rank order; ``None`` on the other
-        ranks. ``InvalidInputError`` without an initialised process group. See
-        docs/distributed.md."""
+        ranks. ``InvalidInputError`` without an initialised process group; a
+        ``LayerscopeError`` naming the ranks that did not call it within ``timeout``
+        seconds. See docs/distributed.md."""
         from layerscope.distributed import gather
 
-        return gather(self, dst=dst, group=group)
+        return gather(self, dst=dst, group=group, timeout=timeout)
 
     def rank_summary(self, metrics: Any = None) -> Any:
         """Per module and metric, min / median / max over the gathered ``ranks``, the

@@ -68,7 +68,9 @@ class Profiler:
     Only the thread that entered it is measured: calls of the model from other threads
     are not counted (a notice says how many there were). One thread at a time profiles a
     model: entering a Profiler on a model another thread is profiling raises. Sessions
-    on one model nest, and may end in any order.
+    on one model nest, and may end in any order. ``step()``, ``stop()`` and the exit of
+    the block belong to the thread that started it: from another thread they raise and
+    change nothing, so that the starting thread can still stop it.
 
     On a ``meta`` model, analysed steps follow the kernels of ``target`` (default
     ``"cpu"``; ``"h100"``, ``"a100"``, ... as in ``ls.profile``).
@@ -170,7 +172,7 @@ class Profiler:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._stop(exc)
+        self._stop(exc, "__exit__()")
 
     def start(self) -> Profiler:
         """Begin measuring (step 0 begins); what ``with`` does on entry."""
@@ -200,8 +202,7 @@ class Profiler:
                 if self._state == "new"
                 else "step() after stop(): the Profiler has stopped"
             )
-        if threading.get_ident() != self._owner:
-            raise LayerscopeError("step() must be called in the thread that started the Profiler")
+        self._in_owner_thread("step()")
         action = self._action
         if self.schedule is None:
             self._step += 1
@@ -231,20 +232,31 @@ class Profiler:
     def stop(self) -> None:
         """Stop measuring; what ``with`` does on exit. A cycle with measured steps that
         has not ended yet is built as it is (``profile.model["loop"]["complete"]``)."""
-        self._stop(None)
+        self._stop(None, "stop()")
 
-    def _stop(self, exc: BaseException | None) -> None:
+    def _stop(self, exc: BaseException | None, call: str) -> None:
         if self._state != "running":
             raise LayerscopeError(
                 "stop() before start(): the Profiler has not started"
                 if self._state == "new"
                 else "the Profiler has already stopped"
             )
+        self._in_owner_thread(call)
         self._state = "stopped"
         self._end_step(exc, at_stop=True)
         ready = self._finish_cycle()
         if ready is not None and self.on_ready is not None and exc is None:
             self.on_ready(ready)
+
+    def _in_owner_thread(self, call: str) -> None:
+        """Refuse ``call`` from a thread other than the one that started the Profiler,
+        before it changes anything: the dispatch mode is on that thread's stack and the
+        hooks and claims are that thread's, so only that thread can take them off."""
+        if threading.get_ident() != self._owner:
+            raise LayerscopeError(
+                f"{call} must be called in the thread that started the Profiler (its "
+                "instrumentation belongs to that thread); nothing was changed: call it there"
+            )
 
     def _begin_step(self) -> None:
         if self.schedule is None:
