@@ -32,7 +32,7 @@ import threading
 import time
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
-from types import MethodType
+from types import FrameType, MethodType
 from typing import Any
 
 import torch
@@ -134,6 +134,9 @@ class ScopeTracker:
         self._wrapped: list[tuple[nn.Module, MethodType, list[Any]]] = []
         self._grad_starts: list[int] = []  # sequence numbers where ownership changes
         self._grad_owners: list[Node] = []
+        #: The owner of the autograd node whose op the dispatch mode saw last: where an
+        #: error the engine raises while running a node is placed.
+        self.last_backward: Node | None = None
         self._owner_of_param: dict[int, Node] | None = None  # id(tensor) -> its node
         # ---- user regions (enter_region/exit_region) ----
         #: (id(scope node it was entered in), name) -> its node; ``outside`` is a scope.
@@ -156,7 +159,9 @@ class ScopeTracker:
         running module if the backward pass itself runs its forward (activation
         checkpointing recomputes it there), else the module whose forward created the
         node."""
-        return self.current if self.current_in_backward else self.grad_owner(grad_node)
+        owner = self.current if self.current_in_backward else self.grad_owner(grad_node)
+        self.last_backward = owner
+        return owner
 
     def grad_owner(self, grad_node: Any) -> Node:
         """The module whose forward created this autograd node (``outside`` if none
@@ -521,7 +526,7 @@ class ScopeTracker:
         if entry is not None and entry[0] is exc:
             return entry[1]
         tb = exc.__traceback__
-        frames = []
+        frames: list[FrameType] = []
         while tb is not None:
             frames.append(tb.tb_frame)
             tb = tb.tb_next
@@ -535,4 +540,47 @@ class ScopeTracker:
                     owner = self.grad_owner(value)
                     if owner is not self.outside:
                         return owner
-        return None
+        return self._engine_site(exc, frames)
+
+    def _engine_site(self, exc: BaseException, frames: list[FrameType]) -> Node | None:
+        """For ``exc`` raised by the autograd engine itself (its traceback passes through
+        torch's ``_engine_run_backward``): the owner of the node whose saved tensors fail
+        to unpack with the same message (a tensor modified in place: the engine checks
+        before it runs the node), else of the node whose op ran last."""
+        roots = next(
+            (f.f_locals.get("t_outputs") for f in frames if f.f_code.co_name == _ENGINE_RUN),
+            None,
+        )
+        if roots is None:
+            return None
+        failed = _failing_node(roots, str(exc))
+        owner = self.grad_owner(failed) if failed is not None else self.last_backward
+        return owner if owner is not self.outside else None
+
+
+#: The name of torch's function that hands a backward pass to the autograd engine; its
+#: frame holds the pass's roots (``t_outputs``).
+_ENGINE_RUN = "_engine_run_backward"
+#: How many autograd nodes ``_failing_node`` looks at, at most.
+_MAX_NODES = 1_000_000
+
+
+def _failing_node(roots: Any, message: str) -> GraphNode | None:
+    """The autograd node under ``roots`` (tensors) a saved tensor of which fails to unpack
+    with ``message``, the error the engine raised for it; None if none does."""
+    todo: list[GraphNode | None] = [t.grad_fn for t in roots if isinstance(t, torch.Tensor)]
+    seen: set[GraphNode] = set()
+    while todo and len(seen) < _MAX_NODES:
+        node = todo.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        for name in dir(node):
+            if name.startswith("_saved_") or name == "saved_tensors":
+                try:
+                    getattr(node, name)
+                except Exception as e:  # released (the node ran), or the error
+                    if str(e) == message:
+                        return node
+        todo.extend(n for n, _ in node.next_functions)
+    return None
