@@ -545,3 +545,27 @@ def test_an_op_failing_in_backward_names_the_module_whose_node_ran_it() -> None:
         with SecondMulFails():  # type: ignore[no-untyped-call]
             out.backward()
     assert info.value.__notes__ == ["layerscope: raised in the backward of module 'sq' (_Square)"]
+
+
+@pytest.mark.parametrize("kind", ["forward", "pre"])
+def test_a_global_forward_hook_raising_names_the_module_it_ran_for(kind: str) -> None:
+    model = _two_level(nn.ReLU())
+    relu = model[1][1]  # type: ignore[index]
+
+    def hook(module: nn.Module, *args: Any) -> None:
+        if module is relu:
+            raise ValueError("bad module")
+
+    register = (
+        nn.modules.module.register_module_forward_hook
+        if kind == "forward"
+        else nn.modules.module.register_module_forward_pre_hook
+    )
+    handle = register(hook)
+    try:
+        with pytest.raises(ls.ModelError) as info:
+            ls.profile(model, torch.ones(2, 4))
+    finally:
+        handle.remove()
+    assert str(info.value) == "the model raised ValueError in module '1.1' (ReLU): bad module"
+    assert info.value.path == "1.1"

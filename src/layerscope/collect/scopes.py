@@ -10,7 +10,8 @@ model is instrumented, and put back in ``uninstall`` (called from ``finally``):
   machinery costs more per call than this wrapper, so the common case stays on torch's
   fast path;
 - a module that has hooks (the user's forward or backward hooks, a lazy module's
-  initialiser) or a ``forward`` of its own on the instance gets a forward pre hook
+  initialiser, or global forward hooks for every module) or a ``forward`` of its own on
+  the instance gets a forward pre hook
   (prepended, with kwargs) and a forward hook (``always_call=True``, appended) instead,
   so the user's pre and forward hooks run inside its scope: their work is the module's,
   and an error they raise names it.
@@ -63,6 +64,16 @@ _perf_counter = time.perf_counter
 REGION_MODULE = nn.Module()
 #: ``Node.type`` of a region node.
 REGION = "region"
+
+
+def _global_forward_hooks() -> bool:
+    """Whether forward (pre) hooks for every module are registered
+    (``nn.modules.module.register_module_forward_hook``): they run outside a wrapped
+    ``forward``, so with them every module gets the hook pair, which they run inside."""
+    return bool(
+        getattr(nn.modules.module, "_global_forward_hooks", None)
+        or getattr(nn.modules.module, "_global_forward_pre_hooks", None)
+    )
 
 
 def _tensor_key(values: tuple[Any, ...]) -> tuple[Any, ...] | None:
@@ -214,9 +225,11 @@ class ScopeTracker:
         self._grad_owners.append(self.outside)
         try:
             hooked: list[nn.Module] = []
+            everywhere = _global_forward_hooks()
             for m in self.tree.modules():
                 if (
-                    m._forward_pre_hooks
+                    everywhere
+                    or m._forward_pre_hooks
                     or m._forward_hooks
                     or m._backward_hooks
                     or m._backward_pre_hooks
@@ -414,10 +427,12 @@ class ScopeTracker:
         if _get_ident() != self._thread and current_autograd_node() is None:
             return  # another thread's call, skipped (and counted) at its entry
         i = self._frame_of(module)
+        exc = sys.exc_info()[1]
         if i is None:
+            if exc is not None:  # a pre hook that runs before ours raised: in this module
+                self.mark_error_site(exc, self._resolve(module))
             return
         node, _, exc_at_entry, _ = self.stack[i]
-        exc = sys.exc_info()[1]
         if exc is None or exc is exc_at_entry:
             self._leave(module, output)
             return
