@@ -558,24 +558,34 @@ class ScopeTracker:
         return self._engine_site(exc, frames)
 
     def _engine_site(self, exc: BaseException, frames: list[FrameType]) -> Node | None:
-        """For ``exc`` raised by the autograd engine itself (its traceback passes through
-        torch's ``_engine_run_backward``): the owner of the node whose saved tensors fail
-        to unpack with the same message (a tensor modified in place: the engine checks
-        before it runs the node), else of the node whose op ran last."""
-        roots = next(
-            (f.f_locals.get("t_outputs") for f in frames if f.f_code.co_name == _ENGINE_RUN),
-            None,
-        )
-        if roots is None:
-            return None
-        failed = _failing_node(roots, str(exc))
-        owner = self.grad_owner(failed) if failed is not None else self.last_backward
+        """For ``exc`` raised in a backward pass run by the autograd engine: for a tensor
+        that backward needs modified in place (the engine checks before it runs the
+        node), the owner of the node whose saved tensor fails to unpack with the same
+        message; for an op that raised under the session's dispatch mode, the owner of
+        the node whose op the mode saw last."""
+        if any(
+            f.f_code.co_name == "__torch_dispatch__"
+            and getattr(f.f_locals.get("self"), "tracker", None) is self
+            for f in frames
+        ):
+            owner = self.last_backward
+        else:
+            roots = next(
+                (f.f_locals.get("t_outputs") for f in frames if f.f_code.co_name == _ENGINE_RUN),
+                None,
+            )
+            if roots is None or _MODIFIED not in str(exc):
+                return None
+            failed = _failing_node(roots, str(exc))
+            owner = self.grad_owner(failed) if failed is not None else None
         return owner if owner is not self.outside else None
 
 
 #: The name of torch's function that hands a backward pass to the autograd engine; its
 #: frame holds the pass's roots (``t_outputs``).
 _ENGINE_RUN = "_engine_run_backward"
+#: Words of the engine's error for a saved tensor modified in place since it was saved.
+_MODIFIED = "modified by an inplace operation"
 #: How many autograd nodes ``_failing_node`` looks at, at most.
 _MAX_NODES = 1_000_000
 
