@@ -44,6 +44,7 @@ from torch.utils.hooks import BackwardHook, RemovableHandle
 from layerscope.collect import tensorhooks
 from layerscope.collect.active import active
 from layerscope.collect.common import install_hook_pairs, remove_hooks
+from layerscope.collect.enginesite import engine_site
 from layerscope.collect.observer import Observer, observer_error
 from layerscope.collect.signature import MAX_LEAVES, flatten, flatten_call, spec_of
 from layerscope.collect.tree import ModelTree
@@ -555,57 +556,4 @@ class ScopeTracker:
                     owner = self.grad_owner(value)
                     if owner is not self.outside:
                         return owner
-        return self._engine_site(exc, frames)
-
-    def _engine_site(self, exc: BaseException, frames: list[FrameType]) -> Node | None:
-        """For ``exc`` raised in a backward pass run by the autograd engine: for a tensor
-        that backward needs modified in place (the engine checks before it runs the
-        node), the owner of the node whose saved tensor fails to unpack with the same
-        message; for an op that raised under the session's dispatch mode, the owner of
-        the node whose op the mode saw last."""
-        if any(
-            f.f_code.co_name == "__torch_dispatch__"
-            and getattr(f.f_locals.get("self"), "tracker", None) is self
-            for f in frames
-        ):
-            owner = self.last_backward
-        else:
-            roots = next(
-                (f.f_locals.get("t_outputs") for f in frames if f.f_code.co_name == _ENGINE_RUN),
-                None,
-            )
-            if roots is None or _MODIFIED not in str(exc):
-                return None
-            failed = _failing_node(roots, str(exc))
-            owner = self.grad_owner(failed) if failed is not None else None
-        return owner if owner is not self.outside else None
-
-
-#: The name of torch's function that hands a backward pass to the autograd engine; its
-#: frame holds the pass's roots (``t_outputs``).
-_ENGINE_RUN = "_engine_run_backward"
-#: Words of the engine's error for a saved tensor modified in place since it was saved.
-_MODIFIED = "modified by an inplace operation"
-#: How many autograd nodes ``_failing_node`` looks at, at most.
-_MAX_NODES = 1_000_000
-
-
-def _failing_node(roots: Any, message: str) -> GraphNode | None:
-    """The autograd node under ``roots`` (tensors) a saved tensor of which fails to unpack
-    with ``message``, the error the engine raised for it; None if none does."""
-    todo: list[GraphNode | None] = [t.grad_fn for t in roots if isinstance(t, torch.Tensor)]
-    seen: set[GraphNode] = set()
-    while todo and len(seen) < _MAX_NODES:
-        node = todo.pop()
-        if node is None or node in seen:
-            continue
-        seen.add(node)
-        for name in dir(node):
-            if name.startswith("_saved_") or name == "saved_tensors":
-                try:
-                    getattr(node, name)
-                except Exception as e:  # released (the node ran), or the error
-                    if str(e) == message:
-                        return node
-        todo.extend(n for n, _ in node.next_functions)
-    return None
+        return engine_site(self, exc, frames)

@@ -282,7 +282,13 @@ class _Run:
         except Exception as e:
             raise ModelError(f"loss_fn raised {type(e).__name__}: {e}") from e
         if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
-            got = f"shape {list(loss.shape)}" if isinstance(loss, torch.Tensor) else repr(loss)
+            got = (
+                f"shape {list(loss.shape)}"
+                if isinstance(loss, torch.Tensor)
+                else "None"
+                if loss is None
+                else f"a {type(loss).__name__}"
+            )
             raise InvalidInputError(
                 f"loss_fn must return the loss, a tensor of one element; it returned {got}"
             )
