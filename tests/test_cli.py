@@ -339,3 +339,35 @@ def test_estimate_and_roofline_view(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "did you mean h100?" in capsys.readouterr().err
     assert main(["show", str(saved), "--format", "roofline"]) == 2
     assert "needs a device spec" in capsys.readouterr().err
+
+
+NANER = """
+import torch
+from torch import nn
+
+class NaNer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Identity(), nn.ReLU()
+
+    def forward(self, x):
+        return self.b(torch.log(self.a(x) - 100))
+
+def build():
+    return NaNer()
+"""
+
+
+def test_a_nonfinite_error_is_printed_with_one_prefix(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "models.py").write_text(NANER)
+    monkeypatch.chdir(tmp_path)
+    argv = ["profile", "models.py:build", "--input-shape", "2,3", "--numerics", "raise"]
+    assert main(argv) == 3
+    # random inputs lie far inside (-100, 100): log(x - 100) is NaN, 2 * 3 = 6 of them
+    assert capsys.readouterr().err == (
+        "layerscope: error: module <root> (NaNer) call 0: its own code made non-finite "
+        "values from finite inputs (origin); they reached module 'b' (ReLU) call 0, whose "
+        "output has 6 NaN, 0 Inf, shapes [[2, 3]]\n"
+    )

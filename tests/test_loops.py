@@ -447,3 +447,15 @@ def test_merge_profiles() -> None:
     assert merge_profiles([a]) is a
     with pytest.raises(ValueError):
         merge_profiles([])
+
+
+class _Interrupts(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise KeyboardInterrupt
+
+
+def test_an_interrupt_in_a_timed_step_gets_a_note_naming_the_module() -> None:
+    model = nn.Sequential(nn.Linear(2, 2), _Interrupts())
+    with pytest.raises(KeyboardInterrupt) as info, ls.Profiler(model, timing=True):
+        model(torch.ones(1, 2))
+    assert info.value.__notes__ == ["layerscope: raised in module '1' (_Interrupts)"]

@@ -343,6 +343,43 @@ def test_raise_mode_with_nonfinite_inputs_stops_at_the_first_offender() -> None:
     assert "already there" in str(info.value)
 
 
+class NaNer(nn.Module):
+    """Its own code makes NaN between two children: log(1 - 100) = log(-99) is NaN."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Identity(), nn.ReLU()
+
+    def forward(self, x: Tensor) -> Tensor:
+        out: Tensor = self.b(torch.log(self.a(x) - 100))
+        return out
+
+
+def test_raise_mode_names_the_parent_whose_own_code_made_the_values() -> None:
+    x = torch.ones(2, 3)
+    # record and warn: b's inputs were NaN (not the origin), the root's were finite
+    origin = ls.profile(NaNer(), x, numerics="record").numerics["origin"]
+    assert (origin["path"], origin["type"]) == ("", "NaNer")
+    # raise stops at b (the first non-finite output, 2 * 3 = 6 NaN) and agrees
+    with pytest.raises(NonFiniteError) as info:
+        ls.profile(NaNer(), x, numerics="raise")
+    assert str(info.value) == (
+        "layerscope: module <root> (NaNer) call 0: its own code made non-finite values from "
+        "finite inputs (origin); they reached module 'b' (ReLU) call 0, whose output has "
+        "6 NaN, 0 Inf, shapes [[2, 3]]"
+    )
+    err = info.value
+    assert (err.path, err.call, err.where, err.shapes, err.nan, err.inf, err.origin) == (
+        "",
+        0,
+        "output",
+        [[2, 3]],
+        6,
+        0,
+        True,
+    )
+
+
 # ---- statistics ---------------------------------------------------------------------------
 class Pass(nn.Module):
     def forward(self, x: Tensor) -> Tensor:

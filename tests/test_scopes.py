@@ -470,3 +470,102 @@ def test_error_in_a_tensor_hook_names_the_module_that_made_the_tensor() -> None:
     y.register_hook(lambda g: None)  # type: ignore[no-untyped-call]
     hooks = y._backward_hooks
     assert hooks is not None and [h.__name__ for h in hooks.values()] == ["<lambda>"]
+
+
+class _ModifiedInPlace(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.l = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.sigmoid(self.l(x))
+        y.add_(1)  # sigmoid's backward needs y as it was: the engine refuses to run it
+        return y
+
+
+def _in_place_model() -> nn.Sequential:
+    model = nn.Sequential(nn.Linear(4, 4))
+    model.add_module("bad", _ModifiedInPlace())
+    return model
+
+
+_IN_PLACE = "one of the variables needed for gradient computation has been modified by an inplace"
+
+
+def test_a_tensor_modified_in_place_names_the_module_whose_backward_failed() -> None:
+    with pytest.raises(ls.ModelError) as info:
+        ls.profile(_in_place_model(), torch.ones(2, 4), backward=True)
+    assert info.value.path == "bad"
+    assert info.value.module_type == "_ModifiedInPlace"
+    assert str(info.value).startswith(
+        "the model raised RuntimeError in the backward of module 'bad' (_ModifiedInPlace): "
+        + _IN_PLACE
+    )
+
+
+def test_a_tensor_modified_in_place_gets_a_note_in_a_profiler() -> None:
+    model = _in_place_model()
+    with pytest.raises(RuntimeError, match=_IN_PLACE) as info, ls.Profiler(model):
+        model(torch.ones(2, 4)).sum().backward()
+    assert info.value.__notes__ == [
+        "layerscope: raised in the backward of module 'bad' (_ModifiedInPlace)"
+    ]
+
+
+class _Square(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.l = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.l(x)
+        out: torch.Tensor = h * h  # MulBackward0 runs two muls: grad * h, then h * grad
+        return out
+
+
+def test_an_op_failing_in_backward_names_the_module_whose_node_ran_it() -> None:
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class SecondMulFails(TorchDispatchMode):  # type: ignore[no-untyped-call]
+        muls = 0
+
+        def __torch_dispatch__(
+            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+        ) -> Any:
+            if func is torch.ops.aten.mul.Tensor and torch._C._current_autograd_node():
+                self.muls += 1
+                if self.muls == 2:
+                    raise RuntimeError("no kernel")
+            return func(*args, **(kwargs or {}))
+
+    model = nn.Sequential(nn.Linear(4, 4))
+    model.add_module("sq", _Square())
+    # under the session's dispatch mode, as a device's kernel that fails would be
+    below = SecondMulFails()  # type: ignore[no-untyped-call]
+    with below, pytest.raises(RuntimeError, match="no kernel") as info, ls.Profiler(model):
+        model(torch.ones(2, 4)).sum().backward()
+    assert info.value.__notes__ == ["layerscope: raised in the backward of module 'sq' (_Square)"]
+
+
+@pytest.mark.parametrize("kind", ["forward", "pre"])
+def test_a_global_forward_hook_raising_names_the_module_it_ran_for(kind: str) -> None:
+    model = _two_level(nn.ReLU())
+    relu = model[1][1]  # type: ignore[index]
+
+    def hook(module: nn.Module, *args: Any) -> None:
+        if module is relu:
+            raise ValueError("bad module")
+
+    register = (
+        nn.modules.module.register_module_forward_hook
+        if kind == "forward"
+        else nn.modules.module.register_module_forward_pre_hook
+    )
+    handle = register(hook)
+    try:
+        with pytest.raises(ls.ModelError) as info:
+            ls.profile(model, torch.ones(2, 4))
+    finally:
+        handle.remove()
+    assert str(info.value) == "the model raised ValueError in module '1.1' (ReLU): bad module"
+    assert info.value.path == "1.1"

@@ -490,3 +490,33 @@ def test_timers_do_not_log_other_threads_calls() -> None:
         assert [code for code, _, _ in hooks.take()] == [0, 1, ~1, 2, ~2, ~0]
     finally:
         hooks.uninstall()
+
+
+def _no_labels(out: Any) -> torch.Tensor:
+    raise ValueError("no labels")
+
+
+@pytest.mark.parametrize(
+    ("loss_fn", "error", "message"),
+    [
+        (
+            lambda out: None,
+            ls.InvalidInputError,
+            "loss_fn must return the loss, a tensor of one element; it returned None",
+        ),
+        (
+            lambda out: out,  # Linear(4, 2) on 3 rows: shape [3, 2], 6 elements
+            ls.InvalidInputError,
+            "loss_fn must return the loss, a tensor of one element; it returned shape [3, 2]",
+        ),
+        (_no_labels, ls.ModelError, "loss_fn raised ValueError: no labels"),
+    ],
+)
+def test_a_failing_loss_fn_is_named(
+    loss_fn: Callable[[Any], Any], error: type[Exception], message: str
+) -> None:
+    model = nn.Sequential(nn.Linear(4, 2))
+    with pytest.raises(error) as info:
+        ls.profile(model, torch.ones(3, 4), backward=True, loss_fn=loss_fn)
+    assert str(info.value) == message
+    assert all(p.grad is None for p in model.parameters())

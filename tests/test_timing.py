@@ -519,3 +519,27 @@ def test_cuda_events(sync: bool) -> None:
             assert 0 <= node.self_metrics[FORWARD_TIME] <= node.metrics[FORWARD_TIME]
     assert prof.root.metrics[FORWARD_TIME] > 0
     assert prof.root.metrics[BACKWARD_TIME] > 0
+
+
+class _InterruptedOnCall(nn.Module):
+    """Raises KeyboardInterrupt on its ``at``-th call (1 = the first)."""
+
+    def __init__(self, at: int) -> None:
+        super().__init__()
+        self.at, self.calls = at, 0
+
+    def forward(self, x: Tensor) -> Tensor:
+        self.calls += 1
+        if self.calls == self.at:
+            raise KeyboardInterrupt
+        return x
+
+
+def test_an_interrupt_in_the_timing_pass_gets_a_note_naming_the_module() -> None:
+    # call 1 is the analysis pass's; call 2 the timing pass's first
+    model = nn.Sequential(nn.Linear(4, 4), _InterruptedOnCall(at=2))
+    with pytest.raises(KeyboardInterrupt) as info:
+        ls.profile(model, torch.ones(2, 4), timing={"warmup": 1, "repeats": 1})
+    assert info.value.__notes__ == [
+        "layerscope: raised in module '1' (_InterruptedOnCall) during the timing pass"
+    ]

@@ -120,6 +120,8 @@ def message(error: BaseException) -> str:
     ):
         return f"layerscope: error: {error.strerror or error}: {error.filename}"
     text = one_line(str(error)) or type(error).__name__
+    if isinstance(error, NonFiniteError):
+        text = text.removeprefix("layerscope: ")  # its message carries the library's prefix
     if exit_code(error) == EXIT_INTERNAL:
         return (
             f"layerscope: internal error: {type(error).__name__}: {text} "

@@ -10,7 +10,8 @@ model is instrumented, and put back in ``uninstall`` (called from ``finally``):
   machinery costs more per call than this wrapper, so the common case stays on torch's
   fast path;
 - a module that has hooks (the user's forward or backward hooks, a lazy module's
-  initialiser) or a ``forward`` of its own on the instance gets a forward pre hook
+  initialiser, or global forward hooks for every module) or a ``forward`` of its own on
+  the instance gets a forward pre hook
   (prepended, with kwargs) and a forward hook (``always_call=True``, appended) instead,
   so the user's pre and forward hooks run inside its scope: their work is the module's,
   and an error they raise names it.
@@ -32,7 +33,7 @@ import threading
 import time
 from bisect import bisect_right
 from collections.abc import Callable, Sequence
-from types import MethodType
+from types import FrameType, MethodType
 from typing import Any
 
 import torch
@@ -43,6 +44,7 @@ from torch.utils.hooks import BackwardHook, RemovableHandle
 from layerscope.collect import tensorhooks
 from layerscope.collect.active import active
 from layerscope.collect.common import install_hook_pairs, remove_hooks
+from layerscope.collect.enginesite import engine_site
 from layerscope.collect.observer import Observer, observer_error
 from layerscope.collect.signature import MAX_LEAVES, flatten, flatten_call, spec_of
 from layerscope.collect.tree import ModelTree
@@ -63,6 +65,16 @@ _perf_counter = time.perf_counter
 REGION_MODULE = nn.Module()
 #: ``Node.type`` of a region node.
 REGION = "region"
+
+
+def _global_forward_hooks() -> bool:
+    """Whether forward (pre) hooks for every module are registered
+    (``nn.modules.module.register_module_forward_hook``): they run outside a wrapped
+    ``forward``, so with them every module gets the hook pair, which they run inside."""
+    return bool(
+        getattr(nn.modules.module, "_global_forward_hooks", None)
+        or getattr(nn.modules.module, "_global_forward_pre_hooks", None)
+    )
 
 
 def _tensor_key(values: tuple[Any, ...]) -> tuple[Any, ...] | None:
@@ -134,6 +146,9 @@ class ScopeTracker:
         self._wrapped: list[tuple[nn.Module, MethodType, list[Any]]] = []
         self._grad_starts: list[int] = []  # sequence numbers where ownership changes
         self._grad_owners: list[Node] = []
+        #: The owner of the autograd node whose op the dispatch mode saw last: where an
+        #: error the engine raises while running a node is placed.
+        self.last_backward: Node | None = None
         self._owner_of_param: dict[int, Node] | None = None  # id(tensor) -> its node
         # ---- user regions (enter_region/exit_region) ----
         #: (id(scope node it was entered in), name) -> its node; ``outside`` is a scope.
@@ -156,7 +171,9 @@ class ScopeTracker:
         running module if the backward pass itself runs its forward (activation
         checkpointing recomputes it there), else the module whose forward created the
         node."""
-        return self.current if self.current_in_backward else self.grad_owner(grad_node)
+        owner = self.current if self.current_in_backward else self.grad_owner(grad_node)
+        self.last_backward = owner
+        return owner
 
     def grad_owner(self, grad_node: Any) -> Node:
         """The module whose forward created this autograd node (``outside`` if none
@@ -209,9 +226,11 @@ class ScopeTracker:
         self._grad_owners.append(self.outside)
         try:
             hooked: list[nn.Module] = []
+            everywhere = _global_forward_hooks()
             for m in self.tree.modules():
                 if (
-                    m._forward_pre_hooks
+                    everywhere
+                    or m._forward_pre_hooks
                     or m._forward_hooks
                     or m._backward_hooks
                     or m._backward_pre_hooks
@@ -409,10 +428,12 @@ class ScopeTracker:
         if _get_ident() != self._thread and current_autograd_node() is None:
             return  # another thread's call, skipped (and counted) at its entry
         i = self._frame_of(module)
+        exc = sys.exc_info()[1]
         if i is None:
+            if exc is not None:  # a pre hook that runs before ours raised: in this module
+                self.mark_error_site(exc, self._resolve(module))
             return
         node, _, exc_at_entry, _ = self.stack[i]
-        exc = sys.exc_info()[1]
         if exc is None or exc is exc_at_entry:
             self._leave(module, output)
             return
@@ -521,7 +542,7 @@ class ScopeTracker:
         if entry is not None and entry[0] is exc:
             return entry[1]
         tb = exc.__traceback__
-        frames = []
+        frames: list[FrameType] = []
         while tb is not None:
             frames.append(tb.tb_frame)
             tb = tb.tb_next
@@ -535,4 +556,4 @@ class ScopeTracker:
                     owner = self.grad_owner(value)
                     if owner is not self.outside:
                         return owner
-        return None
+        return engine_site(self, exc, frames)

@@ -290,6 +290,8 @@ class Profiler:
         elif action is Action.TIME:
             timer = self._timer
             assert timer is not None
+            if exc is not None:
+                timer.index.add_note(exc)
             try:
                 if timer.end():
                     self._cycle_steps.append(self._step)

@@ -254,7 +254,7 @@ class _Run:
             with in_mode(self.model, self.mode), p:
                 out = self.model(*call_args, **kwargs)
                 if self.backward:
-                    loss = self.loss_fn(out) if self.loss_fn is not None else default_loss(out)
+                    loss = self._loss(out)
                     loss.backward()  # type: ignore[no-untyped-call]
                     del loss
                 # Freed while the GC is still paused: the first collection after it
@@ -269,6 +269,30 @@ class _Run:
                 path=site.path if site is not None else None,
                 module_type=site.type if site is not None else None,
             ) from e
+
+    def _loss(self, out: Any) -> torch.Tensor:
+        """The loss the backward starts from: ``loss_fn(out)``, which must be a tensor of
+        one element (what it raises is a ``ModelError`` that names it), or the default."""
+        if self.loss_fn is None:
+            return default_loss(out)
+        try:
+            loss: Any = self.loss_fn(out)
+        except LayerscopeError:
+            raise
+        except Exception as e:
+            raise ModelError(f"loss_fn raised {type(e).__name__}: {e}") from e
+        if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+            got = (
+                f"shape {list(loss.shape)}"
+                if isinstance(loss, torch.Tensor)
+                else "None"
+                if loss is None
+                else f"a {type(loss).__name__}"
+            )
+            raise InvalidInputError(
+                f"loss_fn must return the loss, a tensor of one element; it returned {got}"
+            )
+        return loss
 
     def time(
         self,

@@ -103,9 +103,7 @@ class PassContext:
         site = self.index.site(e)
         path = self.index.paths[site] if site is not None else None
         typ = type(self.index.module_at(site)).__name__ if site is not None else None
-        where = ""
-        if site is not None:
-            where = f" in module {path!r} ({typ})" if path else f" in the root module ({typ})"
+        where = self.index.where(e)
         return ModelError(
             f"the model raised {type(e).__name__}{where} during the timing pass: {e}",
             path=path,

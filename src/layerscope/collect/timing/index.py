@@ -99,3 +99,20 @@ class ModuleIndex:
                     running.append(self.resolve(mid, running))
             tb = tb.tb_next
         return running[-1] if running else None
+
+    def where(self, exc: BaseException) -> str:
+        """The words naming the module ``exc`` was raised in (" in module 'a' (Linear)",
+        " in the root module (Net)"), or "" if in none."""
+        site = self.site(exc)
+        if site is None:
+            return ""
+        typ = type(self.module_at(site)).__name__
+        path = self.paths[site]
+        return f" in module {path!r} ({typ})" if path else f" in the root module ({typ})"
+
+    def add_note(self, exc: BaseException, during: str = "") -> None:
+        """Give ``exc`` (an interrupt, or an error of the user's code around a timed step)
+        the note naming the module it was raised in, as an analysed step's error gets."""
+        where = self.where(exc)
+        if where:
+            exc.add_note(f"layerscope: raised{where}{during}")

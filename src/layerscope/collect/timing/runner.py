@@ -168,6 +168,11 @@ def measure(
                     from layerscope.collect.timing.fx import fx_runs
 
                     fx_runs(ctx, result)
+            except Exception:
+                raise  # a ModelError naming the module already, or layerscope's own
+            except BaseException as e:  # an interrupt: a note names where it struck
+                index.add_note(e, " during the timing pass")
+                raise
             finally:
                 ctx.progress.close()
     finally:

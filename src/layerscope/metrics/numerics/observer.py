@@ -155,7 +155,7 @@ class NumericsObserver(Observer):
             return
         self._calls.append(call)
         if self.mode == "raise" and call.out_rows:
-            _raise_forward(call, self._row_loc, self._tracker)
+            _raise_forward(call, self._row_loc, self._tracker, self._frames)
 
     def _pop(self, node: Node) -> _Call:
         for i in range(len(self._frames) - 1, -1, -1):

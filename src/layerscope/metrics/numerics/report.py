@@ -12,7 +12,7 @@ from layerscope.metrics.numerics.errors import NonFiniteError
 from layerscope.metrics.numerics.records import _Call, _event, _GradEvent, _ordered_roles
 from layerscope.metrics.numerics.stats import _Stats
 from layerscope.metrics.numerics.values import _INF, _NAN, Store, _read_counts
-from layerscope.profile import Node, describe_nonfinite
+from layerscope.profile import Node, _event_label, describe_nonfinite
 
 if TYPE_CHECKING:
     from layerscope.collect.scopes import ScopeTracker
@@ -20,28 +20,60 @@ if TYPE_CHECKING:
 
 # ---- raise mode: one finiteness read per call --------------------------------------
 def _raise_forward(
-    call: _Call, row_loc: Sequence[tuple[Store, int, int]], tracker: ScopeTracker | None
+    call: _Call,
+    row_loc: Sequence[tuple[Store, int, int]],
+    tracker: ScopeTracker | None,
+    enclosing: Sequence[_Call],
 ) -> None:
+    """Raise if ``call``'s outputs hold NaN/Inf, naming the origin: ``call`` when its
+    inputs were finite, else the innermost of the calls still running around it
+    (``enclosing``, outermost first) whose inputs were: its own code made them."""
     counts = _read_counts(row_loc, call.out_rows + call.in_rows)
     outs, ins = counts[: len(call.out_rows)], counts[len(call.out_rows) :]
     nan, inf = sum(c[0] for c in outs), sum(c[1] for c in outs)
     if nan + inf == 0:
         return
     origin = all(a + b == 0 for a, b in ins)
+    maker = None if origin else _maker(enclosing, row_loc)
     event = _event(call, "output", call.shapes, call.dtypes, nan, inf)
+    if maker is None:
+        text, by = describe_nonfinite(event, origin), call
+    else:
+        text, by = _made_by(maker, event), maker
     err = NonFiniteError(
-        "layerscope: " + describe_nonfinite(event, origin),
-        path=call.node.path,
-        call=call.index,
+        "layerscope: " + text,
+        path=by.node.path,
+        call=by.index,
         where="output",
         shapes=call.shapes,
         nan=nan,
         inf=inf,
-        origin=origin,
+        origin=origin or maker is not None,
     )
     if tracker is not None:  # name this module, not its parent, in the error
         tracker.mark_error_site(err, call.node)
     raise err
+
+
+def _maker(enclosing: Sequence[_Call], row_loc: Sequence[tuple[Store, int, int]]) -> _Call | None:
+    """The innermost running call whose inputs were all finite, if any: the values its
+    submodule received non-finite were made by its own code (or one it called)."""
+    for frame in reversed(enclosing):
+        if all(a + b == 0 for a, b in _read_counts(row_loc, frame.in_rows)):
+            return frame
+    return None
+
+
+def _made_by(maker: _Call, event: dict[str, Any]) -> str:
+    """The words of a raise whose values a running module's own code made: that module is
+    the origin, and ``event`` is the submodule call where they were seen."""
+    node = maker.node
+    return (
+        f"module {_event_label(node.path, node.type)} call {maker.index}: its own code made "
+        "non-finite values from finite inputs (origin); they reached module "
+        f"{_event_label(event['path'], event['type'])} call {event['call']}, whose output "
+        f"has {event['nan']} NaN, {event['inf']} Inf, shapes {event['shapes']}"
+    )
 
 
 def _raise_backward(event: _GradEvent, row_loc: Sequence[tuple[Store, int, int]]) -> None:
