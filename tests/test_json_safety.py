@@ -20,7 +20,8 @@ from torch import nn
 
 import layerscope as ls
 from layerscope.analysis.fold import fold
-from layerscope.export.json import MAX_DEPTH, MAX_NESTING, comparable
+from layerscope.cli import main
+from layerscope.export.json import MAX_BYTES, MAX_DEPTH, MAX_NESTING, comparable
 
 VIEWS = ("table", "tree", "repr", "top", "ops")
 
@@ -399,6 +400,49 @@ def test_a_missing_file_is_file_not_found_and_a_directory_a_schema_error(
     with pytest.raises(ls.SchemaError) as info:
         ls.load(tmp_path)
     assert str(info.value) == f"cannot read {tmp_path}: it is a directory"
+
+
+def test_a_device_with_no_end_is_refused_at_the_size_limit(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # /dev/zero has no size and no end: at most max_bytes + 1 = 1,001 bytes are read.
+    with pytest.raises(ls.SchemaError) as info:
+        ls.load("/dev/zero", max_bytes=1000)
+    assert str(info.value) == (
+        "cannot read /dev/zero: it holds more than 1,000 bytes, the most ls.load reads "
+        "(raise it with max_bytes= or $LAYERSCOPE_MAX_BYTES)"
+    )
+    monkeypatch.setenv("LAYERSCOPE_MAX_BYTES", "4096")
+    assert main(["show", "/dev/zero"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "layerscope: error: cannot read /dev/zero: it holds more than 4,096 bytes, the most "
+        "ls.load reads (raise it with max_bytes= or $LAYERSCOPE_MAX_BYTES)"
+    )
+
+
+def test_the_size_limit_on_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert MAX_BYTES == 1024**3  # the default: 1 GiB
+    file = tmp_path / "p.json"
+    file.write_text(json.dumps(small()))
+    size = file.stat().st_size
+    assert ls.load(file, max_bytes=size).root.type == "Sequential"  # exactly the limit
+    with pytest.raises(ls.SchemaError) as info:
+        ls.load(file, max_bytes=size - 1)
+    assert str(info.value) == (
+        f"cannot read {file}: it holds more than {size - 1:,} bytes, the most ls.load "
+        "reads (raise it with max_bytes= or $LAYERSCOPE_MAX_BYTES)"
+    )
+    monkeypatch.setenv("LAYERSCOPE_MAX_BYTES", str(size - 1))
+    with pytest.raises(ls.SchemaError, match=f"more than {size - 1:,} bytes"):
+        ls.load(file)
+    assert ls.load(file, max_bytes=size).root.type == "Sequential"  # the keyword wins
+    monkeypatch.setenv("LAYERSCOPE_MAX_BYTES", "lots")
+    with pytest.raises(ls.InvalidInputError) as bad:
+        ls.load(file)
+    assert str(bad.value) == "$LAYERSCOPE_MAX_BYTES must be an int >= 1, got 'lots'"
+    with pytest.raises(ls.InvalidInputError) as bad:
+        ls.load(file, max_bytes=0)
+    assert str(bad.value) == "max_bytes must be an int >= 1, got 0"
 
 
 def test_a_utf8_bom_is_accepted(tmp_path: Path) -> None:
