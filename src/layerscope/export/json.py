@@ -31,10 +31,10 @@ import json
 import math
 import os
 from collections.abc import Callable
-from typing import Any, BinaryIO
+from typing import Any
 
 from layerscope.errors import ExportError, SchemaError
-from layerscope.export.files import write_text
+from layerscope.export.files import read_at_most, write_text
 from layerscope.export.jsoncheck import (
     INT64_MAX,
     MAX_NESTING,
@@ -353,7 +353,7 @@ def load(path: str | os.PathLike[str], *, max_bytes: int | None = None) -> Profi
         raise SchemaError(f"cannot read {source}: it is a directory")
     try:
         with open(source, "rb") as f:
-            raw = _read_at_most(f, limit)
+            raw = read_at_most(f, limit)
     except FileNotFoundError:
         raise
     except OSError as e:
@@ -384,10 +384,6 @@ def load(path: str | os.PathLike[str], *, max_bytes: int | None = None) -> Profi
         return profile_from_dict(data, source)
 
 
-#: How much a file of unknown size (a pipe, a device) is read at a time.
-_CHUNK = 1 << 20
-
-
 def _max_bytes(max_bytes: int | None) -> int:
     """The size limit in force: ``max_bytes``, else the environment variable's, else
     ``MAX_BYTES``."""
@@ -401,26 +397,6 @@ def _max_bytes(max_bytes: int | None) -> int:
     except ValueError:
         value = text
     return check_int(f"${MAX_BYTES_ENV}", value, 1)
-
-
-def _read_at_most(f: BinaryIO, limit: int) -> bytes | None:
-    """The whole of ``f``, or None when it holds more than ``limit`` bytes; never reads
-    more than ``limit + 1`` (a regular file in one read of its size, a pipe or a device,
-    which has no size, a chunk at a time)."""
-    size = os.fstat(f.fileno()).st_size
-    if size > limit:
-        return None
-    chunks: list[bytes] = []
-    total = 0
-    want = size + 1 if size else _CHUNK  # /proc files say 0: read on until the end
-    while total <= limit:
-        chunk = f.read(min(want, limit + 1 - total))
-        if not chunk:
-            break
-        chunks.append(chunk)
-        total += len(chunk)
-        want = _CHUNK
-    return None if total > limit else b"".join(chunks)
 
 
 # ---- writing -------------------------------------------------------------------------
