@@ -8,6 +8,7 @@ transformers release cannot change the files. Regenerate after an intended chang
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -122,3 +123,74 @@ def test_documented_output_is_real(doc: str) -> None:
         path.write_text(expected, encoding="utf-8")
     assert RENDER_MARK.search(text), f"{doc} shows no rendered example"
     assert text == expected
+
+
+# ---- hostile text: control characters never reach the terminal ------------------------
+HOSTILE = "\x1b]0;PWNED\x07\x1b[2Jx"  # sets the terminal's title, then clears the screen
+SHOWN = "␛]0;PWNED␇␛[2Jx"  # one visible character for each control: columns stay aligned
+
+
+@cache
+def hostile_profile() -> ls.Profile:
+    model = nn.Sequential()
+    model.add_module(HOSTILE, nn.Linear(2, 2))
+    prof = ls.profile(model, torch.randn(1, 2))
+    prof.notices.append("a notice \x9b31m from a file\x7f")  # C1 CSI and DEL
+    return prof
+
+
+HOSTILE_TABLE = (
+    "Module                          Params   MACs   FLOPs   % FLOPs   Calls\n"
+    "───────────────────────────────────────────────────────────────────────\n"
+    "Sequential                           6      4      10      100%       1\n"
+    f"└─ (1) {SHOWN} Linear        6      4      10      100%       1\n"
+    "\n"
+    "Total                                6      4      10      100%\n"
+    "Hidden to fit 80 columns: Input shape, Output shape, Param size (widen with\n"
+    "  --width / width=, or choose with --columns / columns=).\n"
+    "Params: 6 (trainable 6, frozen 0), 24 B; buffers: 0 (0 B)\n"
+    "By dtype: float32 6 params (24 B)\n"
+    "Note: a notice �31m from a file␡\n"
+    "Run: train mode, grad enabled, device cpu, float32.\n"
+)
+
+
+def test_control_characters_are_shown_not_sent_in_every_view() -> None:
+    prof = hostile_profile()
+    assert prof.render(width=80) == HOSTILE_TABLE
+    assert prof.render(view="tree", width=80).splitlines()[1] == (
+        f"└─ (1) {SHOWN} Linear  [1, 2] → [1, 2]  Params 6  FLOPs 10 (100%)"
+    )
+    assert prof.render(view="repr", width=80).splitlines()[2] == f"  ({SHOWN}): Linear("
+    for view in VIEWS:
+        text = prof.render(view=view, width=80)
+        assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f]", text), view
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+def test_show_on_a_terminal_or_a_pipe_sends_no_control_characters(terminal: bool) -> None:
+    from rich.console import Console
+
+    from layerscope.render.console import renderable
+    from layerscope.render.options import view_options
+
+    buf = io.StringIO()
+    console = Console(file=buf, width=80, force_terminal=terminal, color_system="standard")
+    console.print(renderable(hostile_profile(), view_options(width=80)))
+    out = buf.getvalue()
+    assert SHOWN in out and "PWNED\x07" not in out and "\x9b" not in out
+    plain = re.sub("\x1b\\[[0-9;]*m", "", out)  # rich's own colour codes (a terminal)
+    assert plain == HOSTILE_TABLE
+    buf = io.StringIO()
+    hostile_profile().show(file=buf, width=80)
+    assert buf.getvalue() == HOSTILE_TABLE
+
+
+def test_layerscope_show_of_a_hostile_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from layerscope.cli import main
+
+    hostile_profile().save(tmp_path / "p.json")
+    assert main(["show", str(tmp_path / "p.json"), "--width", "80"]) == 0
+    assert capsys.readouterr().out == HOSTILE_TABLE

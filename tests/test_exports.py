@@ -99,6 +99,32 @@ def test_markdown_takes_view_options_and_escapes_names() -> None:
         prof.to_markdown(view="tree")
 
 
+def test_csv_neutralises_formulas_and_control_characters_in_text_cells() -> None:
+    prof = build(
+        node(
+            "Net",
+            "Net",
+            node("=HYPERLINK(1)", "+Type", flops=-1),  # a negative number stays a number
+            node("\x1b]0;PWNED\x07x", "@SUM", flops=2),
+            node("-a", "Linear", flops=3),
+        )
+    )
+    lines = prof.to_csv().splitlines()  # type: ignore[union-attr]
+    assert lines[0] == "path,node_id,depth,name,type,calls,repeat,flops,self_flops"
+    assert lines[2:] == [
+        "'=HYPERLINK(1),1,1,'=HYPERLINK(1),'+Type,1,1,-1,-1",
+        "␛]0;PWNED␇x,2,1,␛]0;PWNED␇x,'@SUM,1,1,2,2",
+        "'-a,3,1,'-a,Linear,1,1,3,3",
+    ]
+
+
+def test_markdown_shows_control_characters() -> None:
+    prof = build(node("Net", "Net", node("\x1b[2Jx\x9b", "Linear", flops=1)))
+    lines = prof.to_markdown(columns=["flops"], pct=False).splitlines()
+    assert lines[3] == "| └─ (1) ␛\\[2Jx� Linear | 1 |"
+    assert escape("a\tb\x7f") == "a␉b␡"
+
+
 def test_export_picks_the_format_from_the_extension(tmp_path: Path) -> None:
     prof = small()
     prof.export(tmp_path / "p.csv")

@@ -355,7 +355,8 @@ def test_unknown_keys_load_and_where_they_are_kept(tmp_path: Path) -> None:
     data["root"]["children"][0]["metrics"]["energy_joules"] = 0.5  # a new metric
     data["root"]["children"][0]["self_metrics"]["energy_joules"] = "NaN"
     data["model"]["rank"] = 3
-    data["timing"] = {"trace": {"events": [[1, 2], {"a": None}]}}
+    # an unknown timing key ("trace" is known: its rows are checked, as exporters read them)
+    data["timing"] = {"gpu_trace": {"events": [[1, 2], {"a": None}]}}
     path = tmp_path / "p.json"
     path.write_text(json.dumps(data))
     again = ls.load(path)
@@ -363,7 +364,7 @@ def test_unknown_keys_load_and_where_they_are_kept(tmp_path: Path) -> None:
     assert linear.metrics["energy_joules"] == 0.5
     assert math.isnan(linear.self_metrics["energy_joules"])
     assert again.model["rank"] == 3
-    assert again.timing["trace"] == {"events": [[1, 2], {"a": None}]}
+    assert again.timing["gpu_trace"] == {"events": [[1, 2], {"a": None}]}
     # kept everywhere: unknown top-level keys in Profile.extra, node keys in Node.extra
     assert again.extra == {"per_rank": [{"rank": 0}]}
     assert linear.extra == {"attributes": {"x": 1}}
@@ -372,5 +373,5 @@ def test_unknown_keys_load_and_where_they_are_kept(tmp_path: Path) -> None:
     assert saved["per_rank"] == [{"rank": 0}]
     assert saved["root"]["children"][0]["attributes"] == {"x": 1}
     assert saved["root"]["children"][0]["metrics"]["energy_joules"] == 0.5
-    assert saved["timing"]["trace"] == {"events": [[1, 2], {"a": None}]}
+    assert saved["timing"]["gpu_trace"] == {"events": [[1, 2], {"a": None}]}
     again.render(view="table", width=100)

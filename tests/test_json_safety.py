@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import math
 import pickle
 from functools import cache
 from pathlib import Path
@@ -20,7 +21,9 @@ from torch import nn
 
 import layerscope as ls
 from layerscope.analysis.fold import fold
-from layerscope.export.json import MAX_DEPTH, MAX_NESTING, comparable
+from layerscope.cli import main
+from layerscope.export.formats import FORMATS, export_text
+from layerscope.export.json import MAX_BYTES, MAX_DEPTH, MAX_NESTING, comparable
 
 VIEWS = ("table", "tree", "repr", "top", "ops")
 
@@ -401,6 +404,49 @@ def test_a_missing_file_is_file_not_found_and_a_directory_a_schema_error(
     assert str(info.value) == f"cannot read {tmp_path}: it is a directory"
 
 
+def test_a_device_with_no_end_is_refused_at_the_size_limit(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # /dev/zero has no size and no end: at most max_bytes + 1 = 1,001 bytes are read.
+    with pytest.raises(ls.SchemaError) as info:
+        ls.load("/dev/zero", max_bytes=1000)
+    assert str(info.value) == (
+        "cannot read /dev/zero: it holds more than 1,000 bytes, the most ls.load reads "
+        "(raise it with max_bytes= or $LAYERSCOPE_MAX_BYTES)"
+    )
+    monkeypatch.setenv("LAYERSCOPE_MAX_BYTES", "4096")
+    assert main(["show", "/dev/zero"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "layerscope: error: cannot read /dev/zero: it holds more than 4,096 bytes, the most "
+        "ls.load reads (raise it with max_bytes= or $LAYERSCOPE_MAX_BYTES)"
+    )
+
+
+def test_the_size_limit_on_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert MAX_BYTES == 1024**3  # the default: 1 GiB
+    file = tmp_path / "p.json"
+    file.write_text(json.dumps(small()))
+    size = file.stat().st_size
+    assert ls.load(file, max_bytes=size).root.type == "Sequential"  # exactly the limit
+    with pytest.raises(ls.SchemaError) as info:
+        ls.load(file, max_bytes=size - 1)
+    assert str(info.value) == (
+        f"cannot read {file}: it holds more than {size - 1:,} bytes, the most ls.load "
+        "reads (raise it with max_bytes= or $LAYERSCOPE_MAX_BYTES)"
+    )
+    monkeypatch.setenv("LAYERSCOPE_MAX_BYTES", str(size - 1))
+    with pytest.raises(ls.SchemaError, match=f"more than {size - 1:,} bytes"):
+        ls.load(file)
+    assert ls.load(file, max_bytes=size).root.type == "Sequential"  # the keyword wins
+    monkeypatch.setenv("LAYERSCOPE_MAX_BYTES", "lots")
+    with pytest.raises(ls.InvalidInputError) as bad:
+        ls.load(file)
+    assert str(bad.value) == "$LAYERSCOPE_MAX_BYTES must be an int >= 1, got 'lots'"
+    with pytest.raises(ls.InvalidInputError) as bad:
+        ls.load(file, max_bytes=0)
+    assert str(bad.value) == "max_bytes must be an int >= 1, got 0"
+
+
 def test_a_utf8_bom_is_accepted(tmp_path: Path) -> None:
     file = tmp_path / "p.json"
     file.write_bytes(b"\xef\xbb\xbf" + json.dumps(small()).encode())
@@ -417,6 +463,124 @@ def test_big_metric_integers_load_as_floats_and_past_a_float_are_refused() -> No
         "$.root.metrics.flops: expected a finite number (within a float's range), "
         "got an integer of 401 digits"
     )
+
+
+# ---- what exporters read: refused at load, or exported ------------------------------
+@cache
+def timed_dict() -> dict[str, Any]:
+    """Linear(3, 2) + ReLU with memory=True and one timed repeat, as parsed JSON."""
+    model = nn.Sequential(nn.Linear(3, 2), nn.ReLU())
+    prof = ls.profile(model, torch.randn(1, 3), memory=True, timing={"warmup": 0, "repeats": 1})
+    data = json.loads(prof.to_json(indent=None))
+    assert isinstance(data, dict)
+    # enter '', enter '0', exit '0', enter '1', exit '1', exit '': 6 events, 3 trace paths
+    assert len(data["memory"]["timeline"]["op"]) == 6
+    assert data["timing"]["trace"]["paths"] == ["", "0", "1"]
+    return data
+
+
+def hostile(path: list[str | int], value: Any) -> dict[str, Any]:
+    """``timed_dict()`` with the value at ``path`` replaced (or deleted, for ``DELETE``)."""
+    data = copy.deepcopy(timed_dict())
+    target: Any = data
+    for key in path[:-1]:
+        target = target[key]
+    if value is DELETE:
+        del target[path[-1]]
+    else:
+        target[path[-1]] = value
+    return data
+
+
+TIMELINE: list[str | int] = ["memory", "timeline"]
+SPAN: list[str | int] = ["timing", "trace", "forward", 0]
+
+#: (where, new value) -> the SchemaError's exact message: what made to_html raise a
+#: KeyError and to_trace a ValueError or OverflowError before the format said so.
+EXPORTER_INPUTS: list[tuple[list[str | int], Any, str]] = [
+    ([*TIMELINE, "bytes"], DELETE, "$.memory.timeline: missing key 'bytes'"),
+    ([*TIMELINE, "path"], DELETE, "$.memory.timeline: missing key 'path'"),
+    ([*TIMELINE, "event"], DELETE, "$.memory.timeline: missing key 'event'"),
+    (
+        [*TIMELINE, "bytes"],
+        [0, 8],
+        "$.memory.timeline.bytes: expected an array of 6 items (one per item of 'op'), "
+        "got an array of 2 items",
+    ),
+    (
+        [*SPAN, 2],
+        "Infinity",
+        "$.timing.trace.forward[0][2]: expected a number from -1e9 to 1e9, "
+        "got the string 'Infinity'",
+    ),
+    (
+        [*SPAN, 3],
+        1e308,
+        "$.timing.trace.forward[0][3]: expected a number from -1e9 to 1e9, got the number 1e+308",
+    ),
+    (
+        [*SPAN, 0],
+        3,  # paths has 3 entries: indices 0, 1, 2
+        "$.timing.trace.forward[0][0]: expected an index into 'paths' (an integer below 3), "
+        "got the integer 3",
+    ),
+    (
+        [*SPAN, 1],
+        "Infinity",
+        "$.timing.trace.forward[0][1]: expected an integer >= 0, got the string 'Infinity'",
+    ),
+    (
+        SPAN,
+        [0, 0, 0.0],
+        "$.timing.trace.forward[0]: expected an array of 4 items, got an array of 3 items",
+    ),
+    (["timing", "trace", "paths"], DELETE, "$.timing.trace: missing key 'paths'"),
+    (
+        ["timing", "trace", "duration"],
+        "NaN",
+        "$.timing.trace.duration: expected a number from 0 to 1e9, got the string 'NaN'",
+    ),
+]
+
+
+@pytest.mark.parametrize(("path", "value", "message"), EXPORTER_INPUTS)
+def test_what_exporters_read_is_checked_at_load(
+    path: list[str | int], value: Any, message: str, tmp_path: Path
+) -> None:
+    file = tmp_path / "p.json"
+    file.write_text(json.dumps(hostile(path, value)))
+    with pytest.raises(ls.SchemaError) as info:
+        ls.load(file)
+    assert str(info.value) == f"{file}: {message}"
+
+
+def test_exporters_refuse_a_malformed_section_made_in_python(tmp_path: Path) -> None:
+    prof = ls.Profile.from_dict(timed_dict())
+    del prof.memory["timeline"]["bytes"]
+    prof.timing["trace"]["forward"][0][2] = math.inf
+    with pytest.raises(ls.ExportError) as info:
+        prof.to_html(tmp_path / "p.html")
+    assert str(info.value) == (
+        "the profile's memory['timeline'] is malformed: $.memory.timeline: missing key 'bytes'"
+    )
+    with pytest.raises(ls.ExportError) as info:
+        prof.to_trace(tmp_path / "p.trace.json")
+    assert str(info.value) == (
+        f"cannot write {tmp_path / 'p.trace.json'}: the profile's timing['trace'] is "
+        "malformed: $.timing.trace.forward[0][2]: expected a number from -1e9 to 1e9, "
+        "got the number inf"
+    )
+    assert not (tmp_path / "p.html").exists() and not (tmp_path / "p.trace.json").exists()
+
+
+def test_a_non_finite_median_latency_is_left_out_of_the_trace(tmp_path: Path) -> None:
+    file = tmp_path / "p.json"
+    file.write_text(json.dumps(hostile(["timing", "latency", "median"], "Infinity")))
+    prof = ls.load(file)  # any number: a statistic may be non-finite
+    assert prof.timing["latency"]["median"] == math.inf
+    prof.to_trace(tmp_path / "p.trace.json")  # JSON has no Infinity: the value left out
+    other = json.loads((tmp_path / "p.trace.json").read_text())["otherData"]
+    assert "latency_median_s" not in other and other["repeats"] == 1
 
 
 # ---- whatever loads is safe to use ---------------------------------------------------
@@ -509,17 +673,7 @@ NASTY = st.one_of(
 )
 @given(st.data())
 def test_random_damage_is_refused_or_harmless(data: st.DataObject) -> None:
-    profile_dict = copy.deepcopy(data.draw(st.sampled_from(rich_dicts())))
-    for _ in range(data.draw(st.integers(1, 3))):
-        found = places(profile_dict)
-        pattern = data.draw(st.sampled_from(sorted(found, key=repr)))
-        container, key = data.draw(st.sampled_from(found[pattern]))
-        if isinstance(container, dict) and data.draw(st.booleans()):
-            del container[key]
-        else:
-            # A copy: st.just gives the same object every time, and a later mutation
-            # inside it would change the strategy itself (or nest it in itself).
-            container[key] = copy.deepcopy(data.draw(NASTY))
+    profile_dict = damaged(data)
     try:
         prof = ls.Profile.from_dict(profile_dict)
     except ls.SchemaError:
@@ -535,3 +689,40 @@ def test_random_damage_is_refused_or_harmless(data: st.DataObject) -> None:
     prof.render(raw=True, width=100)
     again = ls.Profile.from_dict(json.loads(prof.to_json(indent=None)))
     assert comparable(again.to_dict()) == comparable(prof.to_dict())
+
+
+def damaged(data: st.DataObject) -> dict[str, Any]:
+    """A profile of ``rich_dicts`` with 1 to 3 values deleted or replaced at random."""
+    profile_dict: dict[str, Any] = copy.deepcopy(data.draw(st.sampled_from(rich_dicts())))
+    for _ in range(data.draw(st.integers(1, 3))):
+        found = places(profile_dict)
+        pattern = data.draw(st.sampled_from(sorted(found, key=repr)))
+        container, key = data.draw(st.sampled_from(found[pattern]))
+        if isinstance(container, dict) and data.draw(st.booleans()):
+            del container[key]
+        else:
+            # A copy: st.just gives the same object every time, and a later mutation
+            # inside it would change the strategy itself (or nest it in itself).
+            container[key] = copy.deepcopy(data.draw(NASTY))
+    return profile_dict
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(st.data())
+def test_random_damage_is_refused_or_exported_in_every_format(data: st.DataObject) -> None:
+    try:
+        prof = ls.Profile.from_dict(damaged(data))
+    except ls.SchemaError:
+        event("refused")
+        return
+    event("loaded")
+    for name in FORMATS:
+        if name == "trace" and "trace" not in prof.timing:
+            with pytest.raises(ls.ExportError, match="a trace needs a timing pass"):
+                export_text(prof, name)
+            continue
+        export_text(prof, name)

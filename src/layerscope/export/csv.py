@@ -19,6 +19,7 @@ import layerscope.metricspec as ms
 from layerscope.export.files import write_text
 from layerscope.profile import Node, Profile, Signature
 from layerscope.render import units
+from layerscope.render.layout import printable
 
 __all__ = ["columns", "rows", "to_csv"]
 
@@ -90,7 +91,14 @@ def to_csv(profile: Profile, path: str | os.PathLike[str] | None = None) -> str 
     return None
 
 
+#: What a spreadsheet takes for the start of a formula (OWASP's CSV injection list).
+_FORMULA_START = ("=", "+", "-", "@")
+
+
 def _cell(value: Any) -> Any:
+    if isinstance(value, str):  # text from the model: never a formula, never a control
+        text = printable(value)
+        return "'" + text if text.startswith(_FORMULA_START) else text
     if isinstance(value, float):
         return units.raw(value) if value == value and abs(value) != float("inf") else str(value)
     return value

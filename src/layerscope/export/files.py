@@ -1,4 +1,5 @@
-"""Writing an export safely: to a temporary file beside the target, then ``os.replace``.
+"""Writing an export safely: to a temporary file beside the target, then ``os.replace``;
+reading a file no further than a size limit.
 
 An existing file is never damaged (a failure leaves it as it was), keeps its permissions,
 and every failure is an ``ExportError`` naming the path and the reason.
@@ -10,10 +11,11 @@ import contextlib
 import os
 import stat
 import tempfile
+from typing import BinaryIO
 
 from layerscope.errors import ExportError
 
-__all__ = ["write_text"]
+__all__ = ["read_at_most", "write_text"]
 
 
 def write_text(path: str | os.PathLike[str], text: str) -> None:
@@ -52,3 +54,27 @@ def write_text(path: str | os.PathLike[str], text: str) -> None:
         if tmp:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
+
+
+#: How much a file of unknown size (a pipe, a device) is read at a time.
+_CHUNK = 1 << 20
+
+
+def read_at_most(f: BinaryIO, limit: int) -> bytes | None:
+    """The whole of ``f``, or None when it holds more than ``limit`` bytes; never reads
+    more than ``limit + 1`` (a regular file in one read of its size, a pipe or a device,
+    which has no size, a chunk at a time)."""
+    size = os.fstat(f.fileno()).st_size
+    if size > limit:
+        return None
+    chunks: list[bytes] = []
+    total = 0
+    want = size + 1 if size else _CHUNK  # /proc files say 0: read on until the end
+    while total <= limit:
+        chunk = f.read(min(want, limit + 1 - total))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+        want = _CHUNK
+    return None if total > limit else b"".join(chunks)

@@ -35,7 +35,10 @@ from layerscope.analysis.roofline import (
     target_spec,
     work,
 )
+from layerscope.errors import ExportError
 from layerscope.export.files import write_text
+from layerscope.export.jsoncheck import Invalid, json_path
+from layerscope.export.jsonspec import TIMELINE
 from layerscope.hardware import DeviceLike
 from layerscope.profile import Node, Number, Profile
 from layerscope.render import units
@@ -379,6 +382,12 @@ def _timeline(profile: Profile, by_path: dict[str, int]) -> dict[str, Any] | Non
     t = profile.memory.get("timeline")
     if not isinstance(t, dict) or not t.get("op"):
         return None
+    try:  # the format's own check (what ls.load applies): parallel lists, all there
+        t = TIMELINE.check(t, (("$", "memory"), "timeline"))
+    except Invalid as e:
+        raise ExportError(
+            f"the profile's memory['timeline'] is malformed: {json_path(e.where)}: {e.problem}"
+        ) from None
     return {
         "op": list(t["op"]),
         "event": "".join(_EVENTS.get(e, "?") for e in t["event"]),

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from typing import Any
 
 from layerscope.errors import ExportError, SchemaError
-from layerscope.export.files import write_text
+from layerscope.export.files import read_at_most, write_text
 from layerscope.export.jsoncheck import (
     INT64_MAX,
     MAX_NESTING,
@@ -68,8 +68,11 @@ from layerscope.profile import (
     ValueSpec,
     new_node,
 )
+from layerscope.validate import check_int
 
 __all__ = [
+    "MAX_BYTES",
+    "MAX_BYTES_ENV",
     "MAX_DEPTH",
     "MAX_NESTING",
     "SCHEMA_PATH",
@@ -84,6 +87,12 @@ __all__ = [
 ]
 
 _MISSING: Any = object()
+
+#: The most bytes ``load`` reads by default (1 GiB): a profile of a million modules is
+#: a few hundred MB.
+MAX_BYTES = 1 << 30
+#: The environment variable that overrides ``MAX_BYTES`` (``layerscope show`` too).
+MAX_BYTES_ENV = "LAYERSCOPE_MAX_BYTES"
 
 
 # ---- reading -------------------------------------------------------------------------
@@ -331,21 +340,29 @@ def _leaf(leaf: Any, where: Where, leaves: dict[tuple[Any, ...], Spec]) -> Spec:
     return ValueSpec(checked["path"], checked["type"], checked.get("value"))
 
 
-def load(path: str | os.PathLike[str]) -> Profile:
+def load(path: str | os.PathLike[str], *, max_bytes: int | None = None) -> Profile:
     """Read a profile saved with ``Profile.save`` (``ls.load``), every known key checked.
 
+    At most ``max_bytes`` bytes are read (default: ``$LAYERSCOPE_MAX_BYTES``, else
+    ``MAX_BYTES``), so a device or a huge file cannot exhaust memory.
     ``FileNotFoundError`` when there is no such file; ``SchemaError`` for anything else
     that is not a readable ``layerscope/1`` profile (naming the file and the JSON path)."""
+    limit = _max_bytes(max_bytes)
     source = os.fspath(path)
     if os.path.isdir(source):
         raise SchemaError(f"cannot read {source}: it is a directory")
     try:
         with open(source, "rb") as f:
-            raw = f.read()
+            raw = read_at_most(f, limit)
     except FileNotFoundError:
         raise
     except OSError as e:
         raise SchemaError(f"cannot read {source}: {e.strerror or e}") from e
+    if raw is None:
+        raise SchemaError(
+            f"cannot read {source}: it holds more than {limit:,} bytes, the most ls.load "
+            f"reads (raise it with max_bytes= or ${MAX_BYTES_ENV})"
+        )
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as e:
@@ -365,6 +382,21 @@ def load(path: str | os.PathLike[str]) -> Profile:
         except ValueError as e:  # an integer past Python's int-max-str-digits
             raise SchemaError(f"{source} holds a number too long to read: {e}") from None
         return profile_from_dict(data, source)
+
+
+def _max_bytes(max_bytes: int | None) -> int:
+    """The size limit in force: ``max_bytes``, else the environment variable's, else
+    ``MAX_BYTES``."""
+    if max_bytes is not None:
+        return check_int("max_bytes", max_bytes, 1)
+    text = os.environ.get(MAX_BYTES_ENV, "").strip()
+    if not text:
+        return MAX_BYTES
+    try:
+        value: object = int(text.replace("_", ""))
+    except ValueError:
+        value = text
+    return check_int(f"${MAX_BYTES_ENV}", value, 1)
 
 
 # ---- writing -------------------------------------------------------------------------

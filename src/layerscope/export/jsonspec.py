@@ -1,6 +1,7 @@
 """The ``layerscope/1`` format, section by section, in the check language of
-``export.jsoncheck``: what every known key of a saved profile holds (``MODEL``, ``ENV``,
-``MEMORY``, ``TIMING``, ``NODE_FIELDS``, ``PROFILE_FIELDS``, ...).
+``export.jsoncheck`` and ``export.jsontable``: what every known key of a saved profile
+holds (``MODEL``, ``ENV``, ``MEMORY``, ``TIMING``, ``NODE_FIELDS``, ``PROFILE_FIELDS``,
+...).
 
 The reader (``export.json``) checks files against these specifications, and
 ``schema_document`` builds from them the JSON Schema shipped beside this module
@@ -33,12 +34,14 @@ from layerscope.export.jsoncheck import (
     Where,
     fail,
 )
+from layerscope.export.jsontable import Columns, Range, Row
 from layerscope.profile import DTYPE_KEYS, SCHEMA
 
 __all__ = [
     "DIST",
     "ENV",
     "MAX_DEPTH",
+    "MAX_SPAN_SECONDS",
     "MEMORY",
     "MODEL",
     "NODE_FIELDS",
@@ -49,7 +52,9 @@ __all__ = [
     "RANKS_DESCRIPTION",
     "SCHEMA_PATH",
     "SIGNATURES",
+    "TIMELINE",
     "TIMING",
+    "TRACE",
     "UNSUPPORTED_OPS",
     "Leaf",
     "schema_document",
@@ -152,6 +157,21 @@ UNSUPPORTED_OPS = Map(
 )
 
 _BYTES = Int(None, description="bytes")
+#: ``memory.timeline`` (``metrics/memory/timeline.py``): live bytes in op order.
+TIMELINE = Columns(
+    {
+        "clock": Str(),
+        "allocator": Str(),
+        "op": Arr(Int(0)),
+        "event": Arr(Str()),
+        "path": Arr(Str()),
+        "bytes": Arr(Int(None)),
+        "base_bytes": _BYTES,
+        "dropped": Int(0),
+    },
+    ("op", "event", "path", "bytes"),
+    "live bytes at every module boundary, as parallel lists (all as long as 'op')",
+)
 MEMORY = Obj(
     {
         "allocator": Str("'simulated' or 'cuda'"),
@@ -215,19 +235,7 @@ MEMORY = Obj(
             required=("total_bytes",),
             description="bytes one training step needs (record_training_footprint)",
         ),
-        "timeline": Obj(
-            {
-                "clock": Str(),
-                "allocator": Str(),
-                "op": Arr(Int(0)),
-                "event": Arr(Str()),
-                "path": Arr(Str()),
-                "bytes": Arr(Int(None)),
-                "base_bytes": _BYTES,
-                "dropped": Int(0),
-            },
-            description="live bytes at every module boundary, as parallel lists",
-        ),
+        "timeline": TIMELINE,
     },
     description="whole-model memory facts (memory=True); empty when not measured",
 )
@@ -251,6 +259,55 @@ NUMERICS = Obj(
 )
 
 _SECONDS = Num("seconds")
+
+#: The largest time of a span, in seconds (about 31 years): a trace scales times to
+#: microseconds and subtracts them, which a finite float near 1e308 does not survive.
+MAX_SPAN_SECONDS = 1e9
+_SPAN_TIME = Range(-MAX_SPAN_SECONDS, MAX_SPAN_SECONDS, "seconds from the start of the run")
+_SPAN = Ref(
+    "span",
+    Row(
+        (
+            Int(0, description="an index into 'paths'"),
+            Int(0, description="the path's call number (forward, ops) or span number"),
+            _SPAN_TIME,
+            _SPAN_TIME,
+        ),
+        "one span: [path index, n, start, end]",
+    ),
+)
+_SPANS = Arr(_SPAN, "spans, in start order")
+
+
+class _Trace(Obj):
+    """``timing.trace``: its rows' path indices must point into ``paths``."""
+
+    def check(self, value: Any, where: Where) -> Any:
+        out = super().check(value, where)
+        paths = len(out["paths"])
+        for key in ("forward", "backward", "ops"):
+            for i, row in enumerate(out.get(key, ())):
+                if row[0] >= paths:
+                    at = (((where, key), i), 0)
+                    fail(at, f"an index into 'paths' (an integer below {paths})", row[0])
+        return out
+
+
+TRACE = _Trace(
+    {
+        "repeat": Int(0, description="which timed repeat the spans are of (0-based)"),
+        "repeats": Int(0),
+        "duration": Range(0, MAX_SPAN_SECONDS, "that repeat's whole time, seconds"),
+        "clock": Str(),
+        "paths": Arr(Str(), "the module (and op row) paths the rows use"),
+        "forward": _SPANS,
+        "backward": _SPANS,
+        "ops": _SPANS,
+    },
+    required=("paths",),
+    description="the timeline of one representative repeat (docs/timing.md)",
+)
+
 TIMING = Obj(
     {
         "timer": Str("'hooks', 'kineto' or 'fx'"),
@@ -283,6 +340,7 @@ TIMING = Obj(
             },
             description="the calibrated instrumentation cost taken off module times",
         ),
+        "trace": TRACE,
     },
     dependent={
         "latency": ("timer", "repeats", "warmup"),
@@ -468,6 +526,7 @@ def schema_document() -> dict[str, Any]:
             },
             "stats": _STATS.inner.described(),
             "nonfinite_event": _EVENT.inner.described(),
+            "span": _SPAN.inner.described(),
         },
     }
 

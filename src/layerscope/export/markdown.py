@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from layerscope.profile import Profile
-from layerscope.render.layout import Line, text_of
+from layerscope.render.layout import Line, printable, text_of
 from layerscope.render.options import view_options
 from layerscope.render.views import table_parts
 
@@ -25,8 +25,9 @@ _NBSP = "\u00a0"
 
 def escape(text: str) -> str:
     """Text safe in a Markdown table cell: special characters backslash-escaped, no
-    newline, leading and doubled spaces kept as non-breaking ones."""
-    text = _SPECIAL.sub(r"\\\1", text.replace("\r", " ").replace("\n", " "))
+    newline, other control characters made visible (``layout.printable``), leading and
+    doubled spaces kept as non-breaking ones."""
+    text = _SPECIAL.sub(r"\\\1", printable(text.replace("\r", " ").replace("\n", " ")))
     text = re.sub(r"^ +", lambda m: _NBSP * len(m.group()), text)
     return text.replace("  ", _NBSP * 2)
 

@@ -21,6 +21,8 @@ from typing import Any
 import layerscope.metricspec as ms
 from layerscope.errors import ExportError
 from layerscope.export.files import write_text
+from layerscope.export.jsoncheck import Invalid, json_path
+from layerscope.export.jsonspec import TRACE
 from layerscope.profile import Node, Profile
 
 __all__ = ["to_trace", "trace_events"]
@@ -86,8 +88,16 @@ def trace_events(profile: Profile) -> dict[str, Any]:
             "timeline have to be profiled again."
         )
     try:
-        return _build(profile, trace)
-    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
+        # The format's own check (what ls.load applies): rows of 4, indices into paths,
+        # times a float can scale to microseconds.
+        checked = TRACE.check(trace, (("$", "timing"), "trace"))
+    except Invalid as e:
+        raise ExportError(
+            f"the profile's timing['trace'] is malformed: {json_path(e.where)}: {e.problem}"
+        ) from None
+    try:
+        return _build(profile, checked)
+    except (KeyError, IndexError, TypeError, ValueError, OverflowError, AttributeError) as e:
         raise ExportError(f"the profile's timing['trace'] is malformed ({e!r})") from e
 
 
@@ -137,7 +147,7 @@ def _build(profile: Profile, trace: dict[str, Any]) -> dict[str, Any]:
     }
     latency = timing.get("latency")
     if isinstance(latency, dict) and "median" in latency:
-        other["latency_median_s"] = latency["median"]
+        other["latency_median_s"] = _finite(latency["median"])
     return {
         "traceEvents": meta + spans,
         "displayTimeUnit": "ms",

@@ -34,6 +34,22 @@ Justify = Literal["left", "center", "right"]
 ELLIPSIS = "…"
 
 
+#: Control characters as one visible character each: C0 controls and DEL as their
+#: Unicode control pictures (ESC as "␛", BEL as "␇", DEL as "␡"), C1 controls as "�".
+#: One for one, so a hostile module name cannot drive the terminal and tables stay aligned.
+_CONTROLS = {
+    **{c: 0x2400 + c for c in range(0x20)},
+    0x7F: 0x2421,
+    **dict.fromkeys(range(0x80, 0xA0), 0xFFFD),
+}
+
+
+def printable(text: str) -> str:
+    """``text`` with every control character shown as a visible one (``_CONTROLS``);
+    printable text, Unicode included, as it is."""
+    return text if text.isprintable() else text.translate(_CONTROLS)
+
+
 def text_of(line: Line) -> str:
     return "".join(t for t, _ in line)
 
@@ -386,7 +402,8 @@ def too_narrow(width: int) -> list[Line] | None:
 
 
 def plain_text(lines: Sequence[Line]) -> str:
-    return "".join(text_of(line).rstrip() + "\n" for line in lines)
+    """The lines as text, control characters made visible (``printable``)."""
+    return "".join(printable(text_of(line)).rstrip() + "\n" for line in lines)
 
 
 class StyleResolver:
@@ -445,8 +462,9 @@ class LinesRenderable:
 
 
 def segments(lines: Sequence[Line], resolve: Callable[[str], Style]) -> Iterator[Segment]:
-    """Rich segments of the lines: trailing blanks dropped (as in the plain text), and
-    neighbouring pieces of one style joined into one segment."""
+    """Rich segments of the lines: trailing blanks dropped (as in the plain text),
+    neighbouring pieces of one style joined into one segment, control characters made
+    visible (``printable``)."""
     newline = Segment.line()
     for line in lines:
         last = len(line)
@@ -458,10 +476,10 @@ def segments(lines: Sequence[Line], resolve: Callable[[str], Style]) -> Iterator
             if k == last - 1:
                 text = text.rstrip()
             if style != run_style and run:
-                yield Segment("".join(run), resolve(run_style) if run_style else None)
+                yield Segment(printable("".join(run)), resolve(run_style) if run_style else None)
                 run = []
             run.append(text)
             run_style = style
         if run:
-            yield Segment("".join(run), resolve(run_style) if run_style else None)
+            yield Segment(printable("".join(run)), resolve(run_style) if run_style else None)
         yield newline
