@@ -91,12 +91,6 @@ def decomposition_keys(func: Any) -> tuple[DispatchKey | None, DispatchKey | Non
     return (_COMPOSITE if dense else None), nested
 
 
-def runs_decomposed(func: Any) -> bool:
-    """Whether ``func`` runs as its ``CompositeImplicitAutograd`` kernel, a composition of
-    other ops, on dense tensors (it has no kernel of its own for a backend)."""
-    return decomposition_keys(func)[0] is not None
-
-
 def _has_nested(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     """Whether a tensor argument (or one in a list argument) is a nested tensor."""
     for a in (*args, *kwargs.values()):
