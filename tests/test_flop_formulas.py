@@ -1096,3 +1096,20 @@ def test_docs_elementwise_table_matches_the_code() -> None:
             for name in re.findall(r"`([\w_]+)`", row.group(2)):
                 published[name] = int(row.group(1))
     assert published == ELEMENTWISE_FLOPS
+
+
+def test_matmul_on_nested_tensors_sums_each_components_own_product() -> None:
+    """Nested (H, L_i, D) @ (H, D, L_i) and then (H, L_i, L_i) @ (H, L_i, D): each
+    component contracts over its own K (D, then its own length L_i)."""
+    h, d = 2, 4
+    q = torch.nested.nested_tensor([randn(h, 3, d), randn(h, 5, d)])
+    kt = torch.nested.nested_tensor([randn(h, d, 3), randn(h, d, 5)])
+    with recording() as rec:
+        scores = torch.matmul(q, kt)
+    qk = h * 3 * 3 * d + h * 5 * 5 * d  # 72 + 200 = 272
+    assert rec.cost() == Cost(qk, 2 * qk)
+    v = torch.nested.nested_tensor([randn(h, 3, d), randn(h, 5, d)])
+    with recording() as rec:
+        torch.matmul(scores, v)
+    pv = h * 3 * d * 3 + h * 5 * d * 5  # out elements * each sequence's own length: 272
+    assert rec.cost() == Cost(pv, 2 * pv)

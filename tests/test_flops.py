@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 from collections.abc import Callable
 from typing import Any
 from unittest import mock
@@ -422,3 +423,74 @@ def test_lstm_backward_on_cpu() -> None:
     assert prof.root.metrics["macs"] == forward
     # every step: input and recurrent-state gradients (dG W) plus weight gradients (dG^T x)
     assert prof.root.metrics["backward_macs"] == 2 * forward
+
+
+def _jagged(values: torch.Tensor, lengths: list[int]) -> torch.Tensor:
+    """A jagged nested tensor of ``len(lengths)`` sequences cut from ``values``."""
+    offsets = torch.tensor([0, *itertools.accumulate(lengths)])
+    return torch.nested.nested_tensor_from_jagged(values, offsets)
+
+
+class JaggedContiguity(nn.Module):
+    def __init__(self, answer: Callable[[bool], None]) -> None:
+        super().__init__()
+        self.answer = answer
+
+    def forward(self, v: torch.Tensor) -> torch.Tensor:
+        self.answer(_jagged(v, [3, 5]).is_contiguous())
+        return v * 2
+
+
+def test_a_jagged_tensor_answers_is_contiguous_inside_a_session() -> None:
+    """``sym_is_contiguous`` has only a composite kernel, which asks the tensor, whose
+    Python subclass sends the op back to the mode: the mode used to decompose it again,
+    forever (RecursionError). Now the subclass answers, as without layerscope."""
+    answers: list[bool] = []
+    prof = ls.profile(JaggedContiguity(answers.append), torch.randn(8, 4))
+    assert answers == [True]
+    assert prof.root.metrics["flops"] == 8 * 4  # v * 2
+    assert prof.unsupported_ops == {}
+
+
+class JaggedAttention(nn.Module):
+    """SDPA over two sequences of lengths 3 and 5, 2 heads of dim 4 (jagged q, k, v)."""
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        nq, nk, nv = (_jagged(t, [3, 5]).transpose(1, 2) for t in (q, k, v))
+        out = F.scaled_dot_product_attention(nq, nk, nv)
+        values: torch.Tensor = out.transpose(1, 2).values()
+        return values
+
+
+def test_jagged_sdpa_counts_each_sequences_own_tokens() -> None:
+    """On the CPU, jagged SDPA runs the math path on nested tensors: the counts are over
+    each sequence's own L_i x L_i scores, not a padded max length."""
+    h, d, lengths = 2, 4, [3, 5]
+    q, k, v = (torch.randn(8, h, d, requires_grad=True) for _ in range(3))
+    prof = ls.profile(JaggedAttention(), args=(q, k, v), backward=True)
+    scores = h * sum(n * n for n in lengths)  # per head L_i * L_i: 2 * (9 + 25) = 68
+    tokens = sum(lengths)  # 8
+    # Q K^T and P V: d MACs per score entry each: 68 * 4 = 272 twice
+    assert prof.root.metrics["macs"] == 2 * scores * d == 544
+    assert (
+        prof.root.metrics["flops"]
+        == (
+            2 * 544  # the two matmuls
+            + 2 * tokens * h * d  # q and k each scaled by sqrt(1/sqrt(d)): 128
+            + 5 * scores  # softmax: 340
+            + 3 * 2  # each of q, k, v's lengths: offsets[1:] - offsets[:-1] (2 subtractions)
+        )
+        == 1562
+    )
+    # backward: dQ, dK from dS (2 matmuls) and dP, dV from dO (2 matmuls): P was saved
+    assert prof.root.metrics["backward_macs"] == 4 * scores * d == 1088
+    assert (
+        prof.root.metrics["backward_flops"]
+        == (
+            2 * 1088
+            + 4 * scores  # softmax backward: 272
+            + 2 * tokens * h * d  # the gradients of the two scalings: 128
+        )
+        == 2576
+    )
+    assert prof.unsupported_ops == {}

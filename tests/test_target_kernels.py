@@ -117,6 +117,37 @@ def _bert() -> tuple[nn.Module, tuple[Any, ...]]:
     return transformers.BertModel(config).eval(), (torch.randint(0, 128, (2, 16)),)
 
 
+def _mistral() -> tuple[nn.Module, tuple[Any, ...]]:
+    transformers = _transformers()
+    config = transformers.MistralConfig(
+        num_hidden_layers=1,
+        hidden_size=64,
+        intermediate_size=128,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=100,
+    )
+    return transformers.MistralForCausalLM(config).eval(), (torch.randint(0, 100, (2, 16)),)
+
+
+def _deberta() -> tuple[nn.Module, tuple[Any, ...]]:
+    transformers = _transformers()
+    config = transformers.DebertaV2Config(
+        hidden_size=64,
+        num_attention_heads=4,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        vocab_size=100,
+        max_position_embeddings=32,
+        relative_attention=True,
+        position_buckets=8,
+        pos_att_type=["p2c", "c2p"],
+        norm_rel_ebd="layer_norm",
+    )
+    ids = torch.randint(0, 100, (2, 16))
+    return transformers.DebertaV2Model(config).eval(), (ids, torch.ones_like(ids))
+
+
 class _MaskedAttention(nn.Module):
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, m: torch.Tensor) -> Any:
         return nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=m)
@@ -343,6 +374,8 @@ STEERED = {
     "llama": (_llama2, {"scaled_dot_product_attention": {"flash_attention_cpu": 2}}),
     "gpt2": (_gpt2, {"scaled_dot_product_attention": {"flash_attention_cpu": 2}}),
     "bert": (_bert, {"scaled_dot_product_attention": {"flash_attention_cpu": 2}}),
+    "mistral": (_mistral, {"scaled_dot_product_attention": {"flash_attention_cpu": 1}}),
+    "deberta_v2": (_deberta, {}),
     "bn_cnn": (_bn_cnn, {"batch_norm": {"cpu_eval": 2}}),
     "masked_sdpa": (_masked, {"scaled_dot_product_attention": {"flash_attention_cpu": 1}}),
     "llama_batch_1": (_llama, {"scaled_dot_product_attention": {"flash_attention_cpu": 2}}),
@@ -362,6 +395,33 @@ def test_steered_meta_equals_cpu(name: str) -> None:
     cpu, meta, log = _profiles(build)
     assert not _differences(cpu, meta), _differences(cpu, meta)[:10]
     assert log == kernels
+
+
+class _MovesScalars(nn.Module):
+    """Scalars made on the CPU and moved to the input's device, as transformers' Mistral
+    cache (``.to(self.device)``) and DeBERTa-v2's relative positions (``type_as``) do."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        two = torch.tensor(2.0).to(x.device)
+        one = torch.tensor(1.0).type_as(x)
+        three = torch.tensor(3).to(x.device, torch.float32)  # int64 -> float32: converted
+        return (x * two + one) * three
+
+
+def test_scalars_moved_to_the_models_device_are_free_as_on_the_cpu() -> None:
+    """On the CPU ``.to(cpu)`` and ``.type_as(cpu_tensor)`` return the tensor and run no
+    op; on meta they copied the scalar onto meta (``_to_copy``: 4 B read, 4 B written
+    each, the new tensors in the peak). Steered meta now copies them unseen; the dtype
+    conversion runs on both (``_to_copy``: 8 B read, 4 B written)."""
+
+    def build() -> tuple[nn.Module, tuple[Any, ...]]:
+        return _MovesScalars(), (torch.randn(4, 8),)
+
+    cpu, meta, _ = _profiles(build, backward=False)
+    x = 4 * 8 * 4  # bytes of x and of each (4, 8) float32 result
+    # three ops of (x-sized, 4-byte scalar) -> x-sized, and the conversion
+    assert cpu.root.metrics["bytes_accessed"] == 3 * (x + 4 + x) + (8 + 4) == 792
+    assert not _differences(cpu, meta), _differences(cpu, meta)
 
 
 def test_tiny_attention_numbers() -> None:

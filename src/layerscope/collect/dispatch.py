@@ -13,7 +13,10 @@ composition of other ops (``CompositeImplicitAutograd``: ``linear``, ``layer_nor
 ``scaled_dot_product_attention``, ``conv2d``, ``lstm``, ...) are decomposed above a
 dispatch mode when autograd is on, but reach it whole under ``torch.inference_mode``,
 where tensors skip autograd. The mode then runs the same decomposition itself, with
-itself active, so the ops inside reach the observers as they do with autograd on.
+itself active, so the ops inside reach the observers as they do with autograd on. On
+nested tensors it picks the kernel torch picks for them (their own ``matmul``, a nested
+composite). A decomposition that asks for its own op again (a jagged nested tensor's
+``is_contiguous``) gets the op run through the tensor's own kernel, as torch runs it.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from torch import Tensor
 from torch._C import DispatchKey
 from torch._ops import OpOverload
 from torch.utils._python_dispatch import (
@@ -42,6 +46,7 @@ from layerscope.torchapi import (
 )
 
 _COMPOSITE = DispatchKey.CompositeImplicitAutograd
+_NESTED_COMPOSITE = DispatchKey.CompositeImplicitAutogradNestedTensor
 #: Kernels that run instead of an op's composite one on dense tensors.
 _OWN_KERNELS = (
     DispatchKey.CPU,
@@ -52,19 +57,49 @@ _OWN_KERNELS = (
     DispatchKey.CompositeExplicitAutograd,
     DispatchKey.CompositeExplicitAutogradNonFunctional,
 )
+#: Kernels that run instead of an op's composite one on nested tensors.
+_OWN_NESTED_KERNELS = (
+    DispatchKey.NestedTensorCPU,
+    DispatchKey.NestedTensorCUDA,
+    DispatchKey.NestedTensorMPS,
+    DispatchKey.NestedTensorXPU,
+    DispatchKey.NestedTensorMeta,
+    DispatchKey.CompositeExplicitAutograd,
+    DispatchKey.CompositeExplicitAutogradNonFunctional,
+)
 
 
-def runs_decomposed(func: Any) -> bool:
-    """Whether ``func`` runs as its ``CompositeImplicitAutograd`` kernel, a composition of
-    other ops, on dense tensors (it has no kernel of its own for a backend)."""
+def decomposition_keys(func: Any) -> tuple[DispatchKey | None, DispatchKey | None]:
+    """The composite kernel ``func`` runs as, a composition of other ops, on dense and on
+    nested tensors: None where a kernel of its own runs instead. On nested tensors torch
+    prefers a ``CompositeImplicitAutogradNestedTensor`` kernel, then a nested backend's
+    (``matmul`` has one: its dense composite would ask a nested tensor for sizes)."""
     if not isinstance(func, OpOverload):
-        return False
+        return None, None
     name = func.name()  # type: ignore[no-untyped-call]
     try:
         composite = dispatch_has_kernel(name, _COMPOSITE)
     except RuntimeError:  # not a dispatcher op (prim::device, which fake tensors call)
-        return False
-    return composite and not any(dispatch_has_kernel(name, k) for k in _OWN_KERNELS)
+        return None, None
+    dense = composite and not any(dispatch_has_kernel(name, k) for k in _OWN_KERNELS)
+    if dispatch_has_kernel(name, _NESTED_COMPOSITE):
+        nested: DispatchKey | None = _NESTED_COMPOSITE
+    elif composite and not any(dispatch_has_kernel(name, k) for k in _OWN_NESTED_KERNELS):
+        nested = _COMPOSITE
+    else:
+        nested = None
+    return (_COMPOSITE if dense else None), nested
+
+
+def _has_nested(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether a tensor argument (or one in a list argument) is a nested tensor."""
+    for a in (*args, *kwargs.values()):
+        if isinstance(a, Tensor):
+            if a.is_nested:
+                return True
+        elif isinstance(a, (list, tuple)) and any(isinstance(t, Tensor) and t.is_nested for t in a):
+            return True
+    return False
 
 
 #: ``Observer.on_op``: (func, args, kwargs, out, node, backward) -> None
@@ -108,8 +143,10 @@ class SessionMode(TorchDispatchMode):
         super().__init__()  # type: ignore[no-untyped-call]
         self.tracker = tracker
         self.callbacks = callbacks
-        # id(func) -> (func, whether it runs decomposed); resolved once per op
-        self._decomposed: dict[int, tuple[OpOverload, bool]] = {}
+        # id(func) -> (func, its composite kernel on dense, on nested tensors); once per op
+        self._plans: dict[int, tuple[OpOverload, DispatchKey | None, DispatchKey | None]] = {}
+        # ids of the ops whose decomposition is running (see __torch_dispatch__)
+        self._decomposing: set[int] = set()
 
     def __torch_dispatch__(
         self,
@@ -120,12 +157,22 @@ class SessionMode(TorchDispatchMode):
     ) -> Any:
         if kwargs is None:
             kwargs = {}
-        plan = self._decomposed.get(id(func))
+        plan = self._plans.get(id(func))
         if plan is None:
-            plan = self._decomposed[id(func)] = (func, runs_decomposed(func))
-        if plan[1]:
-            with self:
-                return func._op_dk(_COMPOSITE, *args, **kwargs)
+            plan = self._plans[id(func)] = (func, *decomposition_keys(func))
+        key = plan[1]
+        if plan[2] != key and _has_nested(args, kwargs):
+            key = plan[2]
+        # A decomposition that asks for its own op again (``sym_is_contiguous`` of a
+        # jagged nested tensor asks the tensor, whose Python subclass sends it back here)
+        # runs it as torch does, through the tensor's own kernel, as any other op.
+        if key is not None and id(func) not in self._decomposing:
+            self._decomposing.add(id(func))
+            try:
+                with self:
+                    return func._op_dk(key, *args, **kwargs)
+            finally:
+                self._decomposing.discard(id(func))
         out = func(*args, **kwargs)
         grad_node = current_autograd_node()
         if grad_node is None:

@@ -96,6 +96,18 @@ _METADATA = frozenset(
         "sym_storage_offset",
         "storage_offset",
         "is_same_size",
+        "sym_is_contiguous",
+        "is_contiguous",
+        "is_strides_like_format",
+        "is_non_overlapping_and_dense",
+        # a nested tensor's component sizes, strides and offsets, and a jagged one's
+        # cached bounds: small tensors or numbers made from its metadata
+        "_nested_tensor_size",
+        "_nested_tensor_strides",
+        "_nested_tensor_storage_offsets",
+        "_nested_get_max_seqlen",
+        "_nested_get_min_seqlen",
+        "_nested_get_ragged_idx",
     }
 )
 

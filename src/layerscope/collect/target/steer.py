@@ -22,6 +22,7 @@ from layerscope.collect.target.rnn import batch_sizes_known, cpu_rnn, uses_onedn
 from layerscope.collect.target.sdpa import SdpaCall, kernel_name, run_sdpa, sdpa_backend
 from layerscope.collect.target.spec import Target
 from layerscope.errors import InvalidInputError
+from layerscope.torchapi import DisableTorchDispatch
 
 _aten = torch.ops.aten
 _SDPA = F.scaled_dot_product_attention
@@ -33,6 +34,8 @@ _RNNS: dict[Any, str] = {
     _VF.rnn_tanh: "rnn_tanh",
     _VF.rnn_relu: "rnn_relu",
 }
+#: the calls that move a tensor to another tensor's device (``.to(x.device)``, ``type_as``)
+_MOVES = (torch.Tensor.to, torch.Tensor.type_as)
 _NATIVE_BATCH_NORM = _aten.native_batch_norm.default
 _MKLDNN_RNN_LAYER_BACKWARD = _aten.mkldnn_rnn_layer_backward.default
 CPU = Target("cpu")
@@ -96,6 +99,8 @@ class _FunctionSteering(TorchFunctionMode):
         kwargs = kwargs or {}
         if func is _SDPA:
             return self._sdpa(args, kwargs)
+        if func in _MOVES and self.target.device_type == "cpu":
+            return _moved_unseen(func, args, kwargs)
         if self.rnns:
             name = _RNNS.get(func)
             if name is not None:
@@ -125,6 +130,21 @@ class _FunctionSteering(TorchFunctionMode):
         kernel = "onednn" if uses_onednn(name, args, kwargs) else "cpu_cells"
         self.log.add(name, kernel)
         return cpu_rnn(name, args, kwargs)
+
+
+def _moved_unseen(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``cpu_tensor.to(meta)`` (or ``.type_as(meta_tensor)``) with the meta device standing
+    for the CPU: there the call returns the tensor itself and runs no op, so the copy onto
+    meta runs unseen by the dispatch modes (a session's included). A conversion (another
+    dtype) runs an op on the CPU too: it runs again, seen."""
+    t = args[0] if args else None
+    if type(t) is not torch.Tensor or t.device.type != "cpu":
+        return func(*args, **kwargs)
+    with DisableTorchDispatch():
+        out = func(*args, **kwargs)
+    if isinstance(out, torch.Tensor) and out.is_meta and out.dtype == t.dtype:
+        return out
+    return func(*args, **kwargs)
 
 
 def _cpu_eval_batch_norm(args: tuple[Any, ...], out: Any) -> tuple[Any, Any, Any]:
@@ -215,7 +235,8 @@ def steer(target: Target, tensors_device: torch.device | str) -> Iterator[Kernel
       path;
     - CPU target: ``nn.LSTM``/``nn.GRU``/``nn.RNN`` (``torch._VF`` calls) through
       oneDNN's ``mkldnn_rnn_layer`` or the CPU's cells; eval-mode BatchNorm with the
-      CPU kernel's empty saved statistics.
+      CPU kernel's empty saved statistics; a CPU tensor moved to meta (the model's
+      device) with ``.to`` or ``.type_as``, which on the CPU run no op, copied unseen.
 
     Enter it before the session's dispatch mode or inside it: the function mode's ops
     reach any dispatch mode, and the dispatch mode that fixes outputs goes to the bottom

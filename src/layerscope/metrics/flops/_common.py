@@ -1,4 +1,5 @@
-"""Small helpers shared by the formula families (plain Python, no torch ops)."""
+"""Small helpers shared by the formula families (plain Python; no torch ops but a nested
+tensor's metadata query)."""
 
 from __future__ import annotations
 
@@ -40,3 +41,8 @@ def per_input_element(flops: int, doc: str = "") -> Formula:
     formula.__doc__ = doc or f"{flops} flop(s) per element of the first argument."
     formula.__name__ = f"per_input_element_{flops}"
     return formula
+
+
+def nested_sizes(t: Tensor) -> list[list[int]]:
+    """The shape of each component of a (strided) nested tensor, from its size metadata."""
+    return [[int(n) for n in size] for size in t._nested_tensor_size().tolist()]

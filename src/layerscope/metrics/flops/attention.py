@@ -21,6 +21,7 @@ number of score entries the kernel computes per head:
   2*B*H*Lq*Dv for D = rowsum(dO * O).
 - variable-length (nested/jagged) inputs: per-sequence lengths live in a tensor's values,
   which formulas never read, so A is the upper bound (total query tokens)*max_k per head.
+  (The CPU runs jagged SDPA as nested ``matmul``s, counted per sequence by ``contraction``.)
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from typing import Any
 
 from torch import Tensor
 
-from layerscope.metrics.flops._common import first_tensor
+from layerscope.metrics.flops._common import first_tensor, nested_sizes
 from layerscope.metrics.flops.norms import train_norm_flops
 from layerscope.metrics.flops.pointwise import GELU, RELU
 from layerscope.metrics.flops.reductions import SOFTMAX
@@ -588,7 +589,7 @@ def _mha_cost(
 
 def _nested_lengths(t: Tensor) -> list[int]:
     """The sequence length of each component of a nested (B, L_i, E) tensor."""
-    return [int(size[0]) for size in t._nested_tensor_size().tolist()]
+    return [size[0] for size in nested_sizes(t)]
 
 
 def _nested_mha_cost(

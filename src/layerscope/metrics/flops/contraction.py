@@ -13,13 +13,23 @@ from typing import Any
 
 from torch import Tensor
 
-from layerscope.metrics.flops._common import first_tensor
+from layerscope.metrics.flops._common import first_tensor, nested_sizes
 from layerscope.metrics.flops.pointwise import GELU_TANH, RELU
 from layerscope.metrics.flops.registry import Cost, Formula, aten_ops, register_flop_formula
 
 
 def _mac_cost(macs: int, extra_flops: int = 0) -> Cost:
     return Cost(macs, 2 * macs + extra_flops)
+
+
+def _contracted(out: Tensor, a: Tensor) -> int:
+    """MACs of a matmul with ``out``'s elements and ``a``'s last dim as K. Nested tensors
+    sum over their components, each with its own K (attention's P @ V on a nested
+    tensor contracts over each sequence's own length)."""
+    if not a.is_nested:
+        return out.numel() * a.shape[-1]
+    outs = nested_sizes(out) if out.is_nested else [list(out.shape)]
+    return sum(prod(o) * s[-1] for o, s in zip(outs, nested_sizes(a), strict=True))
 
 
 # --- matrix products ---------------------------------------------------------------
@@ -117,9 +127,10 @@ def addr_flop(bias: Tensor, v1: Tensor, v2: Tensor, *_: Any, out: Any = None, **
 def matmul_flop(
     a: Tensor, b: Tensor, bias: Tensor | None = None, *_: Any, out: Any = None, **__: Any
 ) -> Cost:
-    """Any broadcast matmul / linear: output elements * K MACs (+ a bias add per output)."""
-    n_out = first_tensor(out).numel()
-    return _mac_cost(n_out * a.shape[-1], n_out if bias is not None else 0)
+    """Any broadcast matmul / linear: output elements * K MACs (+ a bias add per output);
+    nested tensors: summed over their components."""
+    o = first_tensor(out)
+    return _mac_cost(_contracted(o, a), o.numel() if bias is not None else 0)
 
 
 def _scaled_mm_formula(bias_index: int | None) -> Formula:
@@ -427,7 +438,7 @@ def matmul_backward_flop(
     grad: Tensor, a: Tensor, b: Tensor, mask: Any, *_: Any, out: Any = None, **__: Any
 ) -> Cost:
     """Each requested gradient costs the forward's grad elements * K MACs."""
-    macs = grad.numel() * a.shape[-1]
+    macs = _contracted(grad, a)
     return _mac_cost(macs * (int(bool(mask[0])) + int(bool(mask[1]))))
 
 
