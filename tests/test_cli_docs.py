@@ -49,7 +49,18 @@ ERROR_CASES: list[tuple[str, str, int]] = [
     ("--model-args that is not JSON", "profile models.py:build --model-args '{width: 4}'", 2),
     ("a letter in a shape", "profile models.py:build --input-shape 8,x,64", 2),
     ("an empty dimension", "profile models.py:build --input-shape 8,,64", 2),
+    (
+        "a shape past what torch can size",
+        "profile models.py:build --input-shape 99999999999,99999999999",
+        2,
+    ),
     ("an unknown dtype", "profile models.py:build --input-shape 2,4 --input-dtype half4", 2),
+    (
+        "an integer dtype for the model",
+        "profile models.py:build --input-shape 2,4 --dtype int64",
+        2,
+    ),
+    ("a seed past what torch takes", f"profile models.py:build --seed {2**70}", 2),
     (
         "a keyword tensor with a bad shape",
         """profile models.py:build --kwargs '{"x": {"shape": [2, 0]}}'""",

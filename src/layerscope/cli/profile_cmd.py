@@ -49,6 +49,7 @@ from layerscope.cli.inputs import (
     load_input_file,
     parse_dtype,
     parse_json_object,
+    parse_model_dtype,
     parse_shape,
     to_device,
 )
@@ -56,6 +57,9 @@ from layerscope.collect.timing.options import INT_BOUNDS
 from layerscope.errors import InvalidInputError
 from layerscope.session.run import profile
 from layerscope.validate import check_int, refuse
+
+#: The seeds torch's generators take.
+SEED_BOUNDS = (-(2**63), 2**64 - 1)
 
 NAME = "profile"
 HELP = "profile a model (built-in, your own or a transformers config) and show or save it"
@@ -219,7 +223,7 @@ def run(args: argparse.Namespace) -> int:
     loaded = load_model(args.target, model_args, meta=device is not None and device.type == "meta")
     model = loaded.model
     if args.dtype:
-        model = model.to(parse_dtype(args.dtype, "--dtype"))
+        model = model.to(parse_model_dtype(args.dtype))
     if device is not None and device.type != "meta":
         model = model.to(device)
     call_args, call_kwargs = inputs_for(model, loaded.args, loaded.kwargs, args)
@@ -269,7 +273,8 @@ def _check_input_flags(args: argparse.Namespace) -> None:
     if args.input_dtype:
         parse_dtype(args.input_dtype, "--input-dtype")
     if args.dtype:
-        parse_dtype(args.dtype, "--dtype")
+        parse_model_dtype(args.dtype)
+    check_int("--seed", args.seed, *SEED_BOUNDS)
     if args.kwargs:
         parse_json_object(args.kwargs, "--kwargs")
     if args.input and args.input_shape:
@@ -330,7 +335,7 @@ def inputs_for(
     """Positional and keyword inputs: the flags' over those the target brought."""
     maker = InputMaker(model, args.seed, low=args.low, high=args.high)
     # --dtype casts the floating inputs that came with the model or the file too
-    cast = parse_dtype(args.dtype, "--dtype") if args.dtype else None
+    cast = parse_model_dtype(args.dtype) if args.dtype else None
     call_args = tuple(to_device(given_args or (), maker.device, cast))
     call_kwargs = dict(to_device(given_kwargs or {}, maker.device, cast))
     if args.input:

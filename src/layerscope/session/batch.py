@@ -18,11 +18,24 @@ import torch
 from torch import nn
 
 import layerscope.metricspec as ms
-from layerscope.errors import InvalidInputError
 from layerscope.metrics.memory.observer import MemoryObserver
-from layerscope.metrics.memory.training import OptimizerName, training_footprint
+from layerscope.metrics.memory.training import (
+    OPTIMIZER_STATES,
+    OptimizerName,
+    training_footprint,
+)
 from layerscope.profile import Profile
 from layerscope.session.run import profile as run_profile
+from layerscope.validate import (
+    check_bool,
+    check_callable,
+    check_choice,
+    check_instance,
+    check_int,
+    check_whole,
+    each,
+    refuse,
+)
 
 
 def _on_meta(model: nn.Module) -> bool:
@@ -105,7 +118,7 @@ class _Fit:
 def max_batch_size(
     model: nn.Module,
     make_input: Callable[[int], tuple[Any, ...]],
-    budget_bytes: int,
+    budget_bytes: float,
     *,
     optimizer: OptimizerName | None = "adamw",
     master_weights: bool = False,
@@ -130,11 +143,9 @@ def max_batch_size(
     ``"cpu"``) makes a model on meta follow that device's kernels (attention's saved
     tensors differ between them: ``docs/target.md``).
     """
-    if budget_bytes <= 0:
-        raise InvalidInputError(f"budget_bytes must be positive, got {budget_bytes}")
-    b1, b2, b3 = batch_sizes
-    if not 0 < b1 < b2 < b3:
-        raise InvalidInputError(f"batch_sizes must be increasing positive ints, got {batch_sizes}")
+    budget_bytes, (b1, b2, b3) = _check_options(
+        model, make_input, budget_bytes, optimizer, master_weights, batch_sizes, verify
+    )
     if verify is None:
         verify = _on_meta(model)
     training = optimizer is not None
@@ -195,6 +206,33 @@ def max_batch_size(
         "verified": verified,
         "notes": notes,
     }
+
+
+def _check_options(
+    model: object,
+    make_input: object,
+    budget_bytes: object,
+    optimizer: object,
+    master_weights: object,
+    batch_sizes: object,
+    verify: object,
+) -> tuple[int, tuple[int, int, int]]:
+    """``max_batch_size``'s options, refused before the model runs; the budget and the
+    three batch sizes as ints."""
+    check_instance("model", model, nn.Module, "an nn.Module")
+    check_callable("make_input", make_input, "a callable(batch) -> the model's inputs", none=False)
+    budget = check_whole("budget_bytes", budget_bytes, 1)
+    check_choice("optimizer", optimizer, list(OPTIMIZER_STATES), none=True)
+    check_bool("master_weights", master_weights)
+    if verify is not None:
+        check_bool("verify", verify)
+    allowed = "three increasing positive ints, such as (1, 2, 4)"
+    if not isinstance(batch_sizes, tuple | list) or len(batch_sizes) != 3:
+        refuse("batch_sizes", batch_sizes, allowed)
+    b1, b2, b3 = each("batch_sizes", batch_sizes, lambda label, b: check_int(label, b, 1))
+    if not b1 < b2 < b3:
+        refuse("batch_sizes", batch_sizes, allowed)
+    return budget, (b1, b2, b3)
 
 
 def _verify_down(
