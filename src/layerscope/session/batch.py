@@ -43,6 +43,17 @@ def _on_meta(model: nn.Module) -> bool:
     return bool(tensors) and all(t.is_meta for t in tensors)
 
 
+def call_inputs(inputs: Any) -> tuple[tuple[Any, ...], dict[str, Any] | None]:
+    """What ``make_input`` returned as a call: a tuple or list is the positional
+    arguments, a dict the keyword ones, anything else (a tensor) the one input, as
+    ``ls.profile(model, x)`` takes it."""
+    if isinstance(inputs, tuple | list):
+        return tuple(inputs), None
+    if isinstance(inputs, dict):
+        return (), inputs
+    return (inputs,), None
+
+
 class _PeakMeter:
     """The forward peak at a batch size, profiled once per size (with ``MemoryObserver``);
     ``first`` is the first Profile, for the model's fixed footprint."""
@@ -50,7 +61,7 @@ class _PeakMeter:
     def __init__(
         self,
         model: nn.Module,
-        make_input: Callable[[int], tuple[Any, ...]],
+        make_input: Callable[[int], Any],
         training: bool,
         target: str | None,
     ) -> None:
@@ -65,10 +76,12 @@ class _PeakMeter:
         peaks = self.peaks
         if batch not in peaks:
             grad_mode = contextlib.nullcontext() if self.training else torch.no_grad()
+            args, kwargs = call_inputs(self.make_input(batch))
             with grad_mode:
                 prof = run_profile(
                     self.model,
-                    args=tuple(self.make_input(batch)),
+                    args=args,
+                    kwargs=kwargs,
                     count_flops=False,
                     count_bytes=False,
                     record_shapes=False,
@@ -117,7 +130,7 @@ class _Fit:
 
 def max_batch_size(
     model: nn.Module,
-    make_input: Callable[[int], tuple[Any, ...]],
+    make_input: Callable[[int], Any],
     budget_bytes: float,
     *,
     optimizer: OptimizerName | None = "adamw",
@@ -128,8 +141,9 @@ def max_batch_size(
 ) -> dict[str, Any]:
     """The largest batch whose training footprint fits ``budget_bytes``, with its breakdown.
 
-    ``make_input(batch)`` returns the model's positional arguments for that batch size,
-    on the model's device. The model is profiled (forward only, with ``MemoryObserver``)
+    ``make_input(batch)`` returns the model's inputs for that batch size, on the model's
+    device: a tensor (the one input), a tuple or list (positional arguments) or a dict
+    (keyword arguments). The model is profiled (forward only, with ``MemoryObserver``)
     at the first two ``batch_sizes``; the forward peak is fitted as ``a + b * batch`` and
     checked on the third. The model runs as given, on its own device: on ``meta`` nothing
     is computed or allocated, so analyse big models there; on a real device this runs the
