@@ -1,4 +1,5 @@
-"""User mistakes at the boundary are refused up front, one line naming the option.
+"""User mistakes at the boundary are refused up front, one line naming the option (in
+the CLI, the flag: never Python's spelling of it).
 
 Each case was an exit 1 ("internal error"), a raw ``TypeError``/``AttributeError``, or
 was accepted and gave a wrong answer. In Python the refusal is an ``InvalidInputError``
@@ -210,6 +211,34 @@ CLI_CASES: list[tuple[str, list[str], str]] = [
         ["--input-shape", "2,4", "--seed", str(2**70)],
         "--seed must be an int from -9223372036854775808 to 18446744073709551615, "
         "got 1180591620717411303424",
+    ),
+    (
+        "the roofline view with no device",
+        ["--input-shape", "2,4", "--format", "roofline"],
+        # was: "device='h100' ... target='h100'", Python's spelling
+        "--format roofline needs a device for its roof: --spec h100 (or cpu, a100, l4, "
+        "...), or a profile analysed with --device meta --target h100",
+    ),
+    (
+        "a kernel target for a model on the CPU",
+        ["--input-shape", "2,4", "--target", "h100"],
+        # was: "target='h100' ... (move the model to meta with ls.to_meta, ...)"
+        "--target h100 makes a meta analysis follow that device's kernels; the model is "
+        "on cpu, which runs cpu kernels (add --device meta, or leave --target out)",
+    ),
+    (
+        "an unknown kernel target",
+        ["--device", "meta", "--target", "h100x"],
+        "--target must be one of 'cpu', 'cuda', 'h100', 'h100-pcie', 'h200', 'a100-40gb', "
+        "'a100-80gb', 'l4', 'l40s', 'rtx4090', 'h100-sxm', 'h100-sxm5', 'a100', '4090', "
+        "'rtx-4090', got 'h100x' (did you mean 'h100', 'h100-sxm' or 'h100-sxm5'?)",
+    ),
+    (
+        "an unknown device spec",
+        ["--spec", "h100x"],
+        "--spec must be one of 'h100', 'h100-pcie', 'h200', 'a100-40gb', 'a100-80gb', "
+        "'l4', 'l40s', 'rtx4090', 'h100-sxm', 'h100-sxm5', 'a100', '4090', 'rtx-4090', "
+        "'cpu', got 'h100x' (did you mean 'h100', 'h100-sxm' or 'h100-sxm5'?)",
     ),
     (
         "an integer --dtype",

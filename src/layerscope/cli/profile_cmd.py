@@ -43,7 +43,12 @@ from typing import Any
 
 import torch
 
-from layerscope.cli.common import add_view_arguments, check_view_arguments, write_profile
+from layerscope.cli.common import (
+    add_view_arguments,
+    check_roof,
+    check_view_arguments,
+    write_profile,
+)
 from layerscope.cli.inputs import (
     InputMaker,
     load_input_file,
@@ -53,10 +58,12 @@ from layerscope.cli.inputs import (
     parse_shape,
     to_device,
 )
+from layerscope.collect.inputs import model_device_dtype
+from layerscope.collect.target.spec import KNOWN_TARGETS, parse_target
 from layerscope.collect.timing.options import INT_BOUNDS
 from layerscope.errors import InvalidInputError
 from layerscope.session.run import profile
-from layerscope.validate import check_int, refuse
+from layerscope.validate import check_choice, check_int, refuse
 
 #: The seeds torch's generators take.
 SEED_BOUNDS = (-(2**63), 2**64 - 1)
@@ -235,6 +242,7 @@ def run(args: argparse.Namespace) -> int:
     elif options.get("timing"):
         raise InvalidInputError("--time needs an input (--input-shape, --kwargs or --input)")
     if args.kernel_target is not None:
+        _check_target_device(model, args.kernel_target)
         options["target"] = args.kernel_target
     prof = profile(model, mode=args.mode or "eval", **options)
     write_profile(prof, args)
@@ -247,6 +255,9 @@ def check_arguments(args: argparse.Namespace) -> dict[str, Any]:
     """Every flag that needs no model, checked before the model is built; the options
     for ``ls.profile`` they give."""
     check_view_arguments(args)
+    if args.kernel_target is not None and args.kernel_target.strip().lower() not in KNOWN_TARGETS:
+        check_choice("--target", args.kernel_target, list(KNOWN_TARGETS))
+    check_roof(args, args.kernel_target)
     _check_input_flags(args)
     options: dict[str, Any] = {}
     if args.underflow and not args.numerics:
@@ -261,6 +272,19 @@ def check_arguments(args: argparse.Namespace) -> dict[str, Any]:
     if args.backward:
         options["backward"] = True
     return options
+
+
+def _check_target_device(model: torch.nn.Module, text: str) -> None:
+    """``--target`` steers a meta analysis: the model must be on meta, or on the target's
+    own kind of device (``--target cpu`` on the CPU)."""
+    on = model_device_dtype(model)[0].type
+    target = parse_target(text)
+    if on not in ("meta", target.device_type):
+        raise InvalidInputError(
+            f"--target {text} makes a meta analysis follow that device's kernels; the "
+            f"model is on {on}, which runs {on} kernels (add --device meta, or leave "
+            "--target out)"
+        )
 
 
 def _check_input_flags(args: argparse.Namespace) -> None:
