@@ -37,6 +37,7 @@ ERROR_CASES: list[tuple[str, str, int]] = [
     ("a module that is not importable", "profile no_such_pkg.models:build", 2),
     ("a file that does not exist", "profile nothere.py:build", 2),
     ("an attribute that does not exist", "profile models.py:bild", 2),
+    ("an attribute with no name close to it", "profile models.py:nope", 2),
     ("a factory that returns no module", "profile models.py:not_a_module", 2),
     ("a TARGET without a colon", "profile models.py", 2),
     ("an unknown example", "profile examples:nope", 2),
@@ -49,6 +50,7 @@ ERROR_CASES: list[tuple[str, str, int]] = [
     ("--model-args that is not JSON", "profile models.py:build --model-args '{width: 4}'", 2),
     ("a letter in a shape", "profile models.py:build --input-shape 8,x,64", 2),
     ("an empty dimension", "profile models.py:build --input-shape 8,,64", 2),
+    ("a negative dimension", "profile models.py:build --input-shape -2,4", 2),
     (
         "a shape past what torch can size",
         "profile models.py:build --input-shape 99999999999,99999999999",

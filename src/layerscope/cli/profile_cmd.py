@@ -39,7 +39,12 @@ Examples:
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import re
+import sys
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, TextIO
 
 import torch
 
@@ -62,6 +67,7 @@ from layerscope.collect.inputs import model_device_dtype
 from layerscope.collect.target.spec import KNOWN_TARGETS, parse_target
 from layerscope.collect.timing.options import INT_BOUNDS
 from layerscope.errors import InvalidInputError
+from layerscope.metrics.numerics import NonFiniteWarning
 from layerscope.session.run import profile
 from layerscope.validate import check_choice, check_int, refuse
 
@@ -73,6 +79,9 @@ HELP = "profile a model (built-in, your own or a transformers config) and show o
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    # A value such as "-2,4" is a (bad) shape, not a flag: it reaches --input-shape's
+    # check, which says what is wrong, instead of argparse's "expected one argument".
+    p._negative_number_matcher = re.compile(r"^-\d[\d,x.]*$")
     p.add_argument(
         "target",
         nargs="?",
@@ -244,7 +253,8 @@ def run(args: argparse.Namespace) -> int:
     if args.kernel_target is not None:
         _check_target_device(model, args.kernel_target)
         options["target"] = args.kernel_target
-    prof = profile(model, mode=args.mode or "eval", **options)
+    with one_line_warnings():
+        prof = profile(model, mode=args.mode or "eval", **options)
     write_profile(prof, args)
     if args.json:
         prof.save(args.json)
@@ -272,6 +282,31 @@ def check_arguments(args: argparse.Namespace) -> dict[str, Any]:
     if args.backward:
         options["backward"] = True
     return options
+
+
+@contextmanager
+def one_line_warnings() -> Iterator[None]:
+    """layerscope's warnings (``--numerics warn``) as one ``layerscope: warning: ...``
+    line each, not Python's with the path and line of the code that issued them."""
+    with warnings.catch_warnings():
+        python_way = warnings.showwarning
+
+        def show(
+            message: Warning | str,
+            category: type[Warning],
+            filename: str,
+            lineno: int,
+            file: TextIO | None = None,
+            line: str | None = None,
+        ) -> None:
+            if not issubclass(category, NonFiniteWarning):
+                python_way(message, category, filename, lineno, file, line)
+                return
+            text = re.sub(r"\s*\n\s*", " ", str(message).strip()).removeprefix("layerscope: ")
+            (file or sys.stderr).write(f"layerscope: warning: {text}\n")
+
+        warnings.showwarning = show
+        yield
 
 
 def _check_target_device(model: torch.nn.Module, text: str) -> None:
