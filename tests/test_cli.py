@@ -336,9 +336,14 @@ def test_estimate_and_roofline_view(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert main(["show", str(saved), "--format", "roofline", "--spec", "l4"]) == 0
     assert capsys.readouterr().out.startswith("Roofline on l4 ")
     assert main(["show", str(saved), "--estimate", "h1000"]) == 2
-    assert "did you mean h100?" in capsys.readouterr().err
+    assert capsys.readouterr().err.endswith(
+        "'cpu', got 'h1000' (did you mean 'h100', 'h200' or 'a100'?)\n"
+    )
     assert main(["show", str(saved), "--format", "roofline"]) == 2
-    assert "needs a device spec" in capsys.readouterr().err
+    assert capsys.readouterr().err == (
+        "layerscope: error: --format roofline needs a device for its roof: --spec h100 (or "
+        "cpu, a100, l4, ...), or a profile analysed with --device meta --target h100\n"
+    )
 
 
 NANER = """

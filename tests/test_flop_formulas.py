@@ -23,6 +23,7 @@ from torch._ops import OpOverload, OpOverloadPacket
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from layerscope import examples
+from layerscope.errors import InvalidInputError
 from layerscope.metrics.flops import (
     FLOP_REGISTRY,
     Cost,
@@ -164,8 +165,13 @@ def test_register_custom_op_formula() -> None:
     local: dict[Any, Formula] = {}
     register_flop_formula(op.default, registry=local)(triple_cost)
     assert local == {op.default: triple_cost} and op not in FLOP_REGISTRY
-    with pytest.raises(TypeError, match="expected an aten op"):
+    with pytest.raises(InvalidInputError) as info:  # as flop_formulas= refuses it
         register_flop_formula(torch.mm)  # type: ignore[arg-type]
+    assert str(info.value) == (
+        "register_flop_formula: torch.mm is a Python callable, not an op; pass the aten op "
+        "it runs, such as torch.ops.aten.mm (all overloads) or torch.ops.aten.mm.default "
+        "(one), as unsupported_ops names them"
+    )
 
 
 def test_formula_errors_name_the_op() -> None:

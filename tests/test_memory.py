@@ -659,8 +659,11 @@ def test_training_footprint_needs_a_measured_profile() -> None:
     prof = ls.profile(mlp())  # no input: nothing measured
     with pytest.raises(InvalidInputError, match="forward peak"):
         training_footprint(prof)
-    with pytest.raises(InvalidInputError, match="unknown optimizer"):
+    with pytest.raises(InvalidInputError) as info:
         training_footprint(prof, "lion", activation_bytes=0)  # type: ignore[arg-type]
+    assert str(info.value) == (
+        "optimizer must be one of 'sgd', 'sgd_momentum', 'adam', 'adamw', got 'lion'"
+    )
 
 
 def test_max_batch_size_on_meta_by_hand() -> None:
@@ -843,3 +846,34 @@ def test_backward_peak_per_module_by_hand() -> None:
     again = ls.Profile.from_dict(json.loads(prof.to_json()))
     assert again.node("0").metrics["backward_peak_bytes"] == 160
     assert "Bwd peak" in prof.render(columns=["backward_peak_bytes"], width=100)
+
+
+class Keyed(nn.Module):
+    """``mlp()`` called with its input by keyword."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = mlp()
+
+    def forward(self, *, x: Tensor) -> Tensor:
+        out: Tensor = self.body(x)
+        return out
+
+
+def test_max_batch_size_takes_a_tensor_a_tuple_or_a_dict() -> None:
+    """A tensor from make_input is the one input (it was unpacked into batch arguments:
+    "forward() takes 2 positional arguments but 3 were given"); a dict is keywords."""
+    with torch.device("meta"):
+        model, keyed = mlp(), Keyed()
+    makers: list[tuple[nn.Module, Any]] = [
+        (model, lambda b: torch.randn(b, 128, device="meta")),
+        (model, lambda b: [torch.randn(b, 128, device="meta")]),
+        (keyed, lambda b: {"x": torch.randn(b, 128, device="meta")}),
+    ]
+    for m, make_input in makers:
+        res = max_batch_size(m, make_input, 1_000_000)
+        # as test_max_batch_size_on_meta_by_hand: 2 x 256 x 4 = 2,048 B per sample and
+        # 569,520 B fixed; (1,000,000 - 569,520) / 2,048 = 210.2 -> 210
+        assert res["activation_fit"]["points"] == {"1": 2_048, "2": 4_096, "4": 8_192}
+        assert res["fixed_bytes"] == 569_520
+        assert res["max_batch"] == 210 and res["verified"] is True

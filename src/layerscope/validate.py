@@ -35,10 +35,13 @@ __all__ = [
     "check_choice",
     "check_enum",
     "check_file",
+    "check_instance",
     "check_int",
     "check_keys",
     "check_names",
     "check_number",
+    "check_shape_fits",
+    "check_whole",
     "close_matches",
     "each",
     "is_bool",
@@ -49,6 +52,8 @@ __all__ = [
 
 #: The longest a refused value is shown, in characters.
 MAX_SHOWN = 80
+#: The most bytes one tensor can hold: torch sizes a storage in a signed 64-bit integer.
+MAX_TENSOR_BYTES = 2**63 - 1
 
 
 class Label:
@@ -223,6 +228,41 @@ def check_number(
         allowed = f"a number >= {low:g}" if low is not None else f"a number <= {high:g}"
     else:
         allowed = "a finite number"
+    refuse(label, value, allowed)
+
+
+def check_whole(label: LabelLike, value: object, low: int | None = None) -> int:
+    """``value`` as a Python int ``>= low``: an int, or a float with no fraction (a byte
+    count written ``80e9``); bools, NaN, infinities and fractions refused."""
+    if isinstance(value, numbers.Integral) and not is_bool(value):
+        n: int | None = int(value)
+    elif isinstance(value, numbers.Real) and not is_bool(value) and float(value).is_integer():
+        n = int(float(value))
+    else:
+        n = None
+    if n is not None and (low is None or n >= low):
+        return n
+    floor = "" if low is None else f" >= {low}"
+    refuse(label, value, f"a whole number{floor} (an int, or a float such as 8e9)")
+
+
+def check_shape_fits(label: LabelLike, value: object, shape: Sequence[int], itemsize: int) -> None:
+    """Refuse a ``shape`` (given as ``value``) whose tensor of ``itemsize``-byte elements
+    torch cannot size: more than ``MAX_TENSOR_BYTES``."""
+    numel = math.prod(shape)
+    if numel * itemsize > MAX_TENSOR_BYTES:
+        refuse(
+            label,
+            value,
+            "a shape whose tensor torch can size (at most 2**63 - 1 bytes)",
+            why=f"{numel} elements of {itemsize} bytes",
+        )
+
+
+def check_instance(label: LabelLike, value: object, kind: type[T], allowed: str) -> T:
+    """``value`` if it is a ``kind``; ``allowed`` describes one."""
+    if isinstance(value, kind):
+        return value
     refuse(label, value, allowed)
 
 

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import layerscope.metricspec as ms
 from layerscope.errors import InvalidInputError
 from layerscope.profile import Node, Profile
+from layerscope.validate import check_bool
 
 if TYPE_CHECKING:
     from layerscope.hardware import DeviceLike
@@ -78,6 +79,7 @@ def roof_of(
     from layerscope.hardware import device_spec
 
     spec = device_spec(device)
+    tensor_cores = check_bool("tensor_cores", tensor_cores)
     return Roof(spec.peak(dtype, tensor_cores=tensor_cores), spec.bandwidth, spec.name, dtype)
 
 

@@ -8,14 +8,16 @@ import os
 import sys
 from typing import Any
 
+from layerscope.analysis.roofline import target_spec
 from layerscope.errors import InvalidInputError
 from layerscope.export.files import write_text
 from layerscope.export.formats import FORMATS, export, export_text, matching
+from layerscope.hardware import BY_NAME, known_devices
 from layerscope.profile import Profile
 from layerscope.render import config as display_config
 from layerscope.render.console import render, show
 from layerscope.render.options import VIEWS, check_view
-from layerscope.validate import refuse
+from layerscope.validate import check_choice, refuse
 
 _FOLD = {"on": True, "off": False, "all": "all"}
 #: View flags (by their dest) given as they are -> the ``prof.show`` option each sets.
@@ -188,6 +190,9 @@ def output_format(args: argparse.Namespace) -> str:
 
 def check_view_arguments(args: argparse.Namespace) -> None:
     """Validate the view and output flags and load ``--config`` before any work is done."""
+    for flag, name in (("--spec", args.spec), ("--estimate", args.estimate)):
+        if name is not None and name.strip().lower() not in known_devices():
+            check_choice(flag, name, known_devices())  # before the model runs
     check_view(view_kwargs(args), VIEW_FLAGS)
     fmt = output_format(args)
     export_format = FORMATS.get(fmt)
@@ -201,12 +206,21 @@ def check_view_arguments(args: argparse.Namespace) -> None:
                 f"{' '.join(given)} {'applies' if len(given) == 1 else 'apply'} only to views "
                 f"and to {drawn}{also}, not to {fmt}"
             )
-    if args.estimate is not None:
-        from layerscope.hardware import device_spec
-
-        device_spec(args.estimate)  # an unknown device fails before the model runs
     if args.config:
         display_config.load(args.config)
+
+
+def check_roof(args: argparse.Namespace, target: str | None) -> None:
+    """``--format roofline`` needs a device for its roof: ``--spec``, or the device spec
+    whose kernels a meta analysis followed (``target``: ``--target``, or what a saved
+    profile names)."""
+    if output_format(args) != "roofline" or args.spec is not None:
+        return
+    if target is None or target.strip().lower() not in BY_NAME:
+        raise InvalidInputError(
+            "--format roofline needs a device for its roof: --spec h100 (or cpu, a100, "
+            "l4, ...), or a profile analysed with --device meta --target h100"
+        )
 
 
 def _view_flags_given(args: argparse.Namespace) -> list[str]:
@@ -227,6 +241,7 @@ def write_profile(prof: Profile, args: argparse.Namespace) -> None:
     """Print the chosen view, or write the chosen format to ``-o`` (or to stdout)."""
     fmt = output_format(args)
     options = view_kwargs(args)
+    check_roof(args, target_spec(prof))
     if args.estimate is not None:
         from layerscope.analysis.roofline import estimate
 

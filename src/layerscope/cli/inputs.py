@@ -12,7 +12,14 @@ from torch import nn
 
 from layerscope.collect.inputs import first_embedding, model_device_dtype
 from layerscope.errors import InvalidInputError
-from layerscope.validate import check_file, check_int, check_keys, each, refuse
+from layerscope.validate import (
+    check_file,
+    check_int,
+    check_keys,
+    check_shape_fits,
+    each,
+    refuse,
+)
 
 #: Keys of a random tensor in ``--kwargs`` (``{"shape": [2, 16], "dtype": "long"}``).
 TENSOR_KEYS = ("shape", "dtype", "low", "high")
@@ -34,6 +41,16 @@ def parse_dtype(text: str, flag: str) -> torch.dtype:
     return dtype
 
 
+def parse_model_dtype(text: str) -> torch.dtype:
+    """``--dtype``: a floating or complex dtype, the ones ``nn.Module.to`` casts a model to."""
+    dtype = parse_dtype(text, "--dtype")
+    if not (dtype.is_floating_point or dtype.is_complex):
+        refuse(
+            "--dtype", text, "a floating-point or complex dtype such as float32, float16, bfloat16"
+        )
+    return dtype
+
+
 def parse_json_object(text: str, flag: str) -> dict[str, Any]:
     """A JSON object given on the command line."""
     allowed = "a JSON object such as '{\"n_layer\": 2}'"
@@ -41,6 +58,8 @@ def parse_json_object(text: str, flag: str) -> dict[str, Any]:
         value = json.loads(text)
     except json.JSONDecodeError as e:
         refuse(flag, text, allowed, why=f"not JSON: {e}")
+    except RecursionError:
+        refuse(flag, text, allowed, why="nested too deeply to read")
     if not isinstance(value, dict):
         refuse(flag, text, allowed, why=f"a JSON {type(value).__name__}")
     return value
@@ -75,10 +94,12 @@ class InputMaker:
         dtype: torch.dtype | None,
         low: int | None = None,
         high: int | None = None,
-        what: str = "input",
+        what: str = "--input-shape",
     ) -> torch.Tensor:
+        """A random tensor of ``shape`` (``what``: the flag it came from, for refusals)."""
         if dtype is None:
             dtype = torch.long if self.ids_first else self.dtype
+        check_shape_fits(what, shape, shape, dtype.itemsize)
         if dtype.is_floating_point or dtype.is_complex:
             t = torch.randn(shape, generator=self.generator, dtype=dtype)
         else:

@@ -39,29 +39,49 @@ Examples:
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import re
+import sys
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, TextIO
 
 import torch
 
-from layerscope.cli.common import add_view_arguments, check_view_arguments, write_profile
+from layerscope.cli.common import (
+    add_view_arguments,
+    check_roof,
+    check_view_arguments,
+    write_profile,
+)
 from layerscope.cli.inputs import (
     InputMaker,
     load_input_file,
     parse_dtype,
     parse_json_object,
+    parse_model_dtype,
     parse_shape,
     to_device,
 )
+from layerscope.collect.inputs import model_device_dtype
+from layerscope.collect.target.spec import KNOWN_TARGETS, parse_target
 from layerscope.collect.timing.options import INT_BOUNDS
 from layerscope.errors import InvalidInputError
+from layerscope.metrics.numerics import NonFiniteWarning
 from layerscope.session.run import profile
-from layerscope.validate import check_int, refuse
+from layerscope.validate import check_choice, check_int, refuse
+
+#: The seeds torch's generators take.
+SEED_BOUNDS = (-(2**63), 2**64 - 1)
 
 NAME = "profile"
 HELP = "profile a model (built-in, your own or a transformers config) and show or save it"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    # A value such as "-2,4" is a (bad) shape, not a flag: it reaches --input-shape's
+    # check, which says what is wrong, instead of argparse's "expected one argument".
+    p._negative_number_matcher = re.compile(r"^-\d[\d,x.]*$")
     p.add_argument(
         "target",
         nargs="?",
@@ -219,7 +239,7 @@ def run(args: argparse.Namespace) -> int:
     loaded = load_model(args.target, model_args, meta=device is not None and device.type == "meta")
     model = loaded.model
     if args.dtype:
-        model = model.to(parse_dtype(args.dtype, "--dtype"))
+        model = model.to(parse_model_dtype(args.dtype))
     if device is not None and device.type != "meta":
         model = model.to(device)
     call_args, call_kwargs = inputs_for(model, loaded.args, loaded.kwargs, args)
@@ -231,8 +251,10 @@ def run(args: argparse.Namespace) -> int:
     elif options.get("timing"):
         raise InvalidInputError("--time needs an input (--input-shape, --kwargs or --input)")
     if args.kernel_target is not None:
+        _check_target_device(model, args.kernel_target)
         options["target"] = args.kernel_target
-    prof = profile(model, mode=args.mode or "eval", **options)
+    with one_line_warnings():
+        prof = profile(model, mode=args.mode or "eval", **options)
     write_profile(prof, args)
     if args.json:
         prof.save(args.json)
@@ -243,6 +265,9 @@ def check_arguments(args: argparse.Namespace) -> dict[str, Any]:
     """Every flag that needs no model, checked before the model is built; the options
     for ``ls.profile`` they give."""
     check_view_arguments(args)
+    if args.kernel_target is not None and args.kernel_target.strip().lower() not in KNOWN_TARGETS:
+        check_choice("--target", args.kernel_target, list(KNOWN_TARGETS))
+    check_roof(args, args.kernel_target)
     _check_input_flags(args)
     options: dict[str, Any] = {}
     if args.underflow and not args.numerics:
@@ -259,6 +284,44 @@ def check_arguments(args: argparse.Namespace) -> dict[str, Any]:
     return options
 
 
+@contextmanager
+def one_line_warnings() -> Iterator[None]:
+    """layerscope's warnings (``--numerics warn``) as one ``layerscope: warning: ...``
+    line each, not Python's with the path and line of the code that issued them."""
+    with warnings.catch_warnings():
+        python_way = warnings.showwarning
+
+        def show(
+            message: Warning | str,
+            category: type[Warning],
+            filename: str,
+            lineno: int,
+            file: TextIO | None = None,
+            line: str | None = None,
+        ) -> None:
+            if not issubclass(category, NonFiniteWarning):
+                python_way(message, category, filename, lineno, file, line)
+                return
+            text = re.sub(r"\s*\n\s*", " ", str(message).strip()).removeprefix("layerscope: ")
+            (file or sys.stderr).write(f"layerscope: warning: {text}\n")
+
+        warnings.showwarning = show
+        yield
+
+
+def _check_target_device(model: torch.nn.Module, text: str) -> None:
+    """``--target`` steers a meta analysis: the model must be on meta, or on the target's
+    own kind of device (``--target cpu`` on the CPU)."""
+    on = model_device_dtype(model)[0].type
+    target = parse_target(text)
+    if on not in ("meta", target.device_type):
+        raise InvalidInputError(
+            f"--target {text} makes a meta analysis follow that device's kernels; the "
+            f"model is on {on}, which runs {on} kernels (add --device meta, or leave "
+            "--target out)"
+        )
+
+
 def _check_input_flags(args: argparse.Namespace) -> None:
     """The flags that say what the model is given: shapes, dtypes, keyword inputs."""
     if args.input_shape:
@@ -269,7 +332,8 @@ def _check_input_flags(args: argparse.Namespace) -> None:
     if args.input_dtype:
         parse_dtype(args.input_dtype, "--input-dtype")
     if args.dtype:
-        parse_dtype(args.dtype, "--dtype")
+        parse_model_dtype(args.dtype)
+    check_int("--seed", args.seed, *SEED_BOUNDS)
     if args.kwargs:
         parse_json_object(args.kwargs, "--kwargs")
     if args.input and args.input_shape:
@@ -330,7 +394,7 @@ def inputs_for(
     """Positional and keyword inputs: the flags' over those the target brought."""
     maker = InputMaker(model, args.seed, low=args.low, high=args.high)
     # --dtype casts the floating inputs that came with the model or the file too
-    cast = parse_dtype(args.dtype, "--dtype") if args.dtype else None
+    cast = parse_model_dtype(args.dtype) if args.dtype else None
     call_args = tuple(to_device(given_args or (), maker.device, cast))
     call_kwargs = dict(to_device(given_kwargs or {}, maker.device, cast))
     if args.input:

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from layerscope.cli.attrs import resolve
 from layerscope.collect.meta import to_meta
 from layerscope.errors import InvalidInputError, MissingDependencyError
 
@@ -126,7 +127,7 @@ def _load_python(spec: str, model_args: dict[str, Any]) -> LoadedModel:
     else:
         module = _import_module(where)
         label = where
-    obj = _resolve(module, attr, label)
+    obj = resolve(module, attr, label)
     user_dir = os.path.dirname(os.path.abspath(module.__file__)) if module.__file__ else None
     model, args, kwargs = _build(obj, spec, model_args, user_dir)
     call = ""
@@ -198,23 +199,6 @@ def _import_error(what: str, e: Exception) -> InvalidInputError:
     return InvalidInputError(
         f"importing {what} raised {type(e).__name__}: {_first_line(e)}{at}; fix the module"
     )
-
-
-def _resolve(module: ModuleType, attr: str, label: str) -> Any:
-    """``module.attr``, ``attr`` possibly dotted; close names suggested when absent."""
-    obj: Any = module
-    walked: list[str] = []
-    for part in attr.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError as e:
-            owner = label if not walked else f"{label}:{'.'.join(walked)}"
-            names = [n for n in dir(obj) if not n.startswith("_")]
-            close = difflib.get_close_matches(part, names, n=3)
-            hint = f"did you mean {', '.join(close)}?" if close else "check the name"
-            raise InvalidInputError(f"{owner} has no attribute {part!r}; {hint}") from e
-        walked.append(part)
-    return obj
 
 
 def _build(
@@ -337,16 +321,28 @@ def _build_transformers(
             else:
                 model = cls._from_config(config)
         except Exception as e:
-            what = cls.__name__ if cls is not None else f"the {label} base model"
+            what = (
+                f"transformers {cls.__name__}" if cls is not None else "the transformers base model"
+            )
             raise InvalidInputError(
-                f"building transformers {what} raised {type(e).__name__}: "
-                f"{_first_line(e)}; check --model-args"
+                f"building {what} ({label}) raised {type(e).__name__}: {_first_line(e)}; "
+                f"{_build_hint(e, model_args)}"
             ) from e
     if not isinstance(model, nn.Module):  # pragma: no cover - transformers builds modules
         raise InvalidInputError(f"{spec} built a {type(model).__name__}, not an nn.Module")
     return LoadedModel(
         model, None, None, f"transformers {type(model).__name__} ({label}{overrides})"
     )
+
+
+def _build_hint(error: Exception, model_args: Mapping[str, Any]) -> str:
+    """What to do when transformers could not build a model: install what it imports, or
+    change the config's fields."""
+    if isinstance(error, ImportError):
+        return "install the package it needs"
+    if model_args:
+        return "check --model-args"
+    return "its default config does not build; set its fields with --model-args"
 
 
 @contextmanager

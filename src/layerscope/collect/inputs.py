@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from layerscope.errors import InvalidInputError
+from layerscope.validate import check_shape_fits
 
 
 def model_device_dtype(model: nn.Module) -> tuple[torch.device, torch.dtype]:
@@ -85,6 +86,7 @@ def random_inputs(
         input_dtype = torch.long if emb is not None else dtype
     out: list[torch.Tensor] = []
     for shape in shapes:
+        check_shape_fits("input_shape", shape, shape, input_dtype.itemsize)
         if input_dtype.is_floating_point or input_dtype.is_complex:
             out.append(torch.randn(shape, dtype=input_dtype, device=device))
         elif input_dtype == torch.bool:

@@ -15,6 +15,8 @@ import torch
 from torch import nn
 from torch.nn.parameter import is_lazy
 
+from layerscope.validate import check_instance
+
 
 def to_meta(model: nn.Module) -> nn.Module:
     """A copy of ``model`` on the meta device; ``model`` itself is left untouched.
@@ -35,6 +37,7 @@ def to_meta(model: nn.Module) -> nn.Module:
 
     No real weight is read or copied, so this is cheap even for a large model.
     """
+    check_instance("model", model, nn.Module, "an nn.Module")
     memo: dict[int, Any] = {}
     keep: list[object] = []  # the originals, alive while memo refers to them by id
     for module in model.modules():

@@ -27,6 +27,7 @@ from layerscope.render.layout import (
 )
 from layerscope.render.options import ViewOptions, view_options
 from layerscope.render.views import build, table_parts
+from layerscope.validate import refuse
 
 __all__ = ["html_table", "render", "render_text", "renderable", "show", "theme"]
 
@@ -60,6 +61,8 @@ def render_text(
 def show(profile: Profile, file: IO[str] | None = None, **options: Any) -> None:
     """Print a view to the terminal (colours when it is one) or to ``file``."""
     opts = view_options(**options)
+    if file is not None and not callable(getattr(file, "write", None)):
+        refuse("file", file, "a text stream, such as sys.stdout or open(path, 'w')")
     console = Console(
         file=file or sys.stdout, theme=theme(), width=opts.width, highlight=False, soft_wrap=False
     )

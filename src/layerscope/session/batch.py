@@ -18,16 +18,40 @@ import torch
 from torch import nn
 
 import layerscope.metricspec as ms
-from layerscope.errors import InvalidInputError
 from layerscope.metrics.memory.observer import MemoryObserver
-from layerscope.metrics.memory.training import OptimizerName, training_footprint
+from layerscope.metrics.memory.training import (
+    OPTIMIZER_STATES,
+    OptimizerName,
+    training_footprint,
+)
 from layerscope.profile import Profile
 from layerscope.session.run import profile as run_profile
+from layerscope.validate import (
+    check_bool,
+    check_callable,
+    check_choice,
+    check_instance,
+    check_int,
+    check_whole,
+    each,
+    refuse,
+)
 
 
 def _on_meta(model: nn.Module) -> bool:
     tensors = [*model.parameters(), *model.buffers()]
     return bool(tensors) and all(t.is_meta for t in tensors)
+
+
+def call_inputs(inputs: Any) -> tuple[tuple[Any, ...], dict[str, Any] | None]:
+    """What ``make_input`` returned as a call: a tuple or list is the positional
+    arguments, a dict the keyword ones, anything else (a tensor) the one input, as
+    ``ls.profile(model, x)`` takes it."""
+    if isinstance(inputs, tuple | list):
+        return tuple(inputs), None
+    if isinstance(inputs, dict):
+        return (), inputs
+    return (inputs,), None
 
 
 class _PeakMeter:
@@ -37,7 +61,7 @@ class _PeakMeter:
     def __init__(
         self,
         model: nn.Module,
-        make_input: Callable[[int], tuple[Any, ...]],
+        make_input: Callable[[int], Any],
         training: bool,
         target: str | None,
     ) -> None:
@@ -52,10 +76,12 @@ class _PeakMeter:
         peaks = self.peaks
         if batch not in peaks:
             grad_mode = contextlib.nullcontext() if self.training else torch.no_grad()
+            args, kwargs = call_inputs(self.make_input(batch))
             with grad_mode:
                 prof = run_profile(
                     self.model,
-                    args=tuple(self.make_input(batch)),
+                    args=args,
+                    kwargs=kwargs,
                     count_flops=False,
                     count_bytes=False,
                     record_shapes=False,
@@ -104,8 +130,8 @@ class _Fit:
 
 def max_batch_size(
     model: nn.Module,
-    make_input: Callable[[int], tuple[Any, ...]],
-    budget_bytes: int,
+    make_input: Callable[[int], Any],
+    budget_bytes: float,
     *,
     optimizer: OptimizerName | None = "adamw",
     master_weights: bool = False,
@@ -115,8 +141,9 @@ def max_batch_size(
 ) -> dict[str, Any]:
     """The largest batch whose training footprint fits ``budget_bytes``, with its breakdown.
 
-    ``make_input(batch)`` returns the model's positional arguments for that batch size,
-    on the model's device. The model is profiled (forward only, with ``MemoryObserver``)
+    ``make_input(batch)`` returns the model's inputs for that batch size, on the model's
+    device: a tensor (the one input), a tuple or list (positional arguments) or a dict
+    (keyword arguments). The model is profiled (forward only, with ``MemoryObserver``)
     at the first two ``batch_sizes``; the forward peak is fitted as ``a + b * batch`` and
     checked on the third. The model runs as given, on its own device: on ``meta`` nothing
     is computed or allocated, so analyse big models there; on a real device this runs the
@@ -130,11 +157,9 @@ def max_batch_size(
     ``"cpu"``) makes a model on meta follow that device's kernels (attention's saved
     tensors differ between them: ``docs/target.md``).
     """
-    if budget_bytes <= 0:
-        raise InvalidInputError(f"budget_bytes must be positive, got {budget_bytes}")
-    b1, b2, b3 = batch_sizes
-    if not 0 < b1 < b2 < b3:
-        raise InvalidInputError(f"batch_sizes must be increasing positive ints, got {batch_sizes}")
+    budget_bytes, (b1, b2, b3) = _check_options(
+        model, make_input, budget_bytes, optimizer, master_weights, batch_sizes, verify
+    )
     if verify is None:
         verify = _on_meta(model)
     training = optimizer is not None
@@ -195,6 +220,33 @@ def max_batch_size(
         "verified": verified,
         "notes": notes,
     }
+
+
+def _check_options(
+    model: object,
+    make_input: object,
+    budget_bytes: object,
+    optimizer: object,
+    master_weights: object,
+    batch_sizes: object,
+    verify: object,
+) -> tuple[int, tuple[int, int, int]]:
+    """``max_batch_size``'s options, refused before the model runs; the budget and the
+    three batch sizes as ints."""
+    check_instance("model", model, nn.Module, "an nn.Module")
+    check_callable("make_input", make_input, "a callable(batch) -> the model's inputs", none=False)
+    budget = check_whole("budget_bytes", budget_bytes, 1)
+    check_choice("optimizer", optimizer, list(OPTIMIZER_STATES), none=True)
+    check_bool("master_weights", master_weights)
+    if verify is not None:
+        check_bool("verify", verify)
+    allowed = "three increasing positive ints, such as (1, 2, 4)"
+    if not isinstance(batch_sizes, tuple | list) or len(batch_sizes) != 3:
+        refuse("batch_sizes", batch_sizes, allowed)
+    b1, b2, b3 = each("batch_sizes", batch_sizes, lambda label, b: check_int(label, b, 1))
+    if not b1 < b2 < b3:
+        refuse("batch_sizes", batch_sizes, allowed)
+    return budget, (b1, b2, b3)
 
 
 def _verify_down(

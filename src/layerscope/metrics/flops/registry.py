@@ -21,7 +21,8 @@ from typing import Any, TypeAlias
 import torch
 from torch._ops import OpOverload, OpOverloadPacket
 
-from layerscope.errors import FlopFormulaError
+from layerscope.errors import FlopFormulaError, InvalidInputError
+from layerscope.validate import check_bool, check_callable, shown
 
 __all__ = [
     "FLOP_REGISTRY",
@@ -66,6 +67,10 @@ class Cost:
 
 #: The cost of an op that does no arithmetic.
 ZERO = Cost()
+#: The most MACs or FLOPs one op call may count: a signed 64-bit count, as torch counts a
+#: tensor's elements (far past any real op). Views and files show counts as floats, which
+#: a count such as 10**400 would overflow.
+MAX_COUNT = 2**63 - 1
 
 Formula: TypeAlias = Callable[..., Cost]
 OpKey: TypeAlias = OpOverload | OpOverloadPacket
@@ -143,9 +148,10 @@ def op_key_problem(key: object) -> str:
     )
 
 
-def _check_op(op: object) -> OpKey:
+def _check_op(op: object, caller: str) -> OpKey:
+    """``op`` if a formula can be keyed by it; else ``InvalidInputError`` naming ``caller``."""
     if not isinstance(op, (OpOverload, OpOverloadPacket)):
-        raise TypeError(f"expected an aten op: {op_key_problem(op)}")
+        raise InvalidInputError(f"{caller}: {op_key_problem(op)}")
     return op
 
 
@@ -155,18 +161,24 @@ def register_flop_formula(
     """Decorator registering ``formula`` for each op (a packet covers all its overloads).
 
     ``registry`` defaults to the global ``FLOP_REGISTRY``. Registering an op twice raises
-    ``ValueError`` unless ``replace=True``; for a one-off change prefer the per-call
-    ``overrides`` of ``lookup``/``op_cost``.
+    ``InvalidInputError`` (a ``ValueError``) unless ``replace=True``; for a one-off change
+    prefer the per-call ``overrides`` of ``lookup``/``op_cost``. A string or a Python
+    function instead of an op is refused the same way, as ``flop_formulas=`` refuses it.
     """
     table = FLOP_REGISTRY if registry is None else registry
-    checked = [_check_op(op) for op in ops]
+    checked = [_check_op(op, "register_flop_formula") for op in ops]
+    replace = check_bool("replace", replace)
 
     def decorate(formula: Formula) -> Formula:
-        if not callable(formula):
-            raise TypeError(f"a FLOP formula must be callable, got {formula!r}")
+        check_callable(
+            "the formula",
+            formula,
+            "a callable formula(*args, out=..., **kwargs) -> Cost",
+            none=False,
+        )
         for op in checked:
             if not replace and op in table:
-                raise ValueError(f"a FLOP formula is already registered for {op}")
+                raise InvalidInputError(f"a FLOP formula is already registered for {op}")
             table[op] = formula
         return formula
 
@@ -176,7 +188,7 @@ def register_flop_formula(
 def register_zero_cost(*ops: OpKey) -> None:
     """Mark ops as doing no arithmetic (counted as 0 and never reported unsupported)."""
     for op in ops:
-        ZERO_COST_OPS.add(_check_op(op))
+        ZERO_COST_OPS.add(_check_op(op, "register_zero_cost"))
 
 
 def lookup(func: OpOverload, overrides: Mapping[OpKey, Formula] | None = None) -> Formula | None:
@@ -220,7 +232,7 @@ def evaluate(
     func: OpOverload, formula: Formula, args: tuple[Any, ...], kwargs: Mapping[str, Any], out: Any
 ) -> Cost:
     """Call ``formula`` for one call of ``func``; ``FlopFormulaError`` if it raises or
-    returns anything but a ``Cost`` of non-negative integer ``macs`` and ``flops``.
+    returns anything but a ``Cost`` of integer ``macs`` and ``flops`` in ``0..MAX_COUNT``.
 
     The ``out=`` tensor of an ``.out`` overload is the op's return value, so it is dropped
     from ``kwargs`` before the formula is called.
@@ -240,8 +252,8 @@ def evaluate(
         type(cost) is Cost
         and type(cost.macs) is int
         and type(cost.flops) is int
-        and cost.macs >= 0
-        and cost.flops >= 0
+        and 0 <= cost.macs <= MAX_COUNT
+        and 0 <= cost.flops <= MAX_COUNT
     ):
         return cost
     return _checked_cost(func, formula, cost)
@@ -255,7 +267,9 @@ def _checked_cost(func: OpOverload, formula: Formula, cost: object) -> Cost:
         for v in (cost.macs, cost.flops):
             if isinstance(v, torch.SymInt):
                 counts.append(v)  # a symbolic size: its sign cannot be read here
-            elif isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 0:
+            elif (
+                isinstance(v, numbers.Integral) and not isinstance(v, bool) and 0 <= v <= MAX_COUNT
+            ):
                 counts.append(int(v))
             else:
                 break
@@ -263,8 +277,9 @@ def _checked_cost(func: OpOverload, formula: Formula, cost: object) -> Cost:
             return Cost(counts[0], counts[1])
     name = formula_name(formula)
     raise FlopFormulaError(
-        f"the FLOP formula {name} for {func} returned {cost!r} ({type(cost).__name__}); "
-        "a formula must return a Cost with non-negative int macs and flops",
+        f"the FLOP formula {name} for {func} returned {shown(cost)} ({type(cost).__name__}); "
+        "a formula must return a Cost with non-negative int macs and flops of at most "
+        "2**63 - 1",
         op=str(func),
         formula=name,
     )

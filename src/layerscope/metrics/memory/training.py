@@ -17,6 +17,7 @@ import torch
 import layerscope.metricspec as ms
 from layerscope.errors import InvalidInputError
 from layerscope.profile import Profile
+from layerscope.validate import check_bool, check_choice, check_instance, check_whole
 
 OptimizerName = Literal["adamw", "adam", "sgd", "sgd_momentum"]
 
@@ -83,18 +84,21 @@ def training_footprint(
     Transients of the backward pass beyond the forward peak are not included; a profile
     made with ``backward=True`` has them in ``memory["backward_peak_bytes"]``.
     """
-    if optimizer not in OPTIMIZER_STATES:
-        known = ", ".join(OPTIMIZER_STATES)
-        raise InvalidInputError(f"unknown optimizer {optimizer!r}; known: {known}")
+    check_instance("profile", profile, Profile, "a Profile (ls.profile(model, x, memory=True))")
+    check_choice("optimizer", optimizer, list(OPTIMIZER_STATES))
+    master_weights = check_bool("master_weights", master_weights)
+    amsgrad = check_bool("amsgrad", amsgrad)
     if amsgrad and optimizer not in ("adam", "adamw"):
         raise InvalidInputError("amsgrad applies to adam and adamw only")
-    if activation_bytes is None:
-        if "forward_peak_bytes" not in profile.memory:
-            raise InvalidInputError(
-                "the profile has no forward peak: profile the model on an input with "
-                "observers=[MemoryObserver()], or pass activation_bytes"
-            )
+    if activation_bytes is not None:
+        activation_bytes = check_whole("activation_bytes", activation_bytes, 0)
+    elif "forward_peak_bytes" in profile.memory:
         activation_bytes = int(profile.memory["forward_peak_bytes"])
+    else:
+        raise InvalidInputError(
+            "the profile has no forward peak: profile the model on an input with "
+            "observers=[MemoryObserver()], or pass activation_bytes"
+        )
     states = OPTIMIZER_STATES[optimizer] + (1 if amsgrad else 0)
     adam = optimizer in ("adam", "adamw")
     grads = master = state = 0
