@@ -157,9 +157,13 @@ class AnalysisSession:
     def close(self, exc: BaseException | None) -> Profile:
         """Remove the analysis instrumentation and build the session's Profile; ``exc``,
         what the span raised, gets a note naming the module it was raised in."""
+        if self._thread != threading.get_ident():  # (the Profiler refuses this first)
+            raise LayerscopeError(
+                "an analysis session must close in the thread that opened it: its dispatch "
+                "mode is on that thread's stack; nothing was changed"
+            )
         tracker = self.tracker
         failed: Exception | None = None
-        wrong_thread = self._thread != threading.get_ident()
         try:
             try:
                 self._end_steering()
@@ -177,11 +181,6 @@ class AnalysisSession:
                     tracker.uninstall()
                 finally:
                     self._release()
-        if wrong_thread:
-            raise LayerscopeError(
-                "a Profiler must exit in the thread that entered it: its dispatch mode is "
-                "on that thread's stack, and the model stays locked to that thread"
-            )
         if failed is not None:
             raise failed
         if exc is not None:
