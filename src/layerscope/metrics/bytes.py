@@ -38,6 +38,7 @@ from torch._ops import OpOverload
 
 import layerscope.metricspec as ms
 from layerscope.collect.observer import Observer
+from layerscope.metrics.flops.zero import METADATA
 from layerscope.profile import Node, Profile
 
 FORWARD_KEY = ms.BYTES_ACCESSED
@@ -82,34 +83,7 @@ _SHAPE_ONLY = frozenset(
 _ALLOCATE = frozenset(
     {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "empty_permuted"}
 )
-_METADATA = frozenset(
-    {
-        "device",
-        "layout",
-        "dim",
-        "size",
-        "stride",
-        "numel",
-        "sym_size",
-        "sym_stride",
-        "sym_numel",
-        "sym_storage_offset",
-        "storage_offset",
-        "is_same_size",
-        "sym_is_contiguous",
-        "is_contiguous",
-        "is_strides_like_format",
-        "is_non_overlapping_and_dense",
-        # a nested tensor's component sizes, strides and offsets, and a jagged one's
-        # cached bounds: small tensors or numbers made from its metadata
-        "_nested_tensor_size",
-        "_nested_tensor_strides",
-        "_nested_tensor_storage_offsets",
-        "_nested_get_max_seqlen",
-        "_nested_get_min_seqlen",
-        "_nested_get_ragged_idx",
-    }
-)
+_METADATA = frozenset({"device", "layout", "dim", "numel", "storage_offset", *METADATA})
 
 #: Ops that gather elements of their first argument: they read from it only what they
 #: return (an embedding lookup reads its rows, not the whole table).

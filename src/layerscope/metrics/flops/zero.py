@@ -102,6 +102,29 @@ VIEWS = (
 #: ``view_copy``-style functional variants of the views above.
 VIEW_COPIES = tuple(f"{name}_copy" for name in VIEWS)
 
+#: Ops that read a tensor's metadata only (sizes, strides, contiguity; a nested tensor's
+#: component sizes, strides and offsets, a jagged one's cached bounds): they compute
+#: nothing and move no bytes (``metrics.bytes`` reads this list too).
+METADATA = (
+    "is_same_size",
+    "sym_size",
+    "sym_stride",
+    "sym_numel",
+    "sym_storage_offset",
+    "sym_is_contiguous",
+    "is_contiguous",
+    "is_strides_like_format",
+    "is_non_overlapping_and_dense",
+    "_nested_tensor_size",
+    "_nested_tensor_strides",
+    "_nested_tensor_storage_offsets",
+    "_nested_get_max_seqlen",
+    "_nested_get_min_seqlen",
+    "_nested_get_ragged_idx",
+    "size",
+    "stride",
+)
+
 COPIES = (
     "clone",
     "copy",
@@ -218,23 +241,6 @@ COPIES = (
     "_print",
     "record_stream",
     "is_nonzero",
-    "is_same_size",
-    "sym_size",
-    "sym_stride",
-    "sym_numel",
-    "sym_storage_offset",
-    "sym_is_contiguous",
-    "is_contiguous",
-    "is_strides_like_format",
-    "is_non_overlapping_and_dense",
-    "_nested_tensor_size",
-    "_nested_tensor_strides",
-    "_nested_tensor_storage_offsets",
-    "_nested_get_max_seqlen",
-    "_nested_get_min_seqlen",
-    "_nested_get_ragged_idx",
-    "size",
-    "stride",
     "resize_",
     "resize_as_",
     "_resize_output_",
@@ -372,7 +378,7 @@ def collective_ops() -> list[OpOverloadPacket]:
 
 
 def _register() -> None:
-    register_zero_cost(*aten_ops(*VIEWS, *VIEW_COPIES, *COPIES, *CREATION))
+    register_zero_cost(*aten_ops(*VIEWS, *VIEW_COPIES, *METADATA, *COPIES, *CREATION))
     register_zero_cost(*collective_ops())
     # Metadata queries FakeTensorMode and the profiler route through the dispatcher.
     for namespace, names in (
