@@ -39,7 +39,12 @@ def small() -> dict[str, Any]:
 
 def edited(path: list[str | int], value: Any) -> dict[str, Any]:
     """``small()`` with the value at ``path`` replaced (or deleted, for ``DELETE``)."""
-    data = copy.deepcopy(small())
+    return _replaced(small(), path, value)
+
+
+def _replaced(original: dict[str, Any], path: list[str | int], value: Any) -> dict[str, Any]:
+    """A copy of ``original`` with the value at ``path`` replaced (or deleted)."""
+    data = copy.deepcopy(original)
     target: Any = data
     for key in path[:-1]:
         target = target[key]
@@ -467,6 +472,7 @@ def test_big_metric_integers_load_as_floats_and_past_a_float_are_refused() -> No
 
 # ---- what exporters read: refused at load, or exported ------------------------------
 @cache
+@cache
 def timed_dict() -> dict[str, Any]:
     """Linear(3, 2) + ReLU with memory=True and one timed repeat, as parsed JSON."""
     model = nn.Sequential(nn.Linear(3, 2), nn.ReLU())
@@ -481,15 +487,7 @@ def timed_dict() -> dict[str, Any]:
 
 def hostile(path: list[str | int], value: Any) -> dict[str, Any]:
     """``timed_dict()`` with the value at ``path`` replaced (or deleted, for ``DELETE``)."""
-    data = copy.deepcopy(timed_dict())
-    target: Any = data
-    for key in path[:-1]:
-        target = target[key]
-    if value is DELETE:
-        del target[path[-1]]
-    else:
-        target[path[-1]] = value
-    return data
+    return _replaced(timed_dict(), path, value)
 
 
 TIMELINE: list[str | int] = ["memory", "timeline"]
@@ -555,7 +553,7 @@ def test_what_exporters_read_is_checked_at_load(
 
 
 def test_exporters_refuse_a_malformed_section_made_in_python(tmp_path: Path) -> None:
-    prof = ls.Profile.from_dict(timed_dict())
+    prof = ls.Profile.from_dict(copy.deepcopy(timed_dict()))
     del prof.memory["timeline"]["bytes"]
     prof.timing["trace"]["forward"][0][2] = math.inf
     with pytest.raises(ls.ExportError) as info:
