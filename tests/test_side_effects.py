@@ -460,12 +460,14 @@ def test_lazy_modules_keep_no_gradients_or_versions(options: dict[str, Any]) -> 
 def test_lazy_timing_under_no_grad_keeps_materialised_gradients(grad_mode: Any) -> None:
     """Existing gradients of a model with lazy parts stay (same objects, same values)."""
     model = nn.Sequential(nn.Linear(5, 8), nn.LazyLinear(2))
-    x = torch.randn(4, 5)
+    x = torch.arange(20.0).reshape(4, 5)
     first = model[0]
     assert isinstance(first, nn.Linear)
     model[0](x).sum().backward()
     grad = first.weight.grad
     assert grad is not None
+    # d(sum of x @ W.T)/dW: every row is x's column sums, 0+5+10+15 = 30, then 34, ...
+    assert grad.tolist() == [[30.0, 34.0, 38.0, 42.0, 46.0]] * 8
     before = grad.clone()
     with grad_mode():
         ls.profile(model, x, timing=True)
