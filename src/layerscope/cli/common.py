@@ -20,19 +20,6 @@ from layerscope.render.options import VIEWS, check_view
 from layerscope.validate import check_choice, refuse
 
 _FOLD = {"on": True, "off": False, "all": "all"}
-#: View flags (by their dest) given as they are -> the ``prof.show`` option each sets.
-_OPTION_FLAGS = {
-    "columns": "columns",
-    "sort": "sort_by",
-    "top": "top",
-    "depth": "max_depth",
-    "min_pct": "min_pct",
-    "pct_of": "pct_of",
-    "include": "include",
-    "exclude": "exclude",
-    "width": "width",
-    "spec": "device",
-}
 #: The flag that gives each view option, for refusals that name it.
 VIEW_FLAGS = {
     "view": "--format",
@@ -52,6 +39,15 @@ VIEW_FLAGS = {
     "shapes": "--no-shapes",
     "width": "--width",
     "device": "--spec",
+}
+#: The view flags that give their value as it is (the others are switches), by argparse
+#: dest -> the ``prof.show`` option each sets.
+_OPTION_FLAGS = {
+    VIEW_FLAGS[option].removeprefix("--").replace("-", "_"): option
+    for option in (
+        *("columns", "sort_by", "top", "max_depth", "min_pct", "pct_of"),
+        *("include", "exclude", "width", "device"),
+    )
 }
 #: Extensions that write a view as plain text with ``-o``.
 _TEXT_EXTENSIONS = (".txt", ".text")
