@@ -19,6 +19,8 @@ import pytest
 import torch
 
 from layerscope.cli import main
+from layerscope.cli.profile_cmd import parse_device
+from layerscope.errors import InvalidInputError
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "cli.md"
@@ -138,10 +140,28 @@ def test_documented_runs_and_help_are_real(doc: Path) -> None:
         doc.write_text(new)
 
 
+_NO_CUDA = "this torch was built without CUDA"
+_NO_GPU = "no CUDA device is visible"
+
+
+@pytest.mark.parametrize(("build", "why"), [(None, _NO_CUDA), ("13.0", _NO_GPU)])
+def test_cuda_without_a_gpu_says_why_for_the_build(
+    build: str | None, why: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A CPU build and a CUDA build on a machine with no GPU give different reasons."""
+    monkeypatch.setattr(torch.version, "cuda", build)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(InvalidInputError) as info:
+        parse_device("cuda:1")
+    assert str(info.value) == f"--device cuda:1: {why}; use --device cpu or meta"
+
+
 def _error_table() -> str:
     rows = ["| Mistake | Command | Exit | Message |", "|---|---|---|---|"]
     for case, command, _ in ERROR_CASES:
         code, _, err = run_cli(command)
+        if torch.version.cuda is not None:  # the table shows a CPU build's words
+            err = err.replace(_NO_GPU, _NO_CUDA)
         cells = [case, f"`layerscope {command}`", str(code), err.strip()]
         rows.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return "\n".join(rows) + "\n"

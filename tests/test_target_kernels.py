@@ -15,6 +15,7 @@ CUDA targets are checked against the ported selection rules here, and against
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ from layerscope.collect.target import (
     steer,
     steering_active,
 )
+from layerscope.collect.target.steer import torch_release
 from layerscope.errors import InvalidInputError
 from layerscope.hardware import ALIASES, known_devices
 
@@ -55,6 +57,11 @@ KEYS = (
     "backward_bytes_accessed",
 )
 META = torch.device("meta")
+#: (major, minor) of the torch these tests run on
+_RELEASE = torch_release(torch.__version__) or (0, 0)
+_FLASH = {"flash_attention_cpu": 1}
+#: the module (the package's ``steer`` is its function)
+steer_module = importlib.import_module("layerscope.collect.target.steer")
 
 
 def _meta(value: Any) -> Any:
@@ -605,8 +612,9 @@ OP_CASES: dict[str, tuple[Callable[[], nn.Module], Callable[[], list[Any]], dict
     ),
     "sdpa_float_mask": (_Sdpa, lambda: [*_qkv(), torch.randn(16, 16)], {"flash_attention_cpu": 1}),
     "sdpa_gqa": (lambda: _Sdpa(enable_gqa=True), lambda: _qkv(2), {"flash_attention_cpu": 1}),
-    # differing heads without enable_gqa: the CPU takes the math path too
-    "sdpa_mqa_math": (_Sdpa, lambda: _qkv(1), {"math": 1}),
+    # one key/value head without enable_gqa: torch 2.13's CPU takes the math path; 2.14
+    # broadcasts it into the fused kernel (pytorch/pytorch#191085)
+    "sdpa_mqa": (_Sdpa, lambda: _qkv(1), {"math": 1} if _RELEASE < (2, 14) else _FLASH),
     "bn_eval": (
         lambda: nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU()).eval(),
         lambda: [_r(2, 3, 8, 8)],
@@ -1152,3 +1160,51 @@ def test_fake_tensor_analysis_equals_cpu(name: str) -> None:
             backward=True,
         )
     assert not _differences(cpu, fake), _differences(cpu, fake)[:10]
+
+
+def test_a_port_used_on_another_torch_release_says_so() -> None:
+    """The kernel log names the ops whose rules were ported, the release they came from
+    and the one running; "not_steered" (meta's own cells) used no port."""
+    log = KernelLog()
+    log.add("scaled_dot_product_attention", "math", 2)
+    log.add("gru", "not_steered")
+    log.add("batch_norm", "cpu_eval")
+    assert log.version_notice("2.14.1+cu130") == (
+        "the kernels of batch_norm, scaled_dot_product_attention followed rules ported "
+        "from torch 2.13; this is torch 2.14, whose choices may differ (compare one "
+        "module with a run on the device, or analyse with torch 2.13)"
+    )
+    assert log.version_notice("2.13.0+cpu") is None
+    assert log.version_notice("2.13.2") is None
+    only_unported = KernelLog()
+    only_unported.add("lstm", "not_steered")
+    assert only_unported.version_notice("2.14.1") is None
+    assert torch_release("2.14.1+cu130") == (2, 14)
+    assert torch_release("2.6.0a0+git1234") == (2, 6)
+    assert torch_release("nightly") is None
+    assert "this is torch nightly," in str(log.version_notice("nightly"))
+
+
+@pytest.mark.parametrize("ported_from", ["running", "older"])
+def test_a_steered_profile_carries_the_port_notice(
+    ported_from: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The notice reaches the profile of a steered analysis exactly when the running
+    release is not the one the rules were ported from."""
+    was = _RELEASE if ported_from == "running" else (_RELEASE[0], _RELEASE[1] - 1)
+    monkeypatch.setattr(steer_module, "PORTED_FROM", was)
+    model = ls.to_meta(_Sdpa(is_causal=True))
+    prof = ls.profile(model, args=_meta(_qkv()), target="h100")
+    # float32 on sm90: flash takes half precision only, so the memory-efficient kernel
+    assert prof.model["kernels"] == {"scaled_dot_product_attention": {"efficient_attention": 1}}
+    ported = [n for n in prof.notices if "ported from torch" in n]
+    if ported_from == "running":
+        assert ported == []
+    else:
+        release = f"{_RELEASE[0]}.{_RELEASE[1]}"
+        older = f"{was[0]}.{was[1]}"
+        assert ported == [
+            f"the kernels of scaled_dot_product_attention followed rules ported from torch "
+            f"{older}; this is torch {release}, whose choices may differ (compare one module "
+            f"with a run on the device, or analyse with torch {older})"
+        ]

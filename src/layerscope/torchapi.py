@@ -8,7 +8,7 @@ instead of an ``AttributeError`` deep inside a session.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn, cast
 
 import torch
@@ -54,14 +54,26 @@ dispatch_has_kernel = cast(
 )
 #: A context that turns Python dispatch (modes and subclasses) off inside it.
 DisableTorchDispatch = cast(Callable[[], Any], private("_C._DisableTorchDispatch"))
+#: Set the version counters of tensors (restoring state without breaking saved graphs).
+set_version_counters = cast(
+    Callable[[Sequence[Any], Sequence[int]], None],
+    private("_C._autograd._unsafe_set_version_counter"),
+)
+#: The global SDPA backend priority order (``sdpa_kernel(set_priority=True)`` sets it).
+sdp_priority_order = cast(Callable[[], Sequence[Any]], private("_C._get_sdp_priority_order"))
+#: Whether FlashAttention-3 may be chosen on sm90 and newer.
+fa3_sdp_enabled = cast(Callable[[], bool], private("_C._get_fa3_sdp_enabled"))
 
 __all__ = [
     "NO_SEQUENCE",
     "DisableTorchDispatch",
     "current_autograd_node",
     "dispatch_has_kernel",
+    "fa3_sdp_enabled",
     "get_dispatch_stack_at",
     "get_sequence_nr",
     "len_torch_dispatch_stack",
     "private",
+    "sdp_priority_order",
+    "set_version_counters",
 ]

@@ -41,6 +41,7 @@ from torch.nn.parameter import is_lazy
 from torch.utils._python_dispatch import _disable_current_modes
 
 from layerscope.errors import LayerscopeError
+from layerscope.torchapi import set_version_counters
 
 _CONTAINERS = (dict, set, list)
 
@@ -374,7 +375,7 @@ def _reset_versions(versions: list[tuple[Tensor, int]]) -> None:
     moved = [(t, v) for t, v in versions if t._version != v]
     if moved:
         tensors, counters = zip(*moved, strict=True)
-        torch._C._autograd._unsafe_set_version_counter(tensors, counters)
+        set_version_counters(tensors, counters)
 
 
 def _copy(tensors: list[Tensor], batches: list[_Batch]) -> list[tuple[Tensor, Tensor]]:

@@ -199,6 +199,9 @@ class AnalysisSession:
             prof.model["target"] = steered.describe()
             if kernels:
                 prof.model["kernels"] = kernels.as_dict()
+                notice = kernels.version_notice()
+                if notice is not None:
+                    prof.notices.append(notice)
         if tracker.foreign_calls:
             prof.notices.append(
                 f"{tracker.foreign_calls} module calls from threads other than the "

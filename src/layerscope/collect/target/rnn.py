@@ -20,13 +20,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, cast
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 _aten = torch.ops.aten
+_MKLDNN_BUILT = cast(Callable[[], bool], torch.backends.mkldnn.is_available)
 
 #: ``ideep::rnn_kind`` / cuDNN modes.
 RNN_RELU, RNN_TANH, LSTM, GRU = 0, 1, 2, 3
@@ -297,7 +298,7 @@ def _use_mkldnn(x: Tensor) -> bool:
     """``use_mkldnn`` for a CPU run: oneDNN enabled; float32, or bfloat16 where this CPU
     has oneDNN bf16 support, or float16 without grad where it has fp16 support; not
     empty. (All tensors are the target's CPU tensors.)"""
-    if not torch._C._has_mkldnn or not torch._C._get_mkldnn_enabled():
+    if not _MKLDNN_BUILT() or not torch.backends.mkldnn.enabled:
         return False
     dtype = x.dtype
     supported = (

@@ -26,16 +26,22 @@ import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from layerscope.collect.target.spec import Target
+from layerscope.torchapi import fa3_sdp_enabled, sdp_priority_order
 
 _aten = torch.ops.aten
 _CPU_KEY = torch._C.DispatchKey.CPU
+#: torch.backends.cuda's flags (``sdpa_kernel`` and ``enable_*_sdp`` set them)
+_MATH_ON = cast(Callable[[], bool], torch.backends.cuda.math_sdp_enabled)
+_FLASH_ON = cast(Callable[[], bool], torch.backends.cuda.flash_sdp_enabled)
+_MEM_EFFICIENT_ON = cast(Callable[[], bool], torch.backends.cuda.mem_efficient_sdp_enabled)
+_CUDNN_ON = cast(Callable[[], bool], torch.backends.cuda.cudnn_sdp_enabled)
 
 #: torch's ``SDPBackend`` values (``torch.nn.attention.SDPBackend``).
 MATH, FLASH, EFFICIENT, CUDNN, OVERRIDEABLE = 0, 1, 2, 3, 4
@@ -161,7 +167,7 @@ def _low_precision(c: SdpaCall, env: _Env) -> bool:
 
 def _flash_dtypes(c: SdpaCall, env: _Env) -> bool:
     # check_dtypes_flash_attention: FlashAttention-3 (sm90+, when enabled) adds fp8 e4m3
-    if env.major >= 9 and torch._C._get_fa3_sdp_enabled():
+    if env.major >= 9 and fa3_sdp_enabled():
         return _dtype_in(c, (torch.float8_e4m3fn, torch.float16, torch.bfloat16))
     return _low_precision(c, env)
 
@@ -467,7 +473,7 @@ def _can_use_cudnn(c: SdpaCall, env: _Env) -> bool:
     if c.dropout_p > 0.0 and 91100 < env.cudnn_version < 91400:
         return False
     general = (
-        _runtime_enabled(torch._C._get_cudnn_sdp_enabled),
+        _runtime_enabled(_CUDNN_ON),
         _cudnn_nested,
         _all_on_device,
         _tensor_shapes,
@@ -495,7 +501,7 @@ def _can_use_cudnn(c: SdpaCall, env: _Env) -> bool:
 def _can_use_flash(c: SdpaCall, env: _Env) -> bool:
     """``can_use_flash_attention``."""
     general = (
-        _runtime_enabled(torch._C._get_flash_sdp_enabled),
+        _runtime_enabled(_FLASH_ON),
         _all_on_device,
         _tensor_shapes,
         _no_attn_mask,
@@ -521,7 +527,7 @@ def _can_use_flash(c: SdpaCall, env: _Env) -> bool:
 def _can_use_mem_efficient(c: SdpaCall, env: _Env) -> bool:
     """``can_use_mem_efficient_attention``."""
     general = (
-        _runtime_enabled(torch._C._get_mem_efficient_sdp_enabled),
+        _runtime_enabled(_MEM_EFFICIENT_ON),
         _all_on_device,
         _mem_efficient_hardware,
         _tensor_shapes,
@@ -563,7 +569,7 @@ def _prefers_cudnn(env: _Env) -> bool:
 def _priority_order(env: _Env) -> tuple[int, ...]:
     # priority_order: the global order (torch.nn.attention.sdpa_kernel(set_priority=True)
     # changes it), where cuDNN comes first when preferred and nothing changed the default
-    order = tuple(int(b) for b in torch._C._get_sdp_priority_order())
+    order = tuple(int(b) for b in sdp_priority_order())
     if order == _DEFAULT_ORDER and _prefers_cudnn(env):
         return (CUDNN, FLASH, EFFICIENT, MATH, OVERRIDEABLE)
     return order
@@ -591,13 +597,13 @@ def cuda_backend(
         CUDNN: _can_use_cudnn,
         FLASH: _can_use_flash,
         EFFICIENT: _can_use_mem_efficient,
-        MATH: lambda c, e: bool(torch._C._get_math_sdp_enabled()),
+        MATH: lambda c, e: bool(_MATH_ON()),
     }
     flags = (
-        torch._C._get_math_sdp_enabled(),
-        torch._C._get_flash_sdp_enabled(),
-        torch._C._get_mem_efficient_sdp_enabled(),
-        torch._C._get_cudnn_sdp_enabled(),
+        _MATH_ON(),
+        _FLASH_ON(),
+        _MEM_EFFICIENT_ON(),
+        _CUDNN_ON(),
     )
     if any(flags):
         for backend in _priority_order(env):

@@ -37,6 +37,11 @@ _RNNS: dict[Any, str] = {
 #: the calls that move a tensor to another tensor's device (``.to(x.device)``, ``type_as``)
 _MOVES = (torch.Tensor.to, torch.Tensor.type_as)
 _NATIVE_BATCH_NORM = _aten.native_batch_norm.default
+#: The torch release whose C++ rules this package ports (``sdpa.py``: the CUDA backend
+#: choice and the ops ``at::scaled_dot_product_attention`` runs; ``rnn.py``: the CPU's
+#: RNN paths; here: the CPU's eval-mode BatchNorm). Another release may choose or run
+#: differently; a profile that used a port on another release says so.
+PORTED_FROM = (2, 13)
 _MKLDNN_RNN_LAYER_BACKWARD = _aten.mkldnn_rnn_layer_backward.default
 CPU = Target("cpu")
 
@@ -61,6 +66,30 @@ class KernelLog(dict[str, dict[str, int]]):
     def as_dict(self) -> dict[str, dict[str, int]]:
         """A plain copy (JSON-ready)."""
         return {op: dict(kernels) for op, kernels in self.items()}
+
+    def version_notice(self, version: str = torch.__version__) -> str | None:
+        """A notice when a ported rule was used under a torch other than the one it was
+        ported from (``version`` is ``torch.__version__``: "2.14.1+cu130"); else None."""
+        ported = sorted(op for op, kernels in self.items() if set(kernels) - {"not_steered"})
+        running = torch_release(version)
+        if not ported or running == PORTED_FROM:
+            return None
+        was = ".".join(map(str, PORTED_FROM))
+        now = ".".join(map(str, running)) if running else version
+        return (
+            f"the kernels of {', '.join(ported)} followed rules ported from torch {was}; "
+            f"this is torch {now}, whose choices may differ (compare one module with a run "
+            f"on the device, or analyse with torch {was})"
+        )
+
+
+def torch_release(version: str) -> tuple[int, int] | None:
+    """(major, minor) of a torch version string ("2.14.1+cu130" gives (2, 14)), or None
+    for one that does not start with two numbers."""
+    parts = version.split("+")[0].split(".")
+    if len(parts) < 2 or not (parts[0].isdigit() and parts[1].isdigit()):
+        return None
+    return int(parts[0]), int(parts[1])
 
 
 class _Active(threading.local):
