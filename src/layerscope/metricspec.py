@@ -236,6 +236,7 @@ BACKWARD_MACS = "backward_macs"
 BACKWARD_FLOPS = "backward_flops"
 ACTIVATION_BYTES = "activation_bytes"
 OUTPUT_BYTES = "output_bytes"
+INPUT_BYTES = "input_bytes"
 PEAK_BYTES = "peak_bytes"
 SIMULATED_PEAK_BYTES = "simulated_peak_bytes"
 BACKWARD_PEAK_BYTES = "backward_peak_bytes"
@@ -273,6 +274,8 @@ _BUILTIN: tuple[MetricSpec, ...] = (
           "the module's ops (deduplicated by storage, parameters excluded)", default=True),
     _work(OUTPUT_BYTES, "bytes", "forward", "Out", 40, "bytes of the module's tensor "
           "outputs", default=True),
+    _peak(INPUT_BYTES, "forward", "In", 30, "bytes of the tensors passed to one call of the "
+          "module's forward (each distinct tensor once), the largest over its calls"),
     _peak(PEAK_BYTES, "forward", "Peak", 50, "highest live bytes above the level at module "
           "entry, during its forward", default=True),
     _peak(SIMULATED_PEAK_BYTES, "forward", "", 0, "the simulated peak_bytes, kept beside "
