@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any
 
 import pytest
@@ -20,6 +22,7 @@ from layerscope.collect.timing import (
     time_profile,
 )
 from layerscope.collect.timing.fx import UntraceableModelError
+from layerscope.collect.timing.kineto import usdt_filtered
 from layerscope.errors import InvalidInputError
 from layerscope.profile import Node, Profile
 from layerscope.session import profile_fx
@@ -256,6 +259,25 @@ def test_kineto_no_double_counting(kineto_resnet: Any) -> None:
                 values = part.series[FORWARD_TIME].inclusive
                 inside += values[r] * part.calls if r < len(values) else 0.0
             assert inside <= total * row.calls + 1e-3, (node.path, r)
+
+
+def test_kineto_leaves_out_torchs_usdt_lines(capfd: pytest.CaptureFixture[str]) -> None:
+    """torch's C++ profiler writes ``USDT: ... profiler_start`` (and ``_stop``) to fd 2;
+    the kineto timer's stderr has none of them."""
+    ls.profile(nn.Linear(3, 3), torch.randn(2, 3), timing={"timer": "kineto", "repeats": 1})
+    assert "USDT" not in capfd.readouterr().err
+
+
+def test_usdt_filter_keeps_other_stderr_lines(capfd: pytest.CaptureFixture[str]) -> None:
+    print("before", file=sys.stderr, flush=True)
+    with usdt_filtered():
+        os.write(2, b"USDT:2026-01-01 00:00:00 1:1 X.cpp:52] profiler_start\nkept\n")
+        os.write(2, b"not USDT: kept too\n")
+        os.write(2, b"USDT: profiler_stop\nno newline at the end")
+    print("after", file=sys.stderr, flush=True)
+    assert capfd.readouterr().err == (
+        "before\nkept\nnot USDT: kept too\nno newline at the endafter\n"
+    )
 
 
 # ---- CUDA ---------------------------------------------------------------------------

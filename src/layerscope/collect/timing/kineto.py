@@ -17,6 +17,11 @@ tree of each repeat:
   which sequence numbers, so each is attributed to the module that created it.
   AccumulateGrad (no sequence number) goes to the module of the node that ran before it.
 
+torch's C++ code writes a ``USDT: ... profiler_start`` / ``profiler_stop`` line to file
+descriptor 2 when a profiler session starts and stops; the start and stop run with fd 2
+sent to a temporary file (``usdt_filtered``), whose lines other than those are written
+back to stderr.
+
 Times include the profiler's own per-op cost, which is larger than the hooks timer's;
 use this timer for where device time goes and for the op breakdown, the default one for
 the most faithful wall times.
@@ -24,7 +29,11 @@ the most faithful wall times.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -51,6 +60,44 @@ from layerscope.torchapi import NO_SEQUENCE, get_sequence_nr
 REPEAT_LABEL = "layerscope::repeat"
 MODULE_PREFIX = "layerscope::module::"
 EVALUATE_PREFIX = "autograd::engine::evaluate_function: "
+
+
+#: The start of the lines torch's C++ profiler writes to fd 2 at its start and stop.
+USDT_PREFIX = b"USDT:"
+
+
+@contextmanager
+def usdt_filtered() -> Iterator[None]:
+    """Run the block with file descriptor 2 sent to a temporary file, then write its
+    lines back to fd 2 except torch's ``USDT:`` lines (C++ writes them below Python's
+    ``sys.stderr``, so only the descriptor can catch them). Without a usable fd 2 the
+    block runs as it is."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):
+        yield
+        return
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield
+        finally:
+            try:
+                sys.stderr.flush()
+            except (OSError, ValueError, AttributeError):
+                pass
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            kept = [
+                line
+                for line in tmp.read().splitlines(keepends=True)
+                if not line.startswith(USDT_PREFIX)
+            ]
+            data = b"".join(kept)
+            while data:
+                data = data[os.write(2, data) :]
 
 
 class RangeHooks:
@@ -121,7 +168,8 @@ def kineto_runs(ctx: PassContext, result: TimingResult) -> None:
         ctx.bare_run(record=True)
     prof = torch.profiler.profile(activities=activities)
     try:
-        prof.__enter__()  # type: ignore[no-untyped-call]
+        with usdt_filtered():
+            prof.__enter__()  # type: ignore[no-untyped-call]
     except RuntimeError as e:
         raise LayerscopeError(
             f"timer='kineto' could not start torch.profiler ({e}); is another profiler "
@@ -147,7 +195,8 @@ def kineto_runs(ctx: PassContext, result: TimingResult) -> None:
             ctx.progress.advance()
     finally:
         hooks.uninstall()
-        prof.__exit__(None, None, None)  # type: ignore[no-untyped-call]
+        with usdt_filtered():
+            prof.__exit__(None, None, None)  # type: ignore[no-untyped-call]
     events = prof.events()  # type: ignore[no-untyped-call]
     parse_events(events, index, result, warm, options.ops, steps if options.backward else None)
 
