@@ -12,6 +12,7 @@ from torch import nn
 import layerscope as ls
 from layerscope.analysis.transforms import ignore_modules
 from layerscope.cli import main
+from layerscope.profile import Node
 from layerscope.render.options import view_options
 from viewmodels import build, node, small
 
@@ -95,13 +96,16 @@ def test_no_match_leaves_the_profile_and_says_so() -> None:
 
 def _timed() -> ls.Profile:
     """Peaks and per-call times: not additive (set on every node, self and inclusive)."""
-    leaf = dict(flops=10, peak_bytes=64, forward_time=2e-3)
+
+    def leaf(name: str) -> Node:
+        return node(name, "Linear", flops=10, peak_bytes=64, forward_time=2e-3)
+
     prof = build(
         node(
             "Net",
             "Net",
-            node("a", "Block", node("x", "Linear", **leaf), node("y", "Linear", **leaf)),
-            node("b", "Block", node("z", "Linear", **leaf)),
+            node("a", "Block", leaf("x"), leaf("y")),
+            node("b", "Block", leaf("z")),
             flops=1,
         )
     )

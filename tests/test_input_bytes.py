@@ -40,11 +40,12 @@ class _Caller(nn.Module):
         self.nested = _Pair()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.same(x, x)  # one tensor twice
+        out: torch.Tensor = self.same(x, x)  # one tensor twice
         out = out + self.halves(x[:2], x[2:])  # two views, disjoint
         out = out + self.transposed(x, x.t())  # two views of the same elements
         y = torch.ones(3, dtype=torch.float64)
-        return out + self.nested(x, y, extra=x)  # a keyword argument, x again
+        last: torch.Tensor = self.nested(x, y, extra=x)  # a keyword argument, x again
+        return out + last
 
 
 def test_views_and_aliases() -> None:
@@ -66,7 +67,9 @@ class _Twice(nn.Module):
         self.lin = nn.Linear(4, 4)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.lin(self.lin(x)[:1])
+        first: torch.Tensor = self.lin(x)
+        out: torch.Tensor = self.lin(first[:1])
+        return out
 
 
 def test_largest_call_and_not_summed_into_parents(tmp_path: Path) -> None:
@@ -92,7 +95,8 @@ def test_not_measured_without_memory_and_absent_where_not_called() -> None:
             self.d = model
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return self.d["a"](x)
+            out: torch.Tensor = self.d["a"](x)
+            return out
 
     x = torch.randn(1, 2)
     assert ms.INPUT_BYTES not in ls.profile(Wrap(), x).root.metrics

@@ -131,7 +131,9 @@ def _key(label: str, value: Any, *, numeric: bool) -> str:
 
 def _globs(label: str, value: Any) -> tuple[str, ...]:
     """Globs from a string or a list of strings, each comma-separated or not."""
-    return tuple(g.strip() for name in check_names(label, value) for g in name.split(",") if g.strip())
+    return tuple(
+        g.strip() for name in check_names(label, value) for g in name.split(",") if g.strip()
+    )
 
 
 def _fold(label: str, value: Any) -> Fold:

@@ -33,7 +33,7 @@ import os
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 import torch
@@ -83,10 +83,8 @@ def usdt_filtered() -> Iterator[None]:
         try:
             yield
         finally:
-            try:
+            with suppress(OSError, ValueError, AttributeError):
                 sys.stderr.flush()
-            except (OSError, ValueError, AttributeError):
-                pass
             os.dup2(saved, 2)
             os.close(saved)
             tmp.seek(0)
