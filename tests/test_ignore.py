@@ -98,7 +98,7 @@ def _timed() -> ls.Profile:
     """Peaks and per-call times: not additive (set on every node, self and inclusive)."""
 
     def leaf(name: str) -> Node:
-        return node(name, "Linear", flops=10, peak_bytes=64, forward_time=2e-3)
+        return node(name, "Linear", flops=10, peak_bytes=64, forward_time=2e-3, input_bytes=8)
 
     prof = build(
         node(
@@ -113,6 +113,7 @@ def _timed() -> ls.Profile:
         n.metrics["peak_bytes"] = n.self_metrics["peak_bytes"] = 100
         n.metrics["forward_time"] = 5e-3
         n.self_metrics["forward_time"] = 1e-3
+        n.metrics["input_bytes"] = n.self_metrics["input_bytes"] = 8
     return prof
 
 
@@ -126,6 +127,8 @@ def test_non_additive_values_are_left_out_for_the_ancestors_only() -> None:
         assert "peak_bytes" not in n.metrics and "forward_time" not in n.metrics
         assert "peak_bytes" not in n.self_metrics
         assert n.self_metrics["forward_time"] == 1e-3
+        # its own inputs: whatever its children do
+        assert n.metrics["input_bytes"] == n.self_metrics["input_bytes"] == 8
     # 1 + 10 + 10 + 10 = 31 FLOPs, less x's 10
     assert by_path[""].metrics["flops"] == 21
     for path in ("a.y", "b", "b.z"):  # not ancestors: as measured

@@ -105,8 +105,10 @@ def ignore_modules(profile: Profile, patterns: Sequence[str]) -> Ignored:
     modules' inclusive values, so inclusive = self + children still holds. A
     non-additive value of an ancestor (a peak, a per-call time, inclusive or self)
     cannot be recomputed without the ignored work and is left out, except self times,
-    which never held the children's time. The root is never ignored; the input profile
-    is untouched (ancestors get new metric dicts, other nodes are shallow copies).
+    which never held the children's time, and values that are facts of the module's own
+    calls (``subtree=False`` in the table: ``input_bytes``). The root is never ignored;
+    the input profile is untouched (ancestors get new metric dicts, other nodes are
+    shallow copies).
     """
     root = profile.root
     ignored: list[Node] = []
@@ -149,7 +151,9 @@ def ignore_modules(profile: Profile, patterns: Sequence[str]) -> Ignored:
 def _kept(key: str, *, own: bool) -> bool:
     """Whether an ancestor of an ignored module keeps its value of ``key``."""
     spec = ms.METRICS.get(key)
-    return spec is None or spec.additive or (own and spec.calls == "per_call")
+    if spec is None or spec.additive or not spec.subtree:
+        return True
+    return own and spec.calls == "per_call"
 
 
 def _without(
