@@ -307,13 +307,20 @@ def test_timing_pass_times_regions_with_its_own_timers() -> None:
     assert prof.node("proj").metrics["forward_time"] == pytest.approx(1 * US)
 
 
-def test_kineto_timer_does_not_time_regions() -> None:
-    """A timer without the forward hooks sees no region: it keeps no time (the analysed
-    run's would carry the instrumentation's cost)."""
+def test_kineto_timer_times_regions() -> None:
+    """Under the kineto timer a region's time is its range's; one repeat, so the self
+    times (root, body, proj: a region has none) add up exactly to the root's time."""
     model, x = _headed()
-    prof = ls.profile(model, x, timing={"repeats": 2, "warmup": 0, "timer": "kineto"})
-    assert "forward_time" not in prof.node("[head]").metrics
-    assert prof.node("proj").metrics["forward_time"] > 0
+    prof = ls.profile(model, x, timing={"repeats": 1, "warmup": 0, "timer": "kineto"})
+    prof.self_check()
+    head = prof.node("[head]")
+    proj = prof.node("proj")
+    assert head.parent is prof.root and proj.parent is head
+    assert "forward_time" not in head.self_metrics  # a region has no self time
+    root_time = prof.root.metrics["forward_time"]
+    assert proj.metrics["forward_time"] <= head.metrics["forward_time"] <= root_time
+    own = [n.self_metrics["forward_time"] for n in (prof.root, prof.node("body"), proj)]
+    assert sum(own) == pytest.approx(root_time, rel=1e-9)
 
 
 def test_loop_timed_steps_time_regions_outside_the_model() -> None:

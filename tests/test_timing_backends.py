@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any
 
 import pytest
@@ -20,6 +22,7 @@ from layerscope.collect.timing import (
     time_profile,
 )
 from layerscope.collect.timing.fx import UntraceableModelError
+from layerscope.collect.timing.kineto import usdt_filtered
 from layerscope.errors import InvalidInputError
 from layerscope.profile import Node, Profile
 from layerscope.session import profile_fx
@@ -256,6 +259,57 @@ def test_kineto_no_double_counting(kineto_resnet: Any) -> None:
                 values = part.series[FORWARD_TIME].inclusive
                 inside += values[r] * part.calls if r < len(values) else 0.0
             assert inside <= total * row.calls + 1e-3, (node.path, r)
+
+
+class _Labelled(nn.Module):
+    """A user's ``record_function`` label around a module call and an op."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(16, 16)
+        self.b = nn.Linear(16, 16)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = self.a(x)
+        with torch.autograd.profiler.record_function("blk"):
+            y: Tensor = self.b(x).relu()
+        return y
+
+
+def test_kineto_user_label_around_modules_is_not_counted_twice() -> None:
+    """The label's op row keeps the time outside the modules inside it (those are rows
+    of their own): the ops view's % column, every row's own time, adds up to 100."""
+    model = _Labelled()
+    timing = {"repeats": 1, "warmup": 0, "timer": "kineto", "ops": True}
+    prof = ls.profile(model, torch.randn(4, 16), timing=timing)
+    prof.self_check()
+    (label,) = [n for n in prof.root.children if n.type == "user::blk"]
+    b = prof.node("b")
+    assert b.parent is prof.root  # the module keeps its place and its own time
+    assert label.metrics[FORWARD_TIME] > 0
+    text = prof.render(view="ops", columns=["self_forward_time_pct"], raw=True, width=200)
+    shares = [float(line.split()[-1]) for line in text.splitlines()[3:9]]
+    assert len(shares) == 6  # root, a, b, a's and b's aten::linear, the label
+    assert sum(shares) == pytest.approx(100.0, abs=1e-6)
+
+
+def test_kineto_leaves_out_torchs_usdt_lines(capfd: pytest.CaptureFixture[str]) -> None:
+    """torch's C++ profiler writes ``USDT: ... profiler_start`` (and ``_stop``) to fd 2;
+    the kineto timer's stderr has none of them."""
+    ls.profile(nn.Linear(3, 3), torch.randn(2, 3), timing={"timer": "kineto", "repeats": 1})
+    assert "USDT" not in capfd.readouterr().err
+
+
+def test_usdt_filter_keeps_other_stderr_lines(capfd: pytest.CaptureFixture[str]) -> None:
+    print("before", file=sys.stderr, flush=True)
+    with usdt_filtered():
+        os.write(2, b"USDT:2026-01-01 00:00:00 1:1 X.cpp:52] profiler_start\nkept\n")
+        os.write(2, b"not USDT: kept too\n")
+        os.write(2, b"USDT: profiler_stop\nno newline at the end")
+    print("after", file=sys.stderr, flush=True)
+    assert capfd.readouterr().err == (
+        "before\nkept\nnot USDT: kept too\nno newline at the endafter\n"
+    )
 
 
 # ---- CUDA ---------------------------------------------------------------------------

@@ -104,6 +104,9 @@ class MetricSpec:
     default_self: bool = False
     #: A whole-model value of 0 still counts as having it (default columns, % base).
     show_zero: bool = False
+    #: A non-additive value of a module covers its children's work too (a peak, a time);
+    #: False: a fact of the module's own calls (its inputs), whatever its children do.
+    subtree: bool = True
 
     def __post_init__(self) -> None:
         for stage, allowed in _ALLOWED.items():
@@ -174,6 +177,7 @@ def _peak(
     description: str,
     *,
     default: bool = False,
+    subtree: bool = True,
 ) -> MetricSpec:
     """A high-water mark: not additive, the largest wins wherever values combine."""
     return MetricSpec(
@@ -188,6 +192,7 @@ def _peak(
         by_type="drop",
         cycles="max",
         default=default,
+        subtree=subtree,
     )
 
 
@@ -236,6 +241,7 @@ BACKWARD_MACS = "backward_macs"
 BACKWARD_FLOPS = "backward_flops"
 ACTIVATION_BYTES = "activation_bytes"
 OUTPUT_BYTES = "output_bytes"
+INPUT_BYTES = "input_bytes"
 PEAK_BYTES = "peak_bytes"
 SIMULATED_PEAK_BYTES = "simulated_peak_bytes"
 BACKWARD_PEAK_BYTES = "backward_peak_bytes"
@@ -273,6 +279,9 @@ _BUILTIN: tuple[MetricSpec, ...] = (
           "the module's ops (deduplicated by storage, parameters excluded)", default=True),
     _work(OUTPUT_BYTES, "bytes", "forward", "Out", 40, "bytes of the module's tensor "
           "outputs", default=True),
+    _peak(INPUT_BYTES, "forward", "In", 30, "bytes of the tensors passed to one call of the "
+          "module's forward (each distinct tensor once), the largest over its calls",
+          subtree=False),
     _peak(PEAK_BYTES, "forward", "Peak", 50, "highest live bytes above the level at module "
           "entry, during its forward", default=True),
     _peak(SIMULATED_PEAK_BYTES, "forward", "", 0, "the simulated peak_bytes, kept beside "

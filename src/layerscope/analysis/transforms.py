@@ -9,13 +9,22 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 
 import layerscope.metricspec as ms
 from layerscope.profile import Node, Number, Profile
 
-__all__ = ["by_type", "filter_tree", "matches", "post_order", "sort_tree", "top_k"]
+__all__ = [
+    "Ignored",
+    "by_type",
+    "filter_tree",
+    "ignore_modules",
+    "matches",
+    "post_order",
+    "sort_tree",
+    "top_k",
+]
 
 Getter = Callable[[Node], Number | None]
 
@@ -75,6 +84,92 @@ def filter_tree(
             twin.children = kids
             copies[node] = twin
     return replace(profile, root=copies[root])
+
+
+@dataclass(frozen=True)
+class Ignored:
+    """A profile with some modules' work taken out (``ignore_modules``)."""
+
+    profile: Profile
+    #: The outermost modules taken out, as measured, in tree order.
+    nodes: list[Node] = field(default_factory=list)
+    #: Non-additive metric keys left out of those modules' ancestors.
+    dropped: list[str] = field(default_factory=list)
+
+
+def ignore_modules(profile: Profile, patterns: Sequence[str]) -> Ignored:
+    """The profile without the modules a glob matches (path, type; ``matches``), their
+    work taken out of every ancestor and the root, as DeepSpeed's ``ignore_modules``.
+
+    Additive metrics (the table's ``additive``) of each ancestor lose the ignored
+    modules' inclusive values, so inclusive = self + children still holds. A
+    non-additive value of an ancestor (a peak, a per-call time, inclusive or self)
+    cannot be recomputed without the ignored work and is left out, except self times,
+    which never held the children's time, and values that are facts of the module's own
+    calls (``subtree=False`` in the table: ``input_bytes``). The root is never ignored;
+    the input profile is untouched (ancestors get new metric dicts, other nodes are
+    shallow copies).
+    """
+    root = profile.root
+    ignored: list[Node] = []
+    stack = list(reversed(root.children))
+    while stack:
+        node = stack.pop()
+        if matches(node, patterns):
+            ignored.append(node)
+        else:
+            stack.extend(reversed(node.children))
+    if not ignored:
+        return Ignored(profile)
+    parent_of = {id(c): n for n in root.walk() for c in n.children}
+    removed: dict[int, dict[str, Number]] = {}
+    for node in ignored:
+        take = {k: v for k, v in node.metrics.items() if k in ms.ADDITIVE}
+        up = parent_of.get(id(node))
+        while up is not None:
+            acc = removed.setdefault(id(up), {})
+            for k, v in take.items():
+                acc[k] = acc.get(k, 0) + v
+            up = parent_of.get(id(up))
+    skip = {id(n) for n in ignored}
+    dropped: dict[str, None] = {}
+    copies: dict[Node, Node] = {}
+    for node in post_order(root, lambda n: id(n) not in skip):
+        if id(node) in skip:
+            continue
+        twin = copy.copy(node)
+        twin.children = [copies[c] for c in node.children if id(c) not in skip]
+        taken = removed.get(id(node))
+        if taken is not None:
+            twin.metrics = _without(node.metrics, taken, dropped, own=False)
+            twin.self_metrics = _without(node.self_metrics, {}, dropped, own=True)
+        copies[node] = twin
+    # ``replace`` links the copies' parents
+    return Ignored(replace(profile, root=copies[root]), ignored, list(dropped))
+
+
+def _kept(key: str, *, own: bool) -> bool:
+    """Whether an ancestor of an ignored module keeps its value of ``key``."""
+    spec = ms.METRICS.get(key)
+    if spec is None or spec.additive or not spec.subtree:
+        return True
+    return own and spec.calls == "per_call"
+
+
+def _without(
+    metrics: dict[str, Number], taken: dict[str, Number], dropped: dict[str, None], *, own: bool
+) -> dict[str, Number]:
+    """``metrics`` less ``taken``, without the values an ancestor cannot keep (their keys
+    noted in ``dropped``)."""
+    out: dict[str, Number] = {}
+    for key, value in metrics.items():
+        if key in taken:
+            out[key] = value - taken[key]
+        elif _kept(key, own=own):
+            out[key] = value
+        else:
+            dropped.setdefault(key, None)
+    return out
 
 
 def sort_tree(profile: Profile, key: Getter) -> Profile:

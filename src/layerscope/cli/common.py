@@ -32,6 +32,7 @@ VIEW_FLAGS = {
     "pct_of": "--pct-of",
     "include": "--include",
     "exclude": "--exclude",
+    "ignore": "--ignore",
     "fold": "--fold",
     "show_not_called": "--hide-not-called",
     "pct": "--no-pct",
@@ -46,7 +47,7 @@ _OPTION_FLAGS = {
     VIEW_FLAGS[option].removeprefix("--").replace("-", "_"): option
     for option in (
         *("columns", "sort_by", "top", "max_depth", "min_pct", "pct_of"),
-        *("include", "exclude", "width", "device"),
+        *("include", "exclude", "ignore", "width", "device"),
     )
 }
 #: Extensions that write a view as plain text with ``-o``.
@@ -106,6 +107,13 @@ def add_view_arguments(p: argparse.ArgumentParser) -> None:
         action="append",
         metavar="GLOB",
         help="hide modules (and what they contain) whose path or type matches (repeatable)",
+    )
+    g.add_argument(
+        "--ignore",
+        action="append",
+        metavar="GLOB",
+        help="take the work of modules whose path or type matches out of their ancestors "
+        "and the Total, and leave out their rows (repeatable, or comma-separated)",
     )
     g.add_argument(
         "--fold",
@@ -224,7 +232,7 @@ def _view_flags_given(args: argparse.Namespace) -> list[str]:
     flags = []
     for name in (
         "columns", "sort", "top", "by_type", "depth", "min_pct", "pct_of", "include",
-        "exclude", "fold", "no_fold", "hide_not_called", "no_pct", "raw", "no_shapes",
+        "exclude", "ignore", "fold", "no_fold", "hide_not_called", "no_pct", "raw", "no_shapes",
         "width", "config", "spec", "estimate",
     ):  # fmt: skip
         value = getattr(args, name)

@@ -14,7 +14,14 @@ import layerscope.metricspec as ms
 from layerscope.analysis.catalog import Column, Values, column, pct_base
 from layerscope.analysis.fold import fold
 from layerscope.analysis.roofline import profile_dtype, roof_of, target_spec
-from layerscope.analysis.transforms import filter_tree, matches, post_order, sort_tree, top_k
+from layerscope.analysis.transforms import (
+    filter_tree,
+    ignore_modules,
+    matches,
+    post_order,
+    sort_tree,
+    top_k,
+)
 from layerscope.errors import InvalidInputError
 from layerscope.profile import Node, Number, Profile, Signature
 from layerscope.render import config as display_config
@@ -55,6 +62,11 @@ class ViewContext:
     """What every view needs: values, the resolved columns, sort and % metrics, config."""
 
     def __init__(self, profile: Profile, options: ViewOptions) -> None:
+        #: The profile as measured (the footer's facts); ``profile`` is what the view
+        #: shows, the ``ignore``d modules' work taken out.
+        self.measured = profile
+        self.ignored = ignore_modules(profile, options.ignore)
+        profile = self.ignored.profile
         self.profile = profile
         self.options = options
         # a flat list of self values shows op rows apart from their module's self time
@@ -310,9 +322,32 @@ class ViewContext:
                     "layerscope.notice",
                     width,
                 )
-        for text, style in summary_lines(self.profile):
+        lines += self._ignored_lines(width)
+        for text, style in summary_lines(self.measured):
             lines += wrap_text(text, style, width)
         return lines
+
+    def _ignored_lines(self, width: int) -> list[Line]:
+        """Which modules ``ignore`` took out, and what that does to the other rows."""
+        ignored = self.ignored
+        if not ignored.nodes:
+            if not self.options.ignore:
+                return []
+            text = f"ignore {', '.join(self.options.ignore)} matched no module."
+            return wrap_text(text, "layerscope.notice", width)
+        names = ", ".join(f"{n.path} ({n.type})" for n in ignored.nodes)
+        its = "its" if len(ignored.nodes) == 1 else "their"
+        text = (
+            f"Ignored {names}: {its} work is taken out of {its} ancestors' values and out "
+            "of the Total."
+        )
+        dropped = [column(k).header for k in ignored.dropped if ms.METRICS[k].column]
+        if dropped:
+            text += (
+                f" {', '.join(dropped)} {'is' if len(dropped) == 1 else 'are'} not additive:"
+                f" left out for {its} ancestors."
+            )
+        return wrap_text(text, "layerscope.notice", width)
 
     def framed(self, lines: list[Line], width: int) -> list[Line]:
         """A table's lines under the configured title and above its caption."""

@@ -45,6 +45,9 @@ class ViewOptions:
     #: Case-sensitive globs matched against a module's path and its type.
     include: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
+    #: Globs (path or type) of modules whose work is taken out of their ancestors and
+    #: the Total, and whose rows are left out (DeepSpeed's ``ignore_modules``).
+    ignore: tuple[str, ...] = ()
     #: Sort descending by this key (siblings within the tree; globally in flat views).
     sort_by: str | None = None
     #: Keep the k largest rows by the sort (or % of) metric; per depth in the top view.
@@ -70,7 +73,7 @@ class ViewOptions:
 OPTION_NAMES: tuple[str, ...] = tuple(f.name for f in fields(ViewOptions))
 #: Options that None leaves unset (the others refuse None).
 _UNSET_BY_NONE = frozenset(
-    [f.name for f in fields(ViewOptions) if f.default is None] + ["include", "exclude"]
+    [f.name for f in fields(ViewOptions) if f.default is None] + ["include", "exclude", "ignore"]
 )
 
 
@@ -126,6 +129,13 @@ def _key(label: str, value: Any, *, numeric: bool) -> str:
     )
 
 
+def _globs(label: str, value: Any) -> tuple[str, ...]:
+    """Globs from a string or a list of strings, each comma-separated or not."""
+    return tuple(
+        g.strip() for name in check_names(label, value) for g in name.split(",") if g.strip()
+    )
+
+
 def _fold(label: str, value: Any) -> Fold:
     if isinstance(value, str) and value == "all":
         return "all"
@@ -155,6 +165,7 @@ _CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "pct_of": lambda label, v: _key(label, v, numeric=True),
     "include": lambda label, v: tuple(check_names(label, v)),
     "exclude": lambda label, v: tuple(check_names(label, v)),
+    "ignore": lambda label, v: _globs(label, v),
     "fold": _fold,
     "device": _device,
     **{name: check_bool for name in ("by_type", "show_not_called", "pct", "raw", "shapes")},

@@ -12,10 +12,19 @@ tree of each repeat:
   below the module's range that is not a module range: ``aten::conv2d``, not also the
   ``aten::convolution`` it calls) become op rows, so rows never double-count nested ops.
   An op row's self time excludes its nested ops, as in the profiler's own tables.
+- user regions (``ls.region``): each call is a ``layerscope::region::<name>#<n>`` range;
+  its duration is the region's time, under the path the analysed run gives it (the
+  scope it was entered in, then ``.[name]``). It is not an op row, and the ops inside
+  it stay rows of the module running it.
 - ``backward=True``: every ``autograd::engine::evaluate_function`` event carries the
   sequence number of its autograd node; the forward hooks recorded which module owned
   which sequence numbers, so each is attributed to the module that created it.
   AccumulateGrad (no sequence number) goes to the module of the node that ran before it.
+
+torch's C++ code writes a ``USDT: ... profiler_start`` / ``profiler_stop`` line to file
+descriptor 2 when a profiler session starts and stops; the start and stop run with fd 2
+sent to a temporary file (``usdt_filtered``), whose lines other than those are written
+back to stderr.
 
 Times include the profiler's own per-op cost, which is larger than the hooks timer's;
 use this timer for where device time goes and for the op breakdown, the default one for
@@ -24,7 +33,11 @@ the most faithful wall times.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from typing import Any
 
 import torch
@@ -33,7 +46,9 @@ from torch.autograd.profiler import record_function
 from torch.profiler import ProfilerActivity
 from torch.utils.hooks import RemovableHandle
 
+from layerscope.collect.active import active
 from layerscope.collect.common import install_hook_pairs, remove_hooks
+from layerscope.collect.scopes import OUTSIDE
 from layerscope.collect.timing.backward import grad_steps, owner_of
 from layerscope.collect.timing.context import PassContext
 from layerscope.collect.timing.forward import Entry, ForwardRepeat
@@ -51,6 +66,43 @@ from layerscope.torchapi import NO_SEQUENCE, get_sequence_nr
 REPEAT_LABEL = "layerscope::repeat"
 MODULE_PREFIX = "layerscope::module::"
 EVALUATE_PREFIX = "autograd::engine::evaluate_function: "
+REGION_PREFIX = "layerscope::region::"
+
+
+#: The start of the lines torch's C++ profiler writes to fd 2 at its start and stop.
+USDT_PREFIX = b"USDT:"
+
+
+@contextmanager
+def usdt_filtered() -> Iterator[None]:
+    """Run the block with file descriptor 2 sent to a temporary file, then write its
+    lines back to fd 2 except torch's ``USDT:`` lines (C++ writes them below Python's
+    ``sys.stderr``, so only the descriptor can catch them). Without a usable fd 2 the
+    block runs as it is."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):
+        yield
+        return
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield
+        finally:
+            with suppress(OSError, ValueError, AttributeError):
+                sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            kept = [
+                line
+                for line in tmp.read().splitlines(keepends=True)
+                if not line.startswith(USDT_PREFIX)
+            ]
+            data = b"".join(kept)
+            while data:
+                data = data[os.write(2, data) :]
 
 
 class RangeHooks:
@@ -68,17 +120,43 @@ class RangeHooks:
         self._record_seq = record_seq
         self._open: list[tuple[nn.Module, record_function]] = []
         self._handles: list[RemovableHandle] = []
+        self._timers: list[Any] | None = None
+        #: user region calls so far (their ranges are numbered) and those not counted
+        self._region_calls = 0
+        self.uncounted: set[str] = set()
 
     def install(self) -> None:
         self._handles = install_hook_pairs(
             (module, *self._make(mid, self.names[mid]))
             for mid, module in enumerate(self.index.modules)
         )
+        self._timers = active.timers  # user regions of this thread report here too
+        self._timers.append(self)
 
     def uninstall(self) -> None:
         remove_hooks(self._handles)
+        timers, self._timers = self._timers, None
+        if timers is not None and self in timers:
+            timers.reverse()
+            timers.remove(self)  # the innermost entry that is this timer
+            timers.reverse()
         while self._open:  # ranges left open by a raising model
             self._open.pop()[1].__exit__(None, None, None)
+
+    # ---- user regions (``ls.region``) -------------------------------------------------
+    def enter_region(self, name: str) -> tuple[str, record_function]:
+        """A user region starts: a numbered range, closed by ``exit_region``."""
+        self._region_calls += 1
+        label = f"{REGION_PREFIX}{name}#{self._region_calls}"
+        rf = record_function(label)
+        rf.__enter__()  # type: ignore[no-untyped-call]
+        return label, rf
+
+    def exit_region(self, token: tuple[str, record_function], *, count: bool = True) -> None:
+        label, rf = token
+        rf.__exit__(None, None, None)
+        if not count:
+            self.uncounted.add(label)
 
     def _make(self, mid: int, name: str) -> tuple[Callable[..., None], Callable[..., None]]:
         opened = self._open
@@ -121,7 +199,8 @@ def kineto_runs(ctx: PassContext, result: TimingResult) -> None:
         ctx.bare_run(record=True)
     prof = torch.profiler.profile(activities=activities)
     try:
-        prof.__enter__()  # type: ignore[no-untyped-call]
+        with usdt_filtered():
+            prof.__enter__()  # type: ignore[no-untyped-call]
     except RuntimeError as e:
         raise LayerscopeError(
             f"timer='kineto' could not start torch.profiler ({e}); is another profiler "
@@ -147,9 +226,18 @@ def kineto_runs(ctx: PassContext, result: TimingResult) -> None:
             ctx.progress.advance()
     finally:
         hooks.uninstall()
-        prof.__exit__(None, None, None)  # type: ignore[no-untyped-call]
+        with usdt_filtered():
+            prof.__exit__(None, None, None)  # type: ignore[no-untyped-call]
     events = prof.events()  # type: ignore[no-untyped-call]
-    parse_events(events, index, result, warm, options.ops, steps if options.backward else None)
+    parse_events(
+        events,
+        index,
+        result,
+        warm,
+        options.ops,
+        steps if options.backward else None,
+        hooks.uncounted,
+    )
 
 
 def _us_to_ns(us: float) -> float:
@@ -183,6 +271,10 @@ class _RepeatParser:
         # (node, op name) -> [count, total ns, self ns, device ns, device self ns]
         self.op_acc: dict[tuple[int, str], list[float]] = {}
         self._running: list[int] = []
+        #: user regions: wall ns of each call by path; labels of calls not counted
+        self.regions: dict[str, list[float]] = {}
+        self.uncounted: set[str] = set()
+        self._scopes: list[str] = []  # paths of the running modules and regions
         # module frame: [node, children cpu ns, children device us, open op depth]
         self._frames: list[list[Any]] = []
 
@@ -190,14 +282,18 @@ class _RepeatParser:
         """Visit ``ev`` and its subtree; return its device time (us)."""
         mid = self.names.get(ev.name)
         own = float(sum(k.duration for k in ev.kernels))
+        if ev.name.startswith(REGION_PREFIX):
+            return own + self._region(ev)
         if mid is not None:
             node = self.index.resolve(mid, self._running)
             self.spans.forward.append((node, *self._span(ev)))
             self._running.append(node)
+            self._scopes.append(self.index.paths[node])
             frame: list[Any] = [node, 0.0, 0.0, 0]
             self._frames.append(frame)
             dev = own + sum(self.visit(c) for c in ev.cpu_children)
             self._frames.pop()
+            self._scopes.pop()
             self._running.pop()
             cpu = _us_to_ns(ev.time_range.elapsed_us())
             self.fwd.calls[node] += 1
@@ -213,6 +309,8 @@ class _RepeatParser:
         row = self.ops and top is not None and top[3] == 0
         if top is not None:
             top[3] += 1
+        # module ranges inside this event add to the enclosing module's frame
+        before = (top[1], top[2]) if top is not None else (0.0, 0.0)
         child_dev = 0.0
         child_cpu = 0.0
         for c in ev.cpu_children:
@@ -223,13 +321,29 @@ class _RepeatParser:
         dev = own + child_dev
         if row and top is not None:
             self.spans.ops.append((f"{self.index.paths[top[0]]}/{ev.name}", *self._span(ev)))
-            cpu = _us_to_ns(ev.time_range.elapsed_us())
+            # a user's record_function label around modules: the modules are rows of
+            # their own, so the label's row keeps only the time outside them
+            inner_cpu, inner_dev = top[1] - before[0], top[2] - before[1]
+            cpu = max(_us_to_ns(ev.time_range.elapsed_us()) - inner_cpu, 0.0)
             acc = self.op_acc.setdefault((top[0], ev.name), [0, 0.0, 0.0, 0.0, 0.0])
             acc[0] += 1
             acc[1] += cpu
-            acc[2] += max(cpu - child_cpu, 0.0)
-            acc[3] += _us_to_ns(dev)
+            acc[2] += max(_us_to_ns(ev.time_range.elapsed_us()) - child_cpu, 0.0)
+            acc[3] += _us_to_ns(max(dev - inner_dev, 0.0))
             acc[4] += _us_to_ns(own)
+        return dev
+
+    def _region(self, ev: Any) -> float:
+        """A user region's range: its time under its path, its children visited as the
+        running module's (the region is no op row); return their device time (us)."""
+        name = ev.name.removeprefix(REGION_PREFIX).rpartition("#")[0]
+        scope = self._scopes[-1] if self._scopes else OUTSIDE
+        path = f"{scope}.[{name}]" if scope else f"[{name}]"
+        if ev.name not in self.uncounted:
+            self.regions.setdefault(path, []).append(_us_to_ns(ev.time_range.elapsed_us()))
+        self._scopes.append(path)
+        dev = sum(self.visit(c) for c in ev.cpu_children)
+        self._scopes.pop()
         return dev
 
     def _span(self, ev: Any) -> tuple[float, float]:
@@ -247,8 +361,10 @@ def parse_events(
     warm: int,
     ops: bool,
     steps: list[tuple[list[int], list[int]]] | None,
+    uncounted: set[str] | None = None,
 ) -> None:
-    """Fill ``result`` from the profiler's events (the first ``warm`` repeats skipped)."""
+    """Fill ``result`` from the profiler's events (the first ``warm`` repeats skipped);
+    ``uncounted``: labels of region calls that are not counted."""
     names = {
         MODULE_PREFIX + (index.paths[nodes[0]] or "<root>"): mid
         for mid, nodes in enumerate(index.nodes_of)
@@ -264,8 +380,10 @@ def parse_events(
             continue
         origin = rep.time_range.start
         parser = _RepeatParser(index, names, ops, origin)
+        parser.uncounted = uncounted or set()
         for c in rep.cpu_children:
             parser.visit(c)
+        result.add_regions(parser.regions)
         spans = parser.spans
         spans.end = _us_to_ns(rep.time_range.elapsed_us())
         bwd_self: list[float] | None = None

@@ -8,6 +8,14 @@ What it measures (all bytes; see ``docs/memory.md`` for the full contract):
   keeps its entire storage alive); parameter and buffer storages are never activations.
 - ``output_bytes`` (self): ``numel * element_size`` of every tensor leaf of the module's
   output, summed over calls. Inclusive values therefore add the children's outputs too.
+- ``input_bytes`` (not additive; the same value in ``metrics`` and ``self_metrics``):
+  ``numel * element_size`` of the tensors among one call's arguments (positional and
+  keyword, inside tuples, lists, dicts and dataclasses as shapes are recorded), each
+  distinct tensor once: the same tensor passed twice, or two views with the same storage,
+  offset, sizes and strides, count once; other views of one storage count each their own
+  elements (overlapping views may so count shared bytes twice, and the part of a storage
+  no argument views is not counted). The largest over the module's calls, never summed
+  into a parent: a module's inputs are not the sum of its children's.
 - ``peak_bytes`` (not additive; the same value in ``metrics`` and ``self_metrics``):
   highest live bytes above the level at module entry during its forward, max over calls.
   A simulated allocator (``storages.StorageTable``) fed by every aten op gives it on CPU
@@ -52,7 +60,13 @@ _PLAIN = frozenset({Tensor, nn.Parameter})
 
 #: Metric keys this observer writes (``grad_bytes`` only once a backward ran or gradients
 #: exist; ``simulated_peak_bytes`` only on CUDA): the columns a memory view shows.
-METRIC_KEYS = (ms.ACTIVATION_BYTES, ms.OUTPUT_BYTES, ms.PEAK_BYTES, ms.GRAD_BYTES)
+METRIC_KEYS = (
+    ms.ACTIVATION_BYTES,
+    ms.OUTPUT_BYTES,
+    ms.INPUT_BYTES,
+    ms.PEAK_BYTES,
+    ms.GRAD_BYTES,
+)
 
 
 @dataclass(slots=True)
@@ -122,6 +136,32 @@ def _remove_saved_hooks(pack: Callable[[Tensor], Any]) -> None:
         push(*hooks)
 
 
+def _input_bytes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
+    """Bytes of the distinct tensors among a call's arguments (module docstring)."""
+    seen: set[tuple[Any, ...]] = set()
+    total = 0
+    for t in (*iter_tensors(args), *iter_tensors(kwargs)):
+        try:
+            nbytes = t.numel() * t.element_size()
+            key: tuple[Any, ...] = (
+                id(t.untyped_storage()),
+                t.storage_offset(),
+                tuple(t.shape),
+                t.stride(),
+                t.dtype,
+            )
+        except (RuntimeError, NotImplementedError, TypeError):  # nested, sparse, ...
+            key = (id(t),)
+            try:
+                nbytes = t.numel() * t.element_size()
+            except (RuntimeError, NotImplementedError, TypeError):
+                continue
+        if key not in seen:
+            seen.add(key)
+            total += nbytes
+    return total
+
+
 def _output_bytes(output: Any) -> int:
     if isinstance(output, Tensor):
         return output.numel() * output.element_size()
@@ -188,6 +228,7 @@ class MemoryObserver(Observer):
         self._peaks: dict[int, tuple[Node, int, int]] = {}
         self._activations: dict[int, tuple[Node, int]] = {}
         self._outputs: dict[int, tuple[Node, int]] = {}
+        self._inputs: dict[int, tuple[Node, int]] = {}  # the largest call's input bytes
         self.saw_backward = False
         self.backward_peak = 0
         self.backward_peak_cuda = 0
@@ -307,6 +348,10 @@ class MemoryObserver(Observer):
         self._frames.append(_Frame(node, self._sim.open(), cuda))
         live = peaks.last - self._cuda_base if peaks is not None else self._table.live
         self._timeline.add(self._ops, ENTER, node.path, live)
+        n = _input_bytes(args, kwargs)
+        entry = self._inputs.get(id(node))
+        if entry is None or n > entry[1]:
+            self._inputs[id(node)] = (node, n)
 
     def on_exit(self, node: Node, module: nn.Module, output: Any, raised: bool) -> None:
         frames = self._frames
@@ -456,6 +501,8 @@ class MemoryObserver(Observer):
             node.self_metrics[ms.ACTIVATION_BYTES] = n
         for node, n in self._outputs.values():
             node.self_metrics[ms.OUTPUT_BYTES] = n
+        for node, n in self._inputs.values():
+            node.metrics[ms.INPUT_BYTES] = node.self_metrics[ms.INPUT_BYTES] = n
         for node, sim, cuda in self._peaks.values():
             peak = cuda if on_cuda and cuda >= 0 else sim
             node.metrics[ms.PEAK_BYTES] = node.self_metrics[ms.PEAK_BYTES] = peak
