@@ -574,6 +574,11 @@ def test_repr() -> None:
     assert repr(diff(a, b)) == (
         "<ProfileDiff Net -> Net: 7 modules, 1 added, 0 removed, 0 type changes, 0 facts differ>"
     )
+    # one fact (the inputs' shape): the noun and verb agree with the count
+    assert repr(batch_pair()) == (
+        "<ProfileDiff Sequential -> Sequential: 4 modules, 0 added, 0 removed, 0 type changes, "
+        "1 fact differs>"
+    )
 
 
 # ---- docs/diff.md ----------------------------------------------------------------------

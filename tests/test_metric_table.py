@@ -121,7 +121,8 @@ def test_fold(widget: MetricSpec) -> None:
     assert entry.self_metrics[WIDGET] == 123
     assert folded.root.metrics[WIDGET] == TOTAL  # folding keeps the total
     text = prof.render(view="table", columns=[WIDGET], fold=True, width=120)
-    assert text.splitlines()[3].split()[-2:] == ["123", "B"]
+    # the one metric named is the % metric: 123 / 1123 = 10.95% -> 11.0%
+    assert text.splitlines()[3].split()[-3:] == ["123", "B", "11.0%"]
 
 
 def test_by_type_group(widget: MetricSpec) -> None:
@@ -130,7 +131,8 @@ def test_by_type_group(widget: MetricSpec) -> None:
     assert (group.type, group.repeat) == ("Linear", 3)
     assert group.metrics[WIDGET] == group.self_metrics[WIDGET] == 123  # 100 + 20 + 3
     text = prof.render(view="top", by_type=True, columns=[WIDGET], width=120)
-    assert text.splitlines()[3].split() == ["1", "Linear", "3", "123", "B"]
+    # with its % column (the one metric named): 123 / 1123 = 10.95% -> 11.0%
+    assert text.splitlines()[3].split() == ["1", "Linear", "3", "123", "B", "11.0%"]
 
 
 def test_merged_loop_profile(widget: MetricSpec) -> None:

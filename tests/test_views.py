@@ -16,7 +16,7 @@ from viewmodels import build, node, small
 W = 80
 
 
-FOOTER = ("Showing", "Hidden", "Params:", "Run:", "Note:", "No NaN", "|x|")
+FOOTER = ("Showing", "Hidden", "This profile", "Params:", "Run:", "Note:", "No NaN", "|x|")
 
 
 def rows(text: str, sections: bool = False) -> list[str]:
@@ -161,7 +161,7 @@ def test_ops_view_self_values_sum_to_100() -> None:
     ]
     text = small().render(width=W, view="ops", columns=["flops"], top=2)
     assert [r.split()[0] for r in rows(text)] == ["enc.mlp", "enc.attn"]
-    assert "Showing 2 of 6 rows (top 2 by FLOPs)." in text
+    assert "Showing 2 of 6 rows (top 2 by Self FLOPs)." in text
 
 
 def test_ops_by_type_and_top_by_depth() -> None:
@@ -343,10 +343,75 @@ def test_ops_view_counts_op_rows_once() -> None:
     ]
 
 
-def test_sorting_by_an_absent_metric_says_so() -> None:
+def test_sorting_by_an_absent_metric_sorts_by_the_pct_metric_and_says_so() -> None:
     text = small().render(width=W, sort_by="forward_time")
+    # no times: siblings by FLOPs, the % metric: enc 900 > head 80 > drop 0; mlp 500 > attn 400
+    assert names(text) == [
+        "Net",
+        "(1) enc Encoder",
+        "(1.2) mlp MLP",
+        "(1.1) attn Attention",
+        "(2) head Linear",
+        "(3) drop Dropout",
+    ]
+    assert "This profile has no forward_time: rows are ordered by FLOPs." in text
+    assert "% FLOPs" in text.splitlines()[0]
+
+
+def test_top_by_an_absent_metric_ranks_by_the_pct_metric() -> None:
+    text = small().render(width=W, view="top", sort_by="forward_time", top=1, columns=["flops"])
+    # ranked by FLOPs: depth 1 enc (900 of 1000), depth 2 mlp (500)
+    assert text.splitlines()[0] == "Top 1 modules by FLOPs at each depth"
+    assert [r.split() for r in rows(text, sections=True)] == [
+        ["1", "enc", "Encoder", "900", "90.0%"],
+        ["2", "enc.mlp", "MLP", "500", "50.0%"],
+    ]
+    assert "This profile has no forward_time: rows are ordered by FLOPs." in text
+    # the table view's top: the footer names the metric that ranked
+    text = small().render(width=W, sort_by="forward_time", top=1, columns=["params"])
+    # % metric: the one named, params; largest row at depth >= 1: enc (90 of 100)
+    assert names(text) == ["Net", "(1) enc Encoder"]
+    assert "Showing 2 of 6 rows (top 1 by Params); the Total row is the whole model." in text
+    assert "This profile has no forward_time: rows are ordered by Params." in text
+    # the ops view ranks by self values and says so
+    text = small().render(width=W, view="ops", sort_by="forward_time", top=2)
+    assert text.splitlines()[0].startswith("Modules by Self FLOPs: the work done directly")
+    assert [r.split()[0] for r in rows(text)] == ["enc.mlp", "enc.attn"]  # 500, 400 own
+    assert "Showing 2 of 6 rows (top 2 by Self FLOPs)." in text
+    assert "This profile has no forward_time: rows are ordered by Self FLOPs." in text
+
+
+def test_absent_sort_and_pct_metric_keep_the_tree_order() -> None:
+    text = small().render(width=W, sort_by="forward_time", pct_of="forward_time")
     assert names(text)[:3] == ["Net", "(1) enc Encoder", "(1.1) attn Attention"]  # tree order
     assert "This profile has no forward_time: rows are in tree order for it." in text
+
+
+def test_one_named_metric_is_the_pct_metric() -> None:
+    text = small().render(width=W, columns=["params"])
+    # % of params (100 in all): enc 90 -> 90.0%, attn 40.0%, mlp 50.0%, head 8.0%
+    assert text.splitlines()[0].split() == ["Module", "Params", "%", "Params"]
+    assert rows(text)[1].split() == ["├─", "(1)", "enc", "Encoder", "90", "90.0%"]
+    # min_pct takes the same metric: params >= 45% of 100 keeps enc (90) and mlp (50)
+    text = small().render(width=W, columns=["params"], min_pct=45)
+    assert names(text) == ["Net", "(1) enc Encoder", "(1.2) mlp MLP"]
+    assert "Showing 3 of 6 rows (min_pct 45% of Params)" in text
+    # a self column and a % column of the same metric are still one metric
+    text = small().render(width=W, columns=["params", "self_params"])
+    assert text.splitlines()[0].split() == ["Module", "Params", "%", "Params", "Self", "params"]
+    # calls is no metric with a % of total: params is still the only one
+    text = small().render(width=W, columns=["params", "calls"])
+    assert "% Params" in text.splitlines()[0]
+    # two metrics: the documented order stands (FLOPs, which is not shown: no % column)
+    text = small().render(width=W, columns=["params", "macs"], min_pct=45)
+    assert text.splitlines()[0].split() == ["Module", "Params", "MACs"]
+    assert "(min_pct 45% of FLOPs)" in text
+    # a sort metric given wins over the one named
+    text = small().render(width=W, columns=["params"], sort_by="flops")
+    assert text.splitlines()[0].split() == ["Module", "Params"]
+    # a named metric the profile lacks is no % metric: FLOPs, then
+    text = small().render(width=W, columns=["forward_time"], min_pct=45)
+    assert "(min_pct 45% of FLOPs)" in text
 
 
 # ---- any profile, any options: views never fail and never overflow a table's width ----
@@ -406,3 +471,126 @@ def test_any_view_of_any_profile(
     assert text.endswith("\n")
     if view != "repr":  # a repr keeps a long hyperparameter whole
         assert max(len(line) for line in text.splitlines()) <= width
+
+
+# ---- headers: one naming rule (count or size, self or inclusive) -----------------------
+
+
+def _buffered() -> ls.Profile:
+    """Net (own forward 1 ms) holding bn (5 buffer values, 40 B, forward 3 ms)."""
+    prof = build(
+        node(
+            "Net",
+            "Net",
+            node("bn", "BatchNorm", buffers=5, buffer_bytes=40, forward_time=3e-3),
+            forward_time=1e-3,
+        )
+    )
+    prof.root.metrics["forward_time"] = 4e-3  # inclusive: 1 ms own + 3 ms in bn
+    prof.node("bn").metrics["forward_time"] = 3e-3  # a leaf: inclusive = self
+    return prof
+
+
+HEADED = [
+    "buffers",
+    "buffer_bytes",
+    "forward_time",
+    "forward_time_pct",
+    "self_forward_time",
+    "self_forward_time_pct",
+]
+
+
+def test_headers_tell_count_from_size_and_self_from_inclusive() -> None:
+    from layerscope.analysis.catalog import column
+
+    heads = {k: column(k).header for k in (*HEADED, "params", "param_bytes", "grad_bytes")}
+    assert heads == {
+        "buffers": "Buffers",
+        "buffer_bytes": "Buffer size",
+        "forward_time": "Fwd time",
+        "forward_time_pct": "% fwd",
+        "self_forward_time": "Self fwd",
+        "self_forward_time_pct": "Self % fwd",
+        "params": "Params",
+        "param_bytes": "Param size",
+        "grad_bytes": "Grad size",
+    }
+    text = _buffered().render(width=120, columns=HEADED, fold=False)
+    # % fwd of the 4 ms total: Net 100%, bn 3/4 = 75.0%; self: Net 1/4 = 25.0%, bn 75.0%
+    assert text.splitlines()[:4] == [
+        "Module                Buffers   Buffer size   Fwd time   % fwd   Self fwd   Self % fwd",
+        "─" * 86,
+        "Net                         5          40 B       4 ms    100%       1 ms        25.0%",
+        "└─ (1) bn BatchNorm         5          40 B       3 ms   75.0%       3 ms        75.0%",
+    ]
+    # Markdown and the HTML report take their headers from the same table
+    md = _buffered().to_markdown(columns=HEADED, fold=False)
+    assert md.splitlines()[0] == (
+        "| Module | Buffers | Buffer size | Fwd time | % fwd | Self fwd | Self % fwd |"
+    )
+    from layerscope.export.html import report_data
+
+    cols = {c["key"]: c["header"] for c in report_data(_buffered())["columns"]}
+    assert (cols["buffers"], cols["buffer_bytes"]) == ("Buffers", "Buffer size")
+
+
+def test_ops_title_says_the_pct_column_adds_up_only_when_shown() -> None:
+    wide = small().render(width=60, view="ops")
+    assert wide.splitlines()[:3] == [
+        "Modules by Self FLOPs: the work done directly in each",
+        "  module, so the % column adds up to 100%",
+        "Module     Self params   Self FLOPs   Self % FLOPs",
+    ]
+    narrow = small().render(width=45, view="ops")  # the % column is dropped to fit
+    assert narrow.splitlines()[:3] == [
+        "Modules by Self FLOPs: the work done directly",
+        "  in each module",
+        "Module     Self params   Self FLOPs",
+    ]
+    unasked = small().render(width=80, view="ops", pct=False)
+    assert unasked.splitlines()[0] == "Modules by Self FLOPs: the work done directly in each module"
+
+
+# ---- counts and their nouns agree ----------------------------------------------------------
+
+
+def test_by_dtype_line_says_one_buffer_value_and_one_param() -> None:
+    from torch import nn
+
+    prof = ls.profile(nn.BatchNorm1d(2), input_shape=(3, 2))
+    # float32: weight 2 + bias 2 = 4 params, running mean 2 + var 2 = 4 buffer values,
+    # (4 + 4) * 4 B = 32 B; int64: num_batches_tracked, 1 value of 8 B
+    assert "By dtype: float32 4 params + 4 buffer values (32 B); int64 1 buffer value (8 B)" in (
+        prof.render(width=200)
+    )
+    prof = ls.profile(nn.Linear(1, 1, bias=False), input_shape=(1, 1))
+    assert "By dtype: float32 1 param (4 B)\n" in prof.render(width=200)
+
+
+def test_timing_lines_agree_with_their_counts() -> None:
+    from layerscope.render.summary import summary_lines
+
+    prof = small()
+    prof.timing = {"source": "loop", "timed_steps": 1, "step_time": {"median": 2e-3}}
+    assert ("Step (median of 1 timed step): 2 ms.", "") in summary_lines(prof)
+    prof.timing = {
+        "latency": {"median": 1e-3, "p90": 2e-3, "iqr": 5e-4},
+        "timer": "hooks",
+        "repeats": 1,
+        "warmup": 1,
+    }
+    assert (
+        "Latency (forward): median 1 ms, p90 2 ms, IQR 500 µs. Timer hooks, 1 repeat after 1 "
+        "warmup run.",
+        "",
+    ) in summary_lines(prof)
+    prof.timing["repeats"], prof.timing["warmup"] = 3, 0
+    assert any("Timer hooks, 3 repeats after 0 warmup runs." in t for t, _ in summary_lines(prof))
+
+
+def test_repr_and_numerics_counts_agree() -> None:
+    prof = build(node("Net", "Net", flops=1))
+    assert repr(prof).startswith("<Profile Net: 1 module,")
+    prof.numerics = {"checked_calls": 1}
+    assert "No NaN/Inf in 1 checked module call.\n" in prof.render(width=W)
