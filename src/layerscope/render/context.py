@@ -68,7 +68,6 @@ class ViewContext:
         self.values = Values(profile, ops_apart=options.view == "ops", roof=roof)
         self.config = display_config.current()
         self.ran = bool(profile.model.get("ran", True))
-        root = profile.root
         partial = set(profile.partial_metrics)
         self.partial = partial
         #: A sort metric the profile lacks ranks nothing: the % metric ranks instead.
