@@ -307,30 +307,31 @@ def test_render_batch_pair_at_80() -> None:
         "    1 ReLU       0     0        0             0    32       64     +32   2.00\n"
         "    2 Linear    68    68        0   1.00   +128   264      528    +264   2.00\n"
         "Modules: the same 4 paths in A and B.\n"
-        "Hidden to fit 80 columns: Trainable A, B, Δ, ×; Param size A, B, Δ, ×; MACs A,\n"
-        "  B, × (widen with --width / width=, or choose with --columns / metrics=).\n"
+        "Hidden to fit 80 columns: Trainable params A, B, Δ, ×; Param size A, B, Δ, ×;\n"
+        "  MACs A, B, × (widen with --width / width=, or choose with --columns /\n"
+        "  metrics=).\n"
     )
 
 
 def test_render_batch_pair_at_120() -> None:
     assert batch_pair().render(width=120) == (
         "A: Sequential, B: Sequential; they differ in inputs [2, 8] → [4, 8].\n"
-        "               ──────── Params ─────────   ── Trainable ───   ──────── MACs ─────────"
+        "               ──────── Params ─────────   Trainable params   ──────── MACs ─────────"
         "   ────────── FLOPs ──────────\n"
-        "Module           A     B        Δ      ×           Δ      ×     A     B      Δ      ×"
+        "Module           A     B        Δ      ×                  Δ     A     B      Δ      ×"
         "     A        B       Δ      ×\n" + "─" * 115 + "\n"
-        "  Sequential   212   212        0   1.00           0   1.00   384   768   +384   2.00"
+        "  Sequential   212   212        0   1.00                  0   384   768   +384   2.00"
         "   840   1.68 K    +840   2.00\n"
-        "    0 Linear   144   144        0   1.00           0   1.00   256   512   +256   2.00"
+        "    0 Linear   144   144        0   1.00                  0   256   512   +256   2.00"
         "   544   1.09 K    +544   2.00\n"
-        "    1 ReLU       0     0        0                  0            0     0      0       "
+        "    1 ReLU       0     0        0                         0     0     0      0       "
         "    32       64     +32   2.00\n"
-        "    2 Linear    68    68        0   1.00           0   1.00   128   256   +128   2.00"
+        "    2 Linear    68    68        0   1.00                  0   128   256   +128   2.00"
         "   264      528    +264   2.00\n"
         "Modules: the same 4 paths in A and B.\n"
-        "Hidden to fit 120 columns: Trainable A, B; Param size A, B, Δ, × (widen with --width "
-        "/ width=, or choose with --columns\n"
-        "  / metrics=).\n"
+        "Hidden to fit 120 columns: Trainable params A, B, ×; Param size A, B, Δ, × (widen with "
+        "--width / width=, or choose with\n"
+        "  --columns / metrics=).\n"
     )
 
 
@@ -573,6 +574,11 @@ def test_repr() -> None:
     a, b = net_pair()
     assert repr(diff(a, b)) == (
         "<ProfileDiff Net -> Net: 7 modules, 1 added, 0 removed, 0 type changes, 0 facts differ>"
+    )
+    # one fact (the inputs' shape): the noun and verb agree with the count
+    assert repr(batch_pair()) == (
+        "<ProfileDiff Sequential -> Sequential: 4 modules, 0 added, 0 removed, 0 type changes, "
+        "1 fact differs>"
     )
 
 

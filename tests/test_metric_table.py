@@ -121,7 +121,8 @@ def test_fold(widget: MetricSpec) -> None:
     assert entry.self_metrics[WIDGET] == 123
     assert folded.root.metrics[WIDGET] == TOTAL  # folding keeps the total
     text = prof.render(view="table", columns=[WIDGET], fold=True, width=120)
-    assert text.splitlines()[3].split()[-2:] == ["123", "B"]
+    # the one metric named is the % metric: 123 / 1123 = 10.95% -> 11.0%
+    assert text.splitlines()[3].split()[-3:] == ["123", "B", "11.0%"]
 
 
 def test_by_type_group(widget: MetricSpec) -> None:
@@ -130,7 +131,8 @@ def test_by_type_group(widget: MetricSpec) -> None:
     assert (group.type, group.repeat) == ("Linear", 3)
     assert group.metrics[WIDGET] == group.self_metrics[WIDGET] == 123  # 100 + 20 + 3
     text = prof.render(view="top", by_type=True, columns=[WIDGET], width=120)
-    assert text.splitlines()[3].split() == ["1", "Linear", "3", "123", "B"]
+    # with its % column (the one metric named): 123 / 1123 = 10.95% -> 11.0%
+    assert text.splitlines()[3].split() == ["1", "Linear", "3", "123", "B", "11.0%"]
 
 
 def test_merged_loop_profile(widget: MetricSpec) -> None:
@@ -188,3 +190,39 @@ def test_loop_cycle_rules_are_those_of_the_loop() -> None:
         "backward_time": 0.25,  # only an earlier step has it
         "newer_key": 1,
     }  # grad_bytes: static, and the last step has none: not taken from an earlier one
+
+
+def test_headers_follow_one_naming_rule() -> None:
+    from layerscope.analysis.catalog import column, known_keys
+
+    # count or size: tensors held are a plural noun as a count, "<noun> size" as bytes
+    pairs = [
+        (ms.PARAMS, ms.PARAM_BYTES),
+        (ms.BUFFERS, ms.BUFFER_BYTES),
+        (ms.LOCAL_PARAMS, ms.LOCAL_PARAM_BYTES),
+    ]
+    assert [(column(a).header, column(b).header) for a, b in pairs] == [
+        ("Params", "Param size"),
+        ("Buffers", "Buffer size"),
+        ("Local params", "Local param size"),
+    ]
+    assert column(ms.GRAD_BYTES).header == "Grad size"
+    assert column(ms.LOCAL_BUFFER_BYTES).header == "Local buffer size"
+    counts = [s.header for s in ms.METRICS.values() if s.unit == "count" and s.column]
+    assert counts == ["Params", "Trainable params", "Buffers", "Local params"]
+    # self or inclusive: "Self" starts exactly the self forms, % columns included
+    for spec in ms.METRICS.values():
+        if not spec.column:
+            continue
+        heads = spec.headers()
+        for key, header in heads.items():
+            assert header.startswith("Self ") == key.startswith("self_"), (key, header)
+        if f"{spec.key}_pct" in heads:
+            assert heads[f"self_{spec.key}_pct"] == "Self " + heads[f"{spec.key}_pct"]
+    assert (column("forward_time_pct").header, column("self_forward_time_pct").header) == (
+        "% fwd",
+        "Self % fwd",
+    )
+    # no two columns share a header
+    headers = [column(k).header for k in known_keys(numeric=False)]
+    assert len(headers) == len(set(headers))

@@ -16,7 +16,7 @@ from viewmodels import build, node, small
 W = 80
 
 
-FOOTER = ("Showing", "Hidden", "Params:", "Run:", "Note:", "No NaN", "|x|")
+FOOTER = ("Showing", "Hidden", "This profile", "Params:", "Run:", "Note:", "No NaN", "|x|")
 
 
 def rows(text: str, sections: bool = False) -> list[str]:
@@ -161,7 +161,7 @@ def test_ops_view_self_values_sum_to_100() -> None:
     ]
     text = small().render(width=W, view="ops", columns=["flops"], top=2)
     assert [r.split()[0] for r in rows(text)] == ["enc.mlp", "enc.attn"]
-    assert "Showing 2 of 6 rows (top 2 by FLOPs)." in text
+    assert "Showing 2 of 6 rows (top 2 by Self FLOPs)." in text
 
 
 def test_ops_by_type_and_top_by_depth() -> None:
@@ -343,10 +343,75 @@ def test_ops_view_counts_op_rows_once() -> None:
     ]
 
 
-def test_sorting_by_an_absent_metric_says_so() -> None:
+def test_sorting_by_an_absent_metric_sorts_by_the_pct_metric_and_says_so() -> None:
     text = small().render(width=W, sort_by="forward_time")
+    # no times: siblings by FLOPs, the % metric: enc 900 > head 80 > drop 0; mlp 500 > attn 400
+    assert names(text) == [
+        "Net",
+        "(1) enc Encoder",
+        "(1.2) mlp MLP",
+        "(1.1) attn Attention",
+        "(2) head Linear",
+        "(3) drop Dropout",
+    ]
+    assert "This profile has no forward_time: rows are ordered by FLOPs." in text
+    assert "% FLOPs" in text.splitlines()[0]
+
+
+def test_top_by_an_absent_metric_ranks_by_the_pct_metric() -> None:
+    text = small().render(width=W, view="top", sort_by="forward_time", top=1, columns=["flops"])
+    # ranked by FLOPs: depth 1 enc (900 of 1000), depth 2 mlp (500)
+    assert text.splitlines()[0] == "Top 1 modules by FLOPs at each depth"
+    assert [r.split() for r in rows(text, sections=True)] == [
+        ["1", "enc", "Encoder", "900", "90.0%"],
+        ["2", "enc.mlp", "MLP", "500", "50.0%"],
+    ]
+    assert "This profile has no forward_time: rows are ordered by FLOPs." in text
+    # the table view's top: the footer names the metric that ranked
+    text = small().render(width=W, sort_by="forward_time", top=1, columns=["params"])
+    # % metric: the one named, params; largest row at depth >= 1: enc (90 of 100)
+    assert names(text) == ["Net", "(1) enc Encoder"]
+    assert "Showing 2 of 6 rows (top 1 by Params); the Total row is the whole model." in text
+    assert "This profile has no forward_time: rows are ordered by Params." in text
+    # the ops view ranks by self values and says so
+    text = small().render(width=W, view="ops", sort_by="forward_time", top=2)
+    assert text.splitlines()[0].startswith("Modules by Self FLOPs: the work done directly")
+    assert [r.split()[0] for r in rows(text)] == ["enc.mlp", "enc.attn"]  # 500, 400 own
+    assert "Showing 2 of 6 rows (top 2 by Self FLOPs)." in text
+    assert "This profile has no forward_time: rows are ordered by Self FLOPs." in text
+
+
+def test_absent_sort_and_pct_metric_keep_the_tree_order() -> None:
+    text = small().render(width=W, sort_by="forward_time", pct_of="forward_time")
     assert names(text)[:3] == ["Net", "(1) enc Encoder", "(1.1) attn Attention"]  # tree order
     assert "This profile has no forward_time: rows are in tree order for it." in text
+
+
+def test_one_named_metric_is_the_pct_metric() -> None:
+    text = small().render(width=W, columns=["params"])
+    # % of params (100 in all): enc 90 -> 90.0%, attn 40.0%, mlp 50.0%, head 8.0%
+    assert text.splitlines()[0].split() == ["Module", "Params", "%", "Params"]
+    assert rows(text)[1].split() == ["├─", "(1)", "enc", "Encoder", "90", "90.0%"]
+    # min_pct takes the same metric: params >= 45% of 100 keeps enc (90) and mlp (50)
+    text = small().render(width=W, columns=["params"], min_pct=45)
+    assert names(text) == ["Net", "(1) enc Encoder", "(1.2) mlp MLP"]
+    assert "Showing 3 of 6 rows (min_pct 45% of Params)" in text
+    # a self column and a % column of the same metric are still one metric
+    text = small().render(width=W, columns=["params", "self_params"])
+    assert text.splitlines()[0].split() == ["Module", "Params", "%", "Params", "Self", "params"]
+    # calls is no metric with a % of total: params is still the only one
+    text = small().render(width=W, columns=["params", "calls"])
+    assert "% Params" in text.splitlines()[0]
+    # two metrics: the documented order stands (FLOPs, which is not shown: no % column)
+    text = small().render(width=W, columns=["params", "macs"], min_pct=45)
+    assert text.splitlines()[0].split() == ["Module", "Params", "MACs"]
+    assert "(min_pct 45% of FLOPs)" in text
+    # a sort metric given wins over the one named
+    text = small().render(width=W, columns=["params"], sort_by="flops")
+    assert text.splitlines()[0].split() == ["Module", "Params"]
+    # a named metric the profile lacks is no % metric: FLOPs, then
+    text = small().render(width=W, columns=["forward_time"], min_pct=45)
+    assert "(min_pct 45% of FLOPs)" in text
 
 
 # ---- any profile, any options: views never fail and never overflow a table's width ----

@@ -21,6 +21,17 @@ Rules (``Rule``), per place where values combine:
 This module is on ``profile.py``'s floor: it imports nothing from layerscope but errors.
 Derived key sets are rebuilt when the table changes: read them through the module
 (``metricspec.ADDITIVE_METRICS``), not a copy taken at import, to see registered metrics.
+
+Headers follow one naming rule (``MetricSpec.headers`` derives every column's):
+
+- Count or size: the tensors a module holds (parameters, buffers, gradients) are named by
+  a plural noun for their element count (``Params``, ``Buffers``) and by the singular noun
+  and ``size`` for their bytes (``Param size``, ``Buffer size``, ``Grad size``); other
+  byte amounts are named by what the bytes are (``Saved``, ``Out``, ``Peak``, ``Comm``).
+- Self or inclusive: a header that starts with ``Self`` is the module's own value; every
+  other is inclusive (the module with everything inside it). The self form is ``Self``
+  and the short name (``Self FLOPs``, ``Self fwd``), and ``Self`` before any derived
+  header (``% FLOPs`` / ``Self % FLOPs``, ``Fwd total`` / ``Self fwd total``).
 """
 
 from __future__ import annotations
@@ -84,7 +95,8 @@ class MetricSpec:
     description: str
     #: Column header; empty: the key is stored and exported but is no view column.
     header: str = ""
-    #: Short header used in the self / % headers ("fwd": "Self fwd", "% fwd").
+    #: Short name used in the self / % headers ("fwd": "Self fwd", "% fwd"); empty: the
+    #: header (lower-cased after ``Self`` unless a unit keeps its case, as FLOPs).
     short: str = ""
     #: Column priority: when a narrow table must drop columns, lower goes first.
     priority: int = 0
@@ -127,6 +139,26 @@ class MetricSpec:
         """Whether views show it as a column (it has a header)."""
         return bool(self.header)
 
+    def headers(self) -> dict[str, str]:
+        """The header of each column key derived from this metric, by the naming rule
+        (module docstring): the metric, its self form, their % of the whole-model total
+        (additive metrics and times), time totals, and work per call (FLOPs and MACs)."""
+        key, header = self.key, self.header
+        counted = self.unit in ("FLOP", "MAC")  # names that keep their case: "Self MACs"
+        own = f"Self {self.short or (header if counted else header.lower())}"
+        out = {key: header, f"self_{key}": own}
+        if self.additive or self.calls == "per_call":
+            pct = f"% {self.short or header}"
+            out[f"{key}_pct"] = pct
+            out[f"self_{key}_pct"] = f"Self {pct}"
+        if self.calls == "per_call":
+            total = f"{header.split()[0]} total"
+            out[f"{key}_total"] = total
+            out[f"self_{key}_total"] = f"Self {total.lower()}"
+        if counted:
+            out[f"{key}_per_call"] = f"{header}/call"
+        return out
+
 
 def _work(
     key: str,
@@ -143,6 +175,16 @@ def _work(
     return MetricSpec(
         key, unit, phase, description, header, priority=priority, cycles=cycles, default=default
     )
+
+
+def _count(noun: str) -> str:
+    """The header of an element count of tensors: the plural noun ("Params")."""
+    return f"{noun[:1].upper()}{noun[1:]}s"
+
+
+def _size(noun: str) -> str:
+    """The header of the bytes of those tensors: the noun and "size" ("Param size")."""
+    return f"{noun[:1].upper()}{noun[1:]} size"
 
 
 def _static(
@@ -259,14 +301,14 @@ DEVICE_TIME = "device_time"
 BACKWARD_DEVICE_TIME = "backward_device_time"
 
 _BUILTIN: tuple[MetricSpec, ...] = (
-    _static(PARAMS, "count", "Params", 90, "parameter elements; a tensor shared by several "
+    _static(PARAMS, "count", _count("param"), 90, "parameter elements; a tensor shared by several "
             "modules counts once, at their lowest common ancestor", default=True,
             show_zero=True),
-    _static(TRAINABLE_PARAMS, "count", "Trainable", 30, "parameter elements with "
+    _static(TRAINABLE_PARAMS, "count", _count("trainable param"), 30, "parameter elements with "
             "requires_grad"),
-    _static(BUFFERS, "count", "Buffer vals", 20, "buffer elements"),
-    _static(PARAM_BYTES, "bytes", "Param size", 30, "bytes of parameters", default=True),
-    _static(BUFFER_BYTES, "bytes", "Buffers", 20, "bytes of buffers", default=True),
+    _static(BUFFERS, "count", _count("buffer"), 20, "buffer elements"),
+    _static(PARAM_BYTES, "bytes", _size("param"), 30, "bytes of parameters", default=True),
+    _static(BUFFER_BYTES, "bytes", _size("buffer"), 20, "bytes of buffers", default=True),
     _work(MACS, "MAC", "forward", "MACs", 60, "multiply-accumulates of contraction ops "
           "(mm, bmm, conv, attention and RNN gate matmuls) in the forward", default=True),
     _work(FLOPS, "FLOP", "forward", "FLOPs", 90, "floating-point operations of the forward: "
@@ -288,7 +330,7 @@ _BUILTIN: tuple[MetricSpec, ...] = (
           "the CUDA allocator's as a cross-check"),
     _peak(BACKWARD_PEAK_BYTES, "backward", "Bwd peak", 35, "highest live bytes during the "
           "module's backward"),
-    _work(GRAD_BYTES, "bytes", "backward", "Grads", 40, "bytes of the parameter gradients "
+    _work(GRAD_BYTES, "bytes", "backward", _size("grad"), 40, "bytes of the parameter gradients "
           "the module holds", cycles="keep", default=True),
     _work(BYTES_ACCESSED, "bytes", "forward", "Bytes", 40, "bytes read and written by the "
           "module's forward ops"),
@@ -298,11 +340,11 @@ _BUILTIN: tuple[MetricSpec, ...] = (
           "forward"),
     _work(BACKWARD_COMM_BYTES, "bytes", "backward", "Bwd comm", 45, "bytes handed to "
           "collectives in the backward"),
-    _static(LOCAL_PARAMS, "count", "Local params", 35, "parameter elements of this rank's "
+    _static(LOCAL_PARAMS, "count", _count("local param"), 35, "parameter elements of this rank's "
             "DTensor shards"),
-    _static(LOCAL_PARAM_BYTES, "bytes", "Local size", 25, "bytes of this rank's parameter "
+    _static(LOCAL_PARAM_BYTES, "bytes", _size("local param"), 25, "bytes of this rank's parameter "
             "shards"),
-    _static(LOCAL_BUFFER_BYTES, "bytes", "Local bufs", 15, "bytes of this rank's buffer "
+    _static(LOCAL_BUFFER_BYTES, "bytes", _size("local buffer"), 15, "bytes of this rank's buffer "
             "shards"),
     _time(FORWARD_TIME, "forward", "Fwd time", "fwd", 80, "seconds per call of the "
           "module's forward, median over timed repeats", default=True, default_self=True),

@@ -488,8 +488,9 @@ class Profile:
     def __repr__(self) -> str:
         """One line for logs: the model and its headline totals."""
         m = self.root.metrics
-        parts = [f"{sum(1 for _ in self.root.walk())} modules"]
         from layerscope.render import units
+
+        parts = [units.plural(sum(1 for _ in self.root.walk()), "module")]
 
         if ms.PARAMS in m:
             parts.append(f"params={units.count(m[ms.PARAMS])}")

@@ -106,29 +106,27 @@ def _build() -> dict[str, Column]:
 
 
 def _metric_columns(spec: ms.MetricSpec) -> dict[str, Column]:
-    """A stored metric's columns: itself, self, % of total, time totals, per call."""
-    key, header, prio = spec.key, spec.header, spec.priority
+    """A stored metric's columns: itself, self, % of total, time totals, per call; their
+    headers by the table's naming rule (``MetricSpec.headers``)."""
+    key, prio = spec.key, spec.priority
     kind = _KIND_OF_UNIT[spec.unit]
-    time = spec.calls == "per_call"
-    counted = spec.unit in ("FLOP", "MAC")  # headers that keep their case: "Self MACs"
-    cols = {key: Column(key, header, kind, prio, additive=spec.additive)}
-    short = spec.short
-    self_header = f"Self {short or (header if counted else header.lower())}"
-    cols[f"self_{key}"] = Column(f"self_{key}", self_header, kind, prio - 15, spec.additive)
-    if spec.additive or time:
-        pct_header = f"% {short or header}"
-        cols[f"{key}_pct"] = Column(f"{key}_pct", pct_header, "pct", prio - 5)
-        cols[f"self_{key}_pct"] = Column(f"self_{key}_pct", pct_header, "pct", prio - 20)
-    if time:
+    heads = spec.headers()
+    cols = {
+        key: Column(key, heads[key], kind, prio, additive=spec.additive),
+        f"self_{key}": Column(f"self_{key}", heads[f"self_{key}"], kind, prio - 15, spec.additive),
+    }
+    if f"{key}_pct" in heads:
+        cols[f"{key}_pct"] = Column(f"{key}_pct", heads[f"{key}_pct"], "pct", prio - 5)
+        own = f"self_{key}_pct"
+        cols[own] = Column(own, heads[own], "pct", prio - 20)
+    if f"{key}_total" in heads:
         name = f"{key}_total"
-        total_header = f"{header.split()[0]} total"
-        cols[name] = Column(name, total_header, "seconds", prio - 10, True)
-        cols[f"self_{name}"] = Column(
-            f"self_{name}", f"Self {total_header.lower()}", "seconds", prio - 20, True
-        )
-    if counted:
+        cols[name] = Column(name, heads[name], "seconds", prio - 10, True)
+        own = f"self_{name}"
+        cols[own] = Column(own, heads[own], "seconds", prio - 20, True)
+    if f"{key}_per_call" in heads:
         per_call = f"{key}_per_call"
-        cols[per_call] = Column(per_call, f"{header}/call", "si", prio - 20)
+        cols[per_call] = Column(per_call, heads[per_call], "si", prio - 20)
     return cols
 
 

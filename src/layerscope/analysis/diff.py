@@ -196,10 +196,14 @@ class ProfileDiff:
         return renderable(self)
 
     def __repr__(self) -> str:
+        from layerscope.render.units import plural
+
+        facts = plural(len(self.facts), "fact differs", "facts differ")
         return (
-            f"<ProfileDiff {self.a.root.type} -> {self.b.root.type}: {len(self.rows)} modules, "
+            f"<ProfileDiff {self.a.root.type} -> {self.b.root.type}: "
+            f"{plural(len(self.rows), 'module')}, "
             f"{len(self.added)} added, {len(self.removed)} removed, "
-            f"{len(self.changed_types)} type changes, {len(self.facts)} facts differ>"
+            f"{plural(len(self.changed_types), 'type change')}, {facts}>"
         )
 
 

@@ -84,7 +84,11 @@ def add_view_arguments(p: argparse.ArgumentParser) -> None:
         help="metric columns to show, in order (e.g. params,flops,flops_pct,forward_time); "
         "an unknown one lists them all",
     )
-    g.add_argument("--sort", metavar="KEY", help="sort by this metric, largest first")
+    g.add_argument(
+        "--sort",
+        metavar="KEY",
+        help="sort by this metric, largest first (one the profile lacks: by the %% metric)",
+    )
     g.add_argument("--top", type=int, metavar="K", help="keep the K largest rows")
     g.add_argument("--by-type", action="store_true", help="top/ops: aggregate modules by type")
     g.add_argument("--depth", type=int, default=None, help="show modules down to this depth")
@@ -93,7 +97,7 @@ def add_view_arguments(p: argparse.ArgumentParser) -> None:
         type=float,
         metavar="P",
         help="hide rows below P %% of the whole model (of --pct-of, else the sort metric, "
-        "else FLOPs, else params)",
+        "else the one metric of --columns, else FLOPs, else params)",
     )
     g.add_argument("--pct-of", metavar="KEY", help="the metric that %% and --min-pct refer to")
     g.add_argument(

@@ -80,19 +80,13 @@ class ViewContext:
         self.values = Values(profile, ops_apart=options.view == "ops", roof=roof)
         self.config = display_config.current()
         self.ran = bool(profile.model.get("ran", True))
-        root = profile.root
         partial = set(profile.partial_metrics)
         self.partial = partial
-        # % of what: pct_of, else the sort metric, else FLOPs, else params
-        base = None
-        for candidate in (options.pct_of, options.sort_by):
-            if candidate is not None and pct_base(candidate) is not None:
-                base = pct_base(candidate)
-                break
-        if base is None:
-            base = ms.FLOPS if root.metrics.get(ms.FLOPS) else ms.PARAMS
-        self.pct_base: str = base
-        self.sort_key: str = options.sort_by or base
+        #: A sort metric the profile lacks ranks nothing: the % metric ranks instead.
+        self.sort_missing = options.sort_by is not None and self.lacks(options.sort_by)
+        self.pct_base: str = self._pct_metric()
+        sort_by = None if self.sort_missing else options.sort_by
+        self.sort_key: str = sort_by or self.pct_base
         self.columns = self._columns()
         self._levels: dict[int, display_config.LevelStyle] = {}
         self._ran_inside: dict[Node, bool] = {}
@@ -102,6 +96,30 @@ class ViewContext:
         if style is None:
             style = self._levels[depth] = self.config.level(depth)
         return style
+
+    def lacks(self, key: str) -> bool:
+        """Whether the profile has no whole-model value of ``key`` (an untimed profile
+        has no ``forward_time``)."""
+        return self.values.get(self.profile.root, key) is None
+
+    def _pct_metric(self) -> str:
+        """The metric of the % column and of min_pct: ``pct_of``; else the sort metric
+        when it adds up and the profile has it; else the one metric the named columns
+        hold, when they hold exactly one the profile has; else FLOPs, else params."""
+        o = self.options
+        if o.pct_of is not None and pct_base(o.pct_of) is not None:
+            return str(pct_base(o.pct_of))
+        if o.sort_by is not None and not self.sort_missing:
+            base = pct_base(o.sort_by)
+            if base is not None:
+                return base
+        if o.columns is not None:
+            named = {b for b in map(pct_base, o.columns) if b is not None}
+            if len(named) == 1:
+                (only,) = named
+                if not self.lacks(only):
+                    return only
+        return ms.FLOPS if self.profile.root.metrics.get(ms.FLOPS) else ms.PARAMS
 
     # ---- columns -----------------------------------------------------------------
     def _present(self, key: str) -> bool:
@@ -286,9 +304,14 @@ class ViewContext:
         dropped: Sequence[str],
         width: int,
         total_row: bool = False,
+        ranked_by: str | None = None,
     ) -> list[Line]:
+        """The lines below a view: hidden rows and columns, a sort or % metric the profile
+        lacks, then the profile's facts. ``ranked_by``: the header of what orders the rows
+        (the view's own, such as ``Self FLOPs``; default: the sort metric's)."""
         lines: list[Line] = []
         o = self.options
+        ranked_by = ranked_by or column(self.sort_key).header
         if hidden_rows:
             why = []
             if o.max_depth is not None:
@@ -300,7 +323,7 @@ class ViewContext:
             if o.exclude:
                 why.append("exclude " + ", ".join(o.exclude))
             if o.top is not None:
-                why.append(f"top {o.top} by {column(self.sort_key).header}")
+                why.append(f"top {o.top} by {ranked_by}")
             if not o.show_not_called:
                 why.append("modules that did not run")
             shown = total_rows - hidden_rows
@@ -315,17 +338,25 @@ class ViewContext:
                 "layerscope.hidden",
                 width,
             )
-        for key in dict.fromkeys(k for k in (o.sort_by, o.pct_of) if k is not None):
-            if self.values.get(self.profile.root, key) is None:
-                lines += wrap_text(
-                    f"This profile has no {key}: rows are in tree order for it.",
-                    "layerscope.notice",
-                    width,
-                )
+        lines += self._missing_lines(ranked_by, width)
         lines += self._ignored_lines(width)
         for text, style in summary_lines(self.measured):
             lines += wrap_text(text, style, width)
         return lines
+
+    def _missing_lines(self, ranked_by: str, width: int) -> list[Line]:
+        """What a sort or % metric the profile lacks does: the sort falls back to the %
+        metric (tree order when that is missing too)."""
+        o = self.options
+        notes = []
+        if o.sort_by is not None and self.sort_missing:
+            if self.lacks(self.sort_key):
+                notes.append(f"This profile has no {o.sort_by}: rows are in tree order for it.")
+            else:
+                notes.append(f"This profile has no {o.sort_by}: rows are ordered by {ranked_by}.")
+        if o.pct_of is not None and o.pct_of != o.sort_by and self.lacks(o.pct_of):
+            notes.append(f"This profile has no {o.pct_of}: rows are in tree order for it.")
+        return [line for text in notes for line in wrap_text(text, "layerscope.notice", width)]
 
     def _ignored_lines(self, width: int) -> list[Line]:
         """Which modules ``ignore`` took out, and what that does to the other rows."""

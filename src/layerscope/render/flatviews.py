@@ -90,14 +90,15 @@ def top_view(ctx: ViewContext) -> Builder:
     table = ctx.table_style(columns, rows)
     table.sections = sections
     what = "module types" if o.by_type else "modules"
-    title = f"Top {k} {what} by {ctx.header(sort_key)} at each depth"
+    ranked_by = ctx.header(sort_key)
+    title = f"Top {k} {what} by {ranked_by} at each depth"
 
     def lay_out(width: int) -> list[Line]:
         fitted = fit_table(table, width)
         return (
             wrap_text(title, "layerscope.header", width)
             + ctx.framed(fitted.lines, width)
-            + ctx.footer(0, 0, fitted.dropped, width)
+            + ctx.footer(0, 0, fitted.dropped, width, ranked_by=ranked_by)
         )
 
     return lay_out
@@ -139,18 +140,20 @@ def ops_view(ctx: ViewContext) -> Builder:
     columns += [ctx.table_column(c) for c in keys]
     table = ctx.table_style(columns, rows)
     what = "Module types" if o.by_type else "Modules"
-    title = (
-        f"{what} by {ctx.header(sort_key)}: the work done directly in each module, "
-        "so the % column adds up to 100%"
-    )
+    ranked_by = ctx.header(sort_key)
+    title = f"{what} by {ranked_by}: the work done directly in each module"
+    # self shares add up to 100% over every module (by type too): said when one is shown
+    shares = {c.header for c in columns if c.key.startswith("self_") and c.key.endswith("_pct")}
 
     def lay_out(width: int) -> list[Line]:
         fitted = fit_table(table, width)
         hidden = total_rows - len(rows)
+        shown = shares - set(fitted.dropped)
+        heading = title + (", so the % column adds up to 100%" if shown else "")
         return (
-            wrap_text(title, "layerscope.header", width)
+            wrap_text(heading, "layerscope.header", width)
             + ctx.framed(fitted.lines, width)
-            + ctx.footer(hidden, total_rows, fitted.dropped, width)
+            + ctx.footer(hidden, total_rows, fitted.dropped, width, ranked_by=ranked_by)
         )
 
     return lay_out

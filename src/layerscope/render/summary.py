@@ -74,8 +74,8 @@ def summary_lines(profile: Profile) -> list[Fact]:
         parts = []
         for dtype, row in root.by_dtype.items():
             what = [
-                f"{units.count(row[k])} {label}"
-                for k, label in ((ms.PARAMS, "params"), (ms.BUFFERS, "buffer values"))
+                units.plural(row[k], label)
+                for k, label in ((ms.PARAMS, "param"), (ms.BUFFERS, "buffer value"))
                 if row[k]
             ]
             size = units.nbytes(row[ms.PARAM_BYTES] + row[ms.BUFFER_BYTES])
@@ -139,7 +139,8 @@ def _numerics_lines(profile: Profile) -> list[Fact]:
         text = describe_nonfinite(event, origin=report.get("origin") is not None)
         lines.append((text, "layerscope.error"))
     elif not report.get("skipped"):
-        lines.append((f"No NaN/Inf in {report.get('checked_calls', 0)} checked module calls.", ""))
+        checked = units.plural(report.get("checked_calls", 0), "checked module call")
+        lines.append((f"No NaN/Inf in {checked}.", ""))
     for flag, what in (
         ("fp16_overflow", "|x| > 65504 (overflows float16)"),
         ("bf16_overflow", "|x| beyond bfloat16's range"),
@@ -161,12 +162,19 @@ def _timing_lines(profile: Profile) -> list[Fact]:
             lines.append(
                 (
                     f"Compiled (torch.compile) forward latency: median {units.seconds(median)}"
-                    f" over {compiled.get('repeats', '?')} runs; the rows are the eager "
+                    f" over {_counted(compiled.get('repeats'), 'run')}; the rows are the eager "
                     "module's.",
                     "",
                 )
             )
     return lines
+
+
+def _counted(n: object, word: str) -> str:
+    """``units.plural`` of a number read from a profile's JSON, ``? words`` if absent."""
+    if isinstance(n, int | float) and not isinstance(n, bool):
+        return units.plural(n, word)
+    return f"? {word}s"
 
 
 #: A loop's step parts, as ``timing[key]`` summaries, in the order they add up.
@@ -190,7 +198,7 @@ def _step_line(t: dict[str, Any]) -> list[Fact]:
         and isinstance(t[key].get("median"), int | float)
         and (key in ("step_forward", "step_other") or t[key].get("max"))
     ]
-    text = f"Step (median of {t.get('timed_steps', step.get('n', '?'))} timed steps): "
+    text = f"Step (median of {_counted(t.get('timed_steps', step.get('n')), 'timed step')}): "
     text += units.seconds(step["median"])
     if parts:
         text += " = " + " + ".join(parts) + " (medians of each part)"
@@ -213,8 +221,35 @@ def _timing_pass_lines(t: dict[str, Any]) -> list[Fact]:
             f"; throughput {units.inputs_per_second(t['throughput'])} "
             f"(batch {t['batch_size']}, {t['batch_source']})"
         )
-    text += f". Timer {t['timer']}, {t['repeats']} repeats after {t['warmup']} warmup runs."
+    repeats = _counted(t["repeats"], "repeat")
+    text += f". Timer {t['timer']}, {repeats} after {_counted(t['warmup'], 'warmup run')}."
     return [(text, "")]
+
+
+def _saved_words(profile: Profile) -> tuple[str, str]:
+    """What the whole-model forward peak and saved bytes are, when the model ran more
+    than once or work outside it saved tensors (a loop's micro-batches and its loss).
+
+    One analysis session holds every storage saved while it ran, each once: the sum over
+    the model's calls and what the code outside them saved. A loop cycle of several
+    analysed steps keeps the largest step's figures (``analysis.merge``)."""
+    loop = profile.model.get("loop")
+    steps = loop.get("analysed_steps", 1) if isinstance(loop, dict) else 1
+    calls = profile.root.calls
+    outside = profile.outside.get(ms.ACTIVATION_BYTES, 0)
+    peak = f" (the highest of {calls} calls)" if calls > 1 else ""
+    if isinstance(steps, int) and steps > 1:
+        saved = f" (the largest of {steps} analysed steps: its model calls summed"
+        if outside:
+            saved += ", the loss and other code outside the model included"
+        return peak, saved + ")"
+    parts = [f"summed over {calls} model calls"] if calls > 1 else []
+    if outside:
+        parts.append(
+            f"{units.nbytes(outside)} of it saved outside the model, by the loss or code "
+            "around the calls"
+        )
+    return peak, f" ({', '.join(parts)})" if parts else ""
 
 
 def _memory_lines(profile: Profile) -> list[Fact]:
@@ -222,11 +257,11 @@ def _memory_lines(profile: Profile) -> list[Fact]:
     mem = profile.memory
     if "forward_peak_bytes" not in mem:
         return []
-    text = f"Memory ({mem.get('allocator', 'simulated')}): forward peak " + units.nbytes(
-        mem["forward_peak_bytes"]
-    )
+    peak, saved = _saved_words(profile)
+    text = f"Memory ({mem.get('allocator', 'simulated')}): forward peak "
+    text += units.nbytes(mem["forward_peak_bytes"]) + peak
     if ms.ACTIVATION_BYTES in mem:
-        text += f", saved for backward {units.nbytes(mem[ms.ACTIVATION_BYTES])}"
+        text += f", saved for backward {units.nbytes(mem[ms.ACTIVATION_BYTES])}{saved}"
     if ms.BACKWARD_PEAK_BYTES in mem:
         text += f", backward peak {units.nbytes(mem[ms.BACKWARD_PEAK_BYTES])}"
     lines: list[Fact] = [(text, "")]

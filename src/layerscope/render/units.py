@@ -15,6 +15,12 @@ def count(n: float) -> str:
     return f"{int(n):,}" if float(n).is_integer() else f"{n:,.2f}"
 
 
+def plural(n: float, word: str, words: str | None = None) -> str:
+    """A count and its noun, which agree: ``1 call``, ``2 calls``, ``1,024 buffer values``
+    (``words``: the plural when it is not the noun and ``s``)."""
+    return f"{count(n)} {word if n == 1 else (words or word + 's')}"
+
+
 def si(n: float) -> str:
     """Magnitude with an SI suffix and 3 significant digits: ``1.23 G``."""
     for scale, suffix in _SI:

@@ -23,6 +23,7 @@ from layerscope.collect.target import KernelLog, Target, parse_target, steer, st
 from layerscope.collect.tree import ModelTree
 from layerscope.errors import InvalidInputError, LayerscopeError
 from layerscope.profile import Node, Profile
+from layerscope.render.units import plural
 from layerscope.session.build import build_profile, call_observer
 from layerscope.session.claims import Claim, claim, release
 from layerscope.session.stack import lower_recursion_limit, raise_recursion_limit, stack_room
@@ -203,9 +204,11 @@ class AnalysisSession:
                 if notice is not None:
                     prof.notices.append(notice)
         if tracker.foreign_calls:
+            n = tracker.foreign_calls
+            calls = plural(n, "module call")
             prof.notices.append(
-                f"{tracker.foreign_calls} module calls from threads other than the "
-                "profiling one were seen and not counted"
+                f"{calls} from threads other than the profiling one "
+                f"{'was' if n == 1 else 'were'} seen and not counted"
             )
         return prof
 
