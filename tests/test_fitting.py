@@ -62,6 +62,23 @@ def test_node_ids_go_before_the_core_columns_and_dropped_columns_come_back() -> 
     assert "Hidden to fit 41 columns: Node ids, Calls, % FLOPs (widen" in text.replace("\n  ", " ")
 
 
+def test_a_name_too_long_to_be_whole_keeps_the_columns_that_fit_beside_it() -> None:
+    long = node("a_really_long_module_name", "SomeVeryLongModuleType", flops=1, params=2)
+    prof = build(node("Net", "Net", long))
+    text = prof.render(width=40)
+    # "└─ a_really_long_module_name SomeVeryLongModuleType" is 51 > 40 even alone: the
+    # ids go, and while columns are dropped the label counts as max(16, 40 × 0.45) = 18:
+    # 18 + 9 (Params) + 8 (FLOPs) + 10 (% FLOPs) + 8 (Calls) = 53 > 40 drops Calls,
+    # 45 > 40 the % column; the label gets 40 - 9 - 8 = 23
+    assert text.splitlines()[:4] == [
+        "Module                    Params   FLOPs",
+        "─" * 40,
+        "Net                            2       1",
+        "└─ a_real…e_name So…ype        2       1",
+    ]
+    assert "Hidden to fit 40 columns: Node ids, Calls, % FLOPs (widen" in " ".join(text.split())
+
+
 def test_the_tree_view_hides_node_ids_on_every_label_before_cutting_one() -> None:
     prof = chain()
     assert prof.render(view="tree", width=80).splitlines()[4] == (

@@ -172,6 +172,9 @@ class Table:
     header_style: str = "layerscope.header"
     border_style: str = ""
     row_styles: Sequence[str] = ()
+    #: When the module names cannot be whole even with every droppable column gone, the
+    #: label keeps at least this share of the width while other columns are dropped.
+    label_share: float = 0.45
 
 
 @dataclass
@@ -209,16 +212,29 @@ class _Fit:
         self.shown = list(range(len(cols)))
         self.dropped: list[int] = []
         self.ids_hidden = False
+        #: While dropping columns: the label counts as at most this wide (None: whole).
+        self.cap: int | None = None
 
     def label_natural(self) -> int:
         if self.label is None:
             return 0
-        return (
-            self.no_ids if self.ids_hidden and self.no_ids is not None else self.natural[self.label]
-        )
+        if self.ids_hidden and self.no_ids is not None:
+            return self.no_ids
+        return self.natural[self.label]
+
+    def whole_fits(self) -> bool:
+        """Whether the names fit whole (without ids) beside the columns that must stay."""
+        label = self.natural[self.label] if self.label is not None else 0
+        if self.no_ids is not None:
+            label = self.no_ids
+        stay = [i for i in self.shown if self.cols[i].priority is None]
+        total = sum(label if i == self.label else self.natural[i] for i in stay)
+        return total + 3 * (len(stay) - 1) + self.edge <= self.width
 
     def needed(self) -> int:
         label = self.label_natural()
+        if self.cap is not None:
+            label = min(label, self.cap)
         total = sum(label if i == self.label else self.natural[i] for i in self.shown)
         return total + 3 * (len(self.shown) - 1) + self.edge
 
@@ -247,22 +263,32 @@ class _Fit:
 
 
 def fit_table(table: Table, width: int) -> Fitted:
-    """Lay the table out in ``width`` characters. Numbers are never cut. While the table
-    is too wide: the droppable columns other than the core ones go (lowest priority
-    first); then the node ids of the label column, for every row (the columns dropped
-    before come back where the room freed holds them, the most important first); then
-    the core columns (params, FLOPs, the % column). Only when the columns that stay
-    (the user's) leave no room are text columns and then the label cut."""
+    """Lay the table out in ``width`` characters; numbers are never cut.
+
+    Where the names fit whole beside the columns that must stay, they stay whole: the
+    droppable columns other than the core ones go first (lowest priority first), then
+    the label column's node ids, from every row (the columns dropped before come back
+    where the room freed holds them, the most important first), then the core columns
+    (params, FLOPs, the % column). Where they cannot, names are cut anyway: the ids go,
+    the label keeps ``label_share`` of the width while columns are dropped, then the
+    text columns that stay (the user's) and the label give way."""
     fit = _Fit(table, width)
     cols = fit.cols
-    fit.drop(core=False)
-    if fit.needed() > width and fit.no_ids is not None:
-        fit.ids_hidden = True
-        earlier = list(fit.dropped)
+    if not fit.whole_fits():
+        fit.ids_hidden = fit.no_ids is not None
+        if fit.label_natural() > width // 2:
+            fit.cap = max(16, int(width * table.label_share))
+        fit.drop(core=False)
         fit.drop(core=True)
-        if fit.dropped == earlier:
-            fit.refill(earlier[::-1])
+        fit.cap = None
     else:
+        fit.drop(core=False)
+        if fit.needed() > width and fit.no_ids is not None:
+            fit.ids_hidden = True
+            earlier = list(fit.dropped)
+            fit.drop(core=True)
+            if fit.dropped == earlier:
+                fit.refill(earlier[::-1])
         fit.drop(core=True)
     dropped = [cols[i].header for i in fit.dropped]
     if fit.ids_hidden:
