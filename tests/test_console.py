@@ -40,8 +40,8 @@ def check_golden(name: str, text: str) -> None:
 
 @cache
 def profile_of(name: str) -> ls.Profile:
-    if name == "bert_base":
-        return ls.load(DATA / "bert_base.json")
+    if name in ("bert_base", "gpt2_small"):
+        return ls.load(DATA / f"{name}.json")
     if name == "simple_model":
         return ls.profile(SimpleModel(), torch.zeros(4, 1))
     if name == "mlp":  # a small model for the export docs
@@ -63,6 +63,29 @@ def test_view_golden(name: str, view: str, width: int) -> None:
     # numbers are never cut, and no line is wider than asked
     assert "…" not in "".join(line[-12:] for line in text.splitlines() if "│" in line[:3])
     assert max(len(line) for line in text.splitlines()) <= width
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("view", ["table", "tree"])
+def test_gpt2_names_stay_whole(view: str, width: int) -> None:
+    """GPT-2 (2 blocks, backward and memory) at 80 and 120 columns: every module name and
+    type whole, beside params, FLOPs and the % column."""
+    prof = profile_of("gpt2_small")
+    text = prof.render(view=view, width=width)
+    check_golden(f"gpt2_small.{view}.{width}", text)
+    assert "…" not in text
+    assert max(len(line) for line in text.splitlines()) <= width
+    for node in prof.nodes()[1:]:
+        name = "0–1" if node.name in ("0", "1") else node.name  # h.0 and h.1 fold into one
+        assert f"{name} {node.type}" in text, node.path
+    if view == "table":
+        # at 80: the widest label (act NewGELUActivation, 48) + Params 10 + FLOPs 6
+        # + % FLOPs 7 + 3 gaps of 3 = 80
+        header = {
+            80: "Module Params FLOPs % FLOPs",
+            120: "Module Params MACs FLOPs % FLOPs Bwd FLOPs Saved",
+        }[width]
+        assert " ".join(text.split("\n", 1)[0].split()) == header
 
 
 def test_loaded_profile_renders_the_same(tmp_path: Path) -> None:

@@ -223,7 +223,10 @@ def test_time_totals_pct_and_flops_per_second_on_folded_rows() -> None:
 def test_narrow_widths_never_cut_numbers() -> None:
     prof = small()
     text = prof.render(width=30)
-    assert "Hidden to fit 30 columns: Calls, % FLOPs, FLOPs" in text.replace("\n  ", " ")
+    # "│  ├─ (1.1) attn Attention" is 26 wide: with Params (6 + 3) 35 > 30, so Calls goes,
+    # then the ids (the label is 20 wide: 20 + 9 = 29), then FLOPs and % FLOPs (20 + 9
+    # + 9 + 10 > 30)
+    assert "Hidden to fit 30 columns: Node ids, Calls, % FLOPs, FLOPs" in text.replace("\n  ", " ")
     for line in rows(text):
         assert len(line) <= 30
     # at 20 columns every metric column gives way and the labels are shortened
@@ -248,10 +251,18 @@ def test_long_names_are_shortened_in_the_middle() -> None:
     long = build(
         node("Net", "Net", node("a_really_long_module_name", "SomeVeryLongModuleType", flops=1))
     )
+    text = long.render(width=60, columns=["flops"], pct=False)
+    # 3 + 4 + 25 + 1 + 22 = 55 for the label with its id, + 3 + 5 = 63 > 60: the ids go
+    assert rows(text)[1] == "└─ a_really_long_module_name SomeVeryLongModuleType       1"
+    assert "Hidden to fit 60 columns: Node ids (widen" in text
     text = long.render(width=44, columns=["flops"], pct=False)
-    # 44 - 3 (gap) - 5 ("FLOPs") = 36 for the label: the type is cut to 6 characters,
-    # then the name in its middle
-    assert rows(text)[1] == "└─ (1) a_really_l…module_name So…ype       1"
+    # 44 - 3 (gap) - 5 ("FLOPs") = 36 for the label, 51 without its id: the type gives
+    # the 15 characters (22 -> 7), the name stays whole
+    assert rows(text)[1] == "└─ a_really_long_module_name Som…ype       1"
+    text = long.render(width=36, columns=["flops"], pct=False)
+    # 28 for the label, 23 over: the type is cut to 6 characters (16), then the name in
+    # its middle (7: 25 -> 18)
+    assert rows(text)[1] == "└─ a_really…dule_name So…ype       1"
 
 
 @pytest.mark.parametrize(

@@ -168,7 +168,18 @@ class ViewContext:
         ]
 
     def user_named(self, key: str) -> bool:
-        return self.options.columns is not None and key in self.options.columns
+        """Whether the user named this column, or the one a flat view shows as it (its
+        self form, its time total: ``forward_time`` as ``self_forward_time_total``)."""
+        named = self.options.columns
+        if named is None:
+            return False
+        base = key.removeprefix("self_")
+        return any(k in named for k in (key, base, base.removesuffix("_total")))
+
+    def core(self, key: str) -> bool:
+        """Whether a column is one a narrow table keeps longest: params, FLOPs and the %
+        column (inclusive or self)."""
+        return key.removeprefix("self_") in (ms.PARAMS, ms.FLOPS, f"{self.pct_base}_pct")
 
     # ---- values ------------------------------------------------------------------
     def value(self, node: Node, key: str) -> Number | None:
@@ -219,6 +230,7 @@ class ViewContext:
             style=style.style or ("layerscope.pct" if col.kind == "pct" else ""),
             overflow=style.overflow,
             text=text,
+            core=self.core(key),
             **kw,
         )
 

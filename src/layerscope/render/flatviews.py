@@ -30,12 +30,18 @@ def _flat_nodes(ctx: ViewContext) -> list[Node]:
     return list(shown.root.walk())
 
 
+_SHAPES = ("input_shape", "output_shape", "grad_input_shape", "grad_output_shape")
+
+
 def _flat_columns(ctx: ViewContext, keys: Sequence[str], own: bool) -> list[str]:
-    """The columns of a flat view: no shapes; with ``own``, self values (a key and its
-    self form become one column)."""
+    """The columns of a flat view: shapes only where the user named them (a by-type row
+    leaves them blank: its modules have no one shape); with ``own``, self values (a key
+    and its self form become one column)."""
     out = []
     for key in keys:
-        if key in ("input_shape", "output_shape", "grad_input_shape", "grad_output_shape"):
+        if key in _SHAPES:
+            if ctx.user_named(key) and key not in out:
+                out.append(key)
             continue
         key = _own(key) if own else key
         if key not in out:

@@ -8,15 +8,15 @@ layerscope's own when the console lacks them.
 
 The table measures every column once and writes pre-padded lines: a numeric cell is
 never cut. When the table is wider than the console, droppable columns go first (lowest
-priority first), then the module column is shortened in the middle.
+priority first, the core ones last), the node ids before the core columns, and only then
+is the module column shortened in the middle (``fit_table``).
 """
 
 from __future__ import annotations
 
 import shutil
-import textwrap
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from rich import box as rich_box
@@ -26,6 +26,7 @@ from rich.segment import Segment
 from rich.style import Style
 
 from layerscope.gcpause import gc_paused
+from layerscope.render.wrap import wrap_words
 
 Piece = tuple[str, str]
 Line = list[Piece]
@@ -118,14 +119,9 @@ def pad(line: Line, width: int, justify: Justify) -> Line:
 
 
 def wrap_text(text: str, style: str, width: int, indent: str = "  ") -> list[Line]:
-    """Word-wrap a sentence (footer lines); words longer than the width are split, not cut."""
-    lines = textwrap.wrap(
-        text,
-        width=max(width, len(indent) + 1),
-        subsequent_indent=indent,
-        break_on_hyphens=False,
-        break_long_words=True,
-    )
+    """Word-wrap a sentence (footer lines); words longer than the width are split, not
+    cut; a number and its unit stay on one line (``render.wrap``)."""
+    lines = wrap_words(text, max(width, len(indent) + 1), indent)
     return [[(line, style)] for line in lines] or [[("", style)]]
 
 
@@ -148,6 +144,9 @@ class TableColumn:
     shorten: Callable[[Line, int], Line] | None = None
     #: Cells that are text rather than numbers (may be shortened).
     text: bool = False
+    #: A column kept longest (params, FLOPs, the % column): dropped only after the other
+    #: droppable columns and the node ids, when the names would be cut otherwise.
+    core: bool = False
 
 
 @dataclass
@@ -156,6 +155,8 @@ class TableRow:
     style: str = ""
     #: For the label column: the guide prefix kept whole when the label is shortened.
     prefix: int = 0
+    #: The label cell without its node id, shown when the table hides the ids to fit.
+    no_ids: Line | None = None
 
 
 @dataclass
@@ -171,59 +172,139 @@ class Table:
     header_style: str = "layerscope.header"
     border_style: str = ""
     row_styles: Sequence[str] = ()
-    #: A label column that fits in half the width is never shortened; a wider one keeps
-    #: at least this share of the width while other columns are dropped.
+    #: When the module names cannot be whole even with every droppable column gone, the
+    #: label keeps at least this share of the width while other columns are dropped.
     label_share: float = 0.45
 
 
 @dataclass
 class Fitted:
     lines: list[Line]
-    #: Headers of the columns dropped to fit the width.
+    #: Headers of the columns dropped to fit the width ("Node ids" first when the label
+    #: column's node ids were hidden).
     dropped: list[str]
 
 
+#: The footer's word for the node ids a table hid to fit.
+NODE_IDS = "Node ids"
+
+
+class _Fit:
+    """Which columns a table shows at a width: ``fit_table``'s bookkeeping."""
+
+    def __init__(self, table: Table, width: int) -> None:
+        cols = self.cols = table.columns
+        body = [*table.rows, *([table.total] if table.total is not None else [])]
+        self.natural = [
+            max([len(c.header) if table.show_header else 0, *(width_of(r.cells[i]) for r in body)])
+            for i, c in enumerate(cols)
+        ]
+        self.label = next((i for i, c in enumerate(cols) if c.label), None)
+        self.no_ids: int | None = None  # the label's natural width without node ids
+        if self.label is not None and any(r.no_ids is not None for r in body):
+            k = self.label
+            heads = [len(cols[k].header) if table.show_header else 0]
+            self.no_ids = max(
+                heads + [width_of(r.cells[k] if r.no_ids is None else r.no_ids) for r in body]
+            )
+        self.edge = 4 if table.show_edge else 0
+        self.width = width
+        self.shown = list(range(len(cols)))
+        self.dropped: list[int] = []
+        self.ids_hidden = False
+        #: While dropping columns: the label counts as at most this wide (None: whole).
+        self.cap: int | None = None
+
+    def label_natural(self) -> int:
+        if self.label is None:
+            return 0
+        if self.ids_hidden and self.no_ids is not None:
+            return self.no_ids
+        return self.natural[self.label]
+
+    def whole_fits(self) -> bool:
+        """Whether the names fit whole (without ids) beside the columns that must stay."""
+        label = self.natural[self.label] if self.label is not None else 0
+        if self.no_ids is not None:
+            label = self.no_ids
+        stay = [i for i in self.shown if self.cols[i].priority is None]
+        total = sum(label if i == self.label else self.natural[i] for i in stay)
+        return total + 3 * (len(stay) - 1) + self.edge <= self.width
+
+    def needed(self) -> int:
+        label = self.label_natural()
+        if self.cap is not None:
+            label = min(label, self.cap)
+        total = sum(label if i == self.label else self.natural[i] for i in self.shown)
+        return total + 3 * (len(self.shown) - 1) + self.edge
+
+    def drop(self, core: bool) -> None:
+        """Drop droppable columns (the core ones too with ``core``), lowest priority first
+        and among equals the rightmost, until the table fits."""
+        cols = self.cols
+        while self.needed() > self.width:
+            pool = [
+                i for i in self.shown if cols[i].priority is not None and (core or not cols[i].core)
+            ]
+            if not pool:
+                return
+            victim = min(pool, key=lambda i: (cols[i].priority, -i))
+            self.shown.remove(victim)
+            self.dropped.append(victim)
+
+    def refill(self, candidates: list[int]) -> None:
+        """Show again each of ``candidates`` (in this order) that fits now."""
+        for i in candidates:
+            self.shown = sorted([*self.shown, i])
+            if self.needed() > self.width:
+                self.shown.remove(i)
+            else:
+                self.dropped.remove(i)
+
+
 def fit_table(table: Table, width: int) -> Fitted:
-    """Lay the table out in ``width`` characters (see the module docstring)."""
-    cols = table.columns
-    natural = []
-    for i, c in enumerate(cols):
-        cells = [width_of(r.cells[i]) for r in table.rows]
-        if table.total is not None:
-            cells.append(width_of(table.total.cells[i]))
-        natural.append(max([len(c.header) if table.show_header else 0, *cells]))
-    edge = 4 if table.show_edge else 0
-    shown = list(range(len(cols)))
+    """Lay the table out in ``width`` characters; numbers are never cut.
 
-    def needed(label_width: int) -> int:
-        total = sum(label_width if cols[i].label else natural[i] for i in shown)
-        return total + 3 * (len(shown) - 1) + edge
-
-    label_index = next((i for i, c in enumerate(cols) if c.label), None)
-    label_natural = natural[label_index] if label_index is not None else 0
-    label_min = label_natural
-    if label_natural > width // 2:
-        label_min = max(16, int(width * table.label_share))
-    dropped: list[str] = []
-    while needed(label_min) > width:
-        droppable = [i for i in shown if cols[i].priority is not None]
-        if not droppable:
-            break
-        # lowest priority first; among equals, the rightmost
-        victim = min(droppable, key=lambda i: (cols[i].priority, -i))
-        shown.remove(victim)
-        dropped.append(cols[victim].header)
-    widths = {i: natural[i] for i in shown}
-    over = needed(label_natural) - width
-    for i in shown:  # text columns that must stay (named by the user) give way first
+    Where the names fit whole beside the columns that must stay, they stay whole: the
+    droppable columns other than the core ones go first (lowest priority first), then
+    the label column's node ids, from every row (the columns dropped before come back
+    where the room freed holds them, the most important first), then the core columns
+    (params, FLOPs, the % column). Where they cannot, names are cut anyway: the ids go,
+    the label keeps ``label_share`` of the width while columns are dropped, then the
+    text columns that stay (the user's) and the label give way."""
+    fit = _Fit(table, width)
+    cols = fit.cols
+    if not fit.whole_fits():
+        fit.ids_hidden = fit.no_ids is not None
+        if fit.label_natural() > width // 2:
+            fit.cap = max(16, int(width * table.label_share))
+        fit.drop(core=False)
+        fit.drop(core=True)
+        fit.cap = None
+    else:
+        fit.drop(core=False)
+        if fit.needed() > width and fit.no_ids is not None:
+            fit.ids_hidden = True
+            earlier = list(fit.dropped)
+            fit.drop(core=True)
+            if fit.dropped == earlier:
+                fit.refill(earlier[::-1])
+        fit.drop(core=True)
+    dropped = [cols[i].header for i in fit.dropped]
+    if fit.ids_hidden:
+        dropped.insert(0, NODE_IDS)
+    label_index, label_natural = fit.label, fit.label_natural()
+    widths = {i: label_natural if i == label_index else fit.natural[i] for i in fit.shown}
+    over = fit.needed() - width
+    for i in fit.shown:  # text columns that must stay (named by the user) give way first
         if over > 0 and cols[i].text and not cols[i].label:
-            give = min(over, natural[i] - max(len(cols[i].header), 8))
+            give = min(over, fit.natural[i] - max(len(cols[i].header), 8))
             if give > 0:
                 widths[i] -= give
                 over -= give
     if label_index is not None and over > 0:
         widths[label_index] = label_natural - over
-    total = sum(widths.values()) + 3 * (len(shown) - 1) + edge
+    total = sum(widths.values()) + 3 * (len(fit.shown) - 1) + fit.edge
     label_width = widths[label_index] if label_index is not None else label_natural
     if total > width or label_width < min(8, label_natural):
         message = (
@@ -231,7 +312,16 @@ def fit_table(table: Table, width: int) -> Fitted:
             "columns; widen it or show fewer columns)"
         )
         return Fitted(wrap_text(message, "layerscope.notice", width, ""), dropped)
-    return Fitted(_draw(table, shown, widths), dropped)
+    if fit.ids_hidden and label_index is not None:
+        table = replace(table, rows=[_without_ids(r, label_index) for r in table.rows])
+    return Fitted(_draw(table, fit.shown, widths), dropped)
+
+
+def _without_ids(row: TableRow, label: int) -> TableRow:
+    if row.no_ids is None:
+        return row
+    cells = [*row.cells[:label], row.no_ids, *row.cells[label + 1 :]]
+    return TableRow(cells, row.style, row.prefix)
 
 
 def _draw(table: Table, shown: list[int], widths: dict[int, int]) -> list[Line]:

@@ -4,8 +4,6 @@ annotated, DeepSpeed style)."""
 
 from __future__ import annotations
 
-import textwrap
-
 from rich import box as rich_box
 
 import layerscope.metricspec as ms
@@ -13,6 +11,7 @@ from layerscope.analysis.catalog import column
 from layerscope.profile import Node, Profile
 from layerscope.render.context import Builder, ViewContext, shapes_text, template
 from layerscope.render.layout import (
+    NODE_IDS,
     Line,
     Table,
     TableColumn,
@@ -22,8 +21,16 @@ from layerscope.render.layout import (
     width_of,
 )
 from layerscope.render.options import ViewOptions
+from layerscope.render.wrap import wrap_words
 
-__all__ = ["repr_view", "shorten_label", "table_parts", "table_view", "tree_view"]
+__all__ = [
+    "repr_view",
+    "shorten_label",
+    "table_parts",
+    "table_view",
+    "tree_view",
+    "without_ids",
+]
 
 #: What the tree view writes on each label by default (of the columns the profile has).
 TREE_KEYS = frozenset(
@@ -100,9 +107,11 @@ def _table(ctx: ViewContext) -> tuple[Table, int, int]:
     rows = []
     for node, prefix, guide_style in rows_nodes:
         label = ctx.label(node)
+        bare = without_ids(label)
         cells: list[Line] = [[(prefix, guide_style), *label] if prefix else label]
         cells += [[(ctx.cell(node, k), "")] for k in keys]
-        rows.append(TableRow(cells, ctx.row_style(node), prefix=1 if prefix else 0))
+        no_ids = None if bare is None else [(prefix, guide_style), *bare] if prefix else bare
+        rows.append(TableRow(cells, ctx.row_style(node), prefix=1 if prefix else 0, no_ids=no_ids))
     total_cells: list[Line] = [[("Total", "layerscope.total")]]
     for k in keys:
         additive = column(k).additive or k.endswith("_pct") or k.endswith("_total")
@@ -146,6 +155,24 @@ def _tree_rows(ctx: ViewContext, root: Node) -> list[tuple[Node, str, str]]:
     return out
 
 
+def without_ids(label: Line) -> Line | None:
+    """A label without its node id (the ``layerscope.id`` pieces and the blank after
+    them); None when it has none."""
+    out: Line = []
+    found = strip = False
+    for text, style in label:
+        if "layerscope.id" in style.split("|"):
+            found = strip = True
+            continue
+        if strip:
+            text = text.lstrip()
+            if not text:
+                continue
+            strip = False
+        out.append((text, style))
+    return out if found else None
+
+
 def shorten_label(line: Line, width: int) -> Line:
     """Shorten a ``(id) name Type`` label, each part cut in the middle: the node id first
     (the guides show the structure), then the type, then the name; then anything."""
@@ -178,17 +205,22 @@ def tree_view(ctx: ViewContext) -> Builder:
     levels = ctx.level
     # width-independent parts: label and metric text per node
     labels: dict[Node, Line] = {}
+    bare: dict[Node, Line] = {}  # the labels without node ids, where they have one
     parts: dict[Node, list[str]] = {}
     for node in shown.root.walk():
         labels[node] = ctx.label(node, repeat_mark=False)
+        no_ids = without_ids(labels[node])
+        if no_ids is not None:
+            bare[node] = no_ids
         p = []
         if shapes and (node.inputs or node.outputs):
             p.append(f"{shapes_text(node.inputs)} → {shapes_text(node.outputs)}")
         p += ctx.metric_parts(node, metric_keys, zeros=False)
         parts[node] = p
 
-    def node_lines(node: Node, width: int) -> list[Line]:
-        """The node's label (wrapped with its metrics) and its subtree, no guide."""
+    def node_lines(node: Node, width: int, names: dict[Node, Line], cut: list[Node]) -> list[Line]:
+        """The node's label (wrapped with its metrics) and its subtree, no guide; the
+        nodes whose label had to be shortened are added to ``cut``."""
         # a folded entry is drawn in a box, unless the box would leave too little room
         boxed = block.show and node.repeat > 1 and node.depth > 0 and width >= BOX_MIN_WIDTH
         if boxed:
@@ -198,10 +230,11 @@ def tree_view(ctx: ViewContext) -> Builder:
         guide = levels(node.depth + 1).guide_style
         # metrics follow the label; continuation lines sit on the children's guide
         more: Line = [("│   " if kids else "    ", guide)]
-        label = labels[node]
+        label = names.get(node, labels[node])
         if node.repeat > 1 and not boxed and "<repeat_time>" not in levels(node.depth).label:
             label = [*label, (f" ×{node.repeat}", "layerscope.repeat")]
         if width_of(label) > width:  # a label is shortened in its middle, as in the table
+            cut.append(node)
             label = shorten_label(label, max(width, 4))
         own: list[Line] = [list(label)]
         for part in parts[node]:
@@ -209,12 +242,12 @@ def tree_view(ctx: ViewContext) -> Builder:
                 own[-1].append(("  " + part, style))
                 continue
             room = max(width - 4, 4)
-            for chunk in textwrap.wrap(part, room, break_on_hyphens=False):  # never cut
+            for chunk in wrap_words(part, room):  # a number and its unit stay together
                 own.append([*more, (chunk, style)])
         kid_lines: list[Line] = []
         for i, child in enumerate(kids):
             last = i == len(kids) - 1
-            sub = node_lines(child, width - 3)
+            sub = node_lines(child, width - 3, names, cut)
             first, rest = ("└─ ", "   ") if last else ("├─ ", "│  ")
             kid_lines.append([(first, guide), *sub[0]])
             kid_lines += [[(rest, guide), *line] for line in sub[1:]]
@@ -227,8 +260,13 @@ def tree_view(ctx: ViewContext) -> Builder:
         return _boxed(ctx, node, lines) if boxed else lines
 
     def lay_out(width: int) -> list[Line]:
-        lines = node_lines(shown.root, width)
-        return lines + ctx.footer(hidden, total_rows, [], width)
+        cut: list[Node] = []
+        lines = node_lines(shown.root, width, {}, cut)
+        dropped = []
+        if any(node in bare for node in cut):  # the node ids go, for every label, first
+            lines = node_lines(shown.root, width, bare, [])
+            dropped.append(NODE_IDS)
+        return lines + ctx.footer(hidden, total_rows, dropped, width)
 
     return lay_out
 

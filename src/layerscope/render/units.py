@@ -8,6 +8,17 @@ from layerscope.profile import Signature, TensorSpec
 
 _SI = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "K"))
 _BIN = ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB"))
+_TIME = ((60.0, "min"), (1.0, "s"), (1e-3, "ms"), (1e-6, "µs"))
+#: Every unit these formatters write after a number and a space (``1.5 M``, ``0 B``):
+#: wrapped text keeps each one on the line of its number.
+UNITS: tuple[str, ...] = (
+    *(u for _, u in _SI),
+    *(u for _, u in _BIN),
+    "B",
+    *(u for _, u in _TIME),
+    "ns",
+    "inputs/s",
+)
 
 
 def count(n: float) -> str:
@@ -39,7 +50,7 @@ def nbytes(n: float) -> str:
 
 def seconds(t: float) -> str:
     """Seconds in the largest unit that keeps the value at least 1: ``1.23 ms``, ``2.5 min``."""
-    for scale, suffix in ((60.0, "min"), (1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
+    for scale, suffix in _TIME:
         if abs(t) >= scale:
             return f"{t / scale:.3g} {suffix}"
     return f"{t / 1e-9:.3g} ns"
