@@ -815,3 +815,22 @@ def test_roofline_last_tick_inside(open_report: Any, width: int) -> None:
     assert ticks[-1][0] == "10000"
     assert all(left >= 0 and right <= svg_width for _, left, right in ticks), ticks
     p.clean()
+
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+
+@pytest.mark.skipif(
+    os.environ.get("LAYERSCOPE_UPDATE_SCREENSHOTS") != "1",
+    reason="retakes docs/report.png and docs/roofline-chart.png when asked",
+)
+def test_docs_screenshots(open_report: Any) -> None:
+    """``LAYERSCOPE_UPDATE_SCREENSHOTS=1 pytest tests/test_html.py -k docs_screenshots``:
+    tiny_gpt with a backward, memory and timing: the whole page at 1400 px, and its
+    roofline on this machine's CPU spec at 1200 px."""
+    ex = examples.get("tiny_gpt")
+    prof = ls.profile(ex.build(), ex.example_input(), backward=True, memory=True, timing=True)
+    page = open_report(prof, width=1400).page
+    page.screenshot(path=str(DOCS / "report.png"), full_page=True)
+    page = open_report(prof, "rl.html", width=1200, device="cpu").page
+    page.locator("#ls-roofline").screenshot(path=str(DOCS / "roofline-chart.png"))
