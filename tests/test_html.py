@@ -9,6 +9,7 @@ chromium-driver`` (``.ci/run`` does it). ``pytest -s`` prints the timings of a
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -180,7 +181,9 @@ def test_real_profile_carries_the_memory_timeline() -> None:
     t = prof.memory["timeline"]
     tl = data["timeline"]
     assert tl["op"] == t["op"] and tl["bytes"] == t["bytes"]
-    assert tl["event"] == "".join(e[0] if e != "exit" else "x" for e in t["event"])
+    letter = {"enter": "e", "exit": "x", "backward": "b", "peak": "p", "end": "n"}
+    assert tl["event"] == "".join(letter[e] for e in t["event"])
+    assert tl["event"].endswith("bpn")  # the Linear's backward, the peak in it, the end
     index = {n.path: i for i, n in enumerate(prof.nodes())}
     # the loss's backward ran outside the model: its path stays a string
     assert tl["node"] == [index.get(p, p) for p in t["path"]]
@@ -650,3 +653,184 @@ def test_roofline_chart_on_meta_sits_on_the_roof(open_report: Any) -> None:
     tip = chart.locator('circle[data-i="2"]').get_attribute("data-tip").split("\n")
     assert tip[1] == "0.0833 FLOP/B \u00b7 32 FLOP, 384 B moved"  # 32 / 384
     p.clean()
+
+
+# ==== memory cards, the timeline's highest point, and what fits a window ======================
+
+#: GPT-2's token embedding: 50,257 tokens x 768 float32 values (its weight and each of
+#: the gradients the backward makes of it: the lm_head's and the lookup's dense one).
+WTE_BYTES = 50_257 * 768 * 4
+
+
+@pytest.fixture(scope="module")
+def gpt2() -> Profile:
+    """``GPT2LMHeadModel(GPT2Config(n_layer=2))`` on ``(1, 32)`` tokens, with a backward,
+    memory and one timed repeat (the time columns a user sees)."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=2))
+    tokens = torch.randint(0, 50_257, (1, 32))
+    return ls.profile(model, tokens, backward=True, memory=True, timing={"warmup": 0, "repeats": 1})
+
+
+def test_timeline_reaches_the_peak_card(gpt2: Profile) -> None:
+    """The dense ``wte`` gradient at the end of GPT-2's backward: the run's peak, in the
+    timeline to the byte, and on the cards as what each one measures."""
+    data = report_data(gpt2)
+    mem, t = gpt2.memory, data["timeline"]
+    cards = {h[3]: h for h in data["headline"] if len(h) > 3}
+    assert [cards[k][0] for k in ("session_peak_bytes", "forward_peak_bytes")] == [
+        "Peak live",
+        "Fwd peak",
+    ]
+    assert cards["backward_peak_bytes"][0] == "Bwd peak over bwd start"
+    peak = max(t["bytes"])
+    assert peak == cards["session_peak_bytes"][1] == mem["session_peak_bytes"]
+    at = t["bytes"].index(peak)
+    assert t["event"][at] == "p" and data["name"][t["node"][at]] == "wte"
+    # the level where wte's backward starts, plus its two dense gradients (the lookup's
+    # and their sum with the lm_head's), less the 1x32x768 float32 gradient of its
+    # output, freed by then
+    start = at - 1
+    assert t["event"][start] == "b" and t["node"][start] == t["node"][at]
+    assert peak - t["bytes"][start] == 2 * WTE_BYTES - 32 * 768 * 4
+    # the backward's highest point above the level where it started: the Bwd peak card
+    first = t["event"].index("b")
+    rise = max(t["bytes"][first:]) - t["bytes"][first]
+    assert rise == cards["backward_peak_bytes"][1] == mem["backward_peak_bytes"]
+
+
+def test_container_never_entered_has_no_peak() -> None:
+    class Stack(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layers = nn.ModuleList([nn.Linear(4, 4), nn.Linear(4, 4)])
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for layer in self.layers:
+                x = layer(x)
+            return x
+
+    torch.manual_seed(0)
+    prof = ls.profile(Stack(), torch.randn(2, 4), memory=True)
+    data = report_data(prof)
+    # each Linear adds its 2x4 float32 output (32 B); the root holds both at the second
+    # one's exit (64 B); the ModuleList is never called: no peak, a blank cell
+    assert data["v"]["peak_bytes"] == [64, None, 32, 32]
+    assert data["not_called"] == [1]
+
+
+def test_macs_hidden_beside_flops() -> None:
+    shown = {c["key"]: c["shown"] for c in report_data(_mlp(backward=True))["columns"]}
+    assert shown["flops"] and not shown["macs"]
+    only_macs = build(node("Net", "Net", node("a", "Linear", macs=8)))
+    assert {c["key"]: c["shown"] for c in report_data(only_macs)["columns"]}["macs"]
+
+
+def _polyline(d: str) -> list[tuple[float, float]]:
+    """The vertices of an SVG path of M, H and V commands (the timeline's step line)."""
+    points: list[tuple[float, float]] = []
+    for cmd, args in re.findall(r"([MHV])\s*([-\d. ]+)", d):
+        nums = [float(x) for x in args.split()]
+        if cmd == "M":
+            points.append((nums[0], nums[1]))
+        elif cmd == "H":
+            points.append((nums[0], points[-1][1]))
+        else:
+            points.append((points[-1][0], nums[0]))
+    return points
+
+
+@pytest.mark.parametrize("width", [700, 1000, 1400])
+def test_timeline_label_clear_of_the_line(open_report: Any, gpt2: Profile, width: int) -> None:
+    p = open_report(gpt2, width=width)
+    page = p.page
+    svg = page.evaluate(
+        "() => { const s = document.getElementById('ls-timeline'), b = s.viewBox.baseVal;"
+        " return [b.width, b.height]; }"
+    )
+    box = page.evaluate(
+        "() => { const b = document.getElementById('ls-tl-peak').getBBox();"
+        " return [b.x, b.y, b.width, b.height]; }"
+    )
+    x, y, w, h = box
+    assert x >= 0 and x + w <= svg[0] and y >= 0 and y + h <= svg[1]  # inside, not cut
+    line = _polyline(page.get_attribute("#ls-timeline path.tl-line", "d"))
+    # no segment of the step line enters the label's box
+    for (x1, y1), (x2, y2) in itertools.pairwise(line):
+        meets_x = min(x1, x2) <= x + w and max(x1, x2) >= x
+        meets_y = min(y1, y2) <= y + h and max(y1, y2) >= y
+        assert not (meets_x and meets_y), ((x1, y1), (x2, y2), box)
+    peak = units.nbytes(gpt2.memory["session_peak_bytes"])
+    label = page.text_content("#ls-tl-peak")
+    assert label.startswith(f"highest {peak} = Peak live \u00b7 backward of transformer.wte")
+    card = page.locator('.card[data-key="session_peak_bytes"] b').text_content()
+    assert card == peak
+    legend = page.text_content("#ls-tl-legend")
+    bwd = units.nbytes(gpt2.memory["backward_peak_bytes"])
+    assert f"the backward's highest point is {bwd} above it (the Bwd peak over bwd start" in legend
+    p.clean()
+
+
+def test_table_fits_1400_px(open_report: Any, gpt2: Profile) -> None:
+    p = open_report(gpt2, width=1400)
+    page = p.page
+    heads = page.eval_on_selector_all("#ls-table th", "hs => hs.map(h => h.textContent)")
+    # the columns a backward, memory and timing profile shows at first
+    assert heads == ["Module", "Output shape", "Params", "FLOPs", "Bwd FLOPs", "Saved",
+                     "Peak", "Fwd time", "Self fwd", "Bwd time", "Self bwd", "% FLOPs"]  # fmt: skip
+    sizes = page.evaluate(
+        "() => { const w = document.querySelector('.tablewrap');"
+        " return [w.scrollWidth, w.clientWidth]; }"
+    )
+    assert sizes[0] <= sizes[1]
+    wrap = page.locator(".tablewrap").bounding_box()
+    pct = page.locator('#ls-table th[data-key="pct"]').bounding_box()
+    assert pct["x"] + pct["width"] <= wrap["x"] + wrap["width"]
+    # h, the ModuleList GPT2Model loops over, is never called: its Peak cell is blank
+    index = [n.path for n in gpt2.nodes()].index("transformer.h")
+    peak_col = heads.index("Peak")
+    cell = page.locator(f'#ls-table tr[data-i="{index}"] td').nth(peak_col)
+    assert cell.text_content() == ""
+    p.clean()
+
+
+#: a ridge at 1,000 FLOP/B: the x axis runs to 10^4
+WIDE = {"name": "wide", "bandwidth": 1, "peak_flops": {"float32": 1000}}
+
+
+@pytest.mark.parametrize("width", [700, 1000, 1400])
+def test_roofline_last_tick_inside(open_report: Any, width: int) -> None:
+    p = open_report(_mlp(seconds=10.0), width=width, device=WIDE)
+    ticks = p.page.evaluate(
+        "() => { const s = document.getElementById('ls-roofline-chart');"
+        " return [...s.querySelectorAll('.axis text')].filter(t => t.getAttribute("
+        "'text-anchor') === 'middle' && !t.hasAttribute('transform')"
+        " && t.textContent !== 'FLOPs per byte moved')"
+        ".map(t => { const b = t.getBBox(); return [t.textContent, b.x, b.x + b.width]; }); }"
+    )
+    svg_width = p.page.evaluate(
+        "() => document.getElementById('ls-roofline-chart').viewBox.baseVal.width"
+    )
+    assert ticks[-1][0] == "10000"
+    assert all(left >= 0 and right <= svg_width for _, left, right in ticks), ticks
+    p.clean()
+
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+
+@pytest.mark.skipif(
+    os.environ.get("LAYERSCOPE_UPDATE_SCREENSHOTS") != "1",
+    reason="retakes docs/report.png and docs/roofline-chart.png when asked",
+)
+def test_docs_screenshots(open_report: Any) -> None:
+    """``LAYERSCOPE_UPDATE_SCREENSHOTS=1 pytest tests/test_html.py -k docs_screenshots``:
+    tiny_gpt with a backward, memory and timing: the whole page at 1400 px, and its
+    roofline on this machine's CPU spec at 1200 px."""
+    ex = examples.get("tiny_gpt")
+    prof = ls.profile(ex.build(), ex.example_input(), backward=True, memory=True, timing=True)
+    page = open_report(prof, width=1400).page
+    page.screenshot(path=str(DOCS / "report.png"), full_page=True)
+    page = open_report(prof, "rl.html", width=1200, device="cpu").page
+    page.locator("#ls-roofline").screenshot(path=str(DOCS / "roofline-chart.png"))

@@ -479,8 +479,8 @@ def timed_dict() -> dict[str, Any]:
     prof = ls.profile(model, torch.randn(1, 3), memory=True, timing={"warmup": 0, "repeats": 1})
     data = json.loads(prof.to_json(indent=None))
     assert isinstance(data, dict)
-    # enter '', enter '0', exit '0', enter '1', exit '1', exit '': 6 events, 3 trace paths
-    assert len(data["memory"]["timeline"]["op"]) == 6
+    # enter '', enter '0', exit '0', enter '1', exit '1', exit '', end: 7 events, 3 paths
+    assert len(data["memory"]["timeline"]["op"]) == 7
     assert data["timing"]["trace"]["paths"] == ["", "0", "1"]
     return data
 
@@ -502,7 +502,7 @@ EXPORTER_INPUTS: list[tuple[list[str | int], Any, str]] = [
     (
         [*TIMELINE, "bytes"],
         [0, 8],
-        "$.memory.timeline.bytes: expected an array of 6 items (one per item of 'op'), "
+        "$.memory.timeline.bytes: expected an array of 7 items (one per item of 'op'), "
         "got an array of 2 items",
     ),
     (

@@ -251,6 +251,9 @@ def test_timeline_of_a_linear_relu_by_hand() -> None:
     assert backward == [(5, "backward", "<outside>", 72), (6, "backward", "1", 72),
                         (8, "backward", "0", 136)]  # fmt: skip
     assert prof.memory["session_peak_bytes"] == 136 + 128 + 32  # inside the Linear's backward
+    # that peak lies between events, so it is one ("peak", in the Linear's backward, after
+    # its 12th op); at the end only the two gradients are left: 128 + 32 = 160 B
+    assert events(prof)[6:] == [*backward, (12, "peak", "0", 296), (16, "end", "", 160)]
     ops = [e[0] for e in events(prof)]
     assert ops == sorted(ops)
 
@@ -258,29 +261,31 @@ def test_timeline_of_a_linear_relu_by_hand() -> None:
 def test_timeline_of_a_module_called_twice_and_in_json() -> None:
     torch.manual_seed(0)
     prof = run(Twice(), torch.randn(4, 8))  # every activation 4*8*4 = 128 B
-    # fc (t + addmm) twice, a functional relu after each: on the root, no events
-    assert [e[:3] for e in events(prof)] == [
-        (0, "enter", ""),
-        (0, "enter", "fc"),
-        (2, "exit", "fc"),
-        (3, "enter", "fc"),
-        (5, "exit", "fc"),
-        (6, "exit", ""),
+    # fc (t + addmm) twice, a functional relu after each: on the root, no module events;
+    # the relus' highs between two events are "peak" events of the root, and "end" is the
+    # level when the session closed (nothing left: no backward keeps r1 or the output)
+    assert events(prof) == [
+        (0, "enter", "", 0),
+        (0, "enter", "fc", 0),
+        (2, "exit", "fc", 128),  # h1
+        (3, "peak", "", 256),  # h1 + r1, before h1 dies
+        (3, "enter", "fc", 128),  # r1
+        (5, "exit", "fc", 256),  # r1 + h2
+        (6, "peak", "", 384),  # r1 + h2 + r2, the root's peak
+        (6, "exit", "", 256),  # r1 (saved) + r2, h2 died
+        (6, "end", "", 0),
     ]
-    # h1 (fc's 128 B output); h1 died in relu, r1 (saved) is live; r1 + h2; r1 + r2 once
-    # h2 died. The root's peak, 384 (r1 + h2 + r2 in the second relu), lies between
-    # events: boundaries, not every op.
-    assert [e[3] for e in events(prof)] == [0, 0, 128, 128, 256, 256]
-    assert prof.root.metrics["peak_bytes"] == 384
+    assert prof.root.metrics["peak_bytes"] == 384 == max(e[3] for e in events(prof))
     assert Profile.from_dict(prof.to_dict()).memory["timeline"] == prof.memory["timeline"]
 
 
 def test_timeline_keeps_a_bounded_number_of_events(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("layerscope.metrics.memory.timeline.MAX_EVENTS", 4)
-    prof = run(mlp(), torch.randn(32, 128))  # 8 events: enter/exit of 4 module calls
+    # 9 events: enter/exit of 4 module calls and the end (no peak between two of them)
+    prof = run(mlp(), torch.randn(32, 128))
     timeline = prof.memory["timeline"]
     assert len(timeline["op"]) == len(timeline["bytes"]) == 4
-    assert timeline["dropped"] == 4
+    assert timeline["dropped"] == 9 - 4
 
 
 def test_input_requiring_grad_adds_only_a_parameter_view() -> None:
@@ -809,7 +814,8 @@ def test_cuda_timeline_reads_the_allocator() -> None:
     assert timeline["allocator"] == "cuda"
     assert timeline["base_bytes"] >= (8 * 4 + 8 + 2 * 4) * F32  # params and x at least
     got = events(prof)
-    # the same events as on CPU (the clock is op order, not time)
+    # the same events as on CPU (the clock is op order, not time); no "peak" events, the
+    # allocator is read at boundaries only
     assert [e[:3] for e in got] == [
         (0, "enter", ""),
         (0, "enter", "0"),
@@ -817,6 +823,7 @@ def test_cuda_timeline_reads_the_allocator() -> None:
         (2, "enter", "1"),
         (3, "exit", "1"),
         (3, "exit", ""),
+        (3, "end", ""),
     ]
     # the allocator rounds each 64-B output up to a 512-B block; addmm may add a cuBLAS
     # workspace, relu is one elementwise kernel: exactly its block

@@ -77,9 +77,14 @@ TABLE_KEYS: tuple[str, ...] = (
     "calls",
 )
 
-#: Shown before the user picks columns: the console's high-priority ones.
+#: Shown before the user picks columns: the console's high-priority ones, but not MACs
+#: beside FLOPs (half of them, for most ops), so that the table fits a 1400-px window.
 _SHOWN_PRIORITY = 55
 _SHOWN_ALWAYS = frozenset({"output_shape", ms.PEAK_BYTES})
+_HIDDEN_BESIDE = {ms.MACS: ms.FLOPS}
+
+#: Peaks per module call: a module never entered has none (a blank cell, as for time).
+_PER_CALL_PEAKS = frozenset({ms.PEAK_BYTES, ms.SIMULATED_PEAK_BYTES})
 
 #: What the chart can size modules by: (value key, label, kind), when the profile has it.
 CHART_METRICS: tuple[tuple[str, str, str], ...] = (
@@ -93,7 +98,7 @@ CHART_METRICS: tuple[tuple[str, str, str], ...] = (
 )
 
 
-_EVENTS = {"enter": "e", "exit": "x", "backward": "b"}
+_EVENTS = {"enter": "e", "exit": "x", "backward": "b", "peak": "p", "end": "n"}
 
 
 def to_html(
@@ -234,7 +239,10 @@ def _table(
         elif key == "calls":
             v[key] = [n.calls for n in nodes]
         elif base in present:
-            v[key] = [_num(values.get(n, key)) for n in nodes]
+            v[key] = [
+                None if key in _PER_CALL_PEAKS and not n.calls else _num(values.get(n, key))
+                for n in nodes
+            ]
             if all(x is None for x in v[key]):
                 del v[key]
                 continue
@@ -251,6 +259,10 @@ def _table(
                 "shown": col.priority >= _SHOWN_PRIORITY or key in _SHOWN_ALWAYS,
             }
         )
+    keys = {c["key"] for c in cols}
+    for c in cols:
+        if _HIDDEN_BESIDE.get(c["key"]) in keys:
+            c["shown"] = False
     return cols, v, s
 
 
@@ -334,26 +346,46 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
+#: The memory cards: ``profile.memory`` key, label, what the figure is (the card's tooltip).
+_MEMORY_CARDS: tuple[tuple[str, str, str], ...] = (
+    (
+        "session_peak_bytes",
+        "Peak live",
+        "the highest live bytes of the run, above the level at its start: the memory "
+        "timeline's highest point",
+    ),
+    (
+        "forward_peak_bytes",
+        "Fwd peak",
+        "the highest live bytes during the forward, above the level at its start",
+    ),
+    (
+        ms.BACKWARD_PEAK_BYTES,
+        "Bwd peak over bwd start",
+        "the highest live bytes during the backward, above the level when it started "
+        "(the dashed line of the memory timeline)",
+    ),
+    (ms.ACTIVATION_BYTES, "Saved", "bytes saved for backward by the forward"),
+)
+
+
 def _headline(profile: Profile) -> list[list[Any]]:
-    """The few whole-model figures shown first: ``[label, value, kind]``."""
+    """The few whole-model figures shown first: ``[label, value, kind, key]`` (``key``
+    and a fifth item, the card's tooltip, for the memory figures)."""
     m = profile.root.metrics
     out: list[list[Any]] = []
     for key in (ms.PARAMS, ms.FLOPS, ms.BACKWARD_FLOPS, ms.FORWARD_TIME, ms.BACKWARD_TIME):
         if key in m:
             col = column(key)
             label = col.header + ("*" if key in profile.partial_metrics else "")
-            out.append([label, _num(m[key]), col.kind])
+            out.append([label, _num(m[key]), col.kind, key])
     mem = profile.memory
-    for key, label in (
-        ("forward_peak_bytes", "Fwd peak"),
-        (ms.BACKWARD_PEAK_BYTES, "Bwd peak"),
-        (ms.ACTIVATION_BYTES, "Saved"),
-    ):
-        if key in mem:
-            out.append([label, _num(mem[key]), "bytes"])
+    for key, label, what in _MEMORY_CARDS:
+        if key in mem and (key != "session_peak_bytes" or ms.BACKWARD_PEAK_BYTES in mem):
+            out.append([label, _num(mem[key]), "bytes", key, what])
     latency = profile.timing.get("latency")
     if isinstance(latency, dict) and "median" in latency:
-        out.append(["Latency", _num(latency["median"]), "seconds"])
+        out.append(["Latency", _num(latency["median"]), "seconds", "latency"])
     return out
 
 

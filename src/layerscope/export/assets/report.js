@@ -150,7 +150,8 @@
     var c = el("div", "card"), v = typeof h[1] === "string" ? Number(h[1]) : h[1];
     c.appendChild(el("b", "", fmt(v, h[2])));
     c.appendChild(el("span", "", h[0]));
-    c.title = String(v);
+    c.title = (h[4] ? h[4] + ": " : "") + String(v);
+    if (h[3]) c.dataset.key = h[3];
     cards.appendChild(c);
   });
   body.appendChild(cards);
@@ -255,28 +256,36 @@
   });
 
   // ---- memory timeline ---------------------------------------------------------------
-  var T = D.timeline, tl = null, tlTip = null;
+  var T = D.timeline, tl = null, tlTip = null, tlLegend = null;
   if (T) {
     var ts = section("Memory timeline", "ls-memory");
     ts.firstChild.appendChild(el("span", "note",
-      "Live bytes (" + T.allocator + " allocator) at every module entry and exit of the analysis pass; " +
-      "x: aten ops dispatched (op order, not time). Peaks inside a module fall between samples (see Peak). " +
+      "Live bytes (" + T.allocator + " allocator) at every module entry and exit of the analysis pass" +
+      (T.allocator === "cuda" ? "; " : " and the highest level between two of them; ") +
+      "x: aten ops dispatched (op order, not time)." +
+      (T.allocator === "cuda" ? " Peaks inside a module fall between samples (see Peak). " : " ") +
       "Hover for the module." +
       (T.dropped ? " " + T.dropped + " later events were not kept." : "")));
     tl = sv("svg", { id: "ls-timeline", role: "img", "aria-label": "live bytes over op order" });
     tlTip = plotIn(ts, tl);
+    tlLegend = el("div", "note"); tlLegend.id = "ls-tl-legend"; ts.appendChild(tlLegend);
     body.appendChild(ts);
   }
-  var EVENTS = { e: "enter", x: "exit", b: "backward" };
+  var EVENTS = { e: "enter", x: "exit", b: "backward", p: "peak in", n: "end of the run" };
+  function card(key) {  // a headline figure by its key, or null
+    for (var k = 0; k < D.headline.length; k++) if (D.headline[k][3] === key) return D.headline[k];
+    return null;
+  }
   function tlName(k) {
     var n = T.node[k];
     return typeof n === "number" ? describe(n) : (n || "<root>");
   }
   function drawTimeline() {
     if (!tl) return;
-    var W = Math.max(tl.clientWidth || tl.parentNode.clientWidth, 300), H = 180;
-    var L = 76, R = 14, top = 12, B = 26, pw = W - L - R, ph = H - top - B;
-    var ops = T.op, by = T.bytes, n = ops.length, lastOp = ops[n - 1];
+    // top: room above the highest point for its label, which so never meets the line
+    var W = Math.max(tl.clientWidth || tl.parentNode.clientWidth, 300), H = 196;
+    var L = 76, R = 14, top = 28, B = 26, pw = W - L - R, ph = H - top - B;
+    var ops = T.op, by = T.bytes, ev = T.event, n = ops.length, lastOp = ops[n - 1];
     var maxOp = Math.max(lastOp * 1.02, lastOp + 1);  // room for the last step
     var lo = 0, hi = 1, peak = 0;
     for (var k0 = 0; k0 < n; k0++) {
@@ -297,12 +306,14 @@
       t.textContent = p[0] ? count(p[0]) + " ops" : "op 0"; axis.appendChild(t);
     });
     frag.appendChild(axis);
-    var firstBw = T.event.indexOf("b");
+    var firstBw = ev.indexOf("b"), bwHigh = -1;
     if (firstBw >= 0) {
-      var x0 = sx(ops[firstBw]);
+      for (var k1 = firstBw; k1 < n; k1++) if (by[k1] > bwHigh) bwHigh = by[k1];
+      var x0 = sx(ops[firstBw]), y0 = sy(by[firstBw]);
       frag.appendChild(sv("rect", { "class": "tl-bw", x: x0, y: top, width: Math.max(W - R - x0, 0), height: ph }));
-      var bg = sv("g", { "class": "axis" }), bt = sv("text", { x: x0 + 5, y: top + ph - 6 });
-      bt.textContent = "backward \u2192"; bg.appendChild(bt); frag.appendChild(bg);
+      frag.appendChild(sv("line", { "class": "tl-start", x1: x0, x2: W - R, y1: y0, y2: y0 }));
+      var bt = sv("text", { x: x0, y: H - 8 });  // on the op axis
+      bt.textContent = "backward \u2192"; axis.appendChild(bt);
     }
     // a step line; events that fall on one pixel column keep their min, max and last
     var d = "M" + sx(ops[0]).toFixed(1) + " " + sy(by[0]).toFixed(1), lastX = sx(ops[0]), k = 1;
@@ -320,13 +331,11 @@
     frag.appendChild(sv("path", { "class": "tl-area", d: d + "V" + sy(lo).toFixed(1) + "H" + L + "Z", opacity: 0.6 }));
     frag.appendChild(sv("path", { "class": "tl-line", d: d }));
     frag.appendChild(sv("circle", { "class": "tl-peak", cx: sx(ops[peak]), cy: sy(by[peak]), r: 3.5 }));
-    var pt = sv("text", {
-      x: Math.min(sx(ops[peak]) + 6, W - R - 4), y: Math.max(sy(by[peak]) + 4, top + 10),
-      "text-anchor": sx(ops[peak]) > W * 0.7 ? "end" : "start", "class": "halo"
-    });
-    pt.textContent = "highest " + nbytes(by[peak]) + " \u00b7 " + tlName(peak);
-    if (sx(ops[peak]) > W * 0.7) pt.setAttribute("x", sx(ops[peak]) - 6);
-    var pg = sv("g", { "class": "axis" }); pg.appendChild(pt); frag.appendChild(pg);
+    var pc = card("session_peak_bytes"), bc = card("backward_peak_bytes");
+    var inBw = firstBw >= 0 && peak >= firstBw, where = (inBw ? "backward of " : "") + tlName(peak);
+    var pt = sv("text", { y: sy(by[peak]) - 9, "class": "halo" }), pg = sv("g", { "class": "axis" });
+    pt.id = "ls-tl-peak";
+    pg.appendChild(pt); frag.appendChild(pg);
     var guide = sv("line", { "class": "tl-guide", y1: top, y2: top + ph, visibility: "hidden" });
     var dot = sv("circle", { "class": "tl-dot", r: 3.5, visibility: "hidden" });
     frag.appendChild(guide); frag.appendChild(dot);
@@ -335,6 +344,32 @@
     tl.replaceChildren(frag);
     tl.setAttribute("height", H);
     tl.setAttribute("viewBox", "0 0 " + W + " " + H);
+    // the highest point's label: centred on it, shortened to the plot's width, kept in it
+    var lead = "highest " + nbytes(by[peak]) + (pc && pc[1] === by[peak] ? " = " + pc[0] : "") + " \u00b7 ";
+    pt.textContent = lead + where;
+    for (var cut = where.length; pt.getComputedTextLength() > pw && cut > 1; cut--) {
+      pt.textContent = lead + where.slice(0, cut - 1) + "\u2026";
+    }
+    var tw = pt.getComputedTextLength();
+    pt.setAttribute("x", Math.max(L, Math.min(sx(ops[peak]) - tw / 2, W - R - tw)).toFixed(1));
+    var say = ["Highest point: " + nbytes(by[peak]) + ", " + (inBw ? "in the backward of " : "in ") + tlName(peak) +
+      (pc && pc[1] === by[peak] ? " (the " + pc[0] + " card)." : ".")];
+    if (pc && pc[1] > by[peak]) {
+      say.push("The run's peak, " + nbytes(pc[1]) + " (" + pc[0] + "), fell between two samples.");
+    }
+    if (firstBw >= 0) {
+      var rise = bwHigh - by[firstBw];
+      say.push("Dashed: " + nbytes(by[firstBw]) + " live when the backward started; the backward's highest point is " +
+        nbytes(rise) + " above it" + (bc && bc[1] === rise ? " (the " + bc[0] + " card)." : "."));
+    }
+    tlLegend.textContent = say.join(" ");
+    var row = Array.prototype.filter.call(axis.childNodes, function (t) {  // the op axis
+      return t.tagName === "text" && +t.getAttribute("y") === H - 8;
+    });
+    if (row.length === 3) {  // "backward →" only where it meets neither end's label
+      var b0 = row[0].getBBox(), b1 = row[1].getBBox(), b2 = row[2].getBBox();
+      if (b2.x < b0.x + b0.width + 8 || b2.x + b2.width + 8 > b1.x) axis.removeChild(row[2]);
+    }
     hit.addEventListener("mousemove", function (ev) {
       var box = tl.getBoundingClientRect(), o = (ev.clientX - box.left - L) / pw * maxOp;
       var a = 0, b = n - 1;  // the last event at or before op o
@@ -342,7 +377,7 @@
       var X = sx(ops[a]);
       guide.setAttribute("x1", X); guide.setAttribute("x2", X); guide.setAttribute("visibility", "visible");
       dot.setAttribute("cx", X); dot.setAttribute("cy", sy(by[a])); dot.setAttribute("visibility", "visible");
-      tlTip.textContent = (EVENTS[T.event[a]] || "?") + " " + tlName(a) + "\n" + nbytes(by[a]) +
+      tlTip.textContent = (T.event[a] === "n" ? EVENTS.n : (EVENTS[T.event[a]] || "?") + " " + tlName(a)) + "\n" + nbytes(by[a]) +
         " live \u00b7 op " + count(ops[a]);
       tlTip.style.display = "block";
       var left = ev.clientX - box.left + 12;
@@ -409,12 +444,13 @@
       // w: what sizes and ranks the point, its time (its roofline time when not timed)
       pts.push({ i: P.i[k], f: f, b: b, t: t, x: x, y: y, rt: rt, w: t || rt });
     }
-    var W = Math.max(rl.clientWidth || rl.parentNode.clientWidth, 300), H = 320;
-    var L = 78, Rm = 16, top = 12, B = 36, pw = W - L - Rm, ph = H - top - B;
     var xs = pts.map(function (p) { return p.x; }), ys = pts.map(function (p) { return p.y; });
     if (R) { xs.push(R.peak / R.bandwidth); ys.push(R.peak); }
     if (!xs.length) { rl.replaceChildren(); rlNote.textContent = "No module to place."; return; }
     var x0 = Math.floor(Math.log10(Math.min.apply(null, xs)) - 0.3), x1 = Math.ceil(Math.log10(Math.max.apply(null, xs)) + 0.3);
+    // the right margin holds half the last x tick's label (centred on the plot's edge)
+    var W = Math.max(rl.clientWidth || rl.parentNode.clientWidth, 300), H = 320;
+    var L = 78, Rm = Math.max(16, 4 + 3.6 * plainTick(x1).length), top = 12, B = 36, pw = W - L - Rm, ph = H - top - B;
     var y0 = Math.floor(Math.log10(Math.min.apply(null, ys)) - 0.3), y1 = Math.ceil(Math.log10(Math.max.apply(null, ys)) + 0.2);
     function sx(x) { return L + pw * (Math.log10(x) - x0) / (x1 - x0); }
     function sy(y) { return top + ph * (1 - (Math.log10(y) - y0) / (y1 - y0)); }

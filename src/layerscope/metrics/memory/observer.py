@@ -48,7 +48,7 @@ from layerscope.errors import InvalidInputError
 from layerscope.metrics.memory.grads import fill_gradients, owned_parameters, params_by_dtype
 from layerscope.metrics.memory.peaks import CudaAllocator, NestedPeaks, Scope
 from layerscope.metrics.memory.storages import StorageTable, storage_of
-from layerscope.metrics.memory.timeline import BACKWARD, ENTER, EXIT, Timeline
+from layerscope.metrics.memory.timeline import BACKWARD, END, ENTER, EXIT, Timeline
 from layerscope.profile import Node, Profile
 from layerscope.torchapi import DisableTorchDispatch, current_autograd_node
 
@@ -297,6 +297,8 @@ class MemoryObserver(Observer):
                 _remove_saved_hooks(self._pack)
                 self._hooks = None
         finally:
+            if self._timeline.op or self._timeline.dropped:
+                self._timeline.add(self._ops, END, "", self._level())
             self._end_backward()
             if self._session_sim is not None:
                 self.session_peak = self._sim.close(self._session_sim)
@@ -423,6 +425,9 @@ class MemoryObserver(Observer):
             for o in out:
                 if isinstance(o, Tensor):
                     self._output(func, o, args, kwargs)
+        if self._cuda is None and self._table.live > self._timeline.high:
+            # a new high since the last timeline event: kept if no event shows it
+            self._timeline.note_high(self._ops, node.path, self._table.live)
 
     def _output(
         self, func: OpOverload, t: Tensor, args: tuple[Any, ...], kwargs: dict[str, Any]

@@ -8,7 +8,11 @@ same on every run and on every device. Events:
   pass recomputes under activation checkpointing);
 - ``backward``: the backward pass starts running the ops of another module (the module
   whose forward created the autograd node), so each run of backward work of one module
-  is one event.
+  is one event;
+- ``peak``: the highest level between two of the events above, where it is higher than
+  both (simulated allocator only: it is read after every op), at the op that reached it,
+  with the module that ran it; so the timeline's highest point is the session's peak;
+- ``end``: the level when the session ends (after the last op of the backward pass).
 
 Stored in ``profile.memory["timeline"]`` as parallel lists (plain JSON, compact):
 ``{"clock": "op", "op": [...], "event": [...], "path": [...], "bytes": [...]}``.
@@ -25,12 +29,28 @@ MAX_EVENTS = 200_000
 ENTER = "enter"
 EXIT = "exit"
 BACKWARD = "backward"
+PEAK = "peak"
+END = "end"
 
 
 class Timeline:
-    """Appends events to parallel lists; ``to_dict`` gives the JSON form."""
+    """Appends events to parallel lists; ``to_dict`` gives the JSON form.
 
-    __slots__ = ("bytes", "dropped", "event", "op", "path")
+    ``high``: the highest level since the last event, which ``note_high`` raises; ``add``
+    first writes it as a ``peak`` event when it is above both that event and the new one.
+    """
+
+    __slots__ = (
+        "_high_op",
+        "_high_path",
+        "_last",
+        "bytes",
+        "dropped",
+        "event",
+        "high",
+        "op",
+        "path",
+    )
 
     def __init__(self) -> None:
         self.op: list[int] = []
@@ -38,11 +58,27 @@ class Timeline:
         self.path: list[str] = []
         self.bytes: list[int] = []
         self.dropped = 0
+        self.high = 0
+        self._high_op = 0
+        self._high_path = ""
+        self._last = 0
 
     def __len__(self) -> int:
         return len(self.op)
 
+    def note_high(self, op: int, path: str, live: int) -> None:
+        """A level above ``high``, reached ``op`` ops in, by the module at ``path``."""
+        self.high = live
+        self._high_op = op
+        self._high_path = path
+
     def add(self, op: int, event: str, path: str, live: int) -> None:
+        if self.high > live and self.high > self._last:
+            self._append(self._high_op, PEAK, self._high_path, self.high)
+        self._append(op, event, path, live)
+        self._last = self.high = live
+
+    def _append(self, op: int, event: str, path: str, live: int) -> None:
         if len(self.op) >= MAX_EVENTS:
             self.dropped += 1
             return
