@@ -23,7 +23,7 @@ from layerscope.render.layout import (
 )
 from layerscope.render.options import ViewOptions
 
-__all__ = ["repr_view", "shorten_label", "table_parts", "table_view", "tree_view"]
+__all__ = ["repr_view", "shorten_label", "table_parts", "table_view", "tree_table", "tree_view"]
 
 #: What the tree view writes on each label by default (of the columns the profile has).
 TREE_KEYS = frozenset(
@@ -61,7 +61,7 @@ BOX_MIN_WIDTH = 40
 
 
 def table_view(ctx: ViewContext) -> Builder:
-    table, hidden, total_rows = _table(ctx)
+    table, hidden, total_rows = tree_table(ctx)
 
     def lay_out(width: int) -> list[Line]:
         fitted = fit_table(table, width)
@@ -75,11 +75,12 @@ def table_view(ctx: ViewContext) -> Builder:
 def table_parts(profile: Profile, options: ViewOptions) -> tuple[Table, list[Line]]:
     """The table view's cells (no width applied) and its footer, for other formats."""
     ctx = ViewContext(profile, options)
-    table, hidden, total_rows = _table(ctx)
+    table, hidden, total_rows = tree_table(ctx)
     return table, ctx.footer(hidden, total_rows, [], 10**6, total_row=True)
 
 
-def _table(ctx: ViewContext) -> tuple[Table, int, int]:
+def tree_table(ctx: ViewContext) -> tuple[Table, int, int]:
+    """The table view's table (a Total row below), rows hidden, rows before hiding."""
     shown, hidden = ctx.shown_tree()
     total_rows = hidden + sum(1 for _ in shown.root.walk())
     keys = ctx.columns
@@ -120,17 +121,7 @@ def _tree_rows(ctx: ViewContext, root: Node) -> list[tuple[Node, str, str]]:
     out: list[tuple[Node, str, str]] = []
 
     def shown_children(node: Node) -> list[Node]:
-        if not levels(node.depth).expanded:
-            return []
-        kids: list[Node] = []
-        stack = list(reversed(node.children))
-        while stack:
-            child = stack.pop()
-            if levels(child.depth).hide:
-                stack.extend(reversed(child.children))
-            else:
-                kids.append(child)
-        return kids
+        return drawn_children(ctx, node)
 
     tops = [root] if not levels(0).hide else shown_children(root)
     stack: list[tuple[Node, str, str]] = [(n, "", "") for n in reversed(tops)]
@@ -144,6 +135,23 @@ def _tree_rows(ctx: ViewContext, root: Node) -> list[tuple[Node, str, str]]:
             child_indent = indent + ("   " if last else "│  ")
             stack.append((kids[i], child_prefix, child_indent))
     return out
+
+
+def drawn_children(ctx: ViewContext, node: Node) -> list[Node]:
+    """The children a tree draws under ``node``: none where its level is not expanded; a
+    child on a hidden level (``levels.N.hide``) gives way to its own drawn children."""
+    levels = ctx.level
+    if not levels(node.depth).expanded:
+        return []
+    kids: list[Node] = []
+    stack = list(reversed(node.children))
+    while stack:
+        child = stack.pop()
+        if levels(child.depth).hide:
+            stack.extend(reversed(child.children))
+        else:
+            kids.append(child)
+    return kids
 
 
 def shorten_label(line: Line, width: int) -> Line:
@@ -194,7 +202,7 @@ def tree_view(ctx: ViewContext) -> Builder:
         if boxed:
             width -= 2 + 2 * block.padding[1]
         style = ctx.row_style(node)
-        kids = node.children if levels(node.depth).expanded else []
+        kids = drawn_children(ctx, node)
         guide = levels(node.depth + 1).guide_style
         # metrics follow the label; continuation lines sit on the children's guide
         more: Line = [("│   " if kids else "    ", guide)]
@@ -226,8 +234,11 @@ def tree_view(ctx: ViewContext) -> Builder:
         lines = own + kid_lines
         return _boxed(ctx, node, lines) if boxed else lines
 
+    # a hidden root level draws its children as the tops of the tree
+    tops = drawn_children(ctx, shown.root) if levels(0).hide else [shown.root]
+
     def lay_out(width: int) -> list[Line]:
-        lines = node_lines(shown.root, width)
+        lines = [line for top in tops for line in node_lines(top, width)]
         return lines + ctx.footer(hidden, total_rows, [], width)
 
     return lay_out
