@@ -85,6 +85,7 @@ def roofline_view(ctx: ViewContext) -> Builder:
     if o.columns is not None:
         keys = list(o.columns)
     sort_key = o.sort_by or ("self_lost_time" if timed else "self_roofline_time")
+    ctx.sort_key = sort_key  # what the footer names for top
     shown = filter_tree(
         fold(profile, o.fold) if o.fold else profile,
         max_depth=o.max_depth,
@@ -92,6 +93,7 @@ def roofline_view(ctx: ViewContext) -> Builder:
         hide_not_called=not o.show_not_called and ctx.ran,
     )
     nodes = [n for n in shown.root.walk() if n.self_metrics.get(ms.BYTES_ACCESSED)]
+    listed = len(nodes)
     if o.include:
         nodes = [n for n in nodes if matches(n, o.include)]
     nodes = top_k(nodes, lambda n: ctx.value(n, sort_key), o.top or len(nodes) or 1)
@@ -125,7 +127,7 @@ def roofline_view(ctx: ViewContext) -> Builder:
             wrap_text(title, "layerscope.header", width)
             + ctx.framed(fitted.lines, width)
             + wrap_text(note, "", width)
-            + ctx.footer(0, 0, fitted.dropped, width)
+            + ctx.footer(listed - len(rows), listed, fitted.dropped, width)
         )
 
     return lay_out
