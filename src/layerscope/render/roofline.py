@@ -203,9 +203,7 @@ def render_estimate(estimate: Estimate, **options: Any) -> str:
     table, hidden, total_rows = tree_table(ctx)
     table.total = None  # the first row is the whole model
     for col in table.columns:
-        col.header = ctx.config.column(col.key).header or _ESTIMATE_HEADERS.get(
-            col.key, col.header
-        )
+        col.header = ctx.config.column(col.key).header or _ESTIMATE_HEADERS.get(col.key, col.header)
         if options.get("columns") is None and col.key in _ESTIMATE_PRIORITY:
             col.priority = _ESTIMATE_PRIORITY[col.key]
     width = opts.width or terminal_width()
