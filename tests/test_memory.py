@@ -404,7 +404,7 @@ def figures(name: str, device: str, train: bool) -> tuple[dict[str, Any], dict[s
         model = ex.build()
     model.train(train)
     prof = run(model, ex.example_input().to(device), backward=True)
-    per_node = {n.path: tuple(n.metrics[k] for k in KEYS) for n in prof.nodes()}
+    per_node = {n.path: tuple(n.metrics.get(k) for k in KEYS) for n in prof.nodes()}
     whole = {k: v for k, v in prof.memory.items() if k.endswith("_bytes")}
     return per_node, whole
 

@@ -107,3 +107,50 @@ def test_memory_footer_of_one_call_and_a_loss() -> None:
     assert _memory_line(prof).startswith(
         "Memory (simulated): forward peak 72.00 KiB, saved for backward 72.00 KiB, backward "
     )
+
+
+class ListParent(nn.Module):
+    """A ModuleList its parent never calls: the parent calls each block directly."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList([nn.Linear(64, 64) for _ in range(2)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = torch.relu(block(x))
+        return x
+
+
+def test_a_module_never_entered_has_no_peak() -> None:
+    from layerscope.export.html import report_data
+
+    prof = ls.profile(ListParent(), torch.randn(8, 64), memory=True)
+    # each Linear's peak: its output, 8*64*4 = 2,048 B = 2.00 KiB; the root's: both relu
+    # outputs (saved for backward, 2 x 2,048) and block 1's output while its relu runs
+    # (2,048): 6,144 B = 6.00 KiB. The ModuleList never runs: no peak, a blank cell.
+    blocks = prof.node("blocks")
+    assert blocks.calls == 0
+    assert "peak_bytes" not in blocks.metrics and "peak_bytes" not in blocks.self_metrics
+    assert prof.memory["forward_peak_bytes"] == 6_144
+    text = prof.render(columns=["peak_bytes", "calls"], fold=False, width=80)
+    assert text.splitlines()[:6] == [
+        "Module                         Peak   Calls",
+        "───────────────────────────────────────────",
+        "ListParent                 6.00 KiB       1",
+        "└─ (1) blocks ModuleList                  -",
+        "   ├─ (1.1) 0 Linear       2.00 KiB       1",
+        "   └─ (1.2) 1 Linear       2.00 KiB       1",
+    ]
+    loaded = ls.Profile.from_dict(prof.to_dict())
+    assert loaded == prof
+    text = loaded.render(view="table", columns=["peak_bytes", "self_peak_bytes"], width=80)
+    assert text.splitlines()[:5] == [
+        "Module                          Peak   Self peak",
+        "────────────────────────────────────────────────",
+        "ListParent                  6.00 KiB    6.00 KiB",
+        "└─ (1) blocks ModuleList",
+        "   └─ (1.1) 0–1 Linear ×2   2.00 KiB    2.00 KiB",
+    ]
+    # the HTML report's data: null (a blank cell) for the ModuleList, in pre-order
+    assert report_data(prof)["v"]["peak_bytes"] == [6_144, None, 2_048, 2_048]

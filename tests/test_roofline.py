@@ -14,7 +14,7 @@ from torch import nn
 
 import layerscope as ls
 from layerscope.analysis.catalog import Values
-from layerscope.analysis.roofline import roof_of, target_spec
+from layerscope.analysis.roofline import device_note, roof_of, target_spec
 from layerscope.export.html import to_html_text
 from layerscope.hardware import SPECS, calibrate_cpu, spec_table_markdown
 
@@ -113,6 +113,114 @@ def test_estimate_of_a_loaded_profile(tmp_path: Path) -> None:
     prof.save(tmp_path / "p.json")
     again = ls.estimate(ls.load(tmp_path / "p.json"), SPEC)
     assert again.model.time == pytest.approx(14.56)
+
+
+def _three_linears() -> ls.Profile:
+    """Three Linear(8, 8) on (2, 8), a run the views fold to ``0–2 ×3``. Each: 2*2*8*8 +
+    2*8 = 272 FLOPs; reads bias 8, x 16, W 64 and writes 16 floats: 104 * 4 = 416 B."""
+    torch.manual_seed(0)
+    return ls.profile(nn.Sequential(*[nn.Linear(8, 8) for _ in range(3)]), torch.randn(2, 8))
+
+
+def test_estimate_folds_and_takes_the_view_options() -> None:
+    est = ls.estimate(_three_linears(), SPEC)
+    # each Linear max(272 / 1000, 416 / 100) = 4.16 s; three: 816 FLOPs, 1,248 B
+    # (1.22 KiB), 12.48 s; intensity 272 / 416 = 0.654
+    assert est.render(width=80).splitlines() == [
+        "Roofline on toy (float32: peak 1 KFLOP/s, 100B/s; ridge 10 FLOP/B)",
+        "",
+        "Estimated time (a lower bound: no kernel does the work faster): forward 12.5 s.",
+        "",
+        "Module                 FLOPs      Bytes   FLOP/B   Bound    Fwd min",
+        "───────────────────────────────────────────────────────────────────",
+        "Sequential               816   1.22 KiB    0.654   memory    12.5 s",
+        "└─ (1) 0–2 Linear ×3     816   1.22 KiB    0.654   memory    12.5 s",
+        "The profile was analysed on cpu; the roofline is toy's, so the bytes moved are",
+        "  those of cpu's kernels.",
+    ]
+    text = est.render(width=80, fold=False, columns=["roofline_time"], top=1, max_depth=1)
+    assert text.splitlines()[4:] == [
+        "Module            Fwd min",
+        "─────────────────────────",
+        "Sequential         12.5 s",
+        "└─ (1) 0 Linear    4.16 s",
+        "Showing 2 of 4 rows (max_depth 1; top 1 by FLOPs).",
+        "The profile was analysed on cpu; the roofline is toy's, so the bytes moved are",
+        "  those of cpu's kernels.",
+    ]
+    with pytest.raises(ls.InvalidInputError, match="device does not apply to an estimate"):
+        est.render(device="h100")
+
+
+def test_roofline_view_folds() -> None:
+    prof = _three_linears()
+    # on the H100 (float32 on TF32 tensor cores: 494.7 TFLOP/s, 3.35 TB/s): each Linear
+    # max(272 / 494.7e12, 416 / 3.35e12) = 0.124 ns, memory-bound; three 0.373 ns
+    assert prof.render(view="roofline", device="h100", width=80).splitlines()[2:6] == [
+        "Module   Type     FLOPs      Bytes   FLOP/B   Bound    Roofline",
+        "───────────────────────────────────────────────────────────────",
+        "0–2 ×3   Linear     816   1.22 KiB    0.654   memory   0.373 ns",
+        "Roofline time = max(FLOPs / peak, bytes / bandwidth): a lower bound on the time.",
+    ]
+    text = prof.render(view="roofline", device="h100", width=80, fold=False, top=2)
+    assert text.splitlines()[2:8] == [
+        "Module   Type     FLOPs   Bytes   FLOP/B   Bound    Roofline",
+        "────────────────────────────────────────────────────────────",
+        "0        Linear     272   416 B    0.654   memory   0.124 ns",
+        "1        Linear     272   416 B    0.654   memory   0.124 ns",
+        "Roofline time = max(FLOPs / peak, bytes / bandwidth): a lower bound on the time.",
+        "Showing 2 of 3 rows (top 2 by Self roofline).",
+    ]
+
+
+def test_a_roofline_on_another_device_says_which_the_profile_measured() -> None:
+    prof = _mlp_profile()
+    assert device_note(prof, "cpu") is None
+    untimed = (
+        "The profile was analysed on cpu; the roofline is h100's, so the bytes moved are "
+        "those of cpu's kernels."
+    )
+    assert device_note(prof, "h100") == untimed
+    for node in prof.root.walk():  # a made-up timing pass
+        node.metrics["forward_time"] = node.self_metrics["forward_time"] = 1.0
+    timed = (
+        "The profile was measured on cpu; the roofline is h100's, so Eff compares cpu's "
+        "measured time with h100's lower bound."
+    )
+    assert device_note(prof, "h100") == timed
+    text = prof.render(view="roofline", device="h100", width=200)
+    assert timed in text.splitlines()
+    # a column of the roofline in another view says it too; intensity alone needs no device
+    assert timed in prof.render(columns=["efficiency"], device="h100", width=200).splitlines()
+    assert timed not in prof.render(columns=["intensity"], device="h100", width=200)
+    assert ls.estimate(prof, "h100").notices == [timed]
+    # a GPU of a model layerscope cannot tell: no note against a GPU, one against the CPU
+    prof.model["device"] = "cuda:0"
+    assert device_note(prof, "h100") is None
+    assert device_note(prof, "cpu") == (
+        "The profile was measured on cuda:0; the roofline is cpu's, so Eff compares "
+        "cuda:0's measured time with cpu's lower bound."
+    )
+
+
+def test_a_meta_analysis_estimated_on_another_target_says_which_it_followed() -> None:
+    with torch.device("meta"):
+        model = nn.Sequential(nn.Linear(8, 16), nn.ReLU())
+    prof = ls.profile(model, torch.empty(2, 8, device="meta"), target="h100")
+    assert prof.model["target"] == "h100 (cuda sm90)"
+    assert ls.estimate(prof).notices == []  # the target's own spec
+    assert ls.estimate(prof, "h100-sxm").notices == []  # an alias of it
+    followed = (
+        "The profile was analysed on meta following h100's kernels; the roofline is "
+        "a100-80gb's, so the bytes moved are those of h100's kernels."
+    )
+    assert ls.estimate(prof, "a100").notices == [followed]
+    assert followed in ls.estimate(prof, "a100").render(width=200).splitlines()
+    prof.model["target"] = "cpu"  # a meta analysis follows the CPU's kernels by default
+    assert device_note(prof, "h100") == (
+        "The profile was analysed on meta following cpu's kernels; the roofline is "
+        "h100's, so the bytes moved are those of cpu's kernels."
+    )
 
 
 # ---- the specs ---------------------------------------------------------------------

@@ -125,6 +125,37 @@ def test_config_changes_labels_columns_boxes_and_title(tmp_path: Path) -> None:
     ]
 
 
+def test_tree_view_honours_hidden_levels(tmp_path: Path) -> None:
+    """``levels.N.hide`` (torchmeter's hide_root): the tree view, like the table, leaves
+    that level out and draws its children one level up (FLOPs from viewmodels.small)."""
+    path = tmp_path / "display.yaml"
+    path.write_text("tree:\n  levels:\n    '0': {hide: true}\n", encoding="utf-8")
+    ls.config.load(path)
+    tree = small().render(view="tree", width=60, columns=["flops"], pct=False)
+    assert tree.splitlines()[:5] == [
+        "(1) enc Encoder  FLOPs 900",  # 400 + 500
+        "├─ (1.1) attn Attention  FLOPs 400",
+        "└─ (1.2) mlp MLP  FLOPs 500",
+        "(2) head Linear  FLOPs 80",
+        "(3) drop Dropout",  # a zero is left off a tree label
+    ]
+    path.write_text("tree:\n  levels:\n    '1': {hide: true}\n", encoding="utf-8")
+    ls.config.load(path)
+    tree = small().render(view="tree", width=60, columns=["flops"], pct=False)
+    # enc, head and drop (level 1) go; enc's children move up under the root
+    assert tree.splitlines()[:3] == [
+        "Net  FLOPs 1 K",
+        "├─ (1.1) attn Attention  FLOPs 400",
+        "└─ (1.2) mlp MLP  FLOPs 500",
+    ]
+    table = small().render(width=60, columns=["flops"], pct=False)
+    assert table.splitlines()[2:5] == [
+        "Net                         1 K",
+        "├─ (1.1) attn Attention     400",
+        "└─ (1.2) mlp MLP            500",
+    ]
+
+
 def test_environment_variable_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "c.yaml"
     path.write_text("table: {columns: {params: {header: Weights}}}\n", encoding="utf-8")

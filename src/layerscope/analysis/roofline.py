@@ -95,6 +95,40 @@ def target_spec(profile: Profile) -> str | None:
     return name if name in BY_NAME else None
 
 
+def device_note(profile: Profile, device: str) -> str | None:
+    """A sentence for a roofline on ``device`` (a spec's name) of a profile that measured
+    another device (a CPU-timed profile against ``"h100"``) or, analysed on meta, followed
+    another device's kernels; None when they are the same or it cannot tell."""
+    from layerscope.hardware import ALIASES
+
+    roof = ALIASES.get(device, device)
+    ran = profile.model.get("device")
+    if not isinstance(ran, str) or not ran:
+        return None
+    if ran == "meta":
+        target = profile.model.get("target")
+        followed = target.split(" ", 1)[0] if isinstance(target, str) and target else "cpu"
+        followed = ALIASES.get(followed, followed)
+        if followed == roof:
+            return None
+        return (
+            f"The profile was analysed on meta following {followed}'s kernels; the roofline "
+            f"is {roof}'s, so the bytes moved are those of {followed}'s kernels."
+        )
+    kind = ran.split(":", 1)[0]
+    if kind == roof or (kind != "cpu" and roof != "cpu"):  # a GPU whose model it cannot tell
+        return None
+    if ms.FORWARD_TIME in profile.root.metrics or ms.BACKWARD_TIME in profile.root.metrics:
+        return (
+            f"The profile was measured on {ran}; the roofline is {roof}'s, so Eff compares "
+            f"{ran}'s measured time with {roof}'s lower bound."
+        )
+    return (
+        f"The profile was analysed on {ran}; the roofline is {roof}'s, so the bytes moved "
+        f"are those of {ran}'s kernels."
+    )
+
+
 def intensity(flops: float | None, nbytes: float | None) -> float | None:
     """FLOPs per byte; None when either is unknown or no byte moved."""
     if flops is None or not nbytes:
@@ -162,6 +196,8 @@ class Estimate:
     bandwidth: float
     modules: list[ModuleEstimate] = field(default_factory=list)
     notices: list[str] = field(default_factory=list)
+    #: The profile estimated: what ``render`` folds, filters and sorts.
+    profile: Profile | None = field(default=None, repr=False, compare=False)
 
     @property
     def model(self) -> ModuleEstimate:
@@ -188,13 +224,16 @@ class Estimate:
             "notices": list(self.notices),
         }
 
-    def render(self, *, width: int | None = None, max_depth: int | None = None) -> str:
+    def render(self, **options: Any) -> str:
+        """The estimate as plain text: the table view of the profile with the estimate's
+        columns, folded; it takes the view options (``width``, ``max_depth``, ``fold``,
+        ``columns``, ``sort_by``, ``top``, ``include``, ``exclude``, ...)."""
         from layerscope.render.roofline import render_estimate
 
-        return render_estimate(self, width=width, max_depth=max_depth)
+        return render_estimate(self, **options)
 
-    def show(self, *, width: int | None = None, max_depth: int | None = None) -> None:
-        print(self.render(width=width, max_depth=max_depth))
+    def show(self, **options: Any) -> None:
+        print(self.render(**options))
 
     def __str__(self) -> str:
         return self.render()
@@ -245,7 +284,7 @@ def estimate(
             "the profile has no bytes moved (bytes_accessed): profile the model with "
             "count_bytes=True (the default) and an input, then estimate"
         )
-    result = Estimate(roof.name, dtype, roof.peak, roof.bandwidth)
+    result = Estimate(roof.name, dtype, roof.peak, roof.bandwidth, profile=profile)
     nodes = list(profile.root.walk())
     times = {phase: roof_times(profile, roof, phase) for phase in PHASE_KEYS}
     for node in nodes:
@@ -271,6 +310,9 @@ def estimate(
             m.backward_bound = roof.bound(*bwd)
             m.backward_measured = _total_time(node, ms.BACKWARD_TIME)
         result.modules.append(m)
+    note = device_note(profile, roof.name)
+    if note is not None:
+        result.notices.append(note)
     if profile.unsupported_ops:
         result.notices.append(
             f"{len(profile.unsupported_ops)} op(s) without a FLOP formula: their FLOPs are "
@@ -284,6 +326,7 @@ __all__ = [
     "Estimate",
     "ModuleEstimate",
     "Roof",
+    "device_note",
     "estimate",
     "intensity",
     "profile_dtype",

@@ -143,7 +143,8 @@ def add_view_arguments(p: argparse.ArgumentParser) -> None:
         "--estimate",
         metavar="DEVICE",
         help="print the roofline estimate on DEVICE instead of a view: per-module lower-"
-        "bound times, forward and backward (works on a profile analysed on meta)",
+        "bound times, forward and backward (works on a profile analysed on meta); a table "
+        "that takes the view flags (--depth, --fold, --columns, --sort, --top, ...)",
     )
     g.add_argument(
         "--config",
@@ -253,9 +254,11 @@ def write_profile(prof: Profile, args: argparse.Namespace) -> None:
     if args.estimate is not None:
         from layerscope.analysis.roofline import estimate
 
-        text = estimate(prof, args.estimate).render(
-            width=options.get("width"), max_depth=options.get("max_depth")
-        )
+        # the view flags but --format, --spec and --by-type (the estimate is a table on
+        # its own device), without a % column by default
+        dropped = ("view", "device", "by_type", "pct")
+        shown = {k: v for k, v in options.items() if k not in dropped}
+        text = estimate(prof, args.estimate).render(**shown)
         if args.output is None:
             sys.stdout.write(text)
         else:

@@ -11,9 +11,9 @@ from typing import Any
 from rich.text import Text
 
 import layerscope.metricspec as ms
-from layerscope.analysis.catalog import Column, Values, column, pct_base
+from layerscope.analysis.catalog import Column, Values, column, pct_base, roofline_parts
 from layerscope.analysis.fold import fold
-from layerscope.analysis.roofline import profile_dtype, roof_of, target_spec
+from layerscope.analysis.roofline import Roof, device_note, profile_dtype, roof_of, target_spec
 from layerscope.analysis.transforms import (
     filter_tree,
     ignore_modules,
@@ -61,7 +61,8 @@ def default_keys() -> tuple[str, ...]:
 class ViewContext:
     """What every view needs: values, the resolved columns, sort and % metrics, config."""
 
-    def __init__(self, profile: Profile, options: ViewOptions) -> None:
+    def __init__(self, profile: Profile, options: ViewOptions, roof: Roof | None = None) -> None:
+        """``roof``: the roofline's device and dtype, instead of ``options.device``'s."""
         #: The profile as measured (the footer's facts); ``profile`` is what the view
         #: shows, the ``ignore``d modules' work taken out.
         self.measured = profile
@@ -69,14 +70,15 @@ class ViewContext:
         profile = self.ignored.profile
         self.profile = profile
         self.options = options
-        # a flat list of self values shows op rows apart from their module's self time
         device = options.device or target_spec(profile)
-        if options.view == "roofline" and device is None:
+        if options.view == "roofline" and device is None and roof is None:
             raise InvalidInputError(
                 "the roofline view needs a device spec: device='h100' (or 'cpu', 'a100', "
                 "...), or a profile analysed on meta with target='h100'"
             )
-        roof = roof_of(device, profile_dtype(profile)) if device else None
+        if roof is None and device:
+            roof = roof_of(device, profile_dtype(profile))
+        # a flat list of self values shows op rows apart from their module's self time
         self.values = Values(profile, ops_apart=options.view == "ops", roof=roof)
         self.config = display_config.current()
         self.ran = bool(profile.model.get("ran", True))
@@ -317,10 +319,13 @@ class ViewContext:
         width: int,
         total_row: bool = False,
         ranked_by: str | None = None,
+        summary: bool = True,
     ) -> list[Line]:
         """The lines below a view: hidden rows and columns, a sort or % metric the profile
-        lacks, then the profile's facts. ``ranked_by``: the header of what orders the rows
-        (the view's own, such as ``Self FLOPs``; default: the sort metric's)."""
+        lacks, ignored modules, then with ``summary`` the roofline's device note and the
+        profile's facts (a caller that writes its own leaves them out). ``ranked_by``: the
+        header of what orders the rows (the view's own, such as ``Self FLOPs``; default:
+        the sort metric's)."""
         lines: list[Line] = []
         o = self.options
         ranked_by = ranked_by or column(self.sort_key).header
@@ -352,9 +357,25 @@ class ViewContext:
             )
         lines += self._missing_lines(ranked_by, width)
         lines += self._ignored_lines(width)
+        if not summary:
+            return lines
+        note = self.roof_note()
+        if note is not None:
+            lines += wrap_text(note, "layerscope.notice", width)
         for text, style in summary_lines(self.measured):
             lines += wrap_text(text, style, width)
         return lines
+
+    def roof_note(self) -> str | None:
+        """Which device the profile measured or followed, when the roofline columns
+        shown are on another one."""
+        roof = self.values.roof
+        if roof is None:
+            return None
+        shown = self.options.view == "roofline" or any(
+            roofline_parts(k) is not None and not k.endswith("intensity") for k in self.columns
+        )
+        return device_note(self.profile, roof.name) if shown else None
 
     def _missing_lines(self, ranked_by: str, width: int) -> list[Line]:
         """What a sort or % metric the profile lacks does: the sort falls back to the %

@@ -9,23 +9,28 @@ time lost (by roofline time without timing). ``render_estimate`` writes an
 
 from __future__ import annotations
 
+from typing import Any
+
 import layerscope.metricspec as ms
+from layerscope.analysis.fold import fold
 from layerscope.analysis.roofline import Estimate, Roof
 from layerscope.analysis.transforms import filter_tree, matches, top_k
+from layerscope.errors import InvalidInputError
+from layerscope.profile import Node
 from layerscope.render import units
 from layerscope.render.context import Builder, ViewContext
 from layerscope.render.layout import (
     Line,
-    Table,
-    TableColumn,
     TableRow,
     fit_table,
     plain_text,
     terminal_width,
     wrap_text,
 )
+from layerscope.render.options import view_options
+from layerscope.render.treeviews import tree_table
 
-__all__ = ["render_estimate", "roof_title", "roofline_view"]
+__all__ = ["flat_path", "render_estimate", "roof_title", "roofline_view"]
 
 
 def roof_title(roof: Roof, label: str = "") -> str:
@@ -80,19 +85,21 @@ def roofline_view(ctx: ViewContext) -> Builder:
     if o.columns is not None:
         keys = list(o.columns)
     sort_key = o.sort_by or ("self_lost_time" if timed else "self_roofline_time")
+    ctx.sort_key = sort_key  # what the footer names for top
     shown = filter_tree(
-        profile,
+        fold(profile, o.fold) if o.fold else profile,
         max_depth=o.max_depth,
         exclude=o.exclude,
         hide_not_called=not o.show_not_called and ctx.ran,
     )
     nodes = [n for n in shown.root.walk() if n.self_metrics.get(ms.BYTES_ACCESSED)]
+    listed = len(nodes)
     if o.include:
         nodes = [n for n in nodes if matches(n, o.include)]
     nodes = top_k(nodes, lambda n: ctx.value(n, sort_key), o.top or len(nodes) or 1)
     rows = [
         TableRow(
-            [[(n.path or "<root>", "layerscope.name")], [(n.type, "layerscope.type")]]
+            [[(flat_path(n), "layerscope.name")], [(n.type, "layerscope.type")]]
             + [[(ctx.cell(n, k), "")] for k in keys],
             ctx.row_style(n),
         )
@@ -120,74 +127,86 @@ def roofline_view(ctx: ViewContext) -> Builder:
             wrap_text(title, "layerscope.header", width)
             + ctx.framed(fitted.lines, width)
             + wrap_text(note, "", width)
-            + ctx.footer(0, 0, fitted.dropped, width)
+            + ctx.footer(listed - len(rows), listed, fitted.dropped, width)
         )
 
     return lay_out
 
 
-_ESTIMATE_PRIORITY = {
-    "Fwd min": 95,
-    "Bwd min": 94,
-    "Measured": 90,
-    "Eff": 89,
-    "Bound": 80,
-    "FLOP/B": 70,
-    "FLOPs": 60,
-    "Bytes": 55,
-    "Type": 30,
+def flat_path(node: Node) -> str:
+    """A row's module in a flat list: its path, or for a folded entry the path through
+    the folded names and how many modules it stands for (``blocks.0–11.attn ×12``)."""
+    if len(node.members) < 2:
+        return node.path or "<root>"
+    names = []
+    up: Node | None = node
+    while up is not None and up.parent is not None:
+        names.append(up.name)
+        up = up.parent
+    return f"{'.'.join(reversed(names))} ×{len(node.members)}"
+
+
+#: The estimate's columns (keys of the catalog), its headers and what stays longest.
+_ESTIMATE_HEADERS = {
+    "flops": "FLOPs",
+    "bytes_accessed": "Bytes",
+    "intensity": "FLOP/B",
+    "bound": "Bound",
+    "roofline_time": "Fwd min",
+    "forward_time_total": "Measured",
+    "efficiency": "Eff",
+    "backward_roofline_time": "Bwd min",
 }
+_ESTIMATE_PRIORITY = {
+    "roofline_time": 95,
+    "backward_roofline_time": 94,
+    "forward_time_total": 90,
+    "efficiency": 89,
+    "bound": 80,
+    "intensity": 70,
+    "flops": 60,
+    "bytes_accessed": 55,
+}
+#: View options that do not apply to an estimate: its view and device are its own.
+_NOT_FOR_ESTIMATE = ("view", "device", "by_type")
 
 
-def render_estimate(
-    estimate: Estimate, *, width: int | None = None, max_depth: int | None = None
-) -> str:
-    """``estimate`` as plain text: one row per module (inclusive, lower-bound times)."""
-    if not width:
-        width = terminal_width()
-    roof = Roof(estimate.peak, estimate.bandwidth, estimate.device, estimate.dtype)
-    backward = any(m.backward_time is not None for m in estimate)
-    measured = any(m.measured is not None for m in estimate)
-    headers = ["Module", "Type", "FLOPs", "Bytes", "FLOP/B", "Bound", "Fwd min"]
-    if measured:
-        headers += ["Measured", "Eff"]
-    if backward:
-        headers += ["Bwd min"]
-    columns = [
-        TableColumn(
-            h,
-            h,
-            justify="left" if i < 2 or h == "Bound" else "right",
-            text=i < 2,
-            label=i == 0,
-            priority=_ESTIMATE_PRIORITY.get(h),
+def estimate_columns(estimate: Estimate) -> list[str]:
+    """The estimate's columns: work, bound and lower bounds, and the measured time and
+    efficiency when the profile was timed."""
+    keys = ["flops", "bytes_accessed", "intensity", "bound", "roofline_time"]
+    if any(m.measured is not None for m in estimate):
+        keys += ["forward_time_total", "efficiency"]
+    if any(m.backward_time is not None for m in estimate):
+        keys += ["backward_roofline_time"]
+    return keys
+
+
+def render_estimate(estimate: Estimate, **options: Any) -> str:
+    """``estimate`` as plain text: its title and whole-model times, then the table view of
+    its profile with the estimate's columns (folded, filtered and sorted as ``options``
+    say; inclusive lower-bound times), then what was hidden and the estimate's notices."""
+    profile = estimate.profile
+    if profile is None:
+        raise InvalidInputError(
+            "this estimate holds no profile to show: make it with ls.estimate(prof, device)"
         )
-        for i, h in enumerate(headers)
-    ]
-    rows = []
-    for m in estimate:
-        if max_depth is not None and m.depth > max_depth:
-            continue
-        name = ("  " * m.depth) + (m.path.rsplit(".", 1)[-1] if m.path else "<model>")
-        cells = [
-            name,
-            m.type,
-            units.si(m.flops),
-            units.nbytes(m.bytes),
-            "" if m.intensity is None else f"{m.intensity:.3g}",
-            m.bound,
-            units.seconds(m.time),
-        ]
-        if measured:
-            eff = m.efficiency
-            cells += [
-                "" if m.measured is None else units.seconds(m.measured),
-                "" if eff is None else f"{100 * eff:.1f}%",
-            ]
-        if backward:
-            cells += ["" if m.backward_time is None else units.seconds(m.backward_time)]
-        rows.append(TableRow([[(c, "")] for c in cells]))
-    table = Table(columns=columns, rows=rows)
+    for name in _NOT_FOR_ESTIMATE:
+        if name in options:
+            raise InvalidInputError(
+                f"{name} does not apply to an estimate: it is the table of its profile on "
+                f"{estimate.device} (ls.estimate(prof, device) picks the device)"
+            )
+    opts = view_options(**{"columns": estimate_columns(estimate), "pct": False, **options})
+    roof = Roof(estimate.peak, estimate.bandwidth, estimate.device, estimate.dtype)
+    ctx = ViewContext(profile, opts, roof=roof)
+    table, hidden, total_rows = tree_table(ctx)
+    table.total = None  # the first row is the whole model
+    for col in table.columns:
+        col.header = ctx.config.column(col.key).header or _ESTIMATE_HEADERS.get(col.key, col.header)
+        if options.get("columns") is None and col.key in _ESTIMATE_PRIORITY:
+            col.priority = _ESTIMATE_PRIORITY[col.key]
+    width = opts.width or terminal_width()
     whole = estimate.model
     total = whole.time + (whole.backward_time or 0.0)
     lines = [roof_title(roof, estimate.device)]
@@ -201,10 +220,8 @@ def render_estimate(
     # the title, the estimate and the table, a blank line apart
     parts = [plain_text(wrap_text(line, "", width)).rstrip("\n") for line in lines]
     fitted = fit_table(table, width)
-    below = [plain_text(fitted.lines).rstrip("\n")]
-    if fitted.dropped:
-        hidden = f"Hidden to fit {width} columns: {', '.join(fitted.dropped)}."
-        below.append(plain_text(wrap_text(hidden, "", width)).rstrip("\n"))
-    below += [plain_text(wrap_text(n, "", width)).rstrip("\n") for n in estimate.notices]
-    parts.append("\n".join(below))
+    below = fitted.lines + ctx.footer(hidden, total_rows, fitted.dropped, width, summary=False)
+    for notice in estimate.notices:
+        below += wrap_text(notice, "layerscope.notice", width)
+    parts.append(plain_text(below).rstrip("\n"))
     return "\n\n".join(parts) + "\n"

@@ -24,10 +24,12 @@ from layerscope.render.options import ViewOptions
 from layerscope.render.wrap import wrap_words
 
 __all__ = [
+    "drawn_children",
     "repr_view",
     "shorten_label",
     "table_parts",
     "table_view",
+    "tree_table",
     "tree_view",
     "without_ids",
 ]
@@ -68,7 +70,7 @@ BOX_MIN_WIDTH = 40
 
 
 def table_view(ctx: ViewContext) -> Builder:
-    table, hidden, total_rows = _table(ctx)
+    table, hidden, total_rows = tree_table(ctx)
 
     def lay_out(width: int) -> list[Line]:
         fitted = fit_table(table, width)
@@ -82,11 +84,12 @@ def table_view(ctx: ViewContext) -> Builder:
 def table_parts(profile: Profile, options: ViewOptions) -> tuple[Table, list[Line]]:
     """The table view's cells (no width applied) and its footer, for other formats."""
     ctx = ViewContext(profile, options)
-    table, hidden, total_rows = _table(ctx)
+    table, hidden, total_rows = tree_table(ctx)
     return table, ctx.footer(hidden, total_rows, [], 10**6, total_row=True)
 
 
-def _table(ctx: ViewContext) -> tuple[Table, int, int]:
+def tree_table(ctx: ViewContext) -> tuple[Table, int, int]:
+    """The table view's table (a Total row below), rows hidden, rows before hiding."""
     shown, hidden = ctx.shown_tree()
     total_rows = hidden + sum(1 for _ in shown.root.walk())
     keys = ctx.columns
@@ -129,17 +132,7 @@ def _tree_rows(ctx: ViewContext, root: Node) -> list[tuple[Node, str, str]]:
     out: list[tuple[Node, str, str]] = []
 
     def shown_children(node: Node) -> list[Node]:
-        if not levels(node.depth).expanded:
-            return []
-        kids: list[Node] = []
-        stack = list(reversed(node.children))
-        while stack:
-            child = stack.pop()
-            if levels(child.depth).hide:
-                stack.extend(reversed(child.children))
-            else:
-                kids.append(child)
-        return kids
+        return drawn_children(ctx, node)
 
     tops = [root] if not levels(0).hide else shown_children(root)
     stack: list[tuple[Node, str, str]] = [(n, "", "") for n in reversed(tops)]
@@ -171,6 +164,23 @@ def without_ids(label: Line) -> Line | None:
             strip = False
         out.append((text, style))
     return out if found else None
+
+
+def drawn_children(ctx: ViewContext, node: Node) -> list[Node]:
+    """The children a tree draws under ``node``: none where its level is not expanded; a
+    child on a hidden level (``levels.N.hide``) gives way to its own drawn children."""
+    levels = ctx.level
+    if not levels(node.depth).expanded:
+        return []
+    kids: list[Node] = []
+    stack = list(reversed(node.children))
+    while stack:
+        child = stack.pop()
+        if levels(child.depth).hide:
+            stack.extend(reversed(child.children))
+        else:
+            kids.append(child)
+    return kids
 
 
 def shorten_label(line: Line, width: int) -> Line:
@@ -226,7 +236,7 @@ def tree_view(ctx: ViewContext) -> Builder:
         if boxed:
             width -= 2 + 2 * block.padding[1]
         style = ctx.row_style(node)
-        kids = node.children if levels(node.depth).expanded else []
+        kids = drawn_children(ctx, node)
         guide = levels(node.depth + 1).guide_style
         # metrics follow the label; continuation lines sit on the children's guide
         more: Line = [("│   " if kids else "    ", guide)]
@@ -259,12 +269,15 @@ def tree_view(ctx: ViewContext) -> Builder:
         lines = own + kid_lines
         return _boxed(ctx, node, lines) if boxed else lines
 
+    # a hidden root level draws its children as the tops of the tree
+    tops = drawn_children(ctx, shown.root) if levels(0).hide else [shown.root]
+
     def lay_out(width: int) -> list[Line]:
         cut: list[Node] = []
-        lines = node_lines(shown.root, width, {}, cut)
+        lines = [line for top in tops for line in node_lines(top, width, {}, cut)]
         dropped = []
         if any(node in bare for node in cut):  # the node ids go, for every label, first
-            lines = node_lines(shown.root, width, bare, [])
+            lines = [line for top in tops for line in node_lines(top, width, bare, [])]
             dropped.append(NODE_IDS)
         return lines + ctx.footer(hidden, total_rows, dropped, width)
 

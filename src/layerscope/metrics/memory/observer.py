@@ -17,7 +17,8 @@ What it measures (all bytes; see ``docs/memory.md`` for the full contract):
   no argument views is not counted). The largest over the module's calls, never summed
   into a parent: a module's inputs are not the sum of its children's.
 - ``peak_bytes`` (not additive; the same value in ``metrics`` and ``self_metrics``):
-  highest live bytes above the level at module entry during its forward, max over calls.
+  highest live bytes above the level at module entry during its forward, max over calls;
+  absent on a module never entered (a container whose children its parent calls).
   A simulated allocator (``storages.StorageTable``) fed by every aten op gives it on CPU
   and meta; on CUDA the caching allocator's own statistics give it, and the simulation is
   kept beside it (``simulated_peak_bytes``) as a cross-check.
@@ -492,16 +493,14 @@ class MemoryObserver(Observer):
 
     # ---- results -------------------------------------------------------------------
     def finish(self, profile: Profile) -> None:
-        """Write self metrics (0 where nothing was measured) and ``profile.memory``."""
+        """Write self metrics (0 bytes where nothing was saved or returned; no peak for a
+        module never entered) and ``profile.memory``."""
         root = profile.root
         on_cuda = self._cuda_device is not None
         for node in root.walk():
             m = node.self_metrics
             m[ms.ACTIVATION_BYTES] = 0
             m[ms.OUTPUT_BYTES] = 0
-            node.metrics[ms.PEAK_BYTES] = m[ms.PEAK_BYTES] = 0
-            if on_cuda:
-                node.metrics[ms.SIMULATED_PEAK_BYTES] = m[ms.SIMULATED_PEAK_BYTES] = 0
         for node, n in self._activations.values():
             node.self_metrics[ms.ACTIVATION_BYTES] = n
         for node, n in self._outputs.values():
@@ -516,7 +515,7 @@ class MemoryObserver(Observer):
                 node.self_metrics[ms.SIMULATED_PEAK_BYTES] = sim
         mem = profile.memory
         mem["allocator"] = "cuda" if on_cuda else "simulated"
-        mem["forward_peak_bytes"] = root.metrics[ms.PEAK_BYTES]
+        mem["forward_peak_bytes"] = root.metrics.get(ms.PEAK_BYTES, 0)
         mem["forward_end_bytes"] = self.forward_end_cuda if on_cuda else self.forward_end
         mem["session_peak_bytes"] = self.session_peak_cuda if on_cuda else self.session_peak
         mem[ms.ACTIVATION_BYTES] = sum(n for _, n in self._activations.values())
@@ -550,14 +549,16 @@ class MemoryObserver(Observer):
         """Allocator and simulated figures side by side, with the largest disagreement."""
         worst = ("", 0)
         for node in profile.root.walk():
+            if ms.PEAK_BYTES not in node.metrics:  # never entered
+                continue
             d = node.metrics[ms.PEAK_BYTES] - node.metrics[ms.SIMULATED_PEAK_BYTES]
             if abs(d) > abs(worst[1]):
                 worst = (node.path, int(d))
         return {
             "device": str(self._cuda_device),
             "peak_before_session_bytes": self._cuda_peak_before,
-            "forward_peak_bytes": profile.root.metrics[ms.PEAK_BYTES],
-            "simulated_forward_peak_bytes": profile.root.metrics[ms.SIMULATED_PEAK_BYTES],
+            "forward_peak_bytes": profile.root.metrics.get(ms.PEAK_BYTES, 0),
+            "simulated_forward_peak_bytes": profile.root.metrics.get(ms.SIMULATED_PEAK_BYTES, 0),
             "forward_end_bytes": self.forward_end_cuda,
             "simulated_forward_end_bytes": self.forward_end,
             "session_peak_bytes": self.session_peak_cuda,
