@@ -573,7 +573,15 @@ def test_roofline_points_travel_per_module() -> None:
 
     assert report_data(_mlp())["roofline"] is None  # neither a time nor a roof
     data = report_data(_mlp(backward=True), roof_of(TOY))["roofline"]
-    assert data["roof"] == {"name": "toy", "dtype": "float32", "peak": 1000, "bandwidth": 100}
+    assert data["roof"] == {
+        "name": "toy",
+        "dtype": "float32",
+        "peak": 1000,
+        "bandwidth": 100,
+        # a CPU analysis drawn under another device's roof says so (as the text views do)
+        "note": "The profile was analysed on cpu; the roofline is toy's, so the bytes moved "
+        "are those of cpu's kernels.",
+    }
     forward = data["phases"]["forward"]
     # node indices in pre-order: 0 the root (no work of its own, no point), 1, 2, 3
     assert forward == {
@@ -615,7 +623,11 @@ def test_roofline_chart_in_the_page(open_report: Any) -> None:
     assert chart.locator("circle.rl-pt").count() == 3
     assert chart.locator("path.rl-roof").count() == 1
     note = page.locator("#ls-roofline .head .note").text_content()
-    assert note.startswith("Roof: toy (float32): peak 1 KFLOP/s, 100 B/s, ridge 10 FLOP/B.")
+    assert note.startswith(
+        "Roof: toy (float32): peak 1 KFLOP/s, 100 B/s, ridge 10 FLOP/B. The profile was "
+        "measured on cpu; the roofline is toy's, so Eff compares cpu's measured time with "
+        "toy's lower bound. One point per module's own work"
+    )
     tip = chart.locator('circle[data-i="1"]').get_attribute("data-tip")
     # 544 / 768 = 0.708 FLOP/B; 544 FLOPs in 10 s; 768 B in 10 s; roofline max(0.544,
     # 7.68) = 7.68 s, memory-bound: 76.8% of the measured 10 s

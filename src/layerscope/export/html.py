@@ -30,6 +30,7 @@ from layerscope.analysis.catalog import Values, column
 from layerscope.analysis.roofline import (
     PHASE_KEYS,
     Roof,
+    device_note,
     profile_dtype,
     roof_of,
     target_spec,
@@ -171,7 +172,7 @@ def report_data(profile: Profile, roof: Roof | None = None) -> dict[str, Any]:
         "facts": [[text, style] for text, style in summary_lines(profile)],
         "unsupported": _unsupported(profile),
         "timeline": _timeline(profile, {n.path: i for i, n in enumerate(nodes)}),
-        "roofline": _roofline(nodes, values, roof),
+        "roofline": _roofline(profile, nodes, values, roof),
         "not_called": [i for i, n in enumerate(nodes) if not n.calls],
     }
 
@@ -430,7 +431,9 @@ def _timeline(profile: Profile, by_path: dict[str, int]) -> dict[str, Any] | Non
     }
 
 
-def _roofline(nodes: list[Node], values: Values, roof: Roof | None) -> dict[str, Any] | None:
+def _roofline(
+    profile: Profile, nodes: list[Node], values: Values, roof: Roof | None
+) -> dict[str, Any] | None:
     """The roofline chart's points: per phase, every module whose own work has FLOPs and
     bytes moved, as node indices (``i``), own FLOPs (``f``), own bytes (``b``) and own
     measured time, all calls (``t``; None where not timed). None when no module has a
@@ -464,6 +467,8 @@ def _roofline(nodes: list[Node], values: Values, roof: Roof | None) -> dict[str,
             "dtype": roof.dtype,
             "peak": _num(roof.peak),
             "bandwidth": _num(roof.bandwidth),
+            # which device the profile measured or followed, where the roof is another's
+            "note": device_note(profile, roof.name),
         },
         "phases": phases,
     }

@@ -415,7 +415,8 @@
     var R0 = RL.roof;
     rs.firstChild.appendChild(el("span", "note", (R0
       ? "Roof: " + R0.name + " (" + R0.dtype + "): peak " + unit(R0.peak, "FLOP/s") + ", " +
-        unit(R0.bandwidth, "B/s") + ", ridge " + g(R0.peak / R0.bandwidth, 3) + " FLOP/B. "
+        unit(R0.bandwidth, "B/s") + ", ridge " + g(R0.peak / R0.bandwidth, 3) + " FLOP/B. " +
+        (R0.note ? R0.note + " " : "")
       : "No device spec given, so no roof (to_html(path, device=\"h100\") or --spec h100). ") +
       "One point per module's own work: x FLOPs per byte moved, y FLOP/s achieved (own FLOPs / own time, " +
       "all calls), area \u221d time. Hover for the module."));
