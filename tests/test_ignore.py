@@ -179,3 +179,13 @@ def test_cli_ignore(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         "Ignored enc.attn (Attention), head (Linear): their work is taken out of their",
         "  ancestors' values and out of the Total.",
     ]
+
+
+def test_filtered_footer_says_the_total_excludes_the_ignored() -> None:
+    text = small().render(width=80, ignore="enc.attn", columns=["params", "flops"], max_depth=1)
+    flat = " ".join(text.split())
+    # enc's child mlp is past depth 1: 4 of the 5 rows left after ignoring attn are shown
+    assert (
+        "Showing 4 of 5 rows (max_depth 1); the Total row is the whole model less the "
+        "ignored modules." in flat
+    )

@@ -347,6 +347,8 @@ class ViewContext:
             text = f"Showing {shown} of {total_rows} rows ({'; '.join(why) or 'filtered'})"
             if total_row:
                 text += "; the Total row is the whole model"
+                if self.ignored.nodes:
+                    text += " less the ignored modules"
             lines += wrap_text(text + ".", "layerscope.hidden", width)
         if dropped:
             lines += wrap_text(
