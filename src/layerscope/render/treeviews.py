@@ -360,6 +360,8 @@ def repr_view(ctx: ViewContext) -> Builder:
                     stack.append((child, indent + 1, False))
             else:
                 lines += _inline_parts(head, [*parts, *extra], pad + "    ", width, style)
+        # a deep name that does not fit beside its indentation is cut, type first
+        lines = [shorten_label(line, width) if width_of(line) > width else line for line in lines]
         return lines + ctx.footer(hidden, total_rows, [], width)
 
     return lay_out
