@@ -16,6 +16,10 @@ tree of each repeat:
   its duration is the region's time, under the path the analysed run gives it (the
   scope it was entered in, then ``.[name]``). It is not an op row, and the ops inside
   it stay rows of the module running it.
+- the user's ``record_function`` labels that the analysed run made regions
+  (``collect.labels``: their path is one of the profile's region paths) are read as
+  region ranges too; other labels are ops (an op row keeps only its time outside the
+  modules inside it).
 - ``backward=True``: every ``autograd::engine::evaluate_function`` event carries the
   sequence number of its autograd node; the forward hooks recorded which module owned
   which sequence numbers, so each is attributed to the module that created it.
