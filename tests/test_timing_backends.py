@@ -261,38 +261,6 @@ def test_kineto_no_double_counting(kineto_resnet: Any) -> None:
             assert inside <= total * row.calls + 1e-3, (node.path, r)
 
 
-class _Labelled(nn.Module):
-    """A user's ``record_function`` label around a module call and an op."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.a = nn.Linear(16, 16)
-        self.b = nn.Linear(16, 16)
-
-    def forward(self, x: Tensor) -> Tensor:
-        x = self.a(x)
-        with torch.autograd.profiler.record_function("blk"):
-            y: Tensor = self.b(x).relu()
-        return y
-
-
-def test_kineto_user_label_around_modules_is_not_counted_twice() -> None:
-    """The label's op row keeps the time outside the modules inside it (those are rows
-    of their own): the ops view's % column, every row's own time, adds up to 100."""
-    model = _Labelled()
-    timing = {"repeats": 1, "warmup": 0, "timer": "kineto", "ops": True}
-    prof = ls.profile(model, torch.randn(4, 16), timing=timing)
-    prof.self_check()
-    (label,) = [n for n in prof.root.children if n.type == "user::blk"]
-    b = prof.node("b")
-    assert b.parent is prof.root  # the module keeps its place and its own time
-    assert label.metrics[FORWARD_TIME] > 0
-    text = prof.render(view="ops", columns=["self_forward_time_pct"], raw=True, width=200)
-    shares = [float(line.split()[-1]) for line in text.splitlines()[3:9]]
-    assert len(shares) == 6  # root, a, b, a's and b's aten::linear, the label
-    assert sum(shares) == pytest.approx(100.0, abs=1e-6)
-
-
 def test_kineto_leaves_out_torchs_usdt_lines(capfd: pytest.CaptureFixture[str]) -> None:
     """torch's C++ profiler writes ``USDT: ... profiler_start`` (and ``_stop``) to fd 2;
     the kineto timer's stderr has none of them."""

@@ -34,6 +34,7 @@ from torch.utils._python_dispatch import (
     _push_mode,
 )
 
+from layerscope.collect.labels import ENTER_OP, EXIT_OP
 from layerscope.collect.observer import observer_error
 from layerscope.collect.scopes import ScopeTracker
 from layerscope.errors import LayerscopeError
@@ -139,10 +140,14 @@ class SessionMode(TorchDispatchMode):
         self,
         tracker: ScopeTracker,
         callbacks: Sequence[OpCallback],
+        on_label: Callable[[Any, tuple[Any, ...], Any], None] | None = None,
     ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.tracker = tracker
         self.callbacks = callbacks
+        #: called with (func, args, out) for the ops that open and close a
+        #: ``record_function`` range (``collect.labels``), before the observers
+        self.on_label = on_label
         # id(func) -> (func, its composite kernel on dense, on nested tensors); once per op
         self._plans: dict[int, tuple[OpOverload, DispatchKey | None, DispatchKey | None]] = {}
         # ids of the ops whose decomposition is running (see __torch_dispatch__)
@@ -174,6 +179,8 @@ class SessionMode(TorchDispatchMode):
             finally:
                 self._decomposing.discard(id(func))
         out = func(*args, **kwargs)
+        if (func is ENTER_OP or func is EXIT_OP) and self.on_label is not None:
+            self.on_label(func, args, out)
         grad_node = current_autograd_node()
         if grad_node is None:
             node, backward = self.tracker.current, False

@@ -26,6 +26,7 @@ from typing import Any, TypeVar, cast
 
 import layerscope.metricspec as ms
 from layerscope.collect.active import active
+from layerscope.collect.labels import dissolve_label_regions
 from layerscope.collect.scopes import REGION, REGION_MODULE, ScopeTracker
 from layerscope.errors import InvalidInputError
 from layerscope.profile import Node, Profile
@@ -144,6 +145,7 @@ def attach_regions(profile: Profile, tracker: ScopeTracker) -> None:
     outside the model are rolled up on their own, added to ``profile.outside`` and kept
     in ``profile.extra["regions"]``.
     """
+    dissolve_label_regions(profile, tracker)
     if not tracker.regions:
         return
     _move_subtrees(tracker)

@@ -163,6 +163,11 @@ class ScopeTracker:
         #: Each ended region call, in order of its end (inner ones first): (region node,
         #: index in ``called`` at its entry, the same at its exit).
         self.region_calls: list[tuple[Node, int, int]] = []
+        #: Module calls entered so far (each call, not only first ones).
+        self.module_calls = 0
+        #: id(region node) -> whether a module call ran inside one of its calls, for the
+        #: regions made from the user's ``record_function`` labels (``collect.labels``).
+        self.label_regions: dict[int, bool] = {}
         self._active: list[ScopeTracker] | None = None  # the thread's list it is in
 
     # ---- queries used by observers -------------------------------------------------
@@ -404,6 +409,7 @@ class ScopeTracker:
         if not node.calls:
             self.called.append(node)
         node.calls += 1
+        self.module_calls += 1
         if self.record_shapes:
             key = None if kwargs else _tensor_key(args)
             self._remember(node, False, key, flatten_call, args, kwargs)

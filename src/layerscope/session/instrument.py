@@ -17,6 +17,7 @@ from torch import nn
 
 from layerscope.collect.dispatch import SessionMode, remove_mode
 from layerscope.collect.inputs import model_device_dtype
+from layerscope.collect.labels import LabelRegions
 from layerscope.collect.observer import Observer
 from layerscope.collect.scopes import ScopeTracker
 from layerscope.collect.target import KernelLog, Target, parse_target, steer, steering_active
@@ -115,7 +116,7 @@ class AnalysisSession:
                 # (and the memory observer's storages live) while the GC is paused.
                 import torch._dynamo  # noqa: F401
 
-                self._mode = SessionMode(tracker, on_op)
+                self._mode = SessionMode(tracker, on_op, LabelRegions(tracker).on_label_op)
                 self._mode.__enter__()  # type: ignore[no-untyped-call]
             target = self._steer_to()
             if target is not None:

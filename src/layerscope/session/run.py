@@ -21,7 +21,7 @@ from layerscope.collect.scopes import ScopeTracker
 from layerscope.collect.signature import iter_tensors
 from layerscope.collect.state import ModelState
 from layerscope.collect.target import Target
-from layerscope.collect.timing import TimingOptions, measure, time_compiled
+from layerscope.collect.timing import TimingOptions, measure, region_paths, time_compiled
 from layerscope.collect.tree import ModelTree
 from layerscope.errors import InvalidInputError, LayerscopeError, ModelError
 from layerscope.gcpause import gc_paused
@@ -307,7 +307,8 @@ class _Run:
         model's whole-run time, when ``ls.profile`` was given one)."""
         # The timers' hooks add a frame per level, as the analysis pass's wrappers do.
         with in_mode(self.model, self.mode), recursion_room(stack_room(tree)):
-            measure(self.model, call_args, dict(kwargs), options).apply(prof)
+            paths = region_paths(prof)
+            measure(self.model, call_args, dict(kwargs), options, region_paths=paths).apply(prof)
             if compiled is not None:
                 prof.timing["compiled"] = time_compiled(
                     compiled, self.model, call_args, kwargs, options

@@ -65,6 +65,7 @@ from layerscope.collect.timing.result import (
 )
 from layerscope.collect.timing.result import add_repeat as add_repeat
 from layerscope.collect.timing.runner import measure as measure
+from layerscope.collect.timing.runner import region_paths as region_paths
 from layerscope.collect.timing.runner import time_profile
 from layerscope.collect.timing.spans import RepeatSpans as RepeatSpans
 from layerscope.collect.timing.spans import build_trace as build_trace

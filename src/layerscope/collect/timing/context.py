@@ -45,6 +45,9 @@ class PassContext:
         self.overhead: dict[str, float] = {}
         #: Whole-model series (ns) from the bare runs: latency, forward/backward_latency.
         self.whole: dict[str, list[float]] = {}
+        #: Paths of the analysed profile's regions (the kineto timer times the user's
+        #: ``record_function`` labels that are regions there as regions).
+        self.region_paths: frozenset[str] = frozenset()
 
     def call(self) -> Any:
         """One forward of the model under the chosen grad mode."""

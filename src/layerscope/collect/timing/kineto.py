@@ -16,6 +16,10 @@ tree of each repeat:
   its duration is the region's time, under the path the analysed run gives it (the
   scope it was entered in, then ``.[name]``). It is not an op row, and the ops inside
   it stay rows of the module running it.
+- the user's ``record_function`` labels that the analysed run made regions
+  (``collect.labels``: their path is one of the profile's region paths) are read as
+  region ranges too; other labels are ops (an op row keeps only its time outside the
+  modules inside it).
 - ``backward=True``: every ``autograd::engine::evaluate_function`` event carries the
   sequence number of its autograd node; the forward hooks recorded which module owned
   which sequence numbers, so each is attributed to the module that created it.
@@ -36,7 +40,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any
 
@@ -48,6 +52,7 @@ from torch.utils.hooks import RemovableHandle
 
 from layerscope.collect.active import active
 from layerscope.collect.common import install_hook_pairs, remove_hooks
+from layerscope.collect.labels import label_region_name
 from layerscope.collect.scopes import OUTSIDE
 from layerscope.collect.timing.backward import grad_steps, owner_of
 from layerscope.collect.timing.context import PassContext
@@ -237,6 +242,7 @@ def kineto_runs(ctx: PassContext, result: TimingResult) -> None:
         options.ops,
         steps if options.backward else None,
         hooks.uncounted,
+        ctx.region_paths,
     )
 
 
@@ -274,6 +280,8 @@ class _RepeatParser:
         #: user regions: wall ns of each call by path; labels of calls not counted
         self.regions: dict[str, list[float]] = {}
         self.uncounted: set[str] = set()
+        #: paths of the analysed profile's regions: a user's label there is one
+        self.region_paths: Collection[str] = frozenset()
         self._scopes: list[str] = []  # paths of the running modules and regions
         # module frame: [node, children cpu ns, children device us, open op depth]
         self._frames: list[list[Any]] = []
@@ -283,7 +291,12 @@ class _RepeatParser:
         mid = self.names.get(ev.name)
         own = float(sum(k.duration for k in ev.kernels))
         if ev.name.startswith(REGION_PREFIX):
-            return own + self._region(ev)
+            name = ev.name.removeprefix(REGION_PREFIX).rpartition("#")[0]
+            return own + self._region(ev, name, ev.name not in self.uncounted)
+        if mid is None and self.region_paths:
+            path = self._label_path(ev.name)
+            if path is not None:
+                return own + self._region(ev, ev.name, True)
         if mid is not None:
             node = self.index.resolve(mid, self._running)
             self.spans.forward.append((node, *self._span(ev)))
@@ -333,13 +346,26 @@ class _RepeatParser:
             acc[4] += _us_to_ns(own)
         return dev
 
-    def _region(self, ev: Any) -> float:
-        """A user region's range: its time under its path, its children visited as the
-        running module's (the region is no op row); return their device time (us)."""
-        name = ev.name.removeprefix(REGION_PREFIX).rpartition("#")[0]
+    def _path(self, name: str) -> str:
+        """The path of a region named ``name`` entered in the running scope."""
         scope = self._scopes[-1] if self._scopes else OUTSIDE
-        path = f"{scope}.[{name}]" if scope else f"[{name}]"
-        if ev.name not in self.uncounted:
+        return f"{scope}.[{name}]" if scope else f"[{name}]"
+
+    def _label_path(self, label: str) -> str | None:
+        """The region path of a user's ``record_function`` label here, if the analysed
+        run made it a region (``collect.labels``: its path is a region's); else None (it
+        is an op)."""
+        if label_region_name(label) is None:
+            return None
+        path = self._path(label)
+        return path if path in self.region_paths else None
+
+    def _region(self, ev: Any, name: str, counted: bool) -> float:
+        """A user region's range (an ``ls.region`` call's, or a label's the analysed run
+        made a region): its time under its path, its children visited as the running
+        module's (the region is no op row); return their device time (us)."""
+        path = self._path(name)
+        if counted:
             self.regions.setdefault(path, []).append(_us_to_ns(ev.time_range.elapsed_us()))
         self._scopes.append(path)
         dev = sum(self.visit(c) for c in ev.cpu_children)
@@ -362,9 +388,12 @@ def parse_events(
     ops: bool,
     steps: list[tuple[list[int], list[int]]] | None,
     uncounted: set[str] | None = None,
+    region_paths: Collection[str] = frozenset(),
 ) -> None:
     """Fill ``result`` from the profiler's events (the first ``warm`` repeats skipped);
-    ``uncounted``: labels of region calls that are not counted."""
+    ``uncounted``: labels of region calls that are not counted; ``region_paths``: the
+    paths of the analysed profile's regions, where a user's ``record_function`` label
+    whose region path is one of them is a region range, not an op row."""
     names = {
         MODULE_PREFIX + (index.paths[nodes[0]] or "<root>"): mid
         for mid, nodes in enumerate(index.nodes_of)
@@ -381,6 +410,7 @@ def parse_events(
         origin = rep.time_range.start
         parser = _RepeatParser(index, names, ops, origin)
         parser.uncounted = uncounted or set()
+        parser.region_paths = region_paths
         for c in rep.cpu_children:
             parser.visit(c)
         result.add_regions(parser.regions)

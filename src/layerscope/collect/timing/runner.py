@@ -13,6 +13,7 @@ from torch import Tensor, nn
 
 from layerscope.collect.common import unwrap_model
 from layerscope.collect.inputs import model_device_dtype
+from layerscope.collect.scopes import REGION
 from layerscope.collect.signature import iter_tensors
 from layerscope.collect.state import ModelState
 from layerscope.collect.timing.backward import BackwardTimer, grad_steps, replay_backward_log
@@ -108,20 +109,34 @@ def time_profile(
     if kwargs is not None and not isinstance(kwargs, dict):
         raise InvalidInputError(f"kwargs must be a dict, got {type(kwargs).__name__}")
     _module_nodes(profile)  # fail early on a folded profile
-    result = measure(model, tuple(args), dict(kwargs or {}), options)
+    result = measure(
+        model, tuple(args), dict(kwargs or {}), options, region_paths=region_paths(profile)
+    )
     result.apply(profile)
     return result
 
 
+def region_paths(profile: Profile) -> frozenset[str]:
+    """The paths of the profile's region nodes (inside the model)."""
+    return frozenset(n.path for n in profile.root.walk() if n.type == REGION)
+
+
 def measure(
-    model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], options: TimingOptions
+    model: nn.Module,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    options: TimingOptions,
+    *,
+    region_paths: frozenset[str] = frozenset(),
 ) -> TimingResult:
-    """Run the whole timing pass (calibration, bare latency runs, instrumented runs)."""
+    """Run the whole timing pass (calibration, bare latency runs, instrumented runs);
+    ``region_paths``: those of the analysed profile's regions (``collect.labels``)."""
 
     model, notices = unwrap_model(model)
     index = ModuleIndex.build(model)
     device = _input_device(args, kwargs, model)
     ctx = PassContext(model, args, kwargs, options, index, device)
+    ctx.region_paths = region_paths
     result = TimingResult(notices=list(notices))
     batch, source = _batch_size(args, kwargs)
     if options.batch_size is not None:
