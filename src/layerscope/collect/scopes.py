@@ -50,7 +50,12 @@ from layerscope.collect.signature import MAX_LEAVES, flatten, flatten_call, spec
 from layerscope.collect.tree import ModelTree
 from layerscope.errors import LayerscopeError
 from layerscope.profile import Node, Signature
-from layerscope.torchapi import NO_SEQUENCE, current_autograd_node, get_sequence_nr
+from layerscope.torchapi import (
+    NO_SEQUENCE,
+    STOP_RECOMPUTATION,
+    current_autograd_node,
+    get_sequence_nr,
+)
 
 #: Distinct input/output signatures kept per module; later distinct ones are only counted.
 MAX_SIGNATURES = 16
@@ -133,8 +138,12 @@ class ScopeTracker:
         self.called: list[Node] = []  # each node that ran, in the order of its first call
         # id(node) -> {"inputs"/"outputs": distinct signatures seen but not kept}
         self.extra_signatures: dict[int, dict[str, int]] = {}
-        self.error_site: dict[int, tuple[BaseException, Node]] = {}  # id(exc) -> (exc, node)
-        self.backward_error_site: dict[int, tuple[BaseException, Node]] = {}
+        # id(exc) -> (exc, node, thread that marked it): where an exception on its way out
+        # was raised. Kept only while it may still be on its way: a module that returns
+        # normally forgets those its thread is not handling (``_forget_swallowed``), as
+        # they were caught and dropped, and their tracebacks hold the frames' tensors.
+        self.error_site: dict[int, tuple[BaseException, Node, int]] = {}
+        self.backward_error_site: dict[int, tuple[BaseException, Node, int]] = {}
         # (node, is output, entry) of every distinct call, in order, its entry as cheap as
         # it can be told apart by (see _signature_of): one table for all the modules, so
         # a call touches no per-module state. record_signatures() turns them into the
@@ -186,6 +195,13 @@ class ScopeTracker:
         if i < 0:
             return self.outside
         return self._grad_owners[i]
+
+    def node_of(self, module: nn.Module) -> Node | None:
+        """The node a call of ``module`` runs as now (for a module under several paths,
+        the one whose parent is running); None for a module not in the profiled model."""
+        if id(module) not in self.tree.nodes_of:
+            return None
+        return self._resolve(module)
 
     def _param_owner(self, grad_node: Any) -> Node:
         """The node a tensor of an AccumulateGrad node (a leaf's ``.grad``) is counted at:
@@ -459,6 +475,8 @@ class ScopeTracker:
         if i is None:
             return
         node = self._drop_frames(i)
+        if self.error_site or self.backward_error_site:
+            self._forget_swallowed()
         if self.record_shapes:
             if type(output) is torch.Tensor and not output.is_nested:
                 key: Any = (output.shape, output.dtype, output.device)
@@ -514,12 +532,44 @@ class ScopeTracker:
                 )
 
     def mark_error_site(self, exc: BaseException, node: Node) -> None:
-        """Record that ``exc`` was raised in ``node``; the first (innermost) mark wins."""
-        self.error_site.setdefault(id(exc), (exc, node))
+        """Record that ``exc`` was raised in ``node``; the first (innermost) mark wins.
+        Not kept: torch's signal that ends a checkpoint's recomputation early (non-reentrant
+        ``torch.utils.checkpoint``), control flow that torch catches at once, whose
+        traceback holds the recomputed tensors."""
+        if type(exc) is STOP_RECOMPUTATION:
+            return
+        self.error_site.setdefault(id(exc), (exc, node, _get_ident()))
 
     def mark_backward_site(self, exc: BaseException, node: Node) -> None:
         """Record that ``exc`` was raised in the backward of ``node`` (by a tensor hook)."""
-        self.backward_error_site.setdefault(id(exc), (exc, node))
+        self.backward_error_site.setdefault(id(exc), (exc, node, _get_ident()))
+
+    def _forget_swallowed(self) -> None:
+        """A module returned normally: the exceptions this thread marked that it is not
+        handling now (``sys.exc_info()`` and the exceptions it was raised from or while
+        handling) were caught and dropped on the way, so no error can name their site.
+        Forgotten, they no longer keep their tracebacks' frames, and the tensors there,
+        alive."""
+        handling: set[int] = set()
+        pending = [sys.exc_info()[1]]
+        while pending:
+            e = pending.pop()
+            if e is not None and id(e) not in handling:
+                handling.add(id(e))
+                pending += (e.__context__, e.__cause__)
+        me = _get_ident()
+        for sites in (self.error_site, self.backward_error_site):
+            for key in [k for k, v in sites.items() if v[2] == me and k not in handling]:
+                del sites[key]
+
+    def keep_site_of(self, exc: BaseException | None) -> None:
+        """The session ended (with ``exc`` if it raised): forget every mark but ``exc``'s,
+        which ``site_of`` and ``backward_site_of`` can still name afterwards."""
+        for sites in (self.error_site, self.backward_error_site):
+            kept = sites.get(id(exc)) if exc is not None else None
+            sites.clear()
+            if kept is not None and kept[0] is exc:
+                sites[id(exc)] = kept
 
     @property
     def installed(self) -> bool:

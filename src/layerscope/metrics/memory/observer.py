@@ -31,6 +31,9 @@ the backward pass moves on to another module's work), in op order (``timeline``)
 
 from __future__ import annotations
 
+import functools
+import sys
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -50,7 +53,14 @@ from layerscope.metrics.memory.peaks import CudaAllocator, NestedPeaks, Scope
 from layerscope.metrics.memory.storages import StorageTable, storage_of
 from layerscope.metrics.memory.timeline import BACKWARD, ENTER, EXIT, Timeline
 from layerscope.profile import Node, Profile
-from layerscope.torchapi import DisableTorchDispatch, current_autograd_node
+from layerscope.torchapi import (
+    DisableTorchDispatch,
+    checkpoint_of_pack_hook,
+    checkpoint_saving_inputs,
+    checkpointed_call,
+    current_autograd_node,
+    top_saved_tensors_hooks,
+)
 
 if TYPE_CHECKING:
     from layerscope.collect.scopes import ScopeTracker
@@ -192,6 +202,25 @@ def _aliases_input(s: torch.UntypedStorage, args: tuple[Any, ...], kwargs: dict[
     return False
 
 
+def checkpointed_module(fn: Any) -> tuple[nn.Module | None, list[Any]]:
+    """The module a checkpoint runs, from the function handed to it: the module itself,
+    a bound method of it (``block.__call__``), or either under ``functools.partial``
+    (also ``partial(forward, block)``, its first bound argument); None for any other
+    function. With it, the values the partials bind (the checkpoint holds them too)."""
+    module: nn.Module | None = None
+    held: list[Any] = []
+    while isinstance(fn, functools.partial):
+        if module is None and fn.args and isinstance(fn.args[0], nn.Module):
+            module = fn.args[0]
+        held += [a for a in fn.args if not isinstance(a, nn.Module)]
+        held.append(fn.keywords)
+        fn = fn.func
+    if module is None:
+        owner = fn if isinstance(fn, nn.Module) else getattr(fn, "__self__", None)
+        module = owner if isinstance(owner, nn.Module) else None
+    return module, held
+
+
 class MemoryObserver(Observer):
     """Measures activation, output, peak and gradient bytes per module (see module doc).
 
@@ -217,6 +246,10 @@ class MemoryObserver(Observer):
         self._cuda_peak_before = 0
         self._frames: list[_Frame] = []
         self._hooks: torch.autograd.graph.saved_tensors_hooks | None = None
+        self._own_pack: Callable[[Tensor], Any] | None = None  # the pack hook pushed
+        # each checkpoint frame (non-reentrant checkpointing) seen -> the node its held
+        # inputs are charged to
+        self._checkpoints: weakref.WeakKeyDictionary[Any, Node] = weakref.WeakKeyDictionary()
         self._outer_pack: Callable[[Tensor], Any] | None = None
         self._outer_unpack: Callable[[Any], Tensor] | None = None
         self._kinds: dict[OpOverload, int] = {}
@@ -281,7 +314,8 @@ class MemoryObserver(Observer):
         outer = top(False) if top is not None else None
         if outer is not None:  # hooks of the caller's, around the session: keep them working
             self._outer_pack, self._outer_unpack = outer
-        hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack)
+        self._own_pack = self._pack  # one bound method: the object on the hooks' stack
+        hooks = torch.autograd.graph.saved_tensors_hooks(self._own_pack, _unpack)
         try:
             hooks.__enter__()
         except RuntimeError as e:  # e.g. inside torch.autograd.graph.disable_saved_tensors_hooks
@@ -295,7 +329,7 @@ class MemoryObserver(Observer):
                 # ours, wherever they are: another session may have pushed its own since
                 # and not ended yet (sessions may end in any order)
                 _remove_saved_hooks(self._pack)
-                self._hooks = None
+                self._hooks = self._own_pack = None
         finally:
             self._end_backward()
             if self._session_sim is not None:
@@ -313,7 +347,11 @@ class MemoryObserver(Observer):
     def _pack(self, t: Tensor) -> Any:
         tracker = self._tracker
         if tracker is not None and current_autograd_node() is None:
-            self._saved(t, tracker.current)
+            checkpoint = checkpoint_saving_inputs(sys._getframe(1))
+            if checkpoint is None:
+                self._saved(t, tracker.current)
+            else:  # a positional input that a checkpoint keeps for its recomputation
+                self._saved(t, self._checkpoint(checkpoint, tracker))
         if self._outer_pack is not None:
             assert self._outer_unpack is not None
             return _Outer(self._outer_pack(t), self._outer_unpack)
@@ -323,6 +361,34 @@ class MemoryObserver(Observer):
             with DisableTorchDispatch():
                 return _Saved(t.detach(), t._version)
         return _Saved(t.detach(), t._version)  # subclasses (FakeTensor, ...) keep theirs
+
+    def _checkpoint(self, checkpoint: Any, tracker: ScopeTracker) -> Node:
+        """The node a checkpoint's held inputs count at: the module it checkpoints (the
+        running module if it runs a function of no module). The first time, the keyword
+        arguments it keeps for the recomputation count there as saved (its positional
+        ones pass through the pack hook)."""
+        node = self._checkpoints.get(checkpoint)
+        if node is not None:
+            return node
+        fn, kwargs = checkpointed_call(checkpoint)
+        module, held = checkpointed_module(fn)
+        found = tracker.node_of(module) if module is not None else None
+        node = found if found is not None else tracker.current
+        self._checkpoints[checkpoint] = node
+        for t in iter_tensors([held, kwargs]):
+            self._saved(t, node)
+        return node
+
+    def _checkpoint_begun(self) -> None:
+        """Before a forward op: if the innermost saved-tensor hooks are a checkpoint's
+        not seen yet (its inputs were all keyword ones, or another checkpoint's hooks
+        packed them), its held inputs count now."""
+        hooks = top_saved_tensors_hooks(False)
+        if hooks is None or hooks[0] is self._own_pack or self._tracker is None:
+            return
+        checkpoint = checkpoint_of_pack_hook(hooks[0])
+        if checkpoint is not None and checkpoint not in self._checkpoints:
+            self._checkpoint(checkpoint, self._tracker)
 
     def _saved(self, t: Tensor, node: Node) -> None:
         s = storage_of(t)
@@ -414,8 +480,11 @@ class MemoryObserver(Observer):
                 cuda = self._cuda.open() if self._cuda is not None else None
                 self._bw_interval = (self._sim.open(), cuda)
                 self._timeline.add(self._ops, BACKWARD, node.path, self._level())
-        elif self._bw_sim is not None:
-            self._end_backward()
+        else:
+            if self._bw_sim is not None:
+                self._end_backward()
+            if self._hooks is not None:
+                self._checkpoint_begun()
         self._ops += 1
         if isinstance(out, Tensor):
             self._output(func, out, args, kwargs)
