@@ -8,6 +8,7 @@ instead of an ``AttributeError`` deep inside a session.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from types import CodeType, FrameType
 from typing import Any, NoReturn, cast
@@ -149,26 +150,25 @@ def checkpoint_saving_inputs(frame: FrameType | None) -> Any | None:
 def checkpointed_call(checkpoint: Any) -> tuple[Any, dict[str, Any]]:
     """The function a checkpoint frame runs (and runs again) and the keyword arguments it
     holds for it (None and ``{}`` where they cannot be found)."""
-    recompute = getattr(checkpoint, "recompute_fn", None)
+    recompute: Any = getattr(checkpoint, "recompute_fn", None)
     code = getattr(recompute, "__code__", None)
     found: dict[str, Any] = {}
     if code is not None:
         for name, cell in zip(code.co_freevars, recompute.__closure__ or (), strict=False):
             if name in ("fn", "kwargs"):
-                try:
+                with contextlib.suppress(ValueError):  # an empty cell
                     found[name] = cell.cell_contents
-                except ValueError:  # an empty cell
-                    pass
     kwargs = found.get("kwargs")
     return found.get("fn"), kwargs if isinstance(kwargs, dict) else {}
+
 
 __all__ = [
     "NO_SEQUENCE",
     "STOP_RECOMPUTATION",
+    "DisableTorchDispatch",
     "checkpoint_of_pack_hook",
     "checkpoint_saving_inputs",
     "checkpointed_call",
-    "DisableTorchDispatch",
     "current_autograd_node",
     "dispatch_has_kernel",
     "fa3_sdp_enabled",

@@ -45,6 +45,7 @@ from layerscope.collect import tensorhooks
 from layerscope.collect.active import active
 from layerscope.collect.common import install_hook_pairs, remove_hooks
 from layerscope.collect.enginesite import engine_site
+from layerscope.collect.errorsites import forget_swallowed, keep_only
 from layerscope.collect.observer import Observer, observer_error
 from layerscope.collect.signature import MAX_LEAVES, flatten, flatten_call, spec_of
 from layerscope.collect.tree import ModelTree
@@ -545,31 +546,14 @@ class ScopeTracker:
         self.backward_error_site.setdefault(id(exc), (exc, node, _get_ident()))
 
     def _forget_swallowed(self) -> None:
-        """A module returned normally: the exceptions this thread marked that it is not
-        handling now (``sys.exc_info()`` and the exceptions it was raised from or while
-        handling) were caught and dropped on the way, so no error can name their site.
-        Forgotten, they no longer keep their tracebacks' frames, and the tensors there,
-        alive."""
-        handling: set[int] = set()
-        pending = [sys.exc_info()[1]]
-        while pending:
-            e = pending.pop()
-            if e is not None and id(e) not in handling:
-                handling.add(id(e))
-                pending += (e.__context__, e.__cause__)
-        me = _get_ident()
-        for sites in (self.error_site, self.backward_error_site):
-            for key in [k for k, v in sites.items() if v[2] == me and k not in handling]:
-                del sites[key]
+        """A module returned normally: forget the exceptions this thread marked that it
+        is not handling now (``errorsites.forget_swallowed``)."""
+        forget_swallowed((self.error_site, self.backward_error_site), _get_ident())
 
     def keep_site_of(self, exc: BaseException | None) -> None:
         """The session ended (with ``exc`` if it raised): forget every mark but ``exc``'s,
         which ``site_of`` and ``backward_site_of`` can still name afterwards."""
-        for sites in (self.error_site, self.backward_error_site):
-            kept = sites.get(id(exc)) if exc is not None else None
-            sites.clear()
-            if kept is not None and kept[0] is exc:
-                sites[id(exc)] = kept
+        keep_only((self.error_site, self.backward_error_site), exc)
 
     @property
     def installed(self) -> bool:

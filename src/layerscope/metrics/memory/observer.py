@@ -31,7 +31,6 @@ the backward pass moves on to another module's work), in op order (``timeline``)
 
 from __future__ import annotations
 
-import functools
 import sys
 import weakref
 from collections.abc import Callable
@@ -50,6 +49,13 @@ from layerscope.collect.tree import ModelTree
 from layerscope.errors import InvalidInputError
 from layerscope.metrics.memory.grads import fill_gradients, owned_parameters, params_by_dtype
 from layerscope.metrics.memory.peaks import CudaAllocator, NestedPeaks, Scope
+from layerscope.metrics.memory.saved import (
+    Outer,
+    Saved,
+    held_inputs,
+    remove_saved_hooks,
+    unpack_saved,
+)
 from layerscope.metrics.memory.storages import StorageTable, storage_of
 from layerscope.metrics.memory.timeline import BACKWARD, ENTER, EXIT, Timeline
 from layerscope.profile import Node, Profile
@@ -57,7 +63,6 @@ from layerscope.torchapi import (
     DisableTorchDispatch,
     checkpoint_of_pack_hook,
     checkpoint_saving_inputs,
-    checkpointed_call,
     current_autograd_node,
     top_saved_tensors_hooks,
 )
@@ -84,66 +89,6 @@ class _Frame:
     node: Node
     sim: Scope
     cuda: Scope | None
-
-
-class _Saved:
-    """What the pack hook stores: the tensor without its autograd history, and its version.
-
-    Detached, so that a saved *output* does not hold its own ``grad_fn`` (a reference
-    cycle that only the cyclic GC could free; torch's docs ask pack hooks for exactly
-    this). The version is kept because autograd skips its own "modified by an inplace
-    operation" check for hooked tensors; ``unpack`` repeats it.
-    """
-
-    __slots__ = ("tensor", "version")
-
-    def __init__(self, tensor: Tensor, version: int) -> None:
-        self.tensor = tensor
-        self.version = version
-
-
-class _Outer:
-    """What the caller's own (outer) pack hook made of a saved tensor, and their unpack."""
-
-    __slots__ = ("inner", "unpack")
-
-    def __init__(self, inner: Any, unpack: Callable[[Any], Tensor]) -> None:
-        self.inner = inner
-        self.unpack = unpack
-
-
-def _unpack(saved: _Saved | _Outer) -> Tensor:
-    """Give autograd back a saved tensor; module-level, so the graph holds no observer."""
-    if isinstance(saved, _Outer):
-        return saved.unpack(saved.inner)
-    t = saved.tensor
-    if t._version != saved.version:
-        raise RuntimeError(
-            "one of the variables needed for gradient computation has been modified by an "
-            f"inplace operation: [{t.type()} {list(t.shape)}] is at version {t._version}; "
-            f"expected version {saved.version} instead. (checked by layerscope's memory "
-            "observer, which saves tensors through saved_tensors_hooks)"
-        )
-    return t
-
-
-def _remove_saved_hooks(pack: Callable[[Tensor], Any]) -> None:
-    """Take the saved-tensor hooks whose pack hook is ``pack`` off this thread's stack,
-    wherever they are in it; the hooks above go back in their order."""
-    top = torch._C._autograd._top_saved_tensors_default_hooks
-    pop = torch._C._autograd._pop_saved_tensors_default_hooks
-    push = torch._C._autograd._push_saved_tensors_default_hooks
-    above: list[tuple[Any, Any]] = []
-    while True:
-        hooks = top(False)
-        if hooks is None:  # not on the stack (any more): everything goes back
-            break
-        pop()
-        if hooks[0] == pack:
-            break
-        above.append(hooks)
-    for hooks in reversed(above):
-        push(*hooks)
 
 
 def _input_bytes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
@@ -200,25 +145,6 @@ def _aliases_input(s: torch.UntypedStorage, args: tuple[Any, ...], kwargs: dict[
                 if isinstance(b, Tensor) and storage_of(b) is s:
                     return True
     return False
-
-
-def checkpointed_module(fn: Any) -> tuple[nn.Module | None, list[Any]]:
-    """The module a checkpoint runs, from the function handed to it: the module itself,
-    a bound method of it (``block.__call__``), or either under ``functools.partial``
-    (also ``partial(forward, block)``, its first bound argument); None for any other
-    function. With it, the values the partials bind (the checkpoint holds them too)."""
-    module: nn.Module | None = None
-    held: list[Any] = []
-    while isinstance(fn, functools.partial):
-        if module is None and fn.args and isinstance(fn.args[0], nn.Module):
-            module = fn.args[0]
-        held += [a for a in fn.args if not isinstance(a, nn.Module)]
-        held.append(fn.keywords)
-        fn = fn.func
-    if module is None:
-        owner = fn if isinstance(fn, nn.Module) else getattr(fn, "__self__", None)
-        module = owner if isinstance(owner, nn.Module) else None
-    return module, held
 
 
 class MemoryObserver(Observer):
@@ -315,7 +241,7 @@ class MemoryObserver(Observer):
         if outer is not None:  # hooks of the caller's, around the session: keep them working
             self._outer_pack, self._outer_unpack = outer
         self._own_pack = self._pack  # one bound method: the object on the hooks' stack
-        hooks = torch.autograd.graph.saved_tensors_hooks(self._own_pack, _unpack)
+        hooks = torch.autograd.graph.saved_tensors_hooks(self._own_pack, unpack_saved)
         try:
             hooks.__enter__()
         except RuntimeError as e:  # e.g. inside torch.autograd.graph.disable_saved_tensors_hooks
@@ -328,7 +254,7 @@ class MemoryObserver(Observer):
             if self._hooks is not None:
                 # ours, wherever they are: another session may have pushed its own since
                 # and not ended yet (sessions may end in any order)
-                _remove_saved_hooks(self._pack)
+                remove_saved_hooks(self._pack)
                 self._hooks = self._own_pack = None
         finally:
             self._end_backward()
@@ -354,13 +280,13 @@ class MemoryObserver(Observer):
                 self._saved(t, self._checkpoint(checkpoint, tracker))
         if self._outer_pack is not None:
             assert self._outer_unpack is not None
-            return _Outer(self._outer_pack(t), self._outer_unpack)
+            return Outer(self._outer_pack(t), self._outer_unpack)
         if type(t) in _PLAIN:
             # A plain tensor's detach needs no Python dispatch: skipping the session's
             # dispatch mode here saves a Python round trip per saved tensor.
             with DisableTorchDispatch():
-                return _Saved(t.detach(), t._version)
-        return _Saved(t.detach(), t._version)  # subclasses (FakeTensor, ...) keep theirs
+                return Saved(t.detach(), t._version)
+        return Saved(t.detach(), t._version)  # subclasses (FakeTensor, ...) keep theirs
 
     def _checkpoint(self, checkpoint: Any, tracker: ScopeTracker) -> Node:
         """The node a checkpoint's held inputs count at: the module it checkpoints (the
@@ -370,12 +296,11 @@ class MemoryObserver(Observer):
         node = self._checkpoints.get(checkpoint)
         if node is not None:
             return node
-        fn, kwargs = checkpointed_call(checkpoint)
-        module, held = checkpointed_module(fn)
+        module, held = held_inputs(checkpoint)
         found = tracker.node_of(module) if module is not None else None
         node = found if found is not None else tracker.current
         self._checkpoints[checkpoint] = node
-        for t in iter_tensors([held, kwargs]):
+        for t in held:
             self._saved(t, node)
         return node
 
