@@ -281,6 +281,7 @@ MACS = "macs"
 FLOPS = "flops"
 BACKWARD_MACS = "backward_macs"
 BACKWARD_FLOPS = "backward_flops"
+RECOMPUTE_FLOPS = "recompute_flops"
 ACTIVATION_BYTES = "activation_bytes"
 OUTPUT_BYTES = "output_bytes"
 INPUT_BYTES = "input_bytes"
@@ -317,6 +318,9 @@ _BUILTIN: tuple[MetricSpec, ...] = (
           "backward ops autograd ran"),
     _work(BACKWARD_FLOPS, "FLOP", "backward", "Bwd FLOPs", 70, "floating-point operations "
           "of the backward ops autograd ran", default=True),
+    _work(RECOMPUTE_FLOPS, "FLOP", "backward", "Recompute", 45, "floating-point operations "
+          "of forward work the backward pass ran again (activation checkpointing's "
+          "recomputation); part of backward_flops"),
     _work(ACTIVATION_BYTES, "bytes", "forward", "Saved", 70, "bytes saved for backward by "
           "the module's ops (deduplicated by storage, parameters excluded)", default=True),
     _work(OUTPUT_BYTES, "bytes", "forward", "Out", 40, "bytes of the module's tensor "

@@ -5,6 +5,12 @@ A tensor hook on each input and output leaf that requires grad, registered when 
 module's call starts and ends, notes the gradient's spec when autograd computes it. The
 hooks only read the gradient (they return None, so autograd uses it unchanged) and are
 removed when the session ends, so the user's tensors keep no hook of layerscope's.
+
+A forward that non-reentrant activation checkpointing runs again in the backward pass
+gets no hooks: its output reaches no loss (the backward uses only the tensors it saves),
+its inputs' gradients are those of the forward's call, and hooks on the recomputed
+tensors would keep them alive after the backward. (Reentrant checkpointing runs the
+forward under ``no_grad`` and its recomputation's backward is the real one: hooked there.)
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from torch.utils.hooks import RemovableHandle
 from layerscope.collect.observer import Observer
 from layerscope.collect.signature import spec_of
 from layerscope.profile import Node, Profile, Signature, Spec, ValueSpec
+from layerscope.torchapi import current_autograd_node, in_recomputation
 
 if TYPE_CHECKING:
     from layerscope.collect.scopes import ScopeTracker
@@ -38,6 +45,12 @@ def tensor_leaves(value: Any, path: str) -> Iterator[tuple[str, Tensor]]:
     elif isinstance(value, dict):
         for k, v in value.items():
             yield from tensor_leaves(v, f"{path}.{k}" if path else str(k))
+
+
+def _recomputing() -> bool:
+    """Whether a backward pass runs this call as non-reentrant checkpointing's
+    recomputation (the cheap test first: outside backward it is not)."""
+    return current_autograd_node() is not None and in_recomputation()
 
 
 class _Call:
@@ -88,11 +101,11 @@ class GradShapes(Observer):
     def on_enter(
         self, node: Node, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> None:
-        if torch.is_grad_enabled():
+        if torch.is_grad_enabled() and not _recomputing():
             self._hook(node, False, [*tensor_leaves(args, ""), *tensor_leaves(kwargs, "")])
 
     def on_exit(self, node: Node, module: nn.Module, output: Any, raised: bool) -> None:
-        if not raised and torch.is_grad_enabled():
+        if not raised and torch.is_grad_enabled() and not _recomputing():
             self._hook(node, True, list(tensor_leaves(output, "")))
 
     def _hook(self, node: Node, outputs: bool, leaves: list[tuple[str, Tensor]]) -> None:

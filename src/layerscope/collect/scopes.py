@@ -45,12 +45,18 @@ from layerscope.collect import tensorhooks
 from layerscope.collect.active import active
 from layerscope.collect.common import install_hook_pairs, remove_hooks
 from layerscope.collect.enginesite import engine_site
+from layerscope.collect.errorsites import forget_swallowed, keep_only
 from layerscope.collect.observer import Observer, observer_error
 from layerscope.collect.signature import MAX_LEAVES, flatten, flatten_call, spec_of
 from layerscope.collect.tree import ModelTree
 from layerscope.errors import LayerscopeError
 from layerscope.profile import Node, Signature
-from layerscope.torchapi import NO_SEQUENCE, current_autograd_node, get_sequence_nr
+from layerscope.torchapi import (
+    NO_SEQUENCE,
+    STOP_RECOMPUTATION,
+    current_autograd_node,
+    get_sequence_nr,
+)
 
 #: Distinct input/output signatures kept per module; later distinct ones are only counted.
 MAX_SIGNATURES = 16
@@ -133,8 +139,12 @@ class ScopeTracker:
         self.called: list[Node] = []  # each node that ran, in the order of its first call
         # id(node) -> {"inputs"/"outputs": distinct signatures seen but not kept}
         self.extra_signatures: dict[int, dict[str, int]] = {}
-        self.error_site: dict[int, tuple[BaseException, Node]] = {}  # id(exc) -> (exc, node)
-        self.backward_error_site: dict[int, tuple[BaseException, Node]] = {}
+        # id(exc) -> (exc, node, thread that marked it): where an exception on its way out
+        # was raised. Kept only while it may still be on its way: a module that returns
+        # normally forgets those its thread is not handling (``_forget_swallowed``), as
+        # they were caught and dropped, and their tracebacks hold the frames' tensors.
+        self.error_site: dict[int, tuple[BaseException, Node, int]] = {}
+        self.backward_error_site: dict[int, tuple[BaseException, Node, int]] = {}
         # (node, is output, entry) of every distinct call, in order, its entry as cheap as
         # it can be told apart by (see _signature_of): one table for all the modules, so
         # a call touches no per-module state. record_signatures() turns them into the
@@ -191,6 +201,13 @@ class ScopeTracker:
         if i < 0:
             return self.outside
         return self._grad_owners[i]
+
+    def node_of(self, module: nn.Module) -> Node | None:
+        """The node a call of ``module`` runs as now (for a module under several paths,
+        the one whose parent is running); None for a module not in the profiled model."""
+        if id(module) not in self.tree.nodes_of:
+            return None
+        return self._resolve(module)
 
     def _param_owner(self, grad_node: Any) -> Node:
         """The node a tensor of an AccumulateGrad node (a leaf's ``.grad``) is counted at:
@@ -465,6 +482,8 @@ class ScopeTracker:
         if i is None:
             return
         node = self._drop_frames(i)
+        if self.error_site or self.backward_error_site:
+            self._forget_swallowed()
         if self.record_shapes:
             if type(output) is torch.Tensor and not output.is_nested:
                 key: Any = (output.shape, output.dtype, output.device)
@@ -520,12 +539,27 @@ class ScopeTracker:
                 )
 
     def mark_error_site(self, exc: BaseException, node: Node) -> None:
-        """Record that ``exc`` was raised in ``node``; the first (innermost) mark wins."""
-        self.error_site.setdefault(id(exc), (exc, node))
+        """Record that ``exc`` was raised in ``node``; the first (innermost) mark wins.
+        Not kept: torch's signal that ends a checkpoint's recomputation early (non-reentrant
+        ``torch.utils.checkpoint``), control flow that torch catches at once, whose
+        traceback holds the recomputed tensors."""
+        if type(exc) is STOP_RECOMPUTATION:
+            return
+        self.error_site.setdefault(id(exc), (exc, node, _get_ident()))
 
     def mark_backward_site(self, exc: BaseException, node: Node) -> None:
         """Record that ``exc`` was raised in the backward of ``node`` (by a tensor hook)."""
-        self.backward_error_site.setdefault(id(exc), (exc, node))
+        self.backward_error_site.setdefault(id(exc), (exc, node, _get_ident()))
+
+    def _forget_swallowed(self) -> None:
+        """A module returned normally: forget the exceptions this thread marked that it
+        is not handling now (``errorsites.forget_swallowed``)."""
+        forget_swallowed((self.error_site, self.backward_error_site), _get_ident())
+
+    def keep_site_of(self, exc: BaseException | None) -> None:
+        """The session ended (with ``exc`` if it raised): forget every mark but ``exc``'s,
+        which ``site_of`` and ``backward_site_of`` can still name afterwards."""
+        keep_only((self.error_site, self.backward_error_site), exc)
 
     @property
     def installed(self) -> bool:

@@ -1,7 +1,10 @@
 """The FLOPs observer: prices each aten op with the formula registry, per module and phase.
 
 Forward work goes to ``macs``/``flops``, backward work to ``backward_macs``/
-``backward_flops`` of the module the dispatch mode names. An op with no formula (and not
+``backward_flops`` of the module the dispatch mode names. Of the backward work, what is
+forward work run again (activation checkpointing's recomputation: ops of a module whose
+forward the backward pass runs, or any op under non-reentrant checkpointing's
+recomputation hooks) also goes to ``recompute_flops``. An op with no formula (and not
 on the zero-cost list) is recorded in ``unsupported`` with its count per phase and the
 modules it ran in, never silently counted as 0; so is an op whose built-in formula failed
 (with the error), so that a bug of layerscope's cannot stop the user's run. A formula of
@@ -13,7 +16,7 @@ partial count would hide it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch._ops import OpOverload
 
@@ -28,9 +31,13 @@ from layerscope.metrics.flops import (
     resolve,
 )
 from layerscope.profile import Node, Profile
+from layerscope.torchapi import in_recomputation
+
+if TYPE_CHECKING:
+    from layerscope.collect.scopes import ScopeTracker
 
 FORWARD_KEYS = (ms.MACS, ms.FLOPS)
-BACKWARD_KEYS = (ms.BACKWARD_MACS, ms.BACKWARD_FLOPS)
+BACKWARD_KEYS = (ms.BACKWARD_MACS, ms.BACKWARD_FLOPS, ms.RECOMPUTE_FLOPS)
 
 
 class FlopCounter(Observer):
@@ -43,6 +50,20 @@ class FlopCounter(Observer):
         # id(func) -> (func, its formula, ZERO for zero-cost ops, None when unsupported);
         # resolved once. Keyed by id: OpOverload hashes in Python, on every op.
         self._resolved: dict[int, tuple[OpOverload, Formula | Cost | None]] = {}
+        self._tracker: ScopeTracker | None = None
+
+    def install(self, tracker: ScopeTracker) -> None:
+        self._tracker = tracker
+
+    def uninstall(self) -> None:
+        self._tracker = None
+
+    def _recomputing(self) -> bool:
+        """Whether the backward op seen now is forward work run again: the running
+        module's forward was started by the backward pass, or non-reentrant
+        checkpointing's recomputation runs (also outside any module)."""
+        tracker = self._tracker
+        return (tracker is not None and tracker.current_in_backward) or in_recomputation()
 
     def on_op(
         self,
@@ -76,6 +97,8 @@ class FlopCounter(Observer):
         if backward:
             m[ms.BACKWARD_MACS] = m.get(ms.BACKWARD_MACS, 0) + cost.macs
             m[ms.BACKWARD_FLOPS] = m.get(ms.BACKWARD_FLOPS, 0) + cost.flops
+            if self._recomputing():
+                m[ms.RECOMPUTE_FLOPS] = m.get(ms.RECOMPUTE_FLOPS, 0) + cost.flops
         else:
             m[ms.MACS] = m.get(ms.MACS, 0) + cost.macs
             m[ms.FLOPS] = m.get(ms.FLOPS, 0) + cost.flops

@@ -184,11 +184,13 @@ class AnalysisSession:
                 finally:
                     self._release()
         if failed is not None:
+            tracker.keep_site_of(None)
             raise failed
         if exc is not None:
             site, where = raised_where(tracker, exc)
             if site is not None:
                 exc.add_note(f"layerscope: raised{where}")
+        tracker.keep_site_of(exc)  # the others were caught on their way: not held
         return self._build(tracker)
 
     def _build(self, tracker: ScopeTracker) -> Profile:

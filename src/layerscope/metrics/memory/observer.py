@@ -32,6 +32,8 @@ the backward pass moves on to another module's work), in op order (``timeline``)
 
 from __future__ import annotations
 
+import sys
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -48,10 +50,23 @@ from layerscope.collect.tree import ModelTree
 from layerscope.errors import InvalidInputError
 from layerscope.metrics.memory.grads import fill_gradients, owned_parameters, params_by_dtype
 from layerscope.metrics.memory.peaks import CudaAllocator, NestedPeaks, Scope
+from layerscope.metrics.memory.saved import (
+    Outer,
+    Saved,
+    held_inputs,
+    remove_saved_hooks,
+    unpack_saved,
+)
 from layerscope.metrics.memory.storages import StorageTable, storage_of
 from layerscope.metrics.memory.timeline import BACKWARD, END, ENTER, EXIT, Timeline
 from layerscope.profile import Node, Profile
-from layerscope.torchapi import DisableTorchDispatch, current_autograd_node
+from layerscope.torchapi import (
+    DisableTorchDispatch,
+    checkpoint_of_pack_hook,
+    checkpoint_saving_inputs,
+    current_autograd_node,
+    top_saved_tensors_hooks,
+)
 
 if TYPE_CHECKING:
     from layerscope.collect.scopes import ScopeTracker
@@ -75,66 +90,6 @@ class _Frame:
     node: Node
     sim: Scope
     cuda: Scope | None
-
-
-class _Saved:
-    """What the pack hook stores: the tensor without its autograd history, and its version.
-
-    Detached, so that a saved *output* does not hold its own ``grad_fn`` (a reference
-    cycle that only the cyclic GC could free; torch's docs ask pack hooks for exactly
-    this). The version is kept because autograd skips its own "modified by an inplace
-    operation" check for hooked tensors; ``unpack`` repeats it.
-    """
-
-    __slots__ = ("tensor", "version")
-
-    def __init__(self, tensor: Tensor, version: int) -> None:
-        self.tensor = tensor
-        self.version = version
-
-
-class _Outer:
-    """What the caller's own (outer) pack hook made of a saved tensor, and their unpack."""
-
-    __slots__ = ("inner", "unpack")
-
-    def __init__(self, inner: Any, unpack: Callable[[Any], Tensor]) -> None:
-        self.inner = inner
-        self.unpack = unpack
-
-
-def _unpack(saved: _Saved | _Outer) -> Tensor:
-    """Give autograd back a saved tensor; module-level, so the graph holds no observer."""
-    if isinstance(saved, _Outer):
-        return saved.unpack(saved.inner)
-    t = saved.tensor
-    if t._version != saved.version:
-        raise RuntimeError(
-            "one of the variables needed for gradient computation has been modified by an "
-            f"inplace operation: [{t.type()} {list(t.shape)}] is at version {t._version}; "
-            f"expected version {saved.version} instead. (checked by layerscope's memory "
-            "observer, which saves tensors through saved_tensors_hooks)"
-        )
-    return t
-
-
-def _remove_saved_hooks(pack: Callable[[Tensor], Any]) -> None:
-    """Take the saved-tensor hooks whose pack hook is ``pack`` off this thread's stack,
-    wherever they are in it; the hooks above go back in their order."""
-    top = torch._C._autograd._top_saved_tensors_default_hooks
-    pop = torch._C._autograd._pop_saved_tensors_default_hooks
-    push = torch._C._autograd._push_saved_tensors_default_hooks
-    above: list[tuple[Any, Any]] = []
-    while True:
-        hooks = top(False)
-        if hooks is None:  # not on the stack (any more): everything goes back
-            break
-        pop()
-        if hooks[0] == pack:
-            break
-        above.append(hooks)
-    for hooks in reversed(above):
-        push(*hooks)
 
 
 def _input_bytes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
@@ -218,6 +173,10 @@ class MemoryObserver(Observer):
         self._cuda_peak_before = 0
         self._frames: list[_Frame] = []
         self._hooks: torch.autograd.graph.saved_tensors_hooks | None = None
+        self._own_pack: Callable[[Tensor], Any] | None = None  # the pack hook pushed
+        # each checkpoint frame (non-reentrant checkpointing) seen -> the node its held
+        # inputs are charged to
+        self._checkpoints: weakref.WeakKeyDictionary[Any, Node] = weakref.WeakKeyDictionary()
         self._outer_pack: Callable[[Tensor], Any] | None = None
         self._outer_unpack: Callable[[Any], Tensor] | None = None
         self._kinds: dict[OpOverload, int] = {}
@@ -282,7 +241,8 @@ class MemoryObserver(Observer):
         outer = top(False) if top is not None else None
         if outer is not None:  # hooks of the caller's, around the session: keep them working
             self._outer_pack, self._outer_unpack = outer
-        hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack)
+        self._own_pack = self._pack  # one bound method: the object on the hooks' stack
+        hooks = torch.autograd.graph.saved_tensors_hooks(self._own_pack, unpack_saved)
         try:
             hooks.__enter__()
         except RuntimeError as e:  # e.g. inside torch.autograd.graph.disable_saved_tensors_hooks
@@ -295,8 +255,8 @@ class MemoryObserver(Observer):
             if self._hooks is not None:
                 # ours, wherever they are: another session may have pushed its own since
                 # and not ended yet (sessions may end in any order)
-                _remove_saved_hooks(self._pack)
-                self._hooks = None
+                remove_saved_hooks(self._pack)
+                self._hooks = self._own_pack = None
         finally:
             if self._timeline.op or self._timeline.dropped:
                 self._timeline.add(self._ops, END, "", self._level())
@@ -316,16 +276,47 @@ class MemoryObserver(Observer):
     def _pack(self, t: Tensor) -> Any:
         tracker = self._tracker
         if tracker is not None and current_autograd_node() is None:
-            self._saved(t, tracker.current)
+            checkpoint = checkpoint_saving_inputs(sys._getframe(1))
+            if checkpoint is None:
+                self._saved(t, tracker.current)
+            else:  # a positional input that a checkpoint keeps for its recomputation
+                self._saved(t, self._checkpoint(checkpoint, tracker))
         if self._outer_pack is not None:
             assert self._outer_unpack is not None
-            return _Outer(self._outer_pack(t), self._outer_unpack)
+            return Outer(self._outer_pack(t), self._outer_unpack)
         if type(t) in _PLAIN:
             # A plain tensor's detach needs no Python dispatch: skipping the session's
             # dispatch mode here saves a Python round trip per saved tensor.
             with DisableTorchDispatch():
-                return _Saved(t.detach(), t._version)
-        return _Saved(t.detach(), t._version)  # subclasses (FakeTensor, ...) keep theirs
+                return Saved(t.detach(), t._version)
+        return Saved(t.detach(), t._version)  # subclasses (FakeTensor, ...) keep theirs
+
+    def _checkpoint(self, checkpoint: Any, tracker: ScopeTracker) -> Node:
+        """The node a checkpoint's held inputs count at: the module it checkpoints (the
+        running module if it runs a function of no module). The first time, the keyword
+        arguments it keeps for the recomputation count there as saved (its positional
+        ones pass through the pack hook)."""
+        node = self._checkpoints.get(checkpoint)
+        if node is not None:
+            return node
+        module, held = held_inputs(checkpoint)
+        found = tracker.node_of(module) if module is not None else None
+        node = found if found is not None else tracker.current
+        self._checkpoints[checkpoint] = node
+        for t in held:
+            self._saved(t, node)
+        return node
+
+    def _checkpoint_begun(self) -> None:
+        """Before a forward op: if the innermost saved-tensor hooks are a checkpoint's
+        not seen yet (its inputs were all keyword ones, or another checkpoint's hooks
+        packed them), its held inputs count now."""
+        hooks = top_saved_tensors_hooks(False)
+        if hooks is None or hooks[0] is self._own_pack or self._tracker is None:
+            return
+        checkpoint = checkpoint_of_pack_hook(hooks[0])
+        if checkpoint is not None and checkpoint not in self._checkpoints:
+            self._checkpoint(checkpoint, self._tracker)
 
     def _saved(self, t: Tensor, node: Node) -> None:
         s = storage_of(t)
@@ -417,8 +408,11 @@ class MemoryObserver(Observer):
                 cuda = self._cuda.open() if self._cuda is not None else None
                 self._bw_interval = (self._sim.open(), cuda)
                 self._timeline.add(self._ops, BACKWARD, node.path, self._level())
-        elif self._bw_sim is not None:
-            self._end_backward()
+        else:
+            if self._bw_sim is not None:
+                self._end_backward()
+            if self._hooks is not None:
+                self._checkpoint_begun()
         self._ops += 1
         if isinstance(out, Tensor):
             self._output(func, out, args, kwargs)
