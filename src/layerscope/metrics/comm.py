@@ -166,7 +166,12 @@ class CommObserver(Observer):
             row = self._kinds.get((id(node), backward, call.kind))
             if row is None:
                 row = self._kinds[(id(node), backward, call.kind)] = [
-                    node, backward, call.kind, 0, 0, 0,
+                    node,
+                    backward,
+                    call.kind,
+                    0,
+                    0,
+                    0,
                 ]
             row[3] += 1
             row[4] += call.payload

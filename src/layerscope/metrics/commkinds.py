@@ -181,9 +181,9 @@ def _group(func: OpOverload, args: Sequence[Any], kwargs: dict[str, Any]) -> tup
         name = _arg(func, args, kwargs, "group_name")
         if name is not None:
             try:
-                from torch.distributed.distributed_c10d import _resolve_process_group
+                import torch.distributed.distributed_c10d as c10d
 
-                pg = _resolve_process_group(name)
+                pg = c10d._resolve_process_group(name)  # type: ignore[attr-defined]
             except Exception:
                 pg = None
     try:
