@@ -293,6 +293,8 @@ BYTES_ACCESSED = "bytes_accessed"
 BACKWARD_BYTES_ACCESSED = "backward_bytes_accessed"
 COMM_BYTES = "comm_bytes"
 BACKWARD_COMM_BYTES = "backward_comm_bytes"
+COMM_WIRE_BYTES = "comm_wire_bytes"
+BACKWARD_COMM_WIRE_BYTES = "backward_comm_wire_bytes"
 LOCAL_PARAMS = "local_params"
 LOCAL_PARAM_BYTES = "local_param_bytes"
 LOCAL_BUFFER_BYTES = "local_buffer_bytes"
@@ -344,6 +346,10 @@ _BUILTIN: tuple[MetricSpec, ...] = (
           "forward"),
     _work(BACKWARD_COMM_BYTES, "bytes", "backward", "Bwd comm", 45, "bytes handed to "
           "collectives in the backward"),
+    _work(COMM_WIRE_BYTES, "bytes", "forward", "Wire", 40, "bytes on the wire per rank for "
+          "the forward's collectives (ring algorithms; docs/distributed.md)"),
+    _work(BACKWARD_COMM_WIRE_BYTES, "bytes", "backward", "Bwd wire", 40, "bytes on the wire "
+          "per rank for the backward's collectives (ring algorithms; docs/distributed.md)"),
     _static(LOCAL_PARAMS, "count", _count("local param"), 35, "parameter elements of this rank's "
             "DTensor shards"),
     _static(LOCAL_PARAM_BYTES, "bytes", _size("local param"), 25, "bytes of this rank's parameter "

@@ -221,6 +221,11 @@ class Profile:
     #: Top-level keys of a loaded file that this version does not know (a newer version's
     #: sections), written back by ``to_dict`` and ``save``.
     extra: dict[str, Any] = field(default_factory=dict)
+    #: Collectives by module path (``"<outside>"`` for work outside the profiled module),
+    #: phase (``forward``, ``backward``) and kind (``all_gather``, ``reduce_scatter``,
+    #: ...): ``{"calls", "bytes", "wire_bytes"}`` (docs/distributed.md); empty when no
+    #: collective was observed.
+    comm: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.link()
@@ -356,6 +361,7 @@ class Profile:
             "notices": list(self.notices),
             "outside": dict(self.outside),
             **({"dist": _jsonable(self.dist)} if self.dist else {}),
+            **({"comm": _jsonable(self.comm)} if self.comm else {}),
             **({"ranks": [_rank_dict(r) for r in self.ranks]} if self.ranks else {}),
             **{k: _jsonable(v) for k, v in self.extra.items()},
             "root": self.root.to_dict(),

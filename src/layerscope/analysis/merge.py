@@ -20,10 +20,11 @@ def merge_profiles(profiles: Sequence[Profile]) -> Profile:
     communication bytes; self and inclusive) and ``calls`` are summed; ``*peak_bytes``
     take the max; static metrics (parameters, buffers, gradient bytes), node numerics and
     everything else come from the last step. Distinct signatures are kept in order of
-    first appearance. ``unsupported_ops`` counts, ``outside`` and the kernels a meta
-    analysis followed (``model["kernels"]``) are summed, whole-model
-    ``memory`` numbers take the max (its timeline is the last step's), ``numerics`` is the
-    first step's that found a non-finite value, else the last's; notices are united.
+    first appearance. ``unsupported_ops`` counts, ``outside``, the collectives by kind
+    (``comm``) and the kernels a meta analysis followed (``model["kernels"]``) are
+    summed, whole-model ``memory`` numbers take the max (its timeline is the last
+    step's), ``numerics`` is the first step's that found a non-finite value, else the
+    last's; notices are united.
     The profiles are consumed: the result is the last one, updated in place.
     """
     if not profiles:
@@ -47,6 +48,7 @@ def merge_profiles(profiles: Sequence[Profile]) -> Profile:
         if prof is not last:
             _merge_unsupported(unsupported, prof.unsupported_ops)
             _merge_memory(last.memory, prof.memory)
+            _merge_comm(last.comm, prof.comm)
         notices.extend(n for n in prof.notices if n not in notices)
     last.outside = outside
     last.notices = notices
@@ -58,6 +60,17 @@ def merge_profiles(profiles: Sequence[Profile]) -> Profile:
             last.numerics = prof.numerics
             break
     return last
+
+
+def _merge_comm(into: dict[str, Any], earlier: Mapping[str, Any]) -> None:
+    """Collectives by module, phase and kind (``Profile.comm``): calls and bytes summed."""
+    for path, phases in earlier.items():
+        for phase, kinds in phases.items():
+            mine = into.setdefault(path, {}).setdefault(phase, {})
+            for kind, row in kinds.items():
+                acc = mine.setdefault(kind, {})
+                for key, value in row.items():
+                    acc[key] = acc.get(key, 0) + value
 
 
 def _merge_memory(into: dict[str, Any], earlier: Mapping[str, Any]) -> None:

@@ -6,7 +6,9 @@ Forward ops belong to the innermost running module (``ScopeTracker.current``). B
 ops belong to the module whose forward created the autograd node being executed:
 ``torch._C._current_autograd_node()`` names that node and ``ScopeTracker.grad_owner``
 maps it to its module; a forward that the backward pass runs (a recomputation under
-activation checkpointing) keeps its ops, as backward work (``backward_owner``).
+activation checkpointing) keeps its ops, as backward work (``backward_owner``). While
+``ScopeTracker.charged`` is set, every op goes to the module it names instead (FSDP2's
+communication for a unit, ``metrics.fsdpunits``).
 
 Observers see the ops that run, whatever the autograd mode. Ops implemented only as a
 composition of other ops (``CompositeImplicitAutograd``: ``linear``, ``layer_norm``,
@@ -186,6 +188,11 @@ class SessionMode(TorchDispatchMode):
             node, backward = self.tracker.current, False
         else:
             node, backward = self.tracker.backward_owner(grad_node), True
+        charged = self.tracker.charged
+        if charged is not None:  # work done for a module away from its calls
+            node = charged[0]
+            if charged[1] is not None:
+                backward = charged[1]
         for callback in self.callbacks:
             try:
                 callback(func, args, kwargs, out, node, backward)

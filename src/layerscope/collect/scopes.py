@@ -118,6 +118,10 @@ class ScopeTracker:
     #: forwards). How many such calls were skipped is ``foreign_calls``.
     _thread: int | None = None
     foreign_calls: int = 0
+    #: While set, the module every op is attributed to, and its phase (True: backward,
+    #: None: the phase the op runs in), whatever runs: work done for a module away from
+    #: its calls (FSDP2's reduce-scatter of a unit's gradients, ``metrics.fsdpunits``).
+    charged: tuple[Node, bool | None] | None = None
 
     def __init__(
         self, tree: ModelTree, record_shapes: bool = True, observers: Sequence[Observer] = ()

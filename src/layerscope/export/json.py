@@ -159,6 +159,7 @@ def _profile(data: Any, where: Where = "$", rank: bool = False) -> Profile:
         notices=sections.get("notices", []),
         outside=sections.get("outside", {}),
         dist=sections.get("dist", {}),
+        comm=sections.get("comm", {}),
         ranks=ranks,
         schema=SCHEMA,
         extra={

@@ -23,6 +23,7 @@ from layerscope.export.jsoncheck import (
     Check,
     Counts,
     Enum,
+    Finite,
     Int,
     Map,
     Metrics,
@@ -38,6 +39,7 @@ from layerscope.export.jsontable import Columns, Range, Row
 from layerscope.profile import DTYPE_KEYS, SCHEMA
 
 __all__ = [
+    "COMM",
     "DIST",
     "ENV",
     "MAX_DEPTH",
@@ -422,6 +424,26 @@ DIST = Obj(
     description="where a profile of a torch.distributed run was made; absent otherwise",
 )
 
+_COMM_ROW = Obj(
+    {
+        "calls": Int(0, description="how many calls of ops of this kind"),
+        "bytes": Int(0, description="bytes handed to them as input (comm_bytes' convention)"),
+        "wire_bytes": Finite("bytes on the wire per rank with a ring (comm_wire_bytes')"),
+    },
+    required=("calls", "bytes", "wire_bytes"),
+    description="one kind of collective in one phase of one module",
+)
+_COMM_KINDS = Map(
+    _COMM_ROW,
+    "kind ('all_reduce', 'all_gather', 'reduce_scatter', 'all_to_all', 'broadcast', "
+    "'reduce', 'gather', 'scatter', 'send', 'recv', 'other') -> its calls and bytes",
+)
+COMM = Map(
+    Obj({"forward": _COMM_KINDS, "backward": _COMM_KINDS}, description="phase -> kinds"),
+    "collectives by module path ('<outside>': work outside the profiled module), phase "
+    "and kind, the module's own (not its children's); absent when none was observed",
+)
+
 #: Node keys, in the order of ``Node.to_dict``; ``children`` is read by the tree walk.
 NODE_FIELDS: dict[str, Check] = {
     "path": Str("qualified module path ('' for the root)"),
@@ -468,6 +490,7 @@ PROFILE_FIELDS: dict[str, Check] = {
         "code around the calls): metric key -> value, not part of the root's totals",
     ),
     "dist": DIST,
+    "comm": COMM,
 }
 
 #: What ``"ranks"`` holds (read by ``export.json``, which checks each entry as a profile).

@@ -21,6 +21,11 @@ schema:
 - a gather (``embedding``, ``index_select``, ``gather``, ``index``, ``take``) reads from
   its source only as many bytes as it returns (at most the whole source), and its
   indices.
+- FSDP2's ``fsdp::all_gather_copy_in`` reads the rank's shards and writes them into its
+  slice of the all-gather buffer (``all_gather_input_numel`` elements of the buffer's
+  dtype); the buffer it is handed and returns is otherwise untouched. Its other ops
+  (``split_with_sizes_copy``, ``chunk_cat``, ``copy_``) follow their schemas: they read
+  their inputs and write their ``out=`` tensors.
 
 Sums go to ``bytes_accessed`` (forward) and ``backward_bytes_accessed`` (backward) of the
 module the dispatch mode names, like FLOPs. Device-side caches, re-reads a kernel makes
@@ -31,6 +36,7 @@ kernel must move, the traffic a roofline model assumes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from torch import Tensor
@@ -92,10 +98,28 @@ _GATHER = frozenset({"embedding", "index_select", "gather", "index", "take"})
 _READ, _WRITE, _READ_WRITE = 0, 1, 2
 
 
+def _all_gather_copy_in(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[int, int]:
+    """``fsdp::all_gather_copy_in(inputs, output, split_sizes, input_numel, rank)``: reads
+    the inputs, writes ``input_numel`` elements of ``output``."""
+    names = ("all_gather_inputs", "all_gather_output", "inp_split_sizes", "all_gather_input_numel")
+    got = [args[i] if i < len(args) else kwargs.get(name) for i, name in enumerate(names)]
+    inputs, output, _, numel = got
+    read = sum(tensor_bytes(t) for t in inputs or () if isinstance(t, Tensor))
+    size = output.element_size() if isinstance(output, Tensor) else 0
+    return read, int(numel or 0) * size
+
+
+#: Ops whose schema does not say what they touch: qualified name -> (args, kwargs) ->
+#: (bytes read, bytes written).
+_SPECIAL: dict[str, Callable[[tuple[Any, ...], dict[str, Any]], tuple[int, int]]] = {
+    "fsdp::all_gather_copy_in": _all_gather_copy_in,
+}
+
+
 class _Plan:
     """What an op's schema says about its arguments and returns, resolved once."""
 
-    __slots__ = ("args", "func", "gather", "is_view", "reads_only", "write_returns")
+    __slots__ = ("args", "func", "gather", "is_view", "reads_only", "special", "write_returns")
 
     def __init__(self, func: OpOverload) -> None:
         self.func = func  # kept alive: plans are looked up by id(func)
@@ -130,6 +154,7 @@ class _Plan:
             else:
                 self.args.append((i, a.name, _READ))
         self.gather = name in _GATHER
+        self.special = _SPECIAL.get(schema.name)
         #: at most two tensor arguments, both only read, and one new tensor returned
         self.reads_only = (
             not self.gather
@@ -180,6 +205,8 @@ def _mixed_bytes(
     plan: _Plan, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
 ) -> tuple[int, int]:
     """``op_bytes`` of an op that writes an argument, returns several tensors or gathers."""
+    if plan.special is not None:
+        return plan.special(args, kwargs)
     n = len(args)
     read = written = 0
     seen_read: list[int] = []  # ids; an op has a handful of tensor arguments

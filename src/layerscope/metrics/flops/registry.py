@@ -27,6 +27,7 @@ from layerscope.validate import check_bool, check_callable, shown
 __all__ = [
     "FLOP_REGISTRY",
     "ZERO",
+    "ZERO_COST_NAMES",
     "ZERO_COST_OPS",
     "Cost",
     "FlopFormulaError",
@@ -81,6 +82,9 @@ FLOP_REGISTRY: dict[OpKey, Formula] = {}
 
 #: Ops (overloads or packets) that do no arithmetic: views, copies, creation, indexing.
 ZERO_COST_OPS: set[OpKey] = set()
+#: Qualified names (``"fsdp::chunk_cat"``) of ops that do no arithmetic, for ops that a
+#: library defines in Python when it is imported: they exist only then.
+ZERO_COST_NAMES: set[str] = set()
 
 
 #: id -> formula of every formula layerscope registers itself (the formula is kept, so
@@ -212,7 +216,10 @@ def is_zero_cost(func: OpOverload) -> bool:
     if func in ZERO_COST_OPS:
         return True
     packet = getattr(func, "overloadpacket", None)
-    return packet is not None and packet in ZERO_COST_OPS
+    if packet is not None and packet in ZERO_COST_OPS:
+        return True
+    schema = getattr(func, "_schema", None)
+    return schema is not None and schema.name in ZERO_COST_NAMES
 
 
 def resolve(

@@ -9,7 +9,9 @@ arithmetic relatives of these ops (``scatter_add``, ``index_add``, ``index_put``
 Collectives and point-to-point ops of ``torch.distributed`` (the ``c10d``,
 ``_c10d_functional`` and ``_c10d_functional_autograd`` namespaces: ``allreduce_``,
 ``broadcast_``, ``all_gather_into_tensor``, ``wait_tensor``, ...) move data between ranks:
-their bytes are ``metrics.comm``'s ``comm_bytes``, their FLOPs 0.
+their bytes are ``metrics.comm``'s ``comm_bytes``, their FLOPs 0. FSDP2's copies into and
+out of its communication buffers (``fsdp::all_gather_copy_in``, ``fsdp::chunk_cat``, ...)
+are copies too.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from __future__ import annotations
 import torch
 from torch._ops import OpOverloadPacket
 
-from layerscope.metrics.flops.registry import aten_ops, register_zero_cost
+from layerscope.metrics.flops.registry import ZERO_COST_NAMES, aten_ops, register_zero_cost
 
 VIEWS = (
     "view",
@@ -362,6 +364,17 @@ CREATION = (
 COLLECTIVE_NAMESPACES = ("c10d", "_c10d_functional", "_c10d_functional_autograd")
 
 
+#: FSDP2's own ops (``torch.distributed.fsdp``, defined when it is imported): copies into
+#: and out of the all-gather and reduce-scatter buffers. Their bytes are
+#: ``metrics.bytes``'s (what they read and write), their FLOPs 0.
+FSDP_OPS = (
+    "fsdp::all_gather_copy_in",
+    "fsdp::split_with_sizes_copy",
+    "fsdp::chunk_cat",
+    "fsdp::copy_",
+)
+
+
 def collective_ops() -> list[OpOverloadPacket]:
     """The packets of every op this torch build registers in ``COLLECTIVE_NAMESPACES``."""
     found: list[OpOverloadPacket] = []
@@ -380,6 +393,7 @@ def collective_ops() -> list[OpOverloadPacket]:
 def _register() -> None:
     register_zero_cost(*aten_ops(*VIEWS, *VIEW_COPIES, *METADATA, *COPIES, *CREATION))
     register_zero_cost(*collective_ops())
+    ZERO_COST_NAMES.update(FSDP_OPS)
     # Metadata queries FakeTensorMode and the profiler route through the dispatcher.
     for namespace, names in (
         ("prim", ("device", "layout", "dtype", "is_cuda", "data", "NumToTensor")),

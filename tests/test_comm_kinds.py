@@ -1,0 +1,316 @@
+"""Collectives by kind: the wire-bytes formulas, the kinds of the ops, FSDP2's copy ops
+priced (no FLOPs, their bytes), ``Profile.comm`` in JSON, and a 2-rank FSDP2 step on the
+CPU (gloo) whose all-gathers and reduce-scatters land on their units with sizes derived
+by hand.
+
+The model of the 2-rank run: ``Sequential(Linear(64, 7), Linear(7, 3))``, each Linear a
+``fully_shard`` unit and the Sequential the root. FSDP2 splits each tensor along dim 0
+with ``torch.chunk`` and pads every rank's shard to the first chunk's size:
+
+- unit ``0``: weight 7 rows -> chunks of 4 and 3 rows, padded 4 x 64 = 256 elements;
+  bias 7 -> 4 and 3, padded 4; each rank's all-gather input 260 float32 = 1,040 B, the
+  reduce-scatter input both ranks' 2 x 260 x 4 = 2,080 B;
+- unit ``1``: weight 3 rows -> 2 and 1, padded 2 x 7 = 14; bias 3 -> 2 and 1, padded 2;
+  16 elements = 64 B per rank, reduce-scatter 128 B.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import traceback
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch import nn
+
+import layerscope as ls
+from layerscope.metrics.bytes import _PLANS, _Plan, op_bytes
+from layerscope.metrics.commkinds import comm_calls, op_kind, wire_bytes
+from layerscope.metrics.flops.registry import is_zero_cost
+from layerscope.metrics.fsdpunits import fsdp_param_groups
+
+WORLD = 2
+TIME_LIMIT_S = 90.0
+
+
+# ---- the formulas ---------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("kind", "payload", "world", "expected"),
+    [
+        ("all_reduce", 1000, 4, 1500),  # 2 (4 - 1) / 4 x 1000
+        ("all_reduce", 1000, 3, 4000 / 3),  # 2 x 2 / 3 x 1000: not a whole number
+        ("all_gather", 1040, 2, 1040),  # (2 - 1) x this rank's 1040
+        ("all_gather", 100, 4, 300),  # (n - 1) / n of the gathered 4 x 100
+        ("reduce_scatter", 2080, 2, 1040),  # (2 - 1) / 2 of the whole input
+        ("reduce_scatter", 400, 4, 300),
+        ("all_to_all", 400, 4, 300),
+        ("broadcast", 512, 8, 512),
+        ("reduce", 512, 8, 512),
+        ("send", 12, 1, 12),
+        ("recv", 12, 4, 12),
+        ("all_reduce", 1000, 1, 0),  # one rank: nothing crosses the wire
+        ("broadcast", 512, 1, 0),
+    ],
+)
+def test_wire_bytes_of_a_ring(kind: str, payload: int, world: int, expected: float) -> None:
+    got = wire_bytes(kind, payload, world)
+    assert got == pytest.approx(expected, rel=1e-15)
+    assert type(got) is (int if float(expected).is_integer() else float)
+
+
+def test_wire_bytes_of_gather_and_scatter_depend_on_the_root() -> None:
+    assert wire_bytes("gather", 100, 4, root=True) == 300  # receives 3 other chunks
+    assert wire_bytes("gather", 100, 4) == 100  # sends its own
+    assert wire_bytes("scatter", 400, 4, root=True) == 300  # sends all but its own chunk
+    assert wire_bytes("scatter", 0, 4, received=100) == 100  # receives its chunk
+    with pytest.raises(ValueError, match="unknown kind of collective 'gossip'"):
+        wire_bytes("gossip", 1, 2)
+
+
+def test_kinds_of_the_ops() -> None:
+    ops = torch.ops
+    assert op_kind(ops.c10d.allreduce_.default) == "all_reduce"
+    assert op_kind(ops.c10d._allgather_base_.default) == "all_gather"
+    assert op_kind(ops.c10d._reduce_scatter_base_.default) == "reduce_scatter"
+    assert op_kind(ops._c10d_functional.all_gather_into_tensor.default) == "all_gather"
+    assert op_kind(ops._c10d_functional.reduce_scatter_tensor.default) == "reduce_scatter"
+    assert op_kind(ops._c10d_functional.all_to_all_single.default) == "all_to_all"
+    assert op_kind(ops.c10d.alltoall_base_.default) == "all_to_all"
+    assert op_kind(ops.c10d.broadcast_.default) == "broadcast"
+    assert op_kind(ops.c10d.send.default) == "send"
+    assert op_kind(ops.c10d.recv_.default) == "recv"
+
+
+def test_functional_ops_take_the_group_size_from_their_arguments() -> None:
+    t = torch.empty(9, device="meta")  # 36 bytes
+    gather = torch.ops._c10d_functional.all_gather_into_tensor.default
+    (call,) = comm_calls(gather, (t, 4, "no-such-group"), {}, 36)
+    assert (call.kind, call.payload, call.wire) == ("all_gather", 36, 108)  # 3 x 36
+    scatter = torch.ops._c10d_functional.reduce_scatter_tensor.default
+    (call,) = comm_calls(scatter, (t, "sum", 3, "no-such-group"), {}, 36)
+    assert (call.kind, call.wire) == ("reduce_scatter", 24)  # 2 / 3 x 36
+
+
+# ---- FSDP2's own ops -------------------------------------------------------------------
+def _fsdp_ops() -> Any:
+    # importing it defines the fsdp ops
+    import torch.distributed.fsdp._fully_shard._fsdp_collectives
+
+    return torch.ops.fsdp
+
+
+def test_fsdp_ops_cost_no_flops_and_move_their_copies() -> None:
+    fsdp = _fsdp_ops()
+    for op in (
+        fsdp.all_gather_copy_in.default,
+        fsdp.split_with_sizes_copy.default,
+        fsdp.chunk_cat.default,
+        fsdp.copy_.default,
+    ):
+        assert is_zero_cost(op)
+
+    def moved(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> int:
+        plan = _PLANS.get(id(op)) or _Plan(op)
+        read, written = op_bytes(plan, args, kwargs, out)
+        return read + written
+
+    # rank 1 of 2 copies its flattened shards (4 x 64 and 4 float32) into its half of a
+    # 520-element buffer: reads 260 x 4 = 1,040 B, writes the same 1,040 B, not the
+    # whole buffer
+    shards = [torch.randn(256), torch.randn(4)]
+    buffer = torch.empty(520)
+    copy_in = fsdp.all_gather_copy_in.default
+    args = (shards, buffer, [256, 4], 260, 1)
+    out = copy_in(*args)
+    assert moved(copy_in, args, {}, out) == 1040 + 1040
+    assert torch.equal(out[0][:256], shards[0])
+    assert torch.equal(buffer[260:516], shards[0])
+
+    # the copy out: reads the gathered 2 x 260 float32 (2,080 B), writes the two
+    # unsharded tensors, 8 x 64 and 8 (the padded rows included): 2,080 B
+    split = fsdp.split_with_sizes_copy.default
+    outs = [torch.empty(2, 256), torch.empty(2, 4)]
+    args2 = (out[1].view(2, -1), [256, 4])
+    split(*args2, dim=1, out=outs)
+    assert moved(split, args2, {"dim": 1, "out": outs}, None) == 2080 + 2080
+
+    # the reduce-scatter input: 7 x 64 and 7 gradients (1,820 B) into the padded
+    # 2 x 260 float32 buffer (2,080 B)
+    cat = fsdp.chunk_cat.default
+    grads = [torch.randn(7, 64), torch.randn(7)]
+    rs_in = torch.empty(2, 260)
+    cat(grads, 0, 2, out=rs_in)
+    assert moved(cat, (grads, 0, 2), {"out": rs_in}, None) == 1820 + 2080
+
+
+# ---- Profile.comm in JSON --------------------------------------------------------------
+def test_comm_table_round_trips_through_json(tmp_path: Path) -> None:
+    prof = ls.profile(nn.Linear(2, 2), torch.randn(1, 2))
+    prof.comm = {
+        "0": {"backward": {"reduce_scatter": {"calls": 1, "bytes": 2080, "wire_bytes": 1040}}},
+        "<outside>": {"forward": {"all_reduce": {"calls": 2, "bytes": 8, "wire_bytes": 4.5}}},
+    }
+    prof.save(tmp_path / "p.json")
+    loaded = ls.load(tmp_path / "p.json")
+    assert loaded.comm == prof.comm
+    data = json.loads((tmp_path / "p.json").read_text())
+    data["comm"]["0"]["backward"]["reduce_scatter"]["calls"] = -1
+    (tmp_path / "bad.json").write_text(json.dumps(data))
+    with pytest.raises(
+        ls.SchemaError,
+        match=r"\$\.comm\[\"0\"\]\.backward\.reduce_scatter\.calls: expected an integer >= 0",
+    ):
+        ls.load(tmp_path / "bad.json")
+    assert "comm" not in ls.profile(nn.Linear(2, 2)).to_dict()  # absent when none
+
+
+# ---- a 2-rank FSDP2 step -----------------------------------------------------------------
+def _fsdp_worker(rank: int, store: str, out: str) -> None:
+    """One rank: three FSDP2 steps of the two-unit model, the third profiled; then the
+    same step with one unit (the whole model). Writes ``rank{r}.json`` or ``.error``."""
+    facts: dict[str, Any] = {}
+    try:
+        torch.set_num_threads(1)
+        dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
+        from torch.distributed.fsdp import fully_shard
+
+        for units in ("two", "one"):
+            torch.manual_seed(0)
+            model = nn.Sequential(nn.Linear(64, 7), nn.Linear(7, 3))
+            if units == "two":
+                fully_shard(model[0])
+                fully_shard(model[1])
+            fully_shard(model)
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            x = torch.randn(4, 64)
+            for step in range(3):
+                if step == 2:
+                    with ls.Profiler(model) as p:
+                        model(x).sum().backward()
+                else:
+                    model(x).sum().backward()
+                opt.step()
+                opt.zero_grad()
+            prof = p.profile
+            path = os.path.join(out, f"{units}{rank}.json")
+            prof.save(path)
+            facts[units] = {
+                "comm": ls.load(path).comm,
+                "unsupported": prof.unsupported_ops,
+                "partial": prof.partial_metrics,
+                "outside": prof.outside,
+                "metrics": {n.path: dict(n.metrics) for n in prof.nodes()},
+                "wrapped_left": [
+                    k
+                    for m in model.modules()
+                    for g in fsdp_param_groups(m)
+                    for k in vars(g)
+                    if k in ("post_backward", "unshard")
+                ],
+            }
+        dist.barrier()
+    except BaseException:
+        Path(out, f"rank{rank}.error").write_text(traceback.format_exc(), encoding="utf-8")
+        raise
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    Path(out, f"rank{rank}.json").write_text(json.dumps(facts), encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def fsdp_run(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    out = tmp_path_factory.mktemp("fsdp")
+    ctx = multiprocessing.get_context("spawn")
+    procs = [
+        ctx.Process(target=_fsdp_worker, args=(r, str(out / "store"), str(out)), daemon=True)
+        for r in range(WORLD)
+    ]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(TIME_LIMIT_S)
+    alive = [r for r, proc in enumerate(procs) if proc.is_alive()]
+    for proc in procs:
+        if proc.is_alive():
+            proc.terminate()
+            proc.join(5)
+    errors = "\n".join(p.read_text() for p in out.glob("rank*.error"))
+    if alive or errors or any(proc.exitcode != 0 for proc in procs):
+        pytest.fail(f"ranks still running: {alive}\n{errors}")
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(WORLD)]
+
+
+def _row(calls: int, payload: int, wire: int) -> dict[str, int]:
+    return {"calls": calls, "bytes": payload, "wire_bytes": wire}
+
+
+def test_fsdp2_collectives_by_unit_and_kind(fsdp_run: list[dict[str, Any]]) -> None:
+    for facts in fsdp_run:  # every rank pads its shards to the same sizes
+        two = facts["two"]
+        # unit 0: 1,040 B per rank to all-gather (wire (2-1) x 1,040), in the forward
+        # and again in the backward (resharded after the forward); its reduce-scatter
+        # of 2,080 B (wire 1/2 x 2,080) in its own backward, not outside
+        assert two["comm"] == {
+            "0": {
+                "forward": {"all_gather": _row(1, 1040, 1040)},
+                "backward": {
+                    "all_gather": _row(1, 1040, 1040),
+                    "reduce_scatter": _row(1, 2080, 1040),
+                },
+            },
+            "1": {
+                "forward": {"all_gather": _row(1, 64, 64)},
+                "backward": {
+                    "all_gather": _row(1, 64, 64),
+                    "reduce_scatter": _row(1, 128, 64),
+                },
+            },
+        }
+        assert two["unsupported"] == {}
+        assert two["partial"] == []
+        assert not any("comm" in k for k in two["outside"])
+        root = two["metrics"][""]
+        assert root["comm_bytes"] == 1040 + 64
+        assert root["comm_wire_bytes"] == 1040 + 64
+        assert root["backward_comm_bytes"] == (1040 + 2080) + (64 + 128)
+        assert root["backward_comm_wire_bytes"] == 2 * 1040 + 2 * 64
+        assert two["wrapped_left"] == []  # the groups' methods are their class's again
+
+        # one unit, the whole model: every tensor gathered at once, 1,040 + 64 B; the
+        # root (the Sequential) is not resharded after the forward, so no all-gather in
+        # the backward; the reduce-scatter (2,080 + 128 B) is the root's backward
+        one = facts["one"]
+        assert one["comm"] == {
+            "": {
+                "forward": {"all_gather": _row(1, 1104, 1104)},
+                "backward": {"reduce_scatter": _row(1, 2208, 1104)},
+            }
+        }
+        assert one["unsupported"] == {}
+        assert not any("comm" in k for k in one["outside"])
+
+
+def test_a_loop_cycle_sums_its_steps_comm() -> None:
+    from layerscope.analysis.merge import merge_profiles
+
+    steps = [ls.profile(nn.Linear(2, 2), torch.randn(1, 2)) for _ in range(2)]
+    steps[0].comm = {"": {"backward": {"all_reduce": {"calls": 1, "bytes": 24, "wire_bytes": 24}}}}
+    steps[1].comm = {
+        "": {
+            "backward": {"all_reduce": {"calls": 2, "bytes": 48, "wire_bytes": 48}},
+            "forward": {"broadcast": {"calls": 1, "bytes": 8, "wire_bytes": 8}},
+        }
+    }
+    merged = merge_profiles(steps)
+    assert merged.comm == {
+        "": {
+            "backward": {"all_reduce": {"calls": 3, "bytes": 72, "wire_bytes": 72}},  # 1+2, 24+48
+            "forward": {"broadcast": {"calls": 1, "bytes": 8, "wire_bytes": 8}},
+        }
+    }
