@@ -295,6 +295,7 @@ BACKWARD_COMM_BYTES = "backward_comm_bytes"
 LOCAL_PARAMS = "local_params"
 LOCAL_PARAM_BYTES = "local_param_bytes"
 LOCAL_BUFFER_BYTES = "local_buffer_bytes"
+LOCAL_GRAD_BYTES = "local_grad_bytes"
 FORWARD_TIME = "forward_time"
 BACKWARD_TIME = "backward_time"
 DEVICE_TIME = "device_time"
@@ -346,6 +347,8 @@ _BUILTIN: tuple[MetricSpec, ...] = (
             "shards"),
     _static(LOCAL_BUFFER_BYTES, "bytes", _size("local buffer"), 15, "bytes of this rank's buffer "
             "shards"),
+    _work(LOCAL_GRAD_BYTES, "bytes", "backward", _size("local grad"), 20, "bytes of this "
+          "rank's shards of the parameter gradients the module holds", cycles="keep"),
     _time(FORWARD_TIME, "forward", "Fwd time", "fwd", 80, "seconds per call of the "
           "module's forward, median over timed repeats", default=True, default_self=True),
     _time(BACKWARD_TIME, "backward", "Bwd time", "bwd", 75, "seconds per call of the "
