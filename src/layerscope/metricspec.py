@@ -300,6 +300,8 @@ FORWARD_TIME = "forward_time"
 BACKWARD_TIME = "backward_time"
 DEVICE_TIME = "device_time"
 BACKWARD_DEVICE_TIME = "backward_device_time"
+#: The kinds of ``profile.memory["baseline"]`` (``metrics/memory/baseline.py``), in order.
+BASELINE_KINDS = ("parameters", "gradients", "optimizer_states", "buffers", "other")
 
 _BUILTIN: tuple[MetricSpec, ...] = (
     _static(PARAMS, "count", _count("param"), 90, "parameter elements; a tensor shared by several "

@@ -33,10 +33,8 @@ from torch.nn.parameter import is_lazy
 from torch.optim import Optimizer
 from torch.utils.hooks import RemovableHandle
 
+from layerscope.metricspec import BASELINE_KINDS
 from layerscope.metrics.memory.storages import StorageTable, storage_of
-
-#: The kinds of ``profile.memory["baseline"]``, in the order of the dict.
-KINDS = ("parameters", "gradients", "optimizer_states", "buffers", "other")
 
 
 def _dtensor_type() -> type | None:
@@ -85,7 +83,7 @@ class Baseline:
 
     def __init__(self, table: StorageTable) -> None:
         self.table = table
-        self.bytes = dict.fromkeys(KINDS, 0)
+        self.bytes = dict.fromkeys(BASELINE_KINDS, 0)
         self._seen: dict[int, weakref.ref[Any]] = {}  # id(storage or tensor) -> it
         self._params: set[int] = set()
         self._optimizers: set[int] = set()
