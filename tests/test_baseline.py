@@ -20,6 +20,8 @@ LINEAR = 64 * 32 * 4 + 32 * 4  # 8,320
 class Held(nn.Module):
     """A Linear, a second one tied to its weight, a buffer and plain tensor attributes."""
 
+    scale: torch.Tensor
+
     def __init__(self) -> None:
         super().__init__()
         self.a = nn.Linear(64, 32)
@@ -210,7 +212,9 @@ def test_ddp_bucket_rebuild_is_named(tmp_path: Path) -> None:
                 p.step()
     finally:
         dist.destroy_process_group()
-    loops = [(s.model["loop"]["optimizer_states"], s.model["loop"]["ddp_rebuilt_buckets"]) for s in seen]
+    loops = [
+        (s.model["loop"]["optimizer_states"], s.model["loop"]["ddp_rebuilt_buckets"]) for s in seen
+    ]
     assert loops == [(False, False), (True, True), (True, False)]
     assert [BUCKETS_REBUILT in s.notices for s in seen] == [False, True, False]
     assert [STATES_CREATED in s.notices for s in seen] == [True, False, False]

@@ -434,7 +434,11 @@ def _timeline(profile: Profile, by_path: dict[str, int]) -> dict[str, Any] | Non
 def _baseline(mem: dict[str, Any]) -> dict[str, Any]:
     """What was held when the run began (``memory["baseline"]``): its bytes, the kinds
     held, and the absolute peak; nothing for a profile without it."""
-    total, peak, kinds = mem.get("baseline_bytes"), mem.get("session_peak_bytes"), mem.get("baseline")
+    total, peak, kinds = (
+        mem.get("baseline_bytes"),
+        mem.get("session_peak_bytes"),
+        mem.get("baseline"),
+    )
     if not isinstance(total, int) or not isinstance(peak, int) or not isinstance(kinds, dict):
         return {}
     held = [[word, kinds[key]] for key, word in BASELINE_WORDS.items() if kinds.get(key)]

@@ -274,9 +274,7 @@ def _baseline_line(mem: dict[str, Any]) -> str:
         if isinstance(kinds, dict) and kinds.get(key)
     ]
     held = f" ({', '.join(parts)})" if parts else ""
-    return (
-        f"Held at start: {units.nbytes(total)}{held}; absolute peak {units.nbytes(total + peak)}"
-    )
+    return f"Held at start: {units.nbytes(total)}{held}; absolute peak {units.nbytes(total + peak)}"
 
 
 def _memory_lines(profile: Profile) -> list[Fact]:

@@ -23,8 +23,7 @@ _LATER = "for steady-state memory figures analyse a later step, e.g. ls.schedule
 
 STATES_CREATED = (
     "the optimizer's states were created in an analysed step (its first step()): the "
-    "memory figures of that step lack them at its start and include their allocation; "
-    + _LATER
+    "memory figures of that step lack them at its start and include their allocation; " + _LATER
 )
 BUCKETS_REBUILT = (
     "DistributedDataParallel rebuilt its gradient buckets in an analysed step (once, in "

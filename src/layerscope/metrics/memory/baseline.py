@@ -33,8 +33,8 @@ from torch.nn.parameter import is_lazy
 from torch.optim import Optimizer
 from torch.utils.hooks import RemovableHandle
 
-from layerscope.metricspec import BASELINE_KINDS
 from layerscope.metrics.memory.storages import StorageTable, storage_of
+from layerscope.metricspec import BASELINE_KINDS
 
 
 def _dtensor_type() -> type | None:

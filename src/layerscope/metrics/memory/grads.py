@@ -12,9 +12,9 @@ from typing import Any
 from torch import Tensor
 
 import layerscope.metricspec as ms
-from layerscope.metrics.memory.baseline import local
 from layerscope.collect.signature import dtype_name
 from layerscope.collect.tree import ModelTree
+from layerscope.metrics.memory.baseline import local
 from layerscope.metrics.params import Owned, owned_tensors
 from layerscope.profile import Profile
 
