@@ -90,6 +90,9 @@ def test_without_an_optimizer_no_states_are_counted() -> None:
     assert prof.memory["baseline"]["optimizer_states"] == 0
     assert prof.memory["baseline"]["gradients"] == LINEAR
     assert prof.model.get("loop") is None
+    model, opt, x = _trained()
+    given = ls.profile(model, x, memory=True, optimizer=opt)
+    assert given.memory["baseline"]["optimizer_states"] == LINEAR  # momentum buffers
 
 
 def test_optimizer_seen_stepping_is_found() -> None:
