@@ -114,6 +114,16 @@ def _worker(rank: int, store: str, out: str) -> None:
         lin = nn.Linear(8, 4)
         lin.weight = nn.Parameter(distribute_tensor(lin.weight.detach(), mesh, [Shard(0)]))
         facts["dtensor"] = dict(ls.profile(lin).root.metrics)
+        # gradients: the weight's a DTensor like it (this rank's 2 rows), the bias's plain
+        lin.weight.grad = distribute_tensor(torch.ones(4, 8), mesh, [Shard(0)])
+        lin.bias.grad = torch.ones(4)
+        with ls.Profiler(lin, memory=True) as held:
+            pass
+        facts["dtensor_grads"] = {
+            "metrics": dict(held.profile.root.metrics),
+            "grads": held.profile.memory["grads"],
+            "baseline": held.profile.memory["baseline"],
+        }
 
         dist.barrier()
     except BaseException:
@@ -337,6 +347,21 @@ def test_dtensor_parameters_count_logical_and_local(
         assert m["local_params"] == 2 * 8 + 4  # this rank's 2 rows of 4, the bias whole
         assert m["local_param_bytes"] == (2 * 8 + 4) * 4
         assert m["local_buffer_bytes"] == 0
+        g = f["dtensor_grads"]
+        assert g["grads"]["weight"] == {
+            "shape": [4, 8],  # logical
+            "dtype": "float32",
+            "bytes": 4 * 8 * 4,
+            "module": "",
+            "local_shape": [2, 8],  # this rank's rows
+            "local_bytes": 2 * 8 * 4,
+        }
+        assert g["grads"]["bias"] == {"shape": [4], "dtype": "float32", "bytes": 16, "module": ""}
+        assert g["metrics"]["grad_bytes"] == 4 * 8 * 4 + 4 * 4
+        assert g["metrics"]["local_grad_bytes"] == 2 * 8 * 4 + 4 * 4  # the bias whole
+        # per rank, local: 2 weight rows + the bias, and their gradients
+        assert g["baseline"]["parameters"] == (2 * 8 + 4) * 4
+        assert g["baseline"]["gradients"] == (2 * 8 + 4) * 4
 
 
 # ---- one process ------------------------------------------------------------------------

@@ -188,6 +188,10 @@ def test_real_profile_carries_the_memory_timeline() -> None:
     # the loss's backward ran outside the model: its path stays a string
     assert tl["node"] == [index.get(p, p) for p in t["path"]]
     assert "<outside>" in tl["node"]
+    # what was held when the run began: the two Linears' parameters, 4*8*4 + 8*4 = 160 B
+    assert prof.memory["baseline_bytes"] == 160
+    assert tl["baseline"] == 160 and tl["baseline_kinds"] == [["params", 160]]
+    assert tl["absolute_peak"] == 160 + prof.memory["session_peak_bytes"]
     assert {"peak_bytes", "activation_bytes", "output_shape"} <= {c["key"] for c in data["columns"]}
 
 
@@ -315,6 +319,20 @@ def test_page_shows_a_real_profile(open_report: Any) -> None:
     assert facts == [t for t, _ in summary_lines(prof)]
     assert page.locator("#ls-icicle g").count() >= len(prof.nodes()) - 1
     assert page.locator("#ls-timeline path.tl-line").count() == 1
+    mem = prof.memory
+    held = ", ".join(
+        f"{word} {units.nbytes(n)}"
+        for word, n in (
+            ("params", mem["baseline"]["parameters"]),
+            ("buffers", mem["baseline"]["buffers"]),
+        )
+        if n
+    )
+    assert page.locator("#ls-baseline").text_content() == (
+        f" Held when the run began (the line's 0): {units.nbytes(mem['baseline_bytes'])} "
+        f"({held}); absolute peak "
+        f"{units.nbytes(mem['baseline_bytes'] + mem['session_peak_bytes'])}."
+    )
     # numbers with units, the raw value in the tooltip
     cell = page.locator('#ls-table tbody tr[data-i="0"] td').nth(
         1 + [c["key"] for c in report_data(prof)["columns"] if c["shown"]].index("flops")

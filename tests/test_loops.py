@@ -190,6 +190,8 @@ def test_without_schedule_the_block_is_one_span() -> None:
         "steps_seen": 3,
         "complete": True,
         "schedule": None,
+        "optimizer_states": False,  # plain SGD keeps no state
+        "ddp_rebuilt_buckets": None,  # no DDP
     }
 
 

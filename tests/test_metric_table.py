@@ -176,6 +176,7 @@ def test_loop_cycle_rules_are_those_of_the_loop() -> None:
         "local_params",
         "local_param_bytes",
         "local_buffer_bytes",
+        "local_grad_bytes",
     } == ms.STATIC_METRICS
     assert frozenset(ms.ADDITIVE_METRICS) - ms.STATIC_METRICS == ms.SUMMED_METRICS
     later = {"params": 10, "flops": 5, "peak_bytes": 7, "forward_time": 0.5}
@@ -208,6 +209,7 @@ def test_headers_follow_one_naming_rule() -> None:
     ]
     assert column(ms.GRAD_BYTES).header == "Grad size"
     assert column(ms.LOCAL_BUFFER_BYTES).header == "Local buffer size"
+    assert column(ms.LOCAL_GRAD_BYTES).header == "Local grad size"
     counts = [s.header for s in ms.METRICS.values() if s.unit == "count" and s.column]
     assert counts == ["Params", "Trainable params", "Buffers", "Local params"]
     # self or inclusive: "Self" starts exactly the self forms, % columns included

@@ -298,10 +298,13 @@ BACKWARD_COMM_WIRE_BYTES = "backward_comm_wire_bytes"
 LOCAL_PARAMS = "local_params"
 LOCAL_PARAM_BYTES = "local_param_bytes"
 LOCAL_BUFFER_BYTES = "local_buffer_bytes"
+LOCAL_GRAD_BYTES = "local_grad_bytes"
 FORWARD_TIME = "forward_time"
 BACKWARD_TIME = "backward_time"
 DEVICE_TIME = "device_time"
 BACKWARD_DEVICE_TIME = "backward_device_time"
+#: The kinds of ``profile.memory["baseline"]`` (``metrics/memory/baseline.py``), in order.
+BASELINE_KINDS = ("parameters", "gradients", "optimizer_states", "buffers", "other")
 
 _BUILTIN: tuple[MetricSpec, ...] = (
     _static(PARAMS, "count", _count("param"), 90, "parameter elements; a tensor shared by several "
@@ -356,6 +359,8 @@ _BUILTIN: tuple[MetricSpec, ...] = (
             "shards"),
     _static(LOCAL_BUFFER_BYTES, "bytes", _size("local buffer"), 15, "bytes of this rank's buffer "
             "shards"),
+    _work(LOCAL_GRAD_BYTES, "bytes", "backward", _size("local grad"), 20, "bytes of this "
+          "rank's shards of the parameter gradients the module holds", cycles="keep"),
     _time(FORWARD_TIME, "forward", "Fwd time", "fwd", 80, "seconds per call of the "
           "module's forward, median over timed repeats", default=True, default_self=True),
     _time(BACKWARD_TIME, "backward", "Bwd time", "bwd", 75, "seconds per call of the "

@@ -74,9 +74,14 @@ def _merge_comm(into: dict[str, Any], earlier: Mapping[str, Any]) -> None:
 
 
 def _merge_memory(into: dict[str, Any], earlier: Mapping[str, Any]) -> None:
-    """Whole-model ``memory`` numbers: the max of the steps'."""
+    """Whole-model ``memory`` numbers: the max of the steps' (the baseline's, kind by kind)."""
     for key, value in earlier.items():
         mine = into.get(key)
+        if key == "baseline" and isinstance(value, Mapping) and isinstance(mine, dict):
+            for kind, n in value.items():
+                if _is_number(n) and (kind not in mine or n > mine[kind]):
+                    mine[kind] = n
+            continue
         if _is_number(value) and (mine is None or (_is_number(mine) and value > mine)):
             into[key] = value
 

@@ -43,7 +43,7 @@ from layerscope.export.jsonspec import TIMELINE
 from layerscope.hardware import DeviceLike
 from layerscope.profile import Node, Number, Profile
 from layerscope.render import units
-from layerscope.render.summary import summary_lines
+from layerscope.render.summary import BASELINE_WORDS, summary_lines
 
 __all__ = ["report_data", "to_html", "to_html_text"]
 
@@ -428,7 +428,22 @@ def _timeline(profile: Profile, by_path: dict[str, int]) -> dict[str, Any] | Non
         "bytes": list(t["bytes"]),
         "allocator": t.get("allocator", "simulated"),
         "dropped": t.get("dropped", 0),
+        **_baseline(profile.memory),
     }
+
+
+def _baseline(mem: dict[str, Any]) -> dict[str, Any]:
+    """What was held when the run began (``memory["baseline"]``): its bytes, the kinds
+    held, and the absolute peak; nothing for a profile without it."""
+    total, peak, kinds = (
+        mem.get("baseline_bytes"),
+        mem.get("session_peak_bytes"),
+        mem.get("baseline"),
+    )
+    if not isinstance(total, int) or not isinstance(peak, int) or not isinstance(kinds, dict):
+        return {}
+    held = [[word, kinds[key]] for key, word in BASELINE_WORDS.items() if kinds.get(key)]
+    return {"baseline": total, "baseline_kinds": held, "absolute_peak": total + peak}
 
 
 def _roofline(

@@ -129,6 +129,29 @@ MODEL = Obj(
             Map(Int(0)),
             "the kernels a meta analysis followed, by op: {op: {kernel: calls}}",
         ),
+        "loop": Obj(
+            {
+                "cycle": Int(0),
+                "steps": Int(0),
+                "analysed_steps": Int(0),
+                "timed_steps": Int(0),
+                "first_step": Opt(Int(0)),
+                "last_step": Opt(Int(0)),
+                "steps_seen": Int(0),
+                "complete": Bool(),
+                "schedule": Opt(Map(Int(0), "wait, warmup, active, repeat")),
+                "optimizer_states": Opt(
+                    Bool(
+                        "whether the optimizers' states existed when the analysed steps "
+                        "began (null: no optimizer known)"
+                    )
+                ),
+                "ddp_rebuilt_buckets": Opt(
+                    Bool("whether DDP rebuilt its gradient buckets in an analysed step")
+                ),
+            },
+            description="which steps of a Profiler's loop the profile holds (docs/loops.md)",
+        ),
     },
     description="the model and how it was run",
 )
@@ -180,6 +203,11 @@ MEMORY = Obj(
         "forward_peak_bytes": _BYTES,
         "forward_end_bytes": _BYTES,
         "session_peak_bytes": _BYTES,
+        "baseline": Obj(
+            {kind: _BYTES for kind in ms.BASELINE_KINDS},
+            description="bytes live when the session began, by kind, each storage once",
+        ),
+        "baseline_bytes": _BYTES,
         ms.ACTIVATION_BYTES: _BYTES,
         ms.BACKWARD_PEAK_BYTES: _BYTES,
         "grads": Map(
@@ -189,6 +217,8 @@ MEMORY = Obj(
                     "dtype": Str(),
                     "bytes": _BYTES,
                     "module": Str("the module path where it is counted"),
+                    "local_shape": Arr(Int(0), "this rank's shard of a DTensor gradient"),
+                    "local_bytes": _BYTES,
                 }
             ),
             "parameter name -> its gradient",

@@ -252,6 +252,31 @@ def _saved_words(profile: Profile) -> tuple[str, str]:
     return peak, f" ({', '.join(parts)})" if parts else ""
 
 
+#: The baseline's kinds as the memory line names them.
+BASELINE_WORDS = {
+    "parameters": "params",
+    "gradients": "grads",
+    "optimizer_states": "optimizer states",
+    "buffers": "buffers",
+    "other": "other tensors",
+}
+
+
+def _baseline_line(mem: dict[str, Any]) -> str:
+    """What the rank held when the session began, by kind, and its peak counting it."""
+    total, peak = mem.get("baseline_bytes"), mem.get("session_peak_bytes")
+    if not isinstance(total, int) or not isinstance(peak, int):
+        return ""
+    kinds = mem.get("baseline")
+    parts = [
+        f"{word} {units.nbytes(kinds[key])}"
+        for key, word in BASELINE_WORDS.items()
+        if isinstance(kinds, dict) and kinds.get(key)
+    ]
+    held = f" ({', '.join(parts)})" if parts else ""
+    return f"Held at start: {units.nbytes(total)}{held}; absolute peak {units.nbytes(total + peak)}"
+
+
 def _memory_lines(profile: Profile) -> list[Fact]:
     """Whole-model peaks and, when recorded, the training footprint."""
     mem = profile.memory
@@ -265,6 +290,9 @@ def _memory_lines(profile: Profile) -> list[Fact]:
     if ms.BACKWARD_PEAK_BYTES in mem:
         text += f", backward peak {units.nbytes(mem[ms.BACKWARD_PEAK_BYTES])}"
     lines: list[Fact] = [(text, "")]
+    baseline = _baseline_line(mem)
+    if baseline:
+        lines.append((baseline, ""))
     training = mem.get("training")
     if training:
         parts = ", ".join(

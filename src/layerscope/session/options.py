@@ -99,6 +99,19 @@ def check_session(
     )
 
 
+def check_optimizer(optimizer: object) -> tuple[torch.optim.Optimizer, ...]:
+    """``optimizer=``: a ``torch.optim.Optimizer``, a list or tuple of them, or None."""
+    if optimizer is None:
+        return ()
+    if isinstance(optimizer, torch.optim.Optimizer):
+        return (optimizer,)
+    if isinstance(optimizer, list | tuple) and all(
+        isinstance(o, torch.optim.Optimizer) for o in optimizer
+    ):
+        return tuple(optimizer)
+    refuse("optimizer", optimizer, "a torch.optim.Optimizer, a list of them, or None")
+
+
 def check_mode(mode: object) -> Mode | None:
     """``mode=``: "eval", "train" or None (the model's own flags)."""
     checked: Mode | None = check_choice("mode", mode, MODES, none=True)

@@ -14,6 +14,7 @@ from types import TracebackType
 from typing import Any
 
 from torch import nn
+from torch.optim import Optimizer
 
 from layerscope.analysis.merge import merge_profiles
 from layerscope.collect.common import unwrap_model
@@ -29,18 +30,21 @@ from layerscope.metrics.comm import comm_observers
 from layerscope.metrics.flop_counter import FlopCounter
 from layerscope.metrics.flops import Formula
 from layerscope.metrics.memory import MemoryObserver
+from layerscope.metrics.memory.baseline import OptimizerWatch
 from layerscope.metrics.numerics import NonFiniteMode, NumericsObserver
 from layerscope.profile import Profile
 from layerscope.session.build import build_profile
 from layerscope.session.instrument import AnalysisSession, as_target, grad_mode
 from layerscope.session.options import (
     check_callable,
+    check_optimizer,
     check_session,
     check_timing,
     check_timing_device,
 )
 from layerscope.session.schedule import IDLE, Action, Schedule
 from layerscope.session.stack import frames_for_depth, lower_recursion_limit, raise_recursion_limit
+from layerscope.session.stepfacts import Step, StepFacts, loop_facts
 from layerscope.validate import check_bool
 
 
@@ -78,6 +82,11 @@ class Profiler:
     ``grad_shapes`` (default: as ``record_shapes``) records the shapes of the gradients
     that reach each module's inputs and outputs in a backward pass inside the block
     (``Node.grad_inputs``/``grad_outputs``).
+
+    ``optimizer`` (one or a list): the optimizers whose states ``memory=True`` counts in
+    ``profile.memory["baseline"]``; an optimizer that steps while the Profiler runs is
+    found without it. ``profile.model["loop"]`` says whether their states existed when
+    the analysed steps began, and whether DDP rebuilt its buckets in them.
     """
 
     def __init__(
@@ -96,7 +105,10 @@ class Profiler:
         schedule: Schedule | None = None,
         on_ready: Callable[[Profile], Any] | None = None,
         target: str | Target | None = None,
+        optimizer: Optimizer | Sequence[Optimizer] | None = None,
     ) -> None:
+        self._watch = OptimizerWatch(check_optimizer(optimizer))
+        self._facts = StepFacts(model, self._watch)
         self.model, self._notices = unwrap_model(model)
         self._target = as_target(target)
         self._options = check_session(
@@ -134,6 +146,7 @@ class Profiler:
         self._action = Action.DONE  # what the current step does
         self._sessions = 0  # analysis sessions opened so far
         self._cycle: list[Profile] = []  # this cycle's analysed steps' profiles
+        self._cycle_facts: list[Step] = []  # and which steps they were
         self._cycle_steps: list[int] = []  # the steps measured in this cycle
         self._cycles = 0  # profiles built so far
         self._timer: LoopTimer | None = None
@@ -151,7 +164,7 @@ class Profiler:
         if options.count_bytes:
             observers.append(ByteCounter())
         if options.memory:
-            observers.append(MemoryObserver())
+            observers.append(MemoryObserver(optimizers=self._watch))
         if options.numerics is not None:
             observers.append(NumericsObserver(**options.numerics))
         # collective ops' bytes, when a process group is initialised
@@ -188,7 +201,12 @@ class Profiler:
         self._run = {"training": self.model.training, "grad_mode": grad_mode()}
         self._owner = threading.get_ident()
         self._step = 0
-        self._begin_step()
+        self._watch.start()
+        try:
+            self._begin_step()
+        except BaseException:
+            self._watch.stop()
+            raise
         self._state = "running"
         return self
 
@@ -243,7 +261,10 @@ class Profiler:
             )
         self._in_owner_thread(call)
         self._state = "stopped"
-        self._end_step(exc, at_stop=True)
+        try:
+            self._end_step(exc, at_stop=True)
+        finally:
+            self._watch.stop()
         ready = self._finish_cycle()
         if ready is not None and self.on_ready is not None and exc is None:
             self.on_ready(ready)
@@ -281,11 +302,13 @@ class Profiler:
         if action is Action.ANALYSE:
             session = self._session
             assert session is not None
+            facts = self._facts.end()
             prof = session.close(exc)
             tracker = session.tracker
             # the step a loop begins after its last step() and never runs is not one
             if not at_stop or tracker.called or self.schedule is None:
                 self._cycle.append(prof)
+                self._cycle_facts.append(facts)
                 self._cycle_steps.append(self._step)
         elif action is Action.TIME:
             timer = self._timer
@@ -301,6 +324,7 @@ class Profiler:
     def _finish_cycle(self) -> Profile | None:
         """The profile of the cycle that just ended, or None if it measured nothing."""
         profiles, self._cycle = self._cycle, []
+        facts, self._cycle_facts = self._cycle_facts, []
         steps, self._cycle_steps = self._cycle_steps, []
         timer = self._timer
         timed = timer.timed_steps if timer is not None else 0
@@ -330,8 +354,10 @@ class Profiler:
                     "analysed and the others are timed, so time needs active >= 2"
                 )
             timer.reset()
+        keys, notices = loop_facts(facts)
+        prof.notices.extend(n for n in notices if n not in prof.notices)
         if self.schedule is not None or timer is not None or self._step > 0:
-            prof.model["loop"] = self._loop_info(steps, len(profiles), timed)
+            prof.model["loop"] = {**self._loop_info(steps, len(profiles), timed), **keys}
         self._cycles += 1
         self._profile = prof
         return prof
@@ -379,7 +405,12 @@ class Profiler:
             target=self._target,
             tensors_on=self._tensors_on,
         )
-        session.open()
+        self._facts.begin(self.model)
+        try:
+            session.open()
+        except BaseException:
+            self._facts.end()
+            raise
         self._session, self._run = session, session.run
 
     @property

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.optim import Optimizer
 
 from layerscope.collect.common import default_loss, in_mode, is_compiled, unwrap_model
 from layerscope.collect.inputs import model_device_dtype, random_inputs
@@ -69,6 +70,7 @@ def profile(
     observers: Sequence[Observer] = (),
     mode: Mode | None = None,
     target: str | Target | None = None,
+    optimizer: Optimizer | Sequence[Optimizer] | None = None,
 ) -> Profile:
     """Run ``model`` once under instrumentation and return its Profile.
 
@@ -111,6 +113,8 @@ def profile(
       throughput. A mapping instead of ``True`` sets its options (``timer``, ``warmup``,
       ``repeats``, ``sync``, ``grad_mode``, ``ops``, ``batch_size``, ``progress``; see
       ``docs/timing.md``). Not on the meta device, where nothing runs to be timed.
+    - ``optimizer`` (one or a list): with ``memory=True``, their states for the model's
+      parameters count in ``profile.memory["baseline"]`` (the bytes live before the run).
     - ``observers`` adds measurements of your own (``layerscope.collect.observer``); an
       exception in one of their methods is raised as ``ObserverError``.
 
@@ -144,6 +148,7 @@ def profile(
         observers=observers,
         grad_shapes=record_shapes is True and backward,
         target=target,
+        optimizer=optimizer,
     )
     # One session on a model at a time: another thread's waits here for this one to end.
     with claimed(model):

@@ -266,6 +266,13 @@
       (T.allocator === "cuda" ? " Peaks inside a module fall between samples (see Peak). " : " ") +
       "Hover for the module." +
       (T.dropped ? " " + T.dropped + " later events were not kept." : "")));
+    if (T.baseline !== undefined) {  // what the rank held when the run began
+      ts.firstChild.appendChild(el("span", "note", " Held when the run began (the line's 0): " +
+        nbytes(T.baseline) + (T.baseline_kinds.length ? " (" + T.baseline_kinds.map(function (k) {
+          return k[0] + " " + nbytes(k[1]);
+        }).join(", ") + ")" : "") + "; absolute peak " + nbytes(T.absolute_peak) + "."));
+      ts.firstChild.lastChild.id = "ls-baseline";
+    }
     tl = sv("svg", { id: "ls-timeline", role: "img", "aria-label": "live bytes over op order" });
     tlTip = plotIn(ts, tl);
     tlLegend = el("div", "note"); tlLegend.id = "ls-tl-legend"; ts.appendChild(tlLegend);

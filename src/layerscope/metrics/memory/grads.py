@@ -14,6 +14,7 @@ from torch import Tensor
 import layerscope.metricspec as ms
 from layerscope.collect.signature import dtype_name
 from layerscope.collect.tree import ModelTree
+from layerscope.metrics.memory.baseline import local
 from layerscope.metrics.params import Owned, owned_tensors
 from layerscope.profile import Profile
 
@@ -37,24 +38,38 @@ def fill_gradients(profile: Profile, owned: list[Owned], *, force: bool) -> None
     qualified name to ``{"shape", "dtype", "bytes", "module"}`` (``module``: path of the
     node it is counted at). Nothing is written when no gradient exists and ``force`` (a
     backward ran) is false.
+
+    A DTensor gradient (FSDP2, tensor parallel) has its logical shape and bytes there,
+    and ``local_shape`` and ``local_bytes``: this rank's shard; every node then also
+    gets ``local_grad_bytes`` (a plain gradient counts whole in it).
     """
     present = [o for o in owned if o.tensor.grad is not None]
     if not present and not force:
         return
+    sharded = any(local(g) is not g for g in (o.tensor.grad for o in present) if g is not None)
     for node in profile.root.walk():
         node.self_metrics[ms.GRAD_BYTES] = 0
+        if sharded:
+            node.self_metrics[ms.LOCAL_GRAD_BYTES] = 0
     grads: dict[str, dict[str, Any]] = {}
     for o in present:
         g = o.tensor.grad
         assert g is not None
         n = grad_nbytes(g)
         o.owner.self_metrics[ms.GRAD_BYTES] += n
-        grads[o.names[0]] = {
+        grads[o.names[0]] = entry = {
             "shape": list(g.shape),
             "dtype": dtype_name(g.dtype),
             "bytes": n,
             "module": o.owner.path,
         }
+        if sharded:
+            shard = local(g)
+            n_local = grad_nbytes(shard)
+            o.owner.self_metrics[ms.LOCAL_GRAD_BYTES] += n_local
+            if shard is not g:
+                entry["local_shape"] = list(shard.shape)
+                entry["local_bytes"] = n_local
     profile.memory["grads"] = grads
 
 

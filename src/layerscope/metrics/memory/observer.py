@@ -26,7 +26,8 @@ What it measures (all bytes; see ``docs/memory.md`` for the full contract):
   counted once at the lowest common ancestor of the modules holding it.
 
 Whole-model facts go to ``profile.memory`` (``forward_peak_bytes``, ``backward_peak_bytes``,
-``grads``, ...), and ``timeline``: live bytes at every module entry and exit (and where
+``grads``, the bytes live at the session's start by kind: ``baseline``, ``baseline_bytes``
+(``baseline.py``)), and ``timeline``: live bytes at every module entry and exit (and where
 the backward pass moves on to another module's work), in op order (``timeline``).
 """
 
@@ -48,6 +49,7 @@ from layerscope.collect.observer import Observer
 from layerscope.collect.signature import iter_tensors
 from layerscope.collect.tree import ModelTree
 from layerscope.errors import InvalidInputError
+from layerscope.metrics.memory.baseline import Baseline, OptimizerWatch
 from layerscope.metrics.memory.grads import fill_gradients, owned_parameters, params_by_dtype
 from layerscope.metrics.memory.peaks import CudaAllocator, NestedPeaks, Scope
 from layerscope.metrics.memory.saved import (
@@ -155,18 +157,24 @@ class MemoryObserver(Observer):
     model has tensors on a CUDA device). They reset the device's peak counters
     (``torch.cuda.reset_peak_memory_stats``) at every module entry; the peak the process
     had reached before the session is kept in ``profile.memory["cuda"]``.
+
+    ``optimizers``: the optimizers whose states the baseline counts (``baseline.py``).
     """
 
-    def __init__(self, *, cuda: bool | None = None) -> None:
+    def __init__(
+        self, *, cuda: bool | None = None, optimizers: OptimizerWatch | None = None
+    ) -> None:
         if cuda and not torch.cuda.is_available():
             raise InvalidInputError("MemoryObserver(cuda=True), but CUDA is not available")
         self.cuda = cuda
+        self.optimizers = optimizers
         self._reset()
 
     def _reset(self) -> None:
         self._tracker: ScopeTracker | None = None
         self._tree: ModelTree | None = None  # kept after uninstall, for finish()
         self._table = StorageTable()
+        self._baseline = Baseline(self._table)
         self._sim = NestedPeaks(self._table)
         self._cuda: NestedPeaks | None = None
         self._cuda_device: torch.device | None = None
@@ -225,6 +233,7 @@ class MemoryObserver(Observer):
                         add(t.grad, param=False)
                     if device is None and t.is_cuda:
                         device = t.device
+        self._baseline.start(tracker.tree.modules(), self.optimizers)
         if self.cuda is False:
             device = None
         elif self.cuda and device is None:
@@ -251,6 +260,7 @@ class MemoryObserver(Observer):
             self._hooks = hooks
 
     def uninstall(self) -> None:
+        self._baseline.stop(self.optimizers)
         try:
             if self._hooks is not None:
                 # ours, wherever they are: another session may have pushed its own since
@@ -512,6 +522,8 @@ class MemoryObserver(Observer):
         mem["forward_peak_bytes"] = root.metrics.get(ms.PEAK_BYTES, 0)
         mem["forward_end_bytes"] = self.forward_end_cuda if on_cuda else self.forward_end
         mem["session_peak_bytes"] = self.session_peak_cuda if on_cuda else self.session_peak
+        mem["baseline"] = self._baseline.to_dict()
+        mem["baseline_bytes"] = sum(mem["baseline"].values())
         mem[ms.ACTIVATION_BYTES] = sum(n for _, n in self._activations.values())
         if self.saw_backward:
             mem[ms.BACKWARD_PEAK_BYTES] = self.backward_peak_cuda if on_cuda else self.backward_peak

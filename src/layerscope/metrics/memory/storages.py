@@ -14,7 +14,10 @@ later storage never finds a stale record, and the table never keeps a storage al
 
 The simulated allocator: a storage first seen as an op's output ("born" in the session)
 adds its ``nbytes`` to ``live``; its death subtracts them. Storages that existed before
-(parameters, buffers, the caller's inputs) are the baseline and never counted. Views and
+(parameters, buffers, the caller's inputs) are not counted in ``live``; those of the
+model's baseline (``baseline.py``: parameters, gradients, optimizer states, ...) are
+recorded with ``count_baseline``, so that their death in the session (a
+``zero_grad(set_to_none=True)``) lowers ``live`` below its start. Views and
 in-place ops return an existing storage and so allocate nothing; an existing storage that
 grew (``resize_`` by an ``out=`` op) adds the growth.
 """
@@ -41,7 +44,8 @@ class StorageRef(weakref.ref[torch.UntypedStorage]):
     __slots__ = ("born", "key", "nbytes", "param", "saved")
 
     key: int
-    #: Bytes counted in ``live`` for this storage (0 for baseline storages).
+    #: Bytes ``live`` loses when this storage dies: its size if born in the session or
+    #: counted in the baseline (``count_baseline``), else 0.
     nbytes: int
     #: Allocated during the session (counted by the simulated allocator).
     born: bool
@@ -97,6 +101,17 @@ class StorageTable:
         elif param:
             ref.param = True
 
+    def count_baseline(self, s: torch.UntypedStorage, nbytes: int, *, param: bool) -> None:
+        """Record a storage of the session's baseline (existed before, counted there): its
+        death subtracts ``nbytes`` from ``live``."""
+        ref = self.get(s)
+        if ref is None:
+            ref = self.add(s, born=False, param=param)
+        elif param:
+            ref.param = True
+        if not ref.born:
+            ref.nbytes = nbytes
+
     def grew(self, ref: StorageRef, s: torch.UntypedStorage) -> int:
         """Count a born storage's growth since it was recorded (``resize_``); the bytes added."""
         n = s.nbytes()
@@ -113,8 +128,7 @@ class StorageTable:
         assert isinstance(ref, StorageRef)
         if self._refs.get(ref.key) is ref:
             del self._refs[ref.key]
-        if ref.born:
-            self.live -= ref.nbytes
+        self.live -= ref.nbytes
 
     # ---- the allocator-statistics interface of ``peaks.PeakSource`` -----------------
     def read(self) -> tuple[int, int]:
