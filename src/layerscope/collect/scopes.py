@@ -145,7 +145,7 @@ class ScopeTracker:
         self.extra_signatures: dict[int, dict[str, int]] = {}
         # id(exc) -> (exc, node, thread that marked it): where an exception on its way out
         # was raised. Kept only while it may still be on its way: a module that returns
-        # normally forgets those its thread is not handling (``_forget_swallowed``), as
+        # normally forgets those its thread is not handling (``errorsites.forget_swallowed``), as
         # they were caught and dropped, and their tracebacks hold the frames' tensors.
         self.error_site: dict[int, tuple[BaseException, Node, int]] = {}
         self.backward_error_site: dict[int, tuple[BaseException, Node, int]] = {}
@@ -486,8 +486,8 @@ class ScopeTracker:
         if i is None:
             return
         node = self._drop_frames(i)
-        if self.error_site or self.backward_error_site:
-            self._forget_swallowed()
+        if self.error_site or self.backward_error_site:  # forget those caught and dropped
+            forget_swallowed((self.error_site, self.backward_error_site), _get_ident())
         if self.record_shapes:
             if type(output) is torch.Tensor and not output.is_nested:
                 key: Any = (output.shape, output.dtype, output.device)
@@ -554,11 +554,6 @@ class ScopeTracker:
     def mark_backward_site(self, exc: BaseException, node: Node) -> None:
         """Record that ``exc`` was raised in the backward of ``node`` (by a tensor hook)."""
         self.backward_error_site.setdefault(id(exc), (exc, node, _get_ident()))
-
-    def _forget_swallowed(self) -> None:
-        """A module returned normally: forget the exceptions this thread marked that it
-        is not handling now (``errorsites.forget_swallowed``)."""
-        forget_swallowed((self.error_site, self.backward_error_site), _get_ident())
 
     def keep_site_of(self, exc: BaseException | None) -> None:
         """The session ended (with ``exc`` if it raised): forget every mark but ``exc``'s,
