@@ -11,6 +11,7 @@ profile of the plain model.
 from __future__ import annotations
 
 import copy
+import json
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -172,3 +173,34 @@ def test_over_the_cap_the_table_is_dropped(monkeypatch: pytest.MonkeyPatch) -> N
     assert any("memory['storages'] not kept" in n for n in prof.notices)
     with pytest.raises(InvalidInputError, match="not kept"):
         checkpointed_activation_bytes(prof, "0")
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        (
+            [128, [3], [], [], False],  # paths has 3 entries: indices 0, 1, 2
+            "$.memory.storages.rows[0][1][0]: expected an index into 'paths' (an integer "
+            "below 3), got the integer 3",
+        ),
+        (
+            [128, [1], [], []],
+            "$.memory.storages.rows[0]: expected an array of 5 items, got an array of 4 items",
+        ),
+        (
+            [-1, [1], [], [], False],
+            "$.memory.storages.rows[0][0]: expected an integer >= 0, got the integer -1",
+        ),
+    ],
+)
+def test_malformed_records_are_refused_at_load(
+    row: list[Any], message: str, tmp_path: Path
+) -> None:
+    model = nn.Sequential(nn.LayerNorm(8), nn.Linear(8, 16))
+    data = ls.profile(model, torch.randn(4, 8), backward=True, memory=True).to_dict()
+    data["memory"]["storages"]["rows"][0] = row
+    file = tmp_path / "p.json"
+    file.write_text(json.dumps(data))
+    with pytest.raises(ls.SchemaError) as info:
+        ls.load(file)
+    assert str(info.value) == f"{file}: {message}"
