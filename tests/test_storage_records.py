@@ -89,7 +89,7 @@ def with_checkpoint(model: nn.Module, path: str) -> nn.Module:
     def checkpointed(*args: Any, **kwargs: Any) -> Any:
         return checkpoint(forward, *args, use_reentrant=False, **kwargs)
 
-    module.forward = checkpointed  # type: ignore[method-assign]
+    module.forward = checkpointed
     return model
 
 

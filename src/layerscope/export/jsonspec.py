@@ -35,6 +35,7 @@ from layerscope.export.jsoncheck import (
     Where,
     fail,
 )
+from layerscope.export.jsonrecords import STORAGES
 from layerscope.export.jsontable import Columns, Range, Row
 from layerscope.profile import DTYPE_KEYS, SCHEMA
 
@@ -197,45 +198,6 @@ TIMELINE = Columns(
     },
     ("op", "event", "path", "bytes"),
     "live bytes at every module boundary, as parallel lists (all as long as 'op')",
-)
-
-class _Storages(Obj):
-    """``memory.storages``: its rows' path indices must point into ``paths``."""
-
-    def check(self, value: Any, where: Where) -> Any:
-        out = super().check(value, where)
-        paths = len(out["paths"])
-        for i, row in enumerate(out["rows"]):
-            for col in (1, 2, 3):
-                for j, index in enumerate(row[col]):
-                    if index >= paths:
-                        at = ((((where, "rows"), i), col), j)
-                        fail(at, f"an index into 'paths' (an integer below {paths})", index)
-        return out
-
-
-#: ``memory.storages`` (``metrics/memory/records.py``): the storages saved for backward
-#: or passed to modules, for what-if figures (``analysis/whatif.py``).
-STORAGES = _Storages(
-    {
-        "paths": Arr(Str(), "the module paths the rows' indices point to"),
-        "rows": Arr(
-            Row(
-                (
-                    Int(0, description="the storage's bytes"),
-                    Arr(Int(0), "modules whose forward saved it, first the one it counts in"),
-                    Arr(Int(0), "modules it was an argument of"),
-                    Arr(Int(0), "modules it was an output of"),
-                    Bool("a parameter's or buffer's storage (never an activation)"),
-                ),
-                "one storage: [bytes, saved by, input of, output of, param]",
-            ),
-            "one row per storage saved for backward or passed to a module",
-        ),
-        "dropped": Bool("the table was over its size limit and not kept (rows empty)"),
-    },
-    required=("paths", "rows", "dropped"),
-    description="storages saved for backward and module inputs (docs/memory.md)",
 )
 
 MEMORY = Obj(

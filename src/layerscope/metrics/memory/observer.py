@@ -49,10 +49,10 @@ from layerscope.collect.observer import Observer
 from layerscope.collect.signature import iter_tensors
 from layerscope.collect.tree import ModelTree
 from layerscope.errors import InvalidInputError
+from layerscope.metrics.memory import records
 from layerscope.metrics.memory.baseline import Baseline, OptimizerWatch
 from layerscope.metrics.memory.grads import fill_gradients, owned_parameters, params_by_dtype
 from layerscope.metrics.memory.peaks import CudaAllocator, NestedPeaks, Scope
-from layerscope.metrics.memory import records
 from layerscope.metrics.memory.records import StorageRecords
 from layerscope.metrics.memory.saved import (
     Outer,
