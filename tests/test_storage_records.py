@@ -128,6 +128,25 @@ def test_checkpoint_what_if_matches_real_runs(kind: str, tmp_path: Path) -> None
     assert figures[""] == B * T * D * 4
 
 
+@pytest.mark.parametrize("path", ["", "h.0", "h.0.attn", "h.0.mlp", "h.1.ln_2"])
+def test_checkpoint_what_if_on_gpt2(path: str, tmp_path: Path) -> None:
+    """transformers' GPT-2 (random weights, 2 layers): the same equality."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(
+        n_layer=2, n_embd=32, n_head=2, vocab_size=64, n_positions=16, use_cache=False
+    )
+    model = transformers.GPT2Model(config).train()
+    ids = torch.randint(0, 64, (2, 8))
+    ls.profile(model, ids, backward=True, memory=True).save(tmp_path / "p.json")
+    figure = checkpointed_activation_bytes(ls.load(tmp_path / "p.json"), path)
+    torch.manual_seed(1)
+    real = ls.profile(with_checkpoint(model, path), ids, backward=True, memory=True)
+    assert figure == real.root.metrics["activation_bytes"]
+    if path == "":  # only the input ids are kept: 2 x 8 int64 = 128 B
+        assert figure == 2 * 8 * 8
+
+
 def test_table_rows_by_hand() -> None:
     """LayerNorm -> Linear(8, 16) on a (4, 8) input: every row derived by hand."""
     torch.manual_seed(0)
