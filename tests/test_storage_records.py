@@ -107,6 +107,14 @@ def test_checkpoint_what_if_matches_real_runs(kind: str, tmp_path: Path) -> None
     loaded = ls.load(tmp_path / "p.json")
     assert loaded.memory["storages"] == plain.memory["storages"]
     full = plain.root.metrics["activation_bytes"]
+    # each module's own activation_bytes: its rows as first saver, parameters left out
+    table = plain.memory["storages"]
+    own = dict.fromkeys(table["paths"], 0)
+    for nbytes, savers, _, _, param in table["rows"]:
+        if savers and not param:
+            own[table["paths"][savers[0]]] += nbytes
+    for node in plain.nodes():
+        assert own.get(node.path, 0) == node.self_metrics["activation_bytes"], node.path
     figures = {}
     for node in loaded.nodes():
         if node.path == "attn.mha":

@@ -28,7 +28,8 @@ What it measures (all bytes; see ``docs/memory.md`` for the full contract):
 Whole-model facts go to ``profile.memory`` (``forward_peak_bytes``, ``backward_peak_bytes``,
 ``grads``, the bytes live at the session's start by kind: ``baseline``, ``baseline_bytes``
 (``baseline.py``)), and ``timeline``: live bytes at every module entry and exit (and where
-the backward pass moves on to another module's work), in op order (``timeline``).
+the backward pass moves on to another module's work), in op order (``timeline``), and
+the storage records for what-if figures (``storages``, ``records.py``).
 """
 
 from __future__ import annotations
