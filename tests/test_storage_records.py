@@ -43,7 +43,7 @@ class Attention(nn.Module):
         q, k, v = self.qkv(x).split(d, dim=-1)
         q, k, v = (z.view(b, t, HEADS, d // HEADS).transpose(1, 2) for z in (q, k, v))
         scores = q @ k.transpose(-2, -1) / math.sqrt(d // HEADS)
-        mask = torch.ones(t, t, dtype=torch.bool).tril()
+        mask = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
         weights = self.drop(scores.masked_fill(~mask, float("-inf")).softmax(dim=-1))
         y = (weights @ v).transpose(1, 2).reshape(b, t, d)
         return self.proj(y)  # type: ignore[no-any-return]
@@ -231,3 +231,12 @@ def test_malformed_records_are_refused_at_load(
     with pytest.raises(ls.SchemaError) as info:
         ls.load(file)
     assert str(info.value) == f"{file}: {message}"
+
+
+def test_meta_analysis_keeps_the_same_table() -> None:
+    """On ``meta`` (a model too large for the machine) the records are those of CPU."""
+    model = block("hand")
+    meta = ls.profile(ls.to_meta(model), input_shape=(B, T, D), backward=True, memory=True)
+    assert meta.memory["storages"] == measure(model).memory["storages"]
+    real = measure(with_checkpoint(model, "attn")).root.metrics["activation_bytes"]
+    assert checkpointed_activation_bytes(meta, "attn") == real
