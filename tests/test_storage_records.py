@@ -119,8 +119,16 @@ def test_checkpoint_what_if_matches_real_runs(kind: str, tmp_path: Path) -> None
     for node in loaded.nodes():
         if node.path == "attn.mha":
             continue  # no real run possible: see below
-        real = measure(with_checkpoint(model, node.path)).root.metrics["activation_bytes"]
+        ran = measure(with_checkpoint(model, node.path))
+        real = ran.root.metrics["activation_bytes"]
         figures[node.path] = real
+        # the forward's calls only: each module that ran takes one tensor, on one storage
+        # (a recomputation's calls, in the backward, add no rows)
+        table = ran.memory["storages"]
+        for other in ran.nodes():
+            index = table["paths"].index(other.path) if other.path in table["paths"] else -1
+            rows = [r for r in table["rows"] if index in r[2]]
+            assert len(rows) == (1 if other.calls else 0), (node.path, other.path)
         assert checkpointed_activation_bytes(loaded, node.path) == real, node.path
     if kind == "mha":
         # ``nn.MultiheadAttention`` itself cannot be checkpointed under any saved-tensor

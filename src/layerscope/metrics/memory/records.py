@@ -24,7 +24,9 @@ The table (``to_dict``), documented in ``docs/memory.md``::
 - ``param``: a parameter's or buffer's storage (a saved ``W.t()``): never an activation.
 
 A tensor without a storage (sparse, some subclasses) that is saved gets a row of its own
-bytes with no input or output modules. ``layerscope.analysis.whatif`` computes from the
+bytes with no input or output modules. Only the forward pass is recorded: the module
+calls a checkpoint's recomputation runs in the backward are not (nor what they save, as
+for ``activation_bytes``). ``layerscope.analysis.whatif`` computes from the
 table what checkpointing a module would save.
 """
 
@@ -39,6 +41,7 @@ from torch import Tensor
 from layerscope.collect.signature import iter_tensors
 from layerscope.metrics.memory.storages import StorageTable, storage_of
 from layerscope.profile import Node
+from layerscope.torchapi import current_autograd_node
 
 #: Most rows one profile keeps; past it the table is dropped (a notice says so), since a
 #: partial table would give wrong what-if figures. A 70B-parameter transformer's layers
@@ -119,7 +122,10 @@ class StorageRecords:
                 row.savers.append(i)
 
     def inputs(self, node: Node, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        """A call of ``node`` with these arguments."""
+        """A call of ``node`` with these arguments (not kept for a call the backward
+        runs: a checkpoint's recomputation)."""
+        if current_autograd_node() is not None:
+            return
         i: int | None = None
         for t in (*iter_tensors(args), *iter_tensors(kwargs)):
             s = storage_of(t)
@@ -133,7 +139,9 @@ class StorageRecords:
                 row.inputs.append(i)
 
     def outputs(self, node: Node, output: Any) -> None:
-        """A call of ``node`` that returned ``output``."""
+        """A call of ``node`` that returned ``output`` (not in the backward, as ``inputs``)."""
+        if current_autograd_node() is not None:
+            return
         tensors = [output] if isinstance(output, Tensor) else iter_tensors(output)
         for t in tensors:
             s = storage_of(t)
