@@ -35,6 +35,7 @@ from layerscope.export.jsoncheck import (
     Where,
     fail,
 )
+from layerscope.export.jsonrecords import STORAGES
 from layerscope.export.jsontable import Columns, Range, Row
 from layerscope.profile import DTYPE_KEYS, SCHEMA
 
@@ -54,6 +55,7 @@ __all__ = [
     "RANKS_DESCRIPTION",
     "SCHEMA_PATH",
     "SIGNATURES",
+    "STORAGES",
     "TIMELINE",
     "TIMING",
     "TRACE",
@@ -197,6 +199,7 @@ TIMELINE = Columns(
     ("op", "event", "path", "bytes"),
     "live bytes at every module boundary, as parallel lists (all as long as 'op')",
 )
+
 MEMORY = Obj(
     {
         "allocator": Str("'simulated' or 'cuda'"),
@@ -268,6 +271,7 @@ MEMORY = Obj(
             description="bytes one training step needs (record_training_footprint)",
         ),
         "timeline": TIMELINE,
+        "storages": STORAGES,
     },
     description="whole-model memory facts (memory=True); empty when not measured",
 )

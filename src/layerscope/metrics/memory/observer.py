@@ -28,7 +28,8 @@ What it measures (all bytes; see ``docs/memory.md`` for the full contract):
 Whole-model facts go to ``profile.memory`` (``forward_peak_bytes``, ``backward_peak_bytes``,
 ``grads``, the bytes live at the session's start by kind: ``baseline``, ``baseline_bytes``
 (``baseline.py``)), and ``timeline``: live bytes at every module entry and exit (and where
-the backward pass moves on to another module's work), in op order (``timeline``).
+the backward pass moves on to another module's work), in op order (``timeline``), and
+the storage records for what-if figures (``storages``, ``records.py``).
 """
 
 from __future__ import annotations
@@ -49,9 +50,11 @@ from layerscope.collect.observer import Observer
 from layerscope.collect.signature import iter_tensors
 from layerscope.collect.tree import ModelTree
 from layerscope.errors import InvalidInputError
+from layerscope.metrics.memory import records
 from layerscope.metrics.memory.baseline import Baseline, OptimizerWatch
 from layerscope.metrics.memory.grads import fill_gradients, owned_parameters, params_by_dtype
 from layerscope.metrics.memory.peaks import CudaAllocator, NestedPeaks, Scope
+from layerscope.metrics.memory.records import StorageRecords
 from layerscope.metrics.memory.saved import (
     Outer,
     Saved,
@@ -175,6 +178,7 @@ class MemoryObserver(Observer):
         self._tree: ModelTree | None = None  # kept after uninstall, for finish()
         self._table = StorageTable()
         self._baseline = Baseline(self._table)
+        self._records = StorageRecords(self._table)  # profile.memory["storages"]
         self._sim = NestedPeaks(self._table)
         self._cuda: NestedPeaks | None = None
         self._cuda_device: torch.device | None = None
@@ -329,6 +333,7 @@ class MemoryObserver(Observer):
             self._checkpoint(checkpoint, self._tracker)
 
     def _saved(self, t: Tensor, node: Node) -> None:
+        self._records.saved(t, node)
         s = storage_of(t)
         if s is None:  # no storage to share: count the tensor itself
             n = t.numel() * t.element_size()
@@ -352,6 +357,7 @@ class MemoryObserver(Observer):
         self._frames.append(_Frame(node, self._sim.open(), cuda))
         live = peaks.last - self._cuda_base if peaks is not None else self._table.live
         self._timeline.add(self._ops, ENTER, node.path, live)
+        self._records.inputs(node, args, kwargs)
         n = _input_bytes(args, kwargs)
         entry = self._inputs.get(id(node))
         if entry is None or n > entry[1]:
@@ -380,6 +386,7 @@ class MemoryObserver(Observer):
             if self._cuda is not None and frame.cuda is not None:
                 self.forward_end_cuda = self._cuda.level(frame.cuda)
         if not raised and output is not None:
+            self._records.outputs(node, output)
             n = _output_bytes(output)
             entry = self._outputs.get(id(node))
             self._outputs[id(node)] = (node, n + (entry[1] if entry else 0))
@@ -531,6 +538,12 @@ class MemoryObserver(Observer):
         if on_cuda:
             mem["cuda"] = self._cuda_report(profile)
         mem["timeline"] = self._timeline.to_dict(mem["allocator"], self._cuda_base)
+        mem["storages"] = self._records.to_dict()
+        if mem["storages"]["dropped"]:
+            self.notices.append(
+                f"memory['storages'] not kept: over {records.MAX_ROWS:,} storages were "
+                "saved or passed to modules; what-if figures need the whole table"
+            )
         if self._tree is not None:
             owned = owned_parameters(self._tree)
             fill_gradients(profile, owned, force=self.saw_backward)

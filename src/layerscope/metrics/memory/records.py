@@ -1,0 +1,171 @@
+"""Storage records: which storages were saved for backward, by whom, and which module
+calls they entered or left (``profile.memory["storages"]``).
+
+The memory observer reports every save (``saved``), every module call's arguments
+(``inputs``) and outputs (``outputs``). A storage gets a row when it is saved or is an
+argument of a module call; storages that are only outputs are not kept (an output that
+is later saved or passed on gets its row then, with the calls it left). Identity is the
+storage's Python object, held weakly (``storages.py``): a storage freed and another one
+made at the same address are two rows.
+
+The table (``to_dict``), documented in ``docs/memory.md``::
+
+    {"paths": [module path, ...],
+     "rows": [[bytes, [saved by ...], [input of ...], [output of ...], param], ...],
+     "dropped": whether the table was dropped (over ``MAX_ROWS`` rows; then "paths"
+                and "rows" are empty)}
+
+- ``bytes``: the storage's ``nbytes`` (a saved view keeps its whole storage alive);
+- ``saved by``: indices into ``paths`` of the modules whose forward ops saved it, in the
+  order they first did; the first is the one whose ``activation_bytes`` it counts in
+  (none for a storage only passed to modules, never saved);
+- ``input of`` / ``output of``: the modules among whose call arguments (positional or
+  keyword) / outputs a tensor on it was, each once;
+- ``param``: a parameter's or buffer's storage (a saved ``W.t()``): never an activation.
+
+A tensor without a storage (sparse, some subclasses) that is saved gets a row of its own
+bytes with no input or output modules. Only the forward pass is recorded: the module
+calls a checkpoint's recomputation runs in the backward are not (nor what they save, as
+for ``activation_bytes``). ``layerscope.analysis.whatif`` computes from the
+table what checkpointing a module would save.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from layerscope.collect.signature import iter_tensors
+from layerscope.metrics.memory.storages import StorageTable, storage_of
+from layerscope.profile import Node
+from layerscope.torchapi import current_autograd_node
+
+#: Most rows one profile keeps; past it the table is dropped (a notice says so), since a
+#: partial table would give wrong what-if figures. A 70B-parameter transformer's layers
+#: save some 20 storages each: a few thousand rows.
+MAX_ROWS = 200_000
+
+
+class _Row:
+    __slots__ = ("inputs", "nbytes", "outputs", "param", "savers")
+
+    def __init__(self, nbytes: int, param: bool) -> None:
+        self.nbytes = nbytes
+        self.param = param
+        self.savers: list[int] = []
+        self.inputs: list[int] = []
+        self.outputs: list[int] = []
+
+
+class StorageRecords:
+    """The rows of one session (module doc); ``to_dict`` makes the table."""
+
+    def __init__(self, table: StorageTable) -> None:
+        self._table = table  # which storages are parameters' and buffers'
+        self._rows: list[_Row] = []
+        self._paths: dict[str, int] = {}
+        # id(storage) -> (weak reference, its row); an entry goes when the storage dies
+        self._live: dict[int, tuple[weakref.ref[torch.UntypedStorage], _Row]] = {}
+        # id(storage) -> path indices of the calls it left, while it has no row
+        self._pending: dict[int, tuple[weakref.ref[torch.UntypedStorage], list[int]]] = {}
+        self.dropped = False
+
+    def _index(self, node: Node) -> int:
+        i = self._paths.get(node.path)
+        if i is None:
+            i = self._paths[node.path] = len(self._paths)
+        return i
+
+    def _forget(self, key: int) -> Any:
+        def died(_: object) -> None:
+            self._live.pop(key, None)
+            self._pending.pop(key, None)
+
+        return died
+
+    def _new(self, nbytes: int, param: bool) -> _Row | None:
+        if len(self._rows) >= MAX_ROWS:
+            self.dropped = True
+            return None
+        row = _Row(nbytes, param)
+        self._rows.append(row)
+        return row
+
+    def _row(self, s: torch.UntypedStorage) -> _Row | None:
+        """The row of a live storage, made now if it has none (None past ``MAX_ROWS``)."""
+        key = id(s)
+        found = self._live.get(key)
+        ref = self._table.get(s)
+        param = ref is not None and ref.param
+        if found is not None and found[0]() is s:
+            found[1].param |= param
+            return found[1]
+        row = self._new(s.nbytes(), param)
+        if row is None:
+            return None
+        pending = self._pending.pop(key, None)
+        if pending is not None and pending[0]() is s:
+            row.outputs = pending[1]
+        self._live[key] = (weakref.ref(s, self._forget(key)), row)
+        return row
+
+    def saved(self, t: Tensor, node: Node) -> None:
+        """A tensor saved for backward by ``node``'s forward."""
+        s = storage_of(t)
+        row = self._new(t.numel() * t.element_size(), False) if s is None else self._row(s)
+        if row is not None:
+            i = self._index(node)
+            if i not in row.savers:
+                row.savers.append(i)
+
+    def inputs(self, node: Node, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """A call of ``node`` with these arguments (not kept for a call the backward
+        runs: a checkpoint's recomputation)."""
+        if current_autograd_node() is not None:
+            return
+        i: int | None = None
+        for t in (*iter_tensors(args), *iter_tensors(kwargs)):
+            s = storage_of(t)
+            if s is None:
+                continue
+            row = self._row(s)
+            if row is None:
+                return
+            i = self._index(node) if i is None else i
+            if i not in row.inputs:
+                row.inputs.append(i)
+
+    def outputs(self, node: Node, output: Any) -> None:
+        """A call of ``node`` that returned ``output`` (not in the backward, as ``inputs``)."""
+        if current_autograd_node() is not None:
+            return
+        tensors = [output] if isinstance(output, Tensor) else iter_tensors(output)
+        for t in tensors:
+            s = storage_of(t)
+            if s is None:
+                continue
+            i = self._index(node)
+            key = id(s)
+            found = self._live.get(key)
+            if found is not None and found[0]() is s:
+                into = found[1].outputs
+            else:
+                pending = self._pending.get(key)
+                if pending is None or pending[0]() is not s:
+                    pending = (weakref.ref(s, self._forget(key)), [])
+                    self._pending[key] = pending
+                into = pending[1]
+            if i not in into:
+                into.append(i)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The table (module doc): ``paths``, ``rows`` and ``dropped``."""
+        self._live.clear()  # no callbacks once the session is over
+        self._pending.clear()
+        if self.dropped:
+            return {"paths": [], "rows": [], "dropped": True}
+        rows = [[r.nbytes, r.savers, r.inputs, r.outputs, r.param] for r in self._rows]
+        return {"paths": list(self._paths), "rows": rows, "dropped": False}
