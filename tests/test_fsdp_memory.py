@@ -131,6 +131,7 @@ def _worker(rank: int, store: str, out: str) -> None:
             facts[mode] = {
                 "memory": mem,
                 "loaded": ls.load(path).memory.get("by_kind"),
+                "text": ls.load(path).render(view="table", width=80, columns=["peak_bytes"]),
                 "tracker_peak": tracker.peak,
                 "wrapped_left": [
                     name
@@ -224,3 +225,17 @@ def test_absolute_peak_matches_a_tracker(ranks: list[dict[str, Any]]) -> None:
             ours = mem["baseline_bytes"] + mem["session_peak_bytes"]
             theirs = facts[mode]["tracker_peak"]
             assert abs(ours - theirs) <= 0.01 * theirs, (mode, ours, theirs)
+
+
+def test_summary_says_what_the_session_held(ranks: list[dict[str, Any]]) -> None:
+    # 132,352 B = 129.25 KiB; 2 · B = 258.50 KiB; 9 · B = 1,191,168 B = 1.14 MiB;
+    # 3 · B = 387.75 KiB; 6 · B = 794,112 B = 775.50 KiB
+    text = " ".join(ranks[0]["reshard"]["text"].split())
+    assert (
+        "In the session: unsharded params up to 129.25 KiB at once (3 FSDP units), buffers"
+        " of collectives up to 258.50 KiB at once (1.14 MiB in all)"
+    ) in text
+    text = " ".join(ranks[0]["keep"]["text"].split())
+    assert "unsharded params up to 387.75 KiB at once (3 FSDP units)" in text
+    assert "(775.50 KiB in all)" in text
+    assert "In the session:" not in ranks[0]["plain"]["text"]

@@ -193,6 +193,11 @@ TIMELINE = Columns(
         "bytes": Arr(Int(None)),
         "base_bytes": _BYTES,
         "dropped": Int(0),
+        "by_kind": Map(
+            Arr(Int(None)),
+            "kind of storage ('comm_buffer', 'unsharded_params') -> its simulated live bytes"
+            " at each event (as long as 'op')",
+        ),
     },
     ("op", "event", "path", "bytes"),
     "live bytes at every module boundary, as parallel lists (all as long as 'op')",
@@ -208,6 +213,18 @@ MEMORY = Obj(
             description="bytes live when the session began, by kind, each storage once",
         ),
         "baseline_bytes": _BYTES,
+        "by_kind": Obj(
+            {
+                "comm_buffer_bytes": _BYTES,
+                "comm_buffer_peak_bytes": _BYTES,
+                "unsharded_params_peak_bytes": _BYTES,
+                "fsdp_units": Map(
+                    Obj({"unshards": Int(0), "unsharded_param_bytes": _BYTES}),
+                    "FSDP2 unit path -> its unshards and unsharded parameters' bytes",
+                ),
+            },
+            description="buffers of collectives and FSDP2's unsharded parameters (simulated)",
+        ),
         ms.ACTIVATION_BYTES: _BYTES,
         ms.BACKWARD_PEAK_BYTES: _BYTES,
         "grads": Map(
