@@ -35,7 +35,9 @@ from layerscope.export.jsoncheck import (
     Where,
     fail,
 )
-from layerscope.export.jsontable import Columns, Range, Row
+from layerscope.export.jsonmemory import BY_KIND, TIMELINE
+from layerscope.export.jsonmemory import BYTES as _BYTES
+from layerscope.export.jsontable import Range, Row
 from layerscope.profile import DTYPE_KEYS, SCHEMA
 
 __all__ = [
@@ -181,27 +183,6 @@ UNSUPPORTED_OPS = Map(
     description="ops that ran without a FLOP formula, by op name",
 )
 
-_BYTES = Int(None, description="bytes")
-#: ``memory.timeline`` (``metrics/memory/timeline.py``): live bytes in op order.
-TIMELINE = Columns(
-    {
-        "clock": Str(),
-        "allocator": Str(),
-        "op": Arr(Int(0)),
-        "event": Arr(Str()),
-        "path": Arr(Str()),
-        "bytes": Arr(Int(None)),
-        "base_bytes": _BYTES,
-        "dropped": Int(0),
-        "by_kind": Map(
-            Arr(Int(None)),
-            "kind of storage ('comm_buffer', 'unsharded_params') -> its simulated live bytes"
-            " at each event (as long as 'op')",
-        ),
-    },
-    ("op", "event", "path", "bytes"),
-    "live bytes at every module boundary, as parallel lists (all as long as 'op')",
-)
 MEMORY = Obj(
     {
         "allocator": Str("'simulated' or 'cuda'"),
@@ -213,18 +194,7 @@ MEMORY = Obj(
             description="bytes live when the session began, by kind, each storage once",
         ),
         "baseline_bytes": _BYTES,
-        "by_kind": Obj(
-            {
-                "comm_buffer_bytes": _BYTES,
-                "comm_buffer_peak_bytes": _BYTES,
-                "unsharded_params_peak_bytes": _BYTES,
-                "fsdp_units": Map(
-                    Obj({"unshards": Int(0), "unsharded_param_bytes": _BYTES}),
-                    "FSDP2 unit path -> its unshards and unsharded parameters' bytes",
-                ),
-            },
-            description="buffers of collectives and FSDP2's unsharded parameters (simulated)",
-        ),
+        "by_kind": BY_KIND,
         ms.ACTIVATION_BYTES: _BYTES,
         ms.BACKWARD_PEAK_BYTES: _BYTES,
         "grads": Map(
