@@ -35,8 +35,10 @@ from layerscope.export.jsoncheck import (
     Where,
     fail,
 )
+from layerscope.export.jsonmemory import BY_KIND, TIMELINE
+from layerscope.export.jsonmemory import BYTES as _BYTES
 from layerscope.export.jsonrecords import STORAGES
-from layerscope.export.jsontable import Columns, Range, Row
+from layerscope.export.jsontable import Range, Row
 from layerscope.profile import DTYPE_KEYS, SCHEMA
 
 __all__ = [
@@ -183,23 +185,6 @@ UNSUPPORTED_OPS = Map(
     description="ops that ran without a FLOP formula, by op name",
 )
 
-_BYTES = Int(None, description="bytes")
-#: ``memory.timeline`` (``metrics/memory/timeline.py``): live bytes in op order.
-TIMELINE = Columns(
-    {
-        "clock": Str(),
-        "allocator": Str(),
-        "op": Arr(Int(0)),
-        "event": Arr(Str()),
-        "path": Arr(Str()),
-        "bytes": Arr(Int(None)),
-        "base_bytes": _BYTES,
-        "dropped": Int(0),
-    },
-    ("op", "event", "path", "bytes"),
-    "live bytes at every module boundary, as parallel lists (all as long as 'op')",
-)
-
 MEMORY = Obj(
     {
         "allocator": Str("'simulated' or 'cuda'"),
@@ -211,6 +196,7 @@ MEMORY = Obj(
             description="bytes live when the session began, by kind, each storage once",
         ),
         "baseline_bytes": _BYTES,
+        "by_kind": BY_KIND,
         ms.ACTIVATION_BYTES: _BYTES,
         ms.BACKWARD_PEAK_BYTES: _BYTES,
         "grads": Map(

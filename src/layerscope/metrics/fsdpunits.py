@@ -33,7 +33,7 @@ from layerscope.profile import Node
 if TYPE_CHECKING:
     from layerscope.collect.scopes import ScopeTracker
 
-__all__ = ["UnitCharges", "fsdp_param_groups"]
+__all__ = ["UnitCharges", "fsdp_param_groups", "fsdp_units"]
 
 #: (method, phase it charges: True backward, None the phase it runs in)
 _METHODS: tuple[tuple[str, bool | None], ...] = (("post_backward", True), ("unshard", None))
@@ -56,6 +56,24 @@ def fsdp_param_groups(module: nn.Module) -> list[Any]:
     return [g for g in groups if g is not None]
 
 
+def fsdp_units(tracker: ScopeTracker) -> list[tuple[Any, Node]]:
+    """Each FSDP2 parameter group of the profiled model, once, with its unit's node: the
+    lowest common ancestor of the group's modules."""
+    tree = tracker.tree
+    seen: set[int] = set()
+    units: list[tuple[Any, Node]] = []
+    for node in tree.root.walk():
+        for group in fsdp_param_groups(tree.module[id(node)]):
+            if id(group) in seen:
+                continue
+            seen.add(id(group))
+            nodes = [
+                n for m in getattr(group, "modules", ()) or () for n in tree.nodes_of.get(id(m), ())
+            ]
+            units.append((group, tree.lowest_common_ancestor(nodes) if nodes else node))
+    return units
+
+
 class UnitCharges:
     """Wraps ``post_backward`` and ``unshard`` of the profiled model's FSDP2 groups so
     that their ops are charged to their unit (module docstring)."""
@@ -65,22 +83,10 @@ class UnitCharges:
         self._undo: list[tuple[Any, str, bool, Any]] = []
 
     def install(self, tracker: ScopeTracker) -> None:
-        tree = tracker.tree
-        seen: set[int] = set()
-        for node in tree.root.walk():
-            for group in fsdp_param_groups(tree.module[id(node)]):
-                if id(group) in seen:
-                    continue
-                seen.add(id(group))
-                nodes = [
-                    n
-                    for m in getattr(group, "modules", ()) or ()
-                    for n in tree.nodes_of.get(id(m), ())
-                ]
-                unit = tree.lowest_common_ancestor(nodes) if nodes else node
-                for name, backward in _METHODS:
-                    if callable(getattr(group, name, None)):
-                        self._wrap(tracker, group, name, unit, backward)
+        for group, unit in fsdp_units(tracker):
+            for name, backward in _METHODS:
+                if callable(getattr(group, name, None)):
+                    self._wrap(tracker, group, name, unit, backward)
 
     def _wrap(
         self, tracker: ScopeTracker, group: Any, name: str, unit: Node, backward: bool | None

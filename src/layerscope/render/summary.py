@@ -277,6 +277,22 @@ def _baseline_line(mem: dict[str, Any]) -> str:
     return f"Held at start: {units.nbytes(total)}{held}; absolute peak {units.nbytes(total + peak)}"
 
 
+def _by_kind_line(by_kind: dict[str, Any]) -> str:
+    """FSDP2's unsharded parameters and the buffers of collectives, at most at once."""
+    parts = []
+    fsdp = by_kind.get("fsdp_units") or {}
+    if fsdp:
+        parts.append(
+            f"unsharded params up to {units.nbytes(by_kind.get('unsharded_params_peak_bytes', 0))}"
+            f" at once ({_counted(len(fsdp), 'FSDP unit')})"
+        )
+    parts.append(
+        f"buffers of collectives up to {units.nbytes(by_kind.get('comm_buffer_peak_bytes', 0))}"
+        f" at once ({units.nbytes(by_kind.get('comm_buffer_bytes', 0))} in all)"
+    )
+    return "In the session: " + ", ".join(parts)
+
+
 def _memory_lines(profile: Profile) -> list[Fact]:
     """Whole-model peaks and, when recorded, the training footprint."""
     mem = profile.memory
@@ -293,6 +309,9 @@ def _memory_lines(profile: Profile) -> list[Fact]:
     baseline = _baseline_line(mem)
     if baseline:
         lines.append((baseline, ""))
+    by_kind = mem.get("by_kind")
+    if isinstance(by_kind, dict):
+        lines.append((_by_kind_line(by_kind), ""))
     training = mem.get("training")
     if training:
         parts = ", ".join(

@@ -50,8 +50,8 @@ from layerscope.collect.observer import Observer
 from layerscope.collect.signature import iter_tensors
 from layerscope.collect.tree import ModelTree
 from layerscope.errors import InvalidInputError
-from layerscope.metrics.memory import records
 from layerscope.metrics.memory.baseline import Baseline, OptimizerWatch
+from layerscope.metrics.memory.fsdp import CommBuffers, UnshardedParams
 from layerscope.metrics.memory.grads import fill_gradients, owned_parameters, params_by_dtype
 from layerscope.metrics.memory.peaks import CudaAllocator, NestedPeaks, Scope
 from layerscope.metrics.memory.records import StorageRecords
@@ -209,7 +209,9 @@ class MemoryObserver(Observer):
         self.forward_end = 0
         self.forward_end_cuda = 0
         self.notices: list[str] = []
-        self._timeline = Timeline()
+        self._timeline = Timeline(self._table.by_kind)
+        self._fsdp = UnshardedParams(self._table, self._unsharded)
+        self._comm = CommBuffers(self._table)
         self._ops = 0  # aten ops seen so far: the timeline's clock
         self._cuda_base = 0  # CUDA bytes allocated when the session started
         self._bw_owner: Node | None = None  # module whose backward ops run now
@@ -238,6 +240,7 @@ class MemoryObserver(Observer):
                     if device is None and t.is_cuda:
                         device = t.device
         self._baseline.start(tracker.tree.modules(), self.optimizers)
+        self._fsdp.install(tracker)
         if self.cuda is False:
             device = None
         elif self.cuda and device is None:
@@ -265,6 +268,7 @@ class MemoryObserver(Observer):
 
     def uninstall(self) -> None:
         self._baseline.stop(self.optimizers)
+        self._fsdp.uninstall()
         try:
             if self._hooks is not None:
                 # ours, wherever they are: another session may have pushed its own since
@@ -437,6 +441,7 @@ class MemoryObserver(Observer):
             for o in out:
                 if isinstance(o, Tensor):
                     self._output(func, o, args, kwargs)
+        self._comm.on_op(func, args, out)
         if self._cuda is None and self._table.live > self._timeline.high:
             # a new high since the last timeline event: kept if no event shows it
             self._timeline.note_high(self._ops, node.path, self._table.live)
@@ -463,6 +468,11 @@ class MemoryObserver(Observer):
         # tensor (the caller's input); anything else is new memory.
         born = not (kind & _ALIASES and _aliases_input(s, args, kwargs))
         table.add(s, born=born)
+
+    def _unsharded(self, unit: Node) -> None:
+        """FSDP2 resized the storages of ``unit``'s unsharded parameters (``fsdp.py``)."""
+        if self._cuda is None and self._table.live > self._timeline.high:
+            self._timeline.note_high(self._ops, unit.path, self._table.live)
 
     def _start_backward(self) -> None:
         self.saw_backward = True
@@ -532,6 +542,8 @@ class MemoryObserver(Observer):
         mem["baseline"] = self._baseline.to_dict()
         mem["baseline_bytes"] = sum(mem["baseline"].values())
         mem[ms.ACTIVATION_BYTES] = sum(n for _, n in self._activations.values())
+        if any(self._table.kind_high.values()) or self._fsdp.units():
+            mem["by_kind"] = self._fsdp.report()
         if self.saw_backward:
             mem[ms.BACKWARD_PEAK_BYTES] = self.backward_peak_cuda if on_cuda else self.backward_peak
             self._write_backward_peaks(profile, on_cuda)
@@ -539,11 +551,8 @@ class MemoryObserver(Observer):
             mem["cuda"] = self._cuda_report(profile)
         mem["timeline"] = self._timeline.to_dict(mem["allocator"], self._cuda_base)
         mem["storages"] = self._records.to_dict()
-        if mem["storages"]["dropped"]:
-            self.notices.append(
-                f"memory['storages'] not kept: over {records.MAX_ROWS:,} storages were "
-                "saved or passed to modules; what-if figures need the whole table"
-            )
+        if (dropped := self._records.notice()) is not None:
+            self.notices.append(dropped)
         if self._tree is not None:
             owned = owned_parameters(self._tree)
             fill_gradients(profile, owned, force=self.saw_backward)

@@ -169,3 +169,12 @@ class StorageRecords:
             return {"paths": [], "rows": [], "dropped": True}
         rows = [[r.nbytes, r.savers, r.inputs, r.outputs, r.param] for r in self._rows]
         return {"paths": list(self._paths), "rows": rows, "dropped": False}
+
+    def notice(self) -> str | None:
+        """What a dropped table means, for the profile's notices; None when it is whole."""
+        if not self.dropped:
+            return None
+        return (
+            f"memory['storages'] not kept: over {MAX_ROWS:,} storages were saved or passed "
+            "to modules; what-if figures need the whole table"
+        )

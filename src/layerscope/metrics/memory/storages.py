@@ -19,7 +19,14 @@ model's baseline (``baseline.py``: parameters, gradients, optimizer states, ...)
 recorded with ``count_baseline``, so that their death in the session (a
 ``zero_grad(set_to_none=True)``) lowers ``live`` below its start. Views and
 in-place ops return an existing storage and so allocate nothing; an existing storage that
-grew (``resize_`` by an ``out=`` op) adds the growth.
+grew (``resize_`` by an ``out=`` op) adds the growth. A storage resized outside the
+dispatcher (FSDP2 gives its unsharded parameters memory and takes it back with
+``storage.resize_``, ``fsdp.py``) is told with ``resized``: its bytes now count, whatever
+they were.
+
+Kinds. Some born storages are given a kind (``KINDS``), whose live bytes ``by_kind``
+keeps beside ``live``: ``comm_buffer``, the buffers of collectives (what an all-gather
+writes, what a reduce-scatter reads); ``unsharded_params``, FSDP2's unsharded parameters.
 """
 
 from __future__ import annotations
@@ -28,6 +35,11 @@ import weakref
 
 import torch
 from torch import Tensor
+
+COMM_BUFFER = "comm_buffer"
+UNSHARDED_PARAMS = "unsharded_params"
+#: The kinds a storage can be given, in the order files list them.
+KINDS = (COMM_BUFFER, UNSHARDED_PARAMS)
 
 
 def storage_of(t: Tensor) -> torch.UntypedStorage | None:
@@ -41,7 +53,7 @@ def storage_of(t: Tensor) -> torch.UntypedStorage | None:
 class StorageRef(weakref.ref[torch.UntypedStorage]):
     """A weak reference to one storage plus what the session knows about it."""
 
-    __slots__ = ("born", "key", "nbytes", "param", "saved")
+    __slots__ = ("born", "key", "kind", "nbytes", "param", "saved")
 
     key: int
     #: Bytes ``live`` loses when this storage dies: its size if born in the session or
@@ -53,6 +65,8 @@ class StorageRef(weakref.ref[torch.UntypedStorage]):
     param: bool
     #: Already counted as an activation (saved for backward) by some module.
     saved: bool
+    #: Its kind (``KINDS``), or "" for none.
+    kind: str
 
 
 class StorageTable:
@@ -64,6 +78,11 @@ class StorageTable:
         self.live = 0
         #: Highest ``live`` since the last ``reset_peak`` (the allocator's peak counter).
         self.high = 0
+        #: Live bytes of the storages of each kind, and the highest each reached.
+        self.by_kind = dict.fromkeys(KINDS, 0)
+        self.kind_high = dict.fromkeys(KINDS, 0)
+        #: Bytes of every storage given the kind ``COMM_BUFFER``, each once.
+        self.comm_buffer_total = 0
 
     def __len__(self) -> int:
         return len(self._refs)
@@ -83,6 +102,7 @@ class StorageTable:
         ref.born = born
         ref.param = param
         ref.saved = False
+        ref.kind = ""
         self._refs[ref.key] = ref
         if born:
             self.live += ref.nbytes
@@ -118,17 +138,55 @@ class StorageTable:
         delta = n - ref.nbytes
         if delta > 0:
             ref.nbytes = n
-            self.live += delta
-            if self.live > self.high:
-                self.high = self.live
+            self._moved(ref, delta)
             return delta
         return 0
+
+    def resized(self, s: torch.UntypedStorage, *, param: bool) -> StorageRef:
+        """A storage resized outside the dispatcher: from now on its bytes count (a storage
+        not seen yet is recorded as born with the bytes it has now)."""
+        ref = self.get(s)
+        if ref is None:
+            return self.add(s, born=True, param=param)
+        if param:
+            ref.param = True
+        n = s.nbytes()
+        delta = n - ref.nbytes
+        ref.born = True
+        ref.nbytes = n
+        self._moved(ref, delta)
+        return ref
+
+    def give_kind(self, ref: StorageRef, kind: str) -> None:
+        """Count a born storage's bytes under ``kind`` from now on."""
+        if ref.kind == kind or not ref.born:
+            return
+        if ref.kind:
+            self.by_kind[ref.kind] -= ref.nbytes
+        ref.kind = kind
+        if kind == COMM_BUFFER:
+            self.comm_buffer_total += ref.nbytes
+        self._kind(kind, ref.nbytes)
+
+    def _moved(self, ref: StorageRef, delta: int) -> None:
+        self.live += delta
+        if self.live > self.high:
+            self.high = self.live
+        if ref.kind:
+            self._kind(ref.kind, delta)
+
+    def _kind(self, kind: str, delta: int) -> None:
+        n = self.by_kind[kind] = self.by_kind[kind] + delta
+        if n > self.kind_high[kind]:
+            self.kind_high[kind] = n
 
     def _died(self, ref: weakref.ref[torch.UntypedStorage]) -> None:
         assert isinstance(ref, StorageRef)
         if self._refs.get(ref.key) is ref:
             del self._refs[ref.key]
         self.live -= ref.nbytes
+        if ref.kind:
+            self.by_kind[ref.kind] -= ref.nbytes
 
     # ---- the allocator-statistics interface of ``peaks.PeakSource`` -----------------
     def read(self) -> tuple[int, int]:

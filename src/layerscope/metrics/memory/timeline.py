@@ -15,7 +15,10 @@ same on every run and on every device. Events:
 - ``end``: the level when the session ends (after the last op of the backward pass).
 
 Stored in ``profile.memory["timeline"]`` as parallel lists (plain JSON, compact):
-``{"clock": "op", "op": [...], "event": [...], "path": [...], "bytes": [...]}``.
+``{"clock": "op", "op": [...], "event": [...], "path": [...], "bytes": [...]}``, and
+``"by_kind": {kind: [...]}``, the simulated live bytes of each kind of storage
+(``storages.KINDS``: ``comm_buffer``, ``unsharded_params``) at each event, for the kinds
+the session saw (absent when it saw none).
 """
 
 from __future__ import annotations
@@ -41,9 +44,12 @@ class Timeline:
     """
 
     __slots__ = (
+        "_high_kinds",
         "_high_op",
         "_high_path",
+        "_kinds",
         "_last",
+        "by_kind",
         "bytes",
         "dropped",
         "event",
@@ -52,7 +58,11 @@ class Timeline:
         "path",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, kinds: dict[str, int] | None = None) -> None:
+        #: live bytes by kind, read at each event (the allocator's ``by_kind``)
+        self._kinds = kinds if kinds is not None else {}
+        self.by_kind: dict[str, list[int]] = {k: [] for k in self._kinds}
+        self._high_kinds: tuple[int, ...] = tuple(self._kinds.values())
         self.op: list[int] = []
         self.event: list[str] = []
         self.path: list[str] = []
@@ -71,17 +81,21 @@ class Timeline:
         self.high = live
         self._high_op = op
         self._high_path = path
+        if self._kinds:
+            self._high_kinds = tuple(self._kinds.values())
 
     def add(self, op: int, event: str, path: str, live: int) -> None:
         if self.high > live and self.high > self._last:
-            self._append(self._high_op, PEAK, self._high_path, self.high)
-        self._append(op, event, path, live)
+            self._append(self._high_op, PEAK, self._high_path, self.high, self._high_kinds)
+        self._append(op, event, path, live, tuple(self._kinds.values()))
         self._last = self.high = live
 
-    def _append(self, op: int, event: str, path: str, live: int) -> None:
+    def _append(self, op: int, event: str, path: str, live: int, kinds: tuple[int, ...]) -> None:
         if len(self.op) >= MAX_EVENTS:
             self.dropped += 1
             return
+        for values, n in zip(self.by_kind.values(), kinds, strict=True):
+            values.append(n)
         self.op.append(op)
         self.event.append(event)
         self.path.append(path)
@@ -96,6 +110,9 @@ class Timeline:
             "path": list(self.path),
             "bytes": list(self.bytes),
         }
+        by_kind = {k: list(v) for k, v in self.by_kind.items() if any(v)}
+        if by_kind:
+            out["by_kind"] = by_kind
         if allocator == "cuda":
             out["base_bytes"] = base_bytes
         if self.dropped:
