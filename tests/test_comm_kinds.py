@@ -17,9 +17,7 @@ with ``torch.chunk`` and pads every rank's shard to the first chunk's size:
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +27,7 @@ import torch.distributed as dist
 from torch import nn
 
 import layerscope as ls
+from helpers import rank_output, spawn_ranks
 from layerscope.metrics.bytes import _PLANS, _Plan, op_bytes
 from layerscope.metrics.commkinds import comm_calls, op_kind, wire_bytes
 from layerscope.metrics.flops.registry import is_zero_cost
@@ -174,7 +173,7 @@ def _fsdp_worker(rank: int, store: str, out: str) -> None:
     """One rank: three FSDP2 steps of the two-unit model, the third profiled; then the
     same step with one unit (the whole model). Writes ``rank{r}.json`` or ``.error``."""
     facts: dict[str, Any] = {}
-    try:
+    with rank_output(rank, out, facts):
         torch.set_num_threads(1)
         dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
         from torch.distributed.fsdp import fully_shard
@@ -214,36 +213,12 @@ def _fsdp_worker(rank: int, store: str, out: str) -> None:
                 ],
             }
         dist.barrier()
-    except BaseException:
-        Path(out, f"rank{rank}.error").write_text(traceback.format_exc(), encoding="utf-8")
-        raise
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
-    Path(out, f"rank{rank}.json").write_text(json.dumps(facts), encoding="utf-8")
 
 
 @pytest.fixture(scope="module")
 def fsdp_run(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     out = tmp_path_factory.mktemp("fsdp")
-    ctx = multiprocessing.get_context("spawn")
-    procs = [
-        ctx.Process(target=_fsdp_worker, args=(r, str(out / "store"), str(out)), daemon=True)
-        for r in range(WORLD)
-    ]
-    for proc in procs:
-        proc.start()
-    for proc in procs:
-        proc.join(TIME_LIMIT_S)
-    alive = [r for r, proc in enumerate(procs) if proc.is_alive()]
-    for proc in procs:
-        if proc.is_alive():
-            proc.terminate()
-            proc.join(5)
-    errors = "\n".join(p.read_text() for p in out.glob("rank*.error"))
-    if alive or errors or any(proc.exitcode != 0 for proc in procs):
-        pytest.fail(f"ranks still running: {alive}\n{errors}")
-    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(WORLD)]
+    return spawn_ranks(_fsdp_worker, WORLD, out, TIME_LIMIT_S)
 
 
 def _row(calls: int, payload: int, wire: int) -> dict[str, int]:

@@ -11,7 +11,6 @@ Linear(8, 4) does batch * 8 * 4 MACs.
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import time
 import traceback
@@ -26,6 +25,7 @@ import torch.distributed as dist
 from torch import nn
 
 import layerscope as ls
+from helpers import rank_output, spawn_ranks
 from layerscope.analysis.ranks import RankSummary, rank_summary
 from layerscope.export.json import SCHEMA_PATH
 from layerscope.metrics.comm import comm_observers, payload_bytes
@@ -48,7 +48,7 @@ def _worker(rank: int, store: str, out: str) -> None:
     """One rank: profile, gather to rank 0, save; DDP; DTensor; failures. Writes
     ``rank{r}.json`` (facts) or ``rank{r}.error`` (a traceback)."""
     facts: dict[str, Any] = {}
-    try:
+    with rank_output(rank, out, facts):
         torch.set_num_threads(1)
         dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
         torch.manual_seed(0)  # the same weights on every rank
@@ -126,13 +126,6 @@ def _worker(rank: int, store: str, out: str) -> None:
         }
 
         dist.barrier()
-    except BaseException:
-        Path(out, f"rank{rank}.error").write_text(traceback.format_exc(), encoding="utf-8")
-        raise
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
-    Path(out, f"rank{rank}.json").write_text(json.dumps(facts), encoding="utf-8")
 
 
 #: The gather timeout of the runs where a rank does not arrive, in seconds.
@@ -171,41 +164,11 @@ def _absent_worker(rank: int, store: str, out: str) -> None:
     os._exit(0)  # no destroy_process_group: rank 1 is gone
 
 
-def _spawn(worker: Any, world: int, out: Path) -> list[dict[str, Any]]:
-    """Start ``world`` ranks of ``worker``, wait at most TIME_LIMIT_S, and hand over
-    each rank's ``rank{r}.json``; a test failure with their tracebacks if one failed."""
-    ctx = multiprocessing.get_context("spawn")
-    procs = [
-        ctx.Process(target=worker, args=(r, str(out / "store"), str(out)), daemon=True)
-        for r in range(world)
-    ]
-    start = time.monotonic()
-    for proc in procs:
-        proc.start()
-    try:
-        for proc in procs:
-            proc.join(max(0.0, TIME_LIMIT_S - (time.monotonic() - start)))
-    finally:
-        late = [r for r, proc in enumerate(procs) if proc.is_alive()]
-        for proc in procs:
-            if proc.is_alive():
-                proc.terminate()
-                proc.join(5)
-    errors = {r: (out / f"rank{r}.error") for r in range(world)}
-    found = "\n".join(f"rank {r}:\n{p.read_text()}" for r, p in errors.items() if p.exists())
-    if late:
-        pytest.fail(f"ranks {late} still ran after {TIME_LIMIT_S:.0f} s (killed)\n{found}")
-    if found or any(proc.exitcode != 0 for proc in procs):
-        codes = [proc.exitcode for proc in procs]
-        pytest.fail(f"a rank failed (exit codes {codes}):\n{found}")
-    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(world)]
-
-
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, list[dict[str, Any]]]]:
     """Start the 2 ranks, wait at most TIME_LIMIT_S, and hand over their output."""
     out = tmp_path_factory.mktemp("dist")
-    yield out, _spawn(_worker, WORLD, out)
+    yield out, spawn_ranks(_worker, WORLD, out, TIME_LIMIT_S)
 
 
 # ---- 2 processes: gather ----------------------------------------------------------------
@@ -276,7 +239,7 @@ def test_rank_table_of_the_gathered_profile(run: tuple[Path, list[dict[str, Any]
 def test_a_rank_that_does_not_call_gather_is_named(tmp_path: Path) -> None:
     """Rank 1 runs other code, then exits: rank 0 gives up after the 2 s timeout each
     time (not gloo's 30 minutes, nor a raw gloo error) and names it."""
-    facts = _spawn(_absent_worker, WORLD, tmp_path)
+    facts = spawn_ranks(_absent_worker, WORLD, tmp_path, TIME_LIMIT_S)
     for case in ("skipped", "exited"):
         assert facts[0][case] == (
             "rank 0: rank 1 did not call Profile.gather within 2 s: every rank of the "

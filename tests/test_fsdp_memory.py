@@ -16,12 +16,8 @@ the session allocates 8,192 + 2,048 (the block's output) per block.
 
 from __future__ import annotations
 
-import json
-import multiprocessing
 import os
-import traceback
 import weakref
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,6 +27,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import layerscope as ls
+from helpers import rank_output, spawn_ranks
 from layerscope.metrics.fsdpunits import fsdp_param_groups
 from layerscope.metrics.memory.fsdp import _METHODS
 
@@ -93,7 +90,7 @@ def _local(t: torch.Tensor) -> torch.Tensor:
 
 def _worker(rank: int, store: str, out: str) -> None:
     facts: dict[str, Any] = {}
-    try:
+    with rank_output(rank, out, facts):
         torch.set_num_threads(1)
         dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
         from torch.distributed.fsdp import fully_shard
@@ -143,36 +140,12 @@ def _worker(rank: int, store: str, out: str) -> None:
                 ],
             }
         dist.barrier()
-    except BaseException:
-        Path(out, f"rank{rank}.error").write_text(traceback.format_exc(), encoding="utf-8")
-        raise
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
-    Path(out, f"rank{rank}.json").write_text(json.dumps(facts), encoding="utf-8")
 
 
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     out = tmp_path_factory.mktemp("fsdpmem")
-    ctx = multiprocessing.get_context("spawn")
-    procs = [
-        ctx.Process(target=_worker, args=(r, str(out / "store"), str(out)), daemon=True)
-        for r in range(WORLD)
-    ]
-    for proc in procs:
-        proc.start()
-    for proc in procs:
-        proc.join(TIME_LIMIT_S)
-    alive = [r for r, proc in enumerate(procs) if proc.is_alive()]
-    for proc in procs:
-        if proc.is_alive():
-            proc.terminate()
-            proc.join(5)
-    errors = "\n".join(p.read_text() for p in out.glob("rank*.error"))
-    if alive or errors or any(proc.exitcode != 0 for proc in procs):
-        pytest.fail(f"ranks still running: {alive}\n{errors}")
-    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(WORLD)]
+    return spawn_ranks(_worker, WORLD, out, TIME_LIMIT_S)
 
 
 def test_activations_exclude_views_of_unsharded_parameters(ranks: list[dict[str, Any]]) -> None:
