@@ -74,13 +74,33 @@ def fsdp_units(tracker: ScopeTracker) -> list[tuple[Any, Node]]:
     return units
 
 
+class InstancePatches:
+    """Methods set on objects for a session, each put back as it was at ``undo``: the
+    instance attribute it had, or none (the class's method shows through again)."""
+
+    def __init__(self) -> None:
+        # (object, method name, whether it had an instance attribute, that attribute)
+        self._undo: list[tuple[Any, str, bool, Any]] = []
+
+    def set(self, obj: Any, name: str, method: Callable[..., Any]) -> None:
+        self._undo.append((obj, name, name in vars(obj), vars(obj).get(name)))
+        setattr(obj, name, method)
+
+    def undo(self) -> None:
+        while self._undo:
+            obj, name, had, previous = self._undo.pop()
+            if had:
+                setattr(obj, name, previous)
+            else:
+                vars(obj).pop(name, None)
+
+
 class UnitCharges:
     """Wraps ``post_backward`` and ``unshard`` of the profiled model's FSDP2 groups so
     that their ops are charged to their unit (module docstring)."""
 
     def __init__(self) -> None:
-        # (group, method name, the instance attribute it had before, if any)
-        self._undo: list[tuple[Any, str, bool, Any]] = []
+        self._patches = InstancePatches()
 
     def install(self, tracker: ScopeTracker) -> None:
         for group, unit in fsdp_units(tracker):
@@ -91,8 +111,6 @@ class UnitCharges:
     def _wrap(
         self, tracker: ScopeTracker, group: Any, name: str, unit: Node, backward: bool | None
     ) -> None:
-        had = name in vars(group)
-        previous = vars(group).get(name)
         original: Callable[..., Any] = getattr(group, name)
 
         def charged(*args: Any, **kwargs: Any) -> Any:
@@ -103,13 +121,7 @@ class UnitCharges:
             finally:
                 tracker.charged = before
 
-        setattr(group, name, charged)
-        self._undo.append((group, name, had, previous))
+        self._patches.set(group, name, charged)
 
     def uninstall(self) -> None:
-        while self._undo:
-            group, name, had, previous = self._undo.pop()
-            if had:
-                setattr(group, name, previous)
-            else:
-                vars(group).pop(name, None)
+        self._patches.undo()

@@ -36,7 +36,7 @@ from torch._ops import OpOverload
 
 from layerscope.metrics.commkinds import op_kind
 from layerscope.metrics.flops.zero import COLLECTIVE_NAMESPACES
-from layerscope.metrics.fsdpunits import fsdp_units
+from layerscope.metrics.fsdpunits import InstancePatches, fsdp_units
 from layerscope.metrics.memory.storages import (
     COMM_BUFFER,
     UNSHARDED_PARAMS,
@@ -74,7 +74,7 @@ class UnshardedParams:
     def __init__(self, table: StorageTable, resized: Callable[[Node], None]) -> None:
         self.table = table
         self._resized = resized
-        self._undo: list[tuple[Any, str, bool, Any]] = []
+        self._patches = InstancePatches()
         # id(unit node) -> (node, {id(FSDPParam): [unshards, bytes unsharded]})
         self._units: dict[int, tuple[Node, dict[int, list[int]]]] = {}
 
@@ -86,8 +86,6 @@ class UnshardedParams:
                         self._wrap(fsdp_param, name, full, unit)
 
     def _wrap(self, fsdp_param: Any, name: str, full: bool, unit: Node) -> None:
-        had = name in vars(fsdp_param)
-        previous = vars(fsdp_param).get(name)
         original: Callable[..., Any] = getattr(fsdp_param, name)
 
         def resizing(*args: Any, **kwargs: Any) -> Any:
@@ -96,8 +94,7 @@ class UnshardedParams:
             finally:
                 self._sync(fsdp_param, unit, full and name == "init_unsharded_param")
 
-        setattr(fsdp_param, name, resizing)
-        self._undo.append((fsdp_param, name, had, previous))
+        self._patches.set(fsdp_param, name, resizing)
 
     def _sync(self, fsdp_param: Any, unit: Node, gathered: bool) -> None:
         table = self.table
@@ -139,12 +136,7 @@ class UnshardedParams:
         }
 
     def uninstall(self) -> None:
-        while self._undo:
-            obj, name, had, previous = self._undo.pop()
-            if had:
-                setattr(obj, name, previous)
-            else:
-                vars(obj).pop(name, None)
+        self._patches.undo()
 
 
 #: (indexes of the arguments that are buffers, whether the returned tensors are)
