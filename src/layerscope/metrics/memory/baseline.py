@@ -23,6 +23,7 @@ tensor without a storage (sparse) counts its values and indices.
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
@@ -37,6 +38,7 @@ from layerscope.metrics.memory.storages import StorageTable, storage_of
 from layerscope.metricspec import BASELINE_KINDS
 
 
+@functools.cache
 def _dtensor_type() -> type | None:
     try:
         from torch.distributed.tensor import DTensor
@@ -66,9 +68,16 @@ def state_tensors(optimizer: Optimizer, params: set[int] | None) -> Iterator[Ten
                     yield value
 
 
+#: The attributes every ``nn.Module`` has (its parameters, buffers, children and hooks):
+#: not the user's, and the parameters and buffers are counted as such.
+_MODULE_OWN = frozenset(vars(nn.Module()))
+
+
 def _attribute_tensors(module: nn.Module) -> Iterator[Tensor]:
     """Tensors held as plain attributes of ``module``, directly or one container deep."""
-    for value in vars(module).values():
+    for name, value in vars(module).items():
+        if name in _MODULE_OWN:
+            continue
         if isinstance(value, Tensor):
             yield value
         elif isinstance(value, list | tuple):
