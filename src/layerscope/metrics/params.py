@@ -13,6 +13,7 @@ tensors whole.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -36,6 +37,7 @@ _ZERO = dict.fromkeys(
 LOCAL_KEYS = (ms.LOCAL_PARAMS, ms.LOCAL_PARAM_BYTES, ms.LOCAL_BUFFER_BYTES)
 
 
+@functools.cache
 def _dtensor_type() -> type | None:
     try:
         from torch.distributed.tensor import DTensor
@@ -210,6 +212,14 @@ def _is_dtensor(t: Tensor) -> bool:
     return cls is not None and isinstance(t, cls)
 
 
+def local(t: Tensor) -> Tensor:
+    """What this rank stores of ``t``: a DTensor's local shard, any other tensor itself."""
+    if _is_dtensor(t):
+        with torch.no_grad():
+            return t.to_local()  # type: ignore[attr-defined,no-any-return]
+    return t
+
+
 def _fill_local(tree: ModelTree, found: Iterable[_Held], more: _More) -> None:
     """``LOCAL_KEYS`` of every node: bytes and elements this rank stores (a DTensor's
     local shard, a plain tensor whole), at the node its logical size counts at."""
@@ -218,14 +228,10 @@ def _fill_local(tree: ModelTree, found: Iterable[_Held], more: _More) -> None:
     for t, is_param, owner, key in found:
         if more and id(t) in more:
             owner = _holders(t, owner, key, more, tree)[0]
-        if _is_dtensor(t):
-            with torch.no_grad():
-                local = t.to_local()  # type: ignore[attr-defined]
-        else:
-            local = t
+        shard = local(t)
         m = owner.self_metrics
         if is_param:
-            m[ms.LOCAL_PARAMS] += local.numel()
-            m[ms.LOCAL_PARAM_BYTES] += local.numel() * local.element_size()
+            m[ms.LOCAL_PARAMS] += shard.numel()
+            m[ms.LOCAL_PARAM_BYTES] += shard.numel() * shard.element_size()
         else:
-            m[ms.LOCAL_BUFFER_BYTES] += local.numel() * local.element_size()
+            m[ms.LOCAL_BUFFER_BYTES] += shard.numel() * shard.element_size()

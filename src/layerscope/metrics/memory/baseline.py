@@ -23,37 +23,18 @@ tensor without a storage (sparse) counts its values and indices.
 
 from __future__ import annotations
 
-import functools
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-import torch
 from torch import Tensor, nn
 from torch.nn.parameter import is_lazy
 from torch.optim import Optimizer
 from torch.utils.hooks import RemovableHandle
 
 from layerscope.metrics.memory.storages import StorageTable, storage_of
+from layerscope.metrics.params import local
 from layerscope.metricspec import BASELINE_KINDS
-
-
-@functools.cache
-def _dtensor_type() -> type | None:
-    try:
-        from torch.distributed.tensor import DTensor
-    except ImportError:  # a torch built without distributed
-        return None
-    return DTensor
-
-
-def local(t: Tensor) -> Tensor:
-    """What this rank stores of ``t``: a DTensor's local shard, any other tensor itself."""
-    cls = _dtensor_type()
-    if cls is not None and isinstance(t, cls):
-        with torch.no_grad():
-            return t.to_local()  # type: ignore[attr-defined,no-any-return]
-    return t
 
 
 def state_tensors(optimizer: Optimizer, params: set[int] | None) -> Iterator[Tensor]:

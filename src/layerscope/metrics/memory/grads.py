@@ -14,8 +14,7 @@ from torch import Tensor
 import layerscope.metricspec as ms
 from layerscope.collect.signature import dtype_name
 from layerscope.collect.tree import ModelTree
-from layerscope.metrics.memory.baseline import local
-from layerscope.metrics.params import Owned, owned_tensors
+from layerscope.metrics.params import Owned, local, owned_tensors
 from layerscope.profile import Profile
 
 
