@@ -471,6 +471,54 @@ def test_kineto_trace_with_op_spans(tmp_path: Path) -> None:
     assert {e["args"]["path"] for e in backward} == {"", "0", "1", "2"}
 
 
+def test_kineto_ignores_device_side_annotations(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With CUDA activities kineto lists each ``record_function`` range twice: on the CPU
+    and as a device-side annotation of the same name without children. The copies are
+    no repeats and no module calls: the same spans and times as without them."""
+    from torch._C._autograd import DeviceType
+    from torch.autograd.profiler_util import FunctionEvent
+
+    def timed(copies: bool) -> Profile:
+        original = torch.profiler.profile.events
+
+        def events(self: Any) -> Any:
+            got = original(self)  # type: ignore[no-untyped-call]
+            if copies:
+                got.extend(
+                    FunctionEvent(  # type: ignore[no-untyped-call]
+                        id=10**6 + i,
+                        name=e.name,
+                        thread=0,
+                        start_us=e.time_range.start,
+                        end_us=e.time_range.end,
+                        device_type=DeviceType.CUDA,
+                        is_user_annotation=True,
+                    )
+                    for i, e in enumerate(list(got))
+                    if e.name.startswith("layerscope::")
+                )
+            return got
+
+        monkeypatch.setattr(torch.profiler.profile, "events", events)
+        model, x = mlp(), torch.randn(2, 8)
+        prof = ls.profile(model, x)
+        time_profile(
+            prof, model, (x,), timer="kineto", backward=True, warmup=1, repeats=2,
+            progress=False,
+        )  # fmt: skip
+        return prof
+
+    plain, doubled = timed(False), timed(True)
+    trace = doubled.timing["trace"]
+    assert trace["repeats"] == 2 and len(trace["forward"]) == 4  # <root>, 0, 1, 2
+    assert [(p, n) for p, n, _, _ in trace["forward"]] == [
+        (p, n) for p, n, _, _ in plain.timing["trace"]["forward"]
+    ]
+    # every repeat saw every call: self times add up to the root's time
+    root = doubled.root.metrics["forward_time"]
+    assert sum(n.self_metrics["forward_time"] for n in doubled.nodes()) == pytest.approx(root)
+
+
 def test_fx_trace_with_op_spans(tmp_path: Path) -> None:
     ex = examples.get("shared_mlp")
     model = ex.build()

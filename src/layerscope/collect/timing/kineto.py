@@ -46,6 +46,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch._C._autograd import DeviceType
 from torch.autograd.profiler import record_function
 from torch.profiler import ProfilerActivity
 from torch.utils.hooks import RemovableHandle
@@ -394,6 +395,9 @@ def parse_events(
     ``uncounted``: labels of region calls that are not counted; ``region_paths``: the
     paths of the analysed profile's regions, where a user's ``record_function`` label
     whose region path is one of them is a region range, not an op row."""
+    # With CUDA activities kineto also lists each record_function range as a device-side
+    # annotation (same name, no CPU children): only the CPU ranges are repeats and calls.
+    events = [e for e in events if e.device_type == DeviceType.CPU]
     names = {
         MODULE_PREFIX + (index.paths[nodes[0]] or "<root>"): mid
         for mid, nodes in enumerate(index.nodes_of)
