@@ -760,7 +760,8 @@ def test_steer_around_ls_profile_does_all_the_steering() -> None:
 
 def test_profiler_target_in_a_loop() -> None:
     """``Profiler(target=)`` on meta over a schedule: each analysed step steers, and the
-    cycle's kernels are summed over its steps (2 active steps x 2 attention calls)."""
+    cycle's kernels are summed over its steps: 2 active steps x 2 attention calls, and
+    x 5 dropouts in training (the embedding's, and each block's residual and MLP ones)."""
     ex = examples.EXAMPLES["tiny_gpt"]
     model = ls.to_meta(ex.build())
     x = _meta(ex.example_input())
@@ -772,7 +773,7 @@ def test_profiler_target_in_a_loop() -> None:
         p.step()
     p.stop()
     assert [r.model["kernels"] for r in ready] == [
-        {"scaled_dot_product_attention": {"efficient_attention": 4}}
+        {"scaled_dot_product_attention": {"efficient_attention": 4}, "dropout": {"fused": 10}}
     ]
     assert ready[0].model["target"] == "h100 (cuda sm90)"
 
@@ -1089,7 +1090,167 @@ def test_cuda_backend_matches_torch_on_this_gpu() -> None:
                 got = sdpa_backend(target, call)
                 if got != expected:
                     wrong.append((name, grad, BACKEND_NAMES[got], BACKEND_NAMES[expected]))
+    if wrong and _RELEASE != steer_module.PORTED_FROM:
+        # the rule is the ported release's; this torch may choose otherwise, as the
+        # profile's version notice says (torch 2.11 prefers cuDNN where 2.13 takes flash)
+        pytest.xfail(f"torch {torch.__version__} chooses otherwise: {wrong}")
     assert not wrong, wrong
+
+
+class _Dropped(nn.Module):
+    """A linear layer, then dropout through ``nn.Dropout`` and ``torch.dropout``."""
+
+    def __init__(self, p: float = 0.1, inplace: bool = False) -> None:
+        super().__init__()
+        self.fc = nn.Linear(64, 64)
+        self.drop = nn.Dropout(p, inplace=inplace)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.dropout(self.drop(self.fc(x)), 0.5, self.training)
+
+
+def test_dropout_on_a_cuda_target_is_one_fused_kernel() -> None:
+    """In training, CUDA's ``at::dropout`` runs ``native_dropout``: one kernel, one FLOP
+    per element, a bool mask saved (1 B per element). The CPU (and meta) draw a noise
+    tensor of the input's dtype, scale it and multiply: two FLOPs per element, the
+    noise saved. x: 8 * 16 * 64 = 8,192 elements, float32."""
+    x = torch.empty(8, 16, 64, device="meta")
+    model = ls.to_meta(_Dropped()).train()
+    gpu = ls.profile(model, x, memory=True, backward=True, target="h100")
+    cpu = ls.profile(model, x, memory=True, backward=True, target="cpu")
+    assert gpu.model["kernels"] == {"dropout": {"fused": 2}}  # nn.Dropout, torch.dropout
+    assert "kernels" not in cpu.model or "dropout" not in cpu.model["kernels"]
+    drop, root = gpu.node("drop").metrics, gpu.root.metrics
+    assert (drop["flops"], drop["activation_bytes"]) == (8_192, 8_192)
+    drop = cpu.node("drop").metrics
+    assert (drop["flops"], drop["activation_bytes"]) == (2 * 8_192, 4 * 8_192)
+    # the root: fc's FLOPs (2 * 128 * 64 * 64 + 128 * 64 bias) and two dropouts; fc
+    # saves its input (32 KiB), each dropout its mask
+    assert root["flops"] == 2 * 128 * 64 * 64 + 128 * 64 + 2 * 8_192
+    assert root["activation_bytes"] == 4 * 8_192 + 2 * 8_192
+    # not fused: in eval, in place, or p = 0 (nothing runs, or meta's ops as on the CPU)
+    for made, train in ((_Dropped(), False), (_Dropped(inplace=True), True), (_Dropped(0.0), True)):
+        prof = ls.profile(ls.to_meta(made).train(train), x, target="h100")
+        assert prof.model.get("kernels", {}).get("dropout") == ({"fused": 1} if train else None)
+
+
+@pytest.mark.parametrize(("dtype", "size"), [(torch.float32, 4), (torch.bfloat16, 2)])
+def test_rms_norm_on_a_cuda_target_is_one_fused_kernel(dtype: torch.dtype, size: int) -> None:
+    """CUDA runs ``F.rms_norm`` as ``_fused_rms_norm``: it saves the input and the
+    inverse RMS (float32, one per row); meta's composite upcasts, squares, averages and
+    multiplies, saving more. x: 4 * 24 rows of 64 = 6,144 elements, 96 rows."""
+    x = torch.empty(4, 24, 64, device="meta", dtype=dtype, requires_grad=True)
+    model = ls.to_meta(nn.RMSNorm(64)).to(dtype).train()
+    prof = ls.profile(model, x, memory=True, backward=True, target="h100")
+    assert prof.model["kernels"] == {"rms_norm": {"fused": 1}}
+    m = prof.root.metrics
+    assert m["activation_bytes"] == 6_144 * size + 96 * 4
+    assert m["peak_bytes"] == 6_144 * size + 96 * 4  # the output and the inverse RMS
+    # forward: square, add, x * rstd, * weight per element; 3 per row
+    assert m["flops"] == 4 * 6_144 + 3 * 96
+    # backward: xhat 1, g * w 1, sum 2, combine 3 per element (+1 per row); weight 2
+    assert m["backward_flops"] == 9 * 6_144 + 96
+    # the composite where CUDA takes it too: weight of another dtype; a CPU target
+    model = ls.to_meta(nn.RMSNorm(64)).train()
+    mixed = ls.profile(model, x.detach().to(torch.bfloat16), target="h100")
+    assert "rms_norm" not in mixed.model.get("kernels", {})
+    cpu = ls.profile(
+        ls.to_meta(nn.RMSNorm(64)).to(dtype), x, memory=True, backward=True, target="cpu"
+    )
+    assert "kernels" not in cpu.model
+    assert cpu.root.metrics["activation_bytes"] > m["activation_bytes"]
+
+
+class _SelfAttention(nn.Module):
+    def __init__(self, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.attn = nn.MultiheadAttention(64, 4, dropout=dropout, batch_first=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.attn(x, x, x, need_weights=False)[0]
+        return out
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
+def test_multihead_attention_is_steered(dropout: float) -> None:
+    """``F.multi_head_attention_forward`` calls SDPA itself: steered to the CPU it runs
+    the CPU's kernels, with every metric equal to a CPU run; steered to an H100 it runs
+    memory-efficient attention (float32)."""
+    torch.manual_seed(0)
+    model = _SelfAttention(dropout).train()
+    x = torch.randn(4, 24, 64)
+    cpu = ls.profile(model, x, memory=True, backward=True)
+    meta = ls.profile(ls.to_meta(model), _meta(x), memory=True, backward=True, target="cpu")
+    for node in cpu.root.walk():
+        other = meta.node(node.path).metrics
+        for key in ("flops", "backward_flops", "activation_bytes", "output_bytes", "peak_bytes"):
+            assert node.metrics.get(key) == other.get(key), (node.path, key)
+    kernel = "math" if dropout else "flash_attention_cpu"
+    assert meta.model["kernels"] == {"scaled_dot_product_attention": {kernel: 1}}
+    gpu = ls.profile(ls.to_meta(model), _meta(x), memory=True, backward=True, target="h100")
+    assert gpu.model["kernels"]["scaled_dot_product_attention"] == {"efficient_attention": 1}
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_cpu_normalization_statistics_of_16_bit_inputs(dtype: torch.dtype) -> None:
+    """The CPU keeps a bf16/fp16 input's BatchNorm and LayerNorm statistics in the
+    input's dtype (float32 where the parameters are float32); meta and CUDA in float32.
+    Steered to the CPU, meta equals a CPU run. LayerNorm over 4 * 24 rows of 64: the
+    input (6,144 * 2 B) and mean and rstd (2 * 96 * 2 B)."""
+    torch.manual_seed(0)
+    models = {
+        "ln": (nn.LayerNorm(64), (4, 24, 64)),
+        "bn": (nn.BatchNorm2d(16), (4, 16, 3, 3)),
+        "in": (nn.InstanceNorm2d(16, affine=True), (4, 16, 3, 3)),
+    }
+    for name, (made, shape) in models.items():
+        model = made.to(dtype).train()
+        x = torch.randn(*shape, dtype=dtype, requires_grad=True)
+        cpu = ls.profile(model, x, memory=True, backward=True)
+        meta = ls.profile(ls.to_meta(model), _meta(x), memory=True, backward=True, target="cpu")
+        for key in ("activation_bytes", "peak_bytes", "flops", "backward_flops"):
+            assert cpu.root.metrics[key] == meta.root.metrics[key], (name, key)
+    x = torch.empty(4, 24, 64, dtype=dtype, device="meta")
+    opts: dict[str, Any] = {"memory": True, "backward": True, "target": "cpu"}
+    ln = ls.profile(ls.to_meta(nn.LayerNorm(64).to(dtype)), x, **opts)
+    assert ln.root.metrics["activation_bytes"] == 6_144 * 2 + 2 * 96 * 2
+    assert ln.model["kernels"] == {"layer_norm": {"cpu_16bit": 1}}
+    # float32 parameters (mixed): float32 statistics, nothing to change
+    mixed = ls.profile(ls.to_meta(nn.LayerNorm(64)), x, **opts)
+    assert "kernels" not in mixed.model
+    assert mixed.root.metrics["activation_bytes"] == 6_144 * 2 + 2 * 96 * 4
+
+
+_COMPOSITES: dict[str, Callable[[], nn.Module]] = {
+    "dropout": _Dropped,
+    "rms_norm": lambda: nn.RMSNorm(64),
+    "attention": _SelfAttention,
+    "attention_dropout": lambda: _SelfAttention(0.1),
+    "encoder_layer_dropout": lambda: nn.TransformerEncoderLayer(64, 4, 128, batch_first=True),
+}
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("name", sorted(_COMPOSITES))
+def test_composites_steered_to_this_gpu(name: str, dtype: torch.dtype) -> None:
+    """Dropout, RMSNorm and ``nn.MultiheadAttention`` in training on this GPU and on
+    meta steered to it: the same FLOPs, saved and output bytes, and simulated peaks."""
+    torch.manual_seed(0)
+    model = _COMPOSITES[name]().to(dtype).train()
+    x = torch.randn(8, 16, 64, dtype=dtype)
+    gpu = ls.profile(model.cuda(), x.cuda(), memory=True, backward=True)
+    meta = ls.profile(ls.to_meta(model), _meta(x), memory=True, backward=True, target=_this_gpu())
+    flash = meta.model.get("kernels", {}).get("scaled_dot_product_attention", {})
+    if "flash_attention" in flash and "dropout" in name and _RELEASE != steer_module.PORTED_FROM:
+        # flash attention with dropout keeps its RNG state: 24 B in torch 2.13's kernel
+        # outputs, 16 B on torch 2.11's CUDA kernel
+        pytest.xfail("flash attention's RNG state is of another size on this torch")
+    for node in gpu.root.walk():
+        other = meta.node(node.path).metrics
+        for key in ("flops", "backward_flops", "activation_bytes", "output_bytes"):
+            assert node.metrics.get(key) == other.get(key), (node.path, key)
+        assert node.metrics.get("simulated_peak_bytes") == other.get("peak_bytes"), node.path
 
 
 @pytest.mark.cuda

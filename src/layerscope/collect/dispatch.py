@@ -23,7 +23,9 @@ composite). A decomposition that asks for its own op again (a jagged nested tens
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from torch import Tensor
@@ -92,6 +94,26 @@ def decomposition_keys(func: Any) -> tuple[DispatchKey | None, DispatchKey | Non
     else:
         nested = None
     return (_COMPOSITE if dense else None), nested
+
+
+class _Whole(threading.local):
+    ops: frozenset[int] = frozenset()
+
+
+_whole = _Whole()
+
+
+@contextmanager
+def run_whole(func: OpOverload) -> Iterator[None]:
+    """Inside (in this thread), ``func`` reaching a session runs as one op although it
+    has a composite kernel and no kernel of its own on this build: the fused kernel of a
+    steered device (``_fused_rms_norm``, whose CUDA kernel a CPU build lacks)."""
+    before = _whole.ops
+    _whole.ops = before | {id(func)}
+    try:
+        yield
+    finally:
+        _whole.ops = before
 
 
 def _has_nested(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
@@ -173,7 +195,7 @@ class SessionMode(TorchDispatchMode):
         # A decomposition that asks for its own op again (``sym_is_contiguous`` of a
         # jagged nested tensor asks the tensor, whose Python subclass sends it back here)
         # runs it as torch does, through the tensor's own kernel, as any other op.
-        if key is not None and id(func) not in self._decomposing:
+        if key is not None and id(func) not in self._decomposing and id(func) not in _whole.ops:
             self._decomposing.add(id(func))
             try:
                 with self:

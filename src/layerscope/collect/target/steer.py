@@ -18,6 +18,14 @@ from torch.utils._python_dispatch import (
 )
 
 from layerscope.collect.dispatch import remove_mode
+from layerscope.collect.target.composite import (
+    CALLERS,
+    DROPOUTS,
+    RMS_NORMS,
+    fused_dropout,
+    fused_rms_norm,
+    rebound,
+)
 from layerscope.collect.target.rnn import batch_sizes_known, cpu_rnn, uses_onednn
 from layerscope.collect.target.sdpa import SdpaCall, kernel_name, run_sdpa, sdpa_backend
 from layerscope.collect.target.spec import Target
@@ -37,6 +45,8 @@ _RNNS: dict[Any, str] = {
 #: the calls that move a tensor to another tensor's device (``.to(x.device)``, ``type_as``)
 _MOVES = (torch.Tensor.to, torch.Tensor.type_as)
 _NATIVE_BATCH_NORM = _aten.native_batch_norm.default
+_NATIVE_LAYER_NORM = _aten.native_layer_norm.default
+_HALF = (torch.bfloat16, torch.float16)
 #: The torch release whose C++ rules this package ports (``sdpa.py``: the CUDA backend
 #: choice and the ops ``at::scaled_dot_product_attention`` runs; ``rnn.py``: the CPU's
 #: RNN paths; here: the CPU's eval-mode BatchNorm). Another release may choose or run
@@ -53,7 +63,10 @@ class KernelLog(dict[str, dict[str, int]]):
 
     Kernel names: SDPA ``flash_attention_cpu``, ``flash_attention``,
     ``efficient_attention``, ``cudnn_attention``, ``math``; ``batch_norm`` ``cpu_eval``
-    (eval-mode BatchNorm with the CPU kernel's empty saved statistics); ``lstm``,
+    (eval-mode BatchNorm with the CPU kernel's empty saved statistics); ``dropout`` and
+    ``rms_norm``: ``fused`` (a CUDA target's one kernel: ``native_dropout`` with a bool
+    mask, ``_fused_rms_norm``); ``batch_norm`` ``cpu_train_16bit`` and ``layer_norm``
+    ``cpu_16bit`` (the CPU's statistics of a bf16/fp16 input's dtype); ``lstm``,
     ``gru``, ``rnn_tanh``, ``rnn_relu``: ``onednn`` (``mkldnn_rnn_layer`` per layer and
     direction), ``cpu_cells`` (the generic cells with the whole-sequence input
     projection), or ``not_steered`` (a CUDA target: cuDNN RNNs are not ported, meta's
@@ -105,7 +118,7 @@ def steering_active() -> bool:
 
 
 class _FunctionSteering(TorchFunctionMode):
-    """Replaces SDPA and RNN calls on meta tensors by the target's ops.
+    """Replaces SDPA, dropout, RMSNorm and RNN calls on meta tensors by the target's ops.
 
     A function mode runs before the dispatcher: the aten ops its handlers call go
     through autograd and every dispatch mode as any op does, so a session's dispatch
@@ -128,6 +141,13 @@ class _FunctionSteering(TorchFunctionMode):
         kwargs = kwargs or {}
         if func is _SDPA:
             return self._sdpa(args, kwargs)
+        if func in CALLERS:
+            return self._inside(func, args, kwargs)
+        if self.target.device_type == "cuda":
+            if func in DROPOUTS:
+                return self._fused("dropout", fused_dropout, func, args, kwargs)
+            if func in RMS_NORMS:
+                return self._fused("rms_norm", fused_rms_norm, func, args, kwargs)
         if func in _MOVES and self.target.device_type == "cpu":
             return _moved_unseen(func, args, kwargs)
         if self.rnns:
@@ -143,6 +163,28 @@ class _FunctionSteering(TorchFunctionMode):
         backend = sdpa_backend(self.target, call)
         self.log.add("scaled_dot_product_attention", kernel_name(self.target, backend))
         return run_sdpa(self.target, call, backend, _SDPA)
+
+    def _fused(
+        self, op: str, steered: Any, func: Callable[..., Any], args: Any, kwargs: Any
+    ) -> Any:
+        out = steered(func, args, kwargs)
+        if out is None:
+            return func(*args, **kwargs)
+        self.log.add(op, "fused")
+        return out
+
+    def _inside(self, func: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+        """A function of ``torch.nn.functional`` that calls SDPA or dropout itself: run
+        with the steered versions bound (this mode is off while it handles a call)."""
+
+        def sdpa(*a: Any, **k: Any) -> Any:
+            return self._sdpa(a, k)
+
+        def dropout(*a: Any, **k: Any) -> Any:
+            return self.__torch_function__(F.dropout, (), a, k)
+
+        with rebound({"scaled_dot_product_attention": sdpa, "dropout": dropout}):
+            return func(*args, **kwargs)
 
     def _rnn(
         self, func: Callable[..., Any], name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -176,6 +218,17 @@ def _moved_unseen(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[
     return func(*args, **kwargs)
 
 
+def _cpu_statistics(x: torch.Tensor, params: tuple[Any, ...], out: Any) -> Any:
+    """The CPU's normalization statistics: of the input's dtype for a bf16/fp16 input
+    unless its parameters are float32 (``is_mixed_type``), where meta (like CUDA) gives
+    float32; None where meta's are the CPU's."""
+    if x.dtype not in _HALF or any(
+        isinstance(p, torch.Tensor) and p.dtype == torch.float32 for p in params
+    ):
+        return None
+    return (out[0], *(s.new_empty(s.shape, dtype=x.dtype) for s in out[1:3]))
+
+
 def _cpu_eval_batch_norm(args: tuple[Any, ...], out: Any) -> tuple[Any, Any, Any]:
     """``batch_norm_cpu`` in eval: the output, and empty saved statistics of the
     parameters' dtype when it differs from the input's (``is_mixed_type``: bf16/fp16
@@ -187,10 +240,12 @@ def _cpu_eval_batch_norm(args: tuple[Any, ...], out: Any) -> tuple[Any, Any, Any
 
 
 class _CpuOutputs(TorchDispatchMode):
-    """Gives two ops on meta the CPU kernel's outputs: eval-mode ``native_batch_norm``
+    """Gives ops on meta the CPU kernel's outputs: eval-mode ``native_batch_norm``
     empty saved mean and inverse std (the CPU saves nothing in eval; meta returns
-    C-sized ones, which autograd would save), and ``mkldnn_rnn_layer_backward`` two
-    distinct bias gradients.
+    C-sized ones, which autograd would save); training ``native_batch_norm`` and
+    ``native_layer_norm`` with a bf16/fp16 input and parameters statistics of the
+    input's dtype (meta's are float32); ``mkldnn_rnn_layer_backward`` two distinct bias
+    gradients.
 
     It must run below the session's dispatch mode (closer to the kernel), so that the
     session sees the adjusted outputs: ``steer`` inserts it at the bottom of the stack."""
@@ -207,9 +262,19 @@ class _CpuOutputs(TorchDispatchMode):
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
         out = func(*args, **(kwargs or {}))
-        if func is _NATIVE_BATCH_NORM and not args[5] and args[0].is_meta:
-            self.log.add("batch_norm", "cpu_eval")
-            return _cpu_eval_batch_norm(args, out)
+        if func is _NATIVE_BATCH_NORM and args[0].is_meta:
+            if not args[5]:
+                self.log.add("batch_norm", "cpu_eval")
+                return _cpu_eval_batch_norm(args, out)
+            fixed = _cpu_statistics(args[0], args[1:5], out)
+            if fixed is not None:
+                self.log.add("batch_norm", "cpu_train_16bit")
+                return fixed
+        if func is _NATIVE_LAYER_NORM and args[0].is_meta:
+            fixed = _cpu_statistics(args[0], args[2:4], out)
+            if fixed is not None:
+                self.log.add("layer_norm", "cpu_16bit")
+                return fixed
         if func is _MKLDNN_RNN_LAYER_BACKWARD and out[3] is out[4] and out[3].is_meta:
             # meta returns one bias gradient twice; the CPU a copy (diff_b2_ =
             # clone(diff_b_)), which autograd can keep without copying it again
@@ -262,9 +327,15 @@ def steer(target: Target, tensors_device: torch.device | str) -> Iterator[Kernel
       preparation, then its kernel (``_scaled_dot_product_flash_attention_for_cpu``;
       on CUDA ``_scaled_dot_product_{cudnn,flash,efficient}_attention``) or the math
       path;
+    - CUDA target: ``F.dropout`` in training through the fused ``native_dropout``
+      (a bool mask) rather than meta's noise tensor of the input's dtype, and
+      ``F.rms_norm`` through ``_fused_rms_norm`` rather than its composite;
+    - SDPA and dropout called by ``F.multi_head_attention_forward`` (``nn.MultiheadAttention``,
+      ``nn.Transformer*``) are steered too;
     - CPU target: ``nn.LSTM``/``nn.GRU``/``nn.RNN`` (``torch._VF`` calls) through
       oneDNN's ``mkldnn_rnn_layer`` or the CPU's cells; eval-mode BatchNorm with the
-      CPU kernel's empty saved statistics; a CPU tensor moved to meta (the model's
+      CPU kernel's empty saved statistics, and BatchNorm and LayerNorm statistics of a
+      16-bit input's dtype; a CPU tensor moved to meta (the model's
       device) with ``.to`` or ``.type_as``, which on the CPU run no op, copied unseen.
 
     Enter it before the session's dispatch mode or inside it: the function mode's ops
