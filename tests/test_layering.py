@@ -37,6 +37,7 @@ LAYERS: dict[str, int] = {
     "layerscope.render": 5,
     "layerscope.export": 5,
     "layerscope.session": 6,
+    "layerscope.planning": 6,
     "layerscope.distributed": 6,
     "layerscope.integrations": 6,
     "layerscope.examples": 6,

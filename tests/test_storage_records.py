@@ -23,7 +23,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 import layerscope as ls
-from layerscope.analysis.whatif import checkpointed_activation_bytes
+from layerscope.analysis.whatif import checkpointed_activation_bytes, recompute_flops
 from layerscope.errors import InvalidInputError
 
 D, HEADS, T, B = 16, 2, 6, 2
@@ -80,16 +80,17 @@ def block(kind: str) -> nn.Module:
     return Block(Attention if kind == "hand" else MHA).train()
 
 
-def with_checkpoint(model: nn.Module, path: str) -> nn.Module:
-    """A copy of ``model`` whose module at ``path`` runs under non-reentrant checkpoint."""
+def with_checkpoint(model: nn.Module, *paths: str) -> nn.Module:
+    """A copy of ``model`` whose modules at ``paths`` run under non-reentrant checkpoint."""
     model = copy.deepcopy(model)
-    module = model.get_submodule(path)
-    forward = module.forward
+    for path in paths:
+        module = model.get_submodule(path)
+        forward = module.forward
 
-    def checkpointed(*args: Any, **kwargs: Any) -> Any:
-        return checkpoint(forward, *args, use_reentrant=False, **kwargs)
+        def checkpointed(*args: Any, _forward: Any = forward, **kwargs: Any) -> Any:
+            return checkpoint(_forward, *args, use_reentrant=False, **kwargs)
 
-    module.forward = checkpointed
+        module.forward = checkpointed
     return model
 
 
@@ -248,3 +249,32 @@ def test_meta_analysis_keeps_the_same_table() -> None:
     assert meta.memory["storages"] == measure(model).memory["storages"]
     real = measure(with_checkpoint(model, "attn")).root.metrics["activation_bytes"]
     assert checkpointed_activation_bytes(meta, "attn") == real
+
+
+@pytest.mark.parametrize(
+    "paths",
+    [("0",), ("0", "2"), ("0", "1", "2"), ("0.attn", "1.mlp", "2.ln1"), ("1.attn.qkv", "2")],
+)
+def test_checkpointing_several_modules(paths: tuple[str, ...], tmp_path: Path) -> None:
+    """A stack of three blocks with several modules checkpointed at once: the what-if's
+    kept activation bytes and recompute FLOPs, from the plain model's JSON profile,
+    equal a real run's (early stop off: each checkpointed forward recomputed whole)."""
+    torch.manual_seed(0)
+    stack = nn.Sequential(*(Block(Attention) for _ in range(3))).train()
+    measure(stack).save(tmp_path / "p.json")
+    loaded = ls.load(tmp_path / "p.json")
+    with torch.utils.checkpoint.set_checkpoint_early_stop(False):
+        real = measure(with_checkpoint(stack, *paths))
+    assert checkpointed_activation_bytes(loaded, paths) == real.root.metrics["activation_bytes"]
+    assert recompute_flops(loaded, paths) == real.root.metrics["recompute_flops"]
+    assert recompute_flops(loaded, paths) == sum(loaded.node(p).metrics["flops"] for p in paths)
+
+
+def test_checkpointed_paths_may_not_nest() -> None:
+    prof = measure(nn.Sequential(block("hand")))
+    with pytest.raises(InvalidInputError, match=r"'0\.attn' is inside '0'"):
+        checkpointed_activation_bytes(prof, ["0", "0.attn"])
+    with pytest.raises(InvalidInputError, match="is inside"):
+        recompute_flops(prof, ["0.attn", "0"])
+    with pytest.raises(KeyError):
+        recompute_flops(prof, ["nope"])

@@ -1,0 +1,93 @@
+"""The planning arithmetic of model states per GPU (``layerscope.planning.states``), by
+hand. The runs that check it are in ``test_sharded_steps.py``."""
+
+from __future__ import annotations
+
+import pytest
+
+from layerscope.errors import InvalidInputError
+from layerscope.planning.states import ModelStates, fsdp_shard, model_states
+
+
+@pytest.mark.parametrize(
+    ("shape", "world", "rank", "expected"),
+    [
+        ((7, 64), 2, 0, (4 * 64, 4 * 64)),  # chunks of 4 and 3 rows, padded to 4
+        ((7, 64), 2, 1, (3 * 64, 4 * 64)),
+        ((7, 64), 4, 3, (1 * 64, 2 * 64)),  # 2, 2, 2, 1
+        ((3, 7), 4, 3, (0, 7)),  # 3 chunks of 1 row: rank 3 holds none, padded to 1 row
+        ((), 4, 0, (1, 1)),  # a 0-dim tensor is one row
+        ((), 4, 1, (0, 1)),
+        ((8,), 8, 7, (1, 1)),
+    ],
+)
+def test_fsdp_shard(
+    shape: tuple[int, ...], world: int, rank: int, expected: tuple[int, int]
+) -> None:
+    assert fsdp_shard(shape, world, rank) == expected
+
+
+SHAPES = [(1000, 100), (1000,)]  # 101,000 elements, two tensors
+
+
+def test_one_gpu_and_ddp() -> None:
+    # fp32 AdamW: 4 B weights, 4 B gradients, 8 B states per element, 4 B step per tensor
+    fp32 = model_states(SHAPES, world_size=1, sharding="none", precision="fp32")
+    assert fp32 == ModelStates(404_000, 404_000, 808_000 + 8, 0)
+    # mixed on one GPU: 2 + 2 + 8 (fp32 states) + 4 (master) = 16 B per element
+    mixed = model_states(SHAPES, world_size=1, sharding="none", precision="bf16-mixed")
+    assert mixed == ModelStates(202_000, 202_000, 808_000 + 8, 404_000)
+    assert mixed.total == 16 * 101_000 + 8
+    # pure bf16: the states are bf16 too; momentum SGD one state, plain SGD none
+    bf16 = model_states(SHAPES, world_size=1, sharding="none", precision="bf16", optimizer="sgd")
+    assert bf16 == ModelStates(202_000, 202_000, 0, 0)
+    sgd = model_states(
+        SHAPES, world_size=1, sharding="none", precision="bf16", optimizer="sgd_momentum"
+    )
+    assert sgd.optimizer_state_bytes == 202_000
+    # DDP replicates; its mixed precision is autocast, all float32
+    ddp = model_states(SHAPES, world_size=8, sharding="ddp", precision="bf16-mixed")
+    assert ddp == fp32
+
+
+def test_fsdp() -> None:
+    # 1000 rows on 8 GPUs: 125 each, no padding; the bias 125 each
+    fsdp = model_states(SHAPES, world_size=8, sharding="fsdp", precision="bf16-mixed", rank=7)
+    local = 125 * 100 + 125
+    assert fsdp == ModelStates(4 * local, 4 * local, 8 * local + 8, 0)
+    # 1000 rows on 3 GPUs: 334, 334, 332 rows; every shard padded to 334
+    last = model_states(SHAPES, world_size=3, sharding="fsdp", precision="fp32", rank=2)
+    assert last.param_bytes == 4 * (334 * 100 + 334)
+    assert last.grad_bytes == 4 * (332 * 100 + 332)
+
+
+def test_zero() -> None:
+    # ZeRO-1: weights and gradients replicated (bf16), the fp32 master and its states
+    # split: ceil(101,000 / 8) = 12,625 elements each
+    z1 = model_states(SHAPES, world_size=8, sharding="zero1", precision="bf16-mixed")
+    assert z1 == ModelStates(202_000, 202_000, 8 * 12_625 + 8, 4 * 12_625)
+    # ZeRO-2: gradients split too
+    z2 = model_states(SHAPES, world_size=8, sharding="zero2", precision="bf16-mixed")
+    assert z2.grad_bytes == 2 * 12_625
+    # fp32: no master copy
+    z2 = model_states(SHAPES, world_size=8, sharding="zero2", precision="fp32")
+    assert z2 == ModelStates(404_000, 4 * 12_625, 8 * 12_625 + 8, 0)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"world_size": 0}, "world_size must be a positive int"),
+        ({"world_size": 2, "rank": 2}, r"rank must be in \[0, 2\)"),
+        ({"sharding": "tp"}, "unknown sharding 'tp'; known: none, ddp, fsdp, zero1, zero2"),
+        ({"precision": "fp8"}, "unknown precision 'fp8'"),
+        ({"optimizer": "lion"}, "unknown optimizer 'lion'"),
+        ({"sharding": "none", "world_size": 2}, "sharding='none' is one GPU"),
+    ],
+)
+def test_bad_input(kwargs: dict[str, object], message: str) -> None:
+    given: dict[str, object] = {
+        "world_size": 4, "sharding": "fsdp", "precision": "fp32", **kwargs
+    }  # fmt: skip
+    with pytest.raises(InvalidInputError, match=message):
+        model_states(SHAPES, **given)  # type: ignore[arg-type]
