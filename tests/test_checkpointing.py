@@ -321,6 +321,36 @@ def test_what_a_checkpoint_keeps_is_its_modules_activations(api: str, keyword: b
     assert prof.root.metrics["activation_bytes"] == 12_288
 
 
+class Reentrant(nn.Module):
+    """``checkpoint(block, x, scale, use_reentrant=True)``, or of a plain function."""
+
+    def __init__(self, function: bool) -> None:
+        super().__init__()
+        self.function = function
+        self.block, self.head = Scaled(), nn.Linear(32, 32)
+
+    def forward(self, x: Tensor) -> Tensor:
+        scale = torch.full((32, 32), 2.0)
+        run = (lambda a, b: self.block(a, b)) if self.function else self.block
+        h = checkpoint(run, x, scale, use_reentrant=True)
+        return self.head(h)  # type: ignore[no-any-return]
+
+
+def test_reentrant_checkpoint_keeps_its_modules_activations() -> None:
+    """A reentrant checkpoint saves its tensor inputs in its own autograd function, after
+    the module has returned: they count at the module it runs (x and scale, 4,096 B
+    each), as with the other APIs; for a plain function, at the running module."""
+    x = torch.randn(32, 32, requires_grad=True)
+    prof = ls.profile(Reentrant(function=False), x, backward=True, memory=True)
+    assert prof.node("block").self_metrics["activation_bytes"] == 2 * 4_096
+    assert prof.node("block.fc").metrics["activation_bytes"] == 0  # run under no_grad
+    assert prof.root.self_metrics["activation_bytes"] == 0
+    assert prof.node("head").self_metrics["activation_bytes"] == 4_096
+    prof = ls.profile(Reentrant(function=True), x, backward=True, memory=True)
+    assert prof.node("block").metrics["activation_bytes"] == 0
+    assert prof.root.self_metrics["activation_bytes"] == 2 * 4_096
+
+
 @pytest.mark.parametrize("api", APIS)
 def test_gpt2_blocks_hold_their_inputs(api: str) -> None:
     """GPT-2's checkpointed blocks keep their input hidden states; the ``position_ids``

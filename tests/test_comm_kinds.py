@@ -1,40 +1,23 @@
 """Collectives by kind: the wire-bytes formulas, the kinds of the ops, FSDP2's copy ops
-priced (no FLOPs, their bytes), ``Profile.comm`` in JSON, and a 2-rank FSDP2 step on the
-CPU (gloo) whose all-gathers and reduce-scatters land on their units with sizes derived
-by hand.
-
-The model of the 2-rank run: ``Sequential(Linear(64, 7), Linear(7, 3))``, each Linear a
-``fully_shard`` unit and the Sequential the root. FSDP2 splits each tensor along dim 0
-with ``torch.chunk`` and pads every rank's shard to the first chunk's size:
-
-- unit ``0``: weight 7 rows -> chunks of 4 and 3 rows, padded 4 x 64 = 256 elements;
-  bias 7 -> 4 and 3, padded 4; each rank's all-gather input 260 float32 = 1,040 B, the
-  reduce-scatter input both ranks' 2 x 260 x 4 = 2,080 B;
-- unit ``1``: weight 3 rows -> 2 and 1, padded 2 x 7 = 14; bias 3 -> 2 and 1, padded 2;
-  16 elements = 64 B per rank, reduce-scatter 128 B.
+priced (no FLOPs, their bytes) and ``Profile.comm`` in JSON. Real DDP and FSDP2 steps on
+2 and 4 ranks, whose collectives land on their units with sizes derived by hand, are in
+``test_sharded_steps.py``.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-import torch.distributed as dist
 from torch import nn
 
 import layerscope as ls
-from helpers import rank_output, spawn_ranks
 from layerscope.metrics.bytes import _PLANS, _Plan, op_bytes
 from layerscope.metrics.commkinds import comm_calls, op_kind, wire_bytes
 from layerscope.metrics.flops.registry import is_zero_cost
-from layerscope.metrics.fsdpunits import fsdp_param_groups
-
-WORLD = 2
-TIME_LIMIT_S = 90.0
 
 
 # ---- the formulas ---------------------------------------------------------------------
@@ -169,108 +152,6 @@ def test_comm_table_round_trips_through_json(tmp_path: Path) -> None:
 
 
 # ---- a 2-rank FSDP2 step -----------------------------------------------------------------
-def _fsdp_worker(rank: int, store: str, out: str) -> None:
-    """One rank: three FSDP2 steps of the two-unit model, the third profiled; then the
-    same step with one unit (the whole model). Writes ``rank{r}.json`` or ``.error``."""
-    facts: dict[str, Any] = {}
-    with rank_output(rank, out, facts):
-        torch.set_num_threads(1)
-        dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
-        from torch.distributed.fsdp import fully_shard
-
-        for units in ("two", "one"):
-            torch.manual_seed(0)
-            model = nn.Sequential(nn.Linear(64, 7), nn.Linear(7, 3))
-            if units == "two":
-                fully_shard(model[0])
-                fully_shard(model[1])
-            fully_shard(model)
-            opt = torch.optim.SGD(model.parameters(), lr=0.1)
-            x = torch.randn(4, 64)
-            for step in range(3):
-                if step == 2:
-                    with ls.Profiler(model) as p:
-                        model(x).sum().backward()
-                else:
-                    model(x).sum().backward()
-                opt.step()
-                opt.zero_grad()
-            prof = p.profile
-            path = os.path.join(out, f"{units}{rank}.json")
-            prof.save(path)
-            facts[units] = {
-                "comm": ls.load(path).comm,
-                "unsupported": prof.unsupported_ops,
-                "partial": prof.partial_metrics,
-                "outside": prof.outside,
-                "metrics": {n.path: dict(n.metrics) for n in prof.nodes()},
-                "wrapped_left": [
-                    k
-                    for m in model.modules()
-                    for g in fsdp_param_groups(m)
-                    for k in vars(g)
-                    if k in ("post_backward", "unshard")
-                ],
-            }
-        dist.barrier()
-
-
-@pytest.fixture(scope="module")
-def fsdp_run(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
-    out = tmp_path_factory.mktemp("fsdp")
-    return spawn_ranks(_fsdp_worker, WORLD, out, TIME_LIMIT_S)
-
-
-def _row(calls: int, payload: int, wire: int) -> dict[str, int]:
-    return {"calls": calls, "bytes": payload, "wire_bytes": wire}
-
-
-def test_fsdp2_collectives_by_unit_and_kind(fsdp_run: list[dict[str, Any]]) -> None:
-    for facts in fsdp_run:  # every rank pads its shards to the same sizes
-        two = facts["two"]
-        # unit 0: 1,040 B per rank to all-gather (wire (2-1) x 1,040), in the forward
-        # and again in the backward (resharded after the forward); its reduce-scatter
-        # of 2,080 B (wire 1/2 x 2,080) in its own backward, not outside
-        assert two["comm"] == {
-            "0": {
-                "forward": {"all_gather": _row(1, 1040, 1040)},
-                "backward": {
-                    "all_gather": _row(1, 1040, 1040),
-                    "reduce_scatter": _row(1, 2080, 1040),
-                },
-            },
-            "1": {
-                "forward": {"all_gather": _row(1, 64, 64)},
-                "backward": {
-                    "all_gather": _row(1, 64, 64),
-                    "reduce_scatter": _row(1, 128, 64),
-                },
-            },
-        }
-        assert two["unsupported"] == {}
-        assert two["partial"] == []
-        assert not any("comm" in k for k in two["outside"])
-        root = two["metrics"][""]
-        assert root["comm_bytes"] == 1040 + 64
-        assert root["comm_wire_bytes"] == 1040 + 64
-        assert root["backward_comm_bytes"] == (1040 + 2080) + (64 + 128)
-        assert root["backward_comm_wire_bytes"] == 2 * 1040 + 2 * 64
-        assert two["wrapped_left"] == []  # the groups' methods are their class's again
-
-        # one unit, the whole model: every tensor gathered at once, 1,040 + 64 B; the
-        # root (the Sequential) is not resharded after the forward, so no all-gather in
-        # the backward; the reduce-scatter (2,080 + 128 B) is the root's backward
-        one = facts["one"]
-        assert one["comm"] == {
-            "": {
-                "forward": {"all_gather": _row(1, 1104, 1104)},
-                "backward": {"reduce_scatter": _row(1, 2208, 1104)},
-            }
-        }
-        assert one["unsupported"] == {}
-        assert not any("comm" in k for k in one["outside"])
-
-
 def test_a_loop_cycle_sums_its_steps_comm() -> None:
     from layerscope.analysis.merge import merge_profiles
 

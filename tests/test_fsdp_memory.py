@@ -2,9 +2,10 @@
 
 One 2-rank gloo run (CPU) of a 3-block MLP, ``Sequential(Linear(64, 256), ReLU(),
 Linear(256, 64))`` per block, batch 8, fp32: each block a ``fully_shard`` unit and the
-model the root, with ``reshard_after_forward`` True and False, and the same model unsharded
-(``plain``). Step 3 of each is profiled (forward and backward; SGD with momentum, so its
-states exist), a tracker written here watching the same step.
+model the root, with ``reshard_after_forward`` True and False, the same model unsharded
+(``plain``), and sharded with bf16 parameters and float32 reduction (``mp``). Step 3 of
+each is profiled (forward and backward; SGD with momentum, so its states exist), a
+tracker written here watching the same step.
 
 Numbers by hand. A block has 64·256 + 256 + 256·64 + 64 = 33,088 parameters; every dim 0
 (256, 64) splits evenly on 2 ranks, so nothing is padded: FSDP2's flat all-gather buffer
@@ -17,17 +18,15 @@ the session allocates 8,192 + 2,048 (the block's output) per block.
 from __future__ import annotations
 
 import os
-import weakref
 from typing import Any
 
 import pytest
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
 
 import layerscope as ls
-from helpers import rank_output, spawn_ranks
+from helpers import StorageTracker, rank_output, spawn_ranks
 from layerscope.metrics.fsdpunits import fsdp_param_groups
 from layerscope.metrics.memory.fsdp import _METHODS
 
@@ -35,53 +34,6 @@ WORLD = 2
 TIME_LIMIT_S = 90.0
 B = 33_088 * 4  # 132,352: one block's parameters, unsharded, fp32
 ACTIVATIONS = 3 * (8 * 64 * 4 + 8 * 256 * 4)  # 30,720
-
-
-class _Tracker(TorchDispatchMode):  # type: ignore[no-untyped-call]
-    """Bytes this process holds: the storages it is told of at the start, every storage
-    a non-view op returns (until it dies) and every ``UntypedStorage.resize_``."""
-
-    def __init__(self, start: list[torch.Tensor]) -> None:
-        super().__init__()  # type: ignore[no-untyped-call]
-        self.sizes: dict[int, int] = {}  # id(storage) -> bytes counted
-        self.level = self.peak = 0
-        for t in start:
-            self._count(t.untyped_storage(), t.untyped_storage().nbytes())
-        self._resize = torch.UntypedStorage.resize_
-
-    def _count(self, s: torch.UntypedStorage, n: int) -> None:
-        key = id(s)
-        if key not in self.sizes:
-            weakref.finalize(s, self._died, key)
-        self.level += n - self.sizes.get(key, 0)
-        self.sizes[key] = n
-        self.peak = max(self.peak, self.level)
-
-    def _died(self, key: int) -> None:
-        self.level -= self.sizes.pop(key, 0)
-
-    def __enter__(self) -> _Tracker:
-        tracker, resize = self, self._resize
-
-        def resize_(s: torch.UntypedStorage, n: int) -> Any:
-            out = resize(s, n)
-            tracker._count(s, s.nbytes())
-            return out
-
-        torch.UntypedStorage.resize_ = resize_  # type: ignore[method-assign,assignment]
-        return super().__enter__()  # type: ignore[no-untyped-call,no-any-return]
-
-    def __exit__(self, *exc: object) -> None:
-        torch.UntypedStorage.resize_ = self._resize  # type: ignore[method-assign]
-        super().__exit__(*exc)  # type: ignore[no-untyped-call]
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        out = func(*args, **(kwargs or {}))
-        if not any(r.alias_info is not None for r in func._schema.returns):
-            for t in out if isinstance(out, tuple | list) else (out,):
-                if isinstance(t, torch.Tensor) and id(t.untyped_storage()) not in self.sizes:
-                    self._count(t.untyped_storage(), t.untyped_storage().nbytes())
-        return out
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
@@ -93,10 +45,11 @@ def _worker(rank: int, store: str, out: str) -> None:
     with rank_output(rank, out, facts):
         torch.set_num_threads(1)
         dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
-        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
         x = torch.randn(8, 64)
-        for mode in ("plain", "reshard", "keep"):
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        for mode in ("plain", "reshard", "keep", "mp"):
             torch.manual_seed(0)
             model = nn.Sequential(
                 *(
@@ -105,16 +58,19 @@ def _worker(rank: int, store: str, out: str) -> None:
                 )
             )
             if mode != "plain":
+                options: dict[str, Any] = {"reshard_after_forward": mode != "keep"}
+                if mode == "mp":
+                    options["mp_policy"] = mp
                 for block in model:
-                    fully_shard(block, reshard_after_forward=mode == "reshard")
-                fully_shard(model, reshard_after_forward=mode == "reshard")
+                    fully_shard(block, **options)
+                fully_shard(model, **options)
             opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
             for step in range(3):
                 if step == 2:
                     held = [_local(p) for p in model.parameters()]
                     held += [_local(t) for s in opt.state.values() for t in s.values()]
                     with (
-                        _Tracker(held) as tracker,
+                        StorageTracker(held) as tracker,
                         ls.Profiler(model, memory=True, optimizer=opt) as p,
                     ):
                         model(x).sum().backward()
@@ -155,6 +111,13 @@ def test_activations_exclude_views_of_unsharded_parameters(ranks: list[dict[str,
             assert facts[mode]["memory"]["activation_bytes"] == ACTIVATIONS
 
 
+def test_mixed_precision_activations_are_bf16(ranks: list[dict[str, Any]]) -> None:
+    # bf16 parameters (fp32 reduce): the same tensors saved as in fp32, of 2 bytes each:
+    # 30,720 / 2; the views of the bf16 unsharded weights are again not activations
+    for facts in ranks:
+        assert facts["mp"]["memory"]["activation_bytes"] == ACTIVATIONS // 2  # 15,360
+
+
 def test_forward_peak_holds_the_unsharded_parameters(ranks: list[dict[str, Any]]) -> None:
     # At block 2's all-gather copy-out: blocks 0 and 1's activations (2 · 10,240), block
     # 1's flat all-gather buffer (freed at the next all-gather's copy-in), block 2's,
@@ -193,7 +156,7 @@ def test_comm_buffers_and_units(ranks: list[dict[str, Any]]) -> None:
 
 def test_absolute_peak_matches_a_tracker(ranks: list[dict[str, Any]]) -> None:
     for facts in ranks:
-        for mode in ("plain", "reshard", "keep"):
+        for mode in ("plain", "reshard", "keep", "mp"):
             mem = facts[mode]["memory"]
             ours = mem["baseline_bytes"] + mem["session_peak_bytes"]
             theirs = facts[mode]["tracker_peak"]

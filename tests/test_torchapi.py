@@ -27,7 +27,12 @@ def test_a_missing_function_names_itself_and_the_torch_version() -> None:
 def test_every_binding_exists_on_this_torch() -> None:
     """No stand-in among the bindings: the running torch has every function layerscope
     binds (the compatibility run, bench/compat.sh, checks another release)."""
-    helpers = ("checkpoint_of_pack_hook", "checkpoint_saving_inputs", "checkpointed_call")
+    helpers = (
+        "checkpoint_of_pack_hook",
+        "checkpoint_saving_inputs",
+        "checkpointed_call",
+        "reentrant_checkpointed",
+    )
     bound = [n for n in torchapi.__all__ if n not in ("NO_SEQUENCE", "private", *helpers)]
     assert len(bound) == 12
     stand_ins = [n for n in bound if getattr(getattr(torchapi, n), "__name__", "") == "missing"]
@@ -43,6 +48,7 @@ def test_checkpointing_internals_are_found_on_this_torch() -> None:
     import torch.utils.checkpoint as cp
 
     assert torchapi.STOP_RECOMPUTATION is cp._StopRecomputationError
+    assert torchapi._REENTRANT is cp.CheckpointFunction  # reentrant: its saving frame
     assert torchapi.top_saved_tensors_hooks is torch._C._autograd._top_saved_tensors_default_hooks
     found: dict[str, object] = {}
 

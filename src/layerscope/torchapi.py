@@ -147,6 +147,21 @@ def checkpoint_saving_inputs(frame: FrameType | None) -> Any | None:
     return None
 
 
+_APPLY = torch.autograd.Function.apply.__code__
+_REENTRANT = getattr(_checkpointing, "CheckpointFunction", None)
+
+
+def reentrant_checkpointed(frame: FrameType | None) -> Any | None:
+    """The function a reentrant checkpoint runs, if ``frame`` is ``Function.apply`` of
+    its ``CheckpointFunction`` (whose ``save_for_backward`` of the inputs is being
+    packed), else None."""
+    if frame is None or frame.f_code is not _APPLY or _REENTRANT is None:
+        return None
+    local = frame.f_locals
+    args = local.get("args")
+    return args[0] if local.get("cls") is _REENTRANT and args else None
+
+
 def checkpointed_call(checkpoint: Any) -> tuple[Any, dict[str, Any]]:
     """The function a checkpoint frame runs (and runs again) and the keyword arguments it
     holds for it (None and ``{}`` where they cannot be found)."""
@@ -177,6 +192,7 @@ __all__ = [
     "in_recomputation",
     "len_torch_dispatch_stack",
     "private",
+    "reentrant_checkpointed",
     "sdp_priority_order",
     "set_version_counters",
     "top_saved_tensors_hooks",

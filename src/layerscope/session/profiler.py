@@ -164,7 +164,7 @@ class Profiler:
         if options.count_bytes:
             observers.append(ByteCounter())
         if options.memory:
-            observers.append(MemoryObserver(optimizers=self._watch))
+            observers.append(MemoryObserver(optimizers=self._watch, ddp=self._facts.ddp))
         if options.numerics is not None:
             observers.append(NumericsObserver(**options.numerics))
         # collective ops' bytes, when a process group is initialised

@@ -71,7 +71,8 @@ class StepFacts:
     """Watches one analysed step at a time (``begin``/``end``)."""
 
     def __init__(self, model: Any, watch: OptimizerWatch) -> None:
-        self._ddp = find_ddp(model)
+        #: the DDP wrapper among ``model``'s wrappers, if any
+        self.ddp = self._ddp = find_ddp(model)
         self._watch = watch
         self._params: set[int] = set()
         self._before: dict[int, tuple[Optimizer, bool]] = {}

@@ -13,7 +13,9 @@ session_peak_bytes`` is the rank's peak. Kinds, in this order, each storage coun
   seen stepping while the ``Profiler`` runs; one seen first inside the session is
   counted at its first ``step()``, before the step changes anything);
 - ``other``: tensors the model's modules hold as plain attributes (``self.cache = t``),
-  directly or in a list, tuple or dict attribute, that are not parameters or buffers.
+  directly or in a list, tuple or dict attribute, that are not parameters or buffers;
+  and ``DistributedDataParallel``'s gradient buckets (its reducer's, the size of the
+  gradients, which exist whether or not ``.grad`` does).
 
 A tensor counts its whole storage's ``nbytes``: what is allocated, the padding of an
 FSDP2 shard and the rest of a flat buffer a view lives on included (a storage shared by
@@ -23,6 +25,7 @@ tensor without a storage (sparse) counts its values and indices.
 
 from __future__ import annotations
 
+import re
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
@@ -67,6 +70,17 @@ def _attribute_tensors(module: nn.Module) -> Iterator[Tensor]:
             yield from (v for v in value.values() if isinstance(v, Tensor))
 
 
+def ddp_bucket_bytes(ddp: nn.parallel.DistributedDataParallel) -> int:
+    """The gradient buckets DDP's reducer holds from its construction on (tensors of its
+    C++ side that no attribute shows): the bucket sizes DDP logs, in bytes; 0 where it
+    logs none."""
+    try:
+        sizes = ddp._get_ddp_logging_data().get("bucket_sizes", "")  # type: ignore[no-untyped-call]
+    except (AttributeError, RuntimeError):
+        return 0
+    return sum(int(n) for n in re.findall(r"\d+", str(sizes)))
+
+
 class Baseline:
     """Counts the baseline's storages by kind, once each, and records them in the session's
     ``StorageTable`` (so their death lowers its level)."""
@@ -78,10 +92,11 @@ class Baseline:
         self._params: set[int] = set()
         self._optimizers: set[int] = set()
 
-    def start(self, modules: Iterable[nn.Module], watch: OptimizerWatch | None) -> None:
-        """Count the model's tensors and the states of the optimizers ``watch`` knows;
-        until ``stop``, an optimizer it first sees stepping is counted at that step."""
-        self.add_model(modules)
+    def start(self, modules: Iterable[nn.Module | None], watch: OptimizerWatch | None) -> None:
+        """Count the model's tensors (``modules``; a None is skipped) and the states of
+        the optimizers ``watch`` knows; until ``stop``, an optimizer it first sees stepping
+        is counted at that step."""
+        self.add_model(m for m in modules if m is not None)
         if watch is not None:
             for optimizer in watch.optimizers():
                 self.add_optimizer(optimizer)
@@ -110,6 +125,8 @@ class Baseline:
         for m in modules:
             for t in _attribute_tensors(m):
                 self._add(t, "other", param=False)
+            if isinstance(m, nn.parallel.DistributedDataParallel):
+                self.bytes["other"] += ddp_bucket_bytes(m)
 
     def add_optimizer(self, optimizer: Optimizer) -> None:
         """The states of ``optimizer`` for the model's parameters, once per session."""

@@ -58,7 +58,9 @@ from layerscope.metrics.memory.records import StorageRecords
 from layerscope.metrics.memory.saved import (
     Outer,
     Saved,
+    checkpoint_node,
     held_inputs,
+    reentrant_module,
     remove_saved_hooks,
     unpack_saved,
 )
@@ -104,19 +106,13 @@ def _input_bytes(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
     for t in (*iter_tensors(args), *iter_tensors(kwargs)):
         try:
             nbytes = t.numel() * t.element_size()
-            key: tuple[Any, ...] = (
-                id(t.untyped_storage()),
-                t.storage_offset(),
-                tuple(t.shape),
-                t.stride(),
-                t.dtype,
-            )
+        except (RuntimeError, NotImplementedError, TypeError):
+            continue
+        try:
+            where = id(t.untyped_storage()), t.storage_offset()
+            key: tuple[Any, ...] = (*where, t.shape, t.stride(), t.dtype)
         except (RuntimeError, NotImplementedError, TypeError):  # nested, sparse, ...
             key = (id(t),)
-            try:
-                nbytes = t.numel() * t.element_size()
-            except (RuntimeError, NotImplementedError, TypeError):
-                continue
         if key not in seen:
             seen.add(key)
             total += nbytes
@@ -161,16 +157,22 @@ class MemoryObserver(Observer):
     (``torch.cuda.reset_peak_memory_stats``) at every module entry; the peak the process
     had reached before the session is kept in ``profile.memory["cuda"]``.
 
-    ``optimizers``: the optimizers whose states the baseline counts (``baseline.py``).
+    ``optimizers``: the optimizers whose states the baseline counts (``baseline.py``);
+    ``ddp``: the model's ``DistributedDataParallel`` wrapper, whose buckets it counts.
     """
 
     def __init__(
-        self, *, cuda: bool | None = None, optimizers: OptimizerWatch | None = None
+        self,
+        *,
+        cuda: bool | None = None,
+        optimizers: OptimizerWatch | None = None,
+        ddp: nn.Module | None = None,
     ) -> None:
         if cuda and not torch.cuda.is_available():
             raise InvalidInputError("MemoryObserver(cuda=True), but CUDA is not available")
         self.cuda = cuda
         self.optimizers = optimizers
+        self.ddp = ddp
         self._reset()
 
     def _reset(self) -> None:
@@ -239,7 +241,7 @@ class MemoryObserver(Observer):
                         add(t.grad, param=False)
                     if device is None and t.is_cuda:
                         device = t.device
-        self._baseline.start(tracker.tree.modules(), self.optimizers)
+        self._baseline.start([*tracker.tree.modules(), self.ddp], self.optimizers)
         self._fsdp.install(tracker)
         if self.cuda is False:
             device = None
@@ -294,11 +296,12 @@ class MemoryObserver(Observer):
     def _pack(self, t: Tensor) -> Any:
         tracker = self._tracker
         if tracker is not None and current_autograd_node() is None:
-            checkpoint = checkpoint_saving_inputs(sys._getframe(1))
-            if checkpoint is None:
-                self._saved(t, tracker.current)
-            else:  # a positional input that a checkpoint keeps for its recomputation
+            frame = sys._getframe(1)
+            checkpoint = checkpoint_saving_inputs(frame)
+            if checkpoint is not None:  # a positional input a checkpoint keeps
                 self._saved(t, self._checkpoint(checkpoint, tracker))
+            else:  # at the running module, or the one a reentrant checkpoint runs
+                self._saved(t, checkpoint_node(reentrant_module(frame), tracker))
         if self._outer_pack is not None:
             assert self._outer_unpack is not None
             return Outer(self._outer_pack(t), self._outer_unpack)
@@ -318,9 +321,7 @@ class MemoryObserver(Observer):
         if node is not None:
             return node
         module, held = held_inputs(checkpoint)
-        found = tracker.node_of(module) if module is not None else None
-        node = found if found is not None else tracker.current
-        self._checkpoints[checkpoint] = node
+        node = self._checkpoints[checkpoint] = checkpoint_node(module, tracker)
         for t in held:
             self._saved(t, node)
         return node

@@ -14,13 +14,18 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
 
 from layerscope.collect.signature import iter_tensors
-from layerscope.torchapi import checkpointed_call
+from layerscope.torchapi import checkpointed_call, reentrant_checkpointed
+
+if TYPE_CHECKING:
+    from layerscope.collect.scopes import ScopeTracker
+    from layerscope.profile import Node
 
 
 class Saved:
@@ -100,6 +105,20 @@ def checkpointed_module(fn: Any) -> tuple[nn.Module | None, list[Any]]:
         owner = fn if isinstance(fn, nn.Module) else getattr(fn, "__self__", None)
         module = owner if isinstance(owner, nn.Module) else None
     return module, held
+
+
+def reentrant_module(frame: FrameType | None) -> nn.Module | None:
+    """The module a reentrant checkpoint runs, if ``frame`` is its ``CheckpointFunction``
+    saving its inputs (``reentrant_checkpointed``), else None."""
+    fn = reentrant_checkpointed(frame)
+    return checkpointed_module(fn)[0] if fn is not None else None
+
+
+def checkpoint_node(module: nn.Module | None, tracker: ScopeTracker) -> Node:
+    """Where the inputs a checkpoint of ``module`` keeps count: at the module's node, or
+    at the running module's for a function of no module (or of one not in the model)."""
+    found = tracker.node_of(module) if module is not None else None
+    return found if found is not None else tracker.current
 
 
 def held_inputs(checkpoint: Any) -> tuple[nn.Module | None, list[Tensor]]:
