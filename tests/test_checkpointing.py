@@ -33,7 +33,7 @@ import layerscope as ls
 APIS = ("function", "wrapper", "composable")
 
 
-class StorageTracker(TorchDispatchMode):
+class LiveStorages(TorchDispatchMode):
     """Every storage an op returns that did not exist when the tracker started, held
     weakly with its size: ``live()`` sums those still alive."""
 
@@ -168,7 +168,7 @@ def live_after_backward(
     else something still holds; then the same after a collection of the cyclic GC. The
     GC is off until then, so that tensors a reference cycle holds count in the first."""
     existing = (*model.parameters(), *model.buffers(), x)
-    tracker = StorageTracker(iter(existing))
+    tracker = LiveStorages(iter(existing))
     gc.collect()
     gc.disable()
     try:

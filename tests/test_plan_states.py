@@ -91,3 +91,27 @@ def test_bad_input(kwargs: dict[str, object], message: str) -> None:
     }  # fmt: skip
     with pytest.raises(InvalidInputError, match=message):
         model_states(SHAPES, **given)  # type: ignore[arg-type]
+
+
+def test_llama_3_8b_on_8_and_64_gpus() -> None:
+    """Llama-3-8B built from its config on meta (nothing allocated): 8,030,261,248
+    parameters in 291 tensors, every dim 0 (128,256, 4,096, 1,024, 14,336) divisible by 8
+    and by 64, so FSDP2 pads nothing. bf16-mixed AdamW: 4 + 4 + 8 bytes per local
+    parameter, plus 4 B of ``step`` per tensor."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=128_256, hidden_size=4_096, intermediate_size=14_336,
+        num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+        tie_word_embeddings=False,
+    )  # fmt: skip
+    with torch.device("meta"):
+        model = LlamaForCausalLM(config)
+    shapes = [tuple(p.shape) for p in model.parameters()]
+    assert (len(shapes), sum(p.numel() for p in model.parameters())) == (291, 8_030_261_248)
+    for world in (8, 64):
+        local = 8_030_261_248 // world  # 1,003,782,656 on 8 GPUs, 125,472,832 on 64
+        states = model_states(shapes, world_size=world, sharding="fsdp", precision="bf16-mixed")
+        assert states == ModelStates(4 * local, 4 * local, 8 * local + 4 * 291, 0)
+    assert states.total == 2_007_566_476  # on 64 GPUs: 16 B x 125,472,832 + 1,164

@@ -49,8 +49,9 @@ _NATIVE_LAYER_NORM = _aten.native_layer_norm.default
 _HALF = (torch.bfloat16, torch.float16)
 #: The torch release whose C++ rules this package ports (``sdpa.py``: the CUDA backend
 #: choice and the ops ``at::scaled_dot_product_attention`` runs; ``rnn.py``: the CPU's
-#: RNN paths; here: the CPU's eval-mode BatchNorm). Another release may choose or run
-#: differently; a profile that used a port on another release says so.
+#: RNN paths; ``composite.py``: CUDA's fused dropout and RMSNorm; here: the CPU's
+#: BatchNorm and LayerNorm statistics). Another release may choose or run differently; a
+#: profile that used a port on another release says so.
 PORTED_FROM = (2, 13)
 _MKLDNN_RNN_LAYER_BACKWARD = _aten.mkldnn_rnn_layer_backward.default
 CPU = Target("cpu")

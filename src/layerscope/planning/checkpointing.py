@@ -1,0 +1,133 @@
+"""Which modules to checkpoint: the model's repeated blocks, and a choice that fits an
+activation budget with the least recomputation.
+
+All figures come from one profile made with ``memory=True, backward=True`` (fresh or
+loaded) through ``analysis.whatif``: the activation bytes kept with a set of modules
+checkpointed (non-reentrant) and the FLOPs recomputed.
+
+``choose_checkpoints(prof, budget)`` searches the repeated blocks and their direct
+children. Greedy: while the kept bytes exceed ``budget``, add the candidate that frees
+the most bytes per FLOP it adds to the recomputation (a block replaces its children
+already chosen; a child is not offered inside a chosen block), each step's figures
+computed exactly from the storage records, not added up. Identical blocks give the same
+ratio, so ties go to the earlier block: the first blocks are checkpointed first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from layerscope.analysis.fold import REPEAT_TYPE, fold
+from layerscope.analysis.whatif import checkpointed_activation_bytes, recompute_flops
+from layerscope.errors import InvalidInputError
+from layerscope.profile import Profile
+
+
+def repeated_blocks(prof: Profile) -> list[str]:
+    """Paths of the model's repeated blocks: the members of the run of one module
+    repeated (``layers.0–31 ×32``, as views fold it) that holds the most parameters
+    (ties: the outer run, then the one with more members); [] when nothing repeats."""
+    best: list[str] = []
+    best_key = (0, 0)
+    for node in fold(prof).nodes():
+        if node.type == REPEAT_TYPE or node.repeat < 2 or len(node.members) != node.repeat:
+            continue  # a window of several modules, an unfolded module, or a nested run
+        params = sum(int(prof.node(p).metrics.get("params", 0)) for p in node.members)
+        key = (params, len(node.members))
+        if key > best_key:
+            best, best_key = list(node.members), key
+    return best
+
+
+@dataclass(frozen=True)
+class CheckpointChoice:
+    """A set of checkpointed modules and what it gives."""
+
+    paths: tuple[str, ...]
+    #: activation bytes saved for backward with these modules checkpointed
+    kept_activation_bytes: int
+    #: FLOPs the backward recomputes (early stop off: an upper bound with it on)
+    recompute_flops: int
+    #: whether ``kept_activation_bytes`` fits the budget it was chosen for
+    fits: bool = True
+
+
+def resolve(prof: Profile, checkpoint: str | Sequence[str] | None) -> CheckpointChoice:
+    """``None`` (nothing), ``"blocks"`` (every repeated block) or module paths (none
+    inside another), with their figures."""
+    if checkpoint is None:
+        paths: list[str] = []
+    elif checkpoint == "blocks":
+        paths = repeated_blocks(prof)
+        if not paths:
+            raise InvalidInputError(
+                "checkpoint='blocks': this model has no repeated blocks (no module repeated "
+                "in a ModuleList or numbered Sequential); give the module paths"
+            )
+    elif isinstance(checkpoint, str):
+        raise InvalidInputError(
+            f"checkpoint must be None, 'blocks', 'auto' or a list of module paths, got "
+            f"{checkpoint!r}"
+        )
+    else:
+        paths = list(checkpoint)
+    return _choice(prof, paths)
+
+
+def _choice(prof: Profile, paths: Sequence[str], fits: bool = True) -> CheckpointChoice:
+    return CheckpointChoice(
+        tuple(paths),
+        checkpointed_activation_bytes(prof, paths),
+        recompute_flops(prof, paths) if paths else 0,
+        fits,
+    )
+
+
+def choose_checkpoints(prof: Profile, budget: int) -> CheckpointChoice:
+    """The modules to checkpoint, among the repeated blocks and their direct children,
+    so that the kept activation bytes fit ``budget``, by the module doc's greedy rule.
+    Where even every block checkpointed does not fit, that set with ``fits=False``."""
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
+        raise InvalidInputError(f"budget must be a whole number of bytes, got {budget!r}")
+    blocks = repeated_blocks(prof)
+    children = {b: [c.path for c in prof.node(b).children] for b in blocks}
+    chosen: list[str] = []
+    current = _choice(prof, chosen)
+    while current.kept_activation_bytes > budget:
+        best: tuple[float, CheckpointChoice] | None = None
+        for candidate in _candidates(blocks, children, chosen):
+            trial = _with(chosen, candidate, children)
+            figures = _choice(prof, trial)
+            freed = current.kept_activation_bytes - figures.kept_activation_bytes
+            if freed <= 0:
+                continue
+            added = figures.recompute_flops - current.recompute_flops
+            ratio = freed / max(added, 1)
+            if best is None or ratio > best[0]:
+                best = (ratio, figures)
+        if best is None:  # nothing frees more: every block is checkpointed already
+            return _choice(prof, chosen, fits=False)
+        current = best[1]
+        chosen = list(current.paths)
+    return current
+
+
+def _candidates(blocks: list[str], children: dict[str, list[str]], chosen: list[str]) -> list[str]:
+    taken = set(chosen)
+    out: list[str] = []
+    for block in blocks:
+        if block in taken:
+            continue
+        out.append(block)
+        out.extend(c for c in children[block] if c not in taken)
+    return out
+
+
+def _with(chosen: list[str], candidate: str, children: dict[str, list[str]]) -> list[str]:
+    """``chosen`` plus ``candidate``; a block replaces its chosen children."""
+    inside = set(children.get(candidate, ()))
+    return [p for p in chosen if p not in inside] + [candidate]
+
+
+__all__ = ["CheckpointChoice", "choose_checkpoints", "repeated_blocks", "resolve"]

@@ -1,0 +1,155 @@
+"""Choosing modules to checkpoint (``layerscope.planning.checkpointing``): the repeated
+blocks, ``"blocks"``, and a greedy choice under an activation budget. Every figure is
+checked against a real run of the same model with the chosen modules under
+non-reentrant ``torch.utils.checkpoint`` (early stop off), profiled again."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
+
+import layerscope as ls
+from layerscope.errors import InvalidInputError
+from layerscope.planning.checkpointing import choose_checkpoints, repeated_blocks, resolve
+
+D, HEADS, T, B = 32, 4, 8, 2
+
+
+class LlamaBlock(nn.Module):
+    """RMSNorm, causal attention through SDPA (q, k, v, o projections), RMSNorm, SwiGLU."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.input_norm = nn.RMSNorm(D)
+        self.q, self.k, self.v, self.o = (nn.Linear(D, D, bias=False) for _ in range(4))
+        self.post_norm = nn.RMSNorm(D)
+        self.gate, self.up = nn.Linear(D, 2 * D, bias=False), nn.Linear(D, 2 * D, bias=False)
+        self.down = nn.Linear(2 * D, D, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = self.input_norm(x)
+        q, k, v = (
+            p(h).view(B, T, HEADS, D // HEADS).transpose(1, 2) for p in (self.q, self.k, self.v)
+        )
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, D)
+        x = x + self.o(a)
+        h = self.post_norm(x)
+        return x + self.down(F.silu(self.gate(h)) * self.up(h))  # type: ignore[no-any-return]
+
+
+class Llama(nn.Module):
+    def __init__(self, n: int = 3) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(50, D)
+        self.layers = nn.ModuleList(LlamaBlock() for _ in range(n))
+        self.norm = nn.RMSNorm(D)
+        self.head = nn.Linear(D, 50, bias=False)
+
+    def forward(self, ids: Tensor) -> Tensor:
+        x = self.embed(ids)
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(self.norm(x))  # type: ignore[no-any-return]
+
+
+def cnn() -> nn.Module:
+    def block(c: int) -> nn.Module:
+        return nn.Sequential(nn.Conv2d(c, c, 3, padding=1), nn.BatchNorm2d(c), nn.ReLU())
+
+    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), *(block(8) for _ in range(3)), nn.Flatten())
+
+
+def llama_input() -> Tensor:
+    return torch.randint(0, 50, (B, T))
+
+
+def cnn_input() -> Tensor:
+    return torch.randn(2, 3, 8, 8)
+
+
+MODELS: dict[str, tuple[Callable[[], nn.Module], Callable[[], Tensor], list[str]]] = {
+    "llama": (Llama, llama_input, ["layers.0", "layers.1", "layers.2"]),
+    "cnn": (cnn, cnn_input, ["1", "2", "3"]),
+}
+
+
+def with_checkpoint(model: nn.Module, paths: tuple[str, ...]) -> nn.Module:
+    model = copy.deepcopy(model)
+    for path in paths:
+        module = model.get_submodule(path)
+
+        def run(*args: Any, _forward: Any = module.forward, **kwargs: Any) -> Any:
+            return checkpoint(_forward, *args, use_reentrant=False, **kwargs)
+
+        module.forward = run
+    return model
+
+
+def measure(model: nn.Module, x: Tensor) -> ls.Profile:
+    torch.manual_seed(1)
+    return ls.profile(
+        model.train(), x, backward=True, memory=True, loss_fn=lambda o: o.float().pow(2).mean()
+    )
+
+
+def real(model: nn.Module, x: Tensor, paths: tuple[str, ...]) -> tuple[int, int]:
+    with set_checkpoint_early_stop(False):
+        prof = measure(with_checkpoint(model, paths), x)
+    m = prof.root.metrics
+    return int(m["activation_bytes"]), int(m.get("recompute_flops", 0))
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_blocks_are_found_and_their_figures_are_real(name: str) -> None:
+    build, make_input, blocks = MODELS[name]
+    torch.manual_seed(0)
+    model, x = build(), make_input()
+    prof = measure(model, x)
+    assert repeated_blocks(prof) == blocks
+    choice = resolve(prof, "blocks")
+    assert choice.paths == tuple(blocks)
+    assert (choice.kept_activation_bytes, choice.recompute_flops) == real(model, x, choice.paths)
+    assert resolve(prof, None).kept_activation_bytes == prof.root.metrics["activation_bytes"]
+    assert resolve(prof, None).recompute_flops == 0
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_the_choice_fits_its_budget_in_a_real_run(name: str) -> None:
+    build, make_input, _ = MODELS[name]
+    torch.manual_seed(0)
+    model, x = build(), make_input()
+    prof = measure(model, x)
+    full = int(prof.root.metrics["activation_bytes"])
+    every = resolve(prof, "blocks").kept_activation_bytes
+    assert every < full
+    assert choose_checkpoints(prof, full).paths == ()  # fits already: nothing to recompute
+    budget = (full + every) // 2
+    choice = choose_checkpoints(prof, budget)
+    assert choice.fits and choice.paths
+    kept, recomputed = real(model, x, choice.paths)
+    assert (choice.kept_activation_bytes, choice.recompute_flops) == (kept, recomputed)
+    assert kept <= budget
+    # less recomputation than checkpointing every block
+    assert choice.recompute_flops <= resolve(prof, "blocks").recompute_flops
+    # a budget below what every block checkpointed keeps: the best set, not fitting
+    tight = choose_checkpoints(prof, every // 4)
+    assert not tight.fits
+    assert tight.kept_activation_bytes <= every
+
+
+def test_bad_choices() -> None:
+    prof = measure(nn.Sequential(nn.Linear(4, 4), nn.ReLU()), torch.randn(2, 4))
+    assert repeated_blocks(prof) == []
+    with pytest.raises(InvalidInputError, match="no repeated blocks"):
+        resolve(prof, "blocks")
+    with pytest.raises(InvalidInputError, match="checkpoint must be None, 'blocks'"):
+        resolve(prof, "everything")
+    with pytest.raises(InvalidInputError, match="budget must be a whole number"):
+        choose_checkpoints(prof, -1)
