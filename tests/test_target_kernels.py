@@ -1162,12 +1162,13 @@ def test_rms_norm_on_a_cuda_target_is_one_fused_kernel(dtype: torch.dtype, size:
 
 
 class _SelfAttention(nn.Module):
-    def __init__(self, dropout: float = 0.0) -> None:
+    def __init__(self, dropout: float = 0.0, weights: bool = False) -> None:
         super().__init__()
         self.attn = nn.MultiheadAttention(64, 4, dropout=dropout, batch_first=True)
+        self.weights = weights
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = self.attn(x, x, x, need_weights=False)[0]
+        out: torch.Tensor = self.attn(x, x, x, need_weights=self.weights)[0]
         return out
 
 
@@ -1189,6 +1190,22 @@ def test_multihead_attention_is_steered(dropout: float) -> None:
     assert meta.model["kernels"] == {"scaled_dot_product_attention": {kernel: 1}}
     gpu = ls.profile(ls.to_meta(model), _meta(x), memory=True, backward=True, target="h100")
     assert gpu.model["kernels"]["scaled_dot_product_attention"] == {"efficient_attention": 1}
+
+
+def test_multihead_attention_with_weights_drops_out_as_the_target() -> None:
+    """With ``need_weights=True`` the attention weights go through ``F.dropout`` inside
+    ``F.multi_head_attention_forward``: on the CPU a noise tensor, equal to a CPU run; on
+    an H100 CUDA's fused kernel."""
+    torch.manual_seed(0)
+    model = _SelfAttention(0.1, weights=True).train()
+    x = torch.randn(4, 24, 64)
+    cpu = ls.profile(model, x, memory=True, backward=True)
+    meta = ls.profile(ls.to_meta(model), _meta(x), memory=True, backward=True, target="cpu")
+    for key in ("flops", "backward_flops", "activation_bytes", "peak_bytes"):
+        assert cpu.root.metrics[key] == meta.root.metrics[key], key
+    assert "kernels" not in meta.model
+    gpu = ls.profile(ls.to_meta(model), _meta(x), target="h100")
+    assert gpu.model["kernels"] == {"dropout": {"fused": 1}}
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

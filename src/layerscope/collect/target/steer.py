@@ -34,6 +34,7 @@ from layerscope.torchapi import DisableTorchDispatch
 
 _aten = torch.ops.aten
 _SDPA = F.scaled_dot_product_attention
+_DROPOUT = F.dropout  # the original: ``_inside`` rebinds the name in F
 _VF = torch._C._VariableFunctions
 #: the RNN entry points ``nn.LSTM``/``nn.GRU``/``nn.RNN`` call (``torch._VF.<name>``)
 _RNNS: dict[Any, str] = {
@@ -182,7 +183,7 @@ class _FunctionSteering(TorchFunctionMode):
             return self._sdpa(a, k)
 
         def dropout(*a: Any, **k: Any) -> Any:
-            return self.__torch_function__(F.dropout, (), a, k)
+            return self.__torch_function__(_DROPOUT, (), a, k)
 
         with rebound({"scaled_dot_product_attention": sdpa, "dropout": dropout}):
             return func(*args, **kwargs)
