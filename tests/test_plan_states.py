@@ -115,3 +115,19 @@ def test_llama_3_8b_on_8_and_64_gpus() -> None:
         states = model_states(shapes, world_size=world, sharding="fsdp", precision="bf16-mixed")
         assert states == ModelStates(4 * local, 4 * local, 8 * local + 4 * 291, 0)
     assert states.total == 2_007_566_476  # on 64 GPUs: 16 B x 125,472,832 + 1,164
+
+
+def test_ddp_buckets_as_ddp_assigns_them() -> None:
+    """Reverse order, the first bucket closed at 1 MiB, the others at 25 MiB, a tensor
+    past the cap alone: 3 MiB, 2 MiB and 1 KiB float32 tensors in model order."""
+    from layerscope.planning.comm import ddp_buckets, ddp_collectives
+
+    mib = 1024 * 1024
+    params = [((3 * mib // 4,), 4), ((2 * mib // 4,), 4), ((256,), 4)]
+    # reversed: 1 KiB + 2 MiB closes the first bucket (>= 1 MiB); 3 MiB alone is left
+    assert ddp_buckets(params) == [1024 + 2 * mib, 3 * mib]
+    assert ddp_buckets(params, bucket_cap_mb=1) == [1024 + 2 * mib, 3 * mib]
+    # bf16 and float32 gradients never share a bucket
+    assert ddp_buckets([((10,), 2), ((10,), 4)]) == [40, 20]
+    row = ddp_collectives(params, world_size=4)["all_reduce"]
+    assert row == {"calls": 2, "bytes": 5 * mib + 1024, "wire_bytes": (5 * mib + 1024) * 3 // 2}

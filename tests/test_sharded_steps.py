@@ -31,6 +31,7 @@ from torch import nn
 import layerscope as ls
 from helpers import StorageTracker, rank_output, spawn_ranks
 from layerscope.metrics.fsdpunits import fsdp_param_groups
+from layerscope.planning.comm import ddp_collectives, fsdp_collectives
 from layerscope.planning.states import model_states
 
 TIME_LIMIT_S = 120.0
@@ -265,3 +266,24 @@ def test_planned_model_states_equal_the_runs(
                 assert planned.grad_bytes == f["local_grads"], where
                 assert planned.optimizer_state_bytes == f["states"], where
                 assert planned.master_weight_bytes == 0
+
+
+def test_planned_collectives_equal_the_runs(
+    two: list[dict[str, Any]], four: list[dict[str, Any]]
+) -> None:
+    """``planning.comm`` from the parameters' shapes gives the measured collectives: per
+    FSDP2 unit and phase, and DDP's all-reduce (one bucket of 1,916 B: under 1 MiB)."""
+    w0, w1 = [(7, 64), (7,)], [(3, 7), (3,)]
+    for world, ranks in ((2, two), (4, four)):
+        for facts in ranks:
+            for strategy, size in (("fsdp_reshard", 4), ("fsdp_keep", 4), ("fsdp_bf16", 2)):
+                planned = fsdp_collectives(
+                    {"0": w0, "1": w1, "": []}, world_size=world, param_bytes=size,
+                    reshard_after_forward=strategy != "fsdp_keep",
+                )  # fmt: skip
+                assert planned == facts[strategy]["comm"], (world, strategy)
+            root = fsdp_collectives({"": w0 + w1}, world_size=world)
+            assert root == facts["fsdp_root"]["comm"]
+            for strategy in ("ddp", "ddp_bf16"):
+                measured = facts[strategy]["comm"]["0"]["backward"]
+                assert ddp_collectives([(s, 4) for s in w0 + w1], world_size=world) == measured

@@ -1,4 +1,5 @@
 """Planning a training run that cannot run here, by arithmetic over one analysis
 (``docs/plan.md``). ``states``: the model states each GPU holds at rest, by sharding
-strategy, precision and optimizer; ``checkpointing``: the repeated blocks, and which
+strategy, precision and optimizer; ``comm``: the collectives of a step, per FSDP2
+unit and DDP bucket; ``checkpointing``: the repeated blocks, and which
 modules to checkpoint for an activation budget."""
