@@ -1243,6 +1243,7 @@ _COMPOSITES: dict[str, Callable[[], nn.Module]] = {
     "rms_norm": lambda: nn.RMSNorm(64),
     "attention": _SelfAttention,
     "attention_dropout": lambda: _SelfAttention(0.1),
+    "attention_weights_dropout": lambda: _SelfAttention(0.1, weights=True),
     "encoder_layer_dropout": lambda: nn.TransformerEncoderLayer(64, 4, 128, batch_first=True),
 }
 
