@@ -344,7 +344,8 @@ def test_estimate_and_roofline_view(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert main(["show", str(saved), "--format", "roofline"]) == 2
     assert capsys.readouterr().err == (
         "layerscope: error: --format roofline needs a device for its roof: --spec h100 (or "
-        "cpu, a100, l4, ...), or a profile analysed with --device meta --target h100\n"
+        "cpu, a100, l4, ...), a profile analysed with --device meta --target h100, or a run "
+        "on a GPU with a built-in spec\n"
     )
 
 

@@ -217,7 +217,8 @@ CLI_CASES: list[tuple[str, list[str], str]] = [
         ["--input-shape", "2,4", "--format", "roofline"],
         # was: "device='h100' ... target='h100'", Python's spelling
         "--format roofline needs a device for its roof: --spec h100 (or cpu, a100, l4, "
-        "...), or a profile analysed with --device meta --target h100",
+        "...), a profile analysed with --device meta --target h100, or a run on a GPU "
+        "with a built-in spec",
     ),
     (
         "a kernel target for a model on the CPU",

@@ -278,3 +278,66 @@ def test_a_meta_target_is_the_default_device() -> None:
     assert target_spec(_mlp_profile()) is None
     cuda = ls.profile(model, torch.empty(2, 8, device="meta"), target="cuda")
     assert target_spec(cuda) is None  # "cuda (sm90)": rules, not a spec
+
+
+@pytest.mark.parametrize(
+    ("name", "spec"),
+    [
+        ("NVIDIA H100 80GB HBM3", "h100"),  # the SXM part
+        ("NVIDIA H100 PCIe", "h100-pcie"),
+        ("NVIDIA H100 NVL", None),  # other memory and clocks: no built-in spec
+        ("NVIDIA H200", "h200"),
+        ("NVIDIA H200 NVL", None),
+        ("NVIDIA A100-SXM4-80GB", "a100-80gb"),
+        ("NVIDIA A100-SXM4-40GB", "a100-40gb"),
+        ("NVIDIA A100 80GB PCIe", None),
+        ("NVIDIA L4", "l4"),
+        ("NVIDIA L40S", "l40s"),
+        ("NVIDIA GeForce RTX 4090", "rtx4090"),
+        ("Tesla T4", None),
+    ],
+)
+def test_the_spec_of_a_gpu_by_its_name(name: str, spec: str | None) -> None:
+    from layerscope.hardware import spec_of_gpu
+
+    assert spec_of_gpu(name) == spec
+
+
+def test_a_profile_from_a_known_gpu_takes_its_spec() -> None:
+    """A profile that ran on a GPU with a built-in spec (``model["gpu"]``) gets that roof
+    by default, and a note against another device's; the same profile from a GPU
+    without one gets neither."""
+    prof = ls.profile(nn.Linear(64, 64), torch.randn(8, 64))
+    prof.model.update(device="cuda:0", gpu="NVIDIA H100 80GB HBM3")
+    assert target_spec(prof) == "h100"
+    assert ls.estimate(prof).device == "h100"
+    assert "Roofline on h100 (float32" in prof.render(view="roofline", width=100)
+    assert device_note(prof, "h100") is None
+    assert device_note(prof, "a100-80gb") == (
+        "The profile was analysed on NVIDIA H100 80GB HBM3; the roofline is a100-80gb's, "
+        "so the bytes moved are those of NVIDIA H100 80GB HBM3's kernels."
+    )
+    prof.model["gpu"] = "Tesla T4"
+    assert target_spec(prof) is None
+    assert device_note(prof, "h100") is None  # a GPU it cannot tell from another
+
+
+@pytest.mark.cuda
+def test_a_cuda_profile_names_its_gpu() -> None:
+    from layerscope.hardware import spec_of_gpu
+
+    prof = ls.profile(nn.Linear(64, 64).cuda(), torch.randn(8, 64, device="cuda"))
+    name = torch.cuda.get_device_name()
+    assert prof.model["gpu"] == name
+    assert target_spec(prof) == spec_of_gpu(name)
+
+
+def test_the_cli_takes_the_roof_of_the_gpu_it_runs_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    from layerscope.cli.profile_cmd import gpu_spec
+
+    assert gpu_spec("cpu") is None and gpu_spec(None) is None
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 PCIe")
+    assert gpu_spec("cuda") == gpu_spec("cuda:1") == "h100-pcie"
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Tesla T4")
+    assert gpu_spec("cuda") is None

@@ -203,6 +203,32 @@ BY_NAME: dict[str, DeviceSpec] = {**SPECS, **{a: SPECS[n] for a, n in ALIASES.it
 DeviceLike = str | DeviceSpec | Mapping[str, Any]
 
 
+#: The built-in spec of a CUDA device from its name (``torch.cuda.get_device_name``):
+#: (words the name must contain, words it must not, spec), first match wins. Variants
+#: with other clocks, memory or power (H100 NVL, A100 PCIe, H200 NVL) have no spec here.
+_GPU_NAMES: tuple[tuple[tuple[str, ...], tuple[str, ...], str], ...] = (
+    (("h100", "pcie"), (), "h100-pcie"),
+    (("h100", "hbm3"), ("nvl", "pcie"), "h100"),
+    (("h100", "sxm"), ("nvl",), "h100"),
+    (("h200",), ("nvl",), "h200"),
+    (("a100", "sxm4", "80gb"), (), "a100-80gb"),
+    (("a100", "sxm4", "40gb"), (), "a100-40gb"),
+    (("l40s",), (), "l40s"),
+    (("l4",), ("l40",), "l4"),
+    (("rtx", "4090"), (), "rtx4090"),
+)
+
+
+def spec_of_gpu(name: str) -> str | None:
+    """The built-in spec for a CUDA device's name (``"NVIDIA H100 80GB HBM3"``: ``"h100"``),
+    or None for a device without one."""
+    words = set(name.lower().replace("-", " ").split())
+    for needed, excluded, spec in _GPU_NAMES:
+        if all(w in words for w in needed) and not any(w in words for w in excluded):
+            return spec
+    return None
+
+
 def known_devices() -> list[str]:
     """Every name ``device_spec`` accepts."""
     return [*BY_NAME, "cpu"]
@@ -308,5 +334,6 @@ __all__ = [
     "calibrate_cpu",
     "device_spec",
     "known_devices",
+    "spec_of_gpu",
     "spec_table_markdown",
 ]

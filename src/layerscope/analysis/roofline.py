@@ -84,15 +84,17 @@ def roof_of(
 
 
 def target_spec(profile: Profile) -> str | None:
-    """The device spec a meta analysis followed the kernels of (``target="h100"``: its
-    profile says ``model["target"] == "h100 (cuda sm90)"``), when that names a spec."""
-    from layerscope.hardware import BY_NAME
+    """The device spec of the profile's device: the one a meta analysis followed the
+    kernels of (``target="h100"``: ``model["target"] == "h100 (cuda sm90)"``), when that
+    names a spec, or the built-in spec of the GPU it ran on (``model["gpu"]``)."""
+    from layerscope.hardware import BY_NAME, spec_of_gpu
 
     target = profile.model.get("target")
-    if not isinstance(target, str) or not target:
-        return None
-    name = target.split(" ", 1)[0]
-    return name if name in BY_NAME else None
+    if isinstance(target, str) and target:
+        name = target.split(" ", 1)[0]
+        return name if name in BY_NAME else None
+    gpu = profile.model.get("gpu")
+    return spec_of_gpu(gpu) if isinstance(gpu, str) else None
 
 
 def device_note(profile: Profile, device: str) -> str | None:
@@ -116,7 +118,13 @@ def device_note(profile: Profile, device: str) -> str | None:
             f"is {roof}'s, so the bytes moved are those of {followed}'s kernels."
         )
     kind = ran.split(":", 1)[0]
-    if kind == roof or (kind != "cpu" and roof != "cpu"):  # a GPU whose model it cannot tell
+    gpu = profile.model.get("gpu")
+    own = target_spec(profile)
+    if own is not None and isinstance(gpu, str):  # a GPU whose spec it knows
+        if own == roof:
+            return None
+        ran = gpu
+    elif kind == roof or (kind != "cpu" and roof != "cpu"):  # a GPU it cannot tell
         return None
     if ms.FORWARD_TIME in profile.root.metrics or ms.BACKWARD_TIME in profile.root.metrics:
         return (

@@ -221,14 +221,15 @@ def check_view_arguments(args: argparse.Namespace) -> None:
 
 def check_roof(args: argparse.Namespace, target: str | None) -> None:
     """``--format roofline`` needs a device for its roof: ``--spec``, or the device spec
-    whose kernels a meta analysis followed (``target``: ``--target``, or what a saved
-    profile names)."""
+    of the profile's device (``target``: ``--target``, the GPU it runs on, or what a
+    saved profile names)."""
     if output_format(args) != "roofline" or args.spec is not None:
         return
     if target is None or target.strip().lower() not in BY_NAME:
         raise InvalidInputError(
             "--format roofline needs a device for its roof: --spec h100 (or cpu, a100, "
-            "l4, ...), or a profile analysed with --device meta --target h100"
+            "l4, ...), a profile analysed with --device meta --target h100, or a run on a "
+            "GPU with a built-in spec"
         )
 
 

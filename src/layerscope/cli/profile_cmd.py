@@ -277,13 +277,27 @@ def _warm_cuda_libraries(device: torch.device) -> None:
     torch.cuda.synchronize(device)
 
 
+def gpu_spec(device: str | None) -> str | None:
+    """The built-in spec of the CUDA device ``--device`` names, if it has one."""
+    if not device or not device.strip().lower().startswith("cuda"):
+        return None
+    if not torch.cuda.is_available():
+        return None  # the run itself says so
+    from layerscope.hardware import spec_of_gpu
+
+    try:
+        return spec_of_gpu(torch.cuda.get_device_name(torch.device(device.strip())))
+    except (RuntimeError, AssertionError, ValueError):
+        return None
+
+
 def check_arguments(args: argparse.Namespace) -> dict[str, Any]:
     """Every flag that needs no model, checked before the model is built; the options
     for ``ls.profile`` they give."""
     check_view_arguments(args)
     if args.kernel_target is not None and args.kernel_target.strip().lower() not in KNOWN_TARGETS:
         check_choice("--target", args.kernel_target, list(KNOWN_TARGETS))
-    check_roof(args, args.kernel_target)
+    check_roof(args, args.kernel_target or gpu_spec(args.device))
     _check_input_flags(args)
     options: dict[str, Any] = {}
     if args.underflow and not args.numerics:

@@ -125,6 +125,7 @@ MODEL = Obj(
         "training": Bool("the model's train mode when the run began"),
         "grad_mode": Str("'enabled', 'no_grad' or 'inference_mode'"),
         "device": Opt(Str()),
+        "gpu": Opt(Str("the CUDA device's name (torch.cuda.get_device_name), when it ran on one")),
         "dtype": Opt(Str()),
         "target": Str(
             "the device whose kernels a meta analysis followed: 'cpu', 'h100 (cuda sm90)'"

@@ -54,6 +54,7 @@ def build_profile(
         "training": tree.model.training,
         **(run or {}),
         "device": str(device),
+        **_gpu(device),
         "dtype": dtype_name(dtype),
     }
     prof.env = environment()
@@ -122,6 +123,17 @@ def call_observer(observer: Observer, name: str, *args: Any) -> None:
         raise
     except Exception as e:
         raise observer_error(method, name, e) from e
+
+
+def _gpu(device: Any) -> dict[str, str]:
+    """``{"gpu": name}`` of the CUDA device the model ran on (``torch.cuda.
+    get_device_name``: the roofline's default spec where a built-in one matches)."""
+    if not isinstance(device, torch.device) or device.type != "cuda":
+        return {}
+    try:
+        return {"gpu": torch.cuda.get_device_name(device)}
+    except (RuntimeError, AssertionError, ValueError):  # no driver, or not initialised
+        return {}
 
 
 def environment() -> dict[str, Any]:
