@@ -10,6 +10,7 @@ model and reports every difference precisely::
 
 from __future__ import annotations
 
+import copy
 import json
 import multiprocessing
 import random
@@ -520,3 +521,19 @@ class StorageTracker(TorchDispatchMode):  # type: ignore[no-untyped-call]
                 if isinstance(t, torch.Tensor) and id(t.untyped_storage()) not in self.sizes:
                     self._count(t.untyped_storage(), t.untyped_storage().nbytes())
         return out
+
+
+def with_checkpoint(model: nn.Module, *paths: str) -> nn.Module:
+    """A copy of ``model`` whose modules at ``paths`` run under non-reentrant
+    ``torch.utils.checkpoint`` (the ground truth of the checkpoint what-ifs)."""
+    from torch.utils.checkpoint import checkpoint
+
+    model = copy.deepcopy(model)
+    for path in paths:
+        module = model.get_submodule(path)
+
+        def checkpointed(*args: Any, _forward: Any = module.forward, **kwargs: Any) -> Any:
+            return checkpoint(_forward, *args, use_reentrant=False, **kwargs)
+
+        module.forward = checkpointed
+    return model

@@ -5,17 +5,16 @@ non-reentrant ``torch.utils.checkpoint`` (early stop off), profiled again."""
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
+from torch.utils.checkpoint import set_checkpoint_early_stop
 
 import layerscope as ls
+from helpers import with_checkpoint
 from layerscope.errors import InvalidInputError
 from layerscope.planning.checkpointing import choose_checkpoints, repeated_blocks, resolve
 
@@ -80,18 +79,6 @@ MODELS: dict[str, tuple[Callable[[], nn.Module], Callable[[], Tensor], list[str]
 }
 
 
-def with_checkpoint(model: nn.Module, paths: tuple[str, ...]) -> nn.Module:
-    model = copy.deepcopy(model)
-    for path in paths:
-        module = model.get_submodule(path)
-
-        def run(*args: Any, _forward: Any = module.forward, **kwargs: Any) -> Any:
-            return checkpoint(_forward, *args, use_reentrant=False, **kwargs)
-
-        module.forward = run
-    return model
-
-
 def measure(model: nn.Module, x: Tensor) -> ls.Profile:
     torch.manual_seed(1)
     return ls.profile(
@@ -101,17 +88,23 @@ def measure(model: nn.Module, x: Tensor) -> ls.Profile:
 
 def real(model: nn.Module, x: Tensor, paths: tuple[str, ...]) -> tuple[int, int]:
     with set_checkpoint_early_stop(False):
-        prof = measure(with_checkpoint(model, paths), x)
+        prof = measure(with_checkpoint(model, *paths), x)
     m = prof.root.metrics
     return int(m["activation_bytes"]), int(m.get("recompute_flops", 0))
 
 
-@pytest.mark.parametrize("name", sorted(MODELS))
-def test_blocks_are_found_and_their_figures_are_real(name: str) -> None:
-    build, make_input, blocks = MODELS[name]
+def plain(name: str) -> tuple[nn.Module, Tensor, ls.Profile]:
+    """The model ``name``, its input, and its profile without checkpointing."""
+    build, make_input, _ = MODELS[name]
     torch.manual_seed(0)
     model, x = build(), make_input()
-    prof = measure(model, x)
+    return model, x, measure(model, x)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_blocks_are_found_and_their_figures_are_real(name: str) -> None:
+    model, x, prof = plain(name)
+    blocks = MODELS[name][2]
     assert repeated_blocks(prof) == blocks
     choice = resolve(prof, "blocks")
     assert choice.paths == tuple(blocks)
@@ -122,10 +115,7 @@ def test_blocks_are_found_and_their_figures_are_real(name: str) -> None:
 
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_the_choice_fits_its_budget_in_a_real_run(name: str) -> None:
-    build, make_input, _ = MODELS[name]
-    torch.manual_seed(0)
-    model, x = build(), make_input()
-    prof = measure(model, x)
+    model, x, prof = plain(name)
     full = int(prof.root.metrics["activation_bytes"])
     every = resolve(prof, "blocks").kept_activation_bytes
     assert every < full

@@ -10,7 +10,6 @@ profile of the plain model.
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 from collections.abc import Callable
@@ -20,9 +19,9 @@ from typing import Any
 import pytest
 import torch
 from torch import Tensor, nn
-from torch.utils.checkpoint import checkpoint
 
 import layerscope as ls
+from helpers import with_checkpoint
 from layerscope.analysis.whatif import checkpointed_activation_bytes, recompute_flops
 from layerscope.errors import InvalidInputError
 
@@ -78,20 +77,6 @@ class Block(nn.Module):
 def block(kind: str) -> nn.Module:
     torch.manual_seed(0)
     return Block(Attention if kind == "hand" else MHA).train()
-
-
-def with_checkpoint(model: nn.Module, *paths: str) -> nn.Module:
-    """A copy of ``model`` whose modules at ``paths`` run under non-reentrant checkpoint."""
-    model = copy.deepcopy(model)
-    for path in paths:
-        module = model.get_submodule(path)
-        forward = module.forward
-
-        def checkpointed(*args: Any, _forward: Any = forward, **kwargs: Any) -> Any:
-            return checkpoint(_forward, *args, use_reentrant=False, **kwargs)
-
-        module.forward = checkpointed
-    return model
 
 
 def measure(model: nn.Module) -> ls.Profile:

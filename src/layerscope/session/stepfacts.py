@@ -72,7 +72,7 @@ class StepFacts:
 
     def __init__(self, model: Any, watch: OptimizerWatch) -> None:
         #: the DDP wrapper among ``model``'s wrappers, if any
-        self.ddp = self._ddp = find_ddp(model)
+        self.ddp = find_ddp(model)
         self._watch = watch
         self._params: set[int] = set()
         self._before: dict[int, tuple[Optimizer, bool]] = {}
@@ -84,7 +84,7 @@ class StepFacts:
         for o in self._watch.optimizers():
             self._seen(o)
         self._watch.listen(self._seen)
-        self._ddp_before = ddp_rebuilt(self._ddp)
+        self._ddp_before = ddp_rebuilt(self.ddp)
 
     def _seen(self, optimizer: Optimizer) -> None:
         if id(optimizer) not in self._before:
@@ -94,7 +94,7 @@ class StepFacts:
         self._watch.unlisten(self._seen)
         before = list(self._before.values())
         self._before = {}
-        after = ddp_rebuilt(self._ddp)
+        after = ddp_rebuilt(self.ddp)
         return Step(
             optimizer_states=any(had for _, had in before) if before else None,
             states_created=any(not had and has_states(o, self._params) for o, had in before),

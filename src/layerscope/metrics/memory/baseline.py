@@ -92,11 +92,18 @@ class Baseline:
         self._params: set[int] = set()
         self._optimizers: set[int] = set()
 
-    def start(self, modules: Iterable[nn.Module | None], watch: OptimizerWatch | None) -> None:
-        """Count the model's tensors (``modules``; a None is skipped) and the states of
-        the optimizers ``watch`` knows; until ``stop``, an optimizer it first sees stepping
-        is counted at that step."""
-        self.add_model(m for m in modules if m is not None)
+    def start(
+        self,
+        modules: Iterable[nn.Module],
+        watch: OptimizerWatch | None,
+        ddp: nn.parallel.DistributedDataParallel | None = None,
+    ) -> None:
+        """Count the model's tensors, the gradient buckets of its ``ddp`` wrapper and the
+        states of the optimizers ``watch`` knows; until ``stop``, an optimizer it first
+        sees stepping is counted at that step."""
+        self.add_model(modules)
+        if ddp is not None:
+            self.bytes["other"] += ddp_bucket_bytes(ddp)
         if watch is not None:
             for optimizer in watch.optimizers():
                 self.add_optimizer(optimizer)
@@ -125,8 +132,6 @@ class Baseline:
         for m in modules:
             for t in _attribute_tensors(m):
                 self._add(t, "other", param=False)
-            if isinstance(m, nn.parallel.DistributedDataParallel):
-                self.bytes["other"] += ddp_bucket_bytes(m)
 
     def add_optimizer(self, optimizer: Optimizer) -> None:
         """The states of ``optimizer`` for the model's parameters, once per session."""

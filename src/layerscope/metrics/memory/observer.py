@@ -60,8 +60,8 @@ from layerscope.metrics.memory.saved import (
     Saved,
     checkpoint_node,
     held_inputs,
-    reentrant_module,
     remove_saved_hooks,
+    saving_node,
     unpack_saved,
 )
 from layerscope.metrics.memory.storages import StorageTable, storage_of
@@ -166,7 +166,7 @@ class MemoryObserver(Observer):
         *,
         cuda: bool | None = None,
         optimizers: OptimizerWatch | None = None,
-        ddp: nn.Module | None = None,
+        ddp: nn.parallel.DistributedDataParallel | None = None,
     ) -> None:
         if cuda and not torch.cuda.is_available():
             raise InvalidInputError("MemoryObserver(cuda=True), but CUDA is not available")
@@ -241,7 +241,7 @@ class MemoryObserver(Observer):
                         add(t.grad, param=False)
                     if device is None and t.is_cuda:
                         device = t.device
-        self._baseline.start([*tracker.tree.modules(), self.ddp], self.optimizers)
+        self._baseline.start(tracker.tree.modules(), self.optimizers, self.ddp)
         self._fsdp.install(tracker)
         if self.cuda is False:
             device = None
@@ -301,7 +301,7 @@ class MemoryObserver(Observer):
             if checkpoint is not None:  # a positional input a checkpoint keeps
                 self._saved(t, self._checkpoint(checkpoint, tracker))
             else:  # at the running module, or the one a reentrant checkpoint runs
-                self._saved(t, checkpoint_node(reentrant_module(frame), tracker))
+                self._saved(t, saving_node(frame, tracker))
         if self._outer_pack is not None:
             assert self._outer_unpack is not None
             return Outer(self._outer_pack(t), self._outer_unpack)

@@ -107,11 +107,14 @@ def checkpointed_module(fn: Any) -> tuple[nn.Module | None, list[Any]]:
     return module, held
 
 
-def reentrant_module(frame: FrameType | None) -> nn.Module | None:
-    """The module a reentrant checkpoint runs, if ``frame`` is its ``CheckpointFunction``
-    saving its inputs (``reentrant_checkpointed``), else None."""
+def saving_node(frame: FrameType | None, tracker: ScopeTracker) -> Node:
+    """Where a tensor saved now (not a checkpoint's positional input) counts: at the
+    module a reentrant checkpoint runs, if ``frame`` is its ``CheckpointFunction`` saving
+    its inputs (``reentrant_checkpointed``), else at the running module."""
     fn = reentrant_checkpointed(frame)
-    return checkpointed_module(fn)[0] if fn is not None else None
+    if fn is None:
+        return tracker.current
+    return checkpoint_node(checkpointed_module(fn)[0], tracker)
 
 
 def checkpoint_node(module: nn.Module | None, tracker: ScopeTracker) -> Node:
