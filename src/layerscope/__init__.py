@@ -47,6 +47,7 @@ if TYPE_CHECKING:
         training_footprint,
     )
     from layerscope.metrics.numerics import NonFiniteError, NonFiniteWarning, NumericsObserver
+    from layerscope.planning import Plan, load_plan, plan, plan_sweep
     from layerscope.render import config
     from layerscope.render.options import ViewOptions, view_options
     from layerscope.render.ranks import rank_table
@@ -75,6 +76,10 @@ _LAZY: dict[str, str] = {
     "NonFiniteError": "layerscope.metrics.numerics",
     "NonFiniteWarning": "layerscope.metrics.numerics",
     "NumericsObserver": "layerscope.metrics.numerics",
+    "Plan": "layerscope.planning",
+    "load_plan": "layerscope.planning",
+    "plan": "layerscope.planning",
+    "plan_sweep": "layerscope.planning",
     "config": "layerscope.render",
     "ViewOptions": "layerscope.render.options",
     "view_options": "layerscope.render.options",
@@ -133,6 +138,7 @@ __all__ = [
     "NonFiniteWarning",
     "NumericsObserver",
     "ObserverError",
+    "Plan",
     "Profile",
     "ProfileCheckError",
     "ProfileDiff",
@@ -148,7 +154,10 @@ __all__ = [
     "diff",
     "estimate",
     "load",
+    "load_plan",
     "max_batch_size",
+    "plan",
+    "plan_sweep",
     "profile",
     "rank_table",
     "record_training_footprint",

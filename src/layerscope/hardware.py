@@ -42,6 +42,13 @@ class DeviceSpec:
     memory_bytes: int | None = None
     sources: tuple[str, ...] = ()
     notes: str = ""
+    #: bytes/s one GPU sends to its peers in one direction (NVLink for SXM parts, the
+    #: PCIe slot for PCIe parts); None where the spec does not say
+    interconnect: float | None = None
+    #: "nvlink", "pcie" or "" (unknown)
+    interconnect_kind: str = ""
+    #: GPUs in one node (a server) that the interconnect joins
+    node_size: int = 8
 
     def peak(self, dtype: str = "float32", *, tensor_cores: bool = True) -> float:
         """Dense peak FLOP/s for ``dtype``; float32 uses the TF32 tensor-core peak when
@@ -67,13 +74,17 @@ class DeviceSpec:
             "memory_bytes": self.memory_bytes,
             "sources": list(self.sources),
             "notes": self.notes,
+            "interconnect": self.interconnect,
+            "interconnect_kind": self.interconnect_kind,
+            "node_size": self.node_size,
         }
 
     @classmethod
     def from_mapping(cls, mapping: Mapping[str, Any]) -> DeviceSpec:
         """A custom spec: ``{"name": ..., "bandwidth": B/s, "peak_flops": {dtype: FLOP/s}}``
         and optionally ``label``, ``kind``, ``arch``, ``memory_bytes``, ``sources``,
-        ``notes``."""
+        ``notes``, ``interconnect`` (B/s per direction), ``interconnect_kind``,
+        ``node_size``."""
         check_keys("the device spec", mapping, list(cls.__dataclass_fields__))
         for key in ("name", "bandwidth", "peak_flops"):
             if key not in mapping:
@@ -88,6 +99,12 @@ class DeviceSpec:
         memory = mapping.get("memory_bytes")
         if memory is not None:
             memory = int(check_number("memory_bytes", memory, positive=True))
+        link = mapping.get("interconnect")
+        if link is not None:
+            link = check_number("interconnect", link, positive=True)
+        node = mapping.get("node_size", 8)
+        if isinstance(node, bool) or not isinstance(node, int) or node < 1:
+            refuse("node_size", node, "a positive int")
         return cls(
             name=name,
             label=str(mapping.get("label", name)),
@@ -101,6 +118,9 @@ class DeviceSpec:
             memory_bytes=memory,
             sources=tuple(str(s) for s in mapping.get("sources", ("given by the user",))),
             notes=str(mapping.get("notes", "")),
+            interconnect=link,
+            interconnect_kind=str(mapping.get("interconnect_kind", "")),
+            node_size=node,
         )
 
 
@@ -111,6 +131,11 @@ _L4 = "NVIDIA L4 Tensor Core GPU datasheet (2023), Specifications table"
 _L40S = "NVIDIA L40S GPU datasheet (2023), Specifications table"
 _ADA = "NVIDIA Ada Lovelace GPU architecture whitepaper v1.1 (2023), GeForce RTX 4090 table"
 _HALF = "dense = the datasheet's sparse figure / 2 for the tensor-core dtypes"
+_LINK = "interconnect per direction = the datasheet's bidirectional figure / 2"
+#: NVLink per GPU and direction: H100/H200 SXM 900 GB/s bidirectional, A100 SXM 600
+_NVLINK4, _NVLINK3 = 450e9, 300e9
+#: a PCIe x16 slot per direction: Gen5 128 GB/s bidirectional, Gen4 64
+_PCIE5, _PCIE4 = 64e9, 32e9
 
 _SXM_PEAKS = {
     "float64": 66.9e12,  # FP64 tensor core
@@ -133,7 +158,7 @@ _A100_PEAKS = {
 _BUILTIN: tuple[DeviceSpec, ...] = (
     DeviceSpec(
         "h100", "NVIDIA H100 SXM5 80GB", "gpu", "sm90", 3.35e12, _SXM_PEAKS,
-        80 * 10**9, (_H100 + ", H100 SXM column",), _HALF,
+        80 * 10**9, (_H100 + ", H100 SXM column",), _HALF + "; " + _LINK, _NVLINK4, "nvlink",
     ),
     DeviceSpec(
         "h100-pcie", "NVIDIA H100 PCIe 80GB", "gpu", "sm90", 2.0e12,
@@ -142,19 +167,22 @@ _BUILTIN: tuple[DeviceSpec, ...] = (
             "bfloat16": 756.0e12, "float16": 756.0e12, "float8_e4m3fn": 1513.0e12,
             "int8": 1513.0e12,
         },
-        80 * 10**9, (_H100 + ", H100 PCIe column",), _HALF,
+        80 * 10**9, (_H100 + ", H100 PCIe column",), _HALF + "; " + _LINK, _PCIE5, "pcie",
     ),
     DeviceSpec(
         "h200", "NVIDIA H200 SXM 141GB", "gpu", "sm90", 4.8e12, _SXM_PEAKS,
-        141 * 10**9, (_H200 + ", H200 SXM column",), _HALF + "; compute as the H100 SXM",
+        141 * 10**9, (_H200 + ", H200 SXM column",),
+        _HALF + "; compute as the H100 SXM; " + _LINK, _NVLINK4, "nvlink",
     ),
     DeviceSpec(
         "a100-40gb", "NVIDIA A100 SXM4 40GB", "gpu", "sm80", 1.555e12, _A100_PEAKS,
-        40 * 10**9, (_A100 + ", A100 40GB SXM column",), _HALF,
+        40 * 10**9, (_A100 + ", A100 40GB SXM column",), _HALF + "; " + _LINK, _NVLINK3,
+        "nvlink",
     ),
     DeviceSpec(
         "a100-80gb", "NVIDIA A100 SXM4 80GB", "gpu", "sm80", 2.039e12, _A100_PEAKS,
-        80 * 10**9, (_A100 + ", A100 80GB SXM column",), _HALF,
+        80 * 10**9, (_A100 + ", A100 80GB SXM column",), _HALF + "; " + _LINK, _NVLINK3,
+        "nvlink",
     ),
     DeviceSpec(
         "l4", "NVIDIA L4 24GB", "gpu", "sm89", 300e9,
@@ -162,7 +190,7 @@ _BUILTIN: tuple[DeviceSpec, ...] = (
             "float32": 30.3e12, "tfloat32": 60.0e12, "bfloat16": 121.0e12,
             "float16": 121.0e12, "float8_e4m3fn": 242.5e12, "int8": 242.5e12,
         },
-        24 * 10**9, (_L4,), _HALF,
+        24 * 10**9, (_L4,), _HALF + "; PCIe Gen4 x16, " + _LINK, _PCIE4, "pcie",
     ),
     DeviceSpec(
         "l40s", "NVIDIA L40S 48GB", "gpu", "sm89", 864e9,
@@ -170,7 +198,7 @@ _BUILTIN: tuple[DeviceSpec, ...] = (
             "float32": 91.6e12, "tfloat32": 183.0e12, "bfloat16": 362.05e12,
             "float16": 362.05e12, "float8_e4m3fn": 733.0e12, "int8": 733.0e12,
         },
-        48 * 10**9, (_L40S,), _HALF,
+        48 * 10**9, (_L40S,), _HALF + "; PCIe Gen4 x16, " + _LINK, _PCIE4, "pcie",
     ),
     DeviceSpec(
         "rtx4090", "NVIDIA GeForce RTX 4090 24GB", "gpu", "sm89", 1008e9,
@@ -179,7 +207,8 @@ _BUILTIN: tuple[DeviceSpec, ...] = (
             "float16": 165.2e12, "float8_e4m3fn": 330.3e12, "int8": 660.6e12,
         },
         24 * 10**9, (_ADA,),
-        "FP16/BF16 with FP32 accumulate (PyTorch's default); dense figures",
+        "FP16/BF16 with FP32 accumulate (PyTorch's default); dense figures; PCIe Gen4 x16, "
+        + _LINK, _PCIE4, "pcie",
     ),
 )  # fmt: skip
 

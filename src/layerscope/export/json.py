@@ -348,6 +348,13 @@ def load(path: str | os.PathLike[str], *, max_bytes: int | None = None) -> Profi
     ``MAX_BYTES``), so a device or a huge file cannot exhaust memory.
     ``FileNotFoundError`` when there is no such file; ``SchemaError`` for anything else
     that is not a readable ``layerscope/1`` profile (naming the file and the JSON path)."""
+    data = read_document(path, max_bytes=max_bytes)
+    return profile_from_dict(data, os.fspath(path))
+
+
+def read_document(path: str | os.PathLike[str], *, max_bytes: int | None = None) -> Any:
+    """The parsed JSON of a layerscope file, read as ``load`` reads it (size limit,
+    UTF-8, non-finite numbers), not yet checked against the schema."""
     limit = _max_bytes(max_bytes)
     source = os.fspath(path)
     if os.path.isdir(source):
@@ -382,7 +389,7 @@ def load(path: str | os.PathLike[str], *, max_bytes: int | None = None) -> Profi
             ) from None
         except ValueError as e:  # an integer past Python's int-max-str-digits
             raise SchemaError(f"{source} holds a number too long to read: {e}") from None
-        return profile_from_dict(data, source)
+    return data
 
 
 def _max_bytes(max_bytes: int | None) -> int:
@@ -401,10 +408,11 @@ def _max_bytes(max_bytes: int | None) -> int:
 
 
 # ---- writing -------------------------------------------------------------------------
-def to_json(profile: Profile, indent: int | None = 2) -> str:
-    """The profile as JSON text (``indent=None``: one line); ``ExportError`` naming the
-    JSON path of a value that is not JSON data."""
-    return _encode(profile, indent, None, "cannot serialise the profile")
+def to_json(profile: Profile, indent: int | None = 2, extra: dict[str, Any] | None = None) -> str:
+    """The profile as JSON text (``indent=None``: one line), with the top-level sections
+    in ``extra`` added (a plan's); ``ExportError`` naming the JSON path of a value that is
+    not JSON data."""
+    return _encode(profile, indent, None, "cannot serialise the profile", extra)
 
 
 def save(profile: Profile, path: str | os.PathLike[str]) -> None:
@@ -416,7 +424,11 @@ def save(profile: Profile, path: str | os.PathLike[str]) -> None:
 
 
 def _encode(
-    profile: Profile, indent: int | None, separators: tuple[str, str] | None, what: str
+    profile: Profile,
+    indent: int | None,
+    separators: tuple[str, str] | None,
+    what: str,
+    extra: dict[str, Any] | None = None,
 ) -> str:
     deepest = max(_deepest(p.root) for p in (profile, *profile.ranks))
     if deepest > MAX_DEPTH:
@@ -431,6 +443,7 @@ def _encode(
             raise ExportError(f"{what}: a value is nested too deeply") from None
         except (AttributeError, TypeError, ValueError) as e:
             raise ExportError(f"{what}: the profile holds a value of the wrong kind: {e}") from e
+        data.update(extra or {})
         for attempt in range(2):
             try:
                 # The encoder fails on the first non-finite float: the cheap way to know

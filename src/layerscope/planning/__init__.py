@@ -1,5 +1,12 @@
 """Planning a training run that cannot run here, by arithmetic over one analysis
-(``docs/plan.md``). ``states``: the model states each GPU holds at rest, by sharding
-strategy, precision and optimizer; ``comm``: the collectives of a step, per FSDP2
-unit and DDP bucket; ``checkpointing``: the repeated blocks, and which
-modules to checkpoint for an activation budget."""
+(``docs/plan.md``): ``ls.plan`` (``run``) answers with a ``Plan`` (``plan``): one GPU's
+memory timeline (``timeline``) and step time (``timemodel``); ``ls.plan_sweep``
+(``sweep``) tabulates plans. Their pieces: ``states``, the model states each GPU holds
+at rest; ``comm``, the collectives of a step; ``checkpointing``, which modules to
+checkpoint."""
+
+from layerscope.planning.result import Plan, load_plan
+from layerscope.planning.run import plan
+from layerscope.planning.sweep import Sweep, plan_sweep
+
+__all__ = ["Plan", "Sweep", "load_plan", "plan", "plan_sweep"]

@@ -1,0 +1,153 @@
+"""``Plan``: the answer of ``ls.plan`` for one GPU of a training run, with the analysis it
+was computed from. Numbers only (bytes, seconds, FLOPs); views render it, ``to_dict``
+writes it as the ``plan`` section of a ``layerscope/1`` document (the analysis is the
+rest of the document), ``Plan.from_dict``/``ls.load_plan`` read it back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from layerscope.errors import SchemaError
+from layerscope.profile import Profile
+
+#: What the output says beside its figures (``Plan.notes`` adds the plan's own).
+LOWER_BOUND = (
+    "step_time is a lower bound (roofline of each module, collectives at the link's "
+    "bandwidth, perfect overlap where the model allows it): MFU is an upper bound"
+)
+
+
+_NOT_SAVED = {"analysis", "source"}
+
+
+@dataclass
+class Plan:
+    """One GPU's memory and step time in a training run (``docs/plan.md``)."""
+
+    #: the options the plan was made with (target, world_size, sharding, ...)
+    options: dict[str, Any]
+    #: the target's name, label, memory, interconnect and node size
+    device: dict[str, Any]
+    #: model states at rest on this GPU (``planning.states``): param_bytes, grad_bytes
+    #: (after the backward), optimizer_state_bytes, master_weight_bytes
+    states: dict[str, int]
+    #: the timeline's maximum and its composition by part (``timeline.PARTS``)
+    peak_bytes: int
+    memory: dict[str, int]
+    #: where the peak is: {"phase", "event", "path"}
+    peak_phase: dict[str, str]
+    budget: int | None
+    reserve_bytes: int
+    #: the modules checkpointed and what that gives
+    checkpoint: list[str]
+    kept_activation_bytes: int
+    recompute_flops: int
+    #: the timeline as columns: phase, event, path, total and one list per part
+    timeline: dict[str, list[Any]]
+    #: step time by part (seconds): compute, recompute, exposed_comm, optimizer, and the
+    #: whole collectives' time (comm) of which exposed_comm is not hidden
+    time: dict[str, float]
+    step_time: float
+    #: forward + backward FLOPs per step (no recompute), grad_accum micro-batches
+    model_flops: int
+    mfu: float | None
+    tokens: int | None
+    tokens_per_s: float | None
+    #: one row per FSDP unit or checkpointed module (``render.plan`` shows them)
+    modules: list[dict[str, Any]]
+    #: collectives per step on this GPU in ``profile.comm``'s form
+    comm: dict[str, Any]
+    notes: list[str]
+    analysis: Profile | None = field(default=None, repr=False, compare=False)
+    #: the model and input the plan was analysed from (``planning.run.Source``), to
+    #: analyse other micro-batches; None for a plan from a profile or a file
+    source: Any = field(default=None, repr=False, compare=False)
+
+    # ---- answers -----------------------------------------------------------------
+    @property
+    def fits(self) -> bool | None:
+        """Whether the peak plus the reserve fits the budget (None without a budget)."""
+        return None if self.budget is None else self.headroom_bytes >= 0  # type: ignore[operator]
+
+    @property
+    def headroom_bytes(self) -> int | None:
+        """Budget minus reserve minus peak (negative: it does not fit)."""
+        return None if self.budget is None else self.budget - self.reserve_bytes - self.peak_bytes
+
+    def max_micro_batch(self, limit: int = 1024) -> int:
+        """The largest micro-batch (dim 0 of the input) whose plan fits the budget, found
+        by new analyses at other batch sizes (``planning.batch``); 0 if none fits."""
+        from layerscope.planning.sweep import max_micro_batch
+
+        return max_micro_batch(self, limit=limit)
+
+    # ---- files ---------------------------------------------------------------------
+    def section(self) -> dict[str, Any]:
+        """The ``plan`` section of the JSON document."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _NOT_SAVED}
+        out["fits"] = self.fits
+        out["headroom_bytes"] = self.headroom_bytes
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """The analysis's ``to_dict`` with the ``plan`` section added."""
+        doc = self.analysis.to_dict() if self.analysis is not None else {}
+        doc["plan"] = self.section()
+        return doc
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the plan as JSON; ``ls.load_plan`` reads it back (``ls.load`` reads the
+        analysis in it)."""
+        from layerscope.export.files import write_text
+        from layerscope.export.json import to_json
+
+        if self.analysis is not None:
+            text = to_json(self.analysis, None, {"plan": self.section()})
+        else:
+            text = json.dumps({"plan": self.section()}, allow_nan=False)
+        write_text(os.fspath(path), text + "\n")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Plan:
+        """A plan from ``to_dict``'s form; ``SchemaError`` when there is no plan section
+        or a field is missing."""
+        section = data.get("plan") if isinstance(data, dict) else None
+        if not isinstance(section, dict):
+            raise SchemaError("$.plan: not a plan (no 'plan' section); make one with ls.plan")
+        known = {f.name for f in fields(cls)} - _NOT_SAVED
+        missing = sorted(known - set(section))
+        if missing:
+            raise SchemaError(f"$.plan: missing {', '.join(missing)}")
+        analysis = Profile.from_dict(data) if "root" in data else None
+        return cls(**{k: section[k] for k in known}, analysis=analysis)
+
+    # ---- views ---------------------------------------------------------------------
+    def render(self, **options: Any) -> str:
+        """The plan as plain text: a summary and the per-module table (``render.plan``;
+        ``width``, ``max_rows``)."""
+        from layerscope.render.plan import render_plan
+
+        return render_plan(self.section(), **options)
+
+    def show(self, **options: Any) -> None:
+        """Print ``render(**options)`` (at the terminal's width by default)."""
+        from layerscope.render.plan import show_plan
+
+        show_plan(self.section(), **options)
+
+    def __str__(self) -> str:
+        return self.render()
+
+
+def load_plan(path: str | os.PathLike[str]) -> Plan:
+    """Read a plan written by ``Plan.save`` (``ls.load_plan``)."""
+    from layerscope.export.json import read_document
+
+    return Plan.from_dict(read_document(path))
+
+
+__all__ = ["LOWER_BOUND", "Plan", "load_plan"]
