@@ -143,3 +143,98 @@ def test_bad_choices() -> None:
         resolve(prof, "everything")
     with pytest.raises(InvalidInputError, match="budget must be a whole number"):
         choose_checkpoints(prof, -1)
+
+
+def planned(prof: ls.Profile, checkpoint: object, budget: int | None = None) -> ls.Plan:
+    """One GPU, float32, plain SGD (no optimizer states), nothing reserved."""
+    return ls.plan(
+        prof, sharding="none", world_size=1, precision="fp32", optimizer="sgd",
+        checkpoint=checkpoint, budget=budget, reserve_bytes=0,
+    )  # fmt: skip
+
+
+def on_meta(name: str) -> tuple[nn.Module, Tensor, ls.Profile]:
+    """The model ``name`` and its input, and a profile of a meta copy steered to this
+    CPU's kernels (what a plan of a model too large for the machine starts from)."""
+    model, x, _ = plain(name)
+    torch.manual_seed(1)
+    prof = ls.profile(
+        ls.to_meta(model).train(), x.to("meta"), backward=True, memory=True, target="cpu",
+        loss_fn=lambda o: o.float().pow(2).mean(),
+    )  # fmt: skip
+    return model, x, prof
+
+
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_plan_checkpoint_figures_equal_real_runs(name: str, device: str) -> None:
+    """``ls.plan``'s kept activation bytes and recompute FLOPs for no checkpointing, every
+    block, and one block's child, against the model run with those modules under
+    non-reentrant ``torch.utils.checkpoint`` (early stop off) and profiled."""
+    model, x, prof = plain(name) if device == "cpu" else on_meta(name)
+    blocks = MODELS[name][2]
+    child = next(iter(n.path for n in prof.node(blocks[1]).children))
+    for checkpoint in (None, "blocks", [child], [blocks[0], child]):
+        plan = planned(prof, checkpoint)
+        want = real(model, x, tuple(plan.checkpoint))
+        assert (plan.kept_activation_bytes, plan.recompute_flops) == want, checkpoint
+    assert planned(prof, "blocks").checkpoint == blocks
+
+
+def test_auto_fits_the_budget_in_a_real_run() -> None:
+    """``checkpoint="auto"`` on a whole-GPU budget halfway between the plans without and
+    with every block checkpointed: a set that fits, whose real run (parameters and
+    buffers, the input, and the step's measured peak) fits that budget too."""
+    model, x, prof = plain("cnn")
+    none, every = planned(prof, None), planned(prof, "blocks")
+    assert every.peak_bytes < none.peak_bytes
+    budget = (none.peak_bytes + every.peak_bytes) // 2
+    auto = planned(prof, "auto", budget=budget)
+    assert auto.fits and auto.checkpoint
+    assert auto.recompute_flops <= every.recompute_flops
+    with set_checkpoint_early_stop(False):
+        run = measure(with_checkpoint(model, *auto.checkpoint), x)
+    mem = run.memory
+    measured = mem["baseline_bytes"] + mem["session_peak_bytes"] + x.nbytes
+    assert measured <= budget
+    assert planned(prof, "auto", budget=none.peak_bytes).checkpoint == []  # fits already
+
+
+def test_auto_says_when_nothing_fits() -> None:
+    """The small Llama's peak is its gradients and weights at the end of the backward:
+    checkpointing cannot lower it, so a budget below it does not fit, every block
+    checkpointed, and the plan says so."""
+    _, _, prof = plain("llama")
+    none = planned(prof, None)
+    assert planned(prof, "blocks").peak_bytes == none.peak_bytes
+    budget = none.peak_bytes // 2  # below the parameters and gradients alone
+    assert budget < 2 * prof.root.metrics["param_bytes"]
+    auto = planned(prof, "auto", budget=budget)
+    assert auto.fits is False and auto.headroom_bytes == budget - auto.peak_bytes
+    assert auto.checkpoint == MODELS["llama"][2]
+    assert any("does not fit" in note for note in auto.notes)
+
+
+def test_plan_checkpoints_gpt2() -> None:
+    """transformers' GPT-2 (random weights, 2 layers, no KV cache): the plan's figures for
+    every block and for one block's attention equal the real checkpointed runs."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(
+        n_layer=2, n_embd=32, n_head=2, vocab_size=64, n_positions=16, use_cache=False
+    )
+    model = transformers.GPT2Model(config).train()
+    ids = torch.randint(0, 64, (2, 8))
+
+    def run(m: nn.Module) -> ls.Profile:
+        torch.manual_seed(1)
+        return ls.profile(m, ids, backward=True, memory=True, loss_fn=lambda o: o[0].sum())
+
+    prof = run(model)
+    for checkpoint in ("blocks", ["h.1.attn"]):
+        plan = planned(prof, checkpoint)
+        with set_checkpoint_early_stop(False):
+            m = run(with_checkpoint(model, *plan.checkpoint)).root.metrics
+        want = (m["activation_bytes"], m["recompute_flops"])
+        assert (plan.kept_activation_bytes, plan.recompute_flops) == want, checkpoint
+    assert planned(prof, "blocks").checkpoint == ["h.0", "h.1"]

@@ -287,3 +287,62 @@ def test_planned_collectives_equal_the_runs(
             for strategy in ("ddp", "ddp_bf16"):
                 measured = facts[strategy]["comm"]["0"]["backward"]
                 assert ddp_collectives([(s, 4) for s in w0 + w1], world_size=world) == measured
+
+
+#: how each strategy is planned: (sharding, precision, FSDP2 units, reshard_after_forward)
+PLANS: dict[str, tuple[str, str, list[str], bool]] = {
+    "ddp": ("ddp", "fp32", [], True),
+    "ddp_bf16": ("ddp", "bf16-mixed", [], True),
+    "fsdp_reshard": ("fsdp", "fp32", ["0", "1"], True),
+    "fsdp_keep": ("fsdp", "fp32", ["0", "1"], False),
+    "fsdp_bf16": ("fsdp", "bf16-mixed", ["0", "1"], True),
+    "fsdp_root": ("fsdp", "fp32", [], True),
+}
+
+
+def _by_kind(comm: dict[str, Any]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for phases in comm.values():
+        for kinds in phases.values():
+            for kind, row in kinds.items():
+                mine = out.setdefault(kind, {"calls": 0, "bytes": 0, "wire_bytes": 0})
+                for key in mine:
+                    mine[key] += row[key]
+    return out
+
+
+def test_plans_equal_the_runs(two: list[dict[str, Any]], four: list[dict[str, Any]]) -> None:
+    """``ls.plan`` from one analysis of the unsharded model on meta: every rank's model
+    states exactly, its collectives by kind exactly, and its peak of the forward and
+    backward within 2 % of the measured absolute peak. The measured peak is the tracker's
+    plus what no tracker of Python storages sees: DDP's bucket (1,916 B) and the input
+    the test made before the step (4 x 64 float32 = 1,024 B), which the plan counts in
+    ``other_bytes``. The optimizer step is planned too but not measured here."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 7), nn.Linear(7, 3))
+    x = torch.randn(4, 64)
+    for world, ranks in ((2, two), (4, four)):
+        for rank, facts in enumerate(ranks):
+            for strategy, (sharding, precision, units, reshard) in PLANS.items():
+                plan = ls.plan(
+                    model, x, world_size=world, rank=rank, sharding=sharding,
+                    precision=precision, units=units, reshard_after_forward=reshard,
+                    reserve_bytes=0,
+                )  # fmt: skip
+                f, where = facts[strategy], (world, rank, strategy)
+                assert plan.states["param_bytes"] == f["memory"]["baseline"]["parameters"]
+                assert plan.states["grad_bytes"] == f["local_grads"], where
+                assert plan.states["optimizer_state_bytes"] == f["states"], where
+                assert _by_kind(plan.comm) == _by_kind(f["comm"]), where
+                timeline = plan.timeline
+                planned = max(
+                    total
+                    for total, phase in zip(timeline["total"], timeline["phase"], strict=True)
+                    if phase != "optimizer"
+                )
+                measured = f["tracker_peak"] + (PARAMS if sharding == "ddp" else 0) + x.nbytes
+                # unloaded, every strategy is within 0.7 % (most exact); on a loaded
+                # machine gloo's thread drops a small buffer late now and then (204 B
+                # once, the root-only unit on 4 ranks): 256 B of slack for that
+                slack = max(0.02 * measured, 256)
+                assert abs(planned - measured) <= slack, (where, planned, measured)

@@ -1,6 +1,7 @@
 """Show a saved profile (from `layerscope profile -o p.json` or Profile.save) as
 any view, or convert it to another format. Nothing is re-run: everything comes
-from the file.
+from the file. A saved plan (`layerscope plan --json`, Plan.save) shows as the
+plan; with view flags, its analysis shows as a profile does.
 
 Examples:
   layerscope show p.json --depth 2
@@ -8,25 +9,53 @@ Examples:
   layerscope show p.json --format top --by-type --sort forward_time
   layerscope show p.json --sort flops --min-pct 1 --include '*attn*'
   layerscope show p.json -o p.html
+  layerscope show plan.json
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 
 from layerscope.cli.common import add_view_arguments, check_view_arguments, write_profile
-from layerscope.export.json import load
+from layerscope.errors import SchemaError
+from layerscope.export.files import write_text
+from layerscope.export.json import profile_from_dict, read_document
+from layerscope.planning import Plan
 
 NAME = "show"
-HELP = "show a saved profile as any view, or convert it (html, csv, md, trace)"
+HELP = "show a saved profile as any view, or convert it (html, csv, md, trace), or a plan"
+
+#: What is not a view flag, and the flags that leave a plan file shown as the plan (the
+#: others show its analysis); -o only to a text file.
+_PLAN_FLAGS = frozenset({"file", "run", "debug", "command", "width", "config", "output"})
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("file", help="a profile saved as JSON")
+    p.add_argument("file", help="a profile or a plan saved as JSON")
     add_view_arguments(p)
+
+
+def _as_plan(args: argparse.Namespace) -> bool:
+    """Whether the flags ask for nothing but the plan's text (at a width, to a .txt)."""
+    for name, value in vars(args).items():
+        if name not in _PLAN_FLAGS and value not in (None, False, "on" if name == "fold" else None):
+            return False
+    return args.output is None or args.output.lower().endswith((".txt", ".text"))
 
 
 def run(args: argparse.Namespace) -> int:
     check_view_arguments(args)
-    write_profile(load(args.file), args)
+    data = read_document(args.file)
+    if isinstance(data, dict) and "plan" in data and _as_plan(args):
+        try:
+            plan = Plan.from_dict(data)
+        except SchemaError as e:
+            raise SchemaError(f"{os.fspath(args.file)}: {e}") from e
+        if args.output is None:
+            plan.show(width=args.width)
+        else:
+            write_text(args.output, plan.render(width=args.width))
+        return 0
+    write_profile(profile_from_dict(data, os.fspath(args.file)), args)
     return 0

@@ -45,7 +45,7 @@ from layerscope.profile import Node, Number, Profile
 from layerscope.render import units
 from layerscope.render.summary import BASELINE_WORDS, summary_lines
 
-__all__ = ["report_data", "to_html", "to_html_text"]
+__all__ = ["page_text", "report_data", "report_roof", "script_json", "to_html", "to_html_text"]
 
 #: Columns of the table, in order, when some node has them.
 TABLE_KEYS: tuple[str, ...] = (
@@ -114,16 +114,34 @@ def to_html(
 
 def to_html_text(profile: Profile, *, device: DeviceLike | None = None) -> str:
     """The report as one HTML document."""
+    return page_text(profile, report_data(profile, report_roof(profile, device)))
+
+
+def report_roof(profile: Profile, device: DeviceLike | None) -> Roof | None:
+    """The roof the roofline chart draws: ``device``'s, else the target a meta analysis
+    followed (if a spec), else none."""
     device = device if device is not None else target_spec(profile)
-    roof = roof_of(device, profile_dtype(profile)) if device is not None else None
-    data = report_data(profile, roof)
+    return roof_of(device, profile_dtype(profile)) if device is not None else None
+
+
+def page_text(
+    profile: Profile,
+    data: dict[str, Any],
+    *,
+    kind: str = "report",
+    css: str = "",
+    tail: str = "",
+) -> str:
+    """The page around ``data`` (``report_data``'s); ``css`` is added to the report's
+    style and ``tail`` (more elements) after its script, for sections of other objects."""
     title = profile.model.get("name") or profile.root.type or "model"
-    css, js = _assets()
+    base_css, js = _assets()
     return _PAGE.format(
-        title=html.escape(f"{title} — layerscope report", quote=True),
-        css=css,
+        title=html.escape(f"{title} — layerscope {kind}", quote=True),
+        css=base_css + css,
         data=script_json(data),
         js=js,
+        tail=tail,
     )
 
 
@@ -515,6 +533,6 @@ script-src 'unsafe-inline'; style-src 'unsafe-inline'">
 <script type="application/json" id="ls-data">{data}</script>
 <script>
 {js}</script>
-</body>
+{tail}</body>
 </html>
 """

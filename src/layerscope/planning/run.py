@@ -14,7 +14,6 @@ from torch import nn
 from torch.utils._pytree import tree_map_only
 
 from layerscope.analysis.roofline import roof_of, roof_times
-from layerscope.analysis.whatif import checkpointed_activation_bytes
 from layerscope.errors import InvalidInputError
 from layerscope.hardware import BY_NAME, DeviceSpec, device_spec
 from layerscope.metrics.memory.training import OPTIMIZER_STATES
@@ -343,55 +342,13 @@ def _build(prof: Profile, opts: Options, choice: CheckpointChoice, asked: Any) -
     first = next((m.path for m in prof.nodes() if m.path and m.calls), "")
     setup = tl.Setup(opts.sharding, n, rest, grads=grads_by_module,
                      cast_input=float_inputs if mixed else 0, first_module=first)  # fmt: skip
-    units: list[str] = []
-    unit_rows: dict[str, dict[str, Any]] = {}
-    comm: dict[str, Any] = {}
     grad_size = 4 if mixed and opts.sharding in ("fsdp", "ddp") else low
-    elements = sum(prod(s) for s in shapes)
     if opts.sharding == "fsdp":
-        units = fsdp_units(prof, opts)
-        owned: dict[str, list[tuple[int, ...]]] = {u: [] for u in units}
-        for p in params:
-            owned[_owner(p.module, units)].append(p.shape)
-        setup.units = [tl.Unit(u, sum(fsdp_shard(s, n, 0)[1] for s in owned[u])) for u in units]
-        setup.param_size, setup.reduce_size = low, grad_size
-        setup.cast_gather = mixed
-        setup.reshard_after_forward = opts.reshard_after_forward
-        setup.final_grads = sum(u.padded for u in setup.units) * grad_size
-        comm = fsdp_collectives(owned, world_size=n, param_bytes=low, reduce_bytes=grad_size,
-                                reshard_after_forward=opts.reshard_after_forward)  # fmt: skip
-        for u in setup.units:
-            unit_rows[u.path] = {"unit": True, "shard_elements": u.padded,
-                                 "unsharded_bytes": n * u.padded * low}  # fmt: skip
+        units, unit_rows, comm = _fsdp(prof, opts, params, setup, grad_size)
     else:
-        ddp_like = opts.sharding in ("ddp", "zero1", "zero2")
-        per_param = [(p.shape, grad_size) for p in params]
-        if opts.sharding == "ddp":
-            buckets = ddp_buckets(per_param, opts.bucket_cap_mb)
-            rest["comm_buffer_bytes"] = sum(buckets)
-        if ddp_like and n > 1:
-            comm = {"": {"backward": ddp_collectives(per_param, world_size=n,
-                                                      bucket_cap_mb=opts.bucket_cap_mb)}}  # fmt: skip
-        if opts.sharding == "ddp" and mixed:  # autocast: float32 grads, 16-bit weight copies
-            setup.grad_scale = 4 / low
-            setup.weight_copies, setup.saved_copies = _weight_copies(prof, params, low)
-            for p in params:
-                setup.cast_grads[p.module] = max(setup.cast_grads.get(p.module, 0), p.nbytes)
-        if opts.sharding == "zero2":
-            setup.grad_partition = -(-elements // n) * grad_size
-            setup.final_grads = setup.grad_partition
-        else:
-            setup.final_grads = elements * grad_size
-    # checkpointing
-    none_kept = checkpointed_activation_bytes(prof, [])
-    drops: dict[str, int] = {}
-    for path in choice.paths:
-        drops[path] = max(0, none_kept - checkpointed_activation_bytes(prof, [path]))
-    if choice.paths:  # shared storages: the last one takes the difference to the exact total
-        last = choice.paths[-1]
-        drops[last] += (none_kept - choice.kept_activation_bytes) - sum(drops.values())
-    setup.drops = drops
-    setup.recompute_peak = {p: int(prof.node(p).metrics.get("peak_bytes", 0)) for p in drops}
+        units, unit_rows = [], {}
+        comm = _replicated(prof, opts, params, setup, grad_size)
+    _checkpoints(prof, choice, setup)
     local = states.optimizer_state_bytes // max(1, OPTIMIZER_STATES[opts.optimizer] or 1)
     setup.optimizer_temp = local if opts.optimizer in ("adam", "adamw") else 0
     points = tl.replay(setup, prof.memory["timeline"])
@@ -464,6 +421,76 @@ def _build(prof: Profile, opts: Options, choice: CheckpointChoice, asked: Any) -
         analysis=prof,
     )  # fmt: skip
 
+
+def _fsdp(
+    prof: Profile, opts: Options, params: Sequence[Param], setup: tl.Setup, grad_size: int
+) -> tuple[list[str], dict[str, dict[str, Any]], dict[str, Any]]:
+    """FSDP2's units (paths, table rows) and collectives, set up for the replay."""
+    n, low = opts.world_size, opts.compute_dtype.itemsize
+    units = fsdp_units(prof, opts)
+    owned: dict[str, list[tuple[int, ...]]] = {u: [] for u in units}
+    for p in params:
+        owned[_owner(p.module, units)].append(p.shape)
+    setup.units = [tl.Unit(u, sum(fsdp_shard(s, n, 0)[1] for s in owned[u])) for u in units]
+    setup.param_size, setup.reduce_size = low, grad_size
+    setup.cast_gather = opts.mixed
+    setup.reshard_after_forward = opts.reshard_after_forward
+    setup.final_grads = sum(u.padded for u in setup.units) * grad_size
+    comm = fsdp_collectives(
+        owned, world_size=n, param_bytes=low, reduce_bytes=grad_size,
+        reshard_after_forward=opts.reshard_after_forward,
+    )  # fmt: skip
+    rows = {
+        u.path: {"unit": True, "shard_elements": u.padded, "unsharded_bytes": n * u.padded * low}
+        for u in setup.units
+    }
+    return units, rows, dict(comm)
+
+
+def _replicated(
+    prof: Profile, opts: Options, params: Sequence[Param], setup: tl.Setup, grad_size: int
+) -> dict[str, Any]:
+    """DDP, ZeRO or one GPU: buckets, gradients and autocast's copies for the replay; the
+    collectives."""
+    n, low = opts.world_size, opts.compute_dtype.itemsize
+    per_param = [(p.shape, grad_size) for p in params]
+    elements = sum(prod(p.shape) for p in params)
+    comm: dict[str, Any] = {}
+    if opts.sharding == "ddp":
+        setup.rest["comm_buffer_bytes"] = sum(ddp_buckets(per_param, opts.bucket_cap_mb))
+    if opts.sharding != "none" and n > 1:
+        reduce = ddp_collectives(per_param, world_size=n, bucket_cap_mb=opts.bucket_cap_mb)
+        comm = {"": {"backward": reduce}}
+    if opts.sharding == "ddp" and opts.mixed:  # autocast: float32 grads, 16-bit copies
+        setup.grad_scale = 4 / low
+        setup.weight_copies, setup.saved_copies = _weight_copies(prof, params, low)
+        for p in params:
+            setup.cast_grads[p.module] = max(setup.cast_grads.get(p.module, 0), p.nbytes)
+    if opts.sharding == "zero2":
+        setup.grad_partition = -(-elements // n) * grad_size
+        setup.final_grads = setup.grad_partition
+    else:
+        setup.final_grads = elements * grad_size
+    return comm
+
+
+def _checkpoints(prof: Profile, choice: CheckpointChoice, setup: tl.Setup) -> None:
+    """What each checkpointed module frees at its exit (storages only its subtree saved,
+    not the checkpointed modules' inputs, not saved outside the model either: a loss
+    holds those), and its recompute's peak (its forward's)."""
+    table = prof.memory["storages"]
+    index = {p: i for i, p in enumerate(table["paths"])}
+    held = {index[p] for p in choice.paths if p in index}
+    drops: dict[str, int] = {}
+    for path in choice.paths:
+        inside = {index[n.path] for n in prof.node(path).walk() if n.path in index}
+        drops[path] = sum(
+            int(nbytes)
+            for nbytes, savers, inputs, _outputs, param in table["rows"]
+            if not param and savers and inside.issuperset(savers) and not held.intersection(inputs)
+        )
+    setup.drops = drops
+    setup.recompute_peak = {p: int(prof.node(p).metrics.get("peak_bytes", 0)) for p in drops}
 
 def _weight_copies(
     prof: Profile, params: Sequence[Param], low: int

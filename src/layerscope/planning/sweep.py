@@ -60,9 +60,9 @@ def _values(name: str, value: Any) -> list[Any]:
     if isinstance(value, list | tuple):
         if not value:
             raise InvalidInputError(f"{name}: an empty list sweeps nothing")
-        if name == "checkpoint" and all(isinstance(v, str) for v in value):
-            if not any(v in ("blocks", "auto") for v in value):
-                return [list(value)]  # one list of module paths
+        paths = all(isinstance(v, str) and v not in ("blocks", "auto") for v in value)
+        if name == "checkpoint" and paths:
+            return [list(value)]  # one list of module paths
         return list(value)
     return [value]
 

@@ -1,0 +1,294 @@
+"""Plan one GPU of a training run that cannot run here: its memory at the peak
+(model states, unsharded parameters, gradients, activations, buffers of
+collectives) against a budget, and a lower bound on the step time, from one
+analysis of the model on meta steered to the target GPU (docs/plan.md).
+
+The model is named as for `profile` (examples:NAME, package.module:attr,
+path/to/file.py:attr, transformers:NAME); --input-shape is one GPU's
+micro-batch (an example brings its own). --sweep tabulates plans over lists of
+options, one row per combination.
+
+Examples:
+  layerscope plan examples:tiny_gpt --world-size 8 --sharding fsdp
+  layerscope plan transformers:llama --input-shape 2,8192 --target h100 \\
+      --world-size 64 --checkpoint auto --budget 80GB
+  layerscope plan examples:tiny_gpt --sweep world_size=8,16 checkpoint=none,blocks
+  layerscope plan examples:tiny_gpt --checkpoint blocks --json plan.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import re
+from typing import Any
+
+from torch import nn
+
+from layerscope.cli.inputs import InputMaker, parse_dtype, parse_json_object, parse_shape
+from layerscope.errors import InvalidInputError
+from layerscope.export.files import write_text
+from layerscope.hardware import BY_NAME
+from layerscope.metrics.memory.training import OPTIMIZER_STATES
+from layerscope.planning import plan, plan_sweep
+from layerscope.planning.states import PRECISIONS, SHARDINGS
+from layerscope.planning.sweep import AXES
+from layerscope.render import config as display_config
+from layerscope.validate import check_choice, check_int, refuse
+
+NAME = "plan"
+HELP = "plan one GPU of a training run: memory at the peak and step time (docs/plan.md)"
+
+#: The GPUs a plan can target (their built-in specs and aliases).
+GPUS = [name for name, spec in BY_NAME.items() if spec.kind == "gpu"]
+#: The GPUs named in the help (the aliases work too).
+_MAIN_GPUS = ("h100", "h100-pcie", "h200", "a100-40gb", "a100-80gb", "l4", "l40s", "rtx4090")
+#: Byte units of --budget and --reserve: decimal (GB) and binary (GiB).
+_SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+               "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}  # fmt: skip
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$", re.IGNORECASE)
+#: The flags that give one value of an axis --sweep can list instead.
+AXIS_FLAGS = {"world_size": "--world-size", "sharding": "--sharding", "checkpoint": "--checkpoint",
+              "precision": "--precision", "optimizer": "--optimizer",
+              "grad_accum": "--grad-accum"}  # fmt: skip
+DEFAULTS = {"world_size": 8, "sharding": "fsdp", "checkpoint": None, "precision": "bf16-mixed",
+            "optimizer": "adamw", "grad_accum": 1}  # fmt: skip
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "model",
+        help="the model: examples:NAME, package.module:attr, file.py:attr, transformers:NAME "
+        "or transformers:config.json (as for `layerscope profile`)",
+    )
+    p.add_argument(
+        "--model-args", metavar="JSON",
+        help="keyword arguments for the factory, or config fields for transformers: specs",
+    )  # fmt: skip
+    inputs = p.add_argument_group("inputs (one GPU's micro-batch)")
+    inputs.add_argument(
+        "--input-shape", action="append", metavar="D1,D2,...",
+        help="shape of one positional input (e.g. 2,8192); repeat for several",
+    )  # fmt: skip
+    inputs.add_argument(
+        "--input-dtype", metavar="DTYPE",
+        help="dtype of the --input-shape inputs (default: token ids (long) when the model "
+        "starts with an embedding, else the model's dtype)",
+    )  # fmt: skip
+    inputs.add_argument("--kwargs", metavar="JSON", help="keyword inputs, as for `profile`")
+    run = p.add_argument_group("the training run")
+    run.add_argument(
+        "--target", default="h100", metavar="GPU",
+        help=f"the GPU: {', '.join(n for n in GPUS if n in _MAIN_GPUS)} (default h100)",
+    )  # fmt: skip
+    run.add_argument("--world-size", type=int, metavar="N", help="GPUs in the run (8)")
+    run.add_argument("--sharding", metavar="KIND", help=f"{', '.join(SHARDINGS)} (fsdp: FSDP2)")
+    run.add_argument(
+        "--checkpoint", metavar="WHAT",
+        help="activation checkpointing: none (default), blocks (every repeated block), auto "
+        "(the least recompute that fits the budget) or module paths (a,b)",
+    )  # fmt: skip
+    run.add_argument("--precision", metavar="P", help=f"{', '.join(PRECISIONS)} (bf16-mixed)")
+    run.add_argument("--optimizer", metavar="OPT", help=f"{', '.join(OPTIMIZER_STATES)} (adamw)")
+    run.add_argument("--grad-accum", type=int, metavar="N", help="micro-batches per step (1)")
+    run.add_argument(
+        "--budget", metavar="SIZE",
+        help="memory per GPU, e.g. 80GB or 79.6GiB (default: the target's memory)",
+    )  # fmt: skip
+    run.add_argument(
+        "--reserve", metavar="SIZE",
+        help="kept aside from the budget for what the plan leaves out: CUDA context, "
+        "workspaces, fragmentation (default 2GiB)",
+    )  # fmt: skip
+    run.add_argument("--rank", type=int, default=0, help="the rank to plan (0: the largest shards)")
+    run.add_argument(
+        "--no-reshard", action="store_true",
+        help="FSDP2 keeps the unsharded parameters from the forward to the backward "
+        "(reshard_after_forward=False)",
+    )  # fmt: skip
+    run.add_argument(
+        "--units", metavar="PATH,...", help="FSDP2 units (default: the repeated blocks)"
+    )
+    run.add_argument(
+        "--device", default=None,
+        help="where the model is analysed: meta, the only choice (a plan runs no kernels)",
+    )  # fmt: skip
+    out = p.add_argument_group("output")
+    out.add_argument(
+        "--sweep", nargs="+", metavar="AXIS=V,V",
+        help=f"a table of plans over every combination: AXIS one of {', '.join(AXES)}; "
+        "checkpoint values none, blocks, auto or paths joined by + (e.g. world_size=8,16 "
+        "checkpoint=none,blocks micro_batch=1,2)",
+    )  # fmt: skip
+    out.add_argument(
+        "--json", metavar="PATH",
+        help="also save the plan (ls.load_plan reads it; ls.load its analysis); with "
+        "--sweep, the sweep's rows",
+    )  # fmt: skip
+    out.add_argument("--max-rows", type=int, metavar="N", help="rows of the module table")
+    out.add_argument("--width", type=int, default=None, help="console width in characters")
+    out.add_argument("--config", metavar="YAML", help="display configuration (styles)")
+
+
+def parse_size(text: str, flag: str) -> int:
+    """``80GB``, ``2GiB``, ``1500000`` (bytes) as a whole number of bytes."""
+    m = _SIZE.match(text)
+    scale = _SIZE_UNITS.get(m.group(2).lower()) if m else None
+    if m is None or scale is None:
+        refuse(flag, text, "a size such as 80GB, 79.6GiB, 512MiB or a number of bytes")
+    return round(float(m.group(1)) * scale)
+
+
+def parse_checkpoint(text: str, flag: str = "--checkpoint") -> Any:
+    """none, blocks, auto, or module paths separated by commas."""
+    word = text.strip()
+    if word.lower() == "none":
+        return None
+    if word in ("blocks", "auto"):
+        return word
+    paths = [p.strip() for p in word.split(",") if p.strip()]
+    if not paths:
+        refuse(flag, text, "none, blocks, auto or module paths (a,b)")
+    return paths
+
+
+def _check_paths(flag: str, paths: list[str], model: nn.Module) -> None:
+    """Every path names a module of the model (a refusal says which are close)."""
+    known = [name for name, _ in model.named_modules() if name]
+    for path in paths:
+        if path not in known:
+            close = difflib.get_close_matches(path, known, n=3)
+            refuse(flag, path, "a module path of the model", close=close)
+
+
+def _axis_value(axis: str, text: str) -> Any:
+    label = f"--sweep {axis}"
+    if axis in ("micro_batch", "world_size", "grad_accum"):
+        if not text.strip().isdecimal():
+            refuse(label, text, "a whole number >= 1")
+        return check_int(label, int(text), 1)
+    if axis == "checkpoint":
+        value = parse_checkpoint(text.replace("+", ","), label)
+        return value
+    choices = {"sharding": SHARDINGS, "precision": PRECISIONS, "optimizer": OPTIMIZER_STATES}
+    return check_choice(label, text.strip(), list(choices[axis]))
+
+
+def parse_sweep(items: list[str]) -> dict[str, list[Any]]:
+    """``AXIS=V,V`` items as {axis: values}: each axis once, each value checked."""
+    grid: dict[str, list[Any]] = {}
+    for item in items:
+        axis, sep, values = item.partition("=")
+        axis = axis.strip()
+        if not sep or axis not in AXES or not values.strip():
+            refuse("--sweep", item, f"AXIS=V1,V2,... with AXIS one of {', '.join(AXES)}")
+        if axis in grid:
+            raise InvalidInputError(f"--sweep lists {axis} twice; give its values once")
+        texts = [v for v in values.split(",") if v.strip()]
+        grid[axis] = [_axis_value(axis, v) for v in texts]
+    return grid
+
+
+def _options(args: argparse.Namespace, grid: dict[str, list[Any]]) -> dict[str, Any]:
+    """The plan's options from the flags, checked; a swept axis from --sweep instead."""
+    given = {
+        "world_size": args.world_size, "sharding": args.sharding, "precision": args.precision,
+        "optimizer": args.optimizer, "grad_accum": args.grad_accum,
+        "checkpoint": parse_checkpoint(args.checkpoint) if args.checkpoint is not None else None,
+    }  # fmt: skip
+    for axis, flag in AXIS_FLAGS.items():
+        if axis in grid and getattr(args, axis) is not None:
+            raise InvalidInputError(f"{flag} and --sweep {axis}=... both give {axis}; give one")
+    opts: dict[str, Any] = {a: (v if v is not None else DEFAULTS[a]) for a, v in given.items()}
+    if args.world_size is not None:
+        check_int("--world-size", args.world_size, 1)
+    if args.grad_accum is not None:
+        check_int("--grad-accum", args.grad_accum, 1)
+    check_choice("--sharding", opts["sharding"], list(SHARDINGS))
+    check_choice("--precision", opts["precision"], list(PRECISIONS))
+    check_choice("--optimizer", opts["optimizer"], list(OPTIMIZER_STATES))
+    check_choice("--target", args.target.strip().lower(), GPUS)
+    opts["target"] = args.target.strip().lower()
+    if "world_size" not in grid:
+        check_int("--rank", args.rank, 0, opts["world_size"] - 1)
+        if opts["sharding"] == "none" and opts["world_size"] != 1 and "sharding" not in grid:
+            raise InvalidInputError("--sharding none is one GPU: give --world-size 1")
+    opts["rank"] = args.rank
+    if args.budget is not None:
+        opts["budget"] = parse_size(args.budget, "--budget")
+    if args.reserve is not None:
+        opts["reserve_bytes"] = parse_size(args.reserve, "--reserve")
+    if args.no_reshard:
+        opts["reshard_after_forward"] = False
+    if args.units is not None:
+        opts["units"] = [u.strip() for u in args.units.split(",") if u.strip()]
+    if args.device is not None and args.device.strip().lower() != "meta":
+        refuse("--device", args.device, "meta",
+               why="a plan analyses a meta copy of the model, steered to --target's kernels; "
+               "nothing runs on a device")  # fmt: skip
+    return opts
+
+
+def _inputs(model: nn.Module, loaded: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """The micro-batch: the flags' inputs on meta, else those the model spec brought."""
+    maker = InputMaker(model, 0)
+    call: dict[str, Any] = {"args": tuple(loaded.args or ()), "kwargs": dict(loaded.kwargs or {})}
+    if args.input_shape:
+        dtype = parse_dtype(args.input_dtype, "--input-dtype") if args.input_dtype else None
+        call["args"] = tuple(maker.tensor(parse_shape(s), dtype) for s in args.input_shape)
+    if args.kwargs:
+        for name, spec in parse_json_object(args.kwargs, "--kwargs").items():
+            call["kwargs"][name] = maker.kwarg(name, spec)
+    if not call["args"] and not call["kwargs"]:
+        raise InvalidInputError("a plan needs the micro-batch: give --input-shape (or --kwargs)")
+    return call
+
+
+def _check_flags(args: argparse.Namespace) -> dict[str, list[Any]]:
+    """The flags that need no model, checked before it is built; the sweep's grid."""
+    if args.input_shape:
+        for text in args.input_shape:
+            parse_shape(text)
+    elif args.input_dtype:
+        raise InvalidInputError("--input-dtype needs --input-shape")
+    if args.input_dtype:
+        parse_dtype(args.input_dtype, "--input-dtype")
+    if args.kwargs:
+        parse_json_object(args.kwargs, "--kwargs")
+    for flag, value in (("--width", args.width), ("--max-rows", args.max_rows)):
+        if value is not None:
+            check_int(flag, value, 1)
+    if args.max_rows is not None and args.sweep:
+        raise InvalidInputError("--max-rows applies to one plan's module table, not to --sweep")
+    if args.config:
+        display_config.load(args.config)
+    return parse_sweep(args.sweep) if args.sweep else {}
+
+
+def run(args: argparse.Namespace) -> int:
+    grid = _check_flags(args)
+    opts = _options(args, grid)
+    model_args = parse_json_object(args.model_args, "--model-args") if args.model_args else None
+    from layerscope.cli.specs import load_model
+
+    loaded = load_model(args.model, model_args, meta=True)
+    model = loaded.model
+    for flag, paths in (("--units", opts.get("units")), ("--checkpoint", opts["checkpoint"])):
+        if isinstance(paths, list):
+            _check_paths(flag, paths, model)
+    for value in grid.get("checkpoint", ()):
+        if isinstance(value, list):
+            _check_paths("--sweep checkpoint", value, model)
+    call = _inputs(model, loaded, args)
+    if grid:
+        sweep = plan_sweep(model, *call["args"], kwargs=call["kwargs"] or None, **opts | grid)
+        sweep.show(width=args.width)
+        if args.json:
+            write_text(args.json, json.dumps(sweep.to_dict(), indent=1, allow_nan=False) + "\n")
+        return 0
+    result = plan(model, *call["args"], kwargs=call["kwargs"] or None, **opts)
+    result.show(width=args.width, max_rows=args.max_rows)
+    if args.json:
+        result.save(args.json)
+    return 0

@@ -1,0 +1,465 @@
+"""The text of a training plan (``ls.plan(...).show()``) and of a sweep of plans
+(``ls.plan_sweep(...).show()``), drawn from their JSON data alone (``Plan.section()``,
+``Sweep.to_dict()``), so a plan read from a file shows as a fresh one does.
+
+A plan is a summary (the run, the memory at the peak by part, the budget, the step time
+by part, throughput, checkpointing, the notes) and the per-module table; a sweep is one
+table, a row per combination. Tables use the engine and the units of the other views: a
+narrow width drops the least important columns first and says so below.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import IO, Any
+
+from rich.console import Console
+from rich.theme import Theme
+
+from layerscope.render import config as display_config
+from layerscope.render import units
+from layerscope.render.layout import (
+    Justify,
+    Line,
+    LinesRenderable,
+    Table,
+    TableColumn,
+    TableRow,
+    fit_table,
+    plain_text,
+    terminal_width,
+    too_narrow,
+    wrap_text,
+)
+from layerscope.validate import check_int, refuse
+
+__all__ = ["plan_lines", "render_plan", "render_sweep", "show_plan", "show_sweep", "sweep_lines"]
+
+#: The parts of a GPU's memory (``Plan.memory``'s keys), as the memory table names them.
+PART_LABELS = {
+    "param_bytes": "Params",
+    "unsharded_param_bytes": "Unsharded params",
+    "grad_bytes": "Grads",
+    "optimizer_state_bytes": "Optimizer states",
+    "master_weight_bytes": "Master weights",
+    "activation_bytes": "Activations",
+    "recompute_bytes": "Recompute",
+    "comm_buffer_bytes": "Comm buffers",
+    "other_bytes": "Other",
+}
+#: The parts of the step time that add up to it (``Plan.time``'s keys but ``comm``).
+TIME_LABELS = {
+    "compute": "Compute",
+    "recompute": "Recompute",
+    "exposed_comm": "Exposed comm",
+    "optimizer": "Optimizer",
+}
+#: The sweep's axes (``planning.sweep.AXES``) as its table's headers.
+AXIS_HEADERS = {
+    "micro_batch": "Micro-batch",
+    "world_size": "GPUs",
+    "sharding": "Sharding",
+    "checkpoint": "Checkpoint",
+    "precision": "Precision",
+    "optimizer": "Optimizer",
+    "grad_accum": "Grad accum",
+}
+ROOT = "<root>"
+_WIDEN = "(widen with --width / width=)."
+
+
+# ---- entry points ----------------------------------------------------------------------
+def render_plan(
+    section: Mapping[str, Any], *, width: int | None = None, max_rows: int | None = None
+) -> str:
+    """The plan as plain text, ``width`` characters wide (default: the terminal's);
+    ``max_rows``: the most rows of the per-module table."""
+    build = _plan_builder(section, width, max_rows)
+    return plain_text(build(width or terminal_width()))
+
+
+def show_plan(
+    section: Mapping[str, Any],
+    *,
+    file: IO[str] | None = None,
+    width: int | None = None,
+    max_rows: int | None = None,
+) -> None:
+    """Print the plan to the terminal (colours when it is one, at its width) or ``file``."""
+    _show(_plan_builder(section, width, max_rows), width, file)
+
+
+def render_sweep(sweep: Mapping[str, Any], *, width: int | None = None) -> str:
+    """The sweep's table as plain text, ``width`` characters wide (default: the terminal's)."""
+    build = _sweep_builder(sweep, width)
+    return plain_text(build(width or terminal_width()))
+
+
+def show_sweep(
+    sweep: Mapping[str, Any], *, file: IO[str] | None = None, width: int | None = None
+) -> None:
+    """Print the sweep's table to the terminal (at its width) or to ``file``."""
+    _show(_sweep_builder(sweep, width), width, file)
+
+
+def _theme() -> dict[str, str]:
+    return dict(display_config.current().theme)
+
+
+def _show(build: Callable[[int], list[Line]], width: int | None, file: IO[str] | None) -> None:
+    if file is not None and not callable(getattr(file, "write", None)):
+        refuse("file", file, "a text stream, such as sys.stdout or open(path, 'w')")
+    console = Console(
+        file=file or sys.stdout, theme=Theme(_theme()), width=width, highlight=False,
+        soft_wrap=False,
+    )  # fmt: skip
+    console.print(LinesRenderable(build, _theme, width))
+
+
+def _plan_builder(
+    section: Mapping[str, Any], width: int | None, max_rows: int | None
+) -> Callable[[int], list[Line]]:
+    if not isinstance(section, Mapping) or "modules" not in section:
+        refuse("section", section, "a plan's section (Plan.section(), or a file's 'plan')")
+    if width is not None:
+        check_int("width", width, 1)
+    if max_rows is not None:
+        check_int("max_rows", max_rows, 1)
+    return lambda w: too_narrow(w) or plan_lines(section, w, max_rows)
+
+
+def _sweep_builder(sweep: Mapping[str, Any], width: int | None) -> Callable[[int], list[Line]]:
+    if not isinstance(sweep, Mapping) or not isinstance(sweep.get("rows"), list):
+        refuse("sweep", sweep, "a sweep's data (Sweep.to_dict())")
+    if width is not None:
+        check_int("width", width, 1)
+    return lambda w: too_narrow(w) or sweep_lines(sweep, w)
+
+
+# ---- pieces shared by both -------------------------------------------------------------
+def _table(columns: list[TableColumn], rows: list[TableRow], total: TableRow | None) -> Table:
+    """A table in the configured style (box, header style), as the other views draw."""
+    t = display_config.current().table
+    return Table(
+        columns=columns, rows=rows, total=total, box=t.box, show_edge=t.show_edge,
+        show_header=t.show_header, header_style=t.header_style, border_style=t.border_style,
+        row_styles=t.row_styles,
+    )  # fmt: skip
+
+
+def _row(*cells: str, style: str = "", first: str = "") -> TableRow:
+    """A row of plain cells, the first one styled ``first``."""
+    return TableRow(
+        [[(c, first if i == 0 else "")] for i, c in enumerate(cells)],
+        style,
+    )
+
+
+def _fitted(table: Table, width: int) -> tuple[list[Line], list[str]]:
+    """The table at ``width`` and, when columns had to go, the line that says which; and
+    the headers of the columns that went."""
+    fitted = fit_table(table, width)
+    lines = list(fitted.lines)
+    if fitted.dropped:
+        text = f"Hidden to fit {width} columns: {', '.join(fitted.dropped)} {_WIDEN}"
+        lines += wrap_text(text, "layerscope.hidden", width)
+    return lines, fitted.dropped
+
+
+def _share(part: float, whole: float) -> str:
+    """``part`` as a percentage of ``whole``, as the views write them."""
+    return units.pct(100.0 * part / whole) if whole else "-"
+
+
+def _bytes(value: Any) -> str:
+    return "-" if value is None else units.nbytes(value)
+
+
+def _sentences(texts: Sequence[tuple[str, str]], width: int) -> list[Line]:
+    return [line for text, style in texts for line in wrap_text(text, style, width)]
+
+
+def _checkpoint_words(asked: Any, count: int) -> str:
+    """What was asked of checkpointing and what it chose: ``blocks (2)``, ``none``."""
+    if asked is None or (not count and not asked):
+        return "none"
+    if isinstance(asked, str):
+        return f"{asked} ({count})"
+    return units.plural(count, "module")
+
+
+def _checkpointing(asked: Any, count: int) -> str:
+    """The heading's words: ``checkpointing blocks: 2 modules``, ``no checkpointing``."""
+    if asked is None:
+        return "no checkpointing"
+    modules = units.plural(count, "module")
+    return (
+        f"checkpointing {asked}: {modules}"
+        if isinstance(asked, str)
+        else f"checkpointing {modules}"
+    )
+
+
+# ---- the plan ----------------------------------------------------------------------------
+def plan_lines(section: Mapping[str, Any], width: int, max_rows: int | None = None) -> list[Line]:
+    """The styled lines of a plan at ``width``: the summary, then the module table."""
+    parts = [
+        _heading(section, width),
+        _memory(section, width),
+        _step(section, width),
+        _modules(section, width, max_rows),
+    ]
+    notes = [(f"Note: {n}", "layerscope.notice") for n in section.get("notes", ())]
+    if notes:
+        parts.append(_sentences(notes, width))
+    out: list[Line] = []
+    for n, lines in enumerate(p for p in parts if p):
+        if n:
+            out.append([])
+        out += lines
+    return out
+
+
+def _heading(section: Mapping[str, Any], width: int) -> list[Line]:
+    """The run in two sentences: the target and world size; the strategy and the batch."""
+    o, device = section.get("options", {}), section.get("device", {})
+    world = o.get("world_size", 1)
+    label = device.get("label") or device.get("name") or o.get("target", "?")
+    title = f"Plan for one GPU of {world}: {label}" + (
+        f" ({device['name']})" if device.get("name") and device.get("name") != label else ""
+    )
+    sharding = str(o.get("sharding", "?"))
+    if sharding == "fsdp":
+        n_units = len(o.get("fsdp_units") or ())
+        reshard = "" if o.get("reshard_after_forward", True) else ", no reshard after forward"
+        sharding += f" ({units.plural(n_units, 'unit')}{reshard})"
+    tokens = section.get("tokens")
+    batch = f"{units.count(tokens)} tokens" if tokens else "no token ids in the input"
+    checkpointed = len(section.get("checkpoint", ()))
+    text = (
+        f"Sharding {sharding}, precision {o.get('precision', '?')}, optimizer "
+        f"{o.get('optimizer', '?')}; micro-batch {batch}, grad_accum {o.get('grad_accum', 1)}; "
+        f"{_checkpointing(o.get('checkpoint'), checkpointed)}; "
+        f"rank {o.get('rank', 0)}."
+    )
+    states = section.get("states", {})
+    held = ", ".join(
+        f"{word} {units.nbytes(states[key])}"
+        for key, word in (
+            ("param_bytes", "params"),
+            ("grad_bytes", "grads"),
+            ("optimizer_state_bytes", "optimizer states"),
+            ("master_weight_bytes", "master weights"),
+        )
+        if states.get(key)
+    )
+    facts = [(title, "layerscope.header"), (text, "")]
+    if held:
+        facts.append((f"Model states at rest on this GPU: {held}.", ""))
+    return _sentences(facts, width)
+
+
+def _memory(section: Mapping[str, Any], width: int) -> list[Line]:
+    """The memory at the peak by part, where the peak is, and the budget's verdict."""
+    peak = int(section.get("peak_bytes", 0))
+    memory: Mapping[str, int] = section.get("memory", {})
+    columns = [
+        TableColumn("part", "Peak memory", "left", None, label=True, text=True),
+        TableColumn("bytes", "Bytes", priority=None),
+        TableColumn("share", "Share", priority=10, style="layerscope.pct"),
+    ]
+    rows = [
+        _row(PART_LABELS.get(key, key), units.nbytes(value), _share(value, peak))
+        for key, value in memory.items()
+    ]
+    total = _row("Peak", units.nbytes(peak), _share(peak, peak), style="layerscope.total")
+    lines = _fitted(_table(columns, rows, total), width)[0]
+    where = section.get("peak_phase", {})
+    facts = [
+        (
+            f"The peak is in the {where.get('phase', '?')} phase, at the "
+            f"{where.get('event', '?')} event of {where.get('path') or ROOT}.",
+            "",
+        ),
+        _budget(section),
+    ]
+    return lines + _sentences(facts, width)
+
+
+def _budget(section: Mapping[str, Any]) -> tuple[str, str]:
+    budget, reserve = section.get("budget"), int(section.get("reserve_bytes", 0))
+    if budget is None:
+        return ("No budget (the target's memory is not known): fits and headroom are not "
+                "decided.", "")  # fmt: skip
+    head = f"Budget {units.nbytes(budget)}, reserve {units.nbytes(reserve)}: "
+    headroom = section.get("headroom_bytes")
+    if headroom is None:
+        headroom = budget - reserve - int(section.get("peak_bytes", 0))
+    if headroom >= 0:
+        return (head + f"fits, headroom {units.nbytes(headroom)}.", "")
+    return (head + f"does not fit, {units.nbytes(-headroom)} over.", "layerscope.notice")
+
+
+def _step(section: Mapping[str, Any], width: int) -> list[Line]:
+    """The step time by part, the collectives, throughput and checkpointing."""
+    time: Mapping[str, float] = section.get("time", {})
+    step = float(section.get("step_time", 0.0))
+    columns = [
+        TableColumn("part", "Step time", "left", None, label=True, text=True),
+        TableColumn("time", "Time", priority=None),
+        TableColumn("share", "Share", priority=10, style="layerscope.pct"),
+    ]
+    rows = [
+        _row(label, units.seconds(time.get(key, 0.0)), _share(time.get(key, 0.0), step))
+        for key, label in TIME_LABELS.items()
+    ]
+    total = _row("Step", units.seconds(step), _share(step, step), style="layerscope.total")
+    lines = _fitted(_table(columns, rows, total), width)[0]
+    comm, exposed = time.get("comm", 0.0), time.get("exposed_comm", 0.0)
+    facts: list[tuple[str, str]] = []
+    if comm:
+        facts.append((
+            f"Collectives: {units.seconds(comm)} per step, {units.seconds(exposed)} of it "
+            "exposed (the rest overlaps compute).", "",
+        ))  # fmt: skip
+    else:
+        facts.append(("Collectives: none in this step.", ""))
+    tps, mfu = section.get("tokens_per_s"), section.get("mfu")
+    rate = f"{units.si(tps)} tokens/s per GPU" if tps else "tokens/s not known (no token ids)"
+    upper = f"MFU {units.pct(100.0 * mfu)} (an upper bound)" if mfu is not None else ""
+    flops = section.get("model_flops")
+    per_step = f"; {units.si(flops)} model FLOPs per step" if flops else ""
+    facts.append((f"Throughput: {rate}; {upper or 'MFU not known'}{per_step}.", ""))
+    kept, recompute = section.get("kept_activation_bytes", 0), section.get("recompute_flops", 0)
+    facts.append((
+        f"Activations kept for the backward: {units.nbytes(kept)}; recompute "
+        f"{units.si(recompute)} FLOPs per step.", "",
+    ))  # fmt: skip
+    return lines + _sentences(facts, width)
+
+
+#: The module table's columns: key, header, kind, priority (lower goes first), and which
+#: rows make it shown (any unit, any checkpointed module, or always).
+_MODULE_COLUMNS = (
+    ("type", "Type", "text", 20, "always"),
+    ("params", "Params", "count", 55, "always"),
+    ("unit", "Unit", "flag", 30, "unit"),
+    ("checkpointed", "Ckpt", "flag", 75, "checkpointed"),
+    ("kept_activation_bytes", "Kept", "bytes", 80, "always"),
+    ("recompute_bytes", "Recomputed", "bytes", 70, "checkpointed"),
+    ("recompute_flops", "Recompute FLOPs", "si", 60, "checkpointed"),
+    ("unsharded_bytes", "Unsharded", "bytes", 65, "unit"),
+    ("gather_bytes", "Gather", "bytes", 50, "unit"),
+    ("reduce_bytes", "Reduce", "bytes", 45, "comm"),
+)
+
+
+def _cell(kind: str, value: Any) -> str:
+    if kind == "text":
+        return str(value)
+    if kind == "flag":
+        return "yes" if value else "-"
+    return units.BY_KIND[kind](value or 0)
+
+
+def _modules(section: Mapping[str, Any], width: int, max_rows: int | None) -> list[Line]:
+    """One row per FSDP unit or checkpointed module, in the model's order."""
+    modules: list[Mapping[str, Any]] = list(section.get("modules", ()))
+    if not modules:
+        return wrap_text("No module rows: no FSDP units and no checkpointed modules.", "", width)
+    shown_when = {
+        "always": True,
+        "unit": any(m.get("unit") for m in modules),
+        "checkpointed": any(m.get("checkpointed") for m in modules),
+        "comm": any(m.get("reduce_bytes") for m in modules),
+    }
+    specs = [s for s in _MODULE_COLUMNS if shown_when[s[4]]]
+    columns = [TableColumn("module", "Module", "left", None, label=True, text=True)]
+    for key, header, kind, priority, _ in specs:
+        justify: Justify = "left" if kind == "text" else "right"
+        columns.append(TableColumn(key, header, justify, priority, text=kind == "text"))
+    listed = modules[:max_rows] if max_rows is not None else modules
+    rows = []
+    for m in listed:
+        cells: list[Line] = [[(m.get("path") or ROOT, "layerscope.name")]]
+        for key, _, kind, _, _ in specs:
+            cells.append([(_cell(kind, m.get(key)), "layerscope.type" if kind == "text" else "")])
+        rows.append(TableRow(cells))
+    lines, dropped = _fitted(_table(columns, rows, None), width)
+    facts: list[tuple[str, str]] = []
+    if len(listed) < len(modules):
+        facts.append((f"Showing {len(listed)} of {len(modules)} rows (max_rows {max_rows}).",
+                      "layerscope.hidden"))  # fmt: skip
+    legend = _legend([h for _, h, _, _, _ in specs if h not in dropped])
+    if legend:
+        facts.append((legend, ""))
+    return lines + _sentences(facts, width)
+
+
+def _legend(headers: Sequence[str]) -> str:
+    """What the module table's byte columns hold (of those it shows)."""
+    words = {
+        "Kept": "activations kept for the backward",
+        "Recomputed": "what a checkpointed module saves again in the backward",
+        "Unsharded": "a unit's parameters gathered whole",
+        "Gather": "all-gathered per step",
+        "Reduce": "reduce-scattered or all-reduced per step",
+    }
+    return "; ".join(f"{h}: {w}" for h, w in words.items() if h in headers) + (
+        "." if any(h in words for h in headers) else ""
+    )
+
+
+# ---- the sweep ---------------------------------------------------------------------------
+def _axis_cell(axis: str, row: Mapping[str, Any]) -> str:
+    value = row.get(axis)
+    if axis == "checkpoint":
+        return _checkpoint_words(value, int(row.get("checkpointed", 0)))
+    if isinstance(value, int) and not isinstance(value, bool):
+        return units.count(value)
+    return "-" if value is None else str(value)
+
+
+def sweep_lines(sweep: Mapping[str, Any], width: int) -> list[Line]:
+    """The styled lines of a sweep at ``width``: what is fixed, then a row per plan."""
+    axes = [str(a) for a in sweep.get("axes", ())]
+    rows: list[Mapping[str, Any]] = sweep["rows"]
+    fixed = [
+        f"{a} {_axis_cell(a, rows[0])}"
+        for a in AXIS_HEADERS
+        if a not in axes and rows and len({_axis_cell(a, r) for r in rows}) == 1
+    ]
+    title = f"Plan sweep: {units.plural(len(rows), 'plan')} over " + " × ".join(axes)
+    facts = [(title, "layerscope.header")]
+    if fixed:
+        facts.append(("The same in every plan: " + ", ".join(fixed) + ".", ""))
+    columns = [TableColumn(a, AXIS_HEADERS.get(a, a), priority=None) for a in axes]
+    columns += [
+        TableColumn("fits", "Fits", priority=None),
+        TableColumn("peak_bytes", "Peak", priority=90),
+        TableColumn("headroom_bytes", "Headroom", priority=60),
+        TableColumn("step_time", "Step", priority=85),
+        TableColumn("tokens_per_s", "Tokens/s", priority=70),
+        TableColumn("mfu", "MFU", priority=50, style="layerscope.pct"),
+    ]
+    body = []
+    for r in rows:
+        fits = r.get("fits")
+        mfu, tps = r.get("mfu"), r.get("tokens_per_s")
+        cells = [_axis_cell(a, r) for a in axes] + [
+            "-" if fits is None else ("yes" if fits else "no"),
+            _bytes(r.get("peak_bytes")),
+            _bytes(r.get("headroom_bytes")),
+            units.seconds(r.get("step_time") or 0.0),
+            units.si(tps) if tps else "-",
+            units.pct(100.0 * mfu) if mfu is not None else "-",
+        ]
+        body.append(_row(*cells, style="layerscope.notice" if fits is False else ""))
+    note = "Step is a lower bound (roofline compute, collectives at the link's bandwidth), "
+    note += "so Tokens/s and MFU are upper bounds; Headroom is the budget less reserve and peak."
+    return (
+        _sentences(facts, width)
+        + _fitted(_table(columns, body, None), width)[0]
+        + wrap_text(note, "", width)
+    )
