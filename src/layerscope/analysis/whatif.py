@@ -31,7 +31,7 @@ from layerscope.profile import Profile
 __all__ = ["checkpointed_activation_bytes", "recompute_flops"]
 
 #: The path ``prof.outside`` records under (``collect.scopes.OUTSIDE``).
-_OUTSIDE = "<outside>"
+OUTSIDE = "<outside>"
 
 
 def _table(prof: Profile) -> tuple[list[str], list[list[Any]]]:
@@ -81,7 +81,7 @@ def checkpointed_activation_bytes(prof: Profile, paths: str | Collection[str]) -
             continue
         outside = [i for i in savers if i not in inside]
         kept = bool(held.intersection(input_of)) or any(
-            table_paths[i] != _OUTSIDE for i in outside[:1]
+            table_paths[i] != OUTSIDE for i in outside[:1]
         )
         if kept:
             total += nbytes

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import inspect
 import json
 import re
 from typing import Any
@@ -52,8 +53,8 @@ _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$", re.IGNORECASE)
 AXIS_FLAGS = {"world_size": "--world-size", "sharding": "--sharding", "checkpoint": "--checkpoint",
               "precision": "--precision", "optimizer": "--optimizer",
               "grad_accum": "--grad-accum"}  # fmt: skip
-DEFAULTS = {"world_size": 8, "sharding": "fsdp", "checkpoint": None, "precision": "bf16-mixed",
-            "optimizer": "adamw", "grad_accum": 1}  # fmt: skip
+#: ``ls.plan``'s defaults of those options.
+DEFAULTS = {a: inspect.signature(plan).parameters[a].default for a in AXIS_FLAGS}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -101,7 +102,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="kept aside from the budget for what the plan leaves out: CUDA context, "
         "workspaces, fragmentation (default 2GiB)",
     )  # fmt: skip
-    run.add_argument("--rank", type=int, default=0, help="the rank to plan (0: the largest shards)")
+    run.add_argument(
+        "--rank", type=int, default=0, metavar="N", help="the rank to plan (0: the largest shards)"
+    )
     run.add_argument(
         "--no-reshard", action="store_true",
         help="FSDP2 keeps the unsharded parameters from the forward to the backward "

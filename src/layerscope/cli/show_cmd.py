@@ -20,7 +20,8 @@ import os
 from layerscope.cli.common import add_view_arguments, check_view_arguments, write_profile
 from layerscope.errors import SchemaError
 from layerscope.export.files import write_text
-from layerscope.export.json import profile_from_dict, read_document
+from layerscope.export.json import profile_from_dict
+from layerscope.export.jsonread import read_document
 from layerscope.planning import Plan
 
 NAME = "show"

@@ -34,11 +34,10 @@ from collections.abc import Callable
 from typing import Any
 
 from layerscope.errors import ExportError, SchemaError
-from layerscope.export.files import read_at_most, write_text
+from layerscope.export.files import write_text
 from layerscope.export.jsoncheck import (
     INT64_MAX,
     MAX_NESTING,
-    NONFINITE,
     Invalid,
     Str,
     Where,
@@ -47,6 +46,7 @@ from layerscope.export.jsoncheck import (
     json_value,
     value_text,
 )
+from layerscope.export.jsonread import MAX_BYTES, MAX_BYTES_ENV, read_document
 from layerscope.export.jsonspec import (
     MAX_DEPTH,
     NODE_FIELDS,
@@ -68,7 +68,6 @@ from layerscope.profile import (
     ValueSpec,
     new_node,
 )
-from layerscope.validate import check_int
 
 __all__ = [
     "MAX_BYTES",
@@ -87,12 +86,6 @@ __all__ = [
 ]
 
 _MISSING: Any = object()
-
-#: The most bytes ``load`` reads by default (1 GiB): a profile of a million modules is
-#: a few hundred MB.
-MAX_BYTES = 1 << 30
-#: The environment variable that overrides ``MAX_BYTES`` (``layerscope show`` too).
-MAX_BYTES_ENV = "LAYERSCOPE_MAX_BYTES"
 
 
 # ---- reading -------------------------------------------------------------------------
@@ -350,61 +343,6 @@ def load(path: str | os.PathLike[str], *, max_bytes: int | None = None) -> Profi
     that is not a readable ``layerscope/1`` profile (naming the file and the JSON path)."""
     data = read_document(path, max_bytes=max_bytes)
     return profile_from_dict(data, os.fspath(path))
-
-
-def read_document(path: str | os.PathLike[str], *, max_bytes: int | None = None) -> Any:
-    """The parsed JSON of a layerscope file, read as ``load`` reads it (size limit,
-    UTF-8, non-finite numbers), not yet checked against the schema."""
-    limit = _max_bytes(max_bytes)
-    source = os.fspath(path)
-    if os.path.isdir(source):
-        raise SchemaError(f"cannot read {source}: it is a directory")
-    try:
-        with open(source, "rb") as f:
-            raw = read_at_most(f, limit)
-    except FileNotFoundError:
-        raise
-    except OSError as e:
-        raise SchemaError(f"cannot read {source}: {e.strerror or e}") from e
-    if raw is None:
-        raise SchemaError(
-            f"cannot read {source}: it holds more than {limit:,} bytes, the most ls.load "
-            f"reads (raise it with max_bytes= or ${MAX_BYTES_ENV})"
-        )
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise SchemaError(
-            f"{source} is not a layerscope profile: not UTF-8 text ({e.reason} at byte {e.start})"
-        ) from None
-    with gc_paused():  # many small containers and no cycles: collections cost the most
-        try:
-            data = json.loads(text, parse_constant=NONFINITE.__getitem__)
-        except json.JSONDecodeError as e:
-            raise SchemaError(f"{source} is not valid JSON: {e}") from None
-        except RecursionError:
-            raise SchemaError(
-                f"{source} is nested too deeply to read (layerscope reads module trees "
-                f"up to {MAX_DEPTH} levels deep)"
-            ) from None
-        except ValueError as e:  # an integer past Python's int-max-str-digits
-            raise SchemaError(f"{source} holds a number too long to read: {e}") from None
-    return data
-
-
-def _max_bytes(max_bytes: int | None) -> int:
-    """The size limit in force: ``max_bytes``, else the environment variable's, else
-    ``MAX_BYTES``."""
-    if max_bytes is not None:
-        return check_int("max_bytes", max_bytes, 1)
-    text = os.environ.get(MAX_BYTES_ENV, "").strip()
-    if not text:
-        return MAX_BYTES
-    try:
-        value: object = int(text.replace("_", ""))
-    except ValueError:
-        value = text
-    return check_int(f"${MAX_BYTES_ENV}", value, 1)
 
 
 # ---- writing -------------------------------------------------------------------------

@@ -37,6 +37,7 @@ from layerscope.export.jsoncheck import (
 )
 from layerscope.export.jsonmemory import BY_KIND, TIMELINE
 from layerscope.export.jsonmemory import BYTES as _BYTES
+from layerscope.export.jsonplan import PLAN
 from layerscope.export.jsonrecords import STORAGES
 from layerscope.export.jsontable import Range, Row
 from layerscope.profile import DTYPE_KEYS, SCHEMA
@@ -549,6 +550,7 @@ def schema_document() -> dict[str, Any]:
             "items": {"$ref": "#", "not": {"required": ["ranks"]}},
         },
         "root": {"$ref": "#/$defs/node", "description": "the whole model"},
+        "plan": PLAN.described(),
     }
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",

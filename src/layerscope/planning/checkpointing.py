@@ -17,8 +17,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from layerscope.analysis.fold import REPEAT_TYPE, fold
+from layerscope.analysis.whatif import OUTSIDE as _OUTSIDE
 from layerscope.analysis.whatif import checkpointed_activation_bytes, recompute_flops
 from layerscope.errors import InvalidInputError
 from layerscope.profile import Profile
@@ -92,25 +94,86 @@ def choose_checkpoints(prof: Profile, budget: int) -> CheckpointChoice:
         raise InvalidInputError(f"budget must be a whole number of bytes, got {budget!r}")
     blocks = repeated_blocks(prof)
     children = {b: [c.path for c in prof.node(b).children] for b in blocks}
+    search = _Search(prof, [c for b in blocks for c in (b, *children[b])])
     chosen: list[str] = []
-    current = _choice(prof, chosen)
-    while current.kept_activation_bytes > budget:
-        best: tuple[float, CheckpointChoice] | None = None
+    kept = search.kept_now()
+    while kept > budget:
+        best: tuple[float, str, int] | None = None
         for candidate in _candidates(blocks, children, chosen):
-            trial = _with(chosen, candidate, children)
-            figures = _choice(prof, trial)
-            freed = current.kept_activation_bytes - figures.kept_activation_bytes
+            replaced = [p for p in chosen if p in children.get(candidate, ())]
+            freed = search.freed(candidate, replaced)
             if freed <= 0:
                 continue
-            added = figures.recompute_flops - current.recompute_flops
+            added = search.flops[candidate] - sum(search.flops[p] for p in replaced)
             ratio = freed / max(added, 1)
             if best is None or ratio > best[0]:
-                best = (ratio, figures)
+                best = (ratio, candidate, freed)
         if best is None:  # nothing frees more: every block is checkpointed already
             return _choice(prof, chosen, fits=False)
-        current = best[1]
-        chosen = list(current.paths)
-    return current
+        _, candidate, freed = best
+        search.take(candidate, [p for p in chosen if p in children.get(candidate, ())])
+        chosen = _with(chosen, candidate, children)
+        kept -= freed
+    return _choice(prof, chosen)
+
+
+class _Search:
+    """The kept bytes of a growing set of checkpointed modules, updated per candidate
+    from the storage records it touches (the rule of ``analysis.whatif``), so that a
+    greedy step costs the rows a candidate affects, not the whole table."""
+
+    def __init__(self, prof: Profile, candidates: list[str]) -> None:
+        table = prof.memory["storages"]
+        self.paths: list[str] = list(table["paths"])
+        self.rows = [r for r in table["rows"] if not r[4]]  # parameters are never kept
+        index = {p: i for i, p in enumerate(self.paths)}
+        self.outside = index.get(_OUTSIDE, -1)
+        self.inside: set[int] = set()
+        self.held: set[int] = set()
+        self.flops = {c: int(prof.node(c).metrics.get("flops", 0)) for c in candidates}
+        self.subtree: dict[str, set[int]] = {}
+        self.index = {c: index.get(c, -1) for c in candidates}
+        self.touched: dict[str, list[int]] = {}
+        for c in candidates:
+            sub = {index[n.path] for n in prof.node(c).walk() if n.path in index}
+            self.subtree[c] = sub
+            mine = self.index[c]
+            self.touched[c] = [
+                k for k, r in enumerate(self.rows) if sub.intersection(r[1]) or mine in r[2]
+            ]
+
+    def _kept(self, row: list[Any], inside: set[int], held: set[int]) -> bool:
+        if held.intersection(row[2]):
+            return True
+        outside = next((i for i in row[1] if i not in inside), None)
+        return outside is not None and outside != self.outside
+
+    def kept_now(self) -> int:
+        return sum(int(r[0]) for r in self.rows if self._kept(r, self.inside, self.held))
+
+    def _after(self, candidate: str, replaced: list[str]) -> tuple[set[int], set[int]]:
+        held = (self.held - {self.index[p] for p in replaced}) | {self.index[candidate]}
+        return self.inside | self.subtree[candidate], held
+
+    def freed(self, candidate: str, replaced: list[str]) -> int:
+        """Bytes no longer kept with ``candidate`` added (and ``replaced`` dropped)."""
+        inside, held = self._after(candidate, replaced)
+        rows = {k for p in (candidate, *replaced) for k in self.touched[p]}
+        return sum(
+            int(self.rows[k][0])
+            for k in rows
+            if self._kept(self.rows[k], self.inside, self.held)
+            and not self._kept(self.rows[k], inside, held)
+        ) - sum(
+            int(self.rows[k][0])
+            for k in rows
+            if not self._kept(self.rows[k], self.inside, self.held)
+            and self._kept(self.rows[k], inside, held)
+        )
+
+    def take(self, candidate: str, replaced: list[str]) -> None:
+        """Add ``candidate`` to the set, ``replaced`` (its chosen children) out."""
+        self.inside, self.held = self._after(candidate, replaced)
 
 
 def _candidates(blocks: list[str], children: dict[str, list[str]], chosen: list[str]) -> list[str]:

@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from layerscope.errors import SchemaError
+from layerscope.errors import InvalidInputError, SchemaError
 from layerscope.profile import Profile
 
 #: What the output says beside its figures (``Plan.notes`` adds the plan's own).
@@ -63,7 +63,7 @@ class Plan:
     comm: dict[str, Any]
     notes: list[str]
     analysis: Profile | None = field(default=None, repr=False, compare=False)
-    #: the model and input the plan was analysed from (``planning.run.Source``), to
+    #: the model and input the plan was analysed from (``planning.sweep.Source``), to
     #: analyse other micro-batches; None for a plan from a profile or a file
     source: Any = field(default=None, repr=False, compare=False)
 
@@ -79,11 +79,15 @@ class Plan:
         return None if self.budget is None else self.budget - self.reserve_bytes - self.peak_bytes
 
     def max_micro_batch(self, limit: int = 1024) -> int:
-        """The largest micro-batch (dim 0 of the input) whose plan fits the budget, found
-        by new analyses at other batch sizes (``planning.batch``); 0 if none fits."""
-        from layerscope.planning.sweep import max_micro_batch
-
-        return max_micro_batch(self, limit=limit)
+        """The largest micro-batch (dim 0 of the input) up to ``limit`` whose plan fits the
+        budget, found by new analyses at other batch sizes (``planning.sweep``); 0 if none
+        fits. Needs the model: a plan from a profile or a file cannot answer."""
+        if self.source is None:
+            raise InvalidInputError(
+                "max_micro_batch analyses other batch sizes: it needs the plan made from a "
+                "model (ls.plan(model, ...)), not from a profile or a file"
+            )
+        return int(self.source.max_micro_batch(self, limit))
 
     # ---- files ---------------------------------------------------------------------
     def section(self) -> dict[str, Any]:
@@ -118,10 +122,14 @@ class Plan:
         section = data.get("plan") if isinstance(data, dict) else None
         if not isinstance(section, dict):
             raise SchemaError("$.plan: not a plan (no 'plan' section); make one with ls.plan")
+        from layerscope.export.jsoncheck import Invalid, json_path
+        from layerscope.export.jsonplan import PLAN
+
+        try:
+            section = PLAN.check(section, ("$", "plan"))
+        except Invalid as e:
+            raise SchemaError(f"{json_path(e.where)}: {e.problem}") from None
         known = {f.name for f in fields(cls)} - _NOT_SAVED
-        missing = sorted(known - set(section))
-        if missing:
-            raise SchemaError(f"$.plan: missing {', '.join(missing)}")
         analysis = Profile.from_dict(data) if "root" in data else None
         return cls(**{k: section[k] for k in known}, analysis=analysis)
 
@@ -142,10 +150,47 @@ class Plan:
     def __str__(self) -> str:
         return self.render()
 
+    def to_html(self, path: str | os.PathLike[str], sweep: Any = None) -> None:
+        """The analysis's HTML report with the plan section first (``sweep``: a ``Sweep``
+        or its ``to_dict()``, shown as a table); ``ExportError`` without an analysis."""
+        from layerscope.errors import ExportError
+        from layerscope.export.htmlplan import to_html
+
+        if self.analysis is None:
+            raise ExportError(
+                f"cannot write {os.fspath(path)}: the plan has no analysis to report "
+                "(a plan from ls.plan, or a file that Plan.save wrote with it, has one)"
+            )
+        table = sweep.to_dict() if hasattr(sweep, "to_dict") else sweep
+        to_html(self.analysis, path, self.section(), table)
+
+    def export(self, path: str | os.PathLike[str], format: str | None = None) -> None:
+        """Write the plan in the format its extension names: ``.html`` (``to_html``) or
+        ``.json`` (``save``); ``format="html"`` or ``"json"`` for another name."""
+        from layerscope.errors import ExportError
+
+        name = os.fspath(path).lower()
+        chosen = format or (
+            "html"
+            if name.endswith((".html", ".htm"))
+            else "json"
+            if name.endswith(".json")
+            else None
+        )
+        if chosen == "html":
+            self.to_html(path)
+        elif chosen == "json":
+            self.save(path)
+        else:
+            what = f"format {format!r}" if format else f"the format of {os.fspath(path)!r}"
+            raise ExportError(
+                f"cannot tell {what}; a plan exports as html (.html, .htm) or json (.json)"
+            )
+
 
 def load_plan(path: str | os.PathLike[str]) -> Plan:
     """Read a plan written by ``Plan.save`` (``ls.load_plan``)."""
-    from layerscope.export.json import read_document
+    from layerscope.export.jsonread import read_document
 
     return Plan.from_dict(read_document(path))
 

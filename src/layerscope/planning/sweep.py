@@ -12,21 +12,77 @@ in another dtype get their own analysis.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from torch import nn
+from torch.utils._pytree import tree_map_only
 
 from layerscope.errors import InvalidInputError
+from layerscope.planning.build import build
+from layerscope.planning.facts import analyse
+from layerscope.planning.options import check_options
 from layerscope.planning.result import Plan
-from layerscope.planning.run import Source, analyse, build, check_options
 from layerscope.profile import Profile
 
 #: The sweepable options and the row fields of each plan.
 AXES = ("micro_batch", "world_size", "sharding", "checkpoint", "precision", "optimizer",
         "grad_accum")  # fmt: skip
 ROW_FIELDS = ("fits", "peak_bytes", "headroom_bytes", "step_time", "tokens_per_s", "mfu")
+
+
+@dataclass
+class Source:
+    """What a plan was analysed from, to analyse again at another micro-batch."""
+
+    model: nn.Module
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any] | None
+    input_shape: Any
+    profile_options: dict[str, Any] = field(default_factory=dict)
+
+    def max_micro_batch(self, plan: Plan, limit: int) -> int:
+        """``Plan.max_micro_batch``, for a plan made from this source."""
+        return max_micro_batch(plan, limit)
+
+    def batch(self) -> int:
+        if self.input_shape is not None:
+            return int(_shape(self.input_shape)[0])
+        for t in _tensors(self.args, self.kwargs):
+            if t.dim():
+                return int(t.shape[0])
+        raise InvalidInputError("micro_batch: the input has no tensor with a batch dimension")
+
+    def at(self, batch: int) -> Source:
+        """The same input with dim 0 set to ``batch``."""
+        if self.input_shape is not None:
+            shape = _shape(self.input_shape)
+            return Source(self.model, (), None, (batch, *shape[1:]), self.profile_options)
+
+        def resized(t: torch.Tensor) -> torch.Tensor:
+            if not t.dim():
+                return t
+            return torch.empty((batch, *t.shape[1:]), dtype=t.dtype, device="meta")
+
+        args = tree_map_only(torch.Tensor, resized, self.args)
+        kwargs = tree_map_only(torch.Tensor, resized, self.kwargs) if self.kwargs else None
+        return Source(self.model, args, kwargs, None, self.profile_options)
+
+
+def _shape(input_shape: Any) -> tuple[int, ...]:
+    if isinstance(input_shape, Sequence) and input_shape and isinstance(input_shape[0], int):
+        return tuple(input_shape)
+    raise InvalidInputError(
+        f"micro_batch with input_shape needs one shape (a tuple of ints), got {input_shape!r}"
+    )
+
+
+def _tensors(args: Any, kwargs: Any) -> list[torch.Tensor]:
+    found: list[torch.Tensor] = []
+    tree_map_only(torch.Tensor, found.append, (args, kwargs or {}))
+    return found
 
 
 @dataclass
@@ -117,12 +173,9 @@ def plan_sweep(
 def max_micro_batch(plan: Plan, limit: int = 1024) -> int:
     """The largest micro-batch up to ``limit`` whose plan fits the budget: doubling from
     the analysed one, then bisection, an analysis at each size tried."""
-    source: Source | None = getattr(plan, "source", None)
+    source: Source | None = plan.source
     if source is None:
-        raise InvalidInputError(
-            "max_micro_batch analyses other batch sizes: it needs the plan made from a "
-            "model (ls.plan(model, ...)), not from a profile or a file"
-        )
+        raise InvalidInputError("max_micro_batch needs the plan made from a model")
     if plan.budget is None:
         raise InvalidInputError("max_micro_batch needs a budget (the target has no memory size)")
     opts = check_options(
@@ -176,4 +229,4 @@ def _extra(plan: Plan) -> Mapping[str, Any]:
     return out
 
 
-__all__ = ["Sweep", "max_micro_batch", "plan_sweep"]
+__all__ = ["Source", "Sweep", "max_micro_batch", "plan_sweep"]

@@ -35,6 +35,8 @@ module boundary they happen at.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -237,11 +239,16 @@ class _Step(_Replay):
         self.recomputed: set[str] = set()
         self.casts = {m: g for m, g in setup.cast_grads.items() if m in self.first_bwd}
         self.exited: set[str] = set()
+        # gradients by the moment their module's backward starts, summed as they come
+        starts = sorted(
+            (first, setup.grads[m]) for m, first in self.first_bwd.items() if m in setup.grads
+        )
+        self._starts = [first for first, _ in starts]
+        self._prefix = [0, *itertools.accumulate(g for _, g in starts)]
 
     def counted(self, k: int) -> int:
         """Analysed gradient bytes allocated before moment ``k``."""
-        late = len(self.first_bwd) + k + 1
-        return sum(g for m, g in self.s.grads.items() if self.first_bwd.get(m, late) < k)
+        return self._prefix[bisect.bisect_left(self._starts, k)]
 
     def forward(self, event: str, path: str) -> None:
         s, unit = self.s, self.by_path.get(path)

@@ -29,6 +29,7 @@ from layerscope.render.layout import (
     fit_table,
     plain_text,
     terminal_width,
+    text_of,
     too_narrow,
     wrap_text,
 )
@@ -114,6 +115,10 @@ def _show(build: Callable[[int], list[Line]], width: int | None, file: IO[str] |
         file=file or sys.stdout, theme=Theme(_theme()), width=width, highlight=False,
         soft_wrap=False,
     )  # fmt: skip
+    note = too_narrow(width or console.width)
+    if note is not None:  # the whole line, not cut to the width it complains about
+        console.print(text_of(note[0]), style="layerscope.notice", soft_wrap=True)
+        return
     console.print(LinesRenderable(build, _theme, width))
 
 
@@ -148,12 +153,9 @@ def _table(columns: list[TableColumn], rows: list[TableRow], total: TableRow | N
     )  # fmt: skip
 
 
-def _row(*cells: str, style: str = "", first: str = "") -> TableRow:
-    """A row of plain cells, the first one styled ``first``."""
-    return TableRow(
-        [[(c, first if i == 0 else "")] for i, c in enumerate(cells)],
-        style,
-    )
+def _row(*cells: str, style: str = "") -> TableRow:
+    """A row of plain cells (``style``: the whole row's)."""
+    return TableRow([[(c, "")] for c in cells], style)
 
 
 def _fitted(table: Table, width: int) -> tuple[list[Line], list[str]]:
@@ -235,7 +237,7 @@ def _heading(section: Mapping[str, Any], width: int) -> list[Line]:
         reshard = "" if o.get("reshard_after_forward", True) else ", no reshard after forward"
         sharding += f" ({units.plural(n_units, 'unit')}{reshard})"
     tokens = section.get("tokens")
-    batch = f"{units.count(tokens)} tokens" if tokens else "no token ids in the input"
+    batch = f"{units.count(tokens)} tokens" if tokens else "without token ids"
     checkpointed = len(section.get("checkpoint", ()))
     text = (
         f"Sharding {sharding}, precision {o.get('precision', '?')}, optimizer "
@@ -326,7 +328,9 @@ def _step(section: Mapping[str, Any], width: int) -> list[Line]:
     else:
         facts.append(("Collectives: none in this step.", ""))
     tps, mfu = section.get("tokens_per_s"), section.get("mfu")
-    rate = f"{units.si(tps)} tokens/s per GPU" if tps else "tokens/s not known (no token ids)"
+    rate = (
+        f"{units.si(round(tps))} tokens/s per GPU" if tps else "tokens/s not known (no token ids)"
+    )
     upper = f"MFU {units.pct(100.0 * mfu)} (an upper bound)" if mfu is not None else ""
     flops = section.get("model_flops")
     per_step = f"; {units.si(flops)} model FLOPs per step" if flops else ""
@@ -403,8 +407,8 @@ def _legend(headers: Sequence[str]) -> str:
         "Kept": "activations kept for the backward",
         "Recomputed": "what a checkpointed module saves again in the backward",
         "Unsharded": "a unit's parameters gathered whole",
-        "Gather": "all-gathered per step",
-        "Reduce": "reduce-scattered or all-reduced per step",
+        "Gather": "all-gathered per micro-batch",
+        "Reduce": "reduce-scattered or all-reduced per micro-batch",
     }
     return "; ".join(f"{h}: {w}" for h, w in words.items() if h in headers) + (
         "." if any(h in words for h in headers) else ""
@@ -441,7 +445,7 @@ def sweep_lines(sweep: Mapping[str, Any], width: int) -> list[Line]:
         TableColumn("headroom_bytes", "Headroom", priority=60),
         TableColumn("step_time", "Step", priority=85),
         TableColumn("tokens_per_s", "Tokens/s", priority=70),
-        TableColumn("mfu", "MFU", priority=50, style="layerscope.pct"),
+        TableColumn("mfu", "MFU", priority=65, style="layerscope.pct"),
     ]
     body = []
     for r in rows:
@@ -452,7 +456,7 @@ def sweep_lines(sweep: Mapping[str, Any], width: int) -> list[Line]:
             _bytes(r.get("peak_bytes")),
             _bytes(r.get("headroom_bytes")),
             units.seconds(r.get("step_time") or 0.0),
-            units.si(tps) if tps else "-",
+            units.si(round(tps)) if tps else "-",
             units.pct(100.0 * mfu) if mfu is not None else "-",
         ]
         body.append(_row(*cells, style="layerscope.notice" if fits is False else ""))

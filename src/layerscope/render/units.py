@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from layerscope.profile import Signature, TensorSpec
 
-_SI = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "K"))
+_SI = ((1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "K"))
 _BIN = ((2**40, "TiB"), (2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB"))
 _TIME = ((60.0, "min"), (1.0, "s"), (1e-3, "ms"), (1e-6, "µs"))
 #: Every unit these formatters write after a number and a space (``1.5 M``, ``0 B``):

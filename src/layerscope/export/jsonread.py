@@ -1,0 +1,80 @@
+"""Reading a layerscope JSON file: at most a size limit, UTF-8, non-finite numbers,
+parsed but not yet checked against the schema (``export.json`` checks a profile,
+``Plan.from_dict`` a plan)."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from layerscope.errors import SchemaError
+from layerscope.export.files import read_at_most
+from layerscope.export.jsoncheck import NONFINITE
+from layerscope.export.jsonspec import MAX_DEPTH
+from layerscope.gcpause import gc_paused
+from layerscope.validate import check_int
+
+#: The most bytes ``load`` reads by default (1 GiB): a profile of a million modules is
+#: a few hundred MB.
+MAX_BYTES = 1 << 30
+#: The environment variable that overrides ``MAX_BYTES`` (``layerscope show`` too).
+MAX_BYTES_ENV = "LAYERSCOPE_MAX_BYTES"
+
+
+def read_document(path: str | os.PathLike[str], *, max_bytes: int | None = None) -> Any:
+    """The parsed JSON of a layerscope file, read as ``load`` reads it (size limit,
+    UTF-8, non-finite numbers), not yet checked against the schema."""
+    limit = _max_bytes(max_bytes)
+    source = os.fspath(path)
+    if os.path.isdir(source):
+        raise SchemaError(f"cannot read {source}: it is a directory")
+    try:
+        with open(source, "rb") as f:
+            raw = read_at_most(f, limit)
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        raise SchemaError(f"cannot read {source}: {e.strerror or e}") from e
+    if raw is None:
+        raise SchemaError(
+            f"cannot read {source}: it holds more than {limit:,} bytes, the most ls.load "
+            f"reads (raise it with max_bytes= or ${MAX_BYTES_ENV})"
+        )
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise SchemaError(
+            f"{source} is not a layerscope profile: not UTF-8 text ({e.reason} at byte {e.start})"
+        ) from None
+    with gc_paused():  # many small containers and no cycles: collections cost the most
+        try:
+            data = json.loads(text, parse_constant=NONFINITE.__getitem__)
+        except json.JSONDecodeError as e:
+            raise SchemaError(f"{source} is not valid JSON: {e}") from None
+        except RecursionError:
+            raise SchemaError(
+                f"{source} is nested too deeply to read (layerscope reads module trees "
+                f"up to {MAX_DEPTH} levels deep)"
+            ) from None
+        except ValueError as e:  # an integer past Python's int-max-str-digits
+            raise SchemaError(f"{source} holds a number too long to read: {e}") from None
+    return data
+
+
+def _max_bytes(max_bytes: int | None) -> int:
+    """The size limit in force: ``max_bytes``, else the environment variable's, else
+    ``MAX_BYTES``."""
+    if max_bytes is not None:
+        return check_int("max_bytes", max_bytes, 1)
+    text = os.environ.get(MAX_BYTES_ENV, "").strip()
+    if not text:
+        return MAX_BYTES
+    try:
+        value: object = int(text.replace("_", ""))
+    except ValueError:
+        value = text
+    return check_int(f"${MAX_BYTES_ENV}", value, 1)
+
+
+__all__ = ["MAX_BYTES", "MAX_BYTES_ENV", "read_document"]

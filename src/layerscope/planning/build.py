@@ -1,0 +1,378 @@
+"""A plan from an analysis: the replay's set-up per strategy (``timeline``), the
+checkpointed modules (``"auto"`` included), the time model (``timemodel``) and the
+per-module rows."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from math import prod
+from typing import Any
+
+from layerscope.analysis.roofline import roof_of, roof_times
+from layerscope.metrics.memory.training import OPTIMIZER_STATES
+from layerscope.planning import timeline as tl
+from layerscope.planning.checkpointing import (
+    CheckpointChoice,
+    choose_checkpoints,
+    resolve,
+)
+from layerscope.planning.comm import ddp_buckets, ddp_collectives, fsdp_collectives
+from layerscope.planning.facts import Param, check_paths, fsdp_units, input_bytes, owner, trainable
+from layerscope.planning.options import OUT_OF_SCOPE, Options
+from layerscope.planning.result import LOWER_BOUND, Plan
+from layerscope.planning.states import fsdp_shard, model_states
+from layerscope.planning.timemodel import UnitWork, ddp_exposed, fsdp_exposed, link_time
+from layerscope.profile import Profile
+
+
+# ---- the plan ----------------------------------------------------------------------------
+def build(prof: Profile, opts: Options, checkpoint: Any) -> Plan:
+    """The plan from an analysis (checkpoint resolved here, ``"auto"`` included)."""
+    if checkpoint == "auto":
+        return _auto(prof, opts)
+    if checkpoint is not None and not isinstance(checkpoint, str):
+        check_paths(prof, "checkpoint", list(checkpoint))
+    return _build(prof, opts, resolve(prof, checkpoint), checkpoint)
+
+
+def _auto(prof: Profile, opts: Options) -> Plan:
+    """``checkpoint="auto"``: the least recompute whose plan fits the budget, by the
+    greedy rule of ``planning.checkpointing`` on the activation bytes, the activation
+    budget lowered by the plan's overshoot until the plan fits (or every block is
+    checkpointed)."""
+    plan = _build(prof, opts, resolve(prof, None), "auto")
+    if opts.budget is None or plan.fits:
+        return plan
+    kept = plan.kept_activation_bytes
+    for _ in range(16):
+        over = -int(plan.headroom_bytes or 0)
+        kept = max(0, kept - over)
+        choice = choose_checkpoints(prof, kept)
+        plan = _build(prof, opts, choice, "auto")
+        if plan.fits or not choice.fits or not kept:
+            break
+        kept = plan.kept_activation_bytes
+    return plan
+
+
+def _build(prof: Profile, opts: Options, choice: CheckpointChoice, asked: Any) -> Plan:
+    n = opts.world_size
+    params = trainable(prof)
+    shapes = [p.shape for p in params]
+    states = model_states(
+        shapes, world_size=n, sharding=opts.sharding, precision=opts.precision,
+        optimizer=opts.optimizer, rank=opts.rank,
+    )  # fmt: skip
+    trainable_bytes = sum(p.nbytes for p in params)
+    frozen = max(0, int(prof.root.metrics.get("param_bytes", 0)) - trainable_bytes)
+    buffers = int(prof.root.metrics.get("buffer_bytes", 0))
+    inputs, float_inputs, tokens = input_bytes(prof)
+    mixed, low = opts.mixed, opts.compute_dtype.itemsize
+    grads_by_module: dict[str, int] = {}
+    for p in params:
+        grads_by_module[p.module] = grads_by_module.get(p.module, 0) + p.nbytes
+    # the user's input: float inputs in float32 under mixed precision, cast once
+    held_input = inputs + (float_inputs if mixed else 0)
+    rest = {
+        "param_bytes": states.param_bytes + frozen,
+        "optimizer_state_bytes": states.optimizer_state_bytes,
+        "master_weight_bytes": states.master_weight_bytes,
+        "other_bytes": held_input + buffers,
+    }
+    first = next((m.path for m in prof.nodes() if m.path and m.calls), "")
+    setup = tl.Setup(opts.sharding, n, rest, grads=grads_by_module,
+                     cast_input=float_inputs if mixed else 0, first_module=first)  # fmt: skip
+    grad_size = 4 if mixed and opts.sharding in ("fsdp", "ddp") else low
+    if opts.sharding == "fsdp":
+        units, unit_rows, comm = _fsdp(prof, opts, params, setup, grad_size)
+    else:
+        units, unit_rows = [], {}
+        comm = _replicated(prof, opts, params, setup, grad_size)
+    _checkpoints(prof, choice, setup)
+    local = states.optimizer_state_bytes // max(1, OPTIMIZER_STATES[opts.optimizer] or 1)
+    setup.optimizer_temp = local if opts.optimizer in ("adam", "adamw") else 0
+    points = tl.replay(setup, prof.memory["timeline"])
+    top = max(points, key=lambda p: p.total)
+    time, model_flops = _time(prof, opts, choice, setup, comm)
+    step = sum(time[k] for k in ("compute", "recompute", "exposed_comm", "optimizer"))
+    peak_flops = opts.target.peak(str(opts.compute_dtype).removeprefix("torch."))
+    notes = _notes(opts, choice, asked, frozen)
+    return Plan(
+        options=_options(opts, asked, units),
+        device={
+            "name": opts.target.name, "label": opts.target.label,
+            "memory_bytes": opts.target.memory_bytes,
+            "interconnect": opts.target.interconnect,
+            "interconnect_kind": opts.target.interconnect_kind,
+            "node_size": opts.target.node_size,
+        },
+        states={"param_bytes": states.param_bytes, "grad_bytes": states.grad_bytes,
+                "optimizer_state_bytes": states.optimizer_state_bytes,
+                "master_weight_bytes": states.master_weight_bytes},
+        peak_bytes=top.total,
+        memory=dict(top.parts),
+        peak_phase={"phase": top.phase, "event": top.event, "path": top.path},
+        budget=opts.budget,
+        reserve_bytes=opts.reserve_bytes,
+        checkpoint=list(choice.paths),
+        kept_activation_bytes=choice.kept_activation_bytes,
+        recompute_flops=choice.recompute_flops * opts.grad_accum,
+        timeline=_columns(points),
+        time=time,
+        step_time=step,
+        model_flops=model_flops,
+        mfu=model_flops / (step * peak_flops) if step > 0 else None,
+        tokens=tokens,
+        tokens_per_s=tokens * opts.grad_accum / step if tokens and step > 0 else None,
+        modules=_module_rows(prof, choice, unit_rows, comm),
+        comm=comm,
+        notes=notes,
+        analysis=prof,
+    )  # fmt: skip
+
+
+def _columns(points: list[tl.Point]) -> dict[str, list[Any]]:
+    """The timeline as columns: phase, event, path, total, then one per part."""
+    columns: dict[str, list[Any]] = {
+        "phase": [p.phase for p in points],
+        "event": [p.event for p in points],
+        "path": [p.path for p in points],
+        "total": [p.total for p in points],
+    }
+    for part in tl.PARTS:
+        columns[part] = [p.parts[part] for p in points]
+    return columns
+
+
+def _options(opts: Options, asked: Any, units: list[str]) -> dict[str, Any]:
+    return {
+        "target": opts.target.name, "world_size": opts.world_size, "sharding": opts.sharding,
+        "precision": opts.precision, "optimizer": opts.optimizer,
+        "grad_accum": opts.grad_accum, "rank": opts.rank,
+        "reshard_after_forward": opts.reshard_after_forward,
+        "checkpoint": asked if isinstance(asked, str | type(None)) else list(asked),
+        "units": list(opts.units) if opts.units is not None else None,
+        "fsdp_units": units, "inter_node_bandwidth": opts.inter_node_bandwidth,
+        "bucket_cap_mb": opts.bucket_cap_mb,
+    }  # fmt: skip
+
+
+def _notes(opts: Options, choice: CheckpointChoice, asked: Any, frozen: int) -> list[str]:
+    """What the figures assume, beside them."""
+    notes = [LOWER_BOUND, OUT_OF_SCOPE]
+    if choice.paths:
+        notes.append(
+            "recompute as torch's non-reentrant checkpoint with early stop off; with early "
+            "stop (torch's default) the real recompute can end sooner: an upper bound"
+        )
+    if opts.sharding in ("zero1", "zero2"):
+        notes.append(f"{opts.sharding} is a formula only: no run here checks it")
+    if frozen:
+        notes.append("frozen parameters are counted replicated, in the analysed dtype")
+    if asked == "auto" and not choice.fits:
+        notes.append("checkpoint='auto': even every block checkpointed does not fit")
+    return notes
+
+
+def _fsdp(
+    prof: Profile, opts: Options, params: Sequence[Param], setup: tl.Setup, grad_size: int
+) -> tuple[list[str], dict[str, dict[str, Any]], dict[str, Any]]:
+    """FSDP2's units (paths, table rows) and collectives, set up for the replay."""
+    n, low = opts.world_size, opts.compute_dtype.itemsize
+    units = fsdp_units(prof, opts)
+    owned: dict[str, list[tuple[int, ...]]] = {u: [] for u in units}
+    for p in params:
+        owned[owner(p.module, units)].append(p.shape)
+    setup.units = [tl.Unit(u, sum(fsdp_shard(s, n, 0)[1] for s in owned[u])) for u in units]
+    setup.param_size, setup.reduce_size = low, grad_size
+    setup.cast_gather = opts.mixed
+    setup.reshard_after_forward = opts.reshard_after_forward
+    setup.final_grads = sum(u.padded for u in setup.units) * grad_size
+    comm = fsdp_collectives(
+        owned, world_size=n, param_bytes=low, reduce_bytes=grad_size,
+        reshard_after_forward=opts.reshard_after_forward,
+    )  # fmt: skip
+    rows = {
+        u.path: {"unit": True, "shard_elements": u.padded, "unsharded_bytes": n * u.padded * low}
+        for u in setup.units
+    }
+    return units, rows, dict(comm)
+
+
+def _replicated(
+    prof: Profile, opts: Options, params: Sequence[Param], setup: tl.Setup, grad_size: int
+) -> dict[str, Any]:
+    """DDP, ZeRO or one GPU: buckets, gradients and autocast's copies for the replay; the
+    collectives."""
+    n, low = opts.world_size, opts.compute_dtype.itemsize
+    per_param = [(p.shape, grad_size) for p in params]
+    elements = sum(prod(p.shape) for p in params)
+    comm: dict[str, Any] = {}
+    if opts.sharding == "ddp":
+        setup.rest["comm_buffer_bytes"] = sum(ddp_buckets(per_param, opts.bucket_cap_mb))
+    if opts.sharding != "none" and n > 1:
+        reduce = ddp_collectives(per_param, world_size=n, bucket_cap_mb=opts.bucket_cap_mb)
+        comm = {"": {"backward": reduce}}
+    if opts.sharding == "ddp" and opts.mixed:  # autocast: float32 grads, 16-bit copies
+        setup.grad_scale = 4 / low
+        setup.weight_copies, setup.saved_copies = _weight_copies(prof, params, low)
+        for p in params:
+            setup.cast_grads[p.module] = max(setup.cast_grads.get(p.module, 0), p.nbytes)
+    if opts.sharding == "zero2":
+        setup.grad_partition = -(-elements // n) * grad_size
+        setup.final_grads = setup.grad_partition
+    else:
+        setup.final_grads = elements * grad_size
+    return comm
+
+
+def _checkpoints(prof: Profile, choice: CheckpointChoice, setup: tl.Setup) -> None:
+    """What each checkpointed module frees at its exit (storages only its subtree saved,
+    not the checkpointed modules' inputs, not saved outside the model either: a loss
+    holds those), and its recompute's peak (its forward's)."""
+    table = prof.memory["storages"]
+    index = {p: i for i, p in enumerate(table["paths"])}
+    held = {index[p] for p in choice.paths if p in index}
+    drops: dict[str, int] = {}
+    for path in choice.paths:
+        inside = {index[n.path] for n in prof.node(path).walk() if n.path in index}
+        drops[path] = sum(
+            int(nbytes)
+            for nbytes, savers, inputs, _outputs, param in table["rows"]
+            if not param and savers and inside.issuperset(savers) and not held.intersection(inputs)
+        )
+    setup.drops = drops
+    setup.recompute_peak = {p: int(prof.node(p).metrics.get("peak_bytes", 0)) for p in drops}
+
+
+def _weight_copies(
+    prof: Profile, params: Sequence[Param], low: int
+) -> tuple[dict[str, int], dict[str, int]]:
+    """Autocast's 16-bit copies, per module running a matmul or convolution (own MACs):
+    each of its parameters cast once per forward; and of those, the ones its backward
+    needs (the parameters the analysis saw saved for backward: storage records)."""
+    made: dict[str, int] = {}
+    for p in params:
+        if prof.node(p.module).self_metrics.get("macs", 0):
+            made[p.module] = made.get(p.module, 0) + prod(p.shape) * low
+    table = prof.memory["storages"]
+    saved: dict[str, int] = {}
+    for nbytes, savers, _inputs, _outputs, param in table["rows"]:
+        for i in savers[:1] if param else ():
+            module = table["paths"][i]
+            if module in made:
+                saved[module] = saved.get(module, 0) + int(nbytes)
+    return made, saved
+
+
+def _bandwidth(opts: Options) -> float:
+    spec = opts.target
+    if opts.world_size > spec.node_size or spec.interconnect is None:
+        return opts.inter_node_bandwidth
+    return spec.interconnect
+
+
+def _time(
+    prof: Profile, opts: Options, choice: CheckpointChoice, setup: tl.Setup, comm: Any
+) -> tuple[dict[str, float], int]:
+    dtype = str(opts.compute_dtype).removeprefix("torch.")
+    roof = roof_of(opts.target, dtype)
+    fwd, bwd = roof_times(prof, roof, "forward"), roof_times(prof, roof, "backward")
+    root = prof.root
+    compute = fwd[id(root)] + bwd[id(root)]
+    recompute = sum(fwd[id(prof.node(p))] for p in choice.paths)
+    n, bw = opts.world_size, _bandwidth(opts)
+    total = exposed = 0.0
+    if opts.sharding == "fsdp" and n > 1:
+        works = []
+        paths = [u.path for u in setup.units]
+        for unit in setup.units:
+            node = prof.node(unit.path)
+            nested = [
+                prof.node(p) for p in paths if p != unit.path and owner(p, [unit.path]) == unit.path
+            ]
+            own_f = fwd[id(node)] - sum(fwd[id(m)] for m in nested)
+            own_b = bwd[id(node)] - sum(bwd[id(m)] for m in nested)
+            own_b += sum(
+                fwd[id(prof.node(p))] for p in choice.paths if owner(p, paths) == unit.path
+            )
+            works.append(UnitWork(unit.path, own_f, own_b, unit.padded * setup.param_size,
+                                  n * unit.padded * setup.reduce_size,
+                                  opts.reshard_after_forward and unit.path != ""))  # fmt: skip
+        total, exposed = fsdp_exposed(works, n, bw)
+    elif opts.sharding in ("ddp", "zero1", "zero2") and n > 1:
+        size = 4 if opts.mixed and opts.sharding == "ddp" else opts.compute_dtype.itemsize
+        buckets = ddp_buckets([(p.shape, size) for p in trainable(prof)], opts.bucket_cap_mb)
+        total, exposed = ddp_exposed(buckets, n, bw, bwd[id(root)])
+        if opts.sharding in ("zero1", "zero2"):  # the updated parameters, gathered after the step
+            gather = link_time("all_gather", sum(buckets) // n, n, bw)
+            total, exposed = total + gather, exposed + gather
+    st = setup.rest
+    moved = (
+        2 * (st["param_bytes"] + st["optimizer_state_bytes"] + st["master_weight_bytes"])
+        + setup.final_grads
+    )
+    accum = opts.grad_accum
+    time = {
+        "compute": compute * accum,
+        "recompute": recompute * accum,
+        "exposed_comm": exposed * accum,
+        "optimizer": moved / opts.target.bandwidth,
+        "comm": total * accum,
+    }
+    flops = int(root.metrics.get("flops", 0)) + int(root.metrics.get("backward_flops", 0))
+    return time, flops * accum
+
+
+def _module_rows(
+    prof: Profile, choice: CheckpointChoice, units: Mapping[str, dict[str, Any]], comm: Any
+) -> list[dict[str, Any]]:
+    """One row per FSDP unit or checkpointed module, in the model's order. Kept bytes: a
+    checkpointed module keeps its inputs; another its saved bytes less what the
+    checkpointed modules inside it drop (the root: the plan's exact figure)."""
+    table = prof.memory.get("storages") or {"paths": [], "rows": []}
+    index = {p: i for i, p in enumerate(table["paths"])}
+    kept: dict[str, int] = {}
+    for path in choice.paths:
+        i = index.get(path)
+        kept[path] = sum(r[0] for r in table["rows"] if i is not None and i in r[2] and not r[4])
+
+    def saved(path: str) -> int:
+        return int(prof.node(path).metrics.get("activation_bytes", 0))
+
+    rows = []
+    for node in prof.nodes():
+        if node.path not in units and node.path not in kept:
+            continue
+        checkpointed = node.path in kept
+        if checkpointed:
+            mine = kept[node.path]
+        elif node.path == "":
+            mine = choice.kept_activation_bytes
+        else:
+            inner = [p for p in kept if p.startswith(node.path + ".")]
+            mine = saved(node.path) - sum(saved(p) - kept[p] for p in inner)
+        phases = comm.get(node.path, {})
+        rows.append({
+            "path": node.path,
+            "type": node.type,
+            "params": int(node.metrics.get("params", 0)),
+            "unit": node.path in units,
+            "checkpointed": checkpointed,
+            "activation_bytes": saved(node.path),
+            "kept_activation_bytes": mine,
+            "recompute_bytes": saved(node.path) if checkpointed else 0,
+            "recompute_flops": int(node.metrics.get("flops", 0)) if checkpointed else 0,
+            "shard_elements": units.get(node.path, {}).get("shard_elements", 0),
+            "unsharded_bytes": units.get(node.path, {}).get("unsharded_bytes", 0),
+            "gather_bytes": sum(ph.get("all_gather", {}).get("bytes", 0) for ph in phases.values()),
+            "reduce_bytes": sum(
+                ph.get(k, {}).get("bytes", 0)
+                for ph in phases.values()
+                for k in ("reduce_scatter", "all_reduce")
+            ),
+        })  # fmt: skip
+    return rows
+
+
+__all__ = ["build"]

@@ -1,0 +1,149 @@
+"""The one analysis a plan needs, and the facts a plan reads from it: the trainable
+parameters (from the storage of their gradients, so a loaded profile has them too),
+the micro-batch's input bytes and tokens, the FSDP2 units."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from math import prod
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils._pytree import tree_map_only
+
+from layerscope.errors import InvalidInputError
+from layerscope.hardware import BY_NAME
+from layerscope.planning.checkpointing import (
+    repeated_blocks,
+)
+from layerscope.planning.options import Options
+from layerscope.profile import Profile, TensorSpec
+from layerscope.validate import close_matches
+
+
+# ---- the analysis ----------------------------------------------------------------------
+def analyse(
+    model: nn.Module | Profile,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any] | None,
+    input_shape: Any,
+    opts: Options,
+    profile_options: Mapping[str, Any],
+) -> Profile:
+    """The one analysis a plan needs: the given profile (checked), or a meta copy of the
+    model in the compute dtype, profiled with ``backward=True, memory=True`` and steered
+    to the target."""
+    want = str(opts.compute_dtype).removeprefix("torch.")
+    if isinstance(model, Profile):
+        if not isinstance(model.memory.get("storages"), Mapping) or "backward_flops" not in (
+            model.root.metrics
+        ):
+            raise InvalidInputError(
+                "ls.plan needs a profile made with backward=True, memory=True (its storage "
+                "records and backward); profile the model again, or pass the model"
+            )
+        if model.model.get("dtype") != want:
+            raise InvalidInputError(
+                f"precision={opts.precision!r} computes in {want}, but the profile ran in "
+                f"{model.model.get('dtype')}: profile the model in {want}, or pass the model"
+            )
+        return model
+    if not isinstance(model, nn.Module):
+        raise InvalidInputError(f"ls.plan needs a model or a Profile, got {type(model).__name__}")
+    from layerscope.collect.meta import to_meta
+    from layerscope.session.run import profile
+
+    meta = to_meta(model).to(opts.compute_dtype)
+    name = opts.target.name if opts.target.name in BY_NAME else None
+    call: dict[str, Any] = dict(profile_options)
+
+    def on_meta(t: torch.Tensor) -> torch.Tensor:  # the micro-batch, as the GPU computes it
+        dtype = opts.compute_dtype if t.is_floating_point() else t.dtype
+        return t.detach().to("meta", dtype=dtype).requires_grad_(t.requires_grad)
+
+    if args:
+        call["args"] = tree_map_only(torch.Tensor, on_meta, tuple(args))
+    if kwargs:
+        call["kwargs"] = tree_map_only(torch.Tensor, on_meta, dict(kwargs))
+    if input_shape is not None:
+        call["input_shape"] = input_shape
+    return profile(meta, backward=True, memory=True, target=name, **call)
+
+
+# ---- facts of the analysis -------------------------------------------------------------
+@dataclass(frozen=True)
+class Param:
+    name: str
+    shape: tuple[int, ...]
+    module: str
+    nbytes: int  # as analysed
+
+
+def trainable(prof: Profile) -> list[Param]:
+    """The trainable parameters (each tensor once) from the storage of their gradients."""
+    grads = prof.memory.get("grads")
+    if not isinstance(grads, Mapping) or not grads:
+        raise InvalidInputError(
+            "the profile records no gradients (memory['grads']): ls.plan plans training, "
+            "so the model needs trainable parameters and the profile backward=True"
+        )
+    return [
+        Param(name, tuple(int(d) for d in g["shape"]), str(g["module"]), int(g["bytes"]))
+        for name, g in grads.items()
+    ]
+
+
+def input_bytes(prof: Profile) -> tuple[int, int, int | None]:
+    """(all input bytes, float input bytes, tokens) of the analysed micro-batch: tokens
+    are the elements of the first integer input (token ids), None without one."""
+    total = floats = 0
+    tokens: int | None = None
+    for call in prof.root.inputs[:1]:
+        for spec in call:
+            if not isinstance(spec, TensorSpec):
+                continue
+            shape = spec.shape
+            dtype = getattr(torch, spec.dtype, None)
+            if not isinstance(dtype, torch.dtype):
+                continue
+            nbytes = prod(shape) * dtype.itemsize
+            total += nbytes
+            if dtype.is_floating_point:
+                floats += nbytes
+            elif tokens is None and not dtype.is_complex and dtype != torch.bool:
+                tokens = prod(shape)
+    return total, floats, tokens
+
+
+def fsdp_units(prof: Profile, opts: Options) -> list[str]:
+    """The FSDP2 units in forward order: the given paths or the repeated blocks, and the
+    root (always a unit: ``fully_shard(model)`` last)."""
+    paths = list(opts.units) if opts.units is not None else repeated_blocks(prof)
+    check_paths(prof, "units", paths)
+    order = {n.path: i for i, n in enumerate(prof.nodes())}
+    return ["", *sorted((p for p in set(paths) if p), key=order.__getitem__)]
+
+
+def check_paths(prof: Profile, label: str, paths: Sequence[str]) -> None:
+    """Every path a module of the analysis: ``InvalidInputError`` naming the first that
+    is not, with the closest ones."""
+    known = [n.path for n in prof.nodes()]
+    names = set(known)
+    for path in paths:
+        if path not in names:
+            close = close_matches(path, known)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise InvalidInputError(f"{label}: no module {path!r} in the model{hint}")
+
+
+def owner(module: str, units: Sequence[str]) -> str:
+    best = ""
+    for unit in units:
+        if unit and (module == unit or module.startswith(unit + ".")) and len(unit) > len(best):
+            best = unit
+    return best
+
+
+__all__ = ["Param", "analyse", "fsdp_units", "input_bytes", "owner", "trainable"]

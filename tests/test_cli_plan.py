@@ -1,0 +1,170 @@
+"""``layerscope plan`` and ``layerscope show`` of a plan: the output is the library's
+(``ls.plan(...).render()``), ``--json`` round-trips through ``ls.load_plan``, every bad
+option is one line and exit code 2."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from functools import cache
+from pathlib import Path
+
+import pytest
+import torch
+
+import layerscope as ls
+from layerscope.cli import main
+from layerscope.cli.plan_cmd import parse_checkpoint, parse_size, parse_sweep
+from layerscope.errors import InvalidInputError
+from layerscope.examples.gpt import tiny_gpt
+
+#: tiny_gpt on 8 H100s, FSDP2, its two blocks checkpointed: the CLI's and the library's.
+ARGS = ["examples:tiny_gpt", "--input-shape", "2,16", "--checkpoint", "blocks"]
+
+
+def run(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(argv))
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(autouse=True)
+def _eighty(monkeypatch: pytest.MonkeyPatch, default_display_config: None) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+
+
+@cache
+def library_plan() -> ls.Plan:
+    return ls.plan(
+        tiny_gpt(), input_shape=(2, 16), input_dtype=torch.long, target="h100", world_size=8,
+        sharding="fsdp", checkpoint="blocks", precision="bf16-mixed", optimizer="adamw",
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    """One CLI run with --json: what it printed and the file."""
+    path = tmp_path_factory.mktemp("plan") / "plan.json"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("COLUMNS", "80")
+        code, out, err = run("plan", *ARGS, "--json", str(path))
+    assert code == 0, err
+    return out, path
+
+
+def test_plan_prints_the_librarys_plan_at_80_columns(saved: tuple[str, Path]) -> None:
+    out, _ = saved
+    assert out == library_plan().render(width=80)
+    assert max(len(line) for line in out.splitlines()) <= 80
+    assert out.startswith("Plan for one GPU of 8: NVIDIA H100 SXM5 80GB (h100)\n")
+
+
+def test_json_round_trips_through_load_plan(saved: tuple[str, Path]) -> None:
+    _, path = saved
+    loaded = ls.load_plan(path)
+    assert loaded.section() == json.loads(json.dumps(library_plan().section()))
+    assert loaded.render(width=80) == library_plan().render(width=80)
+    assert ls.load(path).root.type == "TinyGPT"  # the analysis is the rest of the file
+
+
+def test_show_of_a_plan_file(saved: tuple[str, Path], tmp_path: Path) -> None:
+    out, path = saved
+    code, shown, _ = run("show", str(path))
+    assert code == 0 and shown == out
+    code, wide, _ = run("show", str(path), "--width", "120")
+    assert code == 0 and wide == library_plan().render(width=120)
+    code, _, _ = run("show", str(path), "-o", str(tmp_path / "plan.txt"))
+    assert code == 0 and (tmp_path / "plan.txt").read_text() == out
+    # view flags: its analysis, as a profile
+    code, table, _ = run("show", str(path), "--depth", "1")
+    assert code == 0 and table.startswith("Module") and "TinyGPT" in table
+
+
+def test_show_of_a_plain_profile_is_unchanged(tmp_path: Path) -> None:
+    prof = ls.profile(tiny_gpt(), torch.zeros(2, 16, dtype=torch.long))
+    prof.save(tmp_path / "p.json")
+    code, out, _ = run("show", str(tmp_path / "p.json"))
+    assert code == 0 and out == prof.render(width=80)
+
+
+def test_sweep_prints_one_row_per_combination(tmp_path: Path) -> None:
+    path = tmp_path / "sweep.json"
+    code, out, err = run(
+        "plan", "examples:tiny_gpt", "--sweep", "world_size=8,16", "checkpoint=none,blocks",
+        "--json", str(path),
+    )  # fmt: skip
+    assert code == 0, err
+    assert out.startswith("Plan sweep: 4 plans over world_size × checkpoint\n")
+    assert max(len(line) for line in out.splitlines()) <= 80
+    data = json.loads(path.read_text())
+    assert data["axes"] == ["world_size", "checkpoint"]
+    assert [(r["world_size"], r["checkpoint"]) for r in data["rows"]] == [
+        (8, None), (8, "blocks"), (16, None), (16, "blocks"),
+    ]  # fmt: skip
+    sweep = ls.plan_sweep(
+        tiny_gpt(), input_shape=(2, 16), input_dtype=torch.long, world_size=[8, 16],
+        checkpoint=[None, "blocks"],
+    )  # fmt: skip
+    assert out == sweep.render(width=80)
+
+
+BAD = [
+    (["--sharding", "fdsp"], "--sharding must be one of 'none', 'ddp', 'fsdp', 'zero1', "
+     "'zero2', got 'fdsp' (did you mean 'fsdp'?)"),
+    (["--sweep", "world_size"], "--sweep must be AXIS=V1,V2,... with AXIS one of micro_batch, "
+     "world_size, sharding, checkpoint, precision, optimizer, grad_accum, got 'world_size'"),
+    (["--sweep", "gpus=8,16"], "--sweep must be AXIS=V1,V2,..."),
+    (["--sweep", "world_size=8,x"], "--sweep world_size must be a whole number >= 1, got 'x'"),
+    (["--sweep", "world_size=8", "world_size=16"], "--sweep lists world_size twice"),
+    (["--world-size", "16", "--sweep", "world_size=8,16"],
+     "--world-size and --sweep world_size=... both give world_size; give one"),
+    (["--sweep", "precision=fp8"], "--sweep precision must be one of"),
+    (["--budget", "80XB"], "--budget must be a size such as 80GB, 79.6GiB, 512MiB or a number "
+     "of bytes, got '80XB'"),
+    (["--target", "cpu"], "--target must be one of 'h100', "),
+    (["--device", "cpu"], "--device must be meta, got 'cpu'"),
+    (["--rank", "8"], "--rank must be an int from 0 to 7, got 8"),
+    (["--world-size", "0"], "--world-size must be an int >= 1, got 0"),
+    (["--sharding", "none"], "--sharding none is one GPU: give --world-size 1"),
+    (["--checkpoint", "blocks.9"], "--checkpoint must be a module path of the model, got "
+     "'blocks.9' (did you mean"),
+    (["--units", "blokcs.0"], "--units must be a module path of the model, got 'blokcs.0'"),
+    (["--input-dtype", "long"], "--input-dtype needs --input-shape"),
+    (["--max-rows", "0"], "--max-rows must be an int >= 1, got 0"),
+    (["--grad-accum", "x"], "argument --grad-accum: invalid int value: 'x'"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("flags", "words"), BAD, ids=[" ".join(f) for f, _ in BAD])
+def test_bad_options_are_one_line_and_exit_code_2(flags: list[str], words: str) -> None:
+    code, out, err = run("plan", "examples:tiny_gpt", *flags)
+    assert code == 2, err
+    assert out == "" and err.count("\n") == 1 and "Traceback" not in err
+    assert words in err
+
+
+def test_parsers() -> None:
+    assert parse_size("80GB", "--budget") == 80 * 10**9
+    assert parse_size("2GiB", "--reserve") == 2 * 2**30
+    assert parse_size("1.5 MiB", "--budget") == 3 * 2**19
+    assert parse_size("1000", "--budget") == 1000
+    with pytest.raises(InvalidInputError):
+        parse_size("-1GB", "--budget")
+    assert parse_checkpoint("none") is None
+    assert parse_checkpoint("auto") == "auto"
+    assert parse_checkpoint("a.b, c") == ["a.b", "c"]
+    assert parse_sweep(["checkpoint=none,blocks,a+b", "micro_batch=1,2"]) == {
+        "checkpoint": [None, "blocks", ["a", "b"]],
+        "micro_batch": [1, 2],
+    }
+
+
+def test_the_subcommand_is_listed() -> None:
+    with pytest.raises(SystemExit):
+        run("--help")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        main(["plan", "--help"])
+    assert "--sweep AXIS=V,V" in out.getvalue()

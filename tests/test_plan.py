@@ -1,0 +1,227 @@
+"""``ls.plan``: the memory timeline replayed by hand, the time model's arithmetic, the
+options refused, the JSON round trip, sweeps and the largest micro-batch. Real runs
+check the plan in ``test_sharded_steps.py`` (sharding) and ``test_plan_checkpointing.py``
+(checkpointing)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import layerscope as ls
+from layerscope.errors import InvalidInputError, SchemaError
+from layerscope.hardware import SPECS
+from layerscope.planning.timeline import Setup, Unit, replay
+from layerscope.planning.timemodel import UnitWork, ddp_exposed, fsdp_exposed, link_time
+
+#: an analysed timeline of Sequential(Linear, Linear) (the shape of a real one): enter
+#: and exit of each module, then the backward of each with its peak, then the end
+TIMELINE = {
+    "event": ["enter", "enter", "exit", "enter", "exit", "exit", "backward", "peak",
+              "backward", "peak", "end"],
+    "path": ["", "0", "0", "1", "1", "", "1", "1", "0", "0", ""],
+    "bytes": [0, 0, 100, 100, 140, 140, 140, 240, 200, 1200, 1040],
+}  # fmt: skip
+#: gradients of each module's own parameters, as analysed (they appear in its backward)
+GRADS = {"0": 1000, "1": 40}
+
+
+def test_fsdp_replay_by_hand() -> None:
+    """Two FSDP2 units on 2 GPUs, 4-byte parameters: unit 0 has a padded shard of 260
+    elements (all-gather output and unsharded parameters 2 x 260 x 4 = 2,080 B), unit 1
+    of 16 (128 B); 1,000 B at rest. Each point's total, derived event by event."""
+    setup = Setup(
+        "fsdp", 2, {"param_bytes": 1000}, units=[Unit("", 0), Unit("0", 260), Unit("1", 16)],
+        grads=dict(GRADS), final_grads=(260 + 16) * 4,
+    )  # fmt: skip
+    points = replay(setup, TIMELINE)
+    got = [(p.phase, p.event, p.path, p.total) for p in points]
+    rest = 1000
+    assert got == [
+        ("forward", "enter", "", rest),  # the root has no parameters of its own
+        ("forward", "gather", "0", rest + 2080 + 2080),  # output + unsharded
+        ("forward", "enter", "0", rest + 4160),
+        ("forward", "exit", "0", rest + 4160 + 100),
+        # unit 1 gathered while unit 0's output waits for its all-gather to be done;
+        # unit 0 resharded after its forward
+        ("forward", "gather", "1", rest + 2080 + 128 + 128 + 100),
+        ("forward", "enter", "1", rest + 128 + 128 + 100),
+        ("forward", "exit", "1", rest + 256 + 140),
+        ("forward", "exit", "", rest + 128 + 140),  # unit 1 resharded; its output freed after
+        # backward of unit 1: gathered (output freed at once), unit 0 prefetched
+        ("backward", "gather", "1", rest + 128 + 128 + 140),
+        ("backward", "prefetch", "0", rest + 128 + 2080 + 140),
+        ("backward", "backward", "1", rest + 128 + 2080 + 140),
+        ("backward", "peak", "1", rest + 128 + 2080 + 240),  # 40 B of gradients in it
+        # when the backward reaches module 0 (200 B analysed, 40 of them unit 1's
+        # gradients): unit 1's post-backward: resharded, a reduce-scatter input of
+        # 2 x 16 x 4 = 128 B, then its gradients freed for its 64 B shard
+        ("backward", "reduce_scatter", "1", rest + 2080 + 128 + 200),
+        ("backward", "reduce_scatter", "1", rest + 2080 + 128 + 160 + 64),
+        # unit 0 unsharded from the prefetched output, both alive for a moment: the
+        # backward's peak
+        ("backward", "gather", "0", rest + 2080 + 2080 + 128 + 64 + 160),
+        ("backward", "backward", "0", rest + 2080 + 128 + 64 + 160),
+        ("backward", "peak", "0", rest + 2080 + 128 + 64 + 160 + 1000),
+        # at the end (1,040 B analysed: all gradients): unit 0 resharded, unit 1's
+        # reduce-scatter input freed, unit 0's of 2 x 260 x 4 allocated; its 1,000 B of
+        # gradients freed for a 1,040 B shard
+        ("backward", "reduce_scatter", "0", rest + 2080 + 64 + 1000),
+        ("backward", "reduce_scatter", "0", rest + 2080 + 64 + 1040),
+        ("backward", "end", "", rest + 64 + 1040),
+        ("optimizer", "step", "", rest + 1104),
+    ]
+    peak = max(points, key=lambda p: p.total)
+    assert (peak.event, peak.path, peak.total) == ("gather", "0", rest + 4512)
+    assert sum(peak.parts.values()) == peak.total
+
+
+def test_ddp_autocast_replay_by_hand() -> None:
+    """DDP under autocast, analysed in bf16: float32 gradients (twice the analysed), a
+    bucket at rest, and while a module's backward ends its 16-bit gradient beside the
+    float32 one; weight copies made in the forward, the ones not saved dropped at its end."""
+    setup = Setup(
+        "ddp", 2, {"param_bytes": 2080, "comm_buffer_bytes": 2080}, grads=dict(GRADS),
+        grad_scale=2.0, weight_copies={"0": 1000, "1": 40}, saved_copies={"1": 40},
+        cast_grads={"0": 1000, "1": 40}, final_grads=2080,
+    )  # fmt: skip
+    points = replay(setup, TIMELINE)
+    rest = 4160
+    totals = {(p.event, p.path): p.total for p in points}
+    assert totals[("exit", "0")] == rest + 100 + 1000  # the copy of module 0's weight
+    assert totals[("exit", "1")] == rest + 140 + 1040
+    assert totals[("exit", "")] == rest + 140 + 40  # autocast is done: only saved copies
+    # module 1's backward: analysed 240 of which 40 are its gradients, now 80 B
+    assert totals[("peak", "1")] == rest + 200 + 40 + 80
+    # module 0's peak: 1,200 analysed with 1,040 of gradients; copies all gone
+    assert totals[("peak", "0")] == rest + 160 + 2080
+    cast = [p.total for p in points if p.event == "grad_cast"]
+    assert cast == [rest + 200 - 40 + 80 + 40, rest + 1040 - 1040 + 2080 + 1000]
+
+
+def test_time_model_arithmetic() -> None:
+    """Ring times and overlap by hand, 4 GPUs at 100 B/s."""
+    assert link_time("all_gather", 400, 4, 100.0) == 3 * 400 / 100  # (n-1) shards sent
+    assert link_time("reduce_scatter", 1600, 4, 100.0) == 1600 * 3 / 4 / 100
+    assert link_time("all_reduce", 800, 4, 100.0) == 2 * 3 / 4 * 800 / 100
+    assert link_time("all_reduce", 800, 1, 100.0) == 0.0
+    units = [
+        UnitWork("", 1.0, 2.0, 100, 400, False),  # gather 3 s, scatter 3 s
+        UnitWork("a", 5.0, 1.0, 200, 800, True),  # gather 6 s, scatter 6 s
+    ]
+    total, exposed = fsdp_exposed(units, 4, 100.0)
+    assert total == 3 + 6 + 6 + 3 + 6  # a is gathered twice
+    # forward: root's 3 s exposed, a's 6 s under root's 1 s: 5 exposed; backward in
+    # reverse: a first, gathered again (6 s exposed), its compute (1 s) hides nothing of
+    # the root's gather (the root is not resharded); the root's 2 s hide 2 of a's 6 s
+    # reduce-scatter; the last reduce-scatter (root, 3 s) is exposed
+    assert exposed == 3 + 5 + 6 + 0 + (6 - 2) + 3
+    assert ddp_exposed([400, 400], 4, 100.0, backward=10.0) == (12.0, 6.0)
+    assert ddp_exposed([400, 400], 4, 100.0, backward=3.0) == (12.0, 9.0)
+
+
+def _mlp() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 64))
+
+
+def test_step_time_and_mfu_follow_from_the_parts() -> None:
+    x = torch.randn(8, 64)
+    plan = ls.plan(_mlp(), x, world_size=8, sharding="ddp", precision="bf16-mixed")
+    parts = ("compute", "recompute", "exposed_comm", "optimizer")
+    assert plan.step_time == pytest.approx(sum(plan.time[k] for k in parts))
+    assert plan.time["exposed_comm"] <= plan.time["comm"]
+    root = plan.analysis.root.metrics  # type: ignore[union-attr]
+    assert plan.model_flops == root["flops"] + root["backward_flops"]
+    assert plan.mfu == pytest.approx(plan.model_flops / (plan.step_time * 989.4e12))
+    assert plan.tokens is None and plan.tokens_per_s is None  # a float input: no tokens
+    # more GPUs than a node: the ring runs at the inter-node bandwidth (50 GB/s per GPU
+    # against NVLink's 450): the same all-reduce bytes take 9 x as long
+    far = ls.plan(_mlp(), x, world_size=16, sharding="ddp", precision="bf16-mixed")
+    wire = {n: 2 * (n - 1) / n for n in (8, 16)}
+    ratio = far.time["comm"] / plan.time["comm"]
+    assert ratio == pytest.approx(450 / 50 * wire[16] / wire[8])
+    assert SPECS["h100"].interconnect == 450e9 and SPECS["h100"].node_size == 8
+
+
+def test_memory_parts_add_up_and_budget() -> None:
+    x = torch.randn(8, 64)
+    plan = ls.plan(_mlp(), x, world_size=2, sharding="fsdp", budget=10**6, reserve_bytes=1000)
+    assert sum(plan.memory.values()) == plan.peak_bytes
+    assert plan.headroom_bytes == 10**6 - 1000 - plan.peak_bytes and plan.fits
+    for k, total in enumerate(plan.timeline["total"]):
+        assert total == sum(plan.timeline[p][k] for p in plan.memory)
+    tight = ls.plan(_mlp(), x, world_size=2, sharding="fsdp", budget=plan.peak_bytes)
+    assert tight.fits is False  # the default reserve of 2 GiB does not fit 1 MB
+
+
+def test_refusals() -> None:
+    model, x = _mlp(), torch.randn(8, 64)
+    with pytest.raises(InvalidInputError, match="sharding must be"):
+        ls.plan(model, x, sharding="tp")
+    with pytest.raises(InvalidInputError, match="world_size must be 1"):
+        ls.plan(model, x, sharding="none", world_size=8)
+    with pytest.raises(InvalidInputError, match="unknown option 'micro_batch'"):
+        ls.plan(model, x, micro_batch=2)
+    with pytest.raises(InvalidInputError, match="target must be a GPU"):
+        ls.plan(model, x, target={"name": "box", "kind": "cpu", "bandwidth": 1e9,
+                                   "peak_flops": {"float32": 1e12}})  # fmt: skip
+    prof = ls.profile(model, x)
+    with pytest.raises(InvalidInputError, match="backward=True, memory=True"):
+        ls.plan(prof)
+    prof = ls.profile(model, x, backward=True, memory=True)  # float32
+    with pytest.raises(InvalidInputError, match="computes in bfloat16"):
+        ls.plan(prof, precision="bf16-mixed")
+    assert ls.plan(prof, precision="fp32").analysis is prof  # reused as it is
+    with pytest.raises(InvalidInputError, match="needs the plan made from a model"):
+        ls.plan(prof, precision="fp32").max_micro_batch()
+
+
+def test_json_round_trip(tmp_path: Path) -> None:
+    plan = ls.plan(_mlp(), torch.randn(8, 64), world_size=4, checkpoint=["0"])
+    plan.save(tmp_path / "plan.json")
+    loaded = ls.load_plan(tmp_path / "plan.json")
+    assert loaded.section() == json.loads(json.dumps(plan.section()))
+    assert loaded.render(width=100) == plan.render(width=100)
+    assert ls.load(tmp_path / "plan.json").root.type == "Sequential"  # the analysis
+    data = json.loads((tmp_path / "plan.json").read_text())
+    data["plan"]["timeline"]["total"] = "many"
+    with pytest.raises(SchemaError, match=r"\$\.plan\.timeline\.total"):
+        ls.Plan.from_dict(data)
+    del data["plan"]
+    with pytest.raises(SchemaError, match="no 'plan' section"):
+        ls.Plan.from_dict(data)
+
+
+def test_sweep_rows_are_the_plans() -> None:
+    """Two micro-batches (two analyses) times two world sizes: each row equals the plan
+    made alone."""
+    model = _mlp()
+    sweep = ls.plan_sweep(model, input_shape=(4, 64), micro_batch=[4, 8], world_size=[2, 4])
+    assert sweep.axes == ["micro_batch", "world_size"]
+    assert [(r["micro_batch"], r["world_size"]) for r in sweep.rows] == [
+        (4, 2), (4, 4), (8, 2), (8, 4)
+    ]  # fmt: skip
+    for row in sweep.rows:
+        alone = ls.plan(model, input_shape=(row["micro_batch"], 64), world_size=row["world_size"])
+        assert row["peak_bytes"] == alone.peak_bytes
+        assert row["step_time"] == pytest.approx(alone.step_time)
+
+
+def test_max_micro_batch_is_the_edge_of_fitting() -> None:
+    """The largest batch whose plan fits; one more does not."""
+    model = _mlp()
+    budget = ls.plan(model, input_shape=(24, 64), world_size=2, reserve_bytes=0).peak_bytes
+    plan = ls.plan(model, input_shape=(4, 64), world_size=2, reserve_bytes=0, budget=budget)
+    best = plan.max_micro_batch(limit=64)
+    assert best >= 24
+
+    def fits(b: int) -> bool:
+        return bool(ls.plan(model, input_shape=(b, 64), world_size=2, reserve_bytes=0,
+                            budget=budget).fits)  # fmt: skip
+
+    assert fits(best) and not fits(best + 1)
