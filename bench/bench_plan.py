@@ -29,18 +29,15 @@ CONFIGS: dict[str, dict[str, Any]] = {
 
 def build(name: str) -> torch.nn.Module:
     import transformers
-    import transformers.masking_utils as masking
 
-    # the packed-sequence check reads a value, which a meta tensor has not; with one
-    # unpacked sequence per row it finds none
-    masking.find_packed_sequence_indices = lambda position_ids: None
     config = transformers.LlamaConfig(
         vocab_size=128256, num_key_value_heads=8, max_position_embeddings=8192,
-        rope_theta=500000.0, use_cache=False, **CONFIGS[name],
+        use_cache=False, **CONFIGS[name],
     )  # fmt: skip
     with torch.device("meta"):
         model = transformers.LlamaForCausalLM(config)
-    return model.train()
+    model.train()
+    return model
 
 
 def main() -> None:

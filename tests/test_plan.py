@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -20,7 +21,7 @@ from layerscope.planning.timemodel import UnitWork, ddp_exposed, fsdp_exposed, l
 
 #: an analysed timeline of Sequential(Linear, Linear) (the shape of a real one): enter
 #: and exit of each module, then the backward of each with its peak, then the end
-TIMELINE = {
+TIMELINE: dict[str, list[Any]] = {
     "event": ["enter", "enter", "exit", "enter", "exit", "exit", "backward", "peak",
               "backward", "peak", "end"],
     "path": ["", "0", "0", "1", "1", "", "1", "1", "0", "0", ""],
@@ -225,3 +226,25 @@ def test_max_micro_batch_is_the_edge_of_fitting() -> None:
                             budget=budget).fits)  # fmt: skip
 
     assert fits(best) and not fits(best + 1)
+
+
+def test_transformers_trains_on_meta() -> None:
+    """GPT-2 in training mode without a cache or mask: transformers asks whether the
+    position ids pack several sequences by reading a value, which meta cannot give; the
+    plan's analysis answers "no" for meta position ids and puts the helper back."""
+    transformers = pytest.importorskip("transformers")
+    masking = pytest.importorskip("transformers.masking_utils")
+    before = masking.find_packed_sequence_indices
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(
+        n_layer=2, n_embd=32, n_head=2, vocab_size=64, n_positions=16, use_cache=False
+    )
+    model = transformers.GPT2Model(config).train()
+    ids = torch.randint(0, 64, (2, 8))
+    plan = ls.plan(model, ids, world_size=2, checkpoint="blocks", precision="fp32",
+                   loss_fn=lambda o: o[0].sum())  # fmt: skip
+    assert plan.analysis is not None and plan.analysis.model["device"] == "meta"
+    assert plan.checkpoint == ["h.0", "h.1"] and plan.tokens == 2 * 8
+    assert masking.find_packed_sequence_indices is before
+    positions = torch.arange(8).unsqueeze(0)
+    assert masking.find_packed_sequence_indices(positions) is None  # the real one, unpacked

@@ -145,7 +145,9 @@ def test_bad_choices() -> None:
         choose_checkpoints(prof, -1)
 
 
-def planned(prof: ls.Profile, checkpoint: object, budget: int | None = None) -> ls.Plan:
+def planned(
+    prof: ls.Profile, checkpoint: str | list[str] | None, budget: int | None = None
+) -> ls.Plan:
     """One GPU, float32, plain SGD (no optimizer states), nothing reserved."""
     return ls.plan(
         prof, sharding="none", world_size=1, precision="fp32", optimizer="sgd",

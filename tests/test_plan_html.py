@@ -166,7 +166,7 @@ def make_plan(**changes: Any) -> Plan:
     return Plan.from_dict({**small().to_dict(), "plan": section(**changes)})
 
 
-SWEEP = {
+SWEEP: dict[str, Any] = {
     "axes": ["micro_batch", "checkpoint"],
     "rows": [
         {"micro_batch": 1, "world_size": 8, "sharding": "fsdp", "checkpoint": None,
@@ -343,7 +343,12 @@ def open_page(browser: Any, tmp_path: Path) -> Iterator[Any]:
         page.on("console", lambda m: p.errors.append(m.text) if m.type == "error" else None)
         page.on("pageerror", lambda e: p.errors.append(str(e)))
         page.on("request", lambda r: p.requests.append(r.url))
-        page.on("dialog", lambda d: (p.dialogs.append(d.message), d.dismiss()))
+
+        def dialog(d: Any) -> None:
+            p.dialogs.append(d.message)
+            d.dismiss()
+
+        page.on("dialog", dialog)
         page.goto(p.url)
         page.wait_for_selector("body[data-ready]")
         return p
@@ -514,6 +519,20 @@ def test_a_plan_without_budget_rate_or_tables(open_page: Any) -> None:
     assert page.locator("#ls-plan-modules, #ls-plan-comm, #ls-plan-sweep").count() == 0
     assert _texts(page, "#ls-plan-timebar > i") == [""]
     p.clean()
+
+
+def test_a_plan_over_its_budget(open_page: Any) -> None:
+    """Budget 18,000 B, reserve 4,000: the 15,000-B peak runs 1,000 B into the reserve."""
+    plan = make_plan(budget=18_000)
+    assert plan.analysis is not None and plan.fits is False
+    page = open_page(plan_html_text(plan.analysis, plan.section())).page
+    card = page.locator("#ls-plan-cards .card.pl-bad")
+    assert card.text_content() == f"{units.nbytes(1000)}Over budget"
+    bar = _widths(page)
+    assert bar["scale"] == 18_000  # the budget's scale: the parts fill 15 / 18 of the bar
+    assert sum(s["pct"] for s in bar["segs"]) == pytest.approx(100 * 15 / 18, abs=1e-2)
+    reserve = page.eval_on_selector("#ls-plan-reserve", "r => [r.style.left, r.style.width]")
+    assert [float(x.rstrip("%")) for x in reserve] == pytest.approx([100 * 14 / 18, 100 * 4 / 18])
 
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"

@@ -129,6 +129,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="also save the plan (ls.load_plan reads it; ls.load its analysis); with "
         "--sweep, the sweep's rows",
     )  # fmt: skip
+    out.add_argument(
+        "--html", metavar="PATH",
+        help="also write the plan's HTML report (memory by part, the step's timeline, the "
+        "step time; with --sweep, the plan of the options outside the sweep, and the sweep)",
+    )  # fmt: skip
     out.add_argument("--max-rows", type=int, metavar="N", help="rows of the module table")
     out.add_argument("--width", type=int, default=None, help="console width in characters")
     out.add_argument("--config", metavar="YAML", help="display configuration (styles)")
@@ -289,9 +294,14 @@ def run(args: argparse.Namespace) -> int:
         sweep.show(width=args.width)
         if args.json:
             write_text(args.json, json.dumps(sweep.to_dict(), indent=1, allow_nan=False) + "\n")
+        if args.html:
+            one = plan(model, *call["args"], kwargs=call["kwargs"] or None, **opts)
+            one.to_html(args.html, sweep=sweep)
         return 0
     result = plan(model, *call["args"], kwargs=call["kwargs"] or None, **opts)
     result.show(width=args.width, max_rows=args.max_rows)
     if args.json:
         result.save(args.json)
+    if args.html:
+        result.to_html(args.html)
     return 0

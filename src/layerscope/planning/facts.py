@@ -15,6 +15,7 @@ from torch.utils._pytree import tree_map_only
 
 from layerscope.errors import InvalidInputError
 from layerscope.hardware import BY_NAME
+from layerscope.integrations.hfmeta import meta_values
 from layerscope.planning.checkpointing import (
     repeated_blocks,
 )
@@ -69,7 +70,8 @@ def analyse(
         call["kwargs"] = tree_map_only(torch.Tensor, on_meta, dict(kwargs))
     if input_shape is not None:
         call["input_shape"] = input_shape
-    return profile(meta, backward=True, memory=True, target=name, **call)
+    with meta_values():
+        return profile(meta, backward=True, memory=True, target=name, **call)
 
 
 # ---- facts of the analysis -------------------------------------------------------------

@@ -14,6 +14,7 @@ from layerscope.metrics.memory.training import OPTIMIZER_STATES
 from layerscope.planning.states import PRECISIONS, SHARDINGS
 from layerscope.validate import check_bool, check_choice, check_int, check_number, refuse
 
+#: Default bytes kept aside from the budget for what the timeline leaves out: the CUDA
 #: context, cuBLAS/cuDNN workspaces, the caching allocator's fragmentation.
 RESERVE_BYTES = 2 * 2**30
 #: Default inter-node bandwidth per GPU, bytes/s per direction (400 Gb/s: one NIC per GPU).

@@ -43,8 +43,8 @@ def plan(
     "fp16-mixed"; ``optimizer``: "adamw", "adam", "sgd", "sgd_momentum"; ``budget``:
     bytes per GPU (default: the target's memory). Options: ``units`` (FSDP2 unit paths;
     default the repeated blocks), ``reshard_after_forward`` (True), ``rank`` (0: the
-    largest shards), ``reserve_bytes`` (``RESERVE_BYTES``), ``inter_node_bandwidth``
-    (bytes/s per GPU, ``INTER_NODE_BANDWIDTH``), ``bucket_cap_mb`` (DDP's, 25)."""
+    largest shards), ``reserve_bytes`` (2 GiB: ``options.RESERVE_BYTES``),
+    ``inter_node_bandwidth`` (bytes/s per GPU; 400 Gb/s), ``bucket_cap_mb`` (DDP's, 25)."""
     opts = check_options(
         target, world_size, sharding, precision, optimizer, grad_accum, budget, options
     )

@@ -156,6 +156,10 @@ def max_batch_size(
     gradients or optimizer state. ``target`` (``"h100"``, ``"a100"``, ...; default
     ``"cpu"``) makes a model on meta follow that device's kernels (attention's saved
     tensors differ between them: ``docs/target.md``).
+
+    One device and the forward's peak over a training footprint: for a step with
+    sharding, checkpointing, mixed precision and the backward's own peak, plan it
+    (``ls.plan(...).max_micro_batch()``, ``docs/plan.md``).
     """
     budget_bytes, (b1, b2, b3) = _check_options(
         model, make_input, budget_bytes, optimizer, master_weights, batch_sizes, verify

@@ -177,10 +177,10 @@
   function drawTimeline() {
     if (!n) { tl.replaceChildren(); return; }
     var W = Math.max(tl.clientWidth || tl.parentNode.clientWidth, 300), H = 250;
-    var L = 76, R = 14, top = 42, B = 22, pw = W - L - R, ph = H - top - B, k, j;
-    var hi = 1, pk = 0;
+    var L = 76, R = 14, top = 42, B = 22, pw = W - L - R, ph = H - top - B, k;
+    var pk = 0;
     for (k = 0; k < n; k++) if (T.total[k] > T.total[pk]) pk = k;
-    hi = Math.max(T.total[pk], 1);
+    var hi = Math.max(T.total[pk], 1);
     var limit = budget !== null ? budget - reserve : null, showLimit = limit !== null && limit > 0 && limit <= hi * 1.25;
     if (showLimit) hi = Math.max(hi, limit);
     function sx(i) { return L + (n > 1 ? pw * i / (n - 1) : pw / 2); }
