@@ -168,6 +168,12 @@ def test_refusals() -> None:
         ls.plan(model, x, sharding="none", world_size=8)
     with pytest.raises(InvalidInputError, match="unknown option 'micro_batch'"):
         ls.plan(model, x, micro_batch=2)
+    with pytest.raises(InvalidInputError, match=r"replicate x shard = 8, but world_size is 16"):
+        ls.plan(model, x, world_size=16, hsdp=(2, 4))
+    with pytest.raises(InvalidInputError, match="hsdp is FSDP2 on a 2-D mesh"):
+        ls.plan(model, x, sharding="ddp", hsdp=(2, 4))
+    with pytest.raises(InvalidInputError, match="units: no module '0x' in the model"):
+        ls.plan(model, x, units=["0x"])
     with pytest.raises(InvalidInputError, match="target must be a GPU"):
         ls.plan(model, x, target={"name": "box", "kind": "cpu", "bandwidth": 1e9,
                                    "peak_flops": {"float32": 1e12}})  # fmt: skip
@@ -248,3 +254,33 @@ def test_transformers_trains_on_meta() -> None:
     assert masking.find_packed_sequence_indices is before
     positions = torch.arange(8).unsqueeze(0)
     assert masking.find_packed_sequence_indices(positions) is None  # the real one, unpacked
+
+
+def test_a_loaded_analysis_plans_the_same(tmp_path: Path) -> None:
+    """The plan reads only what a saved profile keeps (gradient shapes, storage records,
+    the memory timeline), so the analysis written to JSON and read back plans alike."""
+    model, x = _mlp(), torch.randn(8, 64).bfloat16()
+    prof = ls.profile(ls.to_meta(model).bfloat16(), x.to("meta"), backward=True, memory=True,
+                      target="h100")  # fmt: skip
+    prof.save(tmp_path / "a.json")
+    fresh = ls.plan(prof, world_size=4, hsdp=(2, 2), checkpoint=["0"])
+    loaded = ls.plan(ls.load(tmp_path / "a.json"), world_size=4, hsdp=(2, 2), checkpoint=["0"])
+    assert loaded.section() == fresh.section()
+    # 2 replicas of 2-way shards: each unit's gradient shard all-reduced over 2 GPUs
+    assert fresh.comm[""]["backward"]["all_reduce"]["bytes"] == fresh.states["grad_bytes"]
+
+
+def test_a_custom_gpu_brings_its_interconnect() -> None:
+    """A spec from a mapping: its interconnect (bytes/s per direction) and node size set
+    the collectives' link; past the node, the inter-node bandwidth given."""
+    spec = {"name": "box", "bandwidth": 1e12, "peak_flops": {"bfloat16": 1e14},
+            "memory_bytes": 10**10, "interconnect": 1e11, "node_size": 4}  # fmt: skip
+    assert ls.DeviceSpec.from_mapping(spec).interconnect == 1e11
+    x = torch.randn(8, 64)
+    near = ls.plan(_mlp(), x, target=spec, world_size=4, sharding="ddp")
+    far = ls.plan(_mlp(), x, target=spec, world_size=8, sharding="ddp", inter_node_bandwidth=1e10)
+    buckets = near.comm[""]["backward"]["all_reduce"]["bytes"]  # float32 gradients, 1 bucket
+    assert near.time["comm"] == pytest.approx(2 * 3 / 4 * buckets / 1e11)
+    assert far.time["comm"] == pytest.approx(2 * 7 / 8 * buckets / 1e10)
+    with pytest.raises(InvalidInputError, match="node_size must be a positive int"):
+        ls.DeviceSpec.from_mapping({**spec, "node_size": 0})

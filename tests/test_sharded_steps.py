@@ -59,6 +59,10 @@ def _build(strategy: str) -> tuple[nn.Module, nn.Module]:
     if strategy == "fsdp_root":
         fully_shard(model)  # FSDP2's default: the root is not resharded after forward
         return model, model
+    if strategy == "hsdp":  # 2 replicas of 2-way shards (4 ranks)
+        from torch.distributed.device_mesh import init_device_mesh
+
+        options["mesh"] = init_device_mesh("cpu", (2, 2), mesh_dim_names=("replicate", "shard"))
     for unit in (model[0], model[1], model):
         fully_shard(unit, **options)
     return model, model
@@ -70,7 +74,7 @@ def _worker(rank: int, store: str, out: str, world: int) -> None:
         torch.set_num_threads(1)
         dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
         x = torch.randn(4, 64)
-        for strategy in STRATEGIES:
+        for strategy in STRATEGIES + (("hsdp",) if world == 4 else ()):
             call, profiled = _build(strategy)
             params = list(call.parameters())
             opt = torch.optim.AdamW(params, lr=0.01)
@@ -289,7 +293,8 @@ def test_planned_collectives_equal_the_runs(
                 assert ddp_collectives([(s, 4) for s in w0 + w1], world_size=world) == measured
 
 
-#: how each strategy is planned: (sharding, precision, FSDP2 units, reshard_after_forward)
+#: how each strategy is planned: (sharding, precision, FSDP2 units, reshard_after_forward);
+#: "hsdp" (4 ranks only) is FSDP2 on a (replicate 2, shard 2) mesh
 PLANS: dict[str, tuple[str, str, list[str], bool]] = {
     "ddp": ("ddp", "fp32", [], True),
     "ddp_bf16": ("ddp", "bf16-mixed", [], True),
@@ -297,6 +302,7 @@ PLANS: dict[str, tuple[str, str, list[str], bool]] = {
     "fsdp_keep": ("fsdp", "fp32", ["0", "1"], False),
     "fsdp_bf16": ("fsdp", "bf16-mixed", ["0", "1"], True),
     "fsdp_root": ("fsdp", "fp32", [], True),
+    "hsdp": ("fsdp", "fp32", ["0", "1"], True),
 }
 
 
@@ -317,17 +323,21 @@ def test_plans_equal_the_runs(two: list[dict[str, Any]], four: list[dict[str, An
     backward within 2 % of the measured absolute peak. The measured peak is the tracker's
     plus what no tracker of Python storages sees: DDP's bucket (1,916 B) and the input
     the test made before the step (4 x 64 float32 = 1,024 B), which the plan counts in
-    ``other_bytes``. The optimizer step is planned too but not measured here."""
+    ``other_bytes``. The optimizer step is planned too but not measured here. HSDP (4
+    ranks): each gradient shard is all-reduced over the 2 replicas, in place."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(64, 7), nn.Linear(7, 3))
     x = torch.randn(4, 64)
     for world, ranks in ((2, two), (4, four)):
         for rank, facts in enumerate(ranks):
             for strategy, (sharding, precision, units, reshard) in PLANS.items():
+                if strategy not in facts:
+                    continue  # hsdp on 2 ranks
+                hsdp = (2, 2) if strategy == "hsdp" else None  # rank % 2: its shard
                 plan = ls.plan(
-                    model, x, world_size=world, rank=rank, sharding=sharding,
-                    precision=precision, units=units, reshard_after_forward=reshard,
-                    reserve_bytes=0,
+                    model, x, world_size=world, rank=rank % 2 if hsdp else rank,
+                    sharding=sharding, precision=precision, units=units,
+                    reshard_after_forward=reshard, reserve_bytes=0, hsdp=hsdp,
                 )  # fmt: skip
                 f, where = facts[strategy], (world, rank, strategy)
                 assert plan.states["param_bytes"] == f["memory"]["baseline"]["parameters"]

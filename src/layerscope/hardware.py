@@ -341,15 +341,16 @@ def calibrate_cpu(dtypes: tuple[str, ...] = ("float32", "bfloat16")) -> DeviceSp
 def spec_table_markdown() -> str:
     """The built-in specs as a Markdown table (docs/roofline.md shows it)."""
     lines = [
-        "| name | device | BF16 | TF32 | FP32 | bandwidth | memory |",
-        "|---|---|---:|---:|---:|---:|---:|",
+        "| name | device | BF16 | TF32 | FP32 | bandwidth | memory | interconnect |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for s in _BUILTIN:
         p = s.peak_flops
+        link = f"{s.interconnect / 1e9:g} GB/s {s.interconnect_kind}" if s.interconnect else ""
         lines.append(
             f"| `{s.name}` | {s.label} | {p['bfloat16'] / T:g} | {p['tfloat32'] / T:g} | "
             f"{p['float32'] / T:g} | {s.bandwidth / T:g} TB/s | "
-            f"{(s.memory_bytes or 0) / 10**9:g} GB |"
+            f"{(s.memory_bytes or 0) / 10**9:g} GB | {link} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -114,6 +114,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--units", metavar="PATH,...", help="FSDP2 units (default: the repeated blocks)"
     )
     run.add_argument(
+        "--hsdp", metavar="R,S",
+        help="FSDP2 on a 2-D mesh: shard over groups of S GPUs, replicate over R of them "
+        "(R x S = --world-size)",
+    )  # fmt: skip
+    run.add_argument(
         "--device", default=None,
         help="where the model is analysed: meta, the only choice (a plan runs no kernels)",
     )  # fmt: skip
@@ -231,6 +236,8 @@ def _options(args: argparse.Namespace, grid: dict[str, list[Any]]) -> dict[str, 
         opts["reshard_after_forward"] = False
     if args.units is not None:
         opts["units"] = [u.strip() for u in args.units.split(",") if u.strip()]
+    if args.hsdp is not None:
+        opts["hsdp"] = parse_shape(args.hsdp, "--hsdp")
     if args.device is not None and args.device.strip().lower() != "meta":
         refuse("--device", args.device, "meta",
                why="a plan analyses a meta copy of the model, steered to --target's kernels; "

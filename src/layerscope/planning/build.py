@@ -9,6 +9,7 @@ from math import prod
 from typing import Any
 
 from layerscope.analysis.roofline import roof_of, roof_times
+from layerscope.metrics.commkinds import wire_bytes
 from layerscope.metrics.memory.training import OPTIMIZER_STATES
 from layerscope.planning import timeline as tl
 from layerscope.planning.checkpointing import (
@@ -56,7 +57,7 @@ def _auto(prof: Profile, opts: Options) -> Plan:
 
 
 def _build(prof: Profile, opts: Options, choice: CheckpointChoice, asked: Any) -> Plan:
-    n = opts.world_size
+    n = opts.shard_size
     params = trainable(prof)
     shapes = [p.shape for p in params]
     states = model_states(
@@ -153,7 +154,7 @@ def _options(opts: Options, asked: Any, units: list[str]) -> dict[str, Any]:
         "checkpoint": asked if isinstance(asked, str | type(None)) else list(asked),
         "units": list(opts.units) if opts.units is not None else None,
         "fsdp_units": units, "inter_node_bandwidth": opts.inter_node_bandwidth,
-        "bucket_cap_mb": opts.bucket_cap_mb,
+        "bucket_cap_mb": opts.bucket_cap_mb, "hsdp": list(opts.hsdp) if opts.hsdp else None,
     }  # fmt: skip
 
 
@@ -178,7 +179,7 @@ def _fsdp(
     prof: Profile, opts: Options, params: Sequence[Param], setup: tl.Setup, grad_size: int
 ) -> tuple[list[str], dict[str, dict[str, Any]], dict[str, Any]]:
     """FSDP2's units (paths, table rows) and collectives, set up for the replay."""
-    n, low = opts.world_size, opts.compute_dtype.itemsize
+    n, low = opts.shard_size, opts.compute_dtype.itemsize
     units = fsdp_units(prof, opts)
     owned: dict[str, list[tuple[int, ...]]] = {u: [] for u in units}
     for p in params:
@@ -188,15 +189,22 @@ def _fsdp(
     setup.cast_gather = opts.mixed
     setup.reshard_after_forward = opts.reshard_after_forward
     setup.final_grads = sum(u.padded for u in setup.units) * grad_size
-    comm = fsdp_collectives(
+    comm: dict[str, Any] = dict(fsdp_collectives(
         owned, world_size=n, param_bytes=low, reduce_bytes=grad_size,
         reshard_after_forward=opts.reshard_after_forward,
-    )  # fmt: skip
+    ))  # fmt: skip
+    if opts.replicas > 1:  # HSDP: each gradient shard all-reduced over the replicas
+        for u in setup.units:
+            if u.path in comm:
+                payload = u.padded * grad_size
+                wire = wire_bytes("all_reduce", payload, opts.replicas)
+                row = {"calls": 1, "bytes": payload, "wire_bytes": wire}
+                comm[u.path]["backward"]["all_reduce"] = row
     rows = {
         u.path: {"unit": True, "shard_elements": u.padded, "unsharded_bytes": n * u.padded * low}
         for u in setup.units
     }
-    return units, rows, dict(comm)
+    return units, rows, comm
 
 
 def _replicated(
@@ -265,9 +273,12 @@ def _weight_copies(
     return made, saved
 
 
-def _bandwidth(opts: Options) -> float:
+def _bandwidth(opts: Options, group: int) -> float:
+    """The link a ring over ``group`` GPUs runs at: the interconnect within a node, the
+    inter-node bandwidth once it spans nodes (groups of consecutive ranks; an HSDP
+    replicate group spans nodes whenever the world does)."""
     spec = opts.target
-    if opts.world_size > spec.node_size or spec.interconnect is None:
+    if group > spec.node_size or spec.interconnect is None:
         return opts.inter_node_bandwidth
     return spec.interconnect
 
@@ -281,9 +292,10 @@ def _time(
     root = prof.root
     compute = fwd[id(root)] + bwd[id(root)]
     recompute = sum(fwd[id(prof.node(p))] for p in choice.paths)
-    n, bw = opts.world_size, _bandwidth(opts)
+    n = opts.shard_size
+    bw = _bandwidth(opts, n)
     total = exposed = 0.0
-    if opts.sharding == "fsdp" and n > 1:
+    if opts.sharding == "fsdp" and opts.world_size > 1:
         works = []
         paths = [u.path for u in setup.units]
         for unit in setup.units:
@@ -298,8 +310,10 @@ def _time(
             )
             works.append(UnitWork(unit.path, own_f, own_b, unit.padded * setup.param_size,
                                   n * unit.padded * setup.reduce_size,
-                                  opts.reshard_after_forward and unit.path != ""))  # fmt: skip
-        total, exposed = fsdp_exposed(works, n, bw)
+                                  opts.reshard_after_forward and unit.path != "",
+                                  unit.padded * setup.reduce_size))  # fmt: skip
+        replicas = (opts.replicas, _bandwidth(opts, opts.world_size))
+        total, exposed = fsdp_exposed(works, n, bw, replicas)
     elif opts.sharding in ("ddp", "zero1", "zero2") and n > 1:
         size = 4 if opts.mixed and opts.sharding == "ddp" else opts.compute_dtype.itemsize
         buckets = ddp_buckets([(p.shape, size) for p in trainable(prof)], opts.bucket_cap_mb)

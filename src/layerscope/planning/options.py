@@ -42,6 +42,18 @@ class Options:
     units: tuple[str, ...] | None
     inter_node_bandwidth: float
     bucket_cap_mb: float
+    #: HSDP: (replicate, shard) group sizes, their product the world size; None: plain
+    hsdp: tuple[int, int] | None = None
+
+    @property
+    def shard_size(self) -> int:
+        """GPUs a tensor is sharded over (FSDP2: all of them; HSDP: one shard group)."""
+        return self.hsdp[1] if self.hsdp else self.world_size
+
+    @property
+    def replicas(self) -> int:
+        """Copies of each shard (HSDP's replicate groups; 1 otherwise)."""
+        return self.hsdp[0] if self.hsdp else 1
 
     @property
     def mixed(self) -> bool:
@@ -63,7 +75,7 @@ def check_options(
     extra: Mapping[str, Any],
 ) -> Options:
     known = {"reserve_bytes", "rank", "reshard_after_forward", "units",
-             "inter_node_bandwidth", "bucket_cap_mb"}  # fmt: skip
+             "inter_node_bandwidth", "bucket_cap_mb", "hsdp"}  # fmt: skip
     unknown = sorted(set(extra) - known)
     if unknown:
         raise InvalidInputError(
@@ -83,6 +95,7 @@ def check_options(
         if isinstance(units, str) or not all(isinstance(u, str) for u in units):
             refuse("units", units, "a list of module paths")
         units = tuple(units)
+    hsdp = _hsdp(extra.get("hsdp"), sharding, world)
     if budget is None:
         budget = spec.memory_bytes
     elif budget is not None:
@@ -96,7 +109,7 @@ def check_options(
         grad_accum=check_int("grad_accum", grad_accum, 1),
         budget=budget,
         reserve_bytes=check_int("reserve_bytes", extra.get("reserve_bytes", RESERVE_BYTES), 0),
-        rank=check_int("rank", extra.get("rank", 0), 0, world - 1),
+        rank=check_int("rank", extra.get("rank", 0), 0, (hsdp[1] if hsdp else world) - 1),
         reshard_after_forward=check_bool(
             "reshard_after_forward", extra.get("reshard_after_forward", True)
         ),
@@ -107,7 +120,28 @@ def check_options(
             positive=True,
         ),
         bucket_cap_mb=check_number("bucket_cap_mb", extra.get("bucket_cap_mb", 25), positive=True),
+        hsdp=hsdp,
     )
+
+
+def _hsdp(value: Any, sharding: str, world: int) -> tuple[int, int] | None:
+    """``hsdp=(replicate, shard)``: FSDP2 over a 2-D mesh, sharded within each group of
+    ``shard`` GPUs and replicated over ``replicate`` such groups."""
+    if value is None:
+        return None
+    if sharding != "fsdp":
+        raise InvalidInputError(
+            f"hsdp is FSDP2 on a 2-D mesh: it needs sharding='fsdp', got {sharding!r}"
+        )
+    if not isinstance(value, tuple | list) or len(value) != 2:
+        refuse("hsdp", value, "(replicate, shard): two positive ints")
+    replicate, shard = (check_int("hsdp", v, 1) for v in value)
+    if replicate * shard != world:
+        raise InvalidInputError(
+            f"hsdp={replicate, shard}: replicate x shard = {replicate * shard}, but "
+            f"world_size is {world}"
+        )
+    return replicate, shard
 
 
 __all__ = ["INTER_NODE_BANDWIDTH", "OUT_OF_SCOPE", "RESERVE_BYTES", "Options", "check_options"]

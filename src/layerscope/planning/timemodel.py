@@ -40,6 +40,7 @@ class UnitWork:
     gather: int  # the all-gather's payload: one padded shard
     scatter: int  # the reduce-scatter's payload: world_size padded shards
     regather: bool  # gathered again before its backward
+    reduce: int = 0  # HSDP: the all-reduce of its gradient shard over the replicas
 
 
 def link_time(kind: str, payload: int, world: int, bandwidth: float) -> float:
@@ -49,12 +50,23 @@ def link_time(kind: str, payload: int, world: int, bandwidth: float) -> float:
     return wire_bytes(kind, payload, world) / bandwidth
 
 
-def fsdp_exposed(units: Sequence[UnitWork], world: int, bandwidth: float) -> tuple[float, float]:
-    """(all collectives' time, the part not hidden under compute) of one micro-batch."""
+def fsdp_exposed(
+    units: Sequence[UnitWork],
+    world: int,
+    bandwidth: float,
+    replicas: tuple[int, float] = (1, 0.0),
+) -> tuple[float, float]:
+    """(all collectives' time, the part not hidden under compute) of one micro-batch;
+    ``world`` GPUs shard each unit, ``replicas`` (HSDP: how many, at what bandwidth)
+    all-reduce its gradient shard after the reduce-scatter."""
     if not units:
         return 0.0, 0.0
     gathers = [link_time("all_gather", u.gather, world, bandwidth) for u in units]
-    scatters = [link_time("reduce_scatter", u.scatter, world, bandwidth) for u in units]
+    scatters = [
+        link_time("reduce_scatter", u.scatter, world, bandwidth)
+        + link_time("all_reduce", u.reduce, replicas[0], replicas[1])
+        for u in units
+    ]
     total = sum(gathers) + sum(scatters)
     total += sum(g for g, u in zip(gathers, units, strict=True) if u.regather)
     # forward: the first gather is exposed; unit i + 1's gather runs under unit i

@@ -235,7 +235,9 @@ def _heading(section: Mapping[str, Any], width: int) -> list[Line]:
     if sharding == "fsdp":
         n_units = len(o.get("fsdp_units") or ())
         reshard = "" if o.get("reshard_after_forward", True) else ", no reshard after forward"
-        sharding += f" ({units.plural(n_units, 'unit')}{reshard})"
+        hsdp = o.get("hsdp")
+        mesh = f", hsdp: {hsdp[0]} replicas of {hsdp[1]}-way shards" if hsdp else ""
+        sharding += f" ({units.plural(n_units, 'unit')}{reshard}{mesh})"
     tokens = section.get("tokens")
     batch = f"{units.count(tokens)} tokens" if tokens else "without token ids"
     checkpointed = len(section.get("checkpoint", ()))
