@@ -170,9 +170,11 @@ def on_meta(name: str) -> tuple[nn.Module, Tensor, ls.Profile]:
 @pytest.mark.parametrize("device", ["cpu", "meta"])
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_plan_checkpoint_figures_equal_real_runs(name: str, device: str) -> None:
-    """``ls.plan``'s kept activation bytes and recompute FLOPs for no checkpointing, every
-    block, and one block's child, against the model run with those modules under
-    non-reentrant ``torch.utils.checkpoint`` (early stop off) and profiled."""
+    """``ls.plan``'s kept activation bytes, recompute FLOPs and peak for no
+    checkpointing, every block, one block's child, and a block with another's child,
+    against the model run with those modules under non-reentrant
+    ``torch.utils.checkpoint`` (early stop off) and profiled (its parameters, buffers,
+    input and measured peak: plain SGD keeps no states)."""
     model, x, prof = plain(name) if device == "cpu" else on_meta(name)
     blocks = MODELS[name][2]
     child = next(iter(n.path for n in prof.node(blocks[1]).children))
@@ -180,6 +182,11 @@ def test_plan_checkpoint_figures_equal_real_runs(name: str, device: str) -> None
         plan = planned(prof, checkpoint)
         want = real(model, x, tuple(plan.checkpoint))
         assert (plan.kept_activation_bytes, plan.recompute_flops) == want, checkpoint
+        # the step's peak: parameters and buffers, the input, the measured session peak
+        with set_checkpoint_early_stop(False):
+            mem = measure(with_checkpoint(model, *plan.checkpoint), x).memory
+        peak = mem["baseline_bytes"] + mem["session_peak_bytes"] + x.nbytes
+        assert plan.peak_bytes == peak, checkpoint
     assert planned(prof, "blocks").checkpoint == blocks
 
 

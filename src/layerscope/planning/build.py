@@ -251,6 +251,19 @@ def _checkpoints(prof: Profile, choice: CheckpointChoice, setup: tl.Setup) -> No
         )
     setup.drops = drops
     setup.recompute_peak = {p: int(prof.node(p).metrics.get("peak_bytes", 0)) for p in drops}
+    # a checkpointed module's output that only checkpointed subtrees saved but the next
+    # checkpointed module keeps as its input: the analysis holds it until the module's
+    # own backward, the checkpointed run frees it after the next module's backward,
+    # before this one's recompute makes it again
+    every = {index[n.path] for p in choice.paths for n in prof.node(p).walk() if n.path in index}
+    for path in choice.paths:
+        i = index.get(path)
+        setup.regenerated[path] = sum(
+            int(nbytes)
+            for nbytes, savers, inputs, outputs, param in table["rows"]
+            if not param and i in outputs and savers and every.issuperset(savers)
+            and (held - {i}).intersection(inputs)
+        )  # fmt: skip
 
 
 def _weight_copies(

@@ -96,6 +96,9 @@ class Setup:
     #: checkpointed modules: bytes dropped from what they saved, and their forward peak
     drops: dict[str, int] = field(default_factory=dict)
     recompute_peak: dict[str, int] = field(default_factory=dict)
+    #: of a checkpointed module's output, what the analysis still holds at its recompute
+    #: but the checkpointed run has freed (the recompute makes it again)
+    regenerated: dict[str, int] = field(default_factory=dict)
     #: ZeRO-2: the gradient partition each GPU keeps (allocated in the backward)
     grad_partition: int = 0
     #: the gradients after the backward, at rest (what the optimizer reads)
@@ -293,7 +296,8 @@ class _Step(_Replay):
             self.alloc("partition", "grad_bytes", s.grad_partition)
         for m in list(self.pending_drops):
             if _inside(path, m) and m not in self.recomputed:
-                self.activations = nbytes - self.pending_drops.pop(m)
+                drop = self.pending_drops.pop(m) + s.regenerated.get(m, 0)
+                self.activations = nbytes - drop
                 self.emit("recompute", m, recompute=s.recompute_peak.get(m, 0))
                 self.activations = nbytes
                 self.recomputed.add(m)
