@@ -177,3 +177,17 @@ def to_device(value: Any, device: torch.device, dtype: torch.dtype | None = None
     if isinstance(value, dict):
         return {k: to_device(v, device, dtype) for k, v in value.items()}
     return value
+
+
+def check_shape_flags(args: Any) -> None:
+    """``--input-shape`` (each a shape), ``--input-dtype`` (only with a shape) and
+    ``--kwargs`` (a JSON object), checked before the model is built."""
+    if args.input_shape:
+        for text in args.input_shape:
+            parse_shape(text)
+    elif args.input_dtype:
+        raise InvalidInputError("--input-dtype needs --input-shape")
+    if args.input_dtype:
+        parse_dtype(args.input_dtype, "--input-dtype")
+    if args.kwargs:
+        parse_json_object(args.kwargs, "--kwargs")

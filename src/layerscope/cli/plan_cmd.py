@@ -27,7 +27,13 @@ from typing import Any
 
 from torch import nn
 
-from layerscope.cli.inputs import InputMaker, parse_dtype, parse_json_object, parse_shape
+from layerscope.cli.inputs import (
+    InputMaker,
+    check_shape_flags,
+    parse_dtype,
+    parse_json_object,
+    parse_shape,
+)
 from layerscope.errors import InvalidInputError
 from layerscope.export.files import write_text
 from layerscope.hardware import BY_NAME
@@ -262,15 +268,7 @@ def _inputs(model: nn.Module, loaded: Any, args: argparse.Namespace) -> dict[str
 
 def _check_flags(args: argparse.Namespace) -> dict[str, list[Any]]:
     """The flags that need no model, checked before it is built; the sweep's grid."""
-    if args.input_shape:
-        for text in args.input_shape:
-            parse_shape(text)
-    elif args.input_dtype:
-        raise InvalidInputError("--input-dtype needs --input-shape")
-    if args.input_dtype:
-        parse_dtype(args.input_dtype, "--input-dtype")
-    if args.kwargs:
-        parse_json_object(args.kwargs, "--kwargs")
+    check_shape_flags(args)
     for flag, value in (("--width", args.width), ("--max-rows", args.max_rows)):
         if value is not None:
             check_int(flag, value, 1)

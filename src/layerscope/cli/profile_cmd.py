@@ -56,6 +56,7 @@ from layerscope.cli.common import (
 )
 from layerscope.cli.inputs import (
     InputMaker,
+    check_shape_flags,
     load_input_file,
     parse_dtype,
     parse_json_object,
@@ -354,18 +355,10 @@ def _check_target_device(model: torch.nn.Module, text: str) -> None:
 
 def _check_input_flags(args: argparse.Namespace) -> None:
     """The flags that say what the model is given: shapes, dtypes, keyword inputs."""
-    if args.input_shape:
-        for text in args.input_shape:
-            parse_shape(text)
-    elif args.input_dtype:
-        raise InvalidInputError("--input-dtype needs --input-shape")
-    if args.input_dtype:
-        parse_dtype(args.input_dtype, "--input-dtype")
+    check_shape_flags(args)
     if args.dtype:
         parse_model_dtype(args.dtype)
     check_int("--seed", args.seed, *SEED_BOUNDS)
-    if args.kwargs:
-        parse_json_object(args.kwargs, "--kwargs")
     if args.input and args.input_shape:
         raise InvalidInputError("give --input FILE or --input-shape, not both")
 

@@ -22,6 +22,7 @@ import html
 import json
 import math
 import os
+from collections.abc import Mapping
 from functools import lru_cache
 from importlib import resources
 from typing import Any
@@ -177,8 +178,8 @@ def report_data(profile: Profile, roof: Roof | None = None) -> dict[str, Any]:
         del v[key]
     return {
         "schema": profile.schema,
-        "model": _plain(profile.model),
-        "env": _plain(profile.env),
+        "model": page_facts(profile.model),
+        "env": page_facts(profile.env),
         "headline": _headline(profile),
         **tree,
         "rep": {str(i): n.repeat for i, n in enumerate(nodes) if n.repeat > 1},
@@ -260,14 +261,14 @@ def _table(
             v[key] = [n.calls for n in nodes]
         elif base in present:
             v[key] = [
-                None if key in _PER_CALL_PEAKS and not n.calls else _num(values.get(n, key))
+                None if key in _PER_CALL_PEAKS and not n.calls else page_number(values.get(n, key))
                 for n in nodes
             ]
             if all(x is None for x in v[key]):
                 del v[key]
                 continue
             if not key.startswith("self_") and (column(key).additive or key in ms.TIMES):
-                s[key] = [_num(nodes[i].self_metrics.get(key)) for i in inner]
+                s[key] = [page_number(nodes[i].self_metrics.get(key)) for i in inner]
         else:
             continue
         col = column(key)
@@ -301,7 +302,7 @@ def _chart(
         if base not in present:
             continue
         if key not in v:
-            v[key] = [_num(values.get(n, key)) for n in nodes]
+            v[key] = [page_number(values.get(n, key)) for n in nodes]
         total = v[key][0]
         if isinstance(total, int | float) and total > 0:
             chart.append({"key": key, "label": label, "kind": kind})
@@ -339,11 +340,14 @@ def _finite(x: Any) -> bool:
     return isinstance(x, int | float) and math.isfinite(x)
 
 
-def _num(x: Number | None) -> Number | str | None:
+def page_number(x: Any) -> Number | str | None:
     """A value for the page: ints as they are, floats to 6 significant digits, non-finite
-    ones as the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"`` (JSON has no NaN)."""
+    ones as the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"`` (JSON has no NaN);
+    None and what is not a number as None."""
     if x is None or isinstance(x, bool):
         return None if x is None else int(x)
+    if not isinstance(x, int | float):
+        return None
     if isinstance(x, int):
         return x
     if not math.isfinite(x):
@@ -353,14 +357,14 @@ def _num(x: Number | None) -> Number | str | None:
     return float(f"{x:.6g}")
 
 
-def _plain(value: Any) -> Any:
+def page_facts(value: Any) -> Any:
     """JSON-safe copy of a small dict of facts (non-finite floats as strings)."""
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, Mapping):
+        return {str(k): page_facts(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
+        return [page_facts(v) for v in value]
     if isinstance(value, float):
-        return _num(value)
+        return page_number(value)
     if value is None or isinstance(value, str | int | bool):
         return value
     return str(value)
@@ -398,14 +402,14 @@ def _headline(profile: Profile) -> list[list[Any]]:
         if key in m:
             col = column(key)
             label = col.header + ("*" if key in profile.partial_metrics else "")
-            out.append([label, _num(m[key]), col.kind, key])
+            out.append([label, page_number(m[key]), col.kind, key])
     mem = profile.memory
     for key, label, what in _MEMORY_CARDS:
         if key in mem and (key != "session_peak_bytes" or ms.BACKWARD_PEAK_BYTES in mem):
-            out.append([label, _num(mem[key]), "bytes", key, what])
+            out.append([label, page_number(mem[key]), "bytes", key, what])
     latency = profile.timing.get("latency")
     if isinstance(latency, dict) and "median" in latency:
-        out.append(["Latency", _num(latency["median"]), "seconds", "latency"])
+        out.append(["Latency", page_number(latency["median"]), "seconds", "latency"])
     return out
 
 
@@ -485,9 +489,9 @@ def _roofline(
                 continue
             t = values.time_total(n, time_key, own=True)
             points["i"].append(i)
-            points["f"].append(_num(w[0]))
-            points["b"].append(_num(w[1]))
-            points["t"].append(_num(t) if t else None)
+            points["f"].append(page_number(w[0]))
+            points["b"].append(page_number(w[1]))
+            points["t"].append(page_number(t) if t else None)
         timed = any(t is not None for t in points["t"])
         if points["i"] and (timed or roof is not None):
             phases[phase] = {**points, "no_flops": no_flops, "timed": timed}
@@ -499,8 +503,8 @@ def _roofline(
         else {
             "name": roof.name,
             "dtype": roof.dtype,
-            "peak": _num(roof.peak),
-            "bandwidth": _num(roof.bandwidth),
+            "peak": page_number(roof.peak),
+            "bandwidth": page_number(roof.bandwidth),
             # which device the profile measured or followed, where the roof is another's
             "note": device_note(profile, roof.name),
         },

@@ -22,33 +22,20 @@ from typing import Any
 
 from layerscope.errors import ExportError
 from layerscope.export.files import write_text
-from layerscope.export.html import page_text, report_data, report_roof, script_json
+from layerscope.export.html import (
+    page_facts,
+    page_number,
+    page_text,
+    report_data,
+    report_roof,
+    script_json,
+)
+from layerscope.export.jsonplan import PARTS, TIME_PARTS
 from layerscope.hardware import DeviceLike
 from layerscope.profile import Profile
 from layerscope.render import units
 
 __all__ = ["PARTS", "plan_data", "to_html", "to_html_text"]
-
-#: The parts of a GPU's memory, bottom of the stack first, and their names on the page.
-PARTS: tuple[tuple[str, str], ...] = (
-    ("param_bytes", "Params"),
-    ("unsharded_param_bytes", "Unsharded params"),
-    ("grad_bytes", "Grads"),
-    ("optimizer_state_bytes", "Optimizer states"),
-    ("master_weight_bytes", "Master weights"),
-    ("activation_bytes", "Activations"),
-    ("recompute_bytes", "Recompute"),
-    ("comm_buffer_bytes", "Comm buffers"),
-    ("other_bytes", "Other"),
-)
-
-#: The parts of the step time, in the order they add up to ``step_time``.
-TIME_PARTS: tuple[tuple[str, str], ...] = (
-    ("compute", "Compute"),
-    ("recompute", "Recompute"),
-    ("exposed_comm", "Exposed comm"),
-    ("optimizer", "Optimizer"),
-)
 
 #: What each timeline event says before its module (``planning.timeline.Point.event``).
 EVENT_WORDS: dict[str, str] = {
@@ -149,8 +136,8 @@ def plan_data(section: Mapping[str, Any], sweep: Mapping[str, Any] | None = None
     headroom = None if budget is None else budget - reserve - peak  # as Plan.headroom_bytes
     return {
         "part_names": [label for _, label in PARTS],
-        "options": _plain(section.get("options") or {}),
-        "device": _plain(section.get("device") or {}),
+        "options": page_facts(section.get("options") or {}),
+        "device": page_facts(section.get("device") or {}),
         "settings": _settings(section.get("options") or {}, section.get("device") or {}),
         "peak_bytes": peak,
         "parts": [p for p in parts if p[1]],
@@ -163,17 +150,17 @@ def plan_data(section: Mapping[str, Any], sweep: Mapping[str, Any] | None = None
         "fits": None if headroom is None else headroom >= 0,
         "headroom_bytes": headroom,
         "checkpoint": [str(p) for p in section.get("checkpoint") or []],
-        "kept_activation_bytes": _num(section.get("kept_activation_bytes")),
-        "recompute_flops": _num(section.get("recompute_flops")),
+        "kept_activation_bytes": page_number(section.get("kept_activation_bytes")),
+        "recompute_flops": page_number(section.get("recompute_flops")),
         "timeline": _timeline(_mapping(section, "timeline")),
-        "time": [[label, _num(time.get(key, 0))] for key, label in TIME_PARTS],
-        "comm_time": _num(time.get("comm")),
-        "exposed_comm": _num(time.get("exposed_comm")),
-        "step_time": _num(section.get("step_time")),
-        "model_flops": _num(section.get("model_flops")),
-        "mfu": _num(section.get("mfu")),
-        "tokens": _num(section.get("tokens")),
-        "tokens_per_s": _num(section.get("tokens_per_s")),
+        "time": [[label, page_number(time.get(key, 0))] for key, label in TIME_PARTS],
+        "comm_time": page_number(time.get("comm")),
+        "exposed_comm": page_number(time.get("exposed_comm")),
+        "step_time": page_number(section.get("step_time")),
+        "model_flops": page_number(section.get("model_flops")),
+        "mfu": page_number(section.get("mfu")),
+        "tokens": page_number(section.get("tokens")),
+        "tokens_per_s": page_number(section.get("tokens_per_s")),
         "modules": _modules(section.get("modules") or []),
         "comm": _comm(section.get("comm") or {}),
         "notes": [str(n) for n in section.get("notes") or []],
@@ -253,7 +240,7 @@ def _comm(comm: Mapping[str, Any]) -> list[list[Any]]:
                     s[k] += x if isinstance(x, int | float) else 0
     order = {"forward": 0, "backward": 1}
     keys = sorted(sums, key=lambda pk: (order.get(pk[0], 2), pk[0], pk[1]))
-    return [[p, k.replace("_", "-"), *(_num(x) for x in sums[(p, k)])] for p, k in keys]
+    return [[p, k.replace("_", "-"), *(page_number(x) for x in sums[(p, k)])] for p, k in keys]
 
 
 def _sweep(sweep: Mapping[str, Any]) -> dict[str, Any]:
@@ -317,35 +304,8 @@ def _cell(value: Any) -> Any:
     if isinstance(value, bool) or value is None or isinstance(value, str):
         return value
     if isinstance(value, int | float):
-        return _num(value)
+        return page_number(value)
     return _text(value)
-
-
-def _num(x: Any) -> Any:
-    """A number for the page: ints as they are, floats to 6 significant digits, non-finite
-    ones as strings (JSON has no NaN); None and anything else as None."""
-    if isinstance(x, bool) or not isinstance(x, int | float):
-        return None
-    if isinstance(x, int):
-        return x
-    if not math.isfinite(x):
-        return "NaN" if x != x else ("Infinity" if x > 0 else "-Infinity")
-    if x == int(x) and abs(x) < 2**53:
-        return int(x)
-    return float(f"{x:.6g}")
-
-
-def _plain(value: Any) -> Any:
-    """JSON-safe copy of a small dict of facts."""
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    if isinstance(value, float):
-        return _num(value)
-    if value is None or isinstance(value, str | int | bool):
-        return value
-    return str(value)
 
 
 def _mapping(section: Mapping[str, Any], key: str) -> Mapping[str, Any]:

@@ -7,17 +7,28 @@ from __future__ import annotations
 from layerscope.export.jsoncheck import Arr, Bool, Finite, Int, Map, Num, Obj, Opt, Str
 
 _BYTES = Int(0, description="bytes")
-_PARTS = (
-    "param_bytes",
-    "unsharded_param_bytes",
-    "grad_bytes",
-    "optimizer_state_bytes",
-    "master_weight_bytes",
-    "activation_bytes",
-    "recompute_bytes",
-    "comm_buffer_bytes",
-    "other_bytes",
+#: The parts of a GPU's memory, in order: the plan's ``memory`` keys and the timeline's
+#: columns, with the name views give each.
+PARTS: tuple[tuple[str, str], ...] = (
+    ("param_bytes", "Params"),
+    ("unsharded_param_bytes", "Unsharded params"),
+    ("grad_bytes", "Grads"),
+    ("optimizer_state_bytes", "Optimizer states"),
+    ("master_weight_bytes", "Master weights"),
+    ("activation_bytes", "Activations"),
+    ("recompute_bytes", "Recompute"),
+    ("comm_buffer_bytes", "Comm buffers"),
+    ("other_bytes", "Other"),
 )
+#: The parts of the step time that add up to ``step_time`` (``time``'s keys but
+#: ``comm``), with the name views give each.
+TIME_PARTS: tuple[tuple[str, str], ...] = (
+    ("compute", "Compute"),
+    ("recompute", "Recompute"),
+    ("exposed_comm", "Exposed comm"),
+    ("optimizer", "Optimizer"),
+)
+_PARTS = tuple(key for key, _ in PARTS)
 _COLUMN = Arr(Finite(), "one value per point of the timeline")
 
 #: The plan section; every key is written by ``Plan.save``.
@@ -87,4 +98,4 @@ PLAN = Obj(
     description="ls.plan's answer for one GPU of a training run (docs/plan.md)",
 )
 
-__all__ = ["PLAN"]
+__all__ = ["PARTS", "PLAN", "TIME_PARTS"]

@@ -41,18 +41,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from layerscope.export.jsonplan import PARTS as _NAMED
+
 #: The parts of a GPU's memory at one moment (``Plan.memory``'s keys).
-PARTS = (
-    "param_bytes",
-    "unsharded_param_bytes",
-    "grad_bytes",
-    "optimizer_state_bytes",
-    "master_weight_bytes",
-    "activation_bytes",
-    "recompute_bytes",
-    "comm_buffer_bytes",
-    "other_bytes",
-)
+PARTS = tuple(key for key, _ in _NAMED)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from typing import IO, Any
 from rich.console import Console
 from rich.theme import Theme
 
+from layerscope.export.jsonplan import PARTS, TIME_PARTS
 from layerscope.render import config as display_config
 from layerscope.render import units
 from layerscope.render.layout import (
@@ -38,24 +39,9 @@ from layerscope.validate import check_int, refuse
 __all__ = ["plan_lines", "render_plan", "render_sweep", "show_plan", "show_sweep", "sweep_lines"]
 
 #: The parts of a GPU's memory (``Plan.memory``'s keys), as the memory table names them.
-PART_LABELS = {
-    "param_bytes": "Params",
-    "unsharded_param_bytes": "Unsharded params",
-    "grad_bytes": "Grads",
-    "optimizer_state_bytes": "Optimizer states",
-    "master_weight_bytes": "Master weights",
-    "activation_bytes": "Activations",
-    "recompute_bytes": "Recompute",
-    "comm_buffer_bytes": "Comm buffers",
-    "other_bytes": "Other",
-}
+PART_LABELS = dict(PARTS)
 #: The parts of the step time that add up to it (``Plan.time``'s keys but ``comm``).
-TIME_LABELS = {
-    "compute": "Compute",
-    "recompute": "Recompute",
-    "exposed_comm": "Exposed comm",
-    "optimizer": "Optimizer",
-}
+TIME_LABELS = dict(TIME_PARTS)
 #: The sweep's axes (``planning.sweep.AXES``) as its table's headers.
 AXIS_HEADERS = {
     "micro_batch": "Micro-batch",
