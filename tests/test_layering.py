@@ -38,6 +38,7 @@ LAYERS: dict[str, int] = {
     "layerscope.export": 5,
     "layerscope.session": 6,
     "layerscope.planning": 6,
+    "layerscope.generation": 6,
     "layerscope.distributed": 6,
     "layerscope.integrations": 6,
     "layerscope.examples": 6,

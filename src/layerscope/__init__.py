@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from layerscope.collect.meta import to_meta
     from layerscope.collect.regions import region
     from layerscope.export.json import SCHEMA_PATH, load
+    from layerscope.generation import Generation, load_generation, profile_generate
     from layerscope.hardware import DeviceSpec, device_spec
     from layerscope.metrics.flops import Cost, register_flop_formula
     from layerscope.metrics.memory import (
@@ -76,6 +77,9 @@ _LAZY: dict[str, str] = {
     "NonFiniteError": "layerscope.metrics.numerics",
     "NonFiniteWarning": "layerscope.metrics.numerics",
     "NumericsObserver": "layerscope.metrics.numerics",
+    "Generation": "layerscope.generation",
+    "load_generation": "layerscope.generation",
+    "profile_generate": "layerscope.generation",
     "Plan": "layerscope.planning",
     "load_plan": "layerscope.planning",
     "plan": "layerscope.planning",
@@ -128,6 +132,7 @@ __all__ = [
     "Estimate",
     "ExportError",
     "FlopFormulaError",
+    "Generation",
     "InvalidInputError",
     "LayerscopeError",
     "MemoryObserver",
@@ -154,11 +159,13 @@ __all__ = [
     "diff",
     "estimate",
     "load",
+    "load_generation",
     "load_plan",
     "max_batch_size",
     "plan",
     "plan_sweep",
     "profile",
+    "profile_generate",
     "rank_table",
     "record_training_footprint",
     "region",

@@ -35,6 +35,7 @@ from layerscope.export.jsoncheck import (
     Where,
     fail,
 )
+from layerscope.export.jsongen import GENERATION
 from layerscope.export.jsonmemory import BY_KIND, TIMELINE
 from layerscope.export.jsonmemory import BYTES as _BYTES
 from layerscope.export.jsonplan import PLAN
@@ -551,6 +552,7 @@ def schema_document() -> dict[str, Any]:
         },
         "root": {"$ref": "#/$defs/node", "description": "the whole model"},
         "plan": PLAN.described(),
+        "generation": GENERATION.described(),
     }
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",

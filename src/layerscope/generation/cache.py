@@ -1,0 +1,108 @@
+"""What a transformers ``Cache`` holds, read from the object itself (no transformers
+import here): bytes per layer as stored, self-attention and cross-attention apart.
+
+A transformers 5 cache keeps its layers in ``cache.layers`` (``layer.keys``,
+``layer.values``: ``(rows, kv heads, tokens, head dim)``); an ``EncoderDecoderCache``
+holds a ``self_attention_cache`` and a ``cross_attention_cache``. A sliding-window layer
+stores at most its window's last tokens, a static layer its whole preallocated length:
+both are counted as stored. A quantized cache keeps its data in private attributes; its
+layers are read where they show ``keys``/``values`` tensors, else a notice says what
+could not be read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+
+@dataclass
+class CacheFacts:
+    """The bytes a cache holds now, per layer (self-attention, then cross-attention)."""
+
+    #: bytes of each self-attention layer's keys and values, as stored
+    self_bytes: list[int] = field(default_factory=list)
+    #: tokens each self-attention layer stores (a sliding window stops growing)
+    self_tokens: list[int] = field(default_factory=list)
+    cross_bytes: list[int] = field(default_factory=list)
+    cross_tokens: list[int] = field(default_factory=list)
+    #: rows of the cache (batch x beams)
+    rows: int = 0
+    notices: list[str] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return sum(self.self_bytes) + sum(self.cross_bytes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "bytes": self.total,
+            "self_bytes": sum(self.self_bytes),
+            "cross_bytes": sum(self.cross_bytes),
+            "per_layer": list(self.self_bytes),
+            "tokens": list(self.self_tokens),
+            "cross_per_layer": list(self.cross_bytes),
+            "cross_tokens": list(self.cross_tokens),
+            "rows": self.rows,
+        }
+
+
+def _layers(cache: Any) -> list[Any] | None:
+    layers = getattr(cache, "layers", None)
+    return list(layers) if isinstance(layers, list | tuple) else None
+
+
+def _read(layers: list[Any], where: str, facts: CacheFacts) -> tuple[list[int], list[int]]:
+    sizes: list[int] = []
+    tokens: list[int] = []
+    for i, layer in enumerate(layers):
+        keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
+        if not isinstance(keys, torch.Tensor) or not isinstance(values, torch.Tensor):
+            if getattr(layer, "is_initialized", True):
+                facts.notices.append(
+                    f"{where} layer {i} ({type(layer).__name__}) keeps its data where "
+                    "layerscope cannot read it: its bytes are not counted"
+                )
+            sizes.append(0)
+            tokens.append(0)
+            continue
+        sizes.append(keys.nbytes + values.nbytes)
+        tokens.append(int(keys.shape[-2]) if keys.dim() >= 2 else 0)
+        if keys.dim() >= 1 and keys.numel():
+            facts.rows = max(facts.rows, int(keys.shape[0]))
+    return sizes, tokens
+
+
+def cache_facts(cache: Any) -> CacheFacts:
+    """The bytes ``cache`` holds now (module doc); an unknown object gives a notice."""
+    facts = CacheFacts()
+    if cache is None:
+        return facts
+    inner = getattr(cache, "self_attention_cache", None)
+    if inner is not None:  # encoder-decoder
+        own, cross = _layers(inner), _layers(getattr(cache, "cross_attention_cache", None))
+        facts.self_bytes, facts.self_tokens = _read(own or [], "self-attention", facts)
+        facts.cross_bytes, facts.cross_tokens = _read(cross or [], "cross-attention", facts)
+        return facts
+    layers = _layers(cache)
+    if layers is None:
+        facts.notices.append(
+            f"the cache is a {type(cache).__name__} without layers: its bytes are not counted"
+        )
+        return facts
+    facts.self_bytes, facts.self_tokens = _read(layers, "cache", facts)
+    return facts
+
+
+def seq_length(cache: Any) -> int:
+    """Tokens the cache has seen (``get_seq_length``), 0 without a cache."""
+    if cache is None:
+        return 0
+    inner = getattr(cache, "self_attention_cache", cache)
+    get = getattr(inner, "get_seq_length", None)
+    return int(get()) if callable(get) else 0
+
+
+__all__ = ["CacheFacts", "cache_facts", "seq_length"]

@@ -1,0 +1,132 @@
+"""``Generation``: what ``ls.profile_generate`` measured, one Profile per stage, the
+decode steps one by one, and the KV cache. Written as a ``layerscope/1`` document: the
+first stage is the document's profile, the ``generation`` section holds the rest
+(``ls.load_generation`` reads it back; ``ls.load`` reads the first stage)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from layerscope.errors import SchemaError
+from layerscope.profile import Profile
+
+#: The stages, in the order a generation runs them.
+STAGES = ("prefill", "decode", "full")
+
+
+@dataclass
+class Generation:
+    """One generation, measured (``docs/generate.md``)."""
+
+    #: one Profile per stage that ran: "prefill" (the calls that fill an empty cache,
+    #: an encoder-decoder's encoder included), "decode" (one new token per sequence on an
+    #: existing cache), "full" (steps without a cache)
+    stages: dict[str, Profile]
+    #: one row per model call after the first: stage, cache tokens before the step,
+    #: tokens fed per row, MACs, FLOPs, bytes moved, peak above the step's entry level,
+    #: KV-cache bytes after the step
+    decode_steps: list[dict[str, Any]]
+    #: the KV cache: bytes after the prefill and at the end, per token and per row,
+    #: per layer, self- and cross-attention apart
+    kv_cache: dict[str, Any]
+    #: how it ran: prompt tokens, new tokens, rows (batch x beams), the generate options
+    options: dict[str, Any] = field(default_factory=dict)
+    notices: list[str] = field(default_factory=list)
+
+    def section(self) -> dict[str, Any]:
+        """The ``generation`` section: everything but the first stage's profile, which
+        is the document's own."""
+        names = list(self.stages)
+        return {
+            "first_stage": names[0] if names else None,
+            "stages": {n: self.stages[n].to_dict() for n in names[1:]},
+            "decode_steps": [dict(r) for r in self.decode_steps],
+            "kv_cache": dict(self.kv_cache),
+            "options": dict(self.options),
+            "notices": list(self.notices),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        first = next(iter(self.stages.values()), None)
+        doc = first.to_dict() if first is not None else {}
+        doc["generation"] = self.section()
+        return doc
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write as JSON; ``ls.load_generation`` reads it back."""
+        from layerscope.export.files import write_text
+        from layerscope.export.json import to_json
+
+        first = next(iter(self.stages.values()), None)
+        if first is None:
+            raise SchemaError("a generation without stages has nothing to save")
+        write_text(os.fspath(path), to_json(first, None, {"generation": self.section()}) + "\n")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Generation:
+        """A generation from ``to_dict``'s form; ``SchemaError`` naming what is wrong."""
+        from layerscope.export.jsoncheck import Invalid, json_path
+        from layerscope.export.jsongen import GENERATION
+
+        section = data.get("generation") if isinstance(data, dict) else None
+        if not isinstance(section, dict):
+            raise SchemaError("$.generation: not a generation (no 'generation' section)")
+        try:
+            section = GENERATION.check(section, ("$", "generation"))
+        except Invalid as e:
+            raise SchemaError(f"{json_path(e.where)}: {e.problem}") from None
+        stages: dict[str, Profile] = {}
+        if section["first_stage"] is not None:
+            stages[section["first_stage"]] = Profile.from_dict(data)
+        for name, doc in section["stages"].items():
+            stages[name] = Profile.from_dict(doc)
+        return cls(
+            stages,
+            list(section["decode_steps"]),
+            dict(section["kv_cache"]),
+            dict(section["options"]),
+            list(section["notices"]),
+        )
+
+    def render(self, **options: Any) -> str:
+        """A summary: stages, the KV cache, the decode steps (``render.generate``)."""
+        from layerscope.render.generation import render_generation
+
+        return render_generation(self.section_for_views(), **options)
+
+    def show(self, **options: Any) -> None:
+        from layerscope.render.generation import show_generation
+
+        show_generation(self.section_for_views(), **options)
+
+    def section_for_views(self) -> dict[str, Any]:
+        """The figures the views show: each stage's totals, the steps, the cache."""
+        totals = {}
+        for name, prof in self.stages.items():
+            m = prof.root.metrics
+            totals[name] = {
+                "calls": prof.root.calls,
+                **{k: m.get(k) for k in ("macs", "flops", "bytes_accessed", "peak_bytes")},
+            }
+        return {
+            "stages": totals,
+            "decode_steps": self.decode_steps,
+            "kv_cache": self.kv_cache,
+            "options": self.options,
+            "notices": self.notices,
+        }
+
+    def __str__(self) -> str:
+        return self.render()
+
+
+def load_generation(path: str | os.PathLike[str]) -> Generation:
+    """Read a generation written by ``Generation.save`` (``ls.load_generation``)."""
+    from layerscope.export.jsonread import read_document
+
+    return Generation.from_dict(read_document(path))
+
+
+__all__ = ["STAGES", "Generation", "load_generation"]

@@ -1,0 +1,99 @@
+"""A measured generation as text (``Generation.render``/``show``): one line per stage,
+the KV cache, and a table of the model calls, from the figures of
+``Generation.section_for_views`` (numbers only; nothing here imports the generation)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from layerscope.render import units
+from layerscope.render.layout import (
+    Table,
+    TableColumn,
+    TableRow,
+    fit_table,
+    plain_text,
+    terminal_width,
+    wrap_text,
+)
+from layerscope.validate import check_int
+
+__all__ = ["render_generation", "show_generation"]
+
+
+def _cell(value: Any, kind: str) -> str:
+    if value is None:
+        return "-"
+    if kind == "bytes":
+        return units.nbytes(value)
+    return units.si(value) if kind == "si" else units.count(value)
+
+
+def render_generation(
+    section: Mapping[str, Any], *, width: int | None = None, max_rows: int | None = None
+) -> str:
+    """The summary and the table of calls, at ``width`` columns (default 100)."""
+    width = 100 if width is None else check_int("width", width, 20)
+    limit = None if max_rows is None else check_int("max_rows", max_rows, 1)
+    o, kv = section.get("options", {}), section.get("kv_cache", {})
+    lines = [
+        f"Generation: {o.get('batch', '?')} prompts of {o.get('prompt_tokens', '?')} tokens, "
+        f"{o.get('new_tokens', '?')} new tokens, {o.get('rows', '?')} rows "
+        f"({'a KV cache' if o.get('use_cache', True) else 'no cache: full forwards'}).",
+    ]
+    for name, t in section.get("stages", {}).items():
+        lines.append(
+            f"  {name}: {units.plural(t.get('calls') or 0, 'call')}, {_cell(t.get('macs'), 'si')} "
+            f"MACs, {_cell(t.get('flops'), 'si')} FLOPs, "
+            f"{_cell(t.get('bytes_accessed'), 'bytes')} moved"
+        )
+    if kv:
+        lines.append(
+            f"KV cache: {units.nbytes(kv.get('bytes_after_prefill', 0))} after the prefill, "
+            f"{units.nbytes(kv.get('bytes_final', 0))} at the end "
+            f"({units.count(kv.get('tokens_final', 0))} tokens x {kv.get('rows', 0)} rows; "
+            f"{units.nbytes(kv.get('bytes_per_token', 0))} per token and row"
+            + (f"; cross-attention {units.nbytes(kv['cross_bytes'])}"
+               if kv.get("cross_bytes") else "")
+            + ")."
+        )  # fmt: skip
+    columns = [
+        TableColumn("stage", "Stage", justify="left", priority=None),
+        TableColumn("cache", "Cache before", justify="right"),
+        TableColumn("tokens", "Fed", justify="right"),
+        TableColumn("macs", "MACs", justify="right"),
+        TableColumn("flops", "FLOPs", justify="right"),
+        TableColumn("bytes", "Bytes moved", justify="right"),
+        TableColumn("peak", "Peak", justify="right"),
+        TableColumn("kv", "KV after", justify="right"),
+    ]
+    steps = list(section.get("decode_steps", []))
+    shown = steps if limit is None else steps[:limit]
+    rows = [
+        TableRow([[(c, "")] for c in (
+            str(r.get("stage", "")), units.count(r.get("cache_tokens", 0)),
+            units.count(r.get("tokens", 0)), _cell(r.get("macs"), "si"),
+            _cell(r.get("flops"), "si"), _cell(r.get("bytes_accessed"), "bytes"),
+            _cell(r.get("peak_bytes"), "bytes"), _cell(r.get("kv_bytes"), "bytes"),
+        )])
+        for r in shown
+    ]  # fmt: skip
+    table = fit_table(Table(columns, rows), width)
+    lines = [plain_text(wrap_text(line, "", width)).rstrip("\n") for line in lines]
+    lines.append("")
+    lines.append(plain_text(table.lines).rstrip("\n"))
+    if table.dropped:
+        lines.append(f"Hidden to fit {width} columns: {', '.join(table.dropped)}.")
+    tail = [f"Showing {len(shown)} of {len(steps)} calls (max_rows {limit})."] if (
+        len(shown) < len(steps)
+    ) else []  # fmt: skip
+    tail += [f"Note: {n}" for n in section.get("notices", [])]
+    lines += [plain_text(wrap_text(line, "", width)).rstrip("\n") for line in tail]
+    return "\n".join(lines)
+
+
+def show_generation(section: Mapping[str, Any], **options: Any) -> None:
+    """Print ``render_generation`` at the terminal's width by default."""
+    options.setdefault("width", terminal_width())
+    print(render_generation(section, **options))

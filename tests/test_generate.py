@@ -1,0 +1,163 @@
+"""``ls.profile_generate``: stages, decode steps and the KV cache of Hugging Face
+``generate()`` on small models with random weights, every figure derived by hand."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import layerscope as ls
+from layerscope.errors import InvalidInputError
+
+transformers = pytest.importorskip("transformers")
+
+#: the small Llama: hidden 64, 4 query heads and 2 KV heads of 16, MLP 128, 2 layers
+D, HEADS, KV_HEADS, HEAD, MLP, LAYERS, VOCAB = 64, 4, 2, 16, 128, 2, 128
+#: weight MACs per token: q, k, v, o, gate, up, down per layer, and the LM head
+LLAMA_WEIGHT_MACS = LAYERS * (D * D + 2 * D * KV_HEADS * HEAD + D * D + 3 * D * MLP) + D * VOCAB
+
+
+def llama(**extra: Any) -> Any:
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=VOCAB, hidden_size=D, intermediate_size=MLP, num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, **extra,
+    )  # fmt: skip
+    return transformers.LlamaForCausalLM(config).eval()
+
+
+def gpt2() -> Any:
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=64, n_positions=64)
+    return transformers.GPT2LMHeadModel(config).eval()
+
+
+def test_llama_decode_steps_by_hand() -> None:
+    """Batch 2, a 16-token prompt, 5 new tokens: a prefill and 4 decode steps (the last
+    token is not fed). A step on a cache of L tokens costs the weight MACs for each row
+    plus, per layer, q.k and p.v over L + 1 positions for every query head."""
+    model = llama()
+    ids = torch.randint(0, VOCAB, (2, 16))
+    gen = ls.profile_generate(model, ids, max_new_tokens=5)
+    assert list(gen.stages) == ["prefill", "decode"]
+    steps = gen.decode_steps
+    assert [s["stage"] for s in steps] == ["prefill"] + ["decode"] * 4
+    for step in steps[1:]:
+        cache = step["cache_tokens"]
+        attention = LAYERS * 2 * HEADS * HEAD * (cache + 1)
+        assert step["macs"] == 2 * (LLAMA_WEIGHT_MACS + attention), cache
+    assert [s["cache_tokens"] for s in steps[1:]] == [16, 17, 18, 19]
+    assert steps[1]["macs"] == 172_544  # 2 x (81,920 + 2 x 2 x 4 x 16 x 17)
+    # the cache: keys and values, 2 KV heads of 16 floats per layer, token and row
+    per_token = LAYERS * 2 * KV_HEADS * HEAD * 4  # 512 B
+    kv = gen.kv_cache
+    assert kv["bytes_per_token"] == per_token
+    assert kv["bytes_after_prefill"] == per_token * 16 * 2
+    assert kv["bytes_final"] == per_token * (16 + 5 - 1) * 2  # 20,480 B
+    assert kv["tokens_final"] == 20 and kv["rows"] == 2
+    assert [s["kv_bytes"] for s in steps] == [per_token * 2 * t for t in (16, 17, 18, 19, 20)]
+    # the decode stage sums its 4 steps
+    assert gen.stages["decode"].root.metrics["macs"] == sum(s["macs"] for s in steps[1:])
+    assert gen.stages["decode"].root.calls == 4
+
+
+def test_prefill_is_one_call_with_the_cache() -> None:
+    """The prefill equals the model called on the prompt with a cache and
+    ``logits_to_keep=1``, as ``generate()`` calls it (the LM head on one position)."""
+    model = gpt2()
+    ids = torch.randint(0, 64, (1, 12))
+    gen = ls.profile_generate(model, ids, max_new_tokens=3)
+    with torch.no_grad():
+        alone = ls.profile(model, ids, kwargs={"use_cache": True, "logits_to_keep": 1})
+    for key in ("macs", "flops", "bytes_accessed"):
+        assert gen.stages["prefill"].root.metrics[key] == alone.root.metrics[key], key
+    head = gen.stages["prefill"].node("lm_head").metrics["macs"]
+    assert head == 32 * 64  # one position: hidden x vocab
+
+
+def test_without_a_cache_every_step_is_full() -> None:
+    """``use_cache=False``: 3 full forwards over 8, 9 and 10 tokens, no cache."""
+    model = gpt2()
+    ids = torch.randint(0, 64, (1, 8))
+    gen = ls.profile_generate(model, ids, max_new_tokens=3, use_cache=False)
+    assert list(gen.stages) == ["full"]
+    assert [s["tokens"] for s in gen.decode_steps] == [8, 9, 10]
+    assert gen.kv_cache == {}
+    macs = [s["macs"] for s in gen.decode_steps]
+    assert macs[0] < macs[1] < macs[2]
+
+
+def test_a_sliding_window_stops_growing() -> None:
+    """Mistral with a window of 8: a layer stores at most 7 tokens (window - 1)."""
+    torch.manual_seed(0)
+    config = transformers.MistralConfig(
+        vocab_size=VOCAB, hidden_size=D, intermediate_size=MLP, num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, sliding_window=8,
+    )  # fmt: skip
+    model = transformers.MistralForCausalLM(config).eval()
+    gen = ls.profile_generate(model, torch.randint(0, VOCAB, (1, 12)), max_new_tokens=4)
+    kv = gen.kv_cache
+    assert kv["tokens_per_layer"] == [7, 7]
+    per_token = LAYERS * 2 * KV_HEADS * HEAD * 4
+    assert kv["bytes_final"] == per_token * 7 == kv["bytes_after_prefill"]
+
+
+def test_beams_and_samples_are_rows() -> None:
+    """Beam search with 3 beams computes 3 rows per prompt from the prefill on; sampling
+    with 2 returned sequences, 2."""
+    model = llama()
+    ids = torch.randint(0, VOCAB, (2, 6))
+    beams = ls.profile_generate(model, ids, max_new_tokens=3, num_beams=3)
+    assert beams.options["rows"] == 6 and beams.kv_cache["rows"] == 6
+    per_token = LAYERS * 2 * KV_HEADS * HEAD * 4
+    assert beams.kv_cache["bytes_final"] == per_token * (6 + 3 - 1) * 6
+    sampled = ls.profile_generate(
+        model, ids, max_new_tokens=3, do_sample=True, num_return_sequences=2
+    )
+    assert sampled.options["rows"] == 4
+    assert sampled.decode_steps[1]["macs"] == 4 * (
+        LLAMA_WEIGHT_MACS + LAYERS * 2 * HEADS * HEAD * 7
+    )
+
+
+def test_encoder_decoder_has_a_cross_attention_cache() -> None:
+    """BART: the prefill runs the encoder and the first decoder step; the cross-attention
+    cache holds the encoder's 10 positions per layer, and does not grow."""
+    torch.manual_seed(0)
+    config = transformers.BartConfig(
+        vocab_size=64, d_model=32, encoder_layers=1, decoder_layers=2,
+        encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=64,
+        decoder_ffn_dim=64, max_position_embeddings=64,
+    )  # fmt: skip
+    model = transformers.BartForConditionalGeneration(config).eval()
+    gen = ls.profile_generate(model, torch.randint(3, 64, (1, 10)), max_new_tokens=3)
+    assert gen.stages["prefill"].node("model.encoder").calls == 1
+    kv = gen.kv_cache
+    assert kv["cross_bytes"] == 2 * 2 * 32 * 10 * 4  # 2 layers, k and v, 32 wide, 10 tokens
+    # the decoder's own cache: the start token and 2 fed tokens
+    assert kv["bytes_final"] - kv["cross_bytes"] == 2 * 2 * 32 * 3 * 4
+
+
+def test_round_trip_and_refusals(tmp_path: Path) -> None:
+    model = gpt2()
+    ids = torch.randint(0, 64, (1, 6))
+    state = torch.random.get_rng_state()
+    gen = ls.profile_generate(model, ids, max_new_tokens=3)
+    assert torch.equal(torch.random.get_rng_state(), state)  # generate()'s draws undone
+    gen.save(tmp_path / "g.json")
+    loaded = ls.load_generation(tmp_path / "g.json")
+    assert loaded.decode_steps == gen.decode_steps and loaded.kv_cache == gen.kv_cache
+    assert list(loaded.stages) == ["prefill", "decode"]
+    assert loaded.stages["decode"].root.metrics == gen.stages["decode"].root.metrics
+    assert ls.load(tmp_path / "g.json").root.metrics == gen.stages["prefill"].root.metrics
+    assert loaded.render(width=80) == gen.render(width=80)
+    assert all(len(line) <= 80 for line in gen.render(width=80).splitlines())
+    with pytest.raises(InvalidInputError, match="a model with generate"):
+        ls.profile_generate(torch.nn.Linear(2, 2), ids)
+    with pytest.raises(InvalidInputError, match="max_new_tokens must be"):
+        ls.profile_generate(model, ids, max_new_tokens=0)
+    with pytest.raises(InvalidInputError, match="estimate on meta"):
+        ls.profile_generate(model, ids.to("meta"))
