@@ -161,3 +161,23 @@ def test_round_trip_and_refusals(tmp_path: Path) -> None:
         ls.profile_generate(model, ids, max_new_tokens=0)
     with pytest.raises(InvalidInputError, match="estimate on meta"):
         ls.profile_generate(model, ids.to("meta"))
+
+
+def test_timing_runs_on_copies_of_the_cache() -> None:
+    """Timed calls run on copies of the cache as it was: the analysed steps and the cache
+    are the same as without timing, and each call has a median time."""
+    model = gpt2()
+    ids = torch.randint(0, 64, (1, 6))
+    plain = ls.profile_generate(model, ids, max_new_tokens=3)
+    timed = ls.profile_generate(model, ids, max_new_tokens=3, timing=2)
+    strip = [{k: v for k, v in r.items() if k != "time"} for r in timed.decode_steps]
+    assert strip == plain.decode_steps
+    assert timed.kv_cache == plain.kv_cache
+    assert all(r["time"] > 0 for r in timed.decode_steps)
+    assert timed.options["timing_repeats"] == 2
+    assert "Time" in timed.render(width=120)
+    # a stage's Profile in any view
+    table = timed.render(stage="decode", view="table", width=120)
+    assert "GPT2LMHeadModel" in table
+    with pytest.raises(InvalidInputError, match="stage must be 'prefill' or 'decode'"):
+        timed.render(stage="full")

@@ -4,7 +4,7 @@ document's own profile is the first stage; the section holds the others."""
 
 from __future__ import annotations
 
-from layerscope.export.jsoncheck import Arr, Int, Map, Obj, Opt, Str
+from layerscope.export.jsoncheck import Arr, Int, Map, Num, Obj, Opt, Str
 
 _BYTES = Int(0, description="bytes")
 
@@ -19,6 +19,7 @@ STEP = Obj(
         "bytes_accessed": _BYTES,
         "peak_bytes": Int(0, description="peak above the call's entry level"),
         "kv_bytes": Int(0, description="KV-cache bytes after the call"),
+        "time": Num("median seconds of the call, when timed"),
     },
     required=("stage", "cache_tokens", "tokens", "macs", "flops", "bytes_accessed"),
 )

@@ -90,25 +90,41 @@ class Generation:
             list(section["notices"]),
         )
 
-    def render(self, **options: Any) -> str:
-        """A summary: stages, the KV cache, the decode steps (``render.generate``)."""
+    def render(self, stage: str | None = None, **options: Any) -> str:
+        """A summary: stages, the KV cache, the model calls (``render.generation``); with
+        ``stage=``, that stage's Profile in any view (``Profile.render``'s options)."""
+        if stage is not None:
+            return self._stage(stage).render(**options)
         from layerscope.render.generation import render_generation
 
         return render_generation(self.section_for_views(), **options)
 
-    def show(self, **options: Any) -> None:
+    def show(self, stage: str | None = None, **options: Any) -> None:
+        """Print ``render(stage, **options)`` at the terminal's width."""
+        if stage is not None:
+            self._stage(stage).show(**options)
+            return
         from layerscope.render.generation import show_generation
 
         show_generation(self.section_for_views(), **options)
+
+    def _stage(self, stage: str) -> Profile:
+        if stage not in self.stages:
+            from layerscope.validate import refuse
+
+            refuse("stage", stage, " or ".join(repr(s) for s in self.stages) or "a stage")
+        return self.stages[stage]
 
     def section_for_views(self) -> dict[str, Any]:
         """The figures the views show: each stage's totals, the steps, the cache."""
         totals = {}
         for name, prof in self.stages.items():
             m = prof.root.metrics
+            times = [r["time"] for r in self.decode_steps if r["stage"] == name and "time" in r]
             totals[name] = {
                 "calls": prof.root.calls,
                 **{k: m.get(k) for k in ("macs", "flops", "bytes_accessed", "peak_bytes")},
+                "time": sum(times) if times else None,
             }
         return {
             "stages": totals,

@@ -16,7 +16,10 @@ beams' cache reordering (one gather per layer per step) is not replayed.
 
 from __future__ import annotations
 
+import copy
 import inspect
+import statistics
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -65,6 +68,30 @@ def _step(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Pr
         return profile(model, args=args, kwargs=kwargs, memory=True)
 
 
+def _timed(
+    model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], name: str, repeats: int
+) -> float:
+    """Median seconds of the call over ``repeats`` runs after one warm-up, each on its own
+    copy of the cache as it is now (a call grows the cache it is given)."""
+    cache = kwargs.get(name)
+    sync = torch.cuda.is_available() and any(p.is_cuda for p in model.parameters())
+    times: list[float] = []
+    for i in range(repeats + 1):
+        call = dict(kwargs)
+        if cache is not None:
+            call[name] = copy.deepcopy(cache)
+        if sync:
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        with torch.no_grad():
+            model(*args, **call)
+        if sync:
+            torch.cuda.synchronize()
+        if i:  # the first run warms up
+            times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
 def _row(stage: str, cache_before: int, fed: int, prof: Profile, kv: int) -> dict[str, Any]:
     m = prof.root.metrics
     return {
@@ -85,17 +112,22 @@ def profile_generate(
     max_new_tokens: int = 16,
     *,
     attention_mask: torch.Tensor | None = None,
+    timing: bool | int = False,
     **generate_kwargs: Any,
 ) -> Generation:
     """Run ``model.generate(input_ids, max_new_tokens=..., **generate_kwargs)`` and
     measure it per stage and per step (module doc). ``min_new_tokens`` defaults to
     ``max_new_tokens`` so that a model with random weights does not stop at its end
-    token. The model is left as found."""
+    token. ``timing`` (True: 3 repeats, or a number) times every call too, in a pass of
+    its own before the call is analysed: each repeat on a copy of the cache as it was
+    before the call, after one warm-up; the median goes to its row's ``time``. The model
+    is left as found."""
     if not isinstance(model, nn.Module) or not callable(getattr(model, "generate", None)):
         raise InvalidInputError("profile_generate needs a model with generate() (transformers)")
     if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2:
         raise InvalidInputError("input_ids must be a (batch, tokens) tensor of token ids")
     new = check_int("max_new_tokens", max_new_tokens, 1)
+    repeats = (3 if timing else 0) if isinstance(timing, bool) else check_int("timing", timing, 1)
     if input_ids.device.type == "meta":
         raise InvalidInputError(
             "generate() reads token values, which meta tensors have not: profile on a real "
@@ -111,7 +143,8 @@ def profile_generate(
     prompt = input_ids.repeat_interleave(rows, 0)
     mask = attention_mask.repeat_interleave(rows, 0) if attention_mask is not None else None
     use_cache = bool(generate_kwargs.get("use_cache", True))
-    replay = _Replay(model, prompt, mask, tokens, encdec, sequences[:, :1] if encdec else None)
+    start = sequences[:, :1] if encdec else None
+    replay = _Replay(model, prompt, mask, tokens, encdec, start, repeats)
     generation = replay.cached() if use_cache else replay.uncached()
     generation.options = {
         "prompt_tokens": int(input_ids.shape[1]),
@@ -121,6 +154,7 @@ def profile_generate(
         "use_cache": use_cache,
         "encoder_decoder": encdec,
         "generate_kwargs": {k: repr(v) for k, v in generate_kwargs.items()},
+        "timing_repeats": repeats,
     }
     return generation
 
@@ -136,10 +170,24 @@ class _Replay:
         tokens: torch.Tensor,
         encdec: bool,
         start: torch.Tensor | None,
+        repeats: int = 0,
     ) -> None:
         self.model, self.prompt, self.mask, self.tokens = model, prompt, mask, tokens
         self.encdec, self.start = encdec, start
         self.name = _cache_name(model)
+        self.repeats = repeats
+
+    def _call(self, stage: str, args: tuple[Any, ...], kwargs: dict[str, Any], before: int,
+              fed: int) -> tuple[Profile, dict[str, Any]]:  # fmt: skip
+        """Time the call (when asked), then analyse it: its Profile and its row."""
+        seconds = (
+            _timed(self.model, args, kwargs, self.name, self.repeats) if self.repeats else None
+        )
+        prof = _step(self.model, args, kwargs)
+        row = _row(stage, before, fed, prof, cache_facts(kwargs.get(self.name)).total)
+        if seconds is not None:
+            row["time"] = seconds
+        return prof, row
 
     def _new_cache(self) -> Any:
         import transformers
@@ -174,11 +222,11 @@ class _Replay:
                 )
         if self.mask is not None:
             kwargs["attention_mask"] = self.mask
-        prefill = _step(self.model, (self.prompt,), kwargs)
+        prefill, first = self._call("prefill", (self.prompt,), kwargs, 0, self.prompt.shape[1])
         facts = cache_facts(cache)
         notices += facts.notices
         after_prefill = facts.to_dict()
-        steps = [_row("prefill", 0, self.prompt.shape[1], prefill, facts.total)]
+        steps = [first]
         decode: list[Profile] = []
         length = self.prompt.shape[1]
         for i in range(self.tokens.shape[1] - 1):  # the last token is not fed
@@ -195,9 +243,9 @@ class _Replay:
                 args = (token,)
                 if self.mask is not None:
                     kwargs["attention_mask"] = self._mask(length)
-            prof = _step(self.model, args, kwargs)
+            prof, row = self._call("decode", args, kwargs, before, 1)
             decode.append(prof)
-            steps.append(_row("decode", before, 1, prof, cache_facts(cache).total))
+            steps.append(row)
         final = cache_facts(cache)
         stages = {"prefill": prefill}
         if decode:
@@ -217,9 +265,9 @@ class _Replay:
                 args: tuple[Any, ...] = (self.prompt,)
             else:
                 args = (sequence,)
-            prof = _step(self.model, args, kwargs)
+            prof, row = self._call("full", args, kwargs, 0, int(args[0].shape[1]))
             profiles.append(prof)
-            steps.append(_row("full", 0, int(args[0].shape[1]), prof, 0))
+            steps.append(row)
             if not self.encdec:
                 sequence = torch.cat([sequence, self.tokens[:, i : i + 1]], dim=1)
         return Generation({"full": merge_profiles(profiles)}, steps, {}, {}, [])

@@ -47,6 +47,7 @@ def render_generation(
             f"  {name}: {units.plural(t.get('calls') or 0, 'call')}, {_cell(t.get('macs'), 'si')} "
             f"MACs, {_cell(t.get('flops'), 'si')} FLOPs, "
             f"{_cell(t.get('bytes_accessed'), 'bytes')} moved"
+            + (f", {units.seconds(t['time'])}" if t.get("time") is not None else "")
         )
     if kv:
         lines.append(
@@ -68,6 +69,9 @@ def render_generation(
         TableColumn("peak", "Peak", justify="right"),
         TableColumn("kv", "KV after", justify="right"),
     ]
+    timed = any("time" in r for r in section.get("decode_steps", []))
+    if timed:
+        columns.append(TableColumn("time", "Time", justify="right", priority=80))
     steps = list(section.get("decode_steps", []))
     shown = steps if limit is None else steps[:limit]
     rows = [
@@ -76,6 +80,7 @@ def render_generation(
             units.count(r.get("tokens", 0)), _cell(r.get("macs"), "si"),
             _cell(r.get("flops"), "si"), _cell(r.get("bytes_accessed"), "bytes"),
             _cell(r.get("peak_bytes"), "bytes"), _cell(r.get("kv_bytes"), "bytes"),
+            *([units.seconds(r["time"]) if "time" in r else "-"] if timed else []),
         )])
         for r in shown
     ]  # fmt: skip
