@@ -64,6 +64,45 @@ class Generation:
             raise SchemaError("a generation without stages has nothing to save")
         write_text(os.fspath(path), to_json(first, None, {"generation": self.section()}) + "\n")
 
+    def to_html(self, path: str | os.PathLike[str], estimate: Any = None) -> None:
+        """The HTML report of the decode stage's Profile (else the first stage's) with
+        the generation's section first; ``estimate`` (an estimate or its ``to_dict()``)
+        adds its batch sweep. ``ExportError`` for a generation without stages."""
+        from layerscope.errors import ExportError
+        from layerscope.export.htmlgen import to_html
+
+        stage = "decode" if "decode" in self.stages else next(iter(self.stages), None)
+        if stage is None:
+            raise ExportError(
+                f"cannot write {os.fspath(path)}: a generation without stages has nothing to report"
+            )
+        table = estimate.to_dict() if hasattr(estimate, "to_dict") else estimate
+        to_html(self.stages[stage], path, self.section_for_views(), table, stage=stage)
+
+    def export(self, path: str | os.PathLike[str], format: str | None = None) -> None:
+        """Write the generation in the format its extension names: ``.html``
+        (``to_html``) or ``.json`` (``save``); ``format="html"`` or ``"json"`` for
+        another name."""
+        from layerscope.errors import ExportError
+
+        name = os.fspath(path).lower()
+        chosen = format or (
+            "html"
+            if name.endswith((".html", ".htm"))
+            else "json"
+            if name.endswith(".json")
+            else None
+        )
+        if chosen == "html":
+            self.to_html(path)
+        elif chosen == "json":
+            self.save(path)
+        else:
+            what = f"format {format!r}" if format else f"the format of {os.fspath(path)!r}"
+            raise ExportError(
+                f"cannot tell {what}; a generation exports as html (.html, .htm) or json (.json)"
+            )
+
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Generation:
         """A generation from ``to_dict``'s form; ``SchemaError`` naming what is wrong."""
