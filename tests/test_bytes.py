@@ -142,3 +142,23 @@ def test_metadata_queries_move_nothing_and_comparisons_read() -> None:
     assert op_bytes(device, (t,), {}, t.device) == (0, 0)
     equal = _Plan(torch.ops.aten.equal.default)
     assert op_bytes(equal, (t, u), {}, False) == (2 * 6 * F32, 0)
+
+
+def test_cat_and_stack_read_every_tensor_of_their_list() -> None:
+    """``cat([a, b])`` of (2, 3) and (4, 3) reads both (6 + 12 elements) and writes
+    (6, 3); ``stack([a, a2])`` of two (2, 3) reads 12 and writes (2, 2, 3)."""
+    a, b = torch.zeros(2, 3), torch.zeros(4, 3)
+    cat = _Plan(torch.ops.aten.cat.default)
+    assert op_bytes(cat, ([a, b], 0), {}, torch.cat([a, b])) == (F32 * 18, F32 * 18)
+    stack = _Plan(torch.ops.aten.stack.default)
+    a2 = torch.zeros(2, 3)
+    assert op_bytes(stack, ([a, a2],), {}, torch.stack([a, a2])) == (F32 * 12, F32 * 12)
+
+
+def test_index_copy_writes_only_the_source() -> None:
+    """A static KV cache's update: ``cache.index_copy_(2, pos, new)`` on a (1, 2, 100, 16)
+    cache with one new token (1, 2, 1, 16) reads the index (one int64) and the 32 new
+    elements and writes those 32, not the cache's 3,200."""
+    cache, new, pos = torch.zeros(1, 2, 100, 16), torch.ones(1, 2, 1, 16), torch.tensor([5])
+    plan = _Plan(torch.ops.aten.index_copy_.default)
+    assert op_bytes(plan, (cache, 2, pos, new), {}, cache) == (8 + F32 * 32, F32 * 32)

@@ -39,7 +39,13 @@ if TYPE_CHECKING:
     from layerscope.collect.meta import to_meta
     from layerscope.collect.regions import region
     from layerscope.export.json import SCHEMA_PATH, load
-    from layerscope.generation import Generation, load_generation, profile_generate
+    from layerscope.generation import (
+        GenerateEstimate,
+        Generation,
+        estimate_generate,
+        load_generation,
+        profile_generate,
+    )
     from layerscope.hardware import DeviceSpec, device_spec
     from layerscope.metrics.flops import Cost, register_flop_formula
     from layerscope.metrics.memory import (
@@ -77,7 +83,9 @@ _LAZY: dict[str, str] = {
     "NonFiniteError": "layerscope.metrics.numerics",
     "NonFiniteWarning": "layerscope.metrics.numerics",
     "NumericsObserver": "layerscope.metrics.numerics",
+    "GenerateEstimate": "layerscope.generation",
     "Generation": "layerscope.generation",
+    "estimate_generate": "layerscope.generation",
     "load_generation": "layerscope.generation",
     "profile_generate": "layerscope.generation",
     "Plan": "layerscope.planning",
@@ -132,6 +140,7 @@ __all__ = [
     "Estimate",
     "ExportError",
     "FlopFormulaError",
+    "GenerateEstimate",
     "Generation",
     "InvalidInputError",
     "LayerscopeError",
@@ -158,6 +167,7 @@ __all__ = [
     "device_spec",
     "diff",
     "estimate",
+    "estimate_generate",
     "load",
     "load_generation",
     "load_plan",

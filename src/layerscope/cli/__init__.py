@@ -15,7 +15,14 @@ import traceback
 from collections.abc import Sequence
 from typing import NoReturn
 
-from layerscope.cli import config_cmd, diff_cmd, plan_cmd, profile_cmd, show_cmd
+from layerscope.cli import (
+    config_cmd,
+    diff_cmd,
+    generate_cmd,
+    plan_cmd,
+    profile_cmd,
+    show_cmd,
+)
 from layerscope.errors import (
     ExportError,
     InvalidInputError,
@@ -28,7 +35,7 @@ from layerscope.version import __version__
 
 #: Subcommand modules; each has NAME, HELP (one line), a docstring (its description) and
 #: add_arguments/run.
-COMMANDS = (profile_cmd, show_cmd, plan_cmd, diff_cmd, config_cmd)
+COMMANDS = (profile_cmd, show_cmd, plan_cmd, generate_cmd, diff_cmd, config_cmd)
 
 EXIT_OK = 0
 EXIT_INTERNAL = 1

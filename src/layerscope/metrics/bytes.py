@@ -7,9 +7,10 @@ reach (``element_size × Π sizes`` over the dimensions with a non-zero stride, 
 schema:
 
 - a *view* (every tensor it returns aliases an argument without writing it: ``view``,
-  ``t``, ``expand``, ``slice``, ``permute``, ...) moves nothing: 0 bytes; nor does an
-  allocation (``empty``, ``empty_like``, ``empty_strided``, ``new_empty``): memory is
-  reserved, not written; nor does a metadata query (``prim::device``, ``sym_size``);
+  ``t``, ``expand``, ``slice``, ``permute``, ...; and ``_unsafe_view``, whose schema
+  does not say so) moves nothing: 0 bytes; nor does an allocation (``empty``,
+  ``empty_like``, ``empty_strided``, ``new_empty``): memory is reserved, not written;
+  nor does a metadata query (``prim::device``, ``sym_size``);
   ``ones_like``, ``zeros_like``, ``new_zeros``, ... write their result but read only
   their argument's shape;
 - an argument the op writes in place counts as written, and also as read unless the op
@@ -20,7 +21,8 @@ schema:
   intermediates never reach memory. Unfused, each op's reads and writes count;
 - a gather (``embedding``, ``index_select``, ``gather``, ``index``, ``take``) reads from
   its source only as many bytes as it returns (at most the whole source), and its
-  indices.
+  indices; ``index_copy_`` writes only the source's elements into its argument;
+- a list of tensors (``cat``, ``stack``) is read tensor by tensor;
 - FSDP2's ``fsdp::all_gather_copy_in`` reads the rank's shards and writes them into its
   slice of the all-gather buffer (``all_gather_input_numel`` elements of the buffer's
   dtype); the buffer it is handed and returns is otherwise untouched. Its other ops
@@ -90,6 +92,9 @@ _ALLOCATE = frozenset(
     {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "empty_permuted"}
 )
 _METADATA = frozenset({"device", "layout", "dim", "numel", "storage_offset", *METADATA})
+#: Views whose schema returns a new tensor: ``_unsafe_view`` (how a matmul's 2-D result
+#: is reshaped back to its input's batch dimensions) aliases its argument.
+_UNANNOTATED_VIEWS = frozenset({"_unsafe_view"})
 
 #: Ops that gather elements of their first argument: they read from it only what they
 #: return (an embedding lookup reads its rows, not the whole table).
@@ -109,10 +114,21 @@ def _all_gather_copy_in(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[
     return read, int(numel or 0) * size
 
 
+def _index_copy_(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[int, int]:
+    """``self.index_copy_(dim, index, source)``: reads the index and the source, writes
+    the source's elements into ``self`` (a static KV cache's update), not all of it."""
+    names = ("self", "dim", "index", "source")
+    got = [args[i] if i < len(args) else kwargs.get(name) for i, name in enumerate(names)]
+    index, source = got[2], got[3]
+    read = sum(tensor_bytes(t) for t in (index, source) if isinstance(t, Tensor))
+    return read, tensor_bytes(source) if isinstance(source, Tensor) else 0
+
+
 #: Ops whose schema does not say what they touch: qualified name -> (args, kwargs) ->
 #: (bytes read, bytes written).
 _SPECIAL: dict[str, Callable[[tuple[Any, ...], dict[str, Any]], tuple[int, int]]] = {
     "fsdp::all_gather_copy_in": _all_gather_copy_in,
+    "aten::index_copy_": _index_copy_,
 }
 
 
@@ -129,6 +145,7 @@ class _Plan:
         self.is_view = (
             name in _ALLOCATE
             or name in _METADATA
+            or name in _UNANNOTATED_VIEWS
             or (
                 bool(returns)
                 and all(r.alias_info is not None and not r.alias_info.is_write for r in returns)
@@ -147,7 +164,7 @@ class _Plan:
             kind = str(a.type)
             if "Tensor" not in kind or name in _SHAPE_ONLY:
                 continue
-            lists = lists or "[]" in kind
+            lists = lists or "[]" in kind or "List[" in kind  # Tensor[] is List[Tensor]
             if a.alias_info is not None and a.alias_info.is_write:
                 pure = overwrite or a.is_out or (a.kwarg_only and a.name.startswith("out"))
                 self.args.append((i, a.name, _WRITE if pure else _READ_WRITE))

@@ -38,8 +38,10 @@ def render_generation(
     limit = None if max_rows is None else check_int("max_rows", max_rows, 1)
     o, kv = section.get("options", {}), section.get("kv_cache", {})
     lines = [
-        f"Generation: {o.get('batch', '?')} prompts of {o.get('prompt_tokens', '?')} tokens, "
-        f"{o.get('new_tokens', '?')} new tokens, {o.get('rows', '?')} rows "
+        f"Generation: {units.plural(o.get('batch', 0), 'prompt')} of "
+        f"{units.plural(o.get('prompt_tokens', 0), 'token')}, "
+        f"{units.plural(o.get('new_tokens', 0), 'new token')}, "
+        f"{units.plural(o.get('rows', 0), 'row')} "
         f"({'a KV cache' if o.get('use_cache', True) else 'no cache: full forwards'}).",
     ]
     for name, t in section.get("stages", {}).items():
@@ -53,7 +55,8 @@ def render_generation(
         lines.append(
             f"KV cache: {units.nbytes(kv.get('bytes_after_prefill', 0))} after the prefill, "
             f"{units.nbytes(kv.get('bytes_final', 0))} at the end "
-            f"({units.count(kv.get('tokens_final', 0))} tokens x {kv.get('rows', 0)} rows; "
+            f"({units.plural(kv.get('tokens_final', 0), 'token')} x "
+            f"{units.plural(kv.get('rows', 0), 'row')}; "
             f"{units.nbytes(kv.get('bytes_per_token', 0))} per token and row"
             + (f"; cross-attention {units.nbytes(kv['cross_bytes'])}"
                if kv.get("cross_bytes") else "")

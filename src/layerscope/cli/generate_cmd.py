@@ -1,0 +1,203 @@
+"""Prefill and decode time of a decoder model. On meta (the default): roofline
+lower bounds on a GPU you do not have, per batch size, from analyses steered
+to its kernels (ls.estimate_generate). On a real device: generate() run and
+measured per stage and step (ls.profile_generate). docs/generate.md.
+
+The model is named as for `profile` (transformers:LlamaForCausalLM is
+Llama-2-7B's shape); --input-shape is BATCH,PROMPT: sequences and prompt
+tokens each (--batch lists several batch sizes instead).
+
+Examples:
+  layerscope generate transformers:LlamaForCausalLM --dtype bfloat16 \
+      --input-shape 1,2048 --max-new-tokens 256 --batch 1,8,32,128
+  layerscope generate transformers:LlamaForCausalLM --dtype bfloat16 \
+      --input-shape 1,2048 --cache static --target h200 --json gen.json
+  layerscope generate transformers:LlamaForCausalLM --model-args \
+      '{"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128,
+      "num_attention_heads": 4, "vocab_size": 128}' --device cpu \
+      --input-shape 2,16 --max-new-tokens 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+import torch
+from torch import nn
+
+from layerscope.cli.inputs import parse_json_object, parse_model_dtype, parse_shape
+from layerscope.errors import InvalidInputError
+from layerscope.export.files import write_text
+from layerscope.generation.estimate import CACHES, GPUS, estimate_generate
+from layerscope.render import config as display_config
+from layerscope.validate import check_choice, check_int, refuse
+
+NAME = "generate"
+HELP = "prefill and decode time of a decoder model, on a GPU you do not have (docs/generate.md)"
+
+#: The GPUs named in the help (the aliases work too).
+_MAIN_GPUS = ("h100", "h100-pcie", "h200", "a100-40gb", "a100-80gb", "l4", "l40s", "rtx4090")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "model",
+        help="the model: examples:NAME, package.module:attr, file.py:attr, transformers:NAME "
+        "or transformers:config.json (as for `layerscope profile`)",
+    )
+    p.add_argument(
+        "--model-args", metavar="JSON",
+        help="keyword arguments for the factory, or config fields for transformers: specs",
+    )  # fmt: skip
+    gen = p.add_argument_group("the generation")
+    gen.add_argument(
+        "--input-shape", metavar="BATCH,PROMPT",
+        help="sequences and prompt tokens per sequence (e.g. 1,2048)",
+    )  # fmt: skip
+    gen.add_argument(
+        "--max-new-tokens", type=int, default=256, metavar="N",
+        help="tokens each sequence generates (default 256)",
+    )  # fmt: skip
+    gen.add_argument(
+        "--batch", metavar="B,B,...",
+        help="on meta, the batch sizes to estimate, a row each (instead of BATCH)",
+    )  # fmt: skip
+    gen.add_argument(
+        "--cache", default="dynamic", metavar="KIND",
+        help="the KV cache: dynamic (grown by torch.cat at every step; the default) or "
+        "static (preallocated for prompt + new tokens)",
+    )  # fmt: skip
+    gen.add_argument(
+        "--dtype", metavar="DTYPE", help="cast the model first (e.g. bfloat16, float16)"
+    )
+    gen.add_argument(
+        "--device", default="meta",
+        help="meta (the default: estimate on --target, nothing runs), or cpu, cuda, cuda:N "
+        "(run generate() there and measure it)",
+    )  # fmt: skip
+    gen.add_argument(
+        "--target", default=None, metavar="GPU",
+        help=f"with --device meta, the GPU: {', '.join(n for n in GPUS if n in _MAIN_GPUS)} "
+        "(default h100)",
+    )  # fmt: skip
+    gen.add_argument(
+        "--time", action="store_true",
+        help="with a real device, time every model call too (3 repeats)",
+    )  # fmt: skip
+    out = p.add_argument_group("output")
+    out.add_argument("--json", metavar="PATH", help="also save the result as JSON")
+    out.add_argument("--width", type=int, default=None, help="console width in characters")
+    out.add_argument("--config", metavar="YAML", help="display configuration (styles)")
+
+
+def parse_batches(text: str) -> list[int]:
+    """``1,8,32``: batch sizes, each a positive integer."""
+    pieces = [p.strip() for p in text.split(",")]
+    if not all(p.isdecimal() and int(p) > 0 for p in pieces):
+        refuse("--batch", text, "batch sizes such as 1,8,32 (positive integers)")
+    return [int(p) for p in pieces]
+
+
+def _device(text: str) -> torch.device:
+    from layerscope.cli.profile_cmd import parse_device
+
+    device = parse_device(text)
+    assert device is not None
+    return device
+
+
+def _shape(args: argparse.Namespace, loaded: Any) -> tuple[int, int]:
+    """(batch, prompt) from --input-shape, else from the token ids the spec brought."""
+    if args.input_shape:
+        shape = parse_shape(args.input_shape)
+    else:
+        ids = (loaded.args or (None,))[0]
+        if not isinstance(ids, torch.Tensor) or ids.is_floating_point():
+            raise InvalidInputError(
+                "generate needs the prompt's shape: give --input-shape BATCH,PROMPT (e.g. 1,2048)"
+            )
+        shape = tuple(ids.shape)
+    if len(shape) != 2:
+        refuse("--input-shape", args.input_shape, "BATCH,PROMPT (two numbers, e.g. 1,2048)")
+    return shape[0], shape[1]
+
+
+def _target(args: argparse.Namespace) -> str:
+    return str(args.target or "h100").strip().lower()
+
+
+def _check_flags(args: argparse.Namespace) -> torch.device:
+    """The flags that need no model, checked before it is built; the device."""
+    if args.input_shape:
+        shape = parse_shape(args.input_shape)
+        if len(shape) != 2:
+            refuse("--input-shape", args.input_shape, "BATCH,PROMPT (two numbers, e.g. 1,2048)")
+    check_int("--max-new-tokens", args.max_new_tokens, 1)
+    check_choice("--cache", args.cache, list(CACHES))
+    if args.width is not None:
+        check_int("--width", args.width, 1)
+    if args.dtype:
+        parse_model_dtype(args.dtype)
+    device = _device(args.device)
+    if device.type == "meta":
+        check_choice("--target", _target(args), list(GPUS))
+        if args.time:
+            raise InvalidInputError("--time needs a real device: nothing runs on meta")
+    else:
+        if args.batch:
+            raise InvalidInputError(
+                "--batch lists batch sizes to estimate on meta; on a real device give one "
+                "in --input-shape BATCH,PROMPT"
+            )
+        if args.target is not None:
+            raise InvalidInputError("--target is the GPU estimated on meta: give --device meta")
+    if args.batch:
+        parse_batches(args.batch)
+    if args.config:
+        display_config.load(args.config)
+    return device
+
+
+def _measure(model: nn.Module, args: argparse.Namespace, batch: int, prompt: int) -> int:
+    """generate() on a real device, measured per stage and step."""
+    from layerscope.generation.run import profile_generate
+
+    device = _device(args.device)
+    model = model.to(device).eval()
+    vocab = getattr(getattr(model, "config", None), "vocab_size", None) or 2
+    ids = torch.randint(0, int(vocab), (batch, prompt), device=device)
+    extra: dict[str, Any] = {"cache_implementation": "static"} if args.cache == "static" else {}
+    result = profile_generate(
+        model, ids, args.max_new_tokens, attention_mask=torch.ones_like(ids),
+        timing=bool(args.time), **extra,
+    )  # fmt: skip
+    result.show(**({"width": args.width} if args.width is not None else {}))
+    if args.json:
+        result.save(args.json)
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    device = _check_flags(args)
+    model_args = parse_json_object(args.model_args, "--model-args") if args.model_args else None
+    from layerscope.cli.specs import load_model
+
+    torch.manual_seed(0)  # random weights and prompt of a real run
+    loaded = load_model(args.model, model_args, meta=device.type == "meta")
+    model = loaded.model
+    batch, prompt = _shape(args, loaded)
+    dtype = parse_model_dtype(args.dtype) if args.dtype else None
+    if device.type != "meta":
+        return _measure(model.to(dtype) if dtype is not None else model, args, batch, prompt)
+    result = estimate_generate(
+        model, target=_target(args), prompt=prompt,
+        new_tokens=args.max_new_tokens,
+        batch=parse_batches(args.batch) if args.batch else [batch], cache=args.cache,
+        dtype=dtype,
+    )  # fmt: skip
+    result.show(width=args.width)
+    if args.json:
+        write_text(args.json, json.dumps(result.to_dict(), indent=1, allow_nan=False) + "\n")
+    return 0

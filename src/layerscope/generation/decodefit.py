@@ -1,0 +1,136 @@
+"""One decode step's cost as a function of the cache length ``L``: ``a + b·L``.
+
+A decode step feeds one token per row. Its weight work does not depend on ``L``; its
+attention reads ``L + 1`` keys and values per layer, and a dynamic cache's ``torch.cat``
+copies them: FLOPs and bytes are affine in ``L``. The roofline time is a sum of
+``max(F / peak, B / bandwidth)`` per module, affine as long as no module changes its
+bound between the cache lengths analysed. So three lengths are analysed (the first
+decode step's, the middle one's, the last one's), the line is drawn through the two
+ends, and the middle is checked against it within ``TOLERANCE``. Where the check holds,
+the line's value at the mean cache length is the mean over the decode steps; where it
+does not, the mean of the broken line through the three points is used instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from itertools import pairwise
+from typing import Any
+
+#: Relative distance of the middle point from the line that passes the check.
+TOLERANCE = 0.01
+#: The quantities fitted, in the order of ``Point``'s fields.
+QUANTITIES = ("time", "flops", "macs", "bytes")
+
+
+@dataclass(frozen=True)
+class Point:
+    """One decode step analysed: its cache length before the step, its roofline time
+    (seconds), FLOPs, MACs and bytes moved."""
+
+    length: int
+    time: float
+    flops: float
+    macs: float
+    bytes: float
+
+    def value(self, quantity: str) -> float:
+        return float(getattr(self, quantity))
+
+
+def decode_lengths(prompt: int, new_tokens: int) -> list[int]:
+    """The cache lengths analysed: the first decode step's (``prompt``), the middle one's
+    (``prompt + new_tokens // 2``) and the last one's (``prompt + new_tokens - 1``),
+    each once."""
+    ends = (prompt, prompt + new_tokens // 2, prompt + new_tokens - 1)
+    return sorted(set(ends))
+
+
+@dataclass
+class AffineFit:
+    """The decode step's cost at one batch, fitted as ``a + b·L`` from the two ends."""
+
+    batch: int
+    #: the decode steps' cache lengths: first and last (the mean over them is used)
+    first: int
+    last: int
+    points: list[Point] = field(default_factory=list)
+    tolerance: float = TOLERANCE
+
+    @property
+    def mean_length(self) -> float:
+        """The mean cache length over the decode steps ``first .. last``."""
+        return (self.first + self.last) / 2
+
+    def line(self, quantity: str) -> tuple[float, float]:
+        """``(a, b)`` of the line through the two end points (``b = 0`` with one point)."""
+        lo, hi = self.points[0], self.points[-1]
+        if hi.length == lo.length:
+            return lo.value(quantity), 0.0
+        slope = (hi.value(quantity) - lo.value(quantity)) / (hi.length - lo.length)
+        return lo.value(quantity) - slope * lo.length, slope
+
+    def at(self, quantity: str, length: float) -> float:
+        """The line's value at cache length ``length``."""
+        a, b = self.line(quantity)
+        return a + b * length
+
+    def errors(self) -> dict[str, float]:
+        """Relative distance of each middle point from the line, per quantity (empty when
+        only the two ends were analysed)."""
+        out: dict[str, float] = {}
+        for quantity in QUANTITIES:
+            worst = 0.0
+            for p in self.points[1:-1]:
+                measured = p.value(quantity)
+                off = abs(self.at(quantity, p.length) - measured)
+                worst = max(worst, off / measured if measured else (0.0 if not off else 1.0))
+            if len(self.points) > 2:
+                out[quantity] = worst
+        return out
+
+    @property
+    def held(self) -> bool | None:
+        """Whether every middle point is within the tolerance of the line (None: no
+        middle point to check)."""
+        errors = self.errors()
+        if not errors:
+            return None
+        return all(e <= self.tolerance for e in errors.values())
+
+    def mean(self, quantity: str) -> float:
+        """The mean of ``quantity`` over the decode steps: the line's value at the mean
+        cache length when the check held (or could not be made), else the mean of the
+        broken line through the points."""
+        if self.held is not False:
+            return self.at(quantity, self.mean_length)
+        return _broken_line_mean(self.points, quantity)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "batch": self.batch,
+            "first_length": self.first,
+            "last_length": self.last,
+            "mean_length": self.mean_length,
+            "points": [
+                {"length": p.length, **{q: p.value(q) for q in QUANTITIES}} for p in self.points
+            ],
+            "lines": {q: dict(zip(("a", "b"), self.line(q), strict=True)) for q in QUANTITIES},
+            "errors": self.errors(),
+            "tolerance": self.tolerance,
+            "held": self.held,
+        }
+
+
+def _broken_line_mean(points: Sequence[Point], quantity: str) -> float:
+    """The mean over ``L`` of the piecewise-linear curve through ``points``."""
+    span = points[-1].length - points[0].length
+    area = sum(
+        (a.value(quantity) + b.value(quantity)) / 2 * (b.length - a.length)
+        for a, b in pairwise(points)
+    )
+    return area / span
+
+
+__all__ = ["QUANTITIES", "TOLERANCE", "AffineFit", "Point", "decode_lengths"]

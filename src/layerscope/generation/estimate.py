@@ -1,0 +1,324 @@
+"""``ls.estimate_generate``: prefill and decode time of a decoder model on a GPU you do
+not have, from analyses on ``meta`` steered to that GPU's kernels (``docs/generate.md``).
+
+``generate()`` cannot run on meta (it reads token values), so the stages are driven
+directly, each an ``ls.profile`` under ``torch.no_grad()`` with a transformers cache:
+
+- the **prefill**: the prompt, ``(batch, prompt)`` token ids, into an empty cache, with
+  ``logits_to_keep=1`` as ``generate()`` asks;
+- a **decode step**: one token per row on a cache that holds ``L`` tokens. Its cost is
+  affine in ``L`` (``decodefit``): three lengths are analysed (the prefill's cache serves
+  the first; a plain forward of ``L`` tokens on meta fills the others, which computes
+  nothing), and the fit's mean over the decode steps is the decode time per token.
+
+Every batch size is analysed on its own: the kernels the target chooses may depend on
+it. Times are roofline lower bounds per module (``analysis.roofline``) for the model's
+dtype; the KV cache is read from the cache after the last step (``generation.cache``).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+import layerscope.metricspec as ms
+from layerscope.analysis.roofline import Roof, roof_of, roof_times
+from layerscope.collect.meta import to_meta
+from layerscope.collect.target import parse_target
+from layerscope.errors import InvalidInputError, LayerscopeError, MissingDependencyError, ModelError
+from layerscope.generation.cache import CacheFacts, cache_facts
+from layerscope.generation.decodefit import AffineFit, Point, decode_lengths
+from layerscope.generation.estimate_notes import notes_for
+from layerscope.generation.estimate_result import GenerateEstimate, SweepRow
+from layerscope.hardware import BY_NAME, DeviceSpec, device_spec
+from layerscope.integrations.hfmeta import meta_values
+from layerscope.profile import Profile
+from layerscope.session.options import check_dtype
+from layerscope.session.run import profile
+from layerscope.validate import check_choice, check_instance, check_int, refuse
+
+#: The caches ``cache=`` names: transformers' ``DynamicCache`` and ``StaticCache``.
+CACHES = ("dynamic", "static")
+#: The GPUs a target may name (built-in specs and their aliases).
+GPUS = tuple(name for name, spec in BY_NAME.items() if spec.kind == "gpu")
+
+
+@dataclass(frozen=True)
+class Options:
+    spec: DeviceSpec
+    target: str
+    prompt: int
+    new_tokens: int
+    batches: tuple[int, ...]
+    cache: str
+    dtype: torch.dtype | None
+    kwargs: Mapping[str, Any]
+
+
+def check_options(
+    target: Any,
+    prompt: Any,
+    new_tokens: Any,
+    batch: Any,
+    cache: Any,
+    dtype: Any,
+    kwargs: Any,
+) -> Options:
+    """Every option of ``estimate_generate`` checked, before the model is touched."""
+    name = target.strip().lower() if isinstance(target, str) else target
+    check_choice("target", name, list(GPUS))
+    parse_target(name)
+    if isinstance(batch, int) and not isinstance(batch, bool):
+        batch = (batch,)
+    if not isinstance(batch, Sequence) or isinstance(batch, str) or not batch:
+        refuse("batch", batch, "a batch size or a non-empty list of them (ints >= 1)")
+    batches = tuple(sorted({check_int(f"batch[{i}]", b, 1) for i, b in enumerate(batch)}))
+    if kwargs is not None and not isinstance(kwargs, Mapping):
+        refuse("kwargs", kwargs, "a dict of keyword inputs or None")
+    if dtype is not None and not check_dtype("dtype", dtype).is_floating_point:
+        refuse("dtype", dtype, "a floating-point dtype such as bfloat16, float16 or float32")
+    return Options(
+        spec=device_spec(name),
+        target=name,
+        prompt=check_int("prompt", prompt, 1),
+        new_tokens=check_int("new_tokens", new_tokens, 1),
+        batches=batches,
+        cache=check_choice("cache", cache, list(CACHES)),
+        dtype=None if dtype is None else check_dtype("dtype", dtype),
+        kwargs=dict(kwargs or {}),
+    )
+
+
+def _floating_dtype(model: nn.Module) -> torch.dtype:
+    """The floating dtype that holds most of the model's parameter elements."""
+    counts: dict[torch.dtype, int] = {}
+    for p in model.parameters():
+        if p.is_floating_point():
+            counts[p.dtype] = counts.get(p.dtype, 0) + p.numel()
+    return max(counts, key=lambda d: counts[d]) if counts else torch.get_default_dtype()
+
+
+def meta_model(model: nn.Module, dtype: torch.dtype | None) -> nn.Module:
+    """The model to analyse: itself when it is on meta in ``dtype``, else a meta copy
+    (``to_meta``) in ``dtype``. The user's model is never changed."""
+    tensors = [*model.parameters(), *model.buffers()]
+    on_meta = all(t.is_meta for t in tensors)
+    if on_meta and (dtype is None or _floating_dtype(model) == dtype):
+        return model
+    copy = to_meta(model)
+    return copy.to(dtype) if dtype is not None else copy
+
+
+def weight_bytes(model: nn.Module) -> int:
+    """Bytes of the parameters and buffers, each tensor once (tied weights once)."""
+    return sum(t.nbytes for t in (*model.parameters(), *model.buffers()))
+
+
+@contextmanager
+def _eval_mode(model: nn.Module) -> Iterator[None]:
+    flags = [(m, m.training) for m in model.modules()]
+    model.eval()
+    try:
+        yield
+    finally:
+        for m, training in flags:
+            m.training = training
+
+
+@dataclass
+class BatchAnalysis:
+    """What one batch size's analyses give: the prefill's profile, the decode fit, the
+    KV cache after the last decode step and the kernels chosen."""
+
+    batch: int
+    prefill: Profile
+    prefill_time: float
+    fit: AffineFit
+    kv: CacheFacts
+    kernels: dict[str, Any]
+
+
+class Driver:
+    """Runs the stages of one model on meta: caches, the prefill and decode steps."""
+
+    def __init__(self, model: nn.Module, opts: Options, roof: Roof) -> None:
+        self.model, self.opts, self.roof = model, opts, roof
+        config = getattr(model, "config", None)
+        params = inspect.signature(model.forward).parameters
+        name = next((n for n in ("cache", "past_key_values") if n in params), None)
+        if config is None or name is None:
+            raise InvalidInputError(
+                f"estimate_generate needs a transformers decoder whose forward takes a KV "
+                f"cache (cache= or past_key_values=) and a config to build it; "
+                f"{type(model).__name__} has {'no config' if config is None else 'no cache'}"
+            )
+        self.config, self.cache_name = config, name
+        self.call: dict[str, Any] = dict(opts.kwargs)
+        if "use_cache" in params:
+            self.call["use_cache"] = True
+        self.keeps_one = "logits_to_keep" in params
+        if self.keeps_one:
+            self.call["logits_to_keep"] = 1
+
+    def new_cache(self) -> Any:
+        try:
+            import transformers
+        except ImportError as e:  # pragma: no cover - a test dependency
+            raise MissingDependencyError(
+                "estimate_generate needs transformers: pip install transformers"
+            ) from e
+        if self.opts.cache == "static":
+            length = self.opts.prompt + self.opts.new_tokens
+            return transformers.StaticCache(config=self.config, max_cache_len=length)
+        return transformers.DynamicCache(config=self.config)
+
+    def ids(self, batch: int, tokens: int) -> torch.Tensor:
+        return torch.zeros(batch, tokens, dtype=torch.long, device="meta")
+
+    def analyse(self, ids: torch.Tensor, cache: Any) -> Profile:
+        """One model call on ``cache``, analysed and steered to the target."""
+        kwargs = {**self.call, self.cache_name: cache}
+        with torch.no_grad(), meta_values():
+            return profile(
+                self.model, ids, kwargs=kwargs, target=self.opts.target, mode="eval",
+                record_shapes=False,
+            )  # fmt: skip
+
+    def fill(self, batch: int, length: int) -> Any:
+        """A new cache holding ``length`` tokens per row: a plain forward on meta."""
+        cache = self.new_cache()
+        kwargs = {**self.call, self.cache_name: cache}
+        try:
+            with torch.no_grad(), meta_values(), _eval_mode(self.model):
+                self.model(self.ids(batch, length), **kwargs)
+        except LayerscopeError:
+            raise
+        except Exception as e:
+            raise ModelError(
+                f"{type(self.model).__name__} raised while filling a cache of {length} "
+                f"tokens on meta: {type(e).__name__}: {e}"
+            ) from e
+        return cache
+
+    def point(self, prof: Profile, length: int) -> Point:
+        m = prof.root.metrics
+        return Point(
+            length=length,
+            time=roof_times(prof, self.roof, "forward")[id(prof.root)],
+            flops=float(m.get(ms.FLOPS) or 0),
+            macs=float(m.get(ms.MACS) or 0),
+            bytes=float(m.get(ms.BYTES_ACCESSED) or 0),
+        )
+
+    def batch(self, batch: int) -> BatchAnalysis:
+        """The prefill and the decode steps at every cache length the fit needs."""
+        o = self.opts
+        cache = self.new_cache()
+        prefill = self.analyse(self.ids(batch, o.prompt), cache)
+        kernels = _merge_kernels({}, prefill)
+        fit = AffineFit(batch, o.prompt, o.prompt + o.new_tokens - 1)
+        for length in decode_lengths(o.prompt, o.new_tokens):
+            if length != o.prompt:
+                cache = self.fill(batch, length)
+            step = self.analyse(self.ids(batch, 1), cache)
+            kernels = _merge_kernels(kernels, step)
+            fit.points.append(self.point(step, length))
+        prefill_time = roof_times(prefill, self.roof, "forward")[id(prefill.root)]
+        return BatchAnalysis(batch, prefill, prefill_time, fit, cache_facts(cache), kernels)
+
+
+def _merge_kernels(kernels: dict[str, Any], prof: Profile) -> dict[str, Any]:
+    """The kernels chosen ({op: {kernel: calls}}), the profile's added."""
+    out = {op: dict(k) for op, k in kernels.items()}
+    for op, chosen in (prof.model.get("kernels") or {}).items():
+        for kernel, calls in chosen.items():
+            out.setdefault(op, {})[kernel] = out.get(op, {}).get(kernel, 0) + int(calls)
+    return out
+
+
+def _row(a: BatchAnalysis, roof: Roof, weights: int, memory: int | None) -> SweepRow:
+    per_token = a.fit.mean("time")
+    flops, nbytes = a.fit.mean("flops"), a.fit.mean("bytes")
+    prefill = a.prefill.root.metrics
+    return SweepRow(
+        batch=a.batch,
+        prefill_time=a.prefill_time,
+        decode_time_per_token=per_token,
+        tokens_per_s_per_sequence=1.0 / per_token,
+        tokens_per_s=a.batch / per_token,
+        bound=roof.bound(flops, nbytes) or "memory",
+        weight_bytes=weights,
+        kv_bytes=a.kv.total,
+        fits=None if memory is None else weights + a.kv.total <= memory,
+        decode_flops=flops,
+        decode_bytes=nbytes,
+        prefill_flops=float(prefill.get(ms.FLOPS) or 0),
+        prefill_bytes=float(prefill.get(ms.BYTES_ACCESSED) or 0),
+    )
+
+
+def estimate_generate(
+    model: nn.Module,
+    *,
+    target: str = "h100",
+    prompt: int = 2048,
+    new_tokens: int = 256,
+    batch: int | Sequence[int] = (1, 8, 32, 128),
+    cache: str = "dynamic",
+    dtype: torch.dtype | str | None = None,
+    kwargs: Mapping[str, Any] | None = None,
+) -> GenerateEstimate:
+    """Prefill and decode time of a decoder ``model`` on ``target`` (a GPU spec's name),
+    per batch size: roofline lower bounds from analyses on ``meta`` steered to the
+    target's kernels (module doc, ``docs/generate.md``).
+
+    ``prompt``: tokens per sequence in the prompt; ``new_tokens``: tokens each sequence
+    generates (decode steps at cache lengths ``prompt`` .. ``prompt + new_tokens - 1``);
+    ``batch``: the batch sizes (sequences generated together); ``cache``: "dynamic"
+    (``DynamicCache``, grown by ``torch.cat`` at every step) or "static" (``StaticCache``
+    of ``prompt + new_tokens`` tokens, attended over whole); ``dtype``: the dtype to
+    estimate in (default: the model's; a meta copy is converted, the model is not), whose
+    peak the roofline uses; ``kwargs``: more keyword inputs for every model call. A model
+    with real weights is copied to meta first (``to_meta``)."""
+    check_instance("model", model, nn.Module, "an nn.Module (a transformers decoder)")
+    opts = check_options(target, prompt, new_tokens, batch, cache, dtype, kwargs)
+    meta = meta_model(model, opts.dtype)
+    run_dtype = str(_floating_dtype(meta)).removeprefix("torch.")
+    roof = roof_of(opts.spec, run_dtype)
+    driver = Driver(meta, opts, roof)
+    weights = weight_bytes(meta)
+    analyses = [driver.batch(b) for b in opts.batches]
+    rows = [_row(a, roof, weights, opts.spec.memory_bytes) for a in analyses]
+    first = rows[0]
+    result = GenerateEstimate(
+        model=type(model).__name__,
+        target=opts.target,
+        device={
+            "name": opts.spec.name,
+            "label": opts.spec.label,
+            "peak_flops": roof.peak,
+            "bandwidth": roof.bandwidth,
+            "memory_bytes": opts.spec.memory_bytes,
+        },
+        dtype=run_dtype,
+        prompt=opts.prompt,
+        new_tokens=opts.new_tokens,
+        cache=opts.cache,
+        prefill_time=first.prefill_time,
+        decode_time_per_token=first.decode_time_per_token,
+        tokens_per_s=first.tokens_per_s_per_sequence,
+        sweep=rows,
+        fit=[a.fit for a in analyses],
+        kernels=analyses[0].kernels,
+    )
+    result.notes = notes_for(result, [a.prefill for a in analyses], driver.keeps_one)
+    return result
+
+
+__all__ = ["CACHES", "GPUS", "estimate_generate"]

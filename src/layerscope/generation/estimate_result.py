@@ -1,0 +1,132 @@
+"""``GenerateEstimate``: what ``ls.estimate_generate`` returns, a row per batch size, the
+decode step's affine fit per batch, and the notes that say what the numbers leave out.
+``to_dict()`` is its JSON data; ``render()``/``show()`` draw it (``render/generate.py``)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import IO, Any
+
+from layerscope.generation.decodefit import AffineFit
+
+
+@dataclass
+class SweepRow:
+    """One batch size: ``batch`` sequences generated together (seconds, bytes)."""
+
+    batch: int
+    #: the roofline time of the prefill: every prompt token of every sequence, at once
+    prefill_time: float
+    #: the roofline time of one decode step (one new token for every sequence), the mean
+    #: over the decode steps
+    decode_time_per_token: float
+    #: 1 / decode_time_per_token: each sequence's new tokens per second
+    tokens_per_s_per_sequence: float
+    #: batch / decode_time_per_token: new tokens per second, all sequences together
+    tokens_per_s: float
+    #: what limits a decode step, from its totals: "memory" or "compute"
+    bound: str
+    #: parameters and buffers, once each
+    weight_bytes: int
+    #: the KV cache at prompt + new_tokens tokens, every sequence
+    kv_bytes: int
+    #: weight_bytes + kv_bytes within the target's memory (None: the spec has none)
+    fits: bool | None
+    #: one decode step at the mean cache length
+    decode_flops: float = 0.0
+    decode_bytes: float = 0.0
+    prefill_flops: float = 0.0
+    prefill_bytes: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class GenerateEstimate:
+    """Prefill and decode time of a decoder model on a target GPU, per batch size: roofline
+    lower bounds from analyses on ``meta`` steered to the target's kernels
+    (``docs/generate.md``). The top-level figures are those of the first batch."""
+
+    model: str
+    target: str
+    #: the target's spec: name, label, peak FLOP/s (for ``dtype``), bandwidth, memory
+    device: dict[str, Any]
+    dtype: str
+    prompt: int
+    new_tokens: int
+    cache: str
+    prefill_time: float
+    decode_time_per_token: float
+    #: each sequence's new tokens per second at the first batch
+    tokens_per_s: float
+    sweep: list[SweepRow] = field(default_factory=list)
+    #: the decode step's affine fit in the cache length, one per batch
+    fit: list[AffineFit] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    #: kernels the target chose, as the profiles log them ({op: {kernel: calls}}), the
+    #: first batch's prefill and decode step
+    kernels: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def memory_bound(self) -> bool:
+        """Whether a decode step is memory-bound at every batch of the sweep."""
+        return all(r.bound == "memory" for r in self.sweep)
+
+    @property
+    def crossover(self) -> int | None:
+        """The first batch of the sweep where a decode step is compute-bound (None: none)."""
+        return next((r.batch for r in self.sweep if r.bound == "compute"), None)
+
+    @property
+    def fit_held(self) -> bool | None:
+        """Whether the affine check held at every batch (None: nothing to check)."""
+        held = [f.held for f in self.fit if f.held is not None]
+        return all(held) if held else None
+
+    def row(self, batch: int) -> SweepRow:
+        for r in self.sweep:
+            if r.batch == batch:
+                return r
+        raise KeyError(batch)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "target": self.target,
+            "device": dict(self.device),
+            "dtype": self.dtype,
+            "prompt": self.prompt,
+            "new_tokens": self.new_tokens,
+            "cache": self.cache,
+            "lower_bound": True,
+            "prefill_time": self.prefill_time,
+            "decode_time_per_token": self.decode_time_per_token,
+            "tokens_per_s": self.tokens_per_s,
+            "memory_bound": self.memory_bound,
+            "crossover_batch": self.crossover,
+            "fit_held": self.fit_held,
+            "sweep": [r.to_dict() for r in self.sweep],
+            "fit": [f.to_dict() for f in self.fit],
+            "kernels": dict(self.kernels),
+            "notes": list(self.notes),
+        }
+
+    def render(self, *, width: int | None = None) -> str:
+        """The estimate as plain text, ``width`` characters wide (default: the terminal's):
+        the run, the first batch's figures, the sweep's table and the notes."""
+        from layerscope.render.generate import render_generate_estimate
+
+        return render_generate_estimate(self.to_dict(), width=width)
+
+    def show(self, *, width: int | None = None, file: IO[str] | None = None) -> None:
+        """Print the estimate to the terminal (colours when it is one) or to ``file``."""
+        from layerscope.render.generate import show_generate_estimate
+
+        show_generate_estimate(self.to_dict(), width=width, file=file)
+
+    def __str__(self) -> str:
+        return self.render()
+
+
+__all__ = ["GenerateEstimate", "SweepRow"]

@@ -1,0 +1,169 @@
+"""The text of a generation estimate (``ls.estimate_generate(...).show()``), drawn from
+its JSON data alone (``GenerateEstimate.to_dict()``): the run and the roof, the first
+batch's figures, a table row per batch size, then the notes. The table uses the engine
+and units of the other views: a narrow width drops the least important columns first
+and says so below.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping
+from typing import IO, Any
+
+from rich.console import Console
+from rich.theme import Theme
+
+from layerscope.render import config as display_config
+from layerscope.render import units
+from layerscope.render.layout import (
+    Line,
+    LinesRenderable,
+    Table,
+    TableColumn,
+    TableRow,
+    fit_table,
+    plain_text,
+    terminal_width,
+    text_of,
+    too_narrow,
+    wrap_text,
+)
+from layerscope.validate import check_int, refuse
+
+__all__ = ["estimate_lines", "render_generate_estimate", "show_generate_estimate"]
+
+#: The sweep's columns: key, header, kind, priority (lower goes first; None: always kept).
+_COLUMNS = (
+    ("batch", "Batch", "count", None),
+    ("prefill_time", "Prefill", "seconds", 60),
+    ("decode_time_per_token", "Decode", "seconds", None),
+    ("tokens_per_s_per_sequence", "Tok/s/seq", "rate", 70),
+    ("tokens_per_s", "Tok/s", "rate", 80),
+    ("bound", "Bound", "text", 75),
+    ("decode_bytes", "Step bytes", "bytes", 40),
+    ("kv_bytes", "KV cache", "bytes", 65),
+    ("fits", "Fits", "flag", 85),
+)
+
+
+def render_generate_estimate(data: Mapping[str, Any], *, width: int | None = None) -> str:
+    """The estimate as plain text, ``width`` characters wide (default: the terminal's)."""
+    build = _builder(data, width)
+    return plain_text(build(width or terminal_width()))
+
+
+def show_generate_estimate(
+    data: Mapping[str, Any], *, width: int | None = None, file: IO[str] | None = None
+) -> None:
+    """Print the estimate to the terminal (colours when it is one, at its width) or to
+    ``file``."""
+    if file is not None and not callable(getattr(file, "write", None)):
+        refuse("file", file, "a text stream, such as sys.stdout or open(path, 'w')")
+    build = _builder(data, width)
+    theme = dict(display_config.current().theme)
+    console = Console(
+        file=file or sys.stdout, theme=Theme(theme), width=width, highlight=False,
+        soft_wrap=False,
+    )  # fmt: skip
+    note = too_narrow(width or console.width)
+    if note is not None:
+        console.print(text_of(note[0]), style="layerscope.notice", soft_wrap=True)
+        return
+    console.print(LinesRenderable(build, lambda: theme, width))
+
+
+def _builder(data: Mapping[str, Any], width: int | None) -> Callable[[int], list[Line]]:
+    if not isinstance(data, Mapping) or not isinstance(data.get("sweep"), list):
+        refuse("data", data, "a generation estimate's data (GenerateEstimate.to_dict())")
+    if width is not None:
+        check_int("width", width, 1)
+    return lambda w: too_narrow(w) or estimate_lines(data, w)
+
+
+def _sentences(texts: list[tuple[str, str]], width: int) -> list[Line]:
+    return [line for text, style in texts for line in wrap_text(text, style, width)]
+
+
+def _heading(data: Mapping[str, Any]) -> list[tuple[str, str]]:
+    device = data.get("device", {})
+    label = device.get("label") or device.get("name") or data.get("target", "?")
+    title = (
+        f"Generation on {data.get('target', '?')} ({label}), {data.get('dtype', '?')}: "
+        f"{units.si(device.get('peak_flops') or 0)}FLOP/s, "
+        f"{units.si(device.get('bandwidth') or 0)}B/s"
+    )
+    run = (
+        f"{data.get('model', '?')}: prompt {units.plural(data.get('prompt', 0), 'token')}, "
+        f"{units.count(data.get('new_tokens', 0))} new tokens per sequence, "
+        f"{data.get('cache', '?')} cache."
+    )
+    rows = data["sweep"]
+    first = rows[0] if rows else {}
+    per_s = data.get("tokens_per_s") or 0.0
+    figures = (
+        f"Batch {first.get('batch', '?')}: prefill {units.seconds(data.get('prefill_time', 0))}, "
+        f"decode {units.seconds(data.get('decode_time_per_token', 0))} per token "
+        f"({_rate(per_s)} tokens/s per sequence)."
+    )
+    return [(title, "layerscope.header"), (run, ""), (figures, "")]
+
+
+def _rate(n: float) -> str:
+    """Tokens per second in 3 significant digits: ``98.5``, ``1.23 K``."""
+    return units.si(n) if abs(n) >= 1000 else f"{n:.3g}"
+
+
+def _cell(kind: str, value: Any) -> str:
+    if value is None:
+        return "-"
+    if kind == "rate":
+        return _rate(value)
+    if kind == "text":
+        return str(value)
+    if kind == "flag":
+        return "yes" if value else "no"
+    return units.BY_KIND[kind](value)
+
+
+def estimate_lines(data: Mapping[str, Any], width: int) -> list[Line]:
+    """The styled lines of an estimate at ``width``: heading, sweep table, notes."""
+    columns = [
+        TableColumn(key, header, "left" if kind == "text" else "right", priority,
+                    text=kind == "text")
+        for key, header, kind, priority in _COLUMNS
+    ]  # fmt: skip
+    body = [
+        TableRow(
+            [[(_cell(kind, r.get(key)), "")] for key, _, kind, _ in _COLUMNS],
+            "layerscope.notice" if r.get("fits") is False else "",
+        )
+        for r in data["sweep"]
+    ]
+    t = display_config.current().table
+    table = Table(
+        columns=columns, rows=body, total=None, box=t.box, show_edge=t.show_edge,
+        show_header=t.show_header, header_style=t.header_style, border_style=t.border_style,
+        row_styles=t.row_styles,
+    )  # fmt: skip
+    fitted = fit_table(table, width)
+    legend = (
+        "Decode: one decode step, a new token for every sequence; Tok/s/seq = 1 / Decode, "
+        "Tok/s = Batch / Decode; Step bytes: one decode step's bytes moved; KV cache: at "
+        "the last token; Fits: weights + KV cache within the memory."
+    )
+    texts = [(legend, "")]
+    if fitted.dropped:
+        texts.insert(0, (
+            f"Hidden to fit {width} columns: {', '.join(fitted.dropped)} (widen with "
+            "--width / width=).", "layerscope.hidden",
+        ))  # fmt: skip
+    notes = [(str(n), "") for n in data.get("notes", ())]
+    return [
+        *_sentences(_heading(data), width),
+        [],
+        *fitted.lines,
+        *_sentences(texts, width),
+        [],
+        *_sentences(notes, width),
+    ]
