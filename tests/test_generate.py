@@ -181,3 +181,40 @@ def test_timing_runs_on_copies_of_the_cache() -> None:
     assert "GPT2LMHeadModel" in table
     with pytest.raises(InvalidInputError, match="stage must be 'prefill' or 'decode'"):
         timed.render(stage="full")
+
+
+def test_trace_marks_the_stages(tmp_path: Path) -> None:
+    """The calls back to back, each as long as its median time (microseconds), the
+    stages as spans over them, the KV cache's bytes after each call as a counter."""
+    import json
+
+    model = gpt2()
+    gen = ls.profile_generate(model, torch.randint(0, 64, (1, 6)), max_new_tokens=3, timing=1)
+    gen.to_trace(tmp_path / "g.trace.json")
+    events = json.loads((tmp_path / "g.trace.json").read_text())["traceEvents"]
+    calls = [e for e in events if e["ph"] == "X" and e["tid"] == 1]
+    assert [c["name"] for c in calls] == ["prefill", "decode @ 6", "decode @ 7"]
+    times = [r["time"] * 1e6 for r in gen.decode_steps]
+    assert [c["dur"] for c in calls] == pytest.approx(times)
+    assert [c["ts"] for c in calls] == pytest.approx([0, times[0], times[0] + times[1]])
+    stages = {e["name"]: e for e in events if e["ph"] == "X" and e["tid"] == 2}
+    assert stages["decode"]["ts"] == pytest.approx(times[0])
+    assert stages["decode"]["dur"] == pytest.approx(times[1] + times[2])
+    counters = [e["args"]["bytes"] for e in events if e["ph"] == "C"]
+    assert counters == [r["kv_bytes"] for r in gen.decode_steps]
+    untimed = ls.profile_generate(model, torch.randint(0, 64, (1, 6)), max_new_tokens=2)
+    with pytest.raises(ls.ExportError, match="timing=True"):
+        untimed.to_trace(tmp_path / "x.json")
+
+
+def test_a_static_cache_is_replayed_static() -> None:
+    """``cache_implementation="static"``: the cache holds prompt + new = 21 tokens from
+    the prefill on, and every decode step attends over all 21 (masked or not)."""
+    model = llama()
+    gen = ls.profile_generate(
+        model, torch.randint(0, VOCAB, (2, 16)), max_new_tokens=5, cache_implementation="static"
+    )
+    per_token = LAYERS * 2 * KV_HEADS * HEAD * 4
+    assert gen.kv_cache["bytes_after_prefill"] == gen.kv_cache["bytes_final"] == per_token * 21 * 2
+    for step in gen.decode_steps[1:]:
+        assert step["macs"] == 2 * (LLAMA_WEIGHT_MACS + LAYERS * 2 * HEADS * HEAD * 21)

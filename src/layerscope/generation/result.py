@@ -79,6 +79,13 @@ class Generation:
         table = estimate.to_dict() if hasattr(estimate, "to_dict") else estimate
         to_html(self.stages[stage], path, self.section_for_views(), table, stage=stage)
 
+    def to_trace(self, path: str | os.PathLike[str]) -> None:
+        """A Chrome/Perfetto trace of the calls, each as long as its measured time, the
+        stages marked over them, the KV cache's bytes as a counter (needs ``timing=``)."""
+        from layerscope.export.tracegen import to_trace
+
+        to_trace(self.decode_steps, path)
+
     def export(self, path: str | os.PathLike[str], format: str | None = None) -> None:
         """Write the generation in the format its extension names: ``.html``
         (``to_html``) or ``.json`` (``save``); ``format="html"`` or ``"json"`` for

@@ -145,6 +145,7 @@ def profile_generate(
     use_cache = bool(generate_kwargs.get("use_cache", True))
     start = sequences[:, :1] if encdec else None
     replay = _Replay(model, prompt, mask, tokens, encdec, start, repeats)
+    replay.static = generate_kwargs.get("cache_implementation") == "static"
     generation = replay.cached() if use_cache else replay.uncached()
     generation.options = {
         "prompt_tokens": int(input_ids.shape[1]),
@@ -176,6 +177,7 @@ class _Replay:
         self.encdec, self.start = encdec, start
         self.name = _cache_name(model)
         self.repeats = repeats
+        self.static = False
 
     def _call(self, stage: str, args: tuple[Any, ...], kwargs: dict[str, Any], before: int,
               fed: int) -> tuple[Profile, dict[str, Any]]:  # fmt: skip
@@ -193,6 +195,9 @@ class _Replay:
         import transformers
 
         config: Any = self.model.config
+        if self.static and not self.encdec:  # generate(cache_implementation="static")
+            length = self.prompt.shape[1] + self.tokens.shape[1]
+            return transformers.StaticCache(config=config, max_cache_len=length)
         if self.encdec:
             return transformers.EncoderDecoderCache(
                 transformers.DynamicCache(config=config), transformers.DynamicCache(config=config)
