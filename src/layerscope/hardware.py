@@ -225,6 +225,9 @@ ALIASES: dict[str, str] = {
 #: Every built-in spec by each of its names, aliases included: the one device table that
 #: ``device_spec`` and the kernel targets (``collect.target.parse_target``) both read.
 BY_NAME: dict[str, DeviceSpec] = {**SPECS, **{a: SPECS[n] for a, n in ALIASES.items()}}
+#: The built-in GPU specs' names, and every name a GPU target may take (aliases too).
+GPU_SPECS: tuple[str, ...] = tuple(s.name for s in _BUILTIN if s.kind == "gpu")
+GPUS: tuple[str, ...] = tuple(name for name, spec in BY_NAME.items() if spec.kind == "gpu")
 
 
 #: What names a device spec: a name (``device_spec``'s), a DeviceSpec, or a mapping of
@@ -358,6 +361,8 @@ def spec_table_markdown() -> str:
 __all__ = [
     "ALIASES",
     "BY_NAME",
+    "GPUS",
+    "GPU_SPECS",
     "SPECS",
     "DeviceLike",
     "DeviceSpec",

@@ -279,3 +279,16 @@ def write_profile(prof: Profile, args: argparse.Namespace) -> None:
         sys.stdout.write(export_text(prof, fmt, **extra))
     else:
         export(prof, args.output, fmt, **extra)
+
+
+def add_model_arguments(p: argparse.ArgumentParser) -> None:
+    """The model spec and ``--model-args``, as the commands that build a model take them."""
+    p.add_argument(
+        "model",
+        help="the model: examples:NAME, package.module:attr, file.py:attr, transformers:NAME "
+        "or transformers:config.json (as for `layerscope profile`)",
+    )
+    p.add_argument(
+        "--model-args", metavar="JSON",
+        help="keyword arguments for the factory, or config fields for transformers: specs",
+    )  # fmt: skip

@@ -27,30 +27,21 @@ from typing import Any
 import torch
 from torch import nn
 
+from layerscope.cli.common import add_model_arguments
 from layerscope.cli.inputs import parse_json_object, parse_model_dtype, parse_shape
 from layerscope.errors import InvalidInputError
 from layerscope.export.files import write_text
-from layerscope.generation.estimate import CACHES, GPUS, estimate_generate
+from layerscope.generation.estimate import CACHES, estimate_generate
+from layerscope.hardware import GPU_SPECS, GPUS
 from layerscope.render import config as display_config
 from layerscope.validate import check_choice, check_int, refuse
 
 NAME = "generate"
 HELP = "prefill and decode time of a decoder model, on a GPU you do not have (docs/generate.md)"
 
-#: The GPUs named in the help (the aliases work too).
-_MAIN_GPUS = ("h100", "h100-pcie", "h200", "a100-40gb", "a100-80gb", "l4", "l40s", "rtx4090")
-
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "model",
-        help="the model: examples:NAME, package.module:attr, file.py:attr, transformers:NAME "
-        "or transformers:config.json (as for `layerscope profile`)",
-    )
-    p.add_argument(
-        "--model-args", metavar="JSON",
-        help="keyword arguments for the factory, or config fields for transformers: specs",
-    )  # fmt: skip
+    add_model_arguments(p)
     gen = p.add_argument_group("the generation")
     gen.add_argument(
         "--input-shape", metavar="BATCH,PROMPT",
@@ -79,7 +70,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     gen.add_argument(
         "--target", default=None, metavar="GPU",
-        help=f"with --device meta, the GPU: {', '.join(n for n in GPUS if n in _MAIN_GPUS)} "
+        help=f"with --device meta, the GPU: {', '.join(GPU_SPECS)} "
         "(default h100)",
     )  # fmt: skip
     gen.add_argument(

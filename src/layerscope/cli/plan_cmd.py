@@ -27,6 +27,7 @@ from typing import Any
 
 from torch import nn
 
+from layerscope.cli.common import add_model_arguments
 from layerscope.cli.inputs import (
     InputMaker,
     check_shape_flags,
@@ -36,7 +37,7 @@ from layerscope.cli.inputs import (
 )
 from layerscope.errors import InvalidInputError
 from layerscope.export.files import write_text
-from layerscope.hardware import BY_NAME
+from layerscope.hardware import GPU_SPECS, GPUS
 from layerscope.metrics.memory.training import OPTIMIZER_STATES
 from layerscope.planning import plan, plan_sweep
 from layerscope.planning.states import PRECISIONS, SHARDINGS
@@ -47,10 +48,6 @@ from layerscope.validate import check_choice, check_int, refuse
 NAME = "plan"
 HELP = "plan one GPU of a training run: memory at the peak and step time (docs/plan.md)"
 
-#: The GPUs a plan can target (their built-in specs and aliases).
-GPUS = [name for name, spec in BY_NAME.items() if spec.kind == "gpu"]
-#: The GPUs named in the help (the aliases work too).
-_MAIN_GPUS = ("h100", "h100-pcie", "h200", "a100-40gb", "a100-80gb", "l4", "l40s", "rtx4090")
 #: Byte units of --budget and --reserve: decimal (GB) and binary (GiB).
 _SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
                "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}  # fmt: skip
@@ -64,15 +61,7 @@ DEFAULTS = {a: inspect.signature(plan).parameters[a].default for a in AXIS_FLAGS
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "model",
-        help="the model: examples:NAME, package.module:attr, file.py:attr, transformers:NAME "
-        "or transformers:config.json (as for `layerscope profile`)",
-    )
-    p.add_argument(
-        "--model-args", metavar="JSON",
-        help="keyword arguments for the factory, or config fields for transformers: specs",
-    )  # fmt: skip
+    add_model_arguments(p)
     inputs = p.add_argument_group("inputs (one GPU's micro-batch)")
     inputs.add_argument(
         "--input-shape", action="append", metavar="D1,D2,...",
@@ -87,7 +76,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     run = p.add_argument_group("the training run")
     run.add_argument(
         "--target", default="h100", metavar="GPU",
-        help=f"the GPU: {', '.join(n for n in GPUS if n in _MAIN_GPUS)} (default h100)",
+        help=f"the GPU: {', '.join(GPU_SPECS)} (default h100)",
     )  # fmt: skip
     run.add_argument("--world-size", type=int, metavar="N", help="GPUs in the run (8)")
     run.add_argument("--sharding", metavar="KIND", help=f"{', '.join(SHARDINGS)} (fsdp: FSDP2)")
@@ -227,7 +216,7 @@ def _options(args: argparse.Namespace, grid: dict[str, list[Any]]) -> dict[str, 
     check_choice("--sharding", opts["sharding"], list(SHARDINGS))
     check_choice("--precision", opts["precision"], list(PRECISIONS))
     check_choice("--optimizer", opts["optimizer"], list(OPTIMIZER_STATES))
-    check_choice("--target", args.target.strip().lower(), GPUS)
+    check_choice("--target", args.target.strip().lower(), list(GPUS))
     opts["target"] = args.target.strip().lower()
     if "world_size" not in grid:
         check_int("--rank", args.rank, 0, opts["world_size"] - 1)

@@ -17,7 +17,15 @@ from layerscope.errors import ExportError
 from layerscope.export.files import write_text
 from layerscope.profile import Profile
 
-__all__ = ["FORMATS", "ExportFormat", "export", "export_text", "format_of", "matching"]
+__all__ = [
+    "FORMATS",
+    "ExportFormat",
+    "export",
+    "export_document",
+    "export_text",
+    "format_of",
+    "matching",
+]
 
 PathLike = str | os.PathLike[str]
 
@@ -158,3 +166,27 @@ def export(profile: Profile, path: PathLike, format: str | None = None, **option
 def export_text(profile: Profile, format: str, **options: Any) -> str:
     """The text ``export`` would write in ``format`` (for standard output)."""
     return _checked(format_of("", format), options).text(profile, **options)
+
+
+#: What a plan or a generation writes, by format: the extensions that select it.
+DOCUMENT_FORMATS: dict[str, tuple[str, ...]] = {"html": (".html", ".htm"), "json": (".json",)}
+
+
+def export_document(
+    path: PathLike,
+    format: str | None,
+    writers: dict[str, Callable[[PathLike], None]],
+    what: str,
+) -> None:
+    """Write ``what`` (a plan, a generation) with the writer of the format named, or of
+    the one ``path``'s extension selects among ``DOCUMENT_FORMATS``; ExportError
+    otherwise."""
+    name = os.fspath(path).lower()
+    chosen = format or next(
+        (f for f, exts in DOCUMENT_FORMATS.items() if name.endswith(exts)), None
+    )
+    if chosen not in writers:
+        told = f"format {format!r}" if format else f"the format of {os.fspath(path)!r}"
+        known = " or ".join(f"{f} ({', '.join(DOCUMENT_FORMATS[f])})" for f in writers)
+        raise ExportError(f"cannot tell {told}; {what} exports as {known}")
+    writers[chosen](path)

@@ -23,7 +23,7 @@ import json
 import math
 import os
 from collections.abc import Mapping
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 from typing import Any
 
@@ -137,7 +137,7 @@ def page_text(
     """The page around ``data`` (``report_data``'s); ``css`` is added to the report's
     style and ``tail`` (more elements) after its script, for sections of other objects."""
     title = profile.model.get("name") or profile.root.type or "model"
-    base_css, js = _assets()
+    base_css, js = page_assets("report")
     return _PAGE.format(
         title=html.escape(f"{title} — layerscope {kind}", quote=True),
         css=base_css + css,
@@ -512,11 +512,13 @@ def _roofline(
     }
 
 
-@lru_cache(maxsize=1)
-def _assets() -> tuple[str, str]:
+@cache
+def page_assets(name: str) -> tuple[str, str]:
+    """The CSS and JS of ``assets/NAME.css`` and ``NAME.js`` (the report's, a plan's, a
+    generation's section), read once."""
     folder = resources.files("layerscope.export").joinpath("assets")
-    css = folder.joinpath("report.css").read_text(encoding="utf-8")
-    js = folder.joinpath("report.js").read_text(encoding="utf-8")
+    css = folder.joinpath(f"{name}.css").read_text(encoding="utf-8")
+    js = folder.joinpath(f"{name}.js").read_text(encoding="utf-8")
     # Our own code must not end its <script>/<style> element early either.
     assert "</script" not in js.lower() and "</style" not in css.lower()
     return css, js

@@ -17,13 +17,12 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping, Sequence
-from functools import lru_cache
-from importlib import resources
 from typing import Any
 
 from layerscope.errors import ExportError
 from layerscope.export.files import write_text
 from layerscope.export.html import (
+    page_assets,
     page_facts,
     page_number,
     page_text,
@@ -112,7 +111,7 @@ def to_html_text(
 ) -> str:
     """The report with the generation section, as one HTML document."""
     data = report_data(profile, report_roof(profile, device))
-    css, js = _assets()
+    css, js = page_assets("generation")
     tail = (
         '<script type="application/json" id="ls-gen-data">'
         + script_json(generation_data(section, estimate, stage=stage))
@@ -315,13 +314,3 @@ def _ints(value: Any, what: str) -> list[Any]:
     if not isinstance(value, list | tuple) or not all(_number(v) for v in value):
         raise ExportError(f"the generation's kv_cache.{what} is not a list of numbers")
     return [page_number(v) for v in value]
-
-
-@lru_cache(maxsize=1)
-def _assets() -> tuple[str, str]:
-    folder = resources.files("layerscope.export").joinpath("assets")
-    css = folder.joinpath("generation.css").read_text(encoding="utf-8")
-    js = folder.joinpath("generation.js").read_text(encoding="utf-8")
-    # Our own code must not end its <script>/<style> element early either.
-    assert "</script" not in js.lower() and "</style" not in css.lower()
-    return css, js

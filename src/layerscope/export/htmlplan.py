@@ -16,13 +16,12 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping, Sequence
-from functools import lru_cache
-from importlib import resources
 from typing import Any
 
 from layerscope.errors import ExportError
 from layerscope.export.files import write_text
 from layerscope.export.html import (
+    page_assets,
     page_facts,
     page_number,
     page_text,
@@ -112,7 +111,7 @@ def to_html_text(
 ) -> str:
     """The report with the plan section, as one HTML document."""
     data = report_data(profile, report_roof(profile, device))
-    css, js = _assets()
+    css, js = page_assets("plan")
     tail = (
         '<script type="application/json" id="ls-plan-data">'
         + script_json(plan_data(section, sweep))
@@ -330,13 +329,3 @@ def _int(value: Any, what: str) -> int:
 
 def _opt_int(value: Any, what: str) -> int | None:
     return None if value is None else _int(value, what)
-
-
-@lru_cache(maxsize=1)
-def _assets() -> tuple[str, str]:
-    folder = resources.files("layerscope.export").joinpath("assets")
-    css = folder.joinpath("plan.css").read_text(encoding="utf-8")
-    js = folder.joinpath("plan.js").read_text(encoding="utf-8")
-    # Our own code must not end its <script>/<style> element early either.
-    assert "</script" not in js.lower() and "</style" not in css.lower()
-    return css, js

@@ -36,7 +36,7 @@ from layerscope.generation.cache import CacheFacts, cache_facts
 from layerscope.generation.decodefit import AffineFit, Point, decode_lengths
 from layerscope.generation.estimate_notes import notes_for
 from layerscope.generation.estimate_result import GenerateEstimate, SweepRow
-from layerscope.hardware import BY_NAME, DeviceSpec, device_spec
+from layerscope.hardware import GPUS, DeviceSpec, device_spec
 from layerscope.integrations.hfmeta import meta_values
 from layerscope.profile import Profile
 from layerscope.session.options import check_dtype
@@ -45,8 +45,6 @@ from layerscope.validate import check_choice, check_instance, check_int, refuse
 
 #: The caches ``cache=`` names: transformers' ``DynamicCache`` and ``StaticCache``.
 CACHES = ("dynamic", "static")
-#: The GPUs a target may name (built-in specs and their aliases).
-GPUS = tuple(name for name, spec in BY_NAME.items() if spec.kind == "gpu")
 
 
 @dataclass(frozen=True)
@@ -321,4 +319,4 @@ def estimate_generate(
     return result
 
 
-__all__ = ["CACHES", "GPUS", "estimate_generate"]
+__all__ = ["CACHES", "estimate_generate"]

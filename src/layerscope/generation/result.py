@@ -90,25 +90,9 @@ class Generation:
         """Write the generation in the format its extension names: ``.html``
         (``to_html``) or ``.json`` (``save``); ``format="html"`` or ``"json"`` for
         another name."""
-        from layerscope.errors import ExportError
+        from layerscope.export.formats import export_document
 
-        name = os.fspath(path).lower()
-        chosen = format or (
-            "html"
-            if name.endswith((".html", ".htm"))
-            else "json"
-            if name.endswith(".json")
-            else None
-        )
-        if chosen == "html":
-            self.to_html(path)
-        elif chosen == "json":
-            self.save(path)
-        else:
-            what = f"format {format!r}" if format else f"the format of {os.fspath(path)!r}"
-            raise ExportError(
-                f"cannot tell {what}; a generation exports as html (.html, .htm) or json (.json)"
-            )
+        export_document(path, format, {"html": self.to_html, "json": self.save}, "a generation")
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Generation:

@@ -167,25 +167,9 @@ class Plan:
     def export(self, path: str | os.PathLike[str], format: str | None = None) -> None:
         """Write the plan in the format its extension names: ``.html`` (``to_html``) or
         ``.json`` (``save``); ``format="html"`` or ``"json"`` for another name."""
-        from layerscope.errors import ExportError
+        from layerscope.export.formats import export_document
 
-        name = os.fspath(path).lower()
-        chosen = format or (
-            "html"
-            if name.endswith((".html", ".htm"))
-            else "json"
-            if name.endswith(".json")
-            else None
-        )
-        if chosen == "html":
-            self.to_html(path)
-        elif chosen == "json":
-            self.save(path)
-        else:
-            what = f"format {format!r}" if format else f"the format of {os.fspath(path)!r}"
-            raise ExportError(
-                f"cannot tell {what}; a plan exports as html (.html, .htm) or json (.json)"
-            )
+        export_document(path, format, {"html": self.to_html, "json": self.save}, "a plan")
 
 
 def load_plan(path: str | os.PathLike[str]) -> Plan:
