@@ -7,9 +7,12 @@ import random
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
+
+from helpers import BROWSER_NEEDED, find_chromium
 
 _TESTS = str(Path(__file__).resolve().parent)
 if _TESTS not in sys.path:
@@ -46,3 +49,24 @@ def default_display_config(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     config.reset()
     yield
     config.reset()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """A headless Chromium (the system's; never downloaded), or the test skipped."""
+    executable = find_chromium()
+    if executable is None:
+        pytest.skip(BROWSER_NEEDED)
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip(BROWSER_NEEDED)
+    pw = sync_playwright().start()
+    try:
+        b = pw.chromium.launch(executable_path=executable, args=["--no-sandbox"])
+        try:
+            yield b
+        finally:
+            b.close()
+    finally:
+        pw.stop()

@@ -14,10 +14,8 @@ import json
 import math
 import os
 import re
-import shutil
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +24,7 @@ import torch
 from torch import nn
 
 import layerscope as ls
+from helpers import Page, load_page
 from layerscope import examples
 from layerscope.errors import ExportError
 from layerscope.export import export
@@ -215,67 +214,11 @@ def test_sizes_and_write_time(capsys: pytest.CaptureFixture[str], tmp_path: Path
 
 # ---- in the browser ----------------------------------------------------------------------
 
-_INSTALL = (
-    "needs a headless Chromium: apt-get install -y chromium chromium-driver, and the "
-    "playwright Python package (pip install -e '.[test]')"
-)
-
-
-def _chromium() -> str | None:
-    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
-        found = shutil.which(name)
-        if found:
-            return found
-    return None
-
 
 def expect(locator: Any) -> Any:
     from playwright.sync_api import expect as expect_
 
     return expect_(locator)
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    executable = _chromium()
-    if executable is None:
-        pytest.skip(_INSTALL)
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.skip(_INSTALL)
-    pw = sync_playwright().start()
-    try:
-        b = pw.chromium.launch(executable_path=executable, args=["--no-sandbox"])
-        try:
-            yield b
-        finally:
-            b.close()
-    finally:
-        pw.stop()
-
-
-@dataclass
-class Page:
-    """A loaded report and everything the browser reported while it ran."""
-
-    page: Any
-    url: str
-    errors: list[str] = field(default_factory=list)
-    requests: list[str] = field(default_factory=list)
-    dialogs: list[str] = field(default_factory=list)
-
-    def rows(self) -> list[str]:
-        """Module names of the rows in the DOM, in order."""
-        names: list[str] = self.page.eval_on_selector_all(
-            "#ls-table tbody tr:not(.sp) .nm", "els => els.map(e => e.textContent)"
-        )
-        return names
-
-    def clean(self) -> None:
-        assert self.errors == []
-        assert self.dialogs == []
-        assert self.requests == [self.url]  # the file itself, nothing else
 
 
 @pytest.fixture
@@ -285,21 +228,8 @@ def open_report(browser: Any, tmp_path: Path) -> Iterator[Any]:
     def open_(prof: Profile, name: str = "r.html", width: int = 1280, device: Any = None) -> Page:
         out = tmp_path / name
         to_html(prof, out, device=device)
-        page = browser.new_page(viewport={"width": width, "height": 900})
-        pages.append(page)
-        p = Page(page, out.as_uri())
-        page.on("console", lambda m: p.errors.append(m.text) if m.type == "error" else None)
-        page.on("pageerror", lambda e: p.errors.append(str(e)))
-        page.on("requestfailed", lambda r: p.errors.append(f"failed: {r.url}"))
-        page.on("request", lambda r: p.requests.append(r.url))
-
-        def on_dialog(d: Any) -> None:
-            p.dialogs.append(d.message)
-            d.dismiss()
-
-        page.on("dialog", on_dialog)
-        page.goto(p.url)
-        page.wait_for_selector("body[data-ready]")
+        p = load_page(browser, out, width)
+        pages.append(p.page)
         return p
 
     yield open_

@@ -23,6 +23,7 @@ import pytest
 import torch
 
 import layerscope as ls
+from helpers import Page, load_page
 from layerscope.errors import ExportError
 from layerscope.examples.gpt import tiny_gpt
 from layerscope.export.html import to_html_text
@@ -31,7 +32,7 @@ from layerscope.export.htmlplan import to_html_text as plan_html_text
 from layerscope.planning.result import Plan
 from layerscope.planning.sweep import Sweep
 from layerscope.render import units
-from test_html import _INSTALL, BREAKERS, HOSTILE, Page, _chromium, embedded
+from test_html import BREAKERS, HOSTILE, embedded
 from viewmodels import small
 
 MEMORY = {
@@ -310,26 +311,6 @@ def test_to_html_and_export(tmp_path: Path) -> None:
 # ---- in the browser ------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    executable = _chromium()
-    if executable is None:
-        pytest.skip(_INSTALL)
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.skip(_INSTALL)
-    pw = sync_playwright().start()
-    try:
-        b = pw.chromium.launch(executable_path=executable, args=["--no-sandbox"])
-        try:
-            yield b
-        finally:
-            b.close()
-    finally:
-        pw.stop()
-
-
 @pytest.fixture
 def open_page(browser: Any, tmp_path: Path) -> Iterator[Any]:
     pages: list[Any] = []
@@ -337,20 +318,8 @@ def open_page(browser: Any, tmp_path: Path) -> Iterator[Any]:
     def open_(text: str, width: int = 1400) -> Page:
         out = tmp_path / f"r{len(pages)}.html"
         out.write_text(text, encoding="utf-8")
-        page = browser.new_page(viewport={"width": width, "height": 900})
-        pages.append(page)
-        p = Page(page, out.as_uri())
-        page.on("console", lambda m: p.errors.append(m.text) if m.type == "error" else None)
-        page.on("pageerror", lambda e: p.errors.append(str(e)))
-        page.on("request", lambda r: p.requests.append(r.url))
-
-        def dialog(d: Any) -> None:
-            p.dialogs.append(d.message)
-            d.dismiss()
-
-        page.on("dialog", dialog)
-        page.goto(p.url)
-        page.wait_for_selector("body[data-ready]")
+        p = load_page(browser, out, width, "body[data-ready]")
+        pages.append(p.page)
         return p
 
     yield open_

@@ -4,7 +4,6 @@
 (function () {
   "use strict";
   var G = JSON.parse(document.getElementById("ls-gen-data").textContent);
-  var SVG = "http://www.w3.org/2000/svg";  // a namespace name, never fetched
   var base = window.lsFormat, body = document.body;
 
   function num(x) { return typeof x === "string" ? Number(x) : x; }
@@ -16,17 +15,7 @@
     return has(x) ? base(x, kind) : "";
   }
   function plural(n, word) { return fmt(n, "count") + " " + word + (n === 1 ? "" : "s"); }
-  function el(tag, cls, text) {
-    var e = document.createElement(tag);
-    if (cls) e.className = cls;
-    if (text !== undefined) e.textContent = text;
-    return e;
-  }
-  function sv(tag, attrs) {
-    var e = document.createElementNS(SVG, tag);
-    for (var k in attrs) e.setAttribute(k, attrs[k]);
-    return e;
-  }
+  var el = window.lsDom.el, sv = window.lsDom.sv;
   function section(title, id, what) {
     var s = el("section"); s.id = id;
     var h = el("div", "head"); h.appendChild(el("h2", "", title));
@@ -334,48 +323,11 @@
   }
 
   // ---- tables: the calls, an estimate's sweep ------------------------------------------
-  function table(cols, rows, id) {  // click a header: largest first, smallest, as given
-    var wrap = el("div", "tablewrap"), t = el("table", "gn-table"), th = el("thead"), tb = el("tbody");
-    t.id = id;
-    var tr = el("tr"), key = -1, dir = -1, trs = [];
-    cols.forEach(function (c, k) {
-      var h = el("th", c[2] === "text" ? "txt" : "", c[1]);
-      if (c[3]) h.title = c[3];
-      h.tabIndex = 0;
-      h.addEventListener("click", function () { sort(k); });
-      h.addEventListener("keydown", function (ev) { if (ev.key === "Enter" || ev.key === " ") { ev.preventDefault(); sort(k); } });
-      tr.appendChild(h);
+  function table(cols, rows, id) {
+    return window.lsDom.sortableTable(cols, rows, id, "gn-table", function (c, x) {
+      var cls = c[2] === "text" ? "txt" : c[2] === "fits" ? (x === false ? "gn-no" : x === true ? "gn-yes" : "") : "";
+      return [cls, fmt(x, c[2])];
     });
-    th.appendChild(tr);
-    rows.forEach(function (r) {
-      var row = el("tr");
-      cols.forEach(function (c, k) {
-        var x = r[k], cls = c[2] === "text" ? "txt" : c[2] === "fits" ? (x === false ? "gn-no" : x === true ? "gn-yes" : "") : "";
-        var td = el("td", cls, fmt(x, c[2]));
-        if (typeof x === "number") td.title = String(x);
-        row.appendChild(td);
-      });
-      trs.push(row); tb.appendChild(row);
-    });
-    function sort(k) {
-      if (key !== k) { key = k; dir = cols[k][2] === "text" ? 1 : -1; }
-      else if (dir === (cols[k][2] === "text" ? 1 : -1)) dir = -dir;
-      else key = -1;
-      var order = trs.map(function (_, i) { return i; });
-      if (key >= 0) order.sort(function (a, b) {
-        var u = num(rows[a][key]), w = num(rows[b][key]);
-        if (u === w) return a - b;
-        if (!has(u)) return 1;
-        if (!has(w)) return -1;
-        return (u < w ? -1 : 1) * dir;
-      });
-      Array.prototype.forEach.call(tr.children, function (h, j) {
-        h.className = (cols[j][2] === "text" ? "txt " : "") + (j === key ? (dir > 0 ? "asc" : "desc") : "");
-      });
-      tb.replaceChildren.apply(tb, order.map(function (i) { return trs[i]; }));
-    }
-    t.appendChild(th); t.appendChild(tb); wrap.appendChild(t);
-    return wrap;
   }
   if (n) {
     var ts = section("Model calls", "ls-gen-calls", "One row per call, in the order generate() runs them; hover a " +

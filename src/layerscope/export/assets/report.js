@@ -120,6 +120,54 @@
     for (var k in attrs) e.setAttribute(k, attrs[k]);
     return e;
   }
+  // The sections a plan or a generation adds (plan.js, generation.js) share these: a
+  // table of columns [key, header, kind, tip] whose header click sorts largest first,
+  // smallest first, then as given; cell(c, x) gives a cell's [class, text].
+  function sortableTable(cols, rows, id, cls, cell) {
+    var wrap = el("div", "tablewrap"), t = el("table", cls), th = el("thead"), tb = el("tbody");
+    t.id = id;
+    var tr = el("tr"), key = -1, dir = -1, trs = [];
+    function missing(x) { return x === null || x === undefined || (typeof x === "number" && isNaN(x)); }
+    function num(x) { return typeof x === "string" ? Number(x) : x; }
+    cols.forEach(function (c, k) {
+      var h = el("th", c[2] === "text" ? "txt" : "", c[1]);
+      if (c[3]) h.title = c[3];
+      h.tabIndex = 0;
+      h.addEventListener("click", function () { sort(k); });
+      h.addEventListener("keydown", function (ev) { if (ev.key === "Enter" || ev.key === " ") { ev.preventDefault(); sort(k); } });
+      tr.appendChild(h);
+    });
+    th.appendChild(tr);
+    rows.forEach(function (r) {
+      var row = el("tr");
+      cols.forEach(function (c, k) {
+        var x = r[k], got = cell(c, x), td = el("td", got[0], got[1]);
+        if (typeof x === "number" && c[2] !== "flag") td.title = String(x);
+        row.appendChild(td);
+      });
+      trs.push(row); tb.appendChild(row);
+    });
+    function sort(k) {
+      if (key !== k) { key = k; dir = cols[k][2] === "text" ? 1 : -1; }
+      else if (dir === (cols[k][2] === "text" ? 1 : -1)) dir = -dir;
+      else key = -1;
+      var order = trs.map(function (_, i) { return i; });
+      if (key >= 0) order.sort(function (a, b) {
+        var u = num(rows[a][key]), w = num(rows[b][key]);
+        if (u === w) return a - b;
+        if (missing(u)) return 1;
+        if (missing(w)) return -1;
+        return (u < w ? -1 : 1) * dir;
+      });
+      Array.prototype.forEach.call(tr.children, function (h, j) {
+        h.className = (cols[j][2] === "text" ? "txt " : "") + (j === key ? (dir > 0 ? "asc" : "desc") : "");
+      });
+      tb.replaceChildren.apply(tb, order.map(function (i) { return trs[i]; }));
+    }
+    t.appendChild(th); t.appendChild(tb); wrap.appendChild(t);
+    return wrap;
+  }
+  window.lsDom = { el: el, sv: sv, sortableTable: sortableTable };
   function pressOnly(bar, field, value) {  // a segmented control: the button pressed
     Array.prototype.forEach.call(bar.children, function (b) {
       var on = b.dataset[field] === value;
