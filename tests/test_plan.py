@@ -236,8 +236,8 @@ def test_max_micro_batch_is_the_edge_of_fitting() -> None:
 
 def test_transformers_trains_on_meta() -> None:
     """GPT-2 in training mode without a cache or mask: transformers asks whether the
-    position ids pack several sequences by reading a value, which meta cannot give; the
-    plan's analysis answers "no" for meta position ids and puts the helper back."""
+    position ids pack several sequences by reading a value, which meta cannot give; an
+    analysis answers "no" for meta position ids and puts the helper back."""
     transformers = pytest.importorskip("transformers")
     masking = pytest.importorskip("transformers.masking_utils")
     before = masking.find_packed_sequence_indices
@@ -251,6 +251,11 @@ def test_transformers_trains_on_meta() -> None:
                    loss_fn=lambda o: o[0].sum())  # fmt: skip
     assert plan.analysis is not None and plan.analysis.model["device"] == "meta"
     assert plan.checkpoint == ["h.0", "h.1"] and plan.tokens == 2 * 8
+    assert masking.find_packed_sequence_indices is before
+    # the same for any analysis on meta, not only a plan's
+    prof = ls.profile(ls.to_meta(model).train(), ids.to("meta"), backward=True,
+                      loss_fn=lambda o: o[0].sum())  # fmt: skip
+    assert prof.root.metrics["backward_flops"] > prof.root.metrics["flops"] > 0
     assert masking.find_packed_sequence_indices is before
     positions = torch.arange(8).unsqueeze(0)
     assert masking.find_packed_sequence_indices(positions) is None  # the real one, unpacked

@@ -182,7 +182,7 @@ class Driver:
     def analyse(self, ids: torch.Tensor, cache: Any) -> Profile:
         """One model call on ``cache``, analysed and steered to the target."""
         kwargs = {**self.call, self.cache_name: cache}
-        with torch.no_grad(), meta_values():
+        with torch.no_grad():
             return profile(
                 self.model, ids, kwargs=kwargs, target=self.opts.target, mode="eval",
                 record_shapes=False,

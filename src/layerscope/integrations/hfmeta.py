@@ -6,7 +6,8 @@ In training mode (no KV cache, no attention mask) transformers' mask code asks
 it reads the answer with ``.all()``, which a meta tensor cannot give. ``meta_values()``
 makes it answer None (no packed sequences: what it finds for position ids that count up
 by one, transformers' default) for meta position ids only, while the block runs, and
-restores it after. Nothing is touched unless transformers is already imported.
+restores it after. Nothing is touched unless transformers is already imported. Every
+analysis ``ls.profile`` runs is inside it; a plain forward on meta can use it too.
 """
 
 from __future__ import annotations

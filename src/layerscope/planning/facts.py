@@ -15,7 +15,6 @@ from torch.utils._pytree import tree_map_only
 
 from layerscope.errors import InvalidInputError
 from layerscope.hardware import BY_NAME
-from layerscope.integrations.hfmeta import meta_values
 from layerscope.planning.checkpointing import (
     repeated_blocks,
 )
@@ -70,8 +69,7 @@ def analyse(
         call["kwargs"] = tree_map_only(torch.Tensor, on_meta, dict(kwargs))
     if input_shape is not None:
         call["input_shape"] = input_shape
-    with meta_values():
-        return profile(meta, backward=True, memory=True, target=name, **call)
+    return profile(meta, backward=True, memory=True, target=name, **call)
 
 
 # ---- facts of the analysis -------------------------------------------------------------

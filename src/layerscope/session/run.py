@@ -26,6 +26,7 @@ from layerscope.collect.timing import TimingOptions, measure, region_paths, time
 from layerscope.collect.tree import ModelTree
 from layerscope.errors import InvalidInputError, LayerscopeError, ModelError
 from layerscope.gcpause import gc_paused
+from layerscope.integrations.hfmeta import meta_values
 from layerscope.metrics.flops import Formula
 from layerscope.metrics.numerics import NonFiniteMode
 from layerscope.profile import Profile
@@ -159,7 +160,8 @@ def profile(
             return build_profile(ScopeTracker(tree), ran=False, notices=notices, observers=())
         if timing_options is not None:
             check_timing_device(model, given.values)
-        prof, call_args = run.analyse(p, given)
+        with meta_values():  # transformers' value checks, answered for meta tensors
+            prof, call_args = run.analyse(p, given)
         prof.notices[:0] = notices  # what unwrapping the model found comes first
         if timing_options is not None:
             run.time(prof, compiled, call_args, given.kwargs or {}, timing_options, p.tracker.tree)
