@@ -21,7 +21,11 @@ the exit status is 1 at the end):
 - ``kineto_trace``: what torch.profiler's events hold for a timed run with backward
   (repeats, module ranges, spans per repeat), on the CPU and on the GPU;
 - ``cli``: ``layerscope profile`` on the GPU with every measurement on, as text at 80
-  columns and as an HTML report.
+  columns and as an HTML report;
+- ``plan``: ``ls.plan`` for one GPU (no sharding, AdamW; fp32, bf16 autocast, every
+  block checkpointed) against a real training step's peak allocated bytes here;
+- ``generate``: ``profile_generate`` with timing on a 0.6B Llama in bfloat16, plain
+  ``generate()`` timed, and ``estimate_generate`` for this GPU from a meta copy.
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ def check(name: str) -> Callable[[Callable[[], None]], Callable[[], None]]:
                 FAILED.append(name)
             print(f"--- {name}: {time.perf_counter() - start:.1f} s", flush=True)
 
+        run.__name__ = name
         return run
 
     return wrap
@@ -235,11 +240,88 @@ def compare(name: str, dtype: torch.dtype, model: nn.Module, inputs: list[torch.
     return len(wrong)
 
 
+def real_step(model: nn.Module, precision: str, checkpoint: bool) -> tuple[int, int]:
+    """A real AdamW training step on this GPU: the bytes allocated before the third step
+    beyond the parameters, optimizer states and input (workspaces), and the step's peak."""
+    from torch.utils.checkpoint import set_checkpoint_early_stop
+
+    model = model.to(DEV).train()
+    if checkpoint:
+        model.gradient_checkpointing_enable({"use_reentrant": False})  # type: ignore[operator]
+    opt = torch.optim.AdamW(model.parameters())
+    x = ids(DEV)
+
+    def step() -> None:
+        with torch.autocast(DEV, torch.bfloat16, enabled=precision == "bf16-mixed"):
+            out = model(x)
+        loss(out).backward()  # type: ignore[no-untyped-call]
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    with set_checkpoint_early_stop(False):
+        step()
+        step()
+        torch.cuda.synchronize()
+        states = [t for s in opt.state.values() for t in s.values() if isinstance(t, torch.Tensor)]
+        held = sum(t.nbytes for t in [*model.parameters(), *states, x] if t.is_cuda)
+        extra = torch.cuda.memory_allocated() - held
+        torch.cuda.reset_peak_memory_stats()
+        step()
+        torch.cuda.synchronize()
+    return extra, torch.cuda.max_memory_allocated()
+
+
+def generate_vs_estimate() -> None:
+    """A 0.6B-parameter Llama in bfloat16 generating 16 tokens for 8 sequences of 512:
+    ``profile_generate`` with timing, plain ``generate()`` timed, and the estimate for
+    this GPU from a meta copy."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        num_hidden_layers=8, hidden_size=2048, num_attention_heads=16, num_key_value_heads=4,
+        intermediate_size=5632, vocab_size=32000, max_position_embeddings=4096,
+    )  # fmt: skip
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    with torch.device(DEV):
+        model = LlamaForCausalLM(config).to(torch.bfloat16).eval()  # type: ignore[arg-type]
+    batch, prompt, new = 8, 512, 16
+    x = torch.randint(0, 32000, (batch, prompt), device=DEV)
+    start = time.perf_counter()
+    gen = ls.profile_generate(model, x, max_new_tokens=new, timing=5)
+    print(f"profile_generate took {time.perf_counter() - start:.1f} s")
+    print(gen.render(width=80))
+    walls = []
+    for _ in range(3):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        model.generate(x, max_new_tokens=new, min_new_tokens=new, do_sample=False)
+        torch.cuda.synchronize()
+        walls.append(time.perf_counter() - start)
+    calls = sum(r["time"] for r in gen.decode_steps)
+    print(f"generate() wall {min(walls) * 1e3:.1f} ms; the calls' medians sum {calls * 1e3:.1f} ms")
+    target = "h200" if "H200" in torch.cuda.get_device_name() else "h100"
+    with torch.device("meta"):
+        meta = LlamaForCausalLM(config).to(torch.bfloat16)  # type: ignore[arg-type]
+    est = ls.estimate_generate(meta, target=target, prompt=prompt, new_tokens=new, batch=[batch])
+    print(est.render(width=80))
+    decode = [r["time"] for r in gen.decode_steps if r["stage"] == "decode"]
+    measured = sorted(decode)[len(decode) // 2]
+    prefill = gen.decode_steps[0]["time"]
+    print(
+        f"prefill measured {prefill * 1e3:.3f} ms, bound {est.prefill_time * 1e3:.3f} ms "
+        f"(x{prefill / est.prefill_time:.2f}); decode per token measured "
+        f"{measured * 1e3:.3f} ms, bound {est.decode_time_per_token * 1e3:.3f} ms "
+        f"(x{measured / est.decode_time_per_token:.2f})"
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
     parser.add_argument("--cpu", action="store_true", help="try the script without a GPU")
+    parser.add_argument("--checks", default="", help="comma-separated check names (all)")
     args = parser.parse_args()
     global DEV
     DEV = "cpu" if args.cpu else "cuda"
@@ -386,8 +468,34 @@ def main() -> int:
         finally:
             kineto.parse_events = original
 
-    for fn in (allocator, steered, zoo, kineto_trace, baseline, timers, cli):
-        fn()
+    @check("plan")
+    def plan() -> None:
+        target = "h200" if "H200" in torch.cuda.get_device_name() else "h100"
+        for precision, checkpoint in (("fp32", None), ("bf16-mixed", None), ("fp32", "blocks")):
+            planned = ls.plan(
+                gpt2(4), ids("cpu"), target=target, world_size=1, sharding="none",
+                precision=precision, checkpoint=checkpoint, reserve_bytes=0, loss_fn=loss,
+            )  # fmt: skip
+            # what the GPU holds at rest beyond the model states and the input: cuBLAS
+            # and cuBLASLt workspaces (the plan's reserve stands for them)
+            extra, peak = real_step(gpt2(4), precision, checkpoint is not None)
+            real = peak - extra
+            print(
+                f"{precision:10} {checkpoint or '-':6} plan {planned.peak_bytes:>12,} "
+                f"({planned.peak_phase.get('phase')}) measured {real:>12,} (+{extra:,} "
+                f"workspaces) diff {real - planned.peak_bytes:>+11,} "
+                f"({(real - planned.peak_bytes) / real:+.2%})"
+            )
+            print("   plan memory", planned.memory, "states", planned.states)
+
+    @check("generate")
+    def generate() -> None:
+        generate_vs_estimate()
+
+    chosen = {name for name in args.checks.split(",") if name}
+    for fn in (allocator, steered, zoo, kineto_trace, baseline, timers, cli, plan, generate):
+        if not chosen or fn.__name__ in chosen:
+            fn()
     print("\nfailed:", FAILED or "none")
     return 1 if FAILED else 0
 

@@ -218,3 +218,24 @@ def test_a_static_cache_is_replayed_static() -> None:
     assert gen.kv_cache["bytes_after_prefill"] == gen.kv_cache["bytes_final"] == per_token * 21 * 2
     for step in gen.decode_steps[1:]:
         assert step["macs"] == 2 * (LLAMA_WEIGHT_MACS + LAYERS * 2 * HEADS * HEAD * 21)
+
+
+@pytest.mark.cuda
+def test_generate_on_cuda_against_the_cpu() -> None:
+    """On a GPU the same decoding loop (the same weights, greedy): every decode step's
+    MACs and the KV cache's bytes as on the CPU, a median time per call. The prefill
+    differs by the kernel: float32 attention with grouped KV heads runs torch's math path
+    on a GPU (flash and cuDNN take 16-bit inputs, memory-efficient no grouped heads), the
+    full 16 x 16 scores, where the CPU's fused kernel computes the causal 136 (16 x 17 / 2)."""
+    ids = torch.randint(0, VOCAB, (2, 16))
+    cpu = ls.profile_generate(llama(), ids, max_new_tokens=5)
+    gpu = ls.profile_generate(llama().cuda(), ids.cuda(), max_new_tokens=5, timing=2)
+    keys = ("stage", "cache_tokens", "macs", "kv_bytes")
+    assert [[r[k] for k in keys] for r in gpu.decode_steps[1:]] == [
+        [r[k] for k in keys] for r in cpu.decode_steps[1:]
+    ]
+    # q.k and p.v over the 256 - 136 masked pairs, per row, layer and query head
+    masked = 2 * LAYERS * HEADS * (16 * 16 - 136) * HEAD * 2  # 61,440
+    assert gpu.decode_steps[0]["macs"] == cpu.decode_steps[0]["macs"] + masked
+    assert gpu.kv_cache["bytes_final"] == 512 * (16 + 5 - 1) * 2
+    assert all(r["time"] > 0 for r in gpu.decode_steps)
