@@ -22,8 +22,9 @@ the exit status is 1 at the end):
   (repeats, module ranges, spans per repeat), on the CPU and on the GPU;
 - ``cli``: ``layerscope profile`` on the GPU with every measurement on, as text at 80
   columns and as an HTML report;
-- ``plan``: ``ls.plan`` for one GPU (no sharding, AdamW; fp32, bf16 autocast, every
-  block checkpointed) against a real training step's peak allocated bytes here;
+- ``plan``: ``ls.plan`` for one GPU (AdamW; fp32, bf16 autocast as DDP's mixed
+  precision less DDP's bucket, every block checkpointed) against a real training
+  step's peak allocated bytes here, less the workspaces;
 - ``generate``: ``profile_generate`` with timing on a 0.6B Llama in bfloat16, plain
   ``generate()`` timed, and ``estimate_generate`` for this GPU from a meta copy.
 """
@@ -472,21 +473,23 @@ def main() -> int:
     def plan() -> None:
         target = "h200" if "H200" in torch.cuda.get_device_name() else "h100"
         for precision, checkpoint in (("fp32", None), ("bf16-mixed", None), ("fp32", "blocks")):
-            planned = ls.plan(
-                gpt2(4), ids("cpu"), target=target, world_size=1, sharding="none",
+            # autocast is DDP's mixed precision: DDP on one GPU, less its bucket
+            sharding = "ddp" if precision == "bf16-mixed" else "none"
+            plan = ls.plan(
+                gpt2(4), ids("cpu"), target=target, world_size=1, sharding=sharding,
                 precision=precision, checkpoint=checkpoint, reserve_bytes=0, loss_fn=loss,
             )  # fmt: skip
+            planned = plan.peak_bytes - plan.memory["comm_buffer_bytes"]
             # what the GPU holds at rest beyond the model states and the input: cuBLAS
             # and cuBLASLt workspaces (the plan's reserve stands for them)
             extra, peak = real_step(gpt2(4), precision, checkpoint is not None)
             real = peak - extra
             print(
-                f"{precision:10} {checkpoint or '-':6} plan {planned.peak_bytes:>12,} "
-                f"({planned.peak_phase.get('phase')}) measured {real:>12,} (+{extra:,} "
-                f"workspaces) diff {real - planned.peak_bytes:>+11,} "
-                f"({(real - planned.peak_bytes) / real:+.2%})"
+                f"{precision:10} {checkpoint or '-':6} plan {planned:>12,} "
+                f"({plan.peak_phase.get('phase')}) measured {real:>12,} (+{extra:,} "
+                f"workspaces) diff {real - planned:>+11,} ({(real - planned) / real:+.2%})"
             )
-            print("   plan memory", planned.memory, "states", planned.states)
+            print("   plan memory", plan.memory, "states", plan.states)
 
     @check("generate")
     def generate() -> None:

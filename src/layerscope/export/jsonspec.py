@@ -136,6 +136,12 @@ MODEL = Obj(
             Map(Int(0)),
             "the kernels a meta analysis followed, by op: {op: {kernel: calls}}",
         ),
+        "autocast": Opt(
+            Str(
+                "the 16-bit dtype of CUDA autocast's rules that the analysis ran under "
+                "(a plan's DDP mixed precision on meta)"
+            )
+        ),
         "loop": Obj(
             {
                 "cycle": Int(0),

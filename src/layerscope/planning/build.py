@@ -72,8 +72,11 @@ def _build(prof: Profile, opts: Options, choice: CheckpointChoice, asked: Any) -
     grads_by_module: dict[str, int] = {}
     for p in params:
         grads_by_module[p.module] = grads_by_module.get(p.module, 0) + p.nbytes
-    # the user's input: float inputs in float32 under mixed precision, cast once
-    held_input = inputs + (float_inputs if mixed else 0)
+    # the user's input: float inputs in float32 under mixed precision, cast once (an
+    # analysis under autocast's rules holds them in float32 and has the casts already)
+    emulated = bool(prof.model.get("autocast"))
+    cast_input = float_inputs if mixed and not emulated else 0
+    held_input = inputs + cast_input
     rest = {
         "param_bytes": states.param_bytes + frozen,
         "optimizer_state_bytes": states.optimizer_state_bytes,
@@ -82,7 +85,7 @@ def _build(prof: Profile, opts: Options, choice: CheckpointChoice, asked: Any) -
     }
     first = next((m.path for m in prof.nodes() if m.path and m.calls), "")
     setup = tl.Setup(opts.sharding, n, rest, grads=grads_by_module,
-                     cast_input=float_inputs if mixed else 0, first_module=first)  # fmt: skip
+                     cast_input=cast_input, first_module=first)  # fmt: skip
     grad_size = 4 if mixed and opts.sharding in ("fsdp", "ddp") else low
     if opts.sharding == "fsdp":
         units, unit_rows, comm = _fsdp(prof, opts, params, setup, grad_size)
@@ -98,6 +101,12 @@ def _build(prof: Profile, opts: Options, choice: CheckpointChoice, asked: Any) -
     step = sum(time[k] for k in ("compute", "recompute", "exposed_comm", "optimizer"))
     peak_flops = opts.target.peak(str(opts.compute_dtype).removeprefix("torch."))
     notes = _notes(opts, choice, asked, frozen)
+    if opts.autocast and not emulated:
+        notes.append(
+            "the profile ran every op in 16 bits; autocast keeps norms, softmax, losses and "
+            "a float32 residual stream in float32: pass the model, whose analysis follows "
+            "autocast's rules"
+        )
     return Plan(
         options=_options(opts, asked, units),
         device={
@@ -221,7 +230,9 @@ def _replicated(
     if opts.sharding != "none" and n > 1:
         reduce = ddp_collectives(per_param, world_size=n, bucket_cap_mb=opts.bucket_cap_mb)
         comm = {"": {"backward": reduce}}
-    if opts.sharding == "ddp" and opts.mixed:  # autocast: float32 grads, 16-bit copies
+    if opts.autocast and not prof.model.get("autocast"):
+        # a profile that ran every op in 16 bits: float32 grads and 16-bit weight copies
+        # added here (an analysis under autocast's rules has both already)
         setup.grad_scale = 4 / low
         setup.weight_copies, setup.saved_copies = _weight_copies(prof, params, low)
         for p in params:

@@ -37,31 +37,24 @@ def analyse(
     to the target."""
     want = str(opts.compute_dtype).removeprefix("torch.")
     if isinstance(model, Profile):
-        if not isinstance(model.memory.get("storages"), Mapping) or "backward_flops" not in (
-            model.root.metrics
-        ):
-            raise InvalidInputError(
-                "ls.plan needs a profile made with backward=True, memory=True (its storage "
-                "records and backward); profile the model again, or pass the model"
-            )
-        if model.model.get("dtype") != want:
-            raise InvalidInputError(
-                f"precision={opts.precision!r} computes in {want}, but the profile ran in "
-                f"{model.model.get('dtype')}: profile the model in {want}, or pass the model"
-            )
-        return model
+        return _checked(model, opts, want)
     if not isinstance(model, nn.Module):
         raise InvalidInputError(f"ls.plan needs a model or a Profile, got {type(model).__name__}")
+    from layerscope.collect.autocast import emulate_cuda_autocast
+    from layerscope.collect.common import default_loss
     from layerscope.collect.meta import to_meta
     from layerscope.session.run import profile
 
-    meta = to_meta(model).to(opts.compute_dtype)
+    # under autocast the weights and the input stay float32 and each op runs in the
+    # dtype autocast's rules give it; otherwise everything is in the compute dtype
+    dtype = torch.float32 if opts.autocast else opts.compute_dtype
+    meta = to_meta(model).to(dtype)
     name = opts.target.name if opts.target.name in BY_NAME else None
     call: dict[str, Any] = dict(profile_options)
 
     def on_meta(t: torch.Tensor) -> torch.Tensor:  # the micro-batch, as the GPU computes it
-        dtype = opts.compute_dtype if t.is_floating_point() else t.dtype
-        return t.detach().to("meta", dtype=dtype).requires_grad_(t.requires_grad)
+        cast = dtype if t.is_floating_point() else t.dtype
+        return t.detach().to("meta", dtype=cast).requires_grad_(t.requires_grad)
 
     if args:
         call["args"] = tree_map_only(torch.Tensor, on_meta, tuple(args))
@@ -69,7 +62,34 @@ def analyse(
         call["kwargs"] = tree_map_only(torch.Tensor, on_meta, dict(kwargs))
     if input_shape is not None:
         call["input_shape"] = input_shape
-    return profile(meta, backward=True, memory=True, target=name, **call)
+    if not opts.autocast:
+        return profile(meta, backward=True, memory=True, target=name, **call)
+    loss_fn = call.pop("loss_fn", None) or default_loss
+    with emulate_cuda_autocast(meta, opts.compute_dtype, loss_fn) as loss:
+        prof = profile(meta, backward=True, memory=True, target=name, loss_fn=loss, **call)
+    prof.model["autocast"] = want
+    return prof
+
+
+def _checked(prof: Profile, opts: Options, want: str) -> Profile:
+    """A given profile, if a plan can read it: storage records and a backward, in the
+    compute dtype (under autocast: float32 analysed under autocast's rules, or, as an
+    approximation, every op in the compute dtype)."""
+    if not isinstance(prof.memory.get("storages"), Mapping) or "backward_flops" not in (
+        prof.root.metrics
+    ):
+        raise InvalidInputError(
+            "ls.plan needs a profile made with backward=True, memory=True (its storage "
+            "records and backward); profile the model again, or pass the model"
+        )
+    if opts.autocast and prof.model.get("autocast") == want:
+        return prof
+    if prof.model.get("dtype") != want or prof.model.get("autocast"):
+        raise InvalidInputError(
+            f"precision={opts.precision!r} computes in {want}, but the profile ran in "
+            f"{prof.model.get('dtype')}: profile the model in {want}, or pass the model"
+        )
+    return prof
 
 
 # ---- facts of the analysis -------------------------------------------------------------

@@ -60,6 +60,11 @@ class Options:
         return self.precision.endswith("-mixed")
 
     @property
+    def autocast(self) -> bool:
+        """Mixed precision as autocast runs it: DDP (or one GPU) with float32 weights."""
+        return self.mixed and self.sharding == "ddp"
+
+    @property
     def compute_dtype(self) -> torch.dtype:
         return _COMPUTE[self.precision]
 
