@@ -46,6 +46,7 @@ if TYPE_CHECKING:
         load_generation,
         profile_generate,
     )
+    from layerscope.generation.stages import cache_stage
     from layerscope.hardware import DeviceSpec, device_spec
     from layerscope.metrics.flops import Cost, register_flop_formula
     from layerscope.metrics.memory import (
@@ -88,6 +89,7 @@ _LAZY: dict[str, str] = {
     "estimate_generate": "layerscope.generation",
     "load_generation": "layerscope.generation",
     "profile_generate": "layerscope.generation",
+    "cache_stage": "layerscope.generation.stages",
     "Plan": "layerscope.planning",
     "load_plan": "layerscope.planning",
     "plan": "layerscope.planning",
@@ -163,6 +165,7 @@ __all__ = [
     "ValueSpec",
     "ViewOptions",
     "__version__",
+    "cache_stage",
     "config",
     "device_spec",
     "diff",

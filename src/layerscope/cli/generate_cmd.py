@@ -5,7 +5,9 @@ measured per stage and step (ls.profile_generate). docs/generate.md.
 
 The model is named as for `profile` (transformers:LlamaForCausalLM is
 Llama-2-7B's shape); --input-shape is BATCH,PROMPT: sequences and prompt
-tokens each (--batch lists several batch sizes instead).
+tokens each (--batch lists several batch sizes instead). On a real device,
+--view top or ops shows every stage's modules in one table, --stage one
+stage in any view.
 
 Examples:
   layerscope generate transformers:LlamaForCausalLM --dtype bfloat16 \
@@ -32,8 +34,11 @@ from layerscope.cli.inputs import parse_json_object, parse_model_dtype, parse_sh
 from layerscope.errors import InvalidInputError
 from layerscope.export.files import write_text
 from layerscope.generation.estimate import CACHES, estimate_generate
+from layerscope.generation.result import STAGES
 from layerscope.hardware import GPU_SPECS, GPUS
 from layerscope.render import config as display_config
+from layerscope.render.options import VIEWS, check_view
+from layerscope.render.stageviews import STAGED_VIEWS
 from layerscope.validate import check_choice, check_int, refuse
 
 NAME = "generate"
@@ -78,6 +83,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="with a real device, time every model call too (3 repeats)",
     )  # fmt: skip
     out = p.add_argument_group("output")
+    out.add_argument(
+        "--view", metavar="VIEW",
+        help="with a real device, a view instead of the summary: top or ops (every stage "
+        "in one table, with a Stage column), or with --stage any view of that stage: "
+        f"{', '.join(VIEWS)}",
+    )  # fmt: skip
+    out.add_argument(
+        "--stage", metavar="STAGE",
+        help="with a real device, one stage's Profile (prefill or decode) in --view "
+        "(default table)",
+    )  # fmt: skip
+    out.add_argument(
+        "--columns", metavar="KEY,...",
+        help="with --view, the metric columns to show, in order (e.g. macs,macs_pct)",
+    )  # fmt: skip
+    out.add_argument("--sort", metavar="KEY", help="with --view, rank rows by this metric")
+    out.add_argument("--top", type=int, metavar="K", help="with --view, keep the K largest rows")
     out.add_argument("--json", metavar="PATH", help="also save the result as JSON")
     out.add_argument("--width", type=int, default=None, help="console width in characters")
     out.add_argument("--config", metavar="YAML", help="display configuration (styles)")
@@ -146,6 +168,7 @@ def _check_flags(args: argparse.Namespace) -> torch.device:
             raise InvalidInputError("--target is the GPU estimated on meta: give --device meta")
     if args.batch:
         parse_batches(args.batch)
+    _check_view_flags(args, device)
     if args.config:
         display_config.load(args.config)
     return device
@@ -164,10 +187,58 @@ def _measure(model: nn.Module, args: argparse.Namespace, batch: int, prompt: int
         model, ids, args.max_new_tokens, attention_mask=torch.ones_like(ids),
         timing=bool(args.time), **extra,
     )  # fmt: skip
-    result.show(**({"width": args.width} if args.width is not None else {}))
+    if args.stage is not None and args.stage not in result.stages:
+        check_choice("--stage", args.stage, list(result.stages))
+    result.show(stage=args.stage, **_view_options(args))
     if args.json:
         result.save(args.json)
     return 0
+
+
+#: The flag that gives each view option, for refusals that name it.
+_FLAGS = {"view": "--view", "columns": "--columns", "sort_by": "--sort", "top": "--top",
+          "width": "--width"}  # fmt: skip
+
+
+def _view_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The view flags as ``Generation.show``'s options (those given)."""
+    given = {
+        "view": args.view or ("table" if args.stage is not None else None),
+        "columns": args.columns,
+        "sort_by": args.sort,
+        "top": args.top,
+        "width": args.width,
+    }
+    return {k: v for k, v in given.items() if v is not None}
+
+
+def _check_view_flags(args: argparse.Namespace, device: torch.device) -> None:
+    """--view, --stage, --columns, --sort and --top: a measured generation's views,
+    checked before the model is built."""
+    flags = {
+        "--view": args.view, "--stage": args.stage, "--columns": args.columns,
+        "--sort": args.sort, "--top": args.top,
+    }  # fmt: skip
+    given = [flag for flag, value in flags.items() if value is not None]
+    if not given:
+        return
+    if device.type == "meta":
+        raise InvalidInputError(
+            f"{' '.join(given)} {'shows' if len(given) == 1 else 'show'} a measured "
+            "generation's modules: give --device cpu (or cuda); an estimate has no views"
+        )
+    if args.stage is not None:
+        check_choice("--stage", args.stage, list(STAGES))
+    if args.view is None and args.stage is None:
+        applies = "applies" if len(given) == 1 else "apply"
+        raise InvalidInputError(f"{' '.join(given)} {applies} to a view: give --view top or ops")
+    options = _view_options(args)
+    check_view(options, _FLAGS)
+    if args.stage is None and options["view"] not in STAGED_VIEWS:
+        raise InvalidInputError(
+            f"--view {options['view']} shows one stage at a time: give --stage prefill or "
+            "decode (or --view top or ops for every stage in one table)"
+        )
 
 
 def run(args: argparse.Namespace) -> int:

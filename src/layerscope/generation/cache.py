@@ -105,4 +105,27 @@ def seq_length(cache: Any) -> int:
     return int(get()) if callable(get) else 0
 
 
-__all__ = ["CacheFacts", "cache_facts", "seq_length"]
+def kv_summary(after_prefill: dict[str, Any], final: dict[str, Any]) -> dict[str, Any]:
+    """A generation's ``kv_cache`` from two ``CacheFacts.to_dict()``: the bytes after
+    the prefill, at the end, and per token and row (as ``ls.profile_generate`` gives)."""
+    rows = max(final.get("rows", 0), 1)
+    tokens = max(final["tokens"] or [0])
+    # each layer stores tokens x rows entries of the same size: its bytes per token and
+    # row, summed over the layers
+    per_token = sum(
+        b // (t * rows) for b, t in zip(final["per_layer"], final["tokens"], strict=True) if t
+    )
+    return {
+        "bytes_after_prefill": after_prefill["bytes"],
+        "bytes_final": final["bytes"],
+        "bytes_per_token": per_token,
+        "tokens_final": tokens,
+        "rows": rows,
+        "per_layer": final["per_layer"],
+        "tokens_per_layer": final["tokens"],
+        "cross_bytes": final["cross_bytes"],
+        "cross_per_layer": final["cross_per_layer"],
+    }
+
+
+__all__ = ["CacheFacts", "cache_facts", "kv_summary", "seq_length"]

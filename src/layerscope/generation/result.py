@@ -122,11 +122,18 @@ class Generation:
 
     def render(self, stage: str | None = None, **options: Any) -> str:
         """A summary: stages, the KV cache, the model calls (``render.generation``); with
-        ``stage=``, that stage's Profile in any view (``Profile.render``'s options)."""
+        ``stage=``, that stage's Profile in any view (``Profile.render``'s options); with
+        a flat ``view=`` ("top", "ops") and no stage, one table over every stage with a
+        Stage column (``render.stageviews``; a tree view needs ``stage=``)."""
         if stage is not None:
             return self._stage(stage).render(**options)
+        if options.get("view") is not None:
+            from layerscope.render.stageviews import render_stages
+
+            return render_stages(self.stages, **options)
         from layerscope.render.generation import render_generation
 
+        options.pop("view", None)
         return render_generation(self.section_for_views(), **options)
 
     def show(self, stage: str | None = None, **options: Any) -> None:
@@ -134,8 +141,14 @@ class Generation:
         if stage is not None:
             self._stage(stage).show(**options)
             return
+        if options.get("view") is not None:
+            from layerscope.render.stageviews import show_stages
+
+            show_stages(self.stages, **options)
+            return
         from layerscope.render.generation import show_generation
 
+        options.pop("view", None)
         show_generation(self.section_for_views(), **options)
 
     def _stage(self, stage: str) -> Profile:

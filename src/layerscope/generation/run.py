@@ -28,7 +28,7 @@ from torch import nn
 
 from layerscope.analysis.merge import merge_profiles
 from layerscope.errors import InvalidInputError
-from layerscope.generation.cache import cache_facts, seq_length
+from layerscope.generation.cache import cache_facts, kv_summary, seq_length
 from layerscope.generation.result import Generation
 from layerscope.profile import Profile
 from layerscope.validate import check_int
@@ -255,7 +255,7 @@ class _Replay:
         stages = {"prefill": prefill}
         if decode:
             stages["decode"] = merge_profiles(decode)
-        return Generation(stages, steps, _kv(after_prefill, final.to_dict()), {}, notices)
+        return Generation(stages, steps, kv_summary(after_prefill, final.to_dict()), {}, notices)
 
     def uncached(self) -> Generation:
         steps = []
@@ -276,28 +276,6 @@ class _Replay:
             if not self.encdec:
                 sequence = torch.cat([sequence, self.tokens[:, i : i + 1]], dim=1)
         return Generation({"full": merge_profiles(profiles)}, steps, {}, {}, [])
-
-
-def _kv(after_prefill: dict[str, Any], final: dict[str, Any]) -> dict[str, Any]:
-    """The cache's figures: after the prefill, at the end, and per token and row."""
-    rows = max(final.get("rows", 0), 1)
-    tokens = max(final["tokens"] or [0])
-    # each layer stores tokens x rows entries of the same size: its bytes per token and
-    # row, summed over the layers
-    per_token = sum(
-        b // (t * rows) for b, t in zip(final["per_layer"], final["tokens"], strict=True) if t
-    )
-    return {
-        "bytes_after_prefill": after_prefill["bytes"],
-        "bytes_final": final["bytes"],
-        "bytes_per_token": per_token,
-        "tokens_final": tokens,
-        "rows": rows,
-        "per_layer": final["per_layer"],
-        "tokens_per_layer": final["tokens"],
-        "cross_bytes": final["cross_bytes"],
-        "cross_per_layer": final["cross_per_layer"],
-    }
 
 
 __all__ = ["profile_generate"]

@@ -8,10 +8,11 @@ analysed steps are merged (``analysis.merge``); timed steps use the loop timers
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch import nn
 from torch.optim import Optimizer
@@ -25,6 +26,8 @@ from layerscope.collect.target import Target
 from layerscope.collect.timing import LoopTimer
 from layerscope.collect.tree import ModelTree
 from layerscope.errors import InvalidInputError, LayerscopeError
+from layerscope.gcpause import gc_paused
+from layerscope.integrations.hfmeta import meta_values
 from layerscope.metrics.bytes import ByteCounter
 from layerscope.metrics.comm import comm_observers
 from layerscope.metrics.flop_counter import FlopCounter
@@ -44,8 +47,12 @@ from layerscope.session.options import (
 )
 from layerscope.session.schedule import IDLE, Action, Schedule
 from layerscope.session.stack import frames_for_depth, lower_recursion_limit, raise_recursion_limit
+from layerscope.session.staging import Rule, Staging, stage_rule
 from layerscope.session.stepfacts import Step, StepFacts, loop_facts
 from layerscope.validate import check_bool
+
+if TYPE_CHECKING:
+    from layerscope.generation.result import Generation
 
 
 class Profiler:
@@ -87,6 +94,15 @@ class Profiler:
     ``profile.memory["baseline"]``; an optimizer that steps while the Profiler runs is
     found without it. ``profile.model["loop"]`` says whether their states existed when
     the analysed steps began, and whether DDP rebuilt its buckets in them.
+
+    ``stages=True`` (or a callable ``rule(args, kwargs) -> stage name``) measures a
+    decoding loop per stage: each call of the model is analysed on its own (as
+    ``ls.profile(..., memory=True)`` would) while it runs once for the loop, and named a
+    stage by the rule (``layerscope.generation.stages.cache_stage`` by default:
+    ``prefill``, ``decode``, ``extend`` or ``full``). After the block ``p.stages`` holds
+    one merged Profile per stage, ``p.calls`` a row per call, ``p.generation`` a
+    ``Generation`` as ``ls.profile_generate`` gives, and ``p.profile`` every call
+    together. Not with ``timing`` or ``schedule``. See ``docs/generate.md``.
     """
 
     def __init__(
@@ -106,11 +122,13 @@ class Profiler:
         on_ready: Callable[[Profile], Any] | None = None,
         target: str | Target | None = None,
         optimizer: Optimizer | Sequence[Optimizer] | None = None,
+        stages: bool | Rule = False,
     ) -> None:
         self._watch = OptimizerWatch(check_optimizer(optimizer))
         self._facts = StepFacts(model, self._watch)
         self.model, self._notices = unwrap_model(model)
         self._target = as_target(target)
+        rule = stage_rule(stages, self.model)
         self._options = check_session(
             record_shapes=record_shapes,
             count_flops=count_flops,
@@ -120,9 +138,11 @@ class Profiler:
             memory=memory,
             observers=observers,
         )
+        if rule is not None:  # every call as ls.profile(..., memory=True) analyses it
+            self._options = dataclasses.replace(self._options, memory=True)
         self.record_shapes = self._options.record_shapes
         self._grad_shapes = (
-            self._options.record_shapes
+            self._options.record_shapes and rule is None
             if grad_shapes is None
             else check_bool("grad_shapes", grad_shapes)
         )
@@ -134,6 +154,18 @@ class Profiler:
                 f"got {schedule!r}"
             )
         self.schedule = schedule
+        if rule is not None and (self._timing is not None or schedule is not None):
+            raise InvalidInputError(
+                "stages= analyses every call of the model and cannot be combined with "
+                + (
+                    "timing= (time a generation with ls.profile_generate(..., timing=True))"
+                    if self._timing is not None
+                    else "schedule= (each call is its own analysed step)"
+                )
+            )
+        #: the stages of a decoding loop (``stages=``), None without them
+        self._staging = None if rule is None else Staging(self.model, *rule, self._analysed)
+        self._generation: Generation | None = None
         check_callable("on_ready", on_ready, "a callable(profile)")
         self.on_ready = on_ready
         self._session: AnalysisSession | None = None  # the last analysis session opened
@@ -203,7 +235,10 @@ class Profiler:
         self._step = 0
         self._watch.start()
         try:
-            self._begin_step()
+            if self._staging is not None:
+                self._staging.install()  # the model held for the block, its forward wrapped
+            else:
+                self._begin_step()
         except BaseException:
             self._watch.stop()
             raise
@@ -264,8 +299,12 @@ class Profiler:
         try:
             self._end_step(exc, at_stop=True)
         finally:
-            self._watch.stop()
-        ready = self._finish_cycle()
+            try:
+                if self._staging is not None:
+                    self._staging.uninstall()
+            finally:
+                self._watch.stop()
+        ready = self._finish_cycle() if self._staging is None else self._staged_profile()
         if ready is not None and self.on_ready is not None and exc is None:
             self.on_ready(ready)
 
@@ -412,6 +451,69 @@ class Profiler:
             self._facts.end()
             raise
         self._session, self._run = session, session.run
+
+    # ---- stages: each call of the model analysed on its own -----------------------------
+    def _analysed(self, call: Callable[[], Any]) -> tuple[Profile, Any]:
+        """Run ``call`` (one call of the model) inside an analysis session of its own, as
+        ``ls.profile`` analyses a call: its Profile and what it returned. What the call
+        raises gets a note naming the module, and goes on to the loop."""
+        if self._sessions:
+            self.observers = self._make_observers()
+        self._sessions += 1
+        session = AnalysisSession(
+            self.model,
+            record_shapes=self.record_shapes,
+            observers=self.observers,
+            notices=self._notices,
+            target=self._target,
+            tensors_on=self._tensors_on,
+        )
+        self._session = session
+        with gc_paused(), meta_values():
+            session.open()
+            try:
+                out = call()
+            except BaseException as e:
+                session.close(e)
+                raise
+            return session.close(None), out
+
+    def _staged_profile(self) -> Profile:
+        """Every call of the block together (a Profile of the structure alone when none
+        ran)."""
+        assert self._staging is not None
+        prof = self._staging.profile()
+        if prof is None:
+            tree = ModelTree.build(self.model)
+            prof = build_profile(ScopeTracker(tree), ran=False, notices=self._notices, observers=())
+            prof.notices.append("stages: the model was not called in the block")
+        self._profile = prof
+        return prof
+
+    def _staged(self, what: str) -> Staging:
+        if self._staging is None:
+            raise LayerscopeError(f"p.{what} needs a Profiler with stages (stages=True or a rule)")
+        if self._state != "stopped":
+            raise LayerscopeError(f"p.{what} is available after the `with` block exits")
+        return self._staging
+
+    @property
+    def stages(self) -> dict[str, Profile]:
+        """One Profile per stage (its calls merged), in the order first seen."""
+        return self._staged("stages").stages
+
+    @property
+    def calls(self) -> list[dict[str, Any]]:
+        """One row per call of the model: stage, cache tokens before, tokens fed per row,
+        MACs, FLOPs, bytes moved, peak above the call's entry level, KV bytes after."""
+        return self._staged("calls").rows
+
+    @property
+    def generation(self) -> Generation:
+        """The calls as a ``Generation`` (``ls.profile_generate``'s result)."""
+        if self._generation is None:
+            self._generation = self._staged("generation").generation()
+        return self._generation
 
     @property
     def tracker(self) -> ScopeTracker:
