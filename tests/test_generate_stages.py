@@ -278,3 +278,23 @@ def test_refusals() -> None:
     with p:
         pass  # no call: a profile of the structure, no stages
     assert p.stages == {} and p.calls == [] and p.profile.root.calls == 0
+
+
+@pytest.mark.cuda
+def test_a_greedy_loop_on_cuda() -> None:
+    """The same loop on a GPU: the loop's tokens as without the Profiler, and each decode
+    call's MACs and KV bytes as on the CPU (decode attends one query over the cache,
+    whatever the kernel; the prefill's attention kernel differs, test_generate.py)."""
+    ids = torch.randint(0, VOCAB, (2, 16))
+    with ls.Profiler(llama(), stages=True) as cpu:
+        greedy(cpu.model, ids, 5)
+    model = llama().cuda()
+    plain = greedy(model, ids.cuda(), 5)
+    with ls.Profiler(model, stages=True) as gpu:
+        tokens = greedy(model, ids.cuda(), 5)
+    assert torch.equal(tokens, plain)
+    keys = ("stage", "cache_tokens", "macs", "kv_bytes")
+    assert [[r[k] for k in keys] for r in gpu.calls[1:]] == [
+        [r[k] for k in keys] for r in cpu.calls[1:]
+    ]
+    assert [r["cache_tokens"] for r in gpu.calls] == [0, 16, 17, 18, 19]
