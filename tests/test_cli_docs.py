@@ -90,6 +90,19 @@ ERROR_CASES: list[tuple[str, str, int]] = [
     ("show: a binary file", "show binary.json", 2),
     ("show: a wrong value in the JSON", "show lots.json", 2),
     ("config without an action", "config", 2),
+    ("plan: an unknown sharding", "plan models.py:build --input-shape 2,4 --sharding zero3", 2),
+    ("plan: a target that is no GPU", "plan models.py:build --input-shape 2,4 --target cpu", 2),
+    (
+        "plan: a sweep of no batch",
+        "plan models.py:build --input-shape 2,4 --sweep micro_batch=0",
+        2,
+    ),
+    ("generate: three numbers for a prompt", "generate models.py:build --input-shape 1,2,3", 2),
+    (
+        "generate: the table view of every stage",
+        "generate transformers:tiny_llama.json --input-shape 1,8 --device cpu --view table",
+        2,
+    ),
 ]
 
 
