@@ -11,6 +11,7 @@ model and reports every difference precisely::
 from __future__ import annotations
 
 import copy
+import importlib
 import json
 import multiprocessing
 import random
@@ -597,3 +598,24 @@ def load_page(browser: Any, path: Path, width: int, ready: str = "body[data-read
     page.goto(p.url)
     page.wait_for_selector(ready)
     return p
+
+
+def tiny_llama(**extra: Any) -> Any:
+    """The generation tests' Llama, random weights, eval mode: hidden 64, 4 query heads
+    and 2 KV heads of 16, MLP 128, 2 layers, vocab 128 (``extra``: config fields)."""
+    transformers: Any = importlib.import_module("transformers")
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, **extra,
+    )  # fmt: skip
+    return transformers.LlamaForCausalLM(config).eval()
+
+
+def tiny_gpt2() -> Any:
+    """The generation tests' GPT-2, random weights, eval mode: 2 layers of width 32, 2
+    heads, vocab 64, 64 positions."""
+    transformers: Any = importlib.import_module("transformers")
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=64, n_positions=64)
+    return transformers.GPT2LMHeadModel(config).eval()

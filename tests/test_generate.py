@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
 
 import layerscope as ls
+from helpers import tiny_gpt2 as gpt2
+from helpers import tiny_llama as llama
 from layerscope.errors import InvalidInputError
 
 transformers = pytest.importorskip("transformers")
@@ -18,21 +19,6 @@ transformers = pytest.importorskip("transformers")
 D, HEADS, KV_HEADS, HEAD, MLP, LAYERS, VOCAB = 64, 4, 2, 16, 128, 2, 128
 #: weight MACs per token: q, k, v, o, gate, up, down per layer, and the LM head
 LLAMA_WEIGHT_MACS = LAYERS * (D * D + 2 * D * KV_HEADS * HEAD + D * D + 3 * D * MLP) + D * VOCAB
-
-
-def llama(**extra: Any) -> Any:
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        vocab_size=VOCAB, hidden_size=D, intermediate_size=MLP, num_hidden_layers=LAYERS,
-        num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, **extra,
-    )  # fmt: skip
-    return transformers.LlamaForCausalLM(config).eval()
-
-
-def gpt2() -> Any:
-    torch.manual_seed(0)
-    config = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=64, n_positions=64)
-    return transformers.GPT2LMHeadModel(config).eval()
 
 
 def test_llama_decode_steps_by_hand() -> None:

@@ -12,6 +12,8 @@ import pytest
 import torch
 
 import layerscope as ls
+from helpers import tiny_gpt2 as gpt2
+from helpers import tiny_llama as llama
 from layerscope.errors import InvalidInputError, LayerscopeError
 
 transformers = pytest.importorskip("transformers")
@@ -23,21 +25,6 @@ D, HEADS, KV_HEADS, HEAD, MLP, LAYERS, VOCAB = 64, 4, 2, 16, 128, 2, 128
 LLAMA_WEIGHT_MACS = LAYERS * (D * D + 2 * D * KV_HEADS * HEAD + D * D + 3 * D * MLP) + D * VOCAB
 #: the KV cache per token and row: keys and values, 2 KV heads of 16 floats, 2 layers
 KV_PER_TOKEN = LAYERS * 2 * KV_HEADS * HEAD * 4  # 512 B
-
-
-def llama() -> Any:
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        vocab_size=VOCAB, hidden_size=D, intermediate_size=MLP, num_hidden_layers=LAYERS,
-        num_attention_heads=HEADS, num_key_value_heads=KV_HEADS,
-    )  # fmt: skip
-    return transformers.LlamaForCausalLM(config).eval()
-
-
-def gpt2() -> Any:
-    torch.manual_seed(0)
-    config = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=64, n_positions=64)
-    return transformers.GPT2LMHeadModel(config).eval()
 
 
 def bart() -> Any:

@@ -12,6 +12,8 @@ import pytest
 import torch
 
 import layerscope as ls
+from helpers import tiny_gpt2 as gpt2
+from helpers import tiny_llama as llama
 from layerscope.cli import main
 from layerscope.errors import InvalidInputError
 
@@ -21,21 +23,6 @@ transformers = pytest.importorskip("transformers")
 D, HEADS, KV_HEADS, MLP, LAYERS, VOCAB = 64, 4, 2, 128, 2, 128
 BATCH, PROMPT, NEW = 2, 16, 5
 STAGES = ("prefill", "decode")
-
-
-def llama() -> Any:
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        vocab_size=VOCAB, hidden_size=D, intermediate_size=MLP, num_hidden_layers=LAYERS,
-        num_attention_heads=HEADS, num_key_value_heads=KV_HEADS,
-    )  # fmt: skip
-    return transformers.LlamaForCausalLM(config).eval()
-
-
-def gpt2() -> Any:
-    torch.manual_seed(0)
-    config = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=64, n_positions=64)
-    return transformers.GPT2LMHeadModel(config).eval()
 
 
 @pytest.fixture(scope="module")

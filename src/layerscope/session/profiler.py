@@ -431,12 +431,12 @@ class Profiler:
         return loop
 
     # ---- one analysis session --------------------------------------------------------
-    def _open(self) -> None:
-        """Install the analysis instrumentation (a fresh tracker and observers)."""
+    def _new_session(self) -> AnalysisSession:
+        """A fresh analysis session on the model (fresh observers after the first)."""
         if self._sessions:
             self.observers = self._make_observers()
         self._sessions += 1
-        session = AnalysisSession(
+        return AnalysisSession(
             self.model,
             record_shapes=self.record_shapes,
             observers=self.observers,
@@ -444,6 +444,10 @@ class Profiler:
             target=self._target,
             tensors_on=self._tensors_on,
         )
+
+    def _open(self) -> None:
+        """Install the analysis instrumentation (a fresh tracker and observers)."""
+        session = self._new_session()
         self._facts.begin(self.model)
         try:
             session.open()
@@ -457,17 +461,7 @@ class Profiler:
         """Run ``call`` (one call of the model) inside an analysis session of its own, as
         ``ls.profile`` analyses a call: its Profile and what it returned. What the call
         raises gets a note naming the module, and goes on to the loop."""
-        if self._sessions:
-            self.observers = self._make_observers()
-        self._sessions += 1
-        session = AnalysisSession(
-            self.model,
-            record_shapes=self.record_shapes,
-            observers=self.observers,
-            notices=self._notices,
-            target=self._target,
-            tensors_on=self._tensors_on,
-        )
+        session = self._new_session()
         self._session = session
         with gc_paused(), meta_values():
             session.open()
