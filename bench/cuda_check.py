@@ -475,9 +475,12 @@ def main() -> int:
         for precision, checkpoint in (("fp32", None), ("bf16-mixed", None), ("fp32", "blocks")):
             # autocast is DDP's mixed precision: DDP on one GPU, less its bucket
             sharding = "ddp" if precision == "bf16-mixed" else "none"
+            # transformers turns the cache off under its gradient checkpointing
+            kwargs = {"use_cache": False} if checkpoint else None
             plan = ls.plan(
-                gpt2(4), ids("cpu"), target=target, world_size=1, sharding=sharding,
-                precision=precision, checkpoint=checkpoint, reserve_bytes=0, loss_fn=loss,
+                gpt2(4), ids("cpu"), kwargs=kwargs, target=target, world_size=1,
+                sharding=sharding, precision=precision, checkpoint=checkpoint,
+                reserve_bytes=0, loss_fn=loss,
             )  # fmt: skip
             planned = plan.peak_bytes - plan.memory["comm_buffer_bytes"]
             # what the GPU holds at rest beyond the model states and the input: cuBLAS
