@@ -330,7 +330,7 @@
     });
   }
   if (n) {
-    var ts = section("Model calls", "ls-gen-calls", "One row per call, in the order generate() runs them; hover a " +
+    var ts = section("Model calls", "ls-gen-calls", "One row per call, in the order they ran; hover a " +
       "header for what it counts, a cell for the raw value.");
     ts.appendChild(table(C.columns, C.rows, "ls-gen-table"));
     root.appendChild(ts);
