@@ -93,8 +93,9 @@ def instrumented_forward(
     bare = synced(lambda: model(x), cuda)
     device = x.device
     if timer == "hooks":
-        hooks = ForwardHooks(ModuleIndex.build(twin), Stamper(None, device, False), False)
+        # one stamper, so that the events a run records go back to the pool it takes from
         stamper = Stamper(None, device, False)
+        hooks = ForwardHooks(ModuleIndex.build(twin), stamper, False)
 
         def hooked() -> object:
             out = twin(x)

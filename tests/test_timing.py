@@ -8,7 +8,7 @@ check only structure and invariants.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import torch
@@ -458,6 +458,8 @@ class FakeEvent:
     """Stands in for ``torch.cuda.Event``: records the fake clock's time."""
 
     clock = FakeClock()
+    #: the stream each record went to
+    streams: ClassVar[list[Any]] = []
 
     def __init__(self, enable_timing: bool = False) -> None:
         assert enable_timing
@@ -465,6 +467,7 @@ class FakeEvent:
 
     def record(self, stream: Any = None) -> None:
         self.t = FakeEvent.clock.now
+        FakeEvent.streams.append(stream)
 
     def elapsed_time(self, end: FakeEvent) -> float:
         assert self.t is not None and end.t is not None
@@ -480,6 +483,15 @@ def test_event_path_with_fake_events(sync: bool, monkeypatch: pytest.MonkeyPatch
     syncs: list[int] = []
     monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: syncs.append(1))
+    # every stamp goes to the stream current when its repeat began, found once a repeat
+    stream, found = object(), []
+
+    def current_stream(device: Any = None) -> object:
+        found.append(device)
+        return stream
+
+    monkeypatch.setattr(torch.cuda, "current_stream", current_stream)
+    FakeEvent.streams = []
     monkeypatch.setattr(timing_module, "_input_device", lambda *a: torch.device("cuda"))
     model = Net(clock)
     x = torch.randn(2, 3)
@@ -497,6 +509,8 @@ def test_event_path_with_fake_events(sync: bool, monkeypatch: pytest.MonkeyPatch
     # one synchronize per run (2 bare + 2 instrumented), plus one per module entry with sync
     calls_per_forward = 5
     assert len(syncs) == 4 + (2 * calls_per_forward if sync else 0)
+    assert FakeEvent.streams and all(s is stream for s in FakeEvent.streams)
+    assert len(found) < len(FakeEvent.streams) // 4
 
 
 # ---- CUDA ---------------------------------------------------------------------------

@@ -394,6 +394,7 @@ def test_cuda_event_spans_with_fake_events(monkeypatch: pytest.MonkeyPatch) -> N
     FakeEvent.clock = clock
     monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: None)
     monkeypatch.setattr(runner, "_input_device", lambda *a: torch.device("cuda"))
     model = Net(clock, a=(10, 40, 20))
     x = torch.randn(2, 3)

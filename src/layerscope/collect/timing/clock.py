@@ -16,16 +16,21 @@ from layerscope.collect.timing.options import Clock
 class Stamper:
     """Takes timestamps (``clock`` ints, or recorded CUDA events) and turns them into ns.
 
-    ``events``: CUDA events from a reused pool, read after one synchronize per repeat.
+    ``events``: CUDA events from a reused pool, read after one synchronize per repeat,
+    recorded on the stream that is current when the repeat begins (``begin``): finding
+    the current stream at every stamp costs more than the record itself (9 against 2 µs
+    a stamp on an H100's host; a ResNet-50 forward takes 304 stamps).
     """
 
     def __init__(self, clock: Clock | None, device: torch.device, sync: bool) -> None:
         self.events = clock is None and device.type == "cuda"
         self.clock: Clock = clock or time.perf_counter_ns
+        self.device = device
         self.device_sync = _device_sync(device)
         self.sync_scopes = sync and self.device_sync is not None
         self._pool: list[Any] = []
         self._ref: Any = None
+        self._stream: Any = None
         #: Take one stamp: the bare clock on CPU (no extra call inside timed windows).
         self.record: Callable[[], Any] = self._record_event if self.events else self.clock
         self.name = (
@@ -36,7 +41,9 @@ class Stamper:
 
     def _record_event(self) -> Any:
         ev = self._pool.pop() if self._pool else torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-        ev.record()
+        if self._stream is None:
+            self._stream = torch.cuda.current_stream(self.device)
+        ev.record(self._stream)
         return ev
 
     def pre_stamp(self) -> Callable[[], Any]:
@@ -57,8 +64,10 @@ class Stamper:
         return self.record if self.events else self.pre_stamp()
 
     def begin(self) -> None:
-        """Start a repeat: the reference every event of this repeat is measured from."""
+        """Start a repeat: the reference every event of this repeat is measured from, on
+        the stream current now."""
         if self.events:
+            self._stream = torch.cuda.current_stream(self.device)
             self._ref = self.record()
 
     def end(self) -> None:
