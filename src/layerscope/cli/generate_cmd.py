@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from layerscope.cli.common import add_model_arguments
+from layerscope.cli.common import VIEW_FLAGS, add_model_arguments, flags_given
 from layerscope.cli.inputs import parse_json_object, parse_model_dtype, parse_shape
 from layerscope.errors import InvalidInputError
 from layerscope.export.files import write_text
@@ -195,21 +195,15 @@ def _measure(model: nn.Module, args: argparse.Namespace, batch: int, prompt: int
     return 0
 
 
-#: The flag that gives each view option, for refusals that name it.
-_FLAGS = {"view": "--view", "columns": "--columns", "sort_by": "--sort", "top": "--top",
-          "width": "--width"}  # fmt: skip
+#: The flag that gives each view option, for refusals that name it (``--view`` here).
+_FLAGS = VIEW_FLAGS | {"view": "--view"}
 
 
 def _view_options(args: argparse.Namespace) -> dict[str, Any]:
     """The view flags as ``Generation.show``'s options (those given)."""
-    given = {
-        "view": args.view or ("table" if args.stage is not None else None),
-        "columns": args.columns,
-        "sort_by": args.sort,
-        "top": args.top,
-        "width": args.width,
-    }
-    return {k: v for k, v in given.items() if v is not None}
+    view = args.view or ("table" if args.stage is not None else None)
+    given = flags_given(args, columns="columns", sort="sort_by", top="top", width="width")
+    return ({"view": view} if view is not None else {}) | given
 
 
 def _check_view_flags(args: argparse.Namespace, device: torch.device) -> None:
