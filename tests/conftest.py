@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 
-from helpers import BROWSER_NEEDED, find_chromium
+from helpers import BROWSER_NEEDED, Page, find_chromium, load_page
 
 _TESTS = str(Path(__file__).resolve().parent)
 if _TESTS not in sys.path:
@@ -70,3 +70,21 @@ def browser() -> Iterator[Any]:
             b.close()
     finally:
         pw.stop()
+
+
+@pytest.fixture
+def open_html(browser: Any, tmp_path: Path) -> Iterator[Any]:
+    """``open_html(text, width=1400, ready="body[data-ready]")``: the HTML ``text`` as a
+    file, loaded in a new page of the browser (``load_page``); the pages closed after."""
+    pages: list[Any] = []
+
+    def open_(text: str, width: int = 1400, ready: str = "body[data-ready]") -> Page:
+        out = tmp_path / f"page{len(pages)}.html"
+        out.write_text(text, encoding="utf-8")
+        p = load_page(browser, out, width, ready)
+        pages.append(p.page)
+        return p
+
+    yield open_
+    for page in pages:
+        page.close()

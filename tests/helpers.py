@@ -619,3 +619,9 @@ def tiny_gpt2() -> Any:
     torch.manual_seed(0)
     config = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=64, n_positions=64)
     return transformers.GPT2LMHeadModel(config).eval()
+
+
+def texts(page: Any, selector: str) -> list[str]:
+    """The text of every element of a Playwright ``page`` that ``selector`` matches."""
+    found: list[str] = page.eval_on_selector_all(selector, "els => els.map(e => e.textContent)")
+    return found

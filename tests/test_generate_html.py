@@ -13,10 +13,10 @@ token and row; 10,240 B per layer after 20 tokens for 2 rows, 20,480 B in all.
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
 import json
 import re
-from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,7 @@ import pytest
 import torch
 
 import layerscope as ls
-from helpers import Page, load_page
+from helpers import texts as _texts
 from layerscope.errors import ExportError
 from layerscope.export.html import to_html_text
 from layerscope.export.htmlgen import generation_data
@@ -249,24 +249,9 @@ def test_to_html_and_export(gen: Generation, tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def open_page(browser: Any, tmp_path: Path) -> Iterator[Any]:
-    pages: list[Any] = []
-
-    def open_(text: str, width: int = 1400) -> Page:
-        out = tmp_path / f"g{len(pages)}.html"
-        out.write_text(text, encoding="utf-8")
-        p = load_page(browser, out, width, "#ls-gen[data-ready]")
-        pages.append(p.page)
-        return p
-
-    yield open_
-    for page in pages:
-        page.close()
-
-
-def _texts(page: Any, selector: str) -> list[str]:
-    found: list[str] = page.eval_on_selector_all(selector, "els => els.map(e => e.textContent)")
-    return found
+def open_page(open_html: Any) -> Any:
+    """``open_html`` waiting for the generation section."""
+    return functools.partial(open_html, ready="#ls-gen[data-ready]")
 
 
 def _cells(page: Any, selector: str) -> list[list[str]]:

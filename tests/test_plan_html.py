@@ -15,7 +15,6 @@ import itertools
 import json
 import os
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ import pytest
 import torch
 
 import layerscope as ls
-from helpers import Page, load_page
+from helpers import texts as _texts
 from layerscope.errors import ExportError
 from layerscope.examples.gpt import tiny_gpt
 from layerscope.export.html import to_html_text
@@ -312,24 +311,8 @@ def test_to_html_and_export(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def open_page(browser: Any, tmp_path: Path) -> Iterator[Any]:
-    pages: list[Any] = []
-
-    def open_(text: str, width: int = 1400) -> Page:
-        out = tmp_path / f"r{len(pages)}.html"
-        out.write_text(text, encoding="utf-8")
-        p = load_page(browser, out, width, "body[data-ready]")
-        pages.append(p.page)
-        return p
-
-    yield open_
-    for page in pages:
-        page.close()
-
-
-def _texts(page: Any, selector: str) -> list[str]:
-    found: list[str] = page.eval_on_selector_all(selector, "els => els.map(e => e.textContent)")
-    return found
+def open_page(open_html: Any) -> Any:
+    return open_html
 
 
 def _widths(page: Any) -> dict[str, Any]:
