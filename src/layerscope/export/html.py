@@ -147,6 +147,24 @@ def page_text(
     )
 
 
+def section_page(
+    profile: Profile, device: DeviceLike | None, kind: str, data_id: str, section: Any
+) -> str:
+    """The report of ``profile`` with a section of another object first: the section's
+    data (``section``, plain JSON) in a ``<script id=data_id>`` element, read by the
+    ``assets/KIND.js`` that follows it, styled by ``assets/KIND.css``."""
+    data = report_data(profile, report_roof(profile, device))
+    css, js = page_assets(kind)
+    tail = (
+        f'<script type="application/json" id="{data_id}">'
+        + script_json(section)
+        + "</script>\n<script>\n"
+        + js
+        + "</script>\n"
+    )
+    return page_text(profile, data, kind=kind, css=css, tail=tail)
+
+
 def script_json(value: Any) -> str:
     """JSON that is safe inside ``<script type="application/json">``: no ``</``, no
     ``<!--``, no U+2028/U+2029 (every ``<``, ``>`` and ``&`` as a ``\\u`` escape)."""

@@ -21,15 +21,7 @@ from typing import Any
 
 from layerscope.errors import ExportError
 from layerscope.export.files import write_text
-from layerscope.export.html import (
-    page_assets,
-    page_facts,
-    page_number,
-    page_text,
-    report_data,
-    report_roof,
-    script_json,
-)
+from layerscope.export.html import page_facts, page_number, section_page
 from layerscope.hardware import DeviceLike
 from layerscope.profile import Profile
 from layerscope.render import units
@@ -110,16 +102,8 @@ def to_html_text(
     device: DeviceLike | None = None,
 ) -> str:
     """The report with the generation section, as one HTML document."""
-    data = report_data(profile, report_roof(profile, device))
-    css, js = page_assets("generation")
-    tail = (
-        '<script type="application/json" id="ls-gen-data">'
-        + script_json(generation_data(section, estimate, stage=stage))
-        + "</script>\n<script>\n"
-        + js
-        + "</script>\n"
-    )
-    return page_text(profile, data, kind="generation", css=css, tail=tail)
+    data = generation_data(section, estimate, stage=stage)
+    return section_page(profile, device, "generation", "ls-gen-data", data)
 
 
 def generation_data(

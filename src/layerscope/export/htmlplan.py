@@ -20,15 +20,7 @@ from typing import Any
 
 from layerscope.errors import ExportError
 from layerscope.export.files import write_text
-from layerscope.export.html import (
-    page_assets,
-    page_facts,
-    page_number,
-    page_text,
-    report_data,
-    report_roof,
-    script_json,
-)
+from layerscope.export.html import page_facts, page_number, section_page
 from layerscope.export.jsonplan import PARTS, TIME_PARTS
 from layerscope.hardware import DeviceLike
 from layerscope.profile import Profile
@@ -110,16 +102,7 @@ def to_html_text(
     device: DeviceLike | None = None,
 ) -> str:
     """The report with the plan section, as one HTML document."""
-    data = report_data(profile, report_roof(profile, device))
-    css, js = page_assets("plan")
-    tail = (
-        '<script type="application/json" id="ls-plan-data">'
-        + script_json(plan_data(section, sweep))
-        + "</script>\n<script>\n"
-        + js
-        + "</script>\n"
-    )
-    return page_text(profile, data, kind="plan", css=css, tail=tail)
+    return section_page(profile, device, "plan", "ls-plan-data", plan_data(section, sweep))
 
 
 def plan_data(section: Mapping[str, Any], sweep: Mapping[str, Any] | None = None) -> dict[str, Any]:
