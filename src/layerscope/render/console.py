@@ -8,10 +8,8 @@ whose theme lacks them falls back to those, so any rich Console can print a prof
 from __future__ import annotations
 
 import html
-import sys
 from typing import IO, Any
 
-from rich.console import Console
 from rich.theme import Theme
 
 from layerscope.gcpause import gc_paused
@@ -22,12 +20,10 @@ from layerscope.render.layout import (
     LinesRenderable,
     plain_text,
     terminal_width,
-    text_of,
-    too_narrow,
 )
 from layerscope.render.options import ViewOptions, view_options
+from layerscope.render.terminal import check_file, print_lines
 from layerscope.render.views import build, table_parts
-from layerscope.validate import refuse
 
 __all__ = ["html_table", "render", "render_text", "renderable", "show", "theme"]
 
@@ -61,16 +57,10 @@ def render_text(
 def show(profile: Profile, file: IO[str] | None = None, **options: Any) -> None:
     """Print a view to the terminal (colours when it is one) or to ``file``."""
     opts = view_options(**options)
-    if file is not None and not callable(getattr(file, "write", None)):
-        refuse("file", file, "a text stream, such as sys.stdout or open(path, 'w')")
-    console = Console(
-        file=file or sys.stdout, theme=theme(), width=opts.width, highlight=False, soft_wrap=False
-    )
-    note = too_narrow(opts.width or console.width)
-    if note is not None:  # the whole line, not cut to the width it complains about
-        console.print(text_of(note[0]), style="layerscope.notice", soft_wrap=True)
-        return
-    console.print(renderable(profile, opts))
+    check_file(file)
+    with gc_paused():
+        builder = build(profile, opts)
+    print_lines(builder, opts.width, file)
 
 
 def render(profile: Profile, **options: Any) -> str:

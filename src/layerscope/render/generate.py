@@ -7,28 +7,23 @@ and says so below.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Mapping
 from typing import IO, Any
-
-from rich.console import Console
-from rich.theme import Theme
 
 from layerscope.render import config as display_config
 from layerscope.render import units
 from layerscope.render.layout import (
     Line,
-    LinesRenderable,
     Table,
     TableColumn,
     TableRow,
     fit_table,
     plain_text,
     terminal_width,
-    text_of,
     too_narrow,
     wrap_text,
 )
+from layerscope.render.terminal import check_file, print_lines
 from layerscope.validate import check_int, refuse
 
 __all__ = ["estimate_lines", "render_generate_estimate", "show_generate_estimate"]
@@ -58,19 +53,8 @@ def show_generate_estimate(
 ) -> None:
     """Print the estimate to the terminal (colours when it is one, at its width) or to
     ``file``."""
-    if file is not None and not callable(getattr(file, "write", None)):
-        refuse("file", file, "a text stream, such as sys.stdout or open(path, 'w')")
-    build = _builder(data, width)
-    theme = dict(display_config.current().theme)
-    console = Console(
-        file=file or sys.stdout, theme=Theme(theme), width=width, highlight=False,
-        soft_wrap=False,
-    )  # fmt: skip
-    note = too_narrow(width or console.width)
-    if note is not None:
-        console.print(text_of(note[0]), style="layerscope.notice", soft_wrap=True)
-        return
-    console.print(LinesRenderable(build, lambda: theme, width))
+    check_file(file)
+    print_lines(_builder(data, width), width, file)
 
 
 def _builder(data: Mapping[str, Any], width: int | None) -> Callable[[int], list[Line]]:

@@ -10,12 +10,8 @@ narrow width drops the least important columns first and says so below.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Any
-
-from rich.console import Console
-from rich.theme import Theme
 
 from layerscope.export.jsonplan import PARTS, TIME_PARTS
 from layerscope.render import config as display_config
@@ -23,17 +19,16 @@ from layerscope.render import units
 from layerscope.render.layout import (
     Justify,
     Line,
-    LinesRenderable,
     Table,
     TableColumn,
     TableRow,
     fit_table,
     plain_text,
     terminal_width,
-    text_of,
     too_narrow,
     wrap_text,
 )
+from layerscope.render.terminal import print_lines
 from layerscope.validate import check_int, refuse
 
 __all__ = ["plan_lines", "render_plan", "render_sweep", "show_plan", "show_sweep", "sweep_lines"]
@@ -74,7 +69,7 @@ def show_plan(
     max_rows: int | None = None,
 ) -> None:
     """Print the plan to the terminal (colours when it is one, at its width) or ``file``."""
-    _show(_plan_builder(section, width, max_rows), width, file)
+    print_lines(_plan_builder(section, width, max_rows), width, file)
 
 
 def render_sweep(sweep: Mapping[str, Any], *, width: int | None = None) -> str:
@@ -87,25 +82,7 @@ def show_sweep(
     sweep: Mapping[str, Any], *, file: IO[str] | None = None, width: int | None = None
 ) -> None:
     """Print the sweep's table to the terminal (at its width) or to ``file``."""
-    _show(_sweep_builder(sweep, width), width, file)
-
-
-def _theme() -> dict[str, str]:
-    return dict(display_config.current().theme)
-
-
-def _show(build: Callable[[int], list[Line]], width: int | None, file: IO[str] | None) -> None:
-    if file is not None and not callable(getattr(file, "write", None)):
-        refuse("file", file, "a text stream, such as sys.stdout or open(path, 'w')")
-    console = Console(
-        file=file or sys.stdout, theme=Theme(_theme()), width=width, highlight=False,
-        soft_wrap=False,
-    )  # fmt: skip
-    note = too_narrow(width or console.width)
-    if note is not None:  # the whole line, not cut to the width it complains about
-        console.print(text_of(note[0]), style="layerscope.notice", soft_wrap=True)
-        return
-    console.print(LinesRenderable(build, _theme, width))
+    print_lines(_sweep_builder(sweep, width), width, file)
 
 
 def _plan_builder(

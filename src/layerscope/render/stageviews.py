@@ -8,31 +8,25 @@ alone, so a loaded generation shows the same."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping
 from typing import IO, Any
-
-from rich.console import Console
 
 from layerscope.errors import InvalidInputError
 from layerscope.gcpause import gc_paused
 from layerscope.profile import Profile
-from layerscope.render import config as display_config
 from layerscope.render import units
 from layerscope.render.context import Builder, ViewContext
 from layerscope.render.flatviews import Footer, ops_builder, top_builder
 from layerscope.render.layout import (
     Line,
-    LinesRenderable,
     plain_text,
     terminal_width,
-    text_of,
     too_narrow,
     wrap_text,
 )
 from layerscope.render.options import ViewOptions, view_options
 from layerscope.render.summary import summary_lines
-from layerscope.validate import refuse
+from layerscope.render.terminal import check_file, print_lines
 
 __all__ = ["STAGED_VIEWS", "render_stages", "show_stages", "stages_builder"]
 
@@ -113,19 +107,5 @@ def show_stages(stages: Mapping[str, Profile], file: IO[str] | None = None, **op
     """Print the flat view over every stage to the terminal (colours when it is one) or
     to ``file``."""
     opts = view_options(**options)
-    if file is not None and not callable(getattr(file, "write", None)):
-        refuse("file", file, "a text stream, such as sys.stdout or open(path, 'w')")
-    theme = dict(display_config.current().theme)
-    console = Console(
-        file=file or sys.stdout,
-        theme=display_config.current().rich_theme(),
-        width=opts.width,
-        highlight=False,
-        soft_wrap=False,
-    )
-    note = too_narrow(opts.width or console.width)
-    if note is not None:
-        console.print(text_of(note[0]), style="layerscope.notice", soft_wrap=True)
-        return
-    builder = stages_builder(stages, opts)
-    console.print(LinesRenderable(builder, lambda: theme, opts.width))
+    check_file(file)
+    print_lines(stages_builder(stages, opts), opts.width, file)
