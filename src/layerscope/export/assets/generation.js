@@ -4,7 +4,7 @@
 (function () {
   "use strict";
   var G = JSON.parse(document.getElementById("ls-gen-data").textContent);
-  var base = window.lsFormat, body = document.body;
+  var base = window.lsFormat;
 
   function num(x) { return typeof x === "string" ? Number(x) : x; }
   function has(x) { return x !== null && x !== undefined && !(typeof x === "number" && isNaN(x)); }
@@ -377,9 +377,7 @@
     var el2 = el("ul", "facts");
     E.notes.forEach(function (t) { el2.appendChild(el("li", "", t)); });
     if (E.notes.length) es.appendChild(el2);
-    var edl = el("dl"); edl.id = "ls-gen-estimate-facts";
-    E.facts.forEach(function (f) { edl.appendChild(el("dt", "", f[0])); edl.appendChild(el("dd", "", f[1])); });
-    es.appendChild(edl);
+    es.appendChild(window.lsDom.factList(E.facts, "ls-gen-estimate-facts"));
     root.appendChild(es);
   }
 
@@ -388,21 +386,14 @@
   G.notes.forEach(function (t) { nl.appendChild(el("li", "notice", t)); });
   if (!G.notes.length) nl.appendChild(el("li", "", "No notices."));
   ns.appendChild(nl);
-  var dl = el("dl"); dl.id = "ls-gen-settings";
-  G.settings.forEach(function (s) { dl.appendChild(el("dt", "", s[0])); dl.appendChild(el("dd", "", s[1])); });
-  ns.appendChild(dl);
+  ns.appendChild(window.lsDom.factList(G.settings, "ls-gen-settings"));
   root.appendChild(ns);
 
   // ---- placed first, above the profile of one stage -----------------------------------
-  var first = body.querySelector("body > .cards") || body.querySelector("body > section");
   var st = G.stage, divider = el("h2", "gn-divider", st ? "The " + st[0] + " stage's profile" : "The profile");
   var dnote = el("div", "sub", st ? (st[1] > 1 ? "Its " + plural(st[1], "call") + " summed, module by module." :
     "Its call, module by module.") : "");
-  if (first) {
-    body.insertBefore(root, first); body.insertBefore(divider, first); body.insertBefore(dnote, first);
-  } else {
-    body.appendChild(root);
-  }
+  window.lsDom.placeFirst([root, divider, dnote]);
   redraw.forEach(function (f) { f(); });
   var timer = 0;
   window.addEventListener("resize", function () {

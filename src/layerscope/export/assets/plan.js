@@ -4,7 +4,7 @@
 (function () {
   "use strict";
   var P = JSON.parse(document.getElementById("ls-plan-data").textContent);
-  var base = window.lsFormat, body = document.body;
+  var base = window.lsFormat;
 
   function num(x) { return typeof x === "string" ? Number(x) : x; }
   function fmt(x, kind) {
@@ -324,20 +324,13 @@
   var ns = section("Plan notes", "ls-plan-notes"), nl = el("ul", "facts");
   P.notes.forEach(function (t) { nl.appendChild(el("li", "", t)); });
   ns.appendChild(nl);
-  var dl = el("dl"); dl.id = "ls-plan-settings";
-  P.settings.forEach(function (s) { dl.appendChild(el("dt", "", s[0])); dl.appendChild(el("dd", "", s[1])); });
-  ns.appendChild(dl);
+  ns.appendChild(window.lsDom.factList(P.settings, "ls-plan-settings"));
   root.appendChild(ns);
 
   // ---- placed first, above the analysis ----------------------------------------------
-  var first = body.querySelector("body > .cards") || body.querySelector("body > section");
   var divider = el("h2", "pl-divider", "The analysis behind the plan");
   var dnote = el("div", "sub", "The profile of one micro-batch the plan's figures are computed from.");
-  if (first) {
-    body.insertBefore(root, first); body.insertBefore(divider, first); body.insertBefore(dnote, first);
-  } else {
-    body.appendChild(root);
-  }
+  window.lsDom.placeFirst([root, divider, dnote]);
   drawTimeline();
   var timer = 0;
   window.addEventListener("resize", function () { clearTimeout(timer); timer = setTimeout(drawTimeline, 150); });

@@ -167,7 +167,17 @@
     t.appendChild(th); t.appendChild(tb); wrap.appendChild(t);
     return wrap;
   }
-  window.lsDom = { el: el, sv: sv, sortableTable: sortableTable };
+  function factList(pairs, id) {  // a <dl> of [term, value] pairs
+    var dl = el("dl"); dl.id = id;
+    pairs.forEach(function (f) { dl.appendChild(el("dt", "", f[0])); dl.appendChild(el("dd", "", f[1])); });
+    return dl;
+  }
+  function placeFirst(nodes) {  // a section's nodes above the report's own, in order
+    var first = document.body.querySelector("body > .cards") || document.body.querySelector("body > section");
+    if (!first) { document.body.appendChild(nodes[0]); return; }  // no report: the section alone
+    nodes.forEach(function (n) { document.body.insertBefore(n, first); });
+  }
+  window.lsDom = { el: el, sv: sv, sortableTable: sortableTable, factList: factList, placeFirst: placeFirst };
   function pressOnly(bar, field, value) {  // a segmented control: the button pressed
     Array.prototype.forEach.call(bar.children, function (b) {
       var on = b.dataset[field] === value;
