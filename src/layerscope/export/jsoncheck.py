@@ -22,6 +22,8 @@ import re
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeAlias
 
+from layerscope.errors import SchemaError
+
 __all__ = [
     "INT64_MAX",
     "MAX_NESTING",
@@ -42,6 +44,7 @@ __all__ = [
     "Ref",
     "Str",
     "Where",
+    "checked_section",
     "fail",
     "json_path",
     "json_value",
@@ -558,3 +561,16 @@ class Ref(Check):
 
 
 _FINITE = Finite()
+
+
+def checked_section(data: Any, key: str, spec: Check, missing: str) -> Any:
+    """The section ``key`` of a document (parsed JSON) as ``spec`` keeps it;
+    ``SchemaError`` naming the JSON path when it is malformed, and saying ``missing``
+    when the document has none."""
+    section = data.get(key) if isinstance(data, dict) else None
+    if not isinstance(section, dict):
+        raise SchemaError(f"$.{key}: {missing}")
+    try:
+        return spec.check(section, ("$", key))
+    except Invalid as e:
+        raise SchemaError(f"{json_path(e.where)}: {e.problem}") from None

@@ -97,16 +97,11 @@ class Generation:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Generation:
         """A generation from ``to_dict``'s form; ``SchemaError`` naming what is wrong."""
-        from layerscope.export.jsoncheck import Invalid, json_path
+        from layerscope.export.jsoncheck import checked_section
         from layerscope.export.jsongen import GENERATION
 
-        section = data.get("generation") if isinstance(data, dict) else None
-        if not isinstance(section, dict):
-            raise SchemaError("$.generation: not a generation (no 'generation' section)")
-        try:
-            section = GENERATION.check(section, ("$", "generation"))
-        except Invalid as e:
-            raise SchemaError(f"{json_path(e.where)}: {e.problem}") from None
+        missing = "not a generation (no 'generation' section)"
+        section = checked_section(data, "generation", GENERATION, missing)
         stages: dict[str, Profile] = {}
         if section["first_stage"] is not None:
             stages[section["first_stage"]] = Profile.from_dict(data)

@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from layerscope.errors import InvalidInputError, SchemaError
+from layerscope.errors import InvalidInputError
 from layerscope.profile import Profile
 
 #: What the output says beside its figures (``Plan.notes`` adds the plan's own).
@@ -119,16 +119,11 @@ class Plan:
     def from_dict(cls, data: dict[str, Any]) -> Plan:
         """A plan from ``to_dict``'s form; ``SchemaError`` when there is no plan section
         or a field is missing."""
-        section = data.get("plan") if isinstance(data, dict) else None
-        if not isinstance(section, dict):
-            raise SchemaError("$.plan: not a plan (no 'plan' section); make one with ls.plan")
-        from layerscope.export.jsoncheck import Invalid, json_path
+        from layerscope.export.jsoncheck import checked_section
         from layerscope.export.jsonplan import PLAN
 
-        try:
-            section = PLAN.check(section, ("$", "plan"))
-        except Invalid as e:
-            raise SchemaError(f"{json_path(e.where)}: {e.problem}") from None
+        missing = "not a plan (no 'plan' section); make one with ls.plan"
+        section = checked_section(data, "plan", PLAN, missing)
         known = {f.name for f in fields(cls)} - _NOT_SAVED
         analysis = Profile.from_dict(data) if "root" in data else None
         return cls(**{k: section[k] for k in known}, analysis=analysis)
