@@ -625,3 +625,16 @@ def texts(page: Any, selector: str) -> list[str]:
     """The text of every element of a Playwright ``page`` that ``selector`` matches."""
     found: list[str] = page.eval_on_selector_all(selector, "els => els.map(e => e.textContent)")
     return found
+
+
+def tiny_bart() -> Any:
+    """The generation tests' BART, random weights, eval mode: width 32, 1 encoder and 2
+    decoder layers of 2 heads, MLP 64, vocab 64, 64 positions."""
+    transformers: Any = importlib.import_module("transformers")
+    torch.manual_seed(0)
+    config = transformers.BartConfig(
+        vocab_size=64, d_model=32, encoder_layers=1, decoder_layers=2,
+        encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=64,
+        decoder_ffn_dim=64, max_position_embeddings=64,
+    )  # fmt: skip
+    return transformers.BartForConditionalGeneration(config).eval()

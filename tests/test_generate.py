@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import layerscope as ls
+from helpers import tiny_bart
 from helpers import tiny_gpt2 as gpt2
 from helpers import tiny_llama as llama
 from layerscope.errors import InvalidInputError
@@ -112,13 +113,7 @@ def test_beams_and_samples_are_rows() -> None:
 def test_encoder_decoder_has_a_cross_attention_cache() -> None:
     """BART: the prefill runs the encoder and the first decoder step; the cross-attention
     cache holds the encoder's 10 positions per layer, and does not grow."""
-    torch.manual_seed(0)
-    config = transformers.BartConfig(
-        vocab_size=64, d_model=32, encoder_layers=1, decoder_layers=2,
-        encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=64,
-        decoder_ffn_dim=64, max_position_embeddings=64,
-    )  # fmt: skip
-    model = transformers.BartForConditionalGeneration(config).eval()
+    model = tiny_bart()
     gen = ls.profile_generate(model, torch.randint(3, 64, (1, 10)), max_new_tokens=3)
     assert gen.stages["prefill"].node("model.encoder").calls == 1
     kv = gen.kv_cache

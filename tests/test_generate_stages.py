@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import layerscope as ls
+from helpers import tiny_bart as bart
 from helpers import tiny_gpt2 as gpt2
 from helpers import tiny_llama as llama
 from layerscope.errors import InvalidInputError, LayerscopeError
@@ -25,16 +26,6 @@ D, HEADS, KV_HEADS, HEAD, MLP, LAYERS, VOCAB = 64, 4, 2, 16, 128, 2, 128
 LLAMA_WEIGHT_MACS = LAYERS * (D * D + 2 * D * KV_HEADS * HEAD + D * D + 3 * D * MLP) + D * VOCAB
 #: the KV cache per token and row: keys and values, 2 KV heads of 16 floats, 2 layers
 KV_PER_TOKEN = LAYERS * 2 * KV_HEADS * HEAD * 4  # 512 B
-
-
-def bart() -> Any:
-    torch.manual_seed(0)
-    config = transformers.BartConfig(
-        vocab_size=64, d_model=32, encoder_layers=1, decoder_layers=2,
-        encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=64,
-        decoder_ffn_dim=64, max_position_embeddings=64,
-    )  # fmt: skip
-    return transformers.BartForConditionalGeneration(config).eval()
 
 
 def cache_keyword(model: Any) -> str:
