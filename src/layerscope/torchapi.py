@@ -51,6 +51,15 @@ current_autograd_node = cast(Callable[[], Any], private("_C._current_autograd_no
 len_torch_dispatch_stack = cast(Callable[[], int], private("_C._len_torch_dispatch_stack"))
 #: The dispatch mode at a position of the stack (0 is the outermost).
 get_dispatch_stack_at = cast(Callable[[int], Any], private("_C._get_dispatch_stack_at"))
+#: How many torch-function modes are on the stack.
+len_torch_function_stack = cast(Callable[[], int], private("_C._len_torch_function_stack"))
+#: The torch-function mode at a position of the stack (0 is the outermost).
+get_function_stack_at = cast(Callable[[int], Any], private("_C._get_function_stack_at"))
+#: Take the top torch-function mode off the stack (returned); push one on top.
+pop_torch_function_stack = cast(Callable[[], Any], private("_C._pop_torch_function_stack"))
+push_on_torch_function_stack = cast(
+    Callable[[Any], None], private("_C._push_on_torch_function_stack")
+)
 #: Whether an op (by qualified name) has a kernel for a dispatch key.
 dispatch_has_kernel = cast(
     Callable[[str, Any], bool], private("_C._dispatch_has_kernel_for_dispatch_key")

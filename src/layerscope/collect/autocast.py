@@ -35,6 +35,8 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_leaves, tree_map_only
 
+from layerscope.collect.dispatch import remove_function_mode
+
 #: ops whose inputs autocast casts to its 16-bit dtype (``AT_FORALL_LOWER_PRECISION_FP``;
 #: ``cudnn_convolution``'s are internal and reached through ``convolution``)
 LOWER_PRECISION = frozenset(
@@ -218,7 +220,7 @@ def emulate_cuda_autocast(
         mode.__enter__()  # type: ignore[no-untyped-call]
 
     def leave(_module: nn.Module, _args: Any, _out: Any) -> None:
-        mode.__exit__(None, None, None)  # type: ignore[no-untyped-call]
+        remove_function_mode(mode)
 
     def loss(out: Any) -> torch.Tensor:
         try:
@@ -236,4 +238,8 @@ def emulate_cuda_autocast(
     finally:
         for handle in handles:
             handle.remove()
+        # a forward interrupted by a BaseException other than an Exception (Ctrl-C,
+        # SystemExit) skips ``leave``: the mode is still on the stack, once per call
+        while remove_function_mode(mode):
+            pass
         mode.clear()

@@ -31,6 +31,7 @@ from typing import Any
 from torch import Tensor
 from torch._C import DispatchKey
 from torch._ops import OpOverload
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import (
     TorchDispatchMode,
     _get_current_dispatch_mode_stack,
@@ -47,7 +48,11 @@ from layerscope.torchapi import (
     current_autograd_node,
     dispatch_has_kernel,
     get_dispatch_stack_at,
+    get_function_stack_at,
     len_torch_dispatch_stack,
+    len_torch_function_stack,
+    pop_torch_function_stack,
+    push_on_torch_function_stack,
 )
 
 _COMPOSITE = DispatchKey.CompositeImplicitAutograd
@@ -240,6 +245,29 @@ def _entered_by_base(mode: TorchDispatchMode) -> bool:
     """Whether ``TorchDispatchMode.__exit__`` can take ``mode`` off (it was pushed by the base
     class's ``__enter__``, which left its flags to pop), not only by a bare push."""
     return all(getattr(mode, name, None) for name in _FLAG_DEQUES)
+
+
+def remove_function_mode(mode: TorchFunctionMode) -> bool:
+    """Take ``mode`` off this thread's torch-function mode stack, wherever it is in it;
+    False if it is not there.
+
+    ``TorchFunctionMode.__exit__`` pops whichever mode is on top. A mode entered in a
+    forward pre-hook and left in an ``always_call`` forward hook stays on the stack when
+    the forward raises a ``BaseException`` that is not an ``Exception`` (torch runs
+    those hooks for ``Exception`` only): the next ``__exit__`` would then pop it instead
+    of its own. Here the modes above ``mode`` come off and go back in their order.
+    """
+    depth = len_torch_function_stack()
+    at = next((i for i in range(depth - 1, -1, -1) if get_function_stack_at(i) is mode), None)
+    if at is None:
+        return False
+    above = [pop_torch_function_stack() for _ in range(depth - 1 - at)]
+    try:
+        pop_torch_function_stack()
+    finally:
+        for m in reversed(above):
+            push_on_torch_function_stack(m)
+    return True
 
 
 def remove_mode(mode: TorchDispatchMode) -> None:

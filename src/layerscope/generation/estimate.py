@@ -29,7 +29,7 @@ from torch import nn
 
 import layerscope.metricspec as ms
 from layerscope.analysis.roofline import Roof, roof_of, roof_times
-from layerscope.collect.meta import to_meta
+from layerscope.collect.meta import meta_copy
 from layerscope.collect.target import parse_target
 from layerscope.errors import InvalidInputError, LayerscopeError, MissingDependencyError, ModelError
 from layerscope.generation.cache import CacheFacts, cache_facts
@@ -102,15 +102,16 @@ def _floating_dtype(model: nn.Module) -> torch.dtype:
     return max(counts, key=lambda d: counts[d]) if counts else torch.get_default_dtype()
 
 
-def meta_model(model: nn.Module, dtype: torch.dtype | None) -> nn.Module:
+def meta_model(model: nn.Module, dtype: torch.dtype | None) -> tuple[nn.Module, list[str]]:
     """The model to analyse: itself when it is on meta in ``dtype``, else a meta copy
-    (``to_meta``) in ``dtype``. The user's model is never changed."""
+    (``meta_copy``) in ``dtype``, with the notices of the code left out of the copy. The
+    user's model is never changed."""
     tensors = [*model.parameters(), *model.buffers()]
     on_meta = all(t.is_meta for t in tensors)
     if on_meta and (dtype is None or _floating_dtype(model) == dtype):
-        return model
-    copy = to_meta(model)
-    return copy.to(dtype) if dtype is not None else copy
+        return model, []
+    copy, not_run = meta_copy(model)
+    return (copy.to(dtype) if dtype is not None else copy), not_run
 
 
 def weight_bytes(model: nn.Module) -> int:
@@ -283,10 +284,11 @@ def estimate_generate(
     of ``prompt + new_tokens`` tokens, attended over whole); ``dtype``: the dtype to
     estimate in (default: the model's; a meta copy is converted, the model is not), whose
     peak the roofline uses; ``kwargs``: more keyword inputs for every model call. A model
-    with real weights is copied to meta first (``to_meta``)."""
+    with real weights is copied to meta first (``to_meta``), without the code that would
+    reach the original (``meta_copy``, named in the notes)."""
     check_instance("model", model, nn.Module, "an nn.Module (a transformers decoder)")
     opts = check_options(target, prompt, new_tokens, batch, cache, dtype, kwargs)
-    meta = meta_model(model, opts.dtype)
+    meta, not_run = meta_model(model, opts.dtype)
     run_dtype = str(_floating_dtype(meta)).removeprefix("torch.")
     roof = roof_of(opts.spec, run_dtype)
     driver = Driver(meta, opts, roof)
@@ -315,7 +317,7 @@ def estimate_generate(
         fit=[a.fit for a in analyses],
         kernels=analyses[0].kernels,
     )
-    result.notes = notes_for(result, [a.prefill for a in analyses], driver.keeps_one)
+    result.notes = [*notes_for(result, [a.prefill for a in analyses], driver.keeps_one), *not_run]
     return result
 
 

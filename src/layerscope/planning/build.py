@@ -9,6 +9,7 @@ from math import prod
 from typing import Any
 
 from layerscope.analysis.roofline import roof_of, roof_times
+from layerscope.collect.meta import NOT_RUN
 from layerscope.metrics.commkinds import wire_bytes
 from layerscope.metrics.memory.training import OPTIMIZER_STATES
 from layerscope.planning import timeline as tl
@@ -100,7 +101,10 @@ def _build(prof: Profile, opts: Options, choice: CheckpointChoice, asked: Any) -
     time, model_flops = _time(prof, opts, choice, setup, comm)
     step = sum(time[k] for k in ("compute", "recompute", "exposed_comm", "optimizer"))
     peak_flops = opts.target.peak(str(opts.compute_dtype).removeprefix("torch."))
-    notes = _notes(opts, choice, asked, frozen)
+    notes = [
+        *_notes(opts, choice, asked, frozen),
+        *(n for n in prof.notices if n.startswith(NOT_RUN)),
+    ]
     if opts.autocast and not emulated:
         notes.append(
             "the profile ran every op in 16 bits; autocast keeps norms, softmax, losses and "

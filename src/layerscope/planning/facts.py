@@ -42,13 +42,14 @@ def analyse(
         raise InvalidInputError(f"ls.plan needs a model or a Profile, got {type(model).__name__}")
     from layerscope.collect.autocast import emulate_cuda_autocast
     from layerscope.collect.common import default_loss
-    from layerscope.collect.meta import to_meta
+    from layerscope.collect.meta import meta_copy
     from layerscope.session.run import profile
 
     # under autocast the weights and the input stay float32 and each op runs in the
     # dtype autocast's rules give it; otherwise everything is in the compute dtype
     dtype = torch.float32 if opts.autocast else opts.compute_dtype
-    meta = to_meta(model).to(dtype)
+    copied, not_run = meta_copy(model)
+    meta = copied.to(dtype)
     name = opts.target.name if opts.target.name in BY_NAME else None
     call: dict[str, Any] = dict(profile_options)
 
@@ -63,11 +64,13 @@ def analyse(
     if input_shape is not None:
         call["input_shape"] = input_shape
     if not opts.autocast:
-        return profile(meta, backward=True, memory=True, target=name, **call)
-    loss_fn = call.pop("loss_fn", None) or default_loss
-    with emulate_cuda_autocast(meta, opts.compute_dtype, loss_fn) as loss:
-        prof = profile(meta, backward=True, memory=True, target=name, loss_fn=loss, **call)
-    prof.model["autocast"] = want
+        prof = profile(meta, backward=True, memory=True, target=name, **call)
+    else:
+        loss_fn = call.pop("loss_fn", None) or default_loss
+        with emulate_cuda_autocast(meta, opts.compute_dtype, loss_fn) as loss:
+            prof = profile(meta, backward=True, memory=True, target=name, loss_fn=loss, **call)
+        prof.model["autocast"] = want
+    prof.notices.extend(not_run)
     return prof
 
 

@@ -17,7 +17,7 @@ from torch.utils._python_dispatch import (
     _push_mode,
 )
 
-from layerscope.collect.dispatch import remove_mode
+from layerscope.collect.dispatch import remove_function_mode, remove_mode
 from layerscope.collect.target.composite import (
     CALLERS,
     DROPOUTS,
@@ -359,10 +359,12 @@ def steer(target: Target, tensors_device: torch.device | str) -> Iterator[Kernel
     if cpu_outputs is not None:
         _enter_at_bottom(cpu_outputs)
     _active.depth += 1
+    functions.__enter__()  # type: ignore[no-untyped-call]
     try:
-        with functions:
-            yield log
+        yield log
     finally:
+        # not __exit__: a mode that an interrupted forward left above it stays there
+        remove_function_mode(functions)
         _active.depth -= 1
         if cpu_outputs is not None:
             remove_mode(cpu_outputs)
