@@ -23,7 +23,7 @@ import torch
 import layerscope as ls
 
 
-def llama(layers: int) -> torch.nn.Module:
+def llama(layers: int) -> Any:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
@@ -31,7 +31,8 @@ def llama(layers: int) -> torch.nn.Module:
         vocab_size=1000, hidden_size=256, intermediate_size=512, num_hidden_layers=layers,
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
     )  # fmt: skip
-    return LlamaForCausalLM(config).eval()
+    model: Any = LlamaForCausalLM(config)
+    return model.eval()
 
 
 def best(repeats: int, fn: Callable[[], Any]) -> float:

@@ -9,6 +9,7 @@ byte with ``diff -r``: a change that should keep every output as it was shows no
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import sys
@@ -17,14 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 
 import layerscope as ls
 
+WIDTHS = (("w100", 100), ("w80", 80))
 STAMPS = re.compile(r'"(created|generated|timestamp|python|torch|platform|host)": "[^"]*"')
 
 
-def llama() -> nn.Module:
+def llama() -> Any:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
@@ -32,10 +33,11 @@ def llama() -> nn.Module:
         vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2,
     )  # fmt: skip
-    return LlamaForCausalLM(config).eval()
+    model: Any = LlamaForCausalLM(config)
+    return model.eval()
 
 
-def gpt2() -> nn.Module:
+def gpt2() -> Any:
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
@@ -73,10 +75,7 @@ def plans(out: Path) -> None:
     }  # fmt: skip
     for name, options in cases.items():
         plan = ls.plan(model, ids, target="h100", **options)
-        views(
-            out, name, plan,
-            {"w100": lambda p=plan: p.render(width=100), "w80": lambda p=plan: p.render(width=80)},
-        )  # fmt: skip
+        views(out, name, plan, {w: functools.partial(plan.render, width=n) for w, n in WIDTHS})
         plan.to_html(out / f"{name}.html")
         write(out, f"{name}.html", (out / f"{name}.html").read_text())
         write(out, f"{name}.max_micro_batch.txt", str(plan.max_micro_batch(limit=64)))
