@@ -317,12 +317,13 @@ def calibrate_cpu(dtypes: tuple[str, ...] = ("float32", "bfloat16")) -> DeviceSp
             return cached
         n = 2048
         peaks: dict[str, float] = {}
+        own = torch.Generator().manual_seed(0)  # the user's RNG does not move
         for name in dtypes:
             dtype = getattr(torch, name, None)
             if not isinstance(dtype, torch.dtype):
                 raise InvalidInputError(f"unknown dtype {name!r}")
-            a = torch.randn(n, n).to(dtype)
-            b = torch.randn(n, n).to(dtype)
+            a = torch.randn(n, n, generator=own).to(dtype)
+            b = torch.randn(n, n, generator=own).to(dtype)
             peaks[name] = 2 * n**3 / _best(lambda a=a, b=b: torch.mm(a, b), 2)
         src = torch.empty(16 * 2**20, dtype=torch.float32).fill_(1.0)
         dst = torch.empty_like(src)
