@@ -258,3 +258,13 @@ def test_installed_script_and_python_dash_m_are_the_same_command(command: str) -
         assert run.returncode == 0, run.stderr
         assert "Sequential" in run.stdout and "Params: 58 " in run.stdout  # (4*8+8) + (8*2+2)
     assert runs[0].stdout == runs[1].stdout
+
+
+@pytest.mark.parametrize("command", ["profile", "show", "plan", "generate", "diff", "config"])
+def test_help_lines_fit_the_width(command: str) -> None:
+    """The help's description and examples are printed as written: each line fits the
+    100 columns of the width the docs show (a lone backslash at a line's end in a
+    docstring would join two example lines)."""
+    code, out, _ = run_cli(f"{command} --help")
+    assert code == 0
+    assert [line for line in out.splitlines() if len(line) > 100] == []

@@ -10,13 +10,13 @@ tokens each (--batch lists several batch sizes instead). On a real device,
 stage in any view.
 
 Examples:
-  layerscope generate transformers:LlamaForCausalLM --dtype bfloat16 \
+  layerscope generate transformers:LlamaForCausalLM --dtype bfloat16 \\
       --input-shape 1,2048 --max-new-tokens 256 --batch 1,8,32,128
-  layerscope generate transformers:LlamaForCausalLM --dtype bfloat16 \
+  layerscope generate transformers:LlamaForCausalLM --dtype bfloat16 \\
       --input-shape 1,2048 --cache static --target h200 --json gen.json
-  layerscope generate transformers:LlamaForCausalLM --model-args \
+  layerscope generate transformers:LlamaForCausalLM --model-args \\
       '{"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128,
-      "num_attention_heads": 4, "vocab_size": 128}' --device cpu \
+      "num_attention_heads": 4, "vocab_size": 128}' --device cpu \\
       --input-shape 2,16 --max-new-tokens 8
 """
 
