@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 
-from helpers import BROWSER_NEEDED, Page, find_chromium, load_page
+from helpers.browser import BROWSER_NEEDED, Page, find_chromium, load_page
 
 _TESTS = str(Path(__file__).resolve().parent)
 if _TESTS not in sys.path:

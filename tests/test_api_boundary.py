@@ -19,7 +19,7 @@ from torch import nn
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 import layerscope as ls
-from helpers import ModelSnapshot
+from helpers.snapshots import ModelSnapshot
 from layerscope.collect.observer import Observer
 from layerscope.collect.scopes import ScopeTracker
 from layerscope.collect.timing import TimingOptions

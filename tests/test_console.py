@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 import layerscope as ls
-from helpers import SimpleModel
+from helpers.models import SimpleModel
 from layerscope.examples import EXAMPLES
 
 GOLDEN = Path(__file__).parent / "golden"

@@ -25,7 +25,7 @@ import torch.distributed as dist
 from torch import nn
 
 import layerscope as ls
-from helpers import rank_output, spawn_ranks
+from helpers.distributed import rank_output, spawn_ranks
 from layerscope.analysis.ranks import RankSummary, rank_summary
 from layerscope.export.json import SCHEMA_PATH
 from layerscope.metrics.comm import comm_observers, payload_bytes

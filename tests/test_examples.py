@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 import layerscope as ls
-from helpers import tensor_shape
+from helpers.records import tensor_shape
 from layerscope import examples
 from layerscope.examples import EXAMPLES, Example
 

@@ -15,7 +15,7 @@ from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import layerscope as ls
-from helpers import ModelSnapshot
+from helpers.snapshots import ModelSnapshot
 from layerscope.examples import EXAMPLES
 from layerscope.metrics import flop_counter
 from layerscope.metrics.flops import Cost, FlopFormulaError

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 import layerscope as ls
-from helpers import SimpleModel
+from helpers.models import SimpleModel
 from layerscope.analysis.fold import REPEAT_TYPE, _best_window, fold
 from layerscope.errors import InvalidInputError
 from layerscope.profile import ADDITIVE_METRICS, Node, Profile

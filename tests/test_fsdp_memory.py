@@ -26,7 +26,8 @@ import torch.distributed as dist
 from torch import nn
 
 import layerscope as ls
-from helpers import StorageTracker, rank_output, spawn_ranks
+from helpers.distributed import rank_output, spawn_ranks
+from helpers.records import StorageTracker
 from layerscope.metrics.fsdpunits import fsdp_param_groups
 from layerscope.metrics.memory.fsdp import _METHODS
 

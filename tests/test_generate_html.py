@@ -25,7 +25,7 @@ import pytest
 import torch
 
 import layerscope as ls
-from helpers import texts as _texts
+from helpers.browser import texts as _texts
 from layerscope.errors import ExportError
 from layerscope.export.html import to_html_text
 from layerscope.export.htmlgen import generation_data

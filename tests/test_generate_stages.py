@@ -12,9 +12,9 @@ import pytest
 import torch
 
 import layerscope as ls
-from helpers import tiny_bart as bart
-from helpers import tiny_gpt2 as gpt2
-from helpers import tiny_llama as llama
+from helpers.models import tiny_bart as bart
+from helpers.models import tiny_gpt2 as gpt2
+from helpers.models import tiny_llama as llama
 from layerscope.errors import InvalidInputError, LayerscopeError
 
 transformers = pytest.importorskip("transformers")

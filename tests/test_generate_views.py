@@ -12,8 +12,8 @@ import pytest
 import torch
 
 import layerscope as ls
-from helpers import tiny_gpt2 as gpt2
-from helpers import tiny_llama as llama
+from helpers.models import tiny_gpt2 as gpt2
+from helpers.models import tiny_llama as llama
 from layerscope.cli import main
 from layerscope.errors import InvalidInputError
 

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 import layerscope as ls
-from helpers import Page, load_page
+from helpers.browser import Page, load_page
 from layerscope import examples
 from layerscope.errors import ExportError
 from layerscope.export import export

@@ -21,7 +21,8 @@ from torch import nn
 from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
 import layerscope as ls
-from helpers import GLOBAL_HOOK_DICTS, ModelSnapshot, tiny_llama
+from helpers.models import tiny_llama
+from helpers.snapshots import GLOBAL_HOOK_DICTS, ModelSnapshot
 from layerscope.collect.target import steering_active
 from layerscope.planning.states import PRECISIONS, SHARDINGS
 from layerscope.torchapi import len_torch_function_stack, top_saved_tensors_hooks

@@ -17,7 +17,7 @@ from torch import nn
 from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
 
 import layerscope as ls
-from helpers import ModelSnapshot
+from helpers.snapshots import ModelSnapshot
 from layerscope.analysis.merge import merge_profiles
 from layerscope.collect.timing import FORWARD_TIME, IQR_SUFFIX, MIN_SUFFIX
 from layerscope.export.trace import trace_events

@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 import layerscope as ls
-from helpers import ModelSnapshot
+from helpers.snapshots import ModelSnapshot
 from layerscope import examples
 from layerscope.errors import InvalidInputError, ModelError
 from layerscope.examples import TinyGPT

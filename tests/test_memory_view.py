@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 import layerscope as ls
-from helpers import ModelSnapshot
+from helpers.snapshots import ModelSnapshot
 from layerscope.cli import main
 from layerscope.render.console import render_text
 

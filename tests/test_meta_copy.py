@@ -16,7 +16,8 @@ import torch.nn.functional as F
 from torch import nn
 
 import layerscope as ls
-from helpers import ModelSnapshot, tiny_llama
+from helpers.models import tiny_llama
+from helpers.snapshots import ModelSnapshot
 from layerscope.collect.meta import NOT_RUN, meta_copy
 
 #: the user's own dict, written by a hook that reaches it through the module's globals

@@ -16,7 +16,7 @@ from torch import Tensor, nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import layerscope as ls
-from helpers import ModelSnapshot
+from helpers.snapshots import ModelSnapshot
 from layerscope.examples import EXAMPLES
 from layerscope.metrics import numerics
 from layerscope.metrics.numerics import (

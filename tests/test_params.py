@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 import layerscope as ls
-from helpers import ModelSnapshot
+from helpers.snapshots import ModelSnapshot
 
 
 class Net(nn.Module):

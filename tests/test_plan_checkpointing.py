@@ -14,7 +14,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import set_checkpoint_early_stop
 
 import layerscope as ls
-from helpers import with_checkpoint
+from helpers.models import with_checkpoint
 from layerscope.errors import InvalidInputError
 from layerscope.planning.checkpointing import choose_checkpoints, repeated_blocks, resolve
 

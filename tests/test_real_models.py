@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import layerscope as ls
-from helpers import ModelSnapshot
+from helpers.snapshots import ModelSnapshot
 
 transformers = pytest.importorskip("transformers")
 

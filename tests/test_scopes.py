@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 import layerscope as ls
-from helpers import ModelSnapshot
+from helpers.snapshots import ModelSnapshot
 
 
 class Probe(nn.Module):

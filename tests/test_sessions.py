@@ -19,7 +19,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatc
 from torch.utils.checkpoint import checkpoint
 
 import layerscope as ls
-from helpers import ModelSnapshot
+from helpers.snapshots import ModelSnapshot
 from layerscope.errors import LayerscopeError
 
 #: Linear(4, 3) on a (2, 4) input: 2*4*3 = 24 MACs = 48 FLOPs, plus 2*3 = 6 bias adds.

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor, nn
 
 import layerscope as ls
-from helpers import ModelSnapshot
+from helpers.snapshots import ModelSnapshot
 from layerscope import examples
 from layerscope.examples import EXAMPLES
 

@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from torch._subclasses.fake_tensor import FakeTensorMode, is_fake
 
 import layerscope as ls
-from helpers import ModelSnapshot
+from helpers.snapshots import ModelSnapshot
 from layerscope.collect import state as state_module
 from layerscope.collect.state import (
     _BATCH_NUMEL,

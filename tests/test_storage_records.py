@@ -21,7 +21,7 @@ import torch
 from torch import Tensor, nn
 
 import layerscope as ls
-from helpers import with_checkpoint
+from helpers.models import with_checkpoint
 from layerscope.analysis.whatif import checkpointed_activation_bytes, recompute_flops
 from layerscope.errors import InvalidInputError
 

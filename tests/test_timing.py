@@ -15,7 +15,8 @@ import torch
 from torch import Tensor, nn
 
 import layerscope as ls
-from helpers import Burn, ModelSnapshot
+from helpers.models import Burn
+from helpers.snapshots import ModelSnapshot
 from layerscope import examples
 from layerscope.analysis.fold import fold
 from layerscope.collect.timing import (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import layerscope as ls
-from helpers import ModelSnapshot
+from helpers.snapshots import ModelSnapshot
 from layerscope.cli import main
 from layerscope.examples import EXAMPLES
 from layerscope.render.console import render_text

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor, nn
 
 import layerscope as ls
-from helpers import Burn
+from helpers.models import Burn
 from layerscope import examples
 from layerscope.collect.timing import time_profile
 from layerscope.collect.timing.index import ModuleIndex

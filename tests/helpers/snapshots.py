@@ -1,7 +1,5 @@
-"""Test helpers shared by every profiling test.
-
-``ModelSnapshot`` records everything layerscope promises to leave alone when it runs a
-model and reports every difference precisely::
+"""``ModelSnapshot``: everything layerscope promises to leave alone when it runs a
+model, and every difference reported precisely::
 
     snap = ModelSnapshot.take(model)
     ls.profile(model, x)
@@ -10,30 +8,15 @@ model and reports every difference precisely::
 
 from __future__ import annotations
 
-import copy
-import importlib
-import json
-import multiprocessing
 import random
-import shutil
-import time
-import traceback
-import weakref
-from collections import OrderedDict
-from collections.abc import Callable, Collection, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-import pytest
 import torch
 import torch.nn.modules.module as torch_module
 from torch import Tensor, nn
 from torch.nn.parameter import is_lazy
-from torch.utils._python_dispatch import TorchDispatchMode
-
-from layerscope.profile import Spec, TensorSpec
 
 #: Per-module hook tables; the keys and the hook objects must be exactly as they were.
 MODULE_HOOK_DICTS: tuple[str, ...] = (
@@ -66,12 +49,6 @@ GLOBAL_HOOK_DICTS: tuple[str, ...] = tuple(
     )
     if hasattr(torch_module, name)
 )
-
-
-def tensor_shape(spec: Spec) -> tuple[int, ...]:
-    """The shape of a recorded input/output leaf, failing clearly if it is not a tensor."""
-    assert isinstance(spec, TensorSpec), f"expected a tensor at {spec.path!r}, got {spec!r}"
-    return spec.shape
 
 
 #: What ``assert_unchanged(..., skip=...)`` may leave out.
@@ -385,256 +362,3 @@ def _tensor_dict_diff(
         lambda name, rec, t: rec.diff(t, f"{kind} {name}", check_identity=True),
         entries=f"{kind}s",
     )
-
-
-def lin_relu_lin() -> list[nn.Module]:
-    return [nn.Linear(10, 5), nn.ReLU(), nn.Linear(5, 10)]
-
-
-class SimpleModel(nn.Module):
-    """torchmeter's repeat-folding example."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.single_1 = nn.Linear(1, 10)
-        self.repeat_1x2 = nn.Sequential(OrderedDict(A=nn.Linear(10, 10), B=nn.Linear(10, 10)))
-        self.single_2 = nn.ReLU()
-        layers = lin_relu_lin() + lin_relu_lin() + lin_relu_lin()
-        self.repeat_2x3 = nn.Sequential(OrderedDict(zip("CDEFGHIJK", layers, strict=True)))
-        self.single_3 = nn.Linear(10, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.repeat_1x2(self.single_1(x))
-        return self.single_3(self.repeat_2x3(self.single_2(x)))  # type: ignore[no-any-return]
-
-
-class Advancing(Protocol):
-    """A fake clock: ``advance(ns)`` moves it forward."""
-
-    def advance(self, ns: int) -> None: ...
-
-
-class Burn(torch.autograd.Function):
-    """Identity whose backward advances a fake clock by ``ns`` (timing tests)."""
-
-    @staticmethod
-    def forward(ctx: Any, x: Tensor, clock: Advancing, ns: int) -> Tensor:
-        ctx.clock = clock
-        ctx.ns = ns
-        return x.clone()
-
-    @staticmethod
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None]:
-        ctx.clock.advance(ctx.ns)
-        return grad, None, None
-
-
-def spawn_ranks(worker: Any, world: int, out: Path, limit_s: float) -> list[dict[str, Any]]:
-    """Start ``world`` processes of ``worker(rank, store_path, out)`` (spawned), wait at
-    most ``limit_s`` in all, and hand over each rank's ``rank{r}.json``; a test failure
-    with the ranks' tracebacks (their ``rank{r}.error``) if one failed or ran late."""
-    ctx = multiprocessing.get_context("spawn")
-    procs = [
-        ctx.Process(target=worker, args=(r, str(out / "store"), str(out)), daemon=True)
-        for r in range(world)
-    ]
-    start = time.monotonic()
-    for proc in procs:
-        proc.start()
-    try:
-        for proc in procs:
-            proc.join(max(0.0, limit_s - (time.monotonic() - start)))
-    finally:
-        late = [r for r, proc in enumerate(procs) if proc.is_alive()]
-        for proc in procs:
-            if proc.is_alive():
-                proc.terminate()
-                proc.join(5)
-    errors = {r: (out / f"rank{r}.error") for r in range(world)}
-    found = "\n".join(f"rank {r}:\n{p.read_text()}" for r, p in errors.items() if p.exists())
-    if late:
-        pytest.fail(f"ranks {late} still ran after {limit_s:.0f} s (killed)\n{found}")
-    if found or any(proc.exitcode != 0 for proc in procs):
-        codes = [proc.exitcode for proc in procs]
-        pytest.fail(f"a rank failed (exit codes {codes}):\n{found}")
-    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(world)]
-
-
-@contextmanager
-def rank_output(rank: int, out: str, facts: dict[str, Any]) -> Iterator[None]:
-    """The body of a rank ``spawn_ranks`` started: a failure's traceback goes to
-    ``rank{r}.error``, the process group (if any) is destroyed, and then ``facts`` go to
-    ``rank{r}.json``."""
-    import torch.distributed as dist
-
-    try:
-        yield
-    except BaseException:
-        Path(out, f"rank{rank}.error").write_text(traceback.format_exc(), encoding="utf-8")
-        raise
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
-    Path(out, f"rank{rank}.json").write_text(json.dumps(facts), encoding="utf-8")
-
-
-class StorageTracker(TorchDispatchMode):  # type: ignore[no-untyped-call]
-    """Bytes this process holds: the storages it is told of at the start, every storage
-    a non-view op returns (until it dies) and every ``UntypedStorage.resize_``."""
-
-    def __init__(self, start: list[torch.Tensor]) -> None:
-        super().__init__()  # type: ignore[no-untyped-call]
-        self.sizes: dict[int, int] = {}  # id(storage) -> bytes counted
-        self.level = self.peak = 0
-        for t in start:
-            self._count(t.untyped_storage(), t.untyped_storage().nbytes())
-        self._resize = torch.UntypedStorage.resize_
-
-    def _count(self, s: torch.UntypedStorage, n: int) -> None:
-        key = id(s)
-        if key not in self.sizes:
-            weakref.finalize(s, self._died, key)
-        self.level += n - self.sizes.get(key, 0)
-        self.sizes[key] = n
-        self.peak = max(self.peak, self.level)
-
-    def _died(self, key: int) -> None:
-        self.level -= self.sizes.pop(key, 0)
-
-    def __enter__(self) -> StorageTracker:
-        tracker, resize = self, self._resize
-
-        def resize_(s: torch.UntypedStorage, n: int) -> Any:
-            out = resize(s, n)
-            tracker._count(s, s.nbytes())
-            return out
-
-        torch.UntypedStorage.resize_ = resize_  # type: ignore[method-assign,assignment]
-        return super().__enter__()  # type: ignore[no-untyped-call,no-any-return]
-
-    def __exit__(self, *exc: object) -> None:
-        torch.UntypedStorage.resize_ = self._resize  # type: ignore[method-assign]
-        super().__exit__(*exc)  # type: ignore[no-untyped-call]
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        out = func(*args, **(kwargs or {}))
-        if not any(r.alias_info is not None for r in func._schema.returns):
-            for t in out if isinstance(out, tuple | list) else (out,):
-                if isinstance(t, torch.Tensor) and id(t.untyped_storage()) not in self.sizes:
-                    self._count(t.untyped_storage(), t.untyped_storage().nbytes())
-        return out
-
-
-def with_checkpoint(model: nn.Module, *paths: str) -> nn.Module:
-    """A copy of ``model`` whose modules at ``paths`` run under non-reentrant
-    ``torch.utils.checkpoint`` (the ground truth of the checkpoint what-ifs)."""
-    from torch.utils.checkpoint import checkpoint
-
-    model = copy.deepcopy(model)
-    for path in paths:
-        module = model.get_submodule(path)
-
-        def checkpointed(*args: Any, _forward: Any = module.forward, **kwargs: Any) -> Any:
-            return checkpoint(_forward, *args, use_reentrant=False, **kwargs)
-
-        module.forward = checkpointed
-    return model
-
-
-# ---- the HTML report in a browser ------------------------------------------------
-#: Why a browser test is skipped.
-BROWSER_NEEDED = (
-    "needs a headless Chromium: apt-get install -y chromium chromium-driver, and the "
-    "playwright Python package (pip install -e '.[test]')"
-)
-
-
-def find_chromium() -> str | None:
-    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
-        found = shutil.which(name)
-        if found:
-            return found
-    return None
-
-
-@dataclass
-class Page:
-    """A loaded report and everything the browser reported while it ran."""
-
-    page: Any
-    url: str
-    errors: list[str] = field(default_factory=list)
-    requests: list[str] = field(default_factory=list)
-    dialogs: list[str] = field(default_factory=list)
-
-    def rows(self) -> list[str]:
-        """Module names of the rows in the DOM, in order."""
-        names: list[str] = self.page.eval_on_selector_all(
-            "#ls-table tbody tr:not(.sp) .nm", "els => els.map(e => e.textContent)"
-        )
-        return names
-
-    def clean(self) -> None:
-        assert self.errors == []
-        assert self.dialogs == []
-        assert self.requests == [self.url]  # the file itself, nothing else
-
-
-def load_page(browser: Any, path: Path, width: int, ready: str = "body[data-ready]") -> Page:
-    """The HTML file at ``path`` in a new page of ``width`` pixels, once ``ready`` is in
-    it, with every console error, failed or made request and dialog recorded."""
-    page = browser.new_page(viewport={"width": width, "height": 900})
-    p = Page(page, path.as_uri())
-    page.on("console", lambda m: p.errors.append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: p.errors.append(str(e)))
-    page.on("requestfailed", lambda r: p.errors.append(f"failed: {r.url}"))
-    page.on("request", lambda r: p.requests.append(r.url))
-
-    def on_dialog(d: Any) -> None:
-        p.dialogs.append(d.message)
-        d.dismiss()
-
-    page.on("dialog", on_dialog)
-    page.goto(p.url)
-    page.wait_for_selector(ready)
-    return p
-
-
-def tiny_llama(**extra: Any) -> Any:
-    """The generation tests' Llama, random weights, eval mode: hidden 64, 4 query heads
-    and 2 KV heads of 16, MLP 128, 2 layers, vocab 128 (``extra``: config fields)."""
-    transformers: Any = importlib.import_module("transformers")
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, **extra,
-    )  # fmt: skip
-    return transformers.LlamaForCausalLM(config).eval()
-
-
-def tiny_gpt2() -> Any:
-    """The generation tests' GPT-2, random weights, eval mode: 2 layers of width 32, 2
-    heads, vocab 64, 64 positions."""
-    transformers: Any = importlib.import_module("transformers")
-    torch.manual_seed(0)
-    config = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=64, n_positions=64)
-    return transformers.GPT2LMHeadModel(config).eval()
-
-
-def texts(page: Any, selector: str) -> list[str]:
-    """The text of every element of a Playwright ``page`` that ``selector`` matches."""
-    found: list[str] = page.eval_on_selector_all(selector, "els => els.map(e => e.textContent)")
-    return found
-
-
-def tiny_bart() -> Any:
-    """The generation tests' BART, random weights, eval mode: width 32, 1 encoder and 2
-    decoder layers of 2 heads, MLP 64, vocab 64, 64 positions."""
-    transformers: Any = importlib.import_module("transformers")
-    torch.manual_seed(0)
-    config = transformers.BartConfig(
-        vocab_size=64, d_model=32, encoder_layers=1, decoder_layers=2,
-        encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=64,
-        decoder_ffn_dim=64, max_position_embeddings=64,
-    )  # fmt: skip
-    return transformers.BartForConditionalGeneration(config).eval()

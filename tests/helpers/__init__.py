@@ -1,0 +1,2 @@
+"""Test helpers, by topic: ``models``, ``snapshots``, ``records``, ``distributed``,
+``browser``."""
