@@ -13,8 +13,8 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_map_only
 
+from layerscope.collect.target.spec import spec_target
 from layerscope.errors import InvalidInputError
-from layerscope.hardware import BY_NAME
 from layerscope.planning.checkpointing import (
     repeated_blocks,
 )
@@ -50,7 +50,7 @@ def analyse(
     dtype = torch.float32 if opts.autocast else opts.compute_dtype
     copied, not_run = meta_copy(model)
     meta = copied.to(dtype)
-    name = opts.target.name if opts.target.name in BY_NAME else None
+    target = spec_target(opts.target)
     call: dict[str, Any] = dict(profile_options)
 
     def on_meta(t: torch.Tensor) -> torch.Tensor:  # the micro-batch, as the GPU computes it
@@ -64,11 +64,11 @@ def analyse(
     if input_shape is not None:
         call["input_shape"] = input_shape
     if not opts.autocast:
-        prof = profile(meta, backward=True, memory=True, target=name, **call)
+        prof = profile(meta, backward=True, memory=True, target=target, **call)
     else:
         loss_fn = call.pop("loss_fn", None) or default_loss
         with emulate_cuda_autocast(meta, opts.compute_dtype, loss_fn) as loss:
-            prof = profile(meta, backward=True, memory=True, target=name, loss_fn=loss, **call)
+            prof = profile(meta, backward=True, memory=True, target=target, loss_fn=loss, **call)
         prof.model["autocast"] = want
     prof.notices.extend(not_run)
     return prof

@@ -72,6 +72,16 @@ def _device_type_and_arch(spec: DeviceSpec) -> tuple[str, str | None]:
     return ("cpu", None) if spec.kind == "cpu" else ("cuda", spec.arch)
 
 
+def spec_target(spec: DeviceSpec) -> Target | None:
+    """The Target whose kernels a meta analysis for ``spec`` follows: the CPU's, or a
+    GPU's by its ``arch`` ("sm90"), a custom spec's too; None for a GPU spec whose arch
+    names no compute capability (the CPU's kernels are then analysed)."""
+    device_type, arch = _device_type_and_arch(spec)
+    if device_type == "cuda" and (arch is None or _ARCH.fullmatch(arch) is None):
+        return None
+    return Target(device_type, arch, spec.name)
+
+
 #: Every name ``parse_target`` knows, with what it stands for: "cpu"; "cuda", today's
 #: data-centre GPUs, whose rules are sm90's; and every name and alias of a built-in
 #: device spec (``hardware.BY_NAME``, the table ``ls.device_spec`` reads), as its arch.
@@ -99,4 +109,4 @@ def parse_target(value: str) -> Target:
     return Target(device_type, arch, key)
 
 
-__all__ = ["DEFAULT_CUDNN_VERSION", "KNOWN_TARGETS", "Target", "parse_target"]
+__all__ = ["DEFAULT_CUDNN_VERSION", "KNOWN_TARGETS", "Target", "parse_target", "spec_target"]
