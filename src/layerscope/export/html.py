@@ -45,6 +45,7 @@ from layerscope.export.jsonspec import TIMELINE
 from layerscope.hardware import DeviceLike
 from layerscope.profile import Node, Number, Profile
 from layerscope.render import units
+from layerscope.render.layout import printable
 from layerscope.render.summary import BASELINE_WORDS, summary_lines
 
 __all__ = ["page_text", "report_data", "report_roof", "script_json", "to_html", "to_html_text"]
@@ -139,7 +140,7 @@ def page_text(
     title = profile.model.get("name") or profile.root.type or "model"
     base_css, js = page_assets("report")
     return _PAGE.format(
-        title=html.escape(f"{title} — layerscope {kind}", quote=True),
+        title=html.escape(printable(f"{title} — layerscope {kind}"), quote=True),
         css=base_css + css,
         data=script_json(data),
         js=js,
@@ -165,17 +166,21 @@ def section_page(
     return page_text(profile, data, kind=kind, css=css, tail=tail)
 
 
+#: What ``script_json`` writes as ``\\u`` escapes besides JSON's own (C0 controls): the
+#: characters that end a script or a comment early, the line separators JavaScript
+#: reads as line ends, and DEL and the C1 controls, which a terminal would run when the
+#: file is printed (``cat report.html``).
+_SCRIPT_ESCAPES = {
+    **{ord(c): f"\\u{ord(c):04x}" for c in "<>&\u2028\u2029"},
+    **{c: f"\\u{c:04x}" for c in range(0x7F, 0xA0)},
+}
+
+
 def script_json(value: Any) -> str:
-    """JSON that is safe inside ``<script type="application/json">``: no ``</``, no
-    ``<!--``, no U+2028/U+2029 (every ``<``, ``>`` and ``&`` as a ``\\u`` escape)."""
+    """JSON that is safe inside ``<script type="application/json">`` and in a terminal:
+    no ``</``, no ``<!--``, no U+2028/U+2029, no control character (``_SCRIPT_ESCAPES``)."""
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    return (
-        text.replace("<", "\\u003c")
-        .replace(">", "\\u003e")
-        .replace("&", "\\u0026")
-        .replace("\u2028", "\\u2028")
-        .replace("\u2029", "\\u2029")
-    )
+    return text.translate(_SCRIPT_ESCAPES)
 
 
 def report_data(profile: Profile, roof: Roof | None = None) -> dict[str, Any]:
