@@ -1,4 +1,4 @@
-/* layerscope HTML report: the plan section (export/htmlplan.py). Reads #ls-plan-data and
+/* layerscope HTML report: the plan section (planning/html.py). Reads #ls-plan-data and
    draws it first on the page, above the analysis the plan was computed from. Numbers use
    the report's formats (window.lsFormat); every string reaches the DOM as textContent. */
 (function () {
@@ -293,8 +293,7 @@
   facts.forEach(function (f) { ful.appendChild(el("li", "", f)); });
   ss.appendChild(ful);
   if (P.comm.length) {
-    ss.appendChild(table([["phase", "Phase", "text"], ["kind", "Collective", "text"], ["calls", "Calls", "count"],
-      ["bytes", "Payload", "bytes"], ["wire", "Wire bytes", "bytes"]], P.comm, "ls-plan-comm"));
+    ss.appendChild(table(P.comm_columns, P.comm, "ls-plan-comm"));
   }
   root.appendChild(ss);
 
@@ -315,7 +314,7 @@
   }
   if (P.sweep) {
     var sw = section("Sweep", "ls-plan-sweep", P.sweep.rows.length + " plans, one per combination of the options swept." +
-      (P.sweep.same.length ? " Every row: " + P.sweep.same.map(function (s) { return s[0].toLowerCase() + " " + s[1]; }).join(", ") + "." : ""));
+      (P.sweep.same.length ? " Every row: " + P.sweep.same.map(function (s) { return s[0] + " " + s[1]; }).join(", ") + "." : ""));
     sw.appendChild(table(P.sweep.columns, P.sweep.rows, "ls-plan-sweep-table"));
     root.appendChild(sw);
   }
