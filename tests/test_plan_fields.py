@@ -246,3 +246,16 @@ def test_no_module_outside_planning_spells_the_plans_part_keys() -> None:
         text = asset.read_text(encoding="utf-8")
         found |= {(asset.name, key) for key in own if f'"{key}"' in text}
     assert not found, sorted(found)
+
+
+def test_render_and_export_name_planning_only_in_the_subjects_table() -> None:
+    """Views and exports hold no plan module and import none; ``export/subjects.py``
+    names the module that declares the plan's section, loaded when the schema needs it."""
+    naming = sorted(
+        str(p.relative_to(PACKAGE))
+        for sub in ("render", "export")
+        for p in (PACKAGE / sub).rglob("*.py")
+        if "layerscope.planning" in p.read_text(encoding="utf-8")
+    )
+    assert naming == ["export/subjects.py"]
+    assert not [p for sub in ("render", "export") for p in (PACKAGE / sub).rglob("*plan*.py")]
