@@ -5,8 +5,10 @@ given, a sweep as a table.
 
 It reads the plan's JSON section (``Plan.section()``, or the ``plan`` object of a saved
 plan) and a sweep's ``to_dict()``, both plain data, so a plan loaded from a file reports
-as well as a fresh one. The section travels as its own JSON block after the report's;
-``assets/plan.js`` draws it first on the page, above the analysis it was computed from.
+as well as a fresh one. Its tables' columns and headers, the parts' names and the
+events' words come from the field table (``planning.fields``). The section travels as
+its own JSON block after the report's; ``export/assets/plan.js`` draws it first on the
+page, above the analysis it was computed from.
 A profile without a plan gets the report of ``export.html`` unchanged. See
 docs/exports.md.
 """

@@ -4,8 +4,9 @@
 
 A plan is a summary (the run, the memory at the peak by part, the budget, the step time
 by part, throughput, checkpointing, the notes) and the per-module table; a sweep is one
-table, a row per combination. Tables use the engine and the units of the other views: a
-narrow width drops the least important columns first and says so below.
+table, a row per combination. Every column, header and legend comes from the field table
+(``planning.fields``). Tables use the engine and the units of the other views: a narrow
+width drops the least important columns first and says so below.
 """
 
 from __future__ import annotations
@@ -122,10 +123,6 @@ def _fitted(table: Table, width: int) -> tuple[list[Line], list[str]]:
 def _share(part: float, whole: float) -> str:
     """``part`` as a percentage of ``whole``, as the views write them."""
     return units.pct(100.0 * part / whole) if whole else "-"
-
-
-def _bytes(value: Any) -> str:
-    return "-" if value is None else units.nbytes(value)
 
 
 def _sentences(texts: Sequence[tuple[str, str]], width: int) -> list[Line]:
@@ -355,24 +352,19 @@ def _axis_cell(axis: str, row: Mapping[str, Any]) -> str:
     return "-" if value is None else str(value)
 
 
-def _figure_cell(unit: str, value: Any) -> str:
-    """A sweep row's figure as its column shows it."""
-    if unit == "fits":
+def _figure_cell(f: PlanField, value: Any) -> str:
+    """A sweep row's figure as its column shows it ("-" where there is none)."""
+    if f.unit == "fits":
         return "-" if value is None else ("yes" if value else "no")
-    if unit == "bytes":
-        return _bytes(value)
-    if unit == "seconds":
+    if f.unit == "seconds":
         return units.seconds(value or 0.0)
-    if unit == "rate":
+    if f.unit == "rate":
         return units.si(round(value)) if value else "-"
-    if unit == "ratio":
-        return units.pct(100.0 * value) if value is not None else "-"
     if value is None:
         return "-"
-    return units.BY_KIND[_KINDS[unit]](value) if unit in _KINDS else str(value)
-
-
-_KINDS = {"count": "count", "flops": "si"}
+    if f.unit == "ratio":
+        return units.pct(100.0 * value)
+    return units.BY_KIND[f.kind](value) if f.kind in units.BY_KIND else str(value)
 
 
 def sweep_lines(sweep: Mapping[str, Any], width: int) -> list[Line]:
@@ -400,7 +392,7 @@ def sweep_lines(sweep: Mapping[str, Any], width: int) -> list[Line]:
     body = []
     for r in rows:
         cells = [_axis_cell(a, r) for a in axes]
-        cells += [_figure_cell(f.unit, r.get(f.key)) for f in figures]
+        cells += [_figure_cell(f, r.get(f.key)) for f in figures]
         notice = r.get(F.FITS) is False
         body.append(_row(*cells, style="layerscope.notice" if notice else ""))
     return (
