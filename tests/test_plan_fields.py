@@ -124,8 +124,10 @@ def test_a_sweep_figure_reaches_the_text_table_and_the_page(registered: list[Pla
     assert [row[-1] for row in page["rows"]] == [1000, 2000, 3000, 4000]
 
 
-def test_a_plan_figure_reaches_the_schema(registered: list[PlanField]) -> None:
-    _add(registered, PlanField("plan", "widget_bytes", "bytes", "bytes of widgets"))
+def test_a_plan_figure_reaches_the_schema_and_the_pages_labels(registered: list[PlanField]) -> None:
+    _add(registered, PlanField("plan", "widget_bytes", "bytes", "bytes of widgets", "Widgets"))
+    labels = plan_data(SMALL)["labels"]
+    assert labels["widget_bytes"] == "Widgets" and labels["peak_bytes"] == "Peak per GPU"
     spec = plan_spec()
     assert list(spec.props)[-1] == "widget_bytes"
     assert spec.required[-1] == "widget_bytes"

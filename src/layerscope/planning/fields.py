@@ -9,7 +9,8 @@ columns and headers here; adding a figure to a view is one row (``register_field
 Groups (``Group``), one per place a field appears:
 
 - ``plan``: the section's keys (``peak_bytes``, ``step_time``, ``timeline``, ...); no
-  column: figures are said in sentences and cards, structures have their own tables.
+  column: figures are said in sentences, and on the HTML section's cards under their
+  header; structures have their own tables.
 - ``memory``: the parts of a GPU's memory, in order: ``memory``'s keys, the timeline's
   columns and the rows of the memory table; they add up to ``peak_bytes``.
 - ``time``: the step time by part (``time``'s keys); the shown ones add up to
@@ -163,29 +164,30 @@ FIELDS: list[PlanField] = [
     _plan("options", "data", "the options the plan was made with", "object"),
     _plan("device", "data", "the target: name, label, memory, interconnect", "object"),
     _plan("states", "data", "model states at rest on this GPU, by kind", "object"),
-    _plan(PEAK_BYTES, "bytes", "the timeline's highest point"),
+    _plan(PEAK_BYTES, "bytes", "the timeline's highest point", header="Peak per GPU"),
     _plan("memory", "data", f"the timeline's peak by part; the parts add up to {PEAK_BYTES}",
           "object"),
     _plan("peak_phase", "data", "where the peak is: phase, event, path", "object"),
-    _plan(BUDGET, "bytes", "bytes per GPU the plan must fit, or null", nullable=True),
+    _plan(BUDGET, "bytes", "bytes per GPU the plan must fit, or null", header="Budget",
+          nullable=True),
     _plan(RESERVE_BYTES, "bytes", "bytes kept free below the budget"),
     _plan(FITS, "fits", "peak + reserve <= budget (null without a budget)", "bool",
           nullable=True, required=False),
     _plan(HEADROOM_BYTES, "bytes", "budget - reserve - peak (negative: no fit)",
-          minimum=None, nullable=True, required=False),
+          header="Headroom", minimum=None, nullable=True, required=False),
     _plan("checkpoint", "data", "the checkpointed modules' paths", "array"),
     _plan(KEPT_ACTIVATION_BYTES, "bytes", "activations kept for the backward"),
     _plan(RECOMPUTE_FLOPS, "flops", "FLOPs the backward recomputes per step"),
     _plan("timeline", "data", "one GPU's memory over a training step, by part, as columns",
           "object"),
     _plan("time", "data", "seconds per step", "object"),
-    _plan(STEP_TIME, "seconds", "seconds, a lower bound", "number"),
+    _plan(STEP_TIME, "seconds", "seconds, a lower bound", "number", header="Step time"),
     _plan(MODEL_FLOPS, "flops", "forward + backward FLOPs per step"),
     _plan(MFU, "ratio", "model FLOPs / (step_time x peak): an upper bound", "number",
-          nullable=True),
+          header="MFU", nullable=True),
     _plan(TOKENS, "count", "tokens per micro-batch (integer inputs), or null", nullable=True),
     _plan(TOKENS_PER_S, "rate", "tokens per second per GPU, or null", "number",
-          nullable=True),
+          header="Tokens/s", nullable=True),
     _plan("modules", "data", "per unit or checkpoint", "array"),
     _plan("comm", "data", "collectives per step: path -> phase -> kind", "object"),
     _plan("notes", "data", "what the figures assume", "array"),

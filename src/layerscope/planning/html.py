@@ -78,6 +78,7 @@ def plan_data(section: Mapping[str, Any], sweep: Mapping[str, Any] | None = None
     }  # fmt: skip
     return {
         "part_names": [f.header for f in fields("memory")],
+        "labels": {f.key: f.header for f in fields("plan") if f.header},
         "options": page_facts(section.get("options") or {}),
         "device": page_facts(section.get("device") or {}),
         "settings": _settings(section.get("options") or {}, section.get("device") or {}),
