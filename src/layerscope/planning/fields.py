@@ -85,9 +85,6 @@ GROUPS: tuple[Group, ...] = ("plan", "memory", "time", "module", "axis", "row", 
 #: The JSON type of a value: an integer (``minimum`` or more), a number, a bool, a string,
 #: anything, a structure (``planning.schema`` says its shape).
 JsonType: TypeAlias = Literal["int", "number", "bool", "text", "any", "object", "array"]
-#: When the text view's module table shows a column: always, or when some row is an
-#: FSDP unit, is checkpointed, or reduces gradients.
-ShownIf = Literal["always", "unit", "checkpointed", "comm"]
 
 #: The display format of each unit (``render.units.BY_KIND`` and the page's ``lsFormat``).
 _KIND: dict[str, str] = {"flops": "si", "rate": "si"}
@@ -111,8 +108,9 @@ class PlanField:
     priority: int | None = 50
     #: Shown by the text view (the HTML section shows every field with a value).
     default: bool = True
-    #: The text module table: which rows make the column shown.
-    shown_if: ShownIf = "always"
+    #: The text module table shows the column when some row's value of this key is not
+    #: empty (an FSDP unit, a checkpointed module, a gradient reduced); "": always.
+    shown_if: str = ""
     #: The text module table's legend explains the column (with ``description``).
     legend: bool = False
     json: JsonType = "int"
@@ -233,7 +231,7 @@ FIELDS: list[PlanField] = [
     PlanField(_MODULE, "gather_bytes", "bytes", "all-gathered per micro-batch", "Gather",
               priority=50, shown_if="unit", legend=True),
     PlanField(_MODULE, "reduce_bytes", "bytes", "reduce-scattered or all-reduced per micro-batch",
-              "Reduce", priority=45, shown_if="comm", legend=True),
+              "Reduce", priority=45, shown_if="reduce_bytes", legend=True),
     # ---- a sweep: the options swept, then each plan's figures ----
     PlanField(_AXIS, "micro_batch", "count", "inputs per micro-batch (dim 0)", "Micro-batch",
               priority=None),

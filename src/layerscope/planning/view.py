@@ -306,13 +306,11 @@ def _modules(section: Mapping[str, Any], width: int, max_rows: int | None) -> li
     if not modules:
         return wrap_text("No module rows: no FSDP units and no checkpointed modules.", "", width)
     label, *table = fields("module")
-    shown_when = {
-        "always": True,
-        "unit": any(m.get("unit") for m in modules),
-        "checkpointed": any(m.get("checkpointed") for m in modules),
-        "comm": any(m.get("reduce_bytes") for m in modules),
-    }
-    specs = [f for f in table if f.default and shown_when[f.shown_if]]
+    specs = [
+        f
+        for f in table
+        if f.default and (not f.shown_if or any(m.get(f.shown_if) for m in modules))
+    ]
     columns = [TableColumn(label.key, label.header, "left", None, label=True, text=True)]
     for f in specs:
         justify: Justify = "left" if f.kind == "text" else "right"
