@@ -46,7 +46,6 @@ __all__ = [
     "RECOMPUTE_FLOPS",
     "RESERVE_BYTES",
     "STEP_TIME",
-    "TIME_PARTS",
     "TOKENS",
     "TOKENS_PER_S",
     "Group",
@@ -314,9 +313,6 @@ def unregister_field(group: Group, key: str) -> None:
     FIELDS.remove(field(group, key))
 
 
-#: The parts of a GPU's memory as (key, header), in order, as the table first had them.
+#: The parts of a GPU's memory as (key, header), in order, as the table has them at import
+#: (``planning.timeline`` replays these).
 PARTS: tuple[tuple[str, str], ...] = tuple((f.key, f.header) for f in fields("memory"))
-#: The parts of the step time that add up to ``step_time``, as (key, header).
-TIME_PARTS: tuple[tuple[str, str], ...] = tuple(
-    (f.key, f.header) for f in fields("time") if f.default
-)
