@@ -189,20 +189,22 @@ FIELDS: list[PlanField] = [
     _plan("comm", "data", "collectives per step: path -> phase -> kind", "object"),
     _plan("notes", "data", "what the figures assume", "array"),
     # ---- the parts of a GPU's memory ----
-    _memory("param_bytes", "Params", "this GPU's parameters (its shard when sharded)"),
-    _memory("unsharded_param_bytes", "Unsharded params", "parameters gathered whole for use"),
+    _memory("param_bytes", "Params", "this GPU's parameters at rest (sharded or replicated)"),
+    _memory("unsharded_param_bytes", "Unsharded params", "FSDP2 units' gathered parameters"),
     _memory("grad_bytes", "Grads", "gradients"),
     _memory("optimizer_state_bytes", "Optimizer states", "the optimizer's states"),
-    _memory("master_weight_bytes", "Master weights", "fp32 copies of low-precision params"),
-    _memory("activation_bytes", "Activations", "activations saved for the backward"),
-    _memory("recompute_bytes", "Recompute", "what a recomputed forward saves again"),
-    _memory("comm_buffer_bytes", "Comm buffers", "buffers of collectives"),
-    _memory("other_bytes", "Other", "the rest (the optimizer step's temporaries, ...)"),
+    _memory("master_weight_bytes", "Master weights", "float32 copies of 16-bit parameters"),
+    _memory("activation_bytes", "Activations", "the analysis's live bytes: activations, "
+            "temporaries"),
+    _memory("recompute_bytes", "Recompute", "what checkpointed modules' recompute holds"),
+    _memory("comm_buffer_bytes", "Comm buffers", "collectives' buffers (all-gather outputs, "
+            "reduce-scatter inputs, DDP buckets)"),
+    _memory("other_bytes", "Other", "input, buffers, the optimizer's temporaries"),
     # ---- the step time ----
-    _time("compute", "Compute", "forward and backward at each module's roofline"),
-    _time("recompute", "Recompute", "the forwards the backward runs again"),
-    _time("exposed_comm", "Exposed comm", "collectives not hidden behind compute"),
-    _time("optimizer", "Optimizer", "the optimizer step"),
+    _time("compute", "Compute", "the forward and backward at each module's roofline"),
+    _time("recompute", "Recompute", "checkpointed modules' forwards, again"),
+    _time("exposed_comm", "Exposed comm", "collectives that compute does not hide"),
+    _time("optimizer", "Optimizer", "the step's bytes over the memory bandwidth"),
     _time("comm", "Comm", "every collective of the step, hidden or not", default=False),
     # ---- the per-module table ----
     PlanField(_MODULE, "path", "text", "the module's path", "Module", priority=None,
