@@ -261,3 +261,16 @@ def test_render_and_export_name_planning_only_in_the_subjects_table() -> None:
     )
     assert naming == ["export/subjects.py"]
     assert not [p for sub in ("render", "export") for p in (PACKAGE / sub).rglob("*plan*.py")]
+
+
+def test_a_sweep_takes_the_plans_view_options() -> None:
+    """``width`` and ``max_rows`` as for a plan: the first rows, and a line that says so."""
+    sweep = Sweep(SWEEP["axes"], SWEEP["rows"])
+    full = sweep.render(width=120)
+    short = sweep.render(width=120, max_rows=2)
+    assert "Showing 2 of 4 rows (max_rows 2)." in short
+    assert "Showing" not in full
+    rows = [line for line in short.splitlines() if re.match(r" +(8|16) ", line)]
+    assert rows == [line for line in full.splitlines() if re.match(r" +8 ", line)]  # the 8s
+    with pytest.raises(InvalidInputError, match="max_rows"):
+        sweep.render(max_rows=0)

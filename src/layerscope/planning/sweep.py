@@ -178,7 +178,7 @@ class Sweep:
 
     # ---- views ---------------------------------------------------------------------
     def render(self, **options: Any) -> str:
-        """The sweep as a table (``planning.view``; ``width``)."""
+        """The sweep as a table (``planning.view``; ``width``, ``max_rows``)."""
         from layerscope.planning.view import render_sweep
 
         return render_sweep(self.to_dict(), **options)

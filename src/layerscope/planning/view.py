@@ -60,17 +60,24 @@ def show_plan(
     print_lines(_plan_builder(section, width, max_rows), width, file)
 
 
-def render_sweep(sweep: Mapping[str, Any], *, width: int | None = None) -> str:
-    """The sweep's table as plain text, ``width`` characters wide (default: the terminal's)."""
-    build = _sweep_builder(sweep, width)
+def render_sweep(
+    sweep: Mapping[str, Any], *, width: int | None = None, max_rows: int | None = None
+) -> str:
+    """The sweep's table as plain text, ``width`` characters wide (default: the terminal's);
+    ``max_rows``: the most rows of the table (the plan's option of that name)."""
+    build = _sweep_builder(sweep, width, max_rows)
     return plain_text(build(width or terminal_width()))
 
 
 def show_sweep(
-    sweep: Mapping[str, Any], *, file: IO[str] | None = None, width: int | None = None
+    sweep: Mapping[str, Any],
+    *,
+    file: IO[str] | None = None,
+    width: int | None = None,
+    max_rows: int | None = None,
 ) -> None:
     """Print the sweep's table to the terminal (at its width) or to ``file``."""
-    print_lines(_sweep_builder(sweep, width), width, file)
+    print_lines(_sweep_builder(sweep, width, max_rows), width, file)
 
 
 def _plan_builder(
@@ -85,12 +92,16 @@ def _plan_builder(
     return lambda w: too_narrow(w) or plan_lines(section, w, max_rows)
 
 
-def _sweep_builder(sweep: Mapping[str, Any], width: int | None) -> Callable[[int], list[Line]]:
+def _sweep_builder(
+    sweep: Mapping[str, Any], width: int | None, max_rows: int | None
+) -> Callable[[int], list[Line]]:
     if not isinstance(sweep, Mapping) or not isinstance(sweep.get("rows"), list):
         refuse("sweep", sweep, "a sweep's data (Sweep.to_dict())")
     if width is not None:
         check_int("width", width, 1)
-    return lambda w: too_narrow(w) or sweep_lines(sweep, w)
+    if max_rows is not None:
+        check_int("max_rows", max_rows, 1)
+    return lambda w: too_narrow(w) or sweep_lines(sweep, w, max_rows)
 
 
 # ---- pieces shared by both -------------------------------------------------------------
@@ -365,8 +376,9 @@ def _figure_cell(f: PlanField, value: Any) -> str:
     return units.BY_KIND[f.kind](value) if f.kind in units.BY_KIND else str(value)
 
 
-def sweep_lines(sweep: Mapping[str, Any], width: int) -> list[Line]:
-    """The styled lines of a sweep at ``width``: what is fixed, then a row per plan."""
+def sweep_lines(sweep: Mapping[str, Any], width: int, max_rows: int | None = None) -> list[Line]:
+    """The styled lines of a sweep at ``width``: what is fixed, then a row per plan (the
+    first ``max_rows``)."""
     axes = [str(a) for a in sweep.get("axes", ())]
     rows: list[Mapping[str, Any]] = sweep["rows"]
     options = {f.key: f for f in fields("axis")}
@@ -387,16 +399,21 @@ def sweep_lines(sweep: Mapping[str, Any], width: int) -> list[Line]:
                     style="layerscope.pct" if f.unit == "ratio" else "")
         for f in figures
     ]  # fmt: skip
+    listed = rows[:max_rows] if max_rows is not None else rows
     body = []
-    for r in rows:
+    for r in listed:
         cells = [_axis_cell(a, r) for a in axes]
         cells += [_figure_cell(f, r.get(f.key)) for f in figures]
         notice = r.get(F.FITS) is False
         body.append(_row(*cells, style="layerscope.notice" if notice else ""))
+    after = [(_sweep_note(), "")]
+    if len(listed) < len(rows):
+        after.insert(0, (f"Showing {len(listed)} of {len(rows)} rows (max_rows {max_rows}).",
+                         "layerscope.hidden"))  # fmt: skip
     return (
         _sentences(facts, width)
         + _fitted(_table(columns, body, None), width)[0]
-        + wrap_text(_sweep_note(), "", width)
+        + _sentences(after, width)
     )
 
 
