@@ -1,4 +1,4 @@
-"""The plan section of the HTML report (``Plan.to_html``, ``export.htmlplan``): its data in
+"""The plan section of the HTML report (``Plan.to_html``, ``planning.html``): its data in
 plain Python, then the page in a headless Chromium (as tests/test_html.py: Debian's
 ``chromium`` driven by Playwright's Python package; the browser tests skip without it).
 
@@ -26,8 +26,9 @@ from helpers.browser import texts as _texts
 from layerscope.errors import ExportError
 from layerscope.examples.gpt import tiny_gpt
 from layerscope.export.html import to_html_text
-from layerscope.export.htmlplan import PARTS, describe, plan_data
-from layerscope.export.htmlplan import to_html_text as plan_html_text
+from layerscope.planning.fields import PARTS
+from layerscope.planning.html import describe, plan_data
+from layerscope.planning.html import to_html_text as plan_html_text
 from layerscope.planning.result import Plan
 from layerscope.planning.sweep import Sweep
 from layerscope.render import units
@@ -181,7 +182,7 @@ SWEEP: dict[str, Any] = {
 }  # fmt: skip
 #: The sweep table as the page shows it: the axes, then the figures.
 SWEEP_TABLE = [
-    ["Micro-batch", "Checkpoint", "Fits", "Peak", "Headroom", "Step time", "Tokens/s", "MFU",
+    ["Micro-batch", "Checkpoint", "Fits", "Peak", "Headroom", "Step", "Tokens/s", "MFU",
      "Checkpointed"],
     ["1", "none", "yes", "11.72 KiB", "23.44 KiB", "4 ms", "8 K", "20.0%", "0"],
     ["2", "enc, head", "no", "39.06 KiB", "-3.91 KiB", "6 ms", "10.7 K", "31.0%", "2"],
@@ -278,11 +279,11 @@ def test_the_sweep_table_rows() -> None:
     ]
     # the options that do not change are said once
     assert sweep["same"] == [
-        ["World size", "8"],
-        ["Sharding", "fsdp"],
-        ["Precision", "bf16-mixed"],
-        ["Optimizer", "adamw"],
-        ["Grad accum", "1"],
+        ["world size", "8"],
+        ["sharding", "fsdp"],
+        ["precision", "bf16-mixed"],
+        ["optimizer", "adamw"],
+        ["grad accum", "1"],
     ]
 
 
@@ -400,7 +401,7 @@ def test_plan_section_in_the_page(open_page: Any) -> None:
     rows = page.eval_on_selector_all(
         "#ls-plan-table tr", "trs => trs.map(r => Array.from(r.cells, c => c.textContent))"
     )
-    assert rows[0][:4] == ["Module", "Type", "Params", "FSDP unit"]
+    assert rows[0][:4] == ["Module", "Type", "Params", "Unit"]
     assert rows[2][:3] == ["enc", HOSTILE, "90"]
     sweep = page.eval_on_selector_all(
         "#ls-plan-sweep-table tr",

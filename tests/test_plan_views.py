@@ -1,4 +1,4 @@
-"""The text of a plan and of a sweep (``render.plan``): exact pieces with their arithmetic,
+"""The text of a plan and of a sweep (``planning.view``): exact pieces with their arithmetic,
 every width, the 80-column golden file of one small fixed plan, and a real plan of
 tiny_gpt rendered from its own numbers.
 
@@ -22,8 +22,8 @@ import torch
 import layerscope as ls
 from layerscope.errors import InvalidInputError
 from layerscope.examples.gpt import tiny_gpt
+from layerscope.planning.view import render_plan, render_sweep, show_plan, show_sweep
 from layerscope.render import units
-from layerscope.render.plan import render_plan, render_sweep, show_plan, show_sweep
 
 GOLDEN = Path(__file__).parent / "golden"
 MiB, GiB = 2**20, 2**30

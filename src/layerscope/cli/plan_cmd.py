@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import difflib
 import inspect
-import json
 import re
 from typing import Any
 
@@ -36,7 +35,6 @@ from layerscope.cli.inputs import (
     parse_shape,
 )
 from layerscope.errors import InvalidInputError
-from layerscope.export.files import write_text
 from layerscope.hardware import GPU_SPECS, GPUS
 from layerscope.metrics.memory.training import OPTIMIZER_STATES
 from layerscope.planning import plan, plan_sweep
@@ -287,7 +285,7 @@ def run(args: argparse.Namespace) -> int:
         sweep = plan_sweep(model, *call["args"], kwargs=call["kwargs"] or None, **opts | grid)
         sweep.show(width=args.width)
         if args.json:
-            write_text(args.json, json.dumps(sweep.to_dict(), indent=1, allow_nan=False) + "\n")
+            sweep.save(args.json)
         if args.html:
             one = plan(model, *call["args"], kwargs=call["kwargs"] or None, **opts)
             one.to_html(args.html, sweep=sweep)

@@ -13,7 +13,7 @@ columns do not imply them), inside a
 them with the console's units and builds every element with ``textContent``, so no
 string from the model is ever parsed as markup. Floats keep 6 significant digits (the
 JSON export keeps them all). A training plan's report is this page with the plan's
-section added before it (``export.htmlplan``). See docs/exports.md.
+section added before it (``planning.html``). See docs/exports.md.
 """
 
 from __future__ import annotations

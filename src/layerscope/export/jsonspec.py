@@ -38,9 +38,9 @@ from layerscope.export.jsoncheck import (
 from layerscope.export.jsongen import GENERATION
 from layerscope.export.jsonmemory import BY_KIND, TIMELINE
 from layerscope.export.jsonmemory import BYTES as _BYTES
-from layerscope.export.jsonplan import PLAN
 from layerscope.export.jsonrecords import STORAGES
 from layerscope.export.jsontable import Range, Row
+from layerscope.export.subjects import section_check
 from layerscope.profile import DTYPE_KEYS, SCHEMA
 
 __all__ = [
@@ -557,7 +557,7 @@ def schema_document() -> dict[str, Any]:
             "items": {"$ref": "#", "not": {"required": ["ranks"]}},
         },
         "root": {"$ref": "#/$defs/node", "description": "the whole model"},
-        "plan": PLAN.described(),
+        "plan": section_check("plan").described(),
         "generation": GENERATION.described(),
     }
     return {

@@ -57,7 +57,7 @@ class Plan:
     mfu: float | None
     tokens: int | None
     tokens_per_s: float | None
-    #: one row per FSDP unit or checkpointed module (``render.plan`` shows them)
+    #: one row per FSDP unit or checkpointed module (``planning.view`` shows them)
     modules: list[dict[str, Any]]
     #: collectives per step on this GPU in ``profile.comm``'s form
     comm: dict[str, Any]
@@ -120,7 +120,7 @@ class Plan:
         """A plan from ``to_dict``'s form; ``SchemaError`` when there is no plan section
         or a field is missing."""
         from layerscope.export.jsoncheck import checked_section
-        from layerscope.export.jsonplan import PLAN
+        from layerscope.planning.schema import PLAN
 
         missing = "not a plan (no 'plan' section); make one with ls.plan"
         section = checked_section(data, "plan", PLAN, missing)
@@ -130,15 +130,15 @@ class Plan:
 
     # ---- views ---------------------------------------------------------------------
     def render(self, **options: Any) -> str:
-        """The plan as plain text: a summary and the per-module table (``render.plan``;
+        """The plan as plain text: a summary and the per-module table (``planning.view``;
         ``width``, ``max_rows``)."""
-        from layerscope.render.plan import render_plan
+        from layerscope.planning.view import render_plan
 
         return render_plan(self.section(), **options)
 
     def show(self, **options: Any) -> None:
         """Print ``render(**options)`` (at the terminal's width by default)."""
-        from layerscope.render.plan import show_plan
+        from layerscope.planning.view import show_plan
 
         show_plan(self.section(), **options)
 
@@ -149,7 +149,7 @@ class Plan:
         """The analysis's HTML report with the plan section first (``sweep``: a ``Sweep``
         or its ``to_dict()``, shown as a table); ``ExportError`` without an analysis."""
         from layerscope.errors import ExportError
-        from layerscope.export.htmlplan import to_html
+        from layerscope.planning.html import to_html
 
         if self.analysis is None:
             raise ExportError(

@@ -12,8 +12,10 @@ in another dtype get their own analysis.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+import json
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
@@ -23,14 +25,14 @@ from torch.utils._pytree import tree_map_only
 from layerscope.errors import InvalidInputError
 from layerscope.planning.build import build
 from layerscope.planning.facts import analyse
+from layerscope.planning.fields import CHECKPOINTED, keys
 from layerscope.planning.options import check_options
 from layerscope.planning.result import Plan
 from layerscope.profile import Profile
 
-#: The sweepable options and the row fields of each plan.
-AXES = ("micro_batch", "world_size", "sharding", "checkpoint", "precision", "optimizer",
-        "grad_accum")  # fmt: skip
-ROW_FIELDS = ("fits", "peak_bytes", "headroom_bytes", "step_time", "tokens_per_s", "mfu")
+#: The sweepable options and the row fields each plan gives (the field table's).
+AXES = keys("axis")
+ROW_FIELDS = tuple(k for k in keys("row") if k != CHECKPOINTED)
 
 
 @dataclass
@@ -85,24 +87,105 @@ def _tensors(args: Any, kwargs: Any) -> list[torch.Tensor]:
     return found
 
 
+@dataclass(frozen=True)
+class SweepRow(Mapping[str, Any]):
+    """One plan of a sweep: its options (the field table's ``axis`` group), then its
+    figures (``row``). Reads as a mapping too (``row["step_time"]``), with the keys and
+    order of ``to_dict``."""
+
+    micro_batch: int
+    world_size: int
+    sharding: str
+    checkpoint: str | list[str] | None
+    precision: str
+    optimizer: str
+    grad_accum: int
+    fits: bool | None
+    peak_bytes: int
+    headroom_bytes: int | None
+    step_time: float
+    tokens_per_s: float | None
+    mfu: float | None
+    checkpointed: int
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in _ROW_KEYS:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_ROW_KEYS)
+
+    def __len__(self) -> int:
+        return len(_ROW_KEYS)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The row as its document writes it."""
+        return {k: getattr(self, k) for k in _ROW_KEYS}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SweepRow:
+        """A row from ``to_dict``'s form (keys the row does not have are left out)."""
+        missing = [k for k in _ROW_KEYS if k not in data]
+        if missing:
+            raise InvalidInputError(f"a sweep row needs {', '.join(missing)}")
+        return cls(**{k: data[k] for k in _ROW_KEYS})
+
+
+_ROW_KEYS = tuple(f.name for f in fields(SweepRow))
+
+
 @dataclass
 class Sweep:
     """One row per combination: the options swept and the plan's figures."""
 
     axes: list[str]
-    rows: list[dict[str, Any]]
+    rows: list[SweepRow]
 
+    def __post_init__(self) -> None:
+        self.rows = [r if isinstance(r, SweepRow) else SweepRow.from_dict(r) for r in self.rows]
+
+    # ---- files ---------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        return {"axes": list(self.axes), "rows": [dict(r) for r in self.rows]}
+        """The axes swept and one object per row."""
+        return {"axes": list(self.axes), "rows": [r.to_dict() for r in self.rows]}
 
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write ``to_dict()`` as JSON."""
+        from layerscope.export.files import write_text
+
+        write_text(os.fspath(path), json.dumps(self.to_dict(), indent=1, allow_nan=False) + "\n")
+
+    def to_html(self, path: str | os.PathLike[str], plan: Plan | None = None) -> None:
+        """The HTML report of ``plan`` (a plan of the model, e.g. with the options outside
+        the sweep) with the sweep as a table: ``plan.to_html(path, sweep=self)``;
+        ``ExportError`` without a plan (the report draws on its analysis)."""
+        if plan is None:
+            from layerscope.errors import ExportError
+
+            raise ExportError(
+                f"cannot write {os.fspath(path)}: a sweep's table is drawn in a plan's report; "
+                "give the plan (sweep.to_html(path, plan=ls.plan(model, ...)))"
+            )
+        plan.to_html(path, sweep=self)
+
+    def export(self, path: str | os.PathLike[str], format: str | None = None) -> None:
+        """Write the sweep in the format its extension names: ``.json`` (``save``), or
+        ``.html`` (``to_html``, which needs a plan); ``format=`` for another name."""
+        from layerscope.export.formats import export_document
+
+        export_document(path, format, {"html": self.to_html, "json": self.save}, "a sweep")
+
+    # ---- views ---------------------------------------------------------------------
     def render(self, **options: Any) -> str:
-        """The sweep as a table (``render.plan``; ``width``)."""
-        from layerscope.render.plan import render_sweep
+        """The sweep as a table (``planning.view``; ``width``, ``max_rows``)."""
+        from layerscope.planning.view import render_sweep
 
         return render_sweep(self.to_dict(), **options)
 
     def show(self, **options: Any) -> None:
-        from layerscope.render.plan import show_sweep
+        """Print ``render(**options)`` (at the terminal's width by default; ``file``)."""
+        from layerscope.planning.view import show_sweep
 
         show_sweep(self.to_dict(), **options)
 
@@ -148,7 +231,7 @@ def plan_sweep(
     grid = {a: _values(a, options.get(a, defaults[a])) for a in AXES}
     swept = [a for a in AXES if a in options and len(grid[a]) > 1]
     analyses: dict[tuple[Any, str], Profile] = {}
-    rows: list[dict[str, Any]] = []
+    rows: list[SweepRow] = []
     for combo in itertools.product(*grid.values()):
         chosen = dict(zip(AXES, combo, strict=True))
         opts = check_options(
@@ -165,8 +248,8 @@ def plan_sweep(
         row = {a: chosen[a] for a in AXES}
         row["micro_batch"] = batch if batch is not None else source.batch()
         row.update({f: getattr(result, f) for f in ROW_FIELDS})
-        row["checkpointed"] = len(result.checkpoint)
-        rows.append(row)
+        row[CHECKPOINTED] = len(result.checkpoint)
+        rows.append(SweepRow.from_dict(row))
     return Sweep(swept or ["world_size"], rows)
 
 
@@ -229,4 +312,4 @@ def _extra(plan: Plan) -> Mapping[str, Any]:
     return out
 
 
-__all__ = ["Source", "Sweep", "max_micro_batch", "plan_sweep"]
+__all__ = ["Source", "Sweep", "SweepRow", "max_micro_batch", "plan_sweep"]

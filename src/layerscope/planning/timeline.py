@@ -41,7 +41,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from layerscope.export.jsonplan import PARTS as _NAMED
+from layerscope.planning.fields import PARTS as _NAMED
 
 #: The parts of a GPU's memory at one moment (``Plan.memory``'s keys).
 PARTS = tuple(key for key, _ in _NAMED)

@@ -1,4 +1,4 @@
-/* layerscope HTML report: the plan section (export/htmlplan.py). Reads #ls-plan-data and
+/* layerscope HTML report: the plan section (planning/html.py). Reads #ls-plan-data and
    draws it first on the page, above the analysis the plan was computed from. Numbers use
    the report's formats (window.lsFormat); every string reaches the DOM as textContent. */
 (function () {
@@ -52,19 +52,20 @@
     c.title = what;
     cards.appendChild(c);
   }
-  card("Peak per GPU", nbytes(P.peak_bytes), "the highest point of the step's memory timeline (" +
+  var L = P.labels;  // the cards' names, from the plan's field table
+  card(L.peak_bytes, nbytes(P.peak_bytes), "the highest point of the step's memory timeline (" +
     P.peak_at.phase + ": " + P.peak_at.label + "): " + P.peak_bytes + " B");
   if (P.budget !== null) {
-    card("Budget", nbytes(P.budget), "the memory the step must fit in, " + P.budget + " B; " +
+    card(L.budget, nbytes(P.budget), "the memory the step must fit in, " + P.budget + " B; " +
       nbytes(P.reserve_bytes) + " of it kept in reserve");
     var fits = P.headroom_bytes >= 0;
-    card(fits ? "Headroom" : "Over budget", nbytes(Math.abs(P.headroom_bytes)),
+    card(fits ? L.headroom_bytes : "Over budget", nbytes(Math.abs(P.headroom_bytes)),
       "budget \u2212 reserve \u2212 peak = " + P.headroom_bytes + " B: " + (fits ? "it fits" : "it does not fit"),
       fits ? "pl-good" : "pl-bad");
   }
-  card("Step time", fmt(P.step_time, "seconds"), "a lower bound (see the notes): " + P.step_time + " s");
-  if (P.mfu !== null) card("MFU", fmt(P.mfu, "ratio"), "model FLOPs utilisation, an upper bound: " + P.mfu);
-  if (P.tokens_per_s !== null) card("Tokens/s", fmt(P.tokens_per_s, "si"), P.tokens + " tokens per step: " + P.tokens_per_s + " tokens/s");
+  card(L.step_time, fmt(P.step_time, "seconds"), "a lower bound (see the notes): " + P.step_time + " s");
+  if (P.mfu !== null) card(L.mfu, fmt(P.mfu, "ratio"), "model FLOPs utilisation, an upper bound: " + P.mfu);
+  if (P.tokens_per_s !== null) card(L.tokens_per_s, fmt(P.tokens_per_s, "si"), P.tokens + " tokens per step: " + P.tokens_per_s + " tokens/s");
   root.appendChild(cards);
 
   // ---- memory at the peak: a stacked bar ---------------------------------------------
@@ -293,8 +294,7 @@
   facts.forEach(function (f) { ful.appendChild(el("li", "", f)); });
   ss.appendChild(ful);
   if (P.comm.length) {
-    ss.appendChild(table([["phase", "Phase", "text"], ["kind", "Collective", "text"], ["calls", "Calls", "count"],
-      ["bytes", "Payload", "bytes"], ["wire", "Wire bytes", "bytes"]], P.comm, "ls-plan-comm"));
+    ss.appendChild(table(P.comm_columns, P.comm, "ls-plan-comm"));
   }
   root.appendChild(ss);
 
@@ -315,7 +315,7 @@
   }
   if (P.sweep) {
     var sw = section("Sweep", "ls-plan-sweep", P.sweep.rows.length + " plans, one per combination of the options swept." +
-      (P.sweep.same.length ? " Every row: " + P.sweep.same.map(function (s) { return s[0].toLowerCase() + " " + s[1]; }).join(", ") + "." : ""));
+      (P.sweep.same.length ? " Every row: " + P.sweep.same.map(function (s) { return s[0] + " " + s[1]; }).join(", ") + "." : ""));
     sw.appendChild(table(P.sweep.columns, P.sweep.rows, "ls-plan-sweep-table"));
     root.appendChild(sw);
   }

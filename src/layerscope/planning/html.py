@@ -5,8 +5,10 @@ given, a sweep as a table.
 
 It reads the plan's JSON section (``Plan.section()``, or the ``plan`` object of a saved
 plan) and a sweep's ``to_dict()``, both plain data, so a plan loaded from a file reports
-as well as a fresh one. The section travels as its own JSON block after the report's;
-``assets/plan.js`` draws it first on the page, above the analysis it was computed from.
+as well as a fresh one. Its tables' columns and headers, the parts' names and the
+events' words come from the field table (``planning.fields``). The section travels as
+its own JSON block after the report's; ``export/assets/plan.js`` draws it first on the
+page, above the analysis it was computed from.
 A profile without a plan gets the report of ``export.html`` unchanged. See
 docs/exports.md.
 """
@@ -21,64 +23,16 @@ from typing import Any
 from layerscope.errors import ExportError
 from layerscope.export.files import write_text
 from layerscope.export.html import page_facts, page_number, section_page
-from layerscope.export.jsonplan import PARTS, TIME_PARTS
 from layerscope.hardware import DeviceLike
+from layerscope.planning import fields as F
+from layerscope.planning.fields import EVENTS, PlanField, fields
 from layerscope.profile import Profile
 from layerscope.render import units
 
-__all__ = ["PARTS", "plan_data", "to_html", "to_html_text"]
+__all__ = ["describe", "plan_data", "to_html", "to_html_text"]
 
-#: What each timeline event says before its module (``planning.timeline.Point.event``).
-EVENT_WORDS: dict[str, str] = {
-    "enter": "enter",
-    "exit": "exit",
-    "peak": "peak in",
-    "backward": "backward of",
-    "end": "end of the backward",
-    "gather": "all-gather for",
-    "prefetch": "prefetch all-gather for",
-    "reduce_scatter": "reduce-scatter of",
-    "recompute": "recompute",
-    "step": "optimizer step",
-}
 #: Events that name no module when their path is the root.
 _WHOLE_STEP = {"end", "step"}
-
-#: The per-module table: row key, header, kind, what the column is (its tooltip).
-MODULE_COLUMNS: tuple[tuple[str, str, str, str], ...] = (
-    ("path", "Module", "text", "the module's path"),
-    ("type", "Type", "text", "the module's class"),
-    ("params", "Params", "count", "parameters of the module and its children"),
-    ("unit", "FSDP unit", "flag", "an FSDP unit: its parameters are gathered together"),
-    ("checkpointed", "Checkpointed", "flag", "its forward is recomputed in the backward"),
-    ("activation_bytes", "Saved", "bytes", "bytes its forward saves for the backward"),
-    ("kept_activation_bytes", "Kept", "bytes", "of those, kept through the step"),
-    ("recompute_bytes", "Recompute", "bytes", "bytes the recompute saves again"),
-    ("recompute_flops", "Recompute FLOPs", "si", "FLOPs the backward recomputes"),
-    ("shard_elements", "Shard elems", "count", "elements of this GPU's padded shard"),
-    ("unsharded_bytes", "Unsharded", "bytes", "its parameters gathered, on this GPU"),
-    ("gather_bytes", "All-gather", "bytes", "all-gather payload per call"),
-    ("reduce_bytes", "Reduce-scatter", "bytes", "reduce-scatter payload per call"),
-)
-
-#: The sweep table: row key, header, kind (the options first, then the figures).
-SWEEP_COLUMNS: tuple[tuple[str, str, str], ...] = (
-    ("micro_batch", "Micro-batch", "count"),
-    ("world_size", "World size", "count"),
-    ("sharding", "Sharding", "text"),
-    ("checkpoint", "Checkpoint", "text"),
-    ("precision", "Precision", "text"),
-    ("optimizer", "Optimizer", "text"),
-    ("grad_accum", "Grad accum", "count"),
-    ("fits", "Fits", "fits"),
-    ("peak_bytes", "Peak", "bytes"),
-    ("headroom_bytes", "Headroom", "bytes"),
-    ("step_time", "Step time", "seconds"),
-    ("tokens_per_s", "Tokens/s", "si"),
-    ("mfu", "MFU", "ratio"),
-    ("checkpointed", "Checkpointed", "count"),
-)
-_SWEEP_OPTIONS = 7  # the first SWEEP_COLUMNS are options, the rest figures
 
 
 def to_html(
@@ -109,50 +63,59 @@ def plan_data(section: Mapping[str, Any], sweep: Mapping[str, Any] | None = None
     """What the plan section shows, as plain JSON (floats to 6 significant digits, no NaN);
     ``ExportError`` when a part the page draws is missing or malformed."""
     memory = _mapping(section, "memory")
-    peak = _int(section.get("peak_bytes"), "peak_bytes")
-    parts = [[k, _int(memory.get(key, 0), f"memory.{key}")] for k, (key, _) in enumerate(PARTS)]
+    peak = _int(section.get(F.PEAK_BYTES), F.PEAK_BYTES)
+    part_keys = [f.key for f in fields("memory")]
+    parts = [[k, _int(memory.get(key, 0), f"memory.{key}")] for k, key in enumerate(part_keys)]
     where = section.get("peak_phase") or {}
     time = _mapping(section, "time")
-    budget = _opt_int(section.get("budget"), "budget")
-    reserve = _int(section.get("reserve_bytes", 0), "reserve_bytes")
+    budget = _opt_int(section.get(F.BUDGET), F.BUDGET)
+    reserve = _int(section.get(F.RESERVE_BYTES, 0), F.RESERVE_BYTES)
     headroom = None if budget is None else budget - reserve - peak  # as Plan.headroom_bytes
+    figures = {
+        key: page_number(section.get(key))
+        for key in (F.KEPT_ACTIVATION_BYTES, F.RECOMPUTE_FLOPS, F.STEP_TIME, F.MODEL_FLOPS,
+                    F.MFU, F.TOKENS, F.TOKENS_PER_S)
+    }  # fmt: skip
     return {
-        "part_names": [label for _, label in PARTS],
+        "part_names": [f.header for f in fields("memory")],
+        "labels": {f.key: f.header for f in fields("plan") if f.header},
         "options": page_facts(section.get("options") or {}),
         "device": page_facts(section.get("device") or {}),
         "settings": _settings(section.get("options") or {}, section.get("device") or {}),
-        "peak_bytes": peak,
+        F.PEAK_BYTES: peak,
         "parts": [p for p in parts if p[1]],
         "peak_at": {
             "phase": str(where.get("phase", "")),
             "label": describe(str(where.get("event", "")), str(where.get("path", ""))),
         },
-        "budget": budget,
-        "reserve_bytes": reserve,
-        "fits": None if headroom is None else headroom >= 0,
-        "headroom_bytes": headroom,
+        F.BUDGET: budget,
+        F.RESERVE_BYTES: reserve,
+        F.FITS: None if headroom is None else headroom >= 0,
+        F.HEADROOM_BYTES: headroom,
         "checkpoint": [str(p) for p in section.get("checkpoint") or []],
-        "kept_activation_bytes": page_number(section.get("kept_activation_bytes")),
-        "recompute_flops": page_number(section.get("recompute_flops")),
+        F.KEPT_ACTIVATION_BYTES: figures[F.KEPT_ACTIVATION_BYTES],
+        F.RECOMPUTE_FLOPS: figures[F.RECOMPUTE_FLOPS],
         "timeline": _timeline(_mapping(section, "timeline")),
-        "time": [[label, page_number(time.get(key, 0))] for key, label in TIME_PARTS],
+        "time": [[f.header, page_number(time.get(f.key, 0))] for f in fields("time") if f.default],
         "comm_time": page_number(time.get("comm")),
         "exposed_comm": page_number(time.get("exposed_comm")),
-        "step_time": page_number(section.get("step_time")),
-        "model_flops": page_number(section.get("model_flops")),
-        "mfu": page_number(section.get("mfu")),
-        "tokens": page_number(section.get("tokens")),
-        "tokens_per_s": page_number(section.get("tokens_per_s")),
+        **{k: figures[k] for k in (F.STEP_TIME, F.MODEL_FLOPS, F.MFU, F.TOKENS, F.TOKENS_PER_S)},
         "modules": _modules(section.get("modules") or []),
         "comm": _comm(section.get("comm") or {}),
+        "comm_columns": [_column(f) for f in fields("comm")],
         "notes": [str(n) for n in section.get("notes") or []],
         "sweep": None if sweep is None else _sweep(sweep),
     }
 
 
+def _column(f: PlanField) -> list[str]:
+    """A column of a table on the page: key, header, display format, what it is."""
+    return [f.key, f.header, f.kind, f.description]
+
+
 def describe(event: str, path: str) -> str:
     """A timeline point in words: ``peak in blocks.0.mlp``, ``optimizer step``."""
-    word = EVENT_WORDS.get(event, event)
+    word = EVENTS.get(event, event)
     if event in _WHOLE_STEP and not path:
         return word
     return f"{word} {path or '<root>'}"
@@ -178,7 +141,7 @@ def _timeline(t: Mapping[str, Any]) -> dict[str, Any]:
         for e, p in zip(event, path, strict=True)
     ]
     parts: list[list[Any]] = []
-    for k, (key, _) in enumerate(PARTS):
+    for k, key in enumerate(f.key for f in fields("memory")):
         values = [_int(x, f"timeline.{key}") for x in _list(t, key)] if key in t else [0] * n
         if len(values) != n:
             raise ExportError(f"the plan's timeline is malformed: {key} has {len(values)} points")
@@ -188,21 +151,22 @@ def _timeline(t: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _modules(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """The per-module table: the columns some row has (a number column only where some
-    value is not 0), then one list of cells per row."""
-    cols: list[list[str]] = []
-    for key, header, kind, what in MODULE_COLUMNS:
-        values = [r.get(key) for r in rows]
-        if key in ("path", "type") or any(v not in (None, 0, False) for v in values):
-            cols.append([key, header, kind, what])
-    known = {c[0] for c in MODULE_COLUMNS}
-    extra = sorted({k for r in rows for k in r} - known)
-    for key in extra:  # fields added later: shown, named by their key
+    """The per-module table: the table's ``module`` columns some row has (text always, a
+    number column only where some value is not 0), then one list of cells per row."""
+    table = fields("module")
+    label = table[0].key
+    cols = [
+        _column(f)
+        for f in table
+        if f.kind == "text" or any(r.get(f.key) not in (None, 0, False) for r in rows)
+    ]
+    extra = sorted({k for r in rows for k in r} - {f.key for f in table})
+    for key in extra:  # keys the table does not know (a newer file): shown, named by key
         if any(isinstance(r.get(key), int | float) and r.get(key) for r in rows):
             kind = "bytes" if key.endswith("_bytes") else "si" if key.endswith("flops") else "count"
             cols.append([key, key, kind, key])
     cells = [
-        [(r.get(k) or "<root>") if k == "path" else _cell(r.get(k)) for k, *_ in cols] for r in rows
+        [(r.get(k) or "<root>") if k == label else _cell(r.get(k)) for k, *_ in cols] for r in rows
     ]
     return {"columns": cols, "rows": cells}
 
@@ -210,14 +174,15 @@ def _modules(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 def _comm(comm: Mapping[str, Any]) -> list[list[Any]]:
     """The collectives of a step summed over modules: ``[phase, kind, calls, bytes,
     wire_bytes]`` per phase and kind, forward first."""
+    amounts = [f.key for f in fields("comm") if f.kind != "text"]
     sums: dict[tuple[str, str], list[float]] = {}
     for phases in comm.values():
         if not isinstance(phases, Mapping):
             continue
         for phase, kinds in phases.items():
             for kind, c in (kinds or {}).items():
-                s = sums.setdefault((str(phase), str(kind)), [0, 0, 0])
-                for k, key in enumerate(("calls", "bytes", "wire_bytes")):
+                s = sums.setdefault((str(phase), str(kind)), [0] * len(amounts))
+                for k, key in enumerate(amounts):
                     x = c.get(key, 0) if isinstance(c, Mapping) else 0
                     s[k] += x if isinstance(x, int | float) else 0
     order = {"forward": 0, "backward": 1}
@@ -227,28 +192,28 @@ def _comm(comm: Mapping[str, Any]) -> list[list[Any]]:
 
 def _sweep(sweep: Mapping[str, Any]) -> dict[str, Any]:
     """The sweep's table: the options swept, then the figures; options the same in every
-    row are said once (``same``) instead of repeated."""
+    row are said once (``same``: the option in words and its value) instead of repeated."""
     axes = [str(a) for a in sweep.get("axes") or []]
     rows = [r for r in sweep.get("rows") or [] if isinstance(r, Mapping)]
-    known = {c[0]: c for c in SWEEP_COLUMNS}
-    cols: list[tuple[str, str, str]] = [known.get(a, (a, a, "text")) for a in axes]
+    options = {f.key: f for f in fields("axis")}
+    cols = [_column(options[a]) if a in options else [a, a, "text", a] for a in axes]
     same: list[list[str]] = []
-    for key, header, kind in SWEEP_COLUMNS[:_SWEEP_OPTIONS]:
+    for key, f in options.items():
         if key in axes or not any(key in r for r in rows):
             continue
         values = {_text(r.get(key)) for r in rows}
         if len(values) == 1:
-            same.append([header, values.pop()])
+            same.append([f.word, values.pop()])
         else:
-            cols.append((key, header, kind))
-    cols += [c for c in SWEEP_COLUMNS[_SWEEP_OPTIONS:] if any(c[0] in r for r in rows)]
-    taken = {c[0] for c in cols} | {c[0] for c in SWEEP_COLUMNS[:_SWEEP_OPTIONS]}
-    cols += [(k, k, "count") for k in sorted({k for r in rows for k in r} - taken)]
+            cols.append(_column(f))
+    cols += [_column(f) for f in fields("row") if any(f.key in r for r in rows)]
+    taken = {c[0] for c in cols} | set(options)
+    cols += [[k, k, "count", k] for k in sorted({k for r in rows for k in r} - taken)]
     cells = [
-        [_text(r.get(k)) if kind == "text" else _cell(r.get(k)) for k, _, kind in cols]
+        [_text(r.get(k)) if kind == "text" else _cell(r.get(k)) for k, _, kind, _ in cols]
         for r in rows
     ]
-    return {"columns": [list(c) for c in cols], "rows": cells, "same": same}
+    return {"columns": cols, "rows": cells, "same": same}
 
 
 def _settings(options: Mapping[str, Any], device: Mapping[str, Any]) -> list[list[str]]:

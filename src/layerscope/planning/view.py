@@ -4,8 +4,9 @@
 
 A plan is a summary (the run, the memory at the peak by part, the budget, the step time
 by part, throughput, checkpointing, the notes) and the per-module table; a sweep is one
-table, a row per combination. Tables use the engine and the units of the other views: a
-narrow width drops the least important columns first and says so below.
+table, a row per combination. Every column, header and legend comes from the field table
+(``planning.fields``). Tables use the engine and the units of the other views: a narrow
+width drops the least important columns first and says so below.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import IO, Any
 
-from layerscope.export.jsonplan import PARTS, TIME_PARTS
+import layerscope.planning.fields as F
+from layerscope.planning.fields import PlanField, field, fields
 from layerscope.render import config as display_config
 from layerscope.render import units
 from layerscope.render.layout import (
@@ -33,20 +35,6 @@ from layerscope.validate import check_int, refuse
 
 __all__ = ["plan_lines", "render_plan", "render_sweep", "show_plan", "show_sweep", "sweep_lines"]
 
-#: The parts of a GPU's memory (``Plan.memory``'s keys), as the memory table names them.
-PART_LABELS = dict(PARTS)
-#: The parts of the step time that add up to it (``Plan.time``'s keys but ``comm``).
-TIME_LABELS = dict(TIME_PARTS)
-#: The sweep's axes (``planning.sweep.AXES``) as its table's headers.
-AXIS_HEADERS = {
-    "micro_batch": "Micro-batch",
-    "world_size": "GPUs",
-    "sharding": "Sharding",
-    "checkpoint": "Checkpoint",
-    "precision": "Precision",
-    "optimizer": "Optimizer",
-    "grad_accum": "Grad accum",
-}
 ROOT = "<root>"
 _WIDEN = "(widen with --width / width=)."
 
@@ -72,17 +60,24 @@ def show_plan(
     print_lines(_plan_builder(section, width, max_rows), width, file)
 
 
-def render_sweep(sweep: Mapping[str, Any], *, width: int | None = None) -> str:
-    """The sweep's table as plain text, ``width`` characters wide (default: the terminal's)."""
-    build = _sweep_builder(sweep, width)
+def render_sweep(
+    sweep: Mapping[str, Any], *, width: int | None = None, max_rows: int | None = None
+) -> str:
+    """The sweep's table as plain text, ``width`` characters wide (default: the terminal's);
+    ``max_rows``: the most rows of the table (the plan's option of that name)."""
+    build = _sweep_builder(sweep, width, max_rows)
     return plain_text(build(width or terminal_width()))
 
 
 def show_sweep(
-    sweep: Mapping[str, Any], *, file: IO[str] | None = None, width: int | None = None
+    sweep: Mapping[str, Any],
+    *,
+    file: IO[str] | None = None,
+    width: int | None = None,
+    max_rows: int | None = None,
 ) -> None:
     """Print the sweep's table to the terminal (at its width) or to ``file``."""
-    print_lines(_sweep_builder(sweep, width), width, file)
+    print_lines(_sweep_builder(sweep, width, max_rows), width, file)
 
 
 def _plan_builder(
@@ -97,12 +92,16 @@ def _plan_builder(
     return lambda w: too_narrow(w) or plan_lines(section, w, max_rows)
 
 
-def _sweep_builder(sweep: Mapping[str, Any], width: int | None) -> Callable[[int], list[Line]]:
+def _sweep_builder(
+    sweep: Mapping[str, Any], width: int | None, max_rows: int | None
+) -> Callable[[int], list[Line]]:
     if not isinstance(sweep, Mapping) or not isinstance(sweep.get("rows"), list):
         refuse("sweep", sweep, "a sweep's data (Sweep.to_dict())")
     if width is not None:
         check_int("width", width, 1)
-    return lambda w: too_narrow(w) or sweep_lines(sweep, w)
+    if max_rows is not None:
+        check_int("max_rows", max_rows, 1)
+    return lambda w: too_narrow(w) or sweep_lines(sweep, w, max_rows)
 
 
 # ---- pieces shared by both -------------------------------------------------------------
@@ -135,10 +134,6 @@ def _fitted(table: Table, width: int) -> tuple[list[Line], list[str]]:
 def _share(part: float, whole: float) -> str:
     """``part`` as a percentage of ``whole``, as the views write them."""
     return units.pct(100.0 * part / whole) if whole else "-"
-
-
-def _bytes(value: Any) -> str:
-    return "-" if value is None else units.nbytes(value)
 
 
 def _sentences(texts: Sequence[tuple[str, str]], width: int) -> list[Line]:
@@ -201,7 +196,7 @@ def _heading(section: Mapping[str, Any], width: int) -> list[Line]:
         hsdp = o.get("hsdp")
         mesh = f", hsdp: {hsdp[0]} replicas of {hsdp[1]}-way shards" if hsdp else ""
         sharding += f" ({units.plural(n_units, 'unit')}{reshard}{mesh})"
-    tokens = section.get("tokens")
+    tokens = section.get(F.TOKENS)
     batch = f"{units.count(tokens)} tokens" if tokens else "without token ids"
     checkpointed = len(section.get("checkpoint", ()))
     text = (
@@ -212,14 +207,9 @@ def _heading(section: Mapping[str, Any], width: int) -> list[Line]:
     )
     states = section.get("states", {})
     held = ", ".join(
-        f"{word} {units.nbytes(states[key])}"
-        for key, word in (
-            ("param_bytes", "params"),
-            ("grad_bytes", "grads"),
-            ("optimizer_state_bytes", "optimizer states"),
-            ("master_weight_bytes", "master weights"),
-        )
-        if states.get(key)
+        f"{part.word} {units.nbytes(states[part.key])}"
+        for part in fields("memory")
+        if states.get(part.key)
     )
     facts = [(title, "layerscope.header"), (text, "")]
     if held:
@@ -229,15 +219,16 @@ def _heading(section: Mapping[str, Any], width: int) -> list[Line]:
 
 def _memory(section: Mapping[str, Any], width: int) -> list[Line]:
     """The memory at the peak by part, where the peak is, and the budget's verdict."""
-    peak = int(section.get("peak_bytes", 0))
+    peak = int(section.get(F.PEAK_BYTES, 0))
     memory: Mapping[str, int] = section.get("memory", {})
+    labels = {part.key: part.header for part in fields("memory")}
     columns = [
         TableColumn("part", "Peak memory", "left", None, label=True, text=True),
         TableColumn("bytes", "Bytes", priority=None),
         TableColumn("share", "Share", priority=10, style="layerscope.pct"),
     ]
     rows = [
-        _row(PART_LABELS.get(key, key), units.nbytes(value), _share(value, peak))
+        _row(labels.get(key, key), units.nbytes(value), _share(value, peak))
         for key, value in memory.items()
     ]
     total = _row("Peak", units.nbytes(peak), _share(peak, peak), style="layerscope.total")
@@ -255,14 +246,14 @@ def _memory(section: Mapping[str, Any], width: int) -> list[Line]:
 
 
 def _budget(section: Mapping[str, Any]) -> tuple[str, str]:
-    budget, reserve = section.get("budget"), int(section.get("reserve_bytes", 0))
+    budget, reserve = section.get(F.BUDGET), int(section.get(F.RESERVE_BYTES, 0))
     if budget is None:
         return ("No budget (the target's memory is not known): fits and headroom are not "
                 "decided.", "")  # fmt: skip
     head = f"Budget {units.nbytes(budget)}, reserve {units.nbytes(reserve)}: "
-    headroom = section.get("headroom_bytes")
+    headroom = section.get(F.HEADROOM_BYTES)
     if headroom is None:
-        headroom = budget - reserve - int(section.get("peak_bytes", 0))
+        headroom = budget - reserve - int(section.get(F.PEAK_BYTES, 0))
     if headroom >= 0:
         return (head + f"fits, headroom {units.nbytes(headroom)}.", "")
     return (head + f"does not fit, {units.nbytes(-headroom)} over.", "layerscope.notice")
@@ -271,16 +262,18 @@ def _budget(section: Mapping[str, Any]) -> tuple[str, str]:
 def _step(section: Mapping[str, Any], width: int) -> list[Line]:
     """The step time by part, the collectives, throughput and checkpointing."""
     time: Mapping[str, float] = section.get("time", {})
-    step = float(section.get("step_time", 0.0))
+    step = float(section.get(F.STEP_TIME, 0.0))
     columns = [
         TableColumn("part", "Step time", "left", None, label=True, text=True),
         TableColumn("time", "Time", priority=None),
         TableColumn("share", "Share", priority=10, style="layerscope.pct"),
     ]
     rows = [
-        _row(label, units.seconds(time.get(key, 0.0)), _share(time.get(key, 0.0), step))
-        for key, label in TIME_LABELS.items()
-    ]
+        _row(part.header, units.seconds(time.get(part.key, 0.0)),
+             _share(time.get(part.key, 0.0), step))
+        for part in fields("time")
+        if part.default
+    ]  # fmt: skip
     total = _row("Step", units.seconds(step), _share(step, step), style="layerscope.total")
     lines = _fitted(_table(columns, rows, total), width)[0]
     comm, exposed = time.get("comm", 0.0), time.get("exposed_comm", 0.0)
@@ -292,36 +285,21 @@ def _step(section: Mapping[str, Any], width: int) -> list[Line]:
         ))  # fmt: skip
     else:
         facts.append(("Collectives: none in this step.", ""))
-    tps, mfu = section.get("tokens_per_s"), section.get("mfu")
+    tps, mfu = section.get(F.TOKENS_PER_S), section.get(F.MFU)
     rate = (
         f"{units.si(round(tps))} tokens/s per GPU" if tps else "tokens/s not known (no token ids)"
     )
     upper = f"MFU {units.pct(100.0 * mfu)} (an upper bound)" if mfu is not None else ""
-    flops = section.get("model_flops")
+    flops = section.get(F.MODEL_FLOPS)
     per_step = f"; {units.si(flops)} model FLOPs per step" if flops else ""
     facts.append((f"Throughput: {rate}; {upper or 'MFU not known'}{per_step}.", ""))
-    kept, recompute = section.get("kept_activation_bytes", 0), section.get("recompute_flops", 0)
+    kept = section.get(F.KEPT_ACTIVATION_BYTES, 0)
+    recompute = section.get(F.RECOMPUTE_FLOPS, 0)
     facts.append((
         f"Activations kept for the backward: {units.nbytes(kept)}; recompute "
         f"{units.si(recompute)} FLOPs per step.", "",
     ))  # fmt: skip
     return lines + _sentences(facts, width)
-
-
-#: The module table's columns: key, header, kind, priority (lower goes first), and which
-#: rows make it shown (any unit, any checkpointed module, or always).
-_MODULE_COLUMNS = (
-    ("type", "Type", "text", 20, "always"),
-    ("params", "Params", "count", 55, "always"),
-    ("unit", "Unit", "flag", 30, "unit"),
-    ("checkpointed", "Ckpt", "flag", 75, "checkpointed"),
-    ("kept_activation_bytes", "Kept", "bytes", 80, "always"),
-    ("recompute_bytes", "Recomputed", "bytes", 70, "checkpointed"),
-    ("recompute_flops", "Recompute FLOPs", "si", 60, "checkpointed"),
-    ("unsharded_bytes", "Unsharded", "bytes", 65, "unit"),
-    ("gather_bytes", "Gather", "bytes", 50, "unit"),
-    ("reduce_bytes", "Reduce", "bytes", 45, "comm"),
-)
 
 
 def _cell(kind: str, value: Any) -> str:
@@ -333,102 +311,117 @@ def _cell(kind: str, value: Any) -> str:
 
 
 def _modules(section: Mapping[str, Any], width: int, max_rows: int | None) -> list[Line]:
-    """One row per FSDP unit or checkpointed module, in the model's order."""
+    """One row per FSDP unit or checkpointed module, in the model's order: the table's
+    ``module`` fields shown by default, where some row makes them (``shown_if``)."""
     modules: list[Mapping[str, Any]] = list(section.get("modules", ()))
     if not modules:
         return wrap_text("No module rows: no FSDP units and no checkpointed modules.", "", width)
-    shown_when = {
-        "always": True,
-        "unit": any(m.get("unit") for m in modules),
-        "checkpointed": any(m.get("checkpointed") for m in modules),
-        "comm": any(m.get("reduce_bytes") for m in modules),
-    }
-    specs = [s for s in _MODULE_COLUMNS if shown_when[s[4]]]
-    columns = [TableColumn("module", "Module", "left", None, label=True, text=True)]
-    for key, header, kind, priority, _ in specs:
-        justify: Justify = "left" if kind == "text" else "right"
-        columns.append(TableColumn(key, header, justify, priority, text=kind == "text"))
+    label, *table = fields("module")
+    specs = [
+        f
+        for f in table
+        if f.default and (not f.shown_if or any(m.get(f.shown_if) for m in modules))
+    ]
+    columns = [TableColumn(label.key, label.header, "left", None, label=True, text=True)]
+    for f in specs:
+        justify: Justify = "left" if f.kind == "text" else "right"
+        columns.append(TableColumn(f.key, f.header, justify, f.priority, text=f.kind == "text"))
     listed = modules[:max_rows] if max_rows is not None else modules
     rows = []
     for m in listed:
-        cells: list[Line] = [[(m.get("path") or ROOT, "layerscope.name")]]
-        for key, _, kind, _, _ in specs:
-            cells.append([(_cell(kind, m.get(key)), "layerscope.type" if kind == "text" else "")])
+        cells: list[Line] = [[(m.get(label.key) or ROOT, "layerscope.name")]]
+        for f in specs:
+            style = "layerscope.type" if f.kind == "text" else ""
+            cells.append([(_cell(f.kind, m.get(f.key)), style)])
         rows.append(TableRow(cells))
     lines, dropped = _fitted(_table(columns, rows, None), width)
     facts: list[tuple[str, str]] = []
     if len(listed) < len(modules):
         facts.append((f"Showing {len(listed)} of {len(modules)} rows (max_rows {max_rows}).",
                       "layerscope.hidden"))  # fmt: skip
-    legend = _legend([h for _, h, _, _, _ in specs if h not in dropped])
+    legend = _legend([f for f in specs if f.header not in dropped])
     if legend:
         facts.append((legend, ""))
     return lines + _sentences(facts, width)
 
 
-def _legend(headers: Sequence[str]) -> str:
+def _legend(shown: Sequence[PlanField]) -> str:
     """What the module table's byte columns hold (of those it shows)."""
-    words = {
-        "Kept": "activations kept for the backward",
-        "Recomputed": "what a checkpointed module saves again in the backward",
-        "Unsharded": "a unit's parameters gathered whole",
-        "Gather": "all-gathered per micro-batch",
-        "Reduce": "reduce-scattered or all-reduced per micro-batch",
-    }
-    return "; ".join(f"{h}: {w}" for h, w in words.items() if h in headers) + (
-        "." if any(h in words for h in headers) else ""
-    )
+    said = [f"{f.header}: {f.description}" for f in shown if f.legend]
+    return "; ".join(said) + "." if said else ""
 
 
 # ---- the sweep ---------------------------------------------------------------------------
 def _axis_cell(axis: str, row: Mapping[str, Any]) -> str:
     value = row.get(axis)
     if axis == "checkpoint":
-        return _checkpoint_words(value, int(row.get("checkpointed", 0)))
+        return _checkpoint_words(value, int(row.get(F.CHECKPOINTED, 0)))
     if isinstance(value, int) and not isinstance(value, bool):
         return units.count(value)
     return "-" if value is None else str(value)
 
 
-def sweep_lines(sweep: Mapping[str, Any], width: int) -> list[Line]:
-    """The styled lines of a sweep at ``width``: what is fixed, then a row per plan."""
+def _figure_cell(f: PlanField, value: Any) -> str:
+    """A sweep row's figure as its column shows it ("-" where there is none)."""
+    if f.unit == "fits":
+        return "-" if value is None else ("yes" if value else "no")
+    if f.unit == "seconds":
+        return units.seconds(value or 0.0)
+    if f.unit == "rate":
+        return units.si(round(value)) if value else "-"
+    if value is None:
+        return "-"
+    if f.unit == "ratio":
+        return units.pct(100.0 * value)
+    return units.BY_KIND[f.kind](value) if f.kind in units.BY_KIND else str(value)
+
+
+def sweep_lines(sweep: Mapping[str, Any], width: int, max_rows: int | None = None) -> list[Line]:
+    """The styled lines of a sweep at ``width``: what is fixed, then a row per plan (the
+    first ``max_rows``)."""
     axes = [str(a) for a in sweep.get("axes", ())]
     rows: list[Mapping[str, Any]] = sweep["rows"]
+    options = {f.key: f for f in fields("axis")}
     fixed = [
         f"{a} {_axis_cell(a, rows[0])}"
-        for a in AXIS_HEADERS
+        for a in options
         if a not in axes and rows and len({_axis_cell(a, r) for r in rows}) == 1
     ]
     title = f"Plan sweep: {units.plural(len(rows), 'plan')} over " + " × ".join(axes)
     facts = [(title, "layerscope.header")]
     if fixed:
         facts.append(("The same in every plan: " + ", ".join(fixed) + ".", ""))
-    columns = [TableColumn(a, AXIS_HEADERS.get(a, a), priority=None) for a in axes]
+    figures = [f for f in fields("row") if f.default]
+    columns = [TableColumn(a, options[a].header if a in options else a, priority=None)
+               for a in axes]  # fmt: skip
     columns += [
-        TableColumn("fits", "Fits", priority=None),
-        TableColumn("peak_bytes", "Peak", priority=90),
-        TableColumn("headroom_bytes", "Headroom", priority=60),
-        TableColumn("step_time", "Step", priority=85),
-        TableColumn("tokens_per_s", "Tokens/s", priority=70),
-        TableColumn("mfu", "MFU", priority=65, style="layerscope.pct"),
-    ]
+        TableColumn(f.key, f.header, priority=f.priority,
+                    style="layerscope.pct" if f.unit == "ratio" else "")
+        for f in figures
+    ]  # fmt: skip
+    listed = rows[:max_rows] if max_rows is not None else rows
     body = []
-    for r in rows:
-        fits = r.get("fits")
-        mfu, tps = r.get("mfu"), r.get("tokens_per_s")
-        cells = [_axis_cell(a, r) for a in axes] + [
-            "-" if fits is None else ("yes" if fits else "no"),
-            _bytes(r.get("peak_bytes")),
-            _bytes(r.get("headroom_bytes")),
-            units.seconds(r.get("step_time") or 0.0),
-            units.si(round(tps)) if tps else "-",
-            units.pct(100.0 * mfu) if mfu is not None else "-",
-        ]
-        body.append(_row(*cells, style="layerscope.notice" if fits is False else ""))
-    note = "Step is a lower bound (roofline compute, collectives at the link's bandwidth), "
-    note += "so Tokens/s and MFU are upper bounds; Headroom is the budget less reserve and peak."
+    for r in listed:
+        cells = [_axis_cell(a, r) for a in axes]
+        cells += [_figure_cell(f, r.get(f.key)) for f in figures]
+        notice = r.get(F.FITS) is False
+        body.append(_row(*cells, style="layerscope.notice" if notice else ""))
+    after = [(_sweep_note(), "")]
+    if len(listed) < len(rows):
+        after.insert(0, (f"Showing {len(listed)} of {len(rows)} rows (max_rows {max_rows}).",
+                         "layerscope.hidden"))  # fmt: skip
     return (
         _sentences(facts, width)
         + _fitted(_table(columns, body, None), width)[0]
-        + wrap_text(note, "", width)
+        + _sentences(after, width)
+    )
+
+
+def _sweep_note() -> str:
+    """What the sweep's figures are: bounds, and what the headroom is."""
+    h = {f.key: f.header for f in fields("row")}
+    return (
+        f"{h[F.STEP_TIME]} is a lower bound (roofline compute, collectives at the link's "
+        f"bandwidth), so {h[F.TOKENS_PER_S]} and {h[F.MFU]} are upper bounds; "
+        f"{h[F.HEADROOM_BYTES]} is {field('row', F.HEADROOM_BYTES).description}."
     )

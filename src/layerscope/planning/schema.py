@@ -1,0 +1,90 @@
+"""The ``plan`` section of a ``layerscope/1`` document (``ls.plan``'s ``Plan.save``): what
+``Plan.from_dict`` checks and the JSON Schema says, built from the field table
+(``planning.fields``): its keys, their order, types and descriptions. Bytes, seconds
+and FLOPs in base units; docs/plan.md explains every figure."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from layerscope.errors import InvalidInputError
+from layerscope.export.jsoncheck import Arr, Bool, Check, Finite, Int, Map, Num, Obj, Opt, Str
+from layerscope.planning.fields import PlanField, fields, keys
+
+__all__ = ["PLAN", "plan_spec"]
+
+_BYTES = Int(0, description="bytes")
+_COLUMN = Arr(Finite(), "one value per point of the timeline")
+#: The timeline's columns before its parts.
+_POINT = ("phase", "event", "path")
+
+
+def _value(f: PlanField) -> Check:
+    """A figure's check. A byte count that is never null is described by its unit
+    alone; every other figure by its description."""
+    if f.json == "bool":
+        inner: Check = Bool()
+    elif f.json == "number":
+        inner = Num()
+    elif f.json == "text":
+        inner = Str()
+    elif f.json == "object":
+        return Obj({}, description=f.description)
+    elif f.json != "int":
+        raise InvalidInputError(f"plan field {f.key!r}: a {f.json} needs its shape in _SHAPES")
+    else:
+        inner = Int(f.minimum)
+    if f.nullable:
+        return Opt(inner, f.description)
+    if f.json == "int":
+        return Int(f.minimum, description="bytes" if f.unit == "bytes" else f.description)
+    return Num(f.description) if f.json == "number" else inner
+
+
+def _memory(f: PlanField) -> Check:
+    parts = keys("memory")
+    return Obj({p: _BYTES for p in parts}, required=parts, description=f.description)
+
+
+def _timeline(f: PlanField) -> Check:
+    parts = keys("memory")
+    return Obj(
+        {**{k: Arr(Str()) for k in _POINT}, "total": _COLUMN, **{p: _COLUMN for p in parts}},
+        required=(*_POINT, "total", *parts),
+        description=f.description,
+    )
+
+
+def _modules(f: PlanField) -> Check:
+    path = keys("module")[0]
+    return Arr(Obj({path: Str()}, required=(path,)), f.description)
+
+
+#: The shape of each structure of the section, from its field.
+_SHAPES: dict[str, Callable[[PlanField], Check]] = {
+    "options": lambda f: Obj({}, description=f.description),
+    "device": lambda f: Obj({}, description=f.description),
+    "states": lambda f: Map(_BYTES, f.description),
+    "memory": _memory,
+    "peak_phase": lambda f: Map(Str(), f.description),
+    "checkpoint": lambda f: Arr(Str(), f.description),
+    "timeline": _timeline,
+    "time": lambda f: Map(Num(), f"{f.description}: {', '.join(keys('time'))}"),
+    "modules": _modules,
+    "comm": lambda f: Map(Map(Map(Map(Num()))), f.description),
+    "notes": lambda f: Arr(Str(), f.description),
+}
+
+
+def plan_spec() -> Obj:
+    """The plan section's check from the table as it is now (registered fields too)."""
+    table = fields("plan")
+    return Obj(
+        {f.key: _SHAPES[f.key](f) if f.key in _SHAPES else _value(f) for f in table},
+        required=tuple(f.key for f in table if f.required),
+        description="ls.plan's answer for one GPU of a training run (docs/plan.md)",
+    )
+
+
+#: The plan section; every key is written by ``Plan.save``.
+PLAN = plan_spec()
