@@ -184,7 +184,12 @@ class _Plan:
 
 
 def tensor_bytes(t: Tensor) -> int:
-    """Bytes of the elements ``t`` can reach (stride-0 dimensions count once)."""
+    """Bytes of the elements ``t`` can reach (stride-0 dimensions count once); a jagged
+    nested tensor's are its values buffer's (its sizes and strides are symbolic)."""
+    if t.is_nested:
+        values = getattr(t, "_values", None)
+        if isinstance(values, Tensor):
+            return tensor_bytes(values)
     try:
         if t.is_contiguous():
             return int(t.nbytes)

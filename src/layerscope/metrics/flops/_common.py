@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from layerscope.metrics.flops.registry import Cost, Formula
@@ -44,5 +45,16 @@ def per_input_element(flops: int, doc: str = "") -> Formula:
 
 
 def nested_sizes(t: Tensor) -> list[list[int]]:
-    """The shape of each component of a (strided) nested tensor, from its size metadata."""
-    return [[int(n) for n in size] for size in t._nested_tensor_size().tolist()]
+    """The shape of each component of a nested tensor: a strided one's from its size
+    metadata; a jagged one's (``layout=torch.jagged``) from its offsets (or lengths),
+    the ragged dimension (``_ragged_idx``, wherever a transpose moved it) one length per
+    component."""
+    if t.layout != torch.jagged:
+        return [[int(n) for n in size] for size in t._nested_tensor_size().tolist()]
+    njt: Any = t
+    lengths = njt._lengths if njt._lengths is not None else njt._offsets.diff()
+    ragged = njt._ragged_idx - 1  # the component's dims are the tensor's less the batch
+    dims = list(t.shape[1:])
+    return [
+        [int(n) if i == ragged else int(d) for i, d in enumerate(dims)] for n in lengths.tolist()
+    ]
