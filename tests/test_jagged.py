@@ -28,7 +28,8 @@ class Projected(nn.Module):
         self.lin = nn.Linear(8, width)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.lin(x)
+        out: torch.Tensor = self.lin(x)
+        return out
 
 
 class Attention(nn.Module):
