@@ -44,6 +44,7 @@ def test_ignoring_a_linear_takes_exactly_its_flops_out_of_the_total() -> None:
 
 def test_table_with_ignore_exact() -> None:
     text = small().render(width=80, ignore="enc.attn", columns=["params", "flops"])
+    # mlp keeps its id 1.2 (attn's 1.1 is a gap, as with exclude)
     # without attn (params 40, flops 400): Net 100 - 40 = 60 params, 1000 - 400 = 600
     # FLOPs; enc 90 - 40 = 50 and 900 - 400 = 500; % of 600: mlp 500 -> 83.3%,
     # head 80 -> 13.3%
@@ -52,7 +53,7 @@ def test_table_with_ignore_exact() -> None:
         "──────────────────────────────────────────────\n"
         "Net                       60     600      100%\n"
         "├─ (1) enc Encoder        50     500     83.3%\n"
-        "│  └─ (1.1) mlp MLP       50     500     83.3%\n"
+        "│  └─ (1.2) mlp MLP       50     500     83.3%\n"
         "├─ (2) head Linear         8      80     13.3%\n"
         "└─ (3) drop Dropout        0       0        0%\n"
         "\n"
@@ -141,7 +142,7 @@ def test_non_additive_values_are_left_out_for_the_ancestors_only() -> None:
         "──────────────────────────────────────────────────────────\n"
         "Net                       21                          1 ms\n"
         "├─ (1) a Block            10                          1 ms\n"
-        "│  └─ (1.1) y Linear      10   100 B       5 ms       1 ms\n"
+        "│  └─ (1.2) y Linear      10   100 B       5 ms       1 ms\n"
         "└─ (2) b Block            10   100 B       5 ms       1 ms\n"
         "   └─ (2.1) z Linear      10   100 B       5 ms       1 ms\n"
         "\n"
@@ -172,8 +173,8 @@ def test_cli_ignore(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         "───────────────────────────",
         "Net                     520",
         "├─ (1) enc Encoder      500",
-        "│  └─ (1.1) mlp MLP     500",
-        "└─ (2) drop Dropout       0",
+        "│  └─ (1.2) mlp MLP     500",
+        "└─ (3) drop Dropout       0",
         "",
         "Total                   520",
         "Ignored enc.attn (Attention), head (Linear): their work is taken out of their",
@@ -189,3 +190,33 @@ def test_filtered_footer_says_the_total_excludes_the_ignored() -> None:
         "Showing 4 of 5 rows (max_depth 1); the Total row is the whole model less the "
         "ignored modules." in flat
     )
+
+
+class Features(nn.Module):
+    """Conv, (ReLU, Conv) x 2 (folded as "1–4 Repeat ×2"), ReLU, MaxPool, Conv, ReLU."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        conv = [nn.Conv2d(3 if i == 0 else 4, 4, 3, padding=1) for i in range(4)]
+        self.features = nn.Sequential(
+            conv[0], nn.ReLU(), conv[1], nn.ReLU(), conv[2], nn.ReLU(), nn.MaxPool2d(2),
+            conv[3], nn.ReLU(),
+        )  # fmt: skip
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.features(x)
+        return out
+
+
+def _ids(text: str) -> list[str]:
+    return [line.split("(", 1)[1].split(")", 1)[0] for line in text.splitlines() if "─ (" in line]
+
+
+def test_ignore_keeps_the_folded_ids_as_exclude_does() -> None:
+    prof = ls.profile(Features(), torch.randn(1, 3, 8, 8))
+    options = {"view": "table", "columns": ["macs"], "width": 100}
+    ignored = _ids(prof.render(ignore="features.6", **options))
+    excluded = _ids(prof.render(exclude="features.6", **options))
+    # the whole fold: 1, 1.1 (0), 1.2 (1–4 ×2) with 1.2.1 and 1.2.2, 1.3 (5), 1.4 (the
+    # pool), 1.5 (7), 1.6 (8): the pool's 1.4 is a gap, 7 and 8 keep 1.5 and 1.6
+    assert ignored == excluded == ["1", "1.1", "1.2", "1.2.1", "1.2.2", "1.3", "1.5", "1.6"]

@@ -54,7 +54,12 @@ from layerscope.errors import InvalidInputError
 from layerscope.gcpause import gc_paused
 from layerscope.profile import Node, Number, Profile
 
-__all__ = ["REPEAT_TYPE", "FoldMode", "fold"]
+__all__ = [
+    "REPEAT_TYPE",
+    "FoldMode",
+    "fold",
+    "renumber_as",
+]
 
 #: ``Node.type`` of the synthetic entry standing for a window of several modules ×N.
 REPEAT_TYPE = "Repeat"
@@ -444,6 +449,27 @@ def _copy_by_dtype(rows: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str,
     if len(rows) > 1:
         return {dtype: dict(rows[dtype]) for dtype in sorted(rows)}
     return {dtype: dict(row) for dtype, row in rows.items()}
+
+
+def renumber_as(folded: Profile, reference: Profile) -> None:
+    """Give ``folded`` the node ids ``reference`` has for the same paths, in place.
+
+    ``folded`` is the fold of a profile with some modules taken out (``ignore``) and
+    ``reference`` the fold of the whole one: a module taken out leaves a gap in its
+    siblings' numbers, as ``exclude`` does, instead of renumbering them. A node whose
+    path ``reference`` has under another parent, or whose id would not follow its
+    previous sibling's (a run folded anew across the gap), takes the next number."""
+    ids = {n.path: n.node_id for n in reference.nodes()}
+    stack = [folded.root]
+    while stack:
+        node = stack.pop()
+        last = 0
+        for child in node.children:
+            parent, _, number = ids.get(child.path, "").rpartition(".")
+            mine = (parent or "0") == node.node_id and number.isdigit()
+            last = int(number) if mine and int(number) > last else last + 1
+            child.node_id = f"{last}" if node.node_id == "0" else f"{node.node_id}.{last}"
+        stack.extend(node.children)
 
 
 def _renumber(node: Node, node_id: str, depth: int) -> None:

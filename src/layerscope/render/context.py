@@ -12,7 +12,7 @@ from rich.text import Text
 
 import layerscope.metricspec as ms
 from layerscope.analysis.catalog import Column, Values, column, pct_base, roofline_parts
-from layerscope.analysis.fold import fold
+from layerscope.analysis.fold import fold, renumber_as
 from layerscope.analysis.roofline import Roof, device_note, profile_dtype, roof_of, target_spec
 from layerscope.analysis.transforms import (
     filter_tree,
@@ -263,10 +263,21 @@ class ViewContext:
         )
 
     # ---- rows shared by the tree views ---------------------------------------------
+    def folded(self) -> Profile:
+        """The profile the view shows, folded as asked; with modules ignored, numbered as
+        the whole profile's fold is (``renumber_as``)."""
+        mode = self.options.fold
+        if not mode:
+            return self.profile
+        shown = fold(self.profile, mode)
+        if self.ignored.nodes:
+            renumber_as(shown, fold(self.measured, mode))
+        return shown
+
     def shown_tree(self) -> tuple[Profile, int]:
         """The (folded) tree after filters and sort, and how many rows it hides."""
         o = self.options
-        shown = fold(self.profile, o.fold) if o.fold else self.profile
+        shown = self.folded()
         before = sum(1 for _ in shown.root.walk())
         select = self.selector(shown.root.walk())
         shown = filter_tree(

@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Any
 
 import layerscope.metricspec as ms
-from layerscope.analysis.fold import fold
 from layerscope.analysis.roofline import Estimate, Roof
 from layerscope.analysis.transforms import filter_tree, matches, top_k
 from layerscope.errors import InvalidInputError
@@ -87,7 +86,7 @@ def roofline_view(ctx: ViewContext) -> Builder:
     sort_key = o.sort_by or ("self_lost_time" if timed else "self_roofline_time")
     ctx.sort_key = sort_key  # what the footer names for top
     shown = filter_tree(
-        fold(profile, o.fold) if o.fold else profile,
+        ctx.folded(),
         max_depth=o.max_depth,
         exclude=o.exclude,
         hide_not_called=not o.show_not_called and ctx.ran,
