@@ -188,7 +188,7 @@ def test_heading_names_the_run() -> None:
 
 def test_module_table_and_max_rows() -> None:
     check_widths(render_plan(SMALL, width=120), 120)
-    text = render_plan(SMALL, width=160)
+    text = render_plan(SMALL, width=160, fold=False)
     header = "Module Type Params Unit Ckpt Kept Recomputed Recompute FLOPs Unsharded Gather Reduce"
     assert line_with(text, "Module") == header
     assert line_with(text, "<root>") == "<root> Net 3,000,000 yes - 3.00 MiB 0 B 0 7.81 KiB " + (
@@ -197,9 +197,21 @@ def test_module_table_and_max_rows() -> None:
     assert line_with(text, "layers.0") == (
         "layers.0 Layer 1,000,000 yes yes 256.00 KiB 1.00 MiB 1.5 G 2.00 MiB 1.00 MiB 4.00 MiB"
     )
-    short = render_plan(SMALL, width=160, max_rows=1)
+    short = render_plan(SMALL, width=160, max_rows=1, fold=False)
     assert not any(line.startswith("layers.") for line in short.splitlines())
     assert "Showing 1 of 3 rows (max_rows 1)." in short
+
+
+def test_repeated_blocks_fold_into_one_row_of_their_sum() -> None:
+    text = render_plan(SMALL, width=160)
+    # layers.0 and layers.1 are equal rows: one row of their sums, 2 x each value
+    assert line_with(text, "layers.0–1 ×2") == (
+        "layers.0–1 ×2 Layer 2,000,000 yes yes 512.00 KiB 2.00 MiB 3 G 4.00 MiB 2.00 MiB 8.00 MiB"
+    )
+    assert "A row ×N is N repeated blocks with equal rows: their sum." in text
+    assert "Showing 1 of 2 rows (max_rows 1)." in render_plan(SMALL, width=160, max_rows=1)
+    with pytest.raises(ls.InvalidInputError, match="fold"):
+        render_plan(SMALL, fold="yes")  # type: ignore[arg-type]
 
 
 def test_narrow_widths_drop_columns_and_say_so() -> None:
@@ -282,11 +294,11 @@ def real_plan() -> ls.Plan:
 @pytest.mark.parametrize("width", [80, 120])
 def test_a_real_plan_renders_its_own_numbers(width: int) -> None:
     plan = real_plan()
-    text = plan.render(width=width)
+    text = plan.render(width=width, fold=False)
     assert (
         text
-        == render_plan(plan.section(), width=width)
-        == render_plan(json.loads(json.dumps(plan.section())), width=width)
+        == render_plan(plan.section(), width=width, fold=False)
+        == render_plan(json.loads(json.dumps(plan.section())), width=width, fold=False)
     )  # fresh or read back from JSON, the same text
     check_widths(text, width)
     peak = plan.peak_bytes

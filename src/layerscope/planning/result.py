@@ -131,7 +131,7 @@ class Plan:
     # ---- views ---------------------------------------------------------------------
     def render(self, **options: Any) -> str:
         """The plan as plain text: a summary and the per-module table (``planning.view``;
-        ``width``, ``max_rows``)."""
+        ``width``, ``max_rows``, ``fold``)."""
         from layerscope.planning.view import render_plan
 
         return render_plan(self.section(), **options)

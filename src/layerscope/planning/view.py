@@ -31,7 +31,7 @@ from layerscope.render.layout import (
     wrap_text,
 )
 from layerscope.render.terminal import print_lines
-from layerscope.validate import check_int, refuse
+from layerscope.validate import check_bool, check_int, refuse
 
 __all__ = ["plan_lines", "render_plan", "render_sweep", "show_plan", "show_sweep", "sweep_lines"]
 
@@ -41,11 +41,16 @@ _WIDEN = "(widen with --width / width=)."
 
 # ---- entry points ----------------------------------------------------------------------
 def render_plan(
-    section: Mapping[str, Any], *, width: int | None = None, max_rows: int | None = None
+    section: Mapping[str, Any],
+    *,
+    width: int | None = None,
+    max_rows: int | None = None,
+    fold: bool = True,
 ) -> str:
     """The plan as plain text, ``width`` characters wide (default: the terminal's);
-    ``max_rows``: the most rows of the per-module table."""
-    build = _plan_builder(section, width, max_rows)
+    ``max_rows``: the most rows of the per-module table; ``fold``: a run of repeated
+    blocks with equal rows as one (``layers.1–11 ×11``, their sum)."""
+    build = _plan_builder(section, width, max_rows, fold)
     return plain_text(build(width or terminal_width()))
 
 
@@ -55,9 +60,10 @@ def show_plan(
     file: IO[str] | None = None,
     width: int | None = None,
     max_rows: int | None = None,
+    fold: bool = True,
 ) -> None:
     """Print the plan to the terminal (colours when it is one, at its width) or ``file``."""
-    print_lines(_plan_builder(section, width, max_rows), width, file)
+    print_lines(_plan_builder(section, width, max_rows, fold), width, file)
 
 
 def render_sweep(
@@ -81,7 +87,7 @@ def show_sweep(
 
 
 def _plan_builder(
-    section: Mapping[str, Any], width: int | None, max_rows: int | None
+    section: Mapping[str, Any], width: int | None, max_rows: int | None, fold: bool
 ) -> Callable[[int], list[Line]]:
     if not isinstance(section, Mapping) or "modules" not in section:
         refuse("section", section, "a plan's section (Plan.section(), or a file's 'plan')")
@@ -89,7 +95,8 @@ def _plan_builder(
         check_int("width", width, 1)
     if max_rows is not None:
         check_int("max_rows", max_rows, 1)
-    return lambda w: too_narrow(w) or plan_lines(section, w, max_rows)
+    fold = check_bool("fold", fold)
+    return lambda w: too_narrow(w) or plan_lines(section, w, max_rows, fold)
 
 
 def _sweep_builder(
@@ -162,13 +169,15 @@ def _checkpointing(asked: Any, count: int) -> str:
 
 
 # ---- the plan ----------------------------------------------------------------------------
-def plan_lines(section: Mapping[str, Any], width: int, max_rows: int | None = None) -> list[Line]:
+def plan_lines(
+    section: Mapping[str, Any], width: int, max_rows: int | None = None, fold: bool = True
+) -> list[Line]:
     """The styled lines of a plan at ``width``: the summary, then the module table."""
     parts = [
         _heading(section, width),
         _memory(section, width),
         _step(section, width),
-        _modules(section, width, max_rows),
+        _modules(section, width, max_rows, fold),
     ]
     notes = [(f"Note: {n}", "layerscope.notice") for n in section.get("notes", ())]
     if notes:
@@ -310,9 +319,12 @@ def _cell(kind: str, value: Any) -> str:
     return units.BY_KIND[kind](value or 0)
 
 
-def _modules(section: Mapping[str, Any], width: int, max_rows: int | None) -> list[Line]:
+def _modules(
+    section: Mapping[str, Any], width: int, max_rows: int | None, fold: bool
+) -> list[Line]:
     """One row per FSDP unit or checkpointed module, in the model's order: the table's
-    ``module`` fields shown by default, where some row makes them (``shown_if``)."""
+    ``module`` fields shown by default, where some row makes them (``shown_if``); with
+    ``fold``, a run of repeated blocks with equal rows as one (``_folded``)."""
     modules: list[Mapping[str, Any]] = list(section.get("modules", ()))
     if not modules:
         return wrap_text("No module rows: no FSDP units and no checkpointed modules.", "", width)
@@ -326,6 +338,8 @@ def _modules(section: Mapping[str, Any], width: int, max_rows: int | None) -> li
     for f in specs:
         justify: Justify = "left" if f.kind == "text" else "right"
         columns.append(TableColumn(f.key, f.header, justify, f.priority, text=f.kind == "text"))
+    if fold:
+        modules = _folded(modules, label.key, [f for f in table if f.kind != "text"])
     listed = modules[:max_rows] if max_rows is not None else modules
     rows = []
     for m in listed:
@@ -339,10 +353,53 @@ def _modules(section: Mapping[str, Any], width: int, max_rows: int | None) -> li
     if len(listed) < len(modules):
         facts.append((f"Showing {len(listed)} of {len(modules)} rows (max_rows {max_rows}).",
                       "layerscope.hidden"))  # fmt: skip
+    if any("×" in str(m.get(label.key)) for m in listed):
+        facts.append(("A row ×N is N repeated blocks with equal rows: their sum.", ""))
     legend = _legend([f for f in specs if f.header not in dropped])
     if legend:
         facts.append((legend, ""))
     return lines + _sentences(facts, width)
+
+
+def _folded(
+    modules: list[Mapping[str, Any]], label: str, numbers: Sequence[PlanField]
+) -> list[Mapping[str, Any]]:
+    """``modules`` with each run of two or more repeated blocks (``layers.1``,
+    ``layers.2``, ...: one parent, consecutive indices, one type, equal values) as one
+    row ``layers.1–11 ×11`` holding their sum, as the profile's views fold."""
+    out: list[Mapping[str, Any]] = []
+    run: list[Mapping[str, Any]] = []
+
+    def same(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+        (pa, ia), (pb, ib) = _indexed(a.get(label)), _indexed(b.get(label))
+        alike = all(a.get(k) == b.get(k) for k in b if k != label)
+        return pa is not None and pa == pb and ia is not None and ib == ia + 1 and alike
+
+    def close() -> None:
+        if len(run) < 2:
+            out.extend(run)
+        else:
+            first, last = _indexed(run[0].get(label))[1], _indexed(run[-1].get(label))[1]
+            row = dict(run[0])
+            row[label] = f"{_indexed(run[0].get(label))[0]}.{first}–{last} ×{len(run)}"
+            for f in numbers:
+                if f.kind != "flag" and isinstance(row.get(f.key), int | float):
+                    row[f.key] = sum(m.get(f.key) or 0 for m in run)
+            out.append(row)
+        run.clear()
+
+    for m in modules:
+        if run and not same(run[-1], m):
+            close()
+        run.append(m)
+    close()
+    return out
+
+
+def _indexed(path: Any) -> tuple[str | None, int | None]:
+    """(parent, index) of a path ending in an integer (``layers.3``), else (None, None)."""
+    parent, _, last = str(path or "").rpartition(".")
+    return (parent, int(last)) if parent and last.isdigit() else (None, None)
 
 
 def _legend(shown: Sequence[PlanField]) -> str:
