@@ -310,3 +310,20 @@ def test_version_matches_pyproject() -> None:
 
     pyproject = tomllib.loads((PACKAGE.parent.parent / "pyproject.toml").read_text())
     assert __version__ == pyproject["project"]["version"]
+
+
+def test_render_and_export_import_each_other_one_way_only() -> None:
+    """``export`` may use the text engines of ``render`` (units, layout, the summary
+    lines); ``render`` imports nothing of ``export``, and neither imports a wing
+    (``planning``, ``generation``): a wing's views and formats live in the wing."""
+    wings = ("layerscope.planning", "layerscope.generation")
+    wrong = [
+        e
+        for e in EDGES
+        if (_within(e.source, "layerscope.render") and _within(e.target, "layerscope.export"))
+        or (
+            any(_within(e.source, v) for v in ("layerscope.render", "layerscope.export"))
+            and any(_within(e.target, w) for w in wings)
+        )
+    ]
+    assert not wrong, _wrong(wrong, "render importing export, or a view importing a wing")
