@@ -98,6 +98,7 @@ def test_list_examples(capsys: pytest.CaptureFixture[str]) -> None:
         assert f"examples:{name}" in out
 
 
+@pytest.mark.slow
 def test_python_dash_m_and_help() -> None:
     run = subprocess.run(
         [sys.executable, "-m", "layerscope", "profile", "--help"],

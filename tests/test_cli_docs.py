@@ -142,7 +142,11 @@ def _blocks(text: str) -> list[re.Match[str]]:
     return list(re.finditer(r"<!-- cli: (.+?) -->\n```text\n(.*?)```\n", text, re.S))
 
 
-@pytest.mark.parametrize("doc", [DOC, *OTHER_DOCS], ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "doc",
+    [pytest.param(DOC, marks=pytest.mark.slow), *OTHER_DOCS],  # cli.md's runs take over 2 s
+    ids=lambda p: p.name,
+)
 def test_documented_runs_and_help_are_real(doc: Path) -> None:
     text = doc.read_text()
     blocks = _blocks(text)
@@ -239,6 +243,7 @@ def _script() -> str:
 
 
 @pytest.mark.parametrize("command", ["profile mypkg.models:tiny --input-shape 2,4 --width 100"])
+@pytest.mark.slow
 def test_installed_script_and_python_dash_m_are_the_same_command(command: str) -> None:
     """Both import the model from the current directory, as the README says."""
     env = {**os.environ, "COLUMNS": "80"}

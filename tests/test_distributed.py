@@ -172,6 +172,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, list[d
 
 
 # ---- 2 processes: gather ----------------------------------------------------------------
+@pytest.mark.slow
 def test_gather_collects_every_rank_in_order(run: tuple[Path, list[dict[str, Any]]]) -> None:
     out, facts = run
     assert [f["got_none"] for f in facts] == [False, True]  # only dst gets a profile
@@ -236,6 +237,7 @@ def test_rank_table_of_the_gathered_profile(run: tuple[Path, list[dict[str, Any]
 
 
 # ---- 2 processes: a rank that does not arrive ----------------------------------------------
+@pytest.mark.slow
 def test_a_rank_that_does_not_call_gather_is_named(tmp_path: Path) -> None:
     """Rank 1 runs other code, then exits: rank 0 gives up after the 2 s timeout each
     time (not gloo's 30 minutes, nor a raw gloo error) and names it."""

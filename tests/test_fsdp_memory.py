@@ -105,6 +105,7 @@ def ranks(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     return spawn_ranks(_worker, WORLD, out, TIME_LIMIT_S)
 
 
+@pytest.mark.slow
 def test_activations_exclude_views_of_unsharded_parameters(ranks: list[dict[str, Any]]) -> None:
     # the W.t() addmm saves is a view of the unsharded weight: as unsharded, no activation
     for facts in ranks:

@@ -633,6 +633,7 @@ def gpt2() -> Profile:
     return ls.profile(model, tokens, backward=True, memory=True, timing={"warmup": 0, "repeats": 1})
 
 
+@pytest.mark.slow
 def test_timeline_reaches_the_peak_card(gpt2: Profile) -> None:
     """The dense ``wte`` gradient at the end of GPT-2's backward: the run's peak, in the
     timeline to the byte, and on the cards as what each one measures."""

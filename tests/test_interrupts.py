@@ -236,6 +236,7 @@ def _each_module(model: nn.Module, run: Callable[[], Any], reference: dict[str, 
     return count
 
 
+@pytest.mark.slow
 def test_an_interrupted_profile_generate_leaves_nothing(
     llama: Any, reference: dict[str, Any]
 ) -> None:
@@ -246,6 +247,7 @@ def test_an_interrupted_profile_generate_leaves_nothing(
     assert _each_module(llama, lambda: ls.profile_generate(llama, ids, 2), reference) == 32
 
 
+@pytest.mark.slow
 def test_an_interrupted_staged_profiler_leaves_nothing(
     llama: Any, reference: dict[str, Any]
 ) -> None:

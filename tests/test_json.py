@@ -154,8 +154,17 @@ def test_schema_never_forbids_unknown_keys() -> None:
 VARIANTS: dict[str, dict[str, Any]] = {"plain": {}, "everything": EVERYTHING}
 
 
-@pytest.mark.parametrize("variant", sorted(VARIANTS))
-@pytest.mark.parametrize("name", sorted(EXAMPLES))
+@pytest.mark.parametrize(
+    ("name", "variant"),
+    [
+        # the LSTM tagger with every option takes over 2 s
+        pytest.param(
+            n, v, marks=[pytest.mark.slow] if (n, v) == ("lstm_tagger", "everything") else []
+        )
+        for n in sorted(EXAMPLES)
+        for v in sorted(VARIANTS)
+    ],
+)
 def test_every_example_validates_against_the_schema(
     name: str, variant: str, tmp_path: Path
 ) -> None:

@@ -670,6 +670,7 @@ NASTY = st.one_of(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 @given(st.data())
+@pytest.mark.slow
 def test_random_damage_is_refused_or_harmless(data: st.DataObject) -> None:
     profile_dict = damaged(data)
     try:

@@ -416,6 +416,7 @@ def test_meta_and_cpu_agree_on_examples(name: str, train: bool) -> None:
     assert figures(name, "cpu", train) == figures(name, "meta", train)
 
 
+@pytest.mark.slow
 def test_meta_and_cpu_differ_only_where_kernels_differ() -> None:
     """Device kernels may save other tensors than the meta (reference) ones; see docs."""
     # tiny_resnet in eval: CPU batch_norm returns empty save_mean/save_invstd, the meta

@@ -167,8 +167,15 @@ def on_meta(name: str) -> tuple[nn.Module, Tensor, ls.Profile]:
     return model, x, prof
 
 
-@pytest.mark.parametrize("device", ["cpu", "meta"])
-@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize(
+    ("name", "device"),
+    [
+        # llama run for real on the CPU takes over 2 s
+        pytest.param(n, d, marks=[pytest.mark.slow] if (n, d) == ("llama", "cpu") else [])
+        for n in sorted(MODELS)
+        for d in ("cpu", "meta")
+    ],
+)
 def test_plan_checkpoint_figures_equal_real_runs(name: str, device: str) -> None:
     """``ls.plan``'s kept activation bytes, recompute FLOPs and peak for no
     checkpointing, every block, one block's child, and a block with another's child,

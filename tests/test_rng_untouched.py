@@ -12,6 +12,10 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # a fresh interpreter runs every entry point: 8 s
+
 CHILD = textwrap.dedent(
     """
     import json, random, sys, tempfile

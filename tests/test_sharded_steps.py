@@ -155,6 +155,7 @@ PARAMS = 479 * 4  # 1,916 B
 STEP = 4 * 4  # AdamW's step: a float32 scalar per parameter
 
 
+@pytest.mark.slow
 def test_local_bytes_are_the_shards(two: list[dict[str, Any]], four: list[dict[str, Any]]) -> None:
     """Parameters, gradients and AdamW states each rank holds: the test's own sums of
     ``to_local().nbytes``, and by hand (2 ranks: 260 + 16 and 195 + 8 elements)."""

@@ -130,7 +130,9 @@ def test_checkpoint_what_if_matches_real_runs(kind: str, tmp_path: Path) -> None
     assert figures[""] == B * T * D * 4
 
 
-@pytest.mark.parametrize("path", ["", "h.0", "h.0.attn", "h.0.mlp", "h.1.ln_2"])
+@pytest.mark.parametrize(
+    "path", [pytest.param("", marks=pytest.mark.slow), "h.0", "h.0.attn", "h.0.mlp", "h.1.ln_2"]
+)
 def test_checkpoint_what_if_on_gpt2(path: str, tmp_path: Path) -> None:
     """transformers' GPT-2 (random weights, 2 layers): the same equality."""
     transformers = pytest.importorskip("transformers")
@@ -240,6 +242,7 @@ def test_meta_analysis_keeps_the_same_table() -> None:
     "paths",
     [("0",), ("0", "2"), ("0", "1", "2"), ("0.attn", "1.mlp", "2.ln1"), ("1.attn.qkv", "2")],
 )
+@pytest.mark.slow
 def test_checkpointing_several_modules(paths: tuple[str, ...], tmp_path: Path) -> None:
     """A stack of three blocks with several modules checkpointed at once: the what-if's
     kept activation bytes and recompute FLOPs, from the plain model's JSON profile,

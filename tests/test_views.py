@@ -466,6 +466,7 @@ def profiles(draw: st.DrawFn) -> ls.Profile:
     top=st.sampled_from([None, 1, 3]),
     raw=st.booleans(),
 )
+@pytest.mark.slow
 def test_any_view_of_any_profile(
     prof: ls.Profile,
     view: str,

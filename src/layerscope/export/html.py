@@ -9,7 +9,7 @@ with the roof of a device spec when one is given), and the facts below every vie
 The profile's numbers travel as one JSON document, column by column (a value per node in
 pre-order; paths, node ids, self times and time totals only where the tree and the other
 columns do not imply them), inside a
-``<script type="application/json">``; the page's script (``assets/report.js``) formats
+``<script type="application/json">``; the page's script (``ASSETS``: ``assets/*.js``) formats
 them with the console's units and builds every element with ``textContent``, so no
 string from the model is ever parsed as markup. Floats keep 6 significant digits (the
 JSON export keeps them all). A training plan's report is this page with the plan's
@@ -535,13 +535,31 @@ def _roofline(
     }
 
 
+#: The files of each page script and its style, in ``assets/``, in order. A script's
+#: files share one function scope (``page_assets`` wraps them), so each file holds one
+#: job: the report's number formats, sorting rules and DOM helpers (which the plan's and
+#: the generation's sections use too, as ``window.lsFormat`` and ``window.lsDom``), its
+#: data, then each part of the page in the order it is drawn.
+_REPORT_JS = (
+    "units.js", "sorting.js", "dom.js", "tree.js", "header.js", "icicle.js", "timeline.js",
+    "roofline.js", "table.js", "notes.js",
+)  # fmt: skip
+ASSETS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "report": (("report.css",), _REPORT_JS),
+    "plan": (("plan.css",), ("plan.js",)),
+    "generation": (("generation.css",), ("generation.js",)),
+}
+
+
 @cache
 def page_assets(name: str) -> tuple[str, str]:
-    """The CSS and JS of ``assets/NAME.css`` and ``NAME.js`` (the report's, a plan's, a
-    generation's section), read once."""
+    """The CSS and JS of the report, a plan's or a generation's section (``ASSETS``), read
+    once; the JS is its files in one strict function scope, so it leaks no name."""
     folder = resources.files("layerscope.export").joinpath("assets")
-    css = folder.joinpath(f"{name}.css").read_text(encoding="utf-8")
-    js = folder.joinpath(f"{name}.js").read_text(encoding="utf-8")
+    styles, scripts = ASSETS[name]
+    css = "".join(folder.joinpath(f).read_text(encoding="utf-8") for f in styles)
+    js = "\n".join(folder.joinpath(f).read_text(encoding="utf-8") for f in scripts)
+    js = '(function () {\n  "use strict";\n' + js + "})();\n"
     # Our own code must not end its <script>/<style> element early either.
     assert "</script" not in js.lower() and "</style" not in css.lower()
     return css, js

@@ -1,8 +1,6 @@
 /* layerscope HTML report: the generation section (export/htmlgen.py). Reads #ls-gen-data
    and draws it first on the page, above the profile of one stage. Numbers use the
    report's formats (window.lsFormat); every string reaches the DOM as textContent. */
-(function () {
-  "use strict";
   var G = JSON.parse(document.getElementById("ls-gen-data").textContent);
   var base = window.lsFormat;
 
@@ -400,4 +398,3 @@
     clearTimeout(timer); timer = setTimeout(function () { redraw.forEach(function (f) { f(); }); }, 150);
   });
   root.dataset.ready = "1";
-})();

@@ -1,8 +1,6 @@
 /* layerscope HTML report: the plan section (planning/html.py). Reads #ls-plan-data and
    draws it first on the page, above the analysis the plan was computed from. Numbers use
    the report's formats (window.lsFormat); every string reaches the DOM as textContent. */
-(function () {
-  "use strict";
   var P = JSON.parse(document.getElementById("ls-plan-data").textContent);
   var base = window.lsFormat;
 
@@ -335,4 +333,3 @@
   var timer = 0;
   window.addEventListener("resize", function () { clearTimeout(timer); timer = setTimeout(drawTimeline, 150); });
   root.dataset.ready = "1";
-})();

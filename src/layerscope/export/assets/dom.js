@@ -1,0 +1,79 @@
+  // ---- small DOM helpers -------------------------------------------------------------
+  function el(tag, cls, text) {
+    var e = document.createElement(tag);
+    if (cls) e.className = cls;
+    if (text !== undefined) e.textContent = text;
+    return e;
+  }
+  function sv(tag, attrs) {
+    var e = document.createElementNS(SVG, tag);
+    for (var k in attrs) e.setAttribute(k, attrs[k]);
+    return e;
+  }
+  // The sections a plan or a generation adds (plan.js, generation.js) share these: a
+  // table of columns [key, header, kind, tip] whose header click sorts largest first,
+  // smallest first, then as given; cell(c, x) gives a cell's [class, text].
+  function sortableTable(cols, rows, id, cls, cell) {
+    var wrap = el("div", "tablewrap"), t = el("table", cls), th = el("thead"), tb = el("tbody");
+    t.id = id;
+    var tr = el("tr"), key = -1, dir = -1, trs = [];
+    cols.forEach(function (c, k) {
+      var h = el("th", c[2] === "text" ? "txt" : "", c[1]);
+      if (c[3]) h.title = c[3];
+      h.tabIndex = 0;
+      h.addEventListener("click", function () { sort(k); });
+      h.addEventListener("keydown", function (ev) { if (ev.key === "Enter" || ev.key === " ") { ev.preventDefault(); sort(k); } });
+      tr.appendChild(h);
+    });
+    th.appendChild(tr);
+    rows.forEach(function (r) {
+      var row = el("tr");
+      cols.forEach(function (c, k) {
+        var x = r[k], got = cell(c, x), td = el("td", got[0], got[1]);
+        if (typeof x === "number" && c[2] !== "flag") td.title = String(x);
+        row.appendChild(td);
+      });
+      trs.push(row); tb.appendChild(row);
+    });
+    function sort(k) {
+      var next = nextSort(key, dir, k, cols[k][2] === "text" ? 1 : -1, -1);
+      key = next[0]; dir = next[1];
+      var order = trs.map(function (_, i) { return i; });
+      if (key >= 0) order.sort(byColumn(rows, key, dir));
+      Array.prototype.forEach.call(tr.children, function (h, j) {
+        h.className = (cols[j][2] === "text" ? "txt " : "") + (j === key ? (dir > 0 ? "asc" : "desc") : "");
+      });
+      tb.replaceChildren.apply(tb, order.map(function (i) { return trs[i]; }));
+    }
+    t.appendChild(th); t.appendChild(tb); wrap.appendChild(t);
+    return wrap;
+  }
+  function factList(pairs, id) {  // a <dl> of [term, value] pairs
+    var dl = el("dl"); dl.id = id;
+    pairs.forEach(function (f) { dl.appendChild(el("dt", "", f[0])); dl.appendChild(el("dd", "", f[1])); });
+    return dl;
+  }
+  function placeFirst(nodes) {  // a section's nodes above the report's own, in order
+    var first = document.body.querySelector("body > .cards") || document.body.querySelector("body > section");
+    if (!first) { document.body.appendChild(nodes[0]); return; }  // no report: the section alone
+    nodes.forEach(function (n) { document.body.insertBefore(n, first); });
+  }
+  window.lsDom = { el: el, sv: sv, sortableTable: sortableTable, factList: factList, placeFirst: placeFirst };
+  function pressOnly(bar, field, value) {  // a segmented control: the button pressed
+    Array.prototype.forEach.call(bar.children, function (b) {
+      var on = b.dataset[field] === value;
+      b.className = on ? "on" : ""; b.setAttribute("aria-pressed", on ? "true" : "false");
+    });
+  }
+  function plotIn(sec, chart) {  // a chart and its tooltip at the end of a section
+    var plot = el("div", "plot"), tip = el("div", "tip");
+    plot.appendChild(chart); plot.appendChild(tip);
+    sec.appendChild(plot);
+    return tip;
+  }
+  function section(title, id) {
+    var s = el("section"); s.id = id;
+    var h = el("div", "head"); h.appendChild(el("h2", "", title));
+    s.appendChild(h);
+    return s;
+  }

@@ -1,0 +1,155 @@
+  // ---- roofline ----------------------------------------------------------------------
+  var RL = D.roofline, rl = null, rlTip = null, rlPhase = null, rlNote = null;
+  var PHASE_LABEL = { forward: "Forward", backward: "Backward" };
+  if (RL) {
+    var rlPhases = Object.keys(RL.phases);
+    rlPhase = rlPhases[0];
+    var rs = section("Roofline", "ls-roofline");
+    if (rlPhases.length > 1) {
+      var rlBar = el("div", "seg"); rlBar.id = "ls-rl-phase";
+      rlPhases.forEach(function (p) {
+        var b = el("button", p === rlPhase ? "on" : "", PHASE_LABEL[p] || p);
+        b.type = "button"; b.dataset.phase = p;
+        b.setAttribute("aria-pressed", p === rlPhase ? "true" : "false");
+        b.addEventListener("click", function () {
+          rlPhase = p;
+          pressOnly(rlBar, "phase", p);
+          drawRoofline();
+        });
+        rlBar.appendChild(b);
+      });
+      rs.firstChild.appendChild(rlBar);
+    }
+    var R0 = RL.roof;
+    rs.firstChild.appendChild(el("span", "note", (R0
+      ? "Roof: " + R0.name + " (" + R0.dtype + "): peak " + unit(R0.peak, "FLOP/s") + ", " +
+        unit(R0.bandwidth, "B/s") + ", ridge " + g(R0.peak / R0.bandwidth, 3) + " FLOP/B. " +
+        (R0.note ? R0.note + " " : "")
+      : "No device spec given, so no roof (to_html(path, device=\"h100\") or --spec h100). ") +
+      "One point per module's own work: x FLOPs per byte moved, y FLOP/s achieved (own FLOPs / own time, " +
+      "all calls), area \u221d time. Hover for the module."));
+    rlNote = el("div", "note"); rs.appendChild(rlNote);
+    rl = sv("svg", { id: "ls-roofline-chart", role: "img", "aria-label": "roofline: FLOP/s against FLOPs per byte" });
+    rlTip = plotIn(rs, rl);
+    body.appendChild(rs);
+  }
+  function decade(x) { return Math.pow(10, x); }
+  function plainTick(e) { return e >= -4 && e <= 6 ? String(decade(e)) : "1e" + e; }
+  function rateTick(e) { return e >= 15 ? plainTick(e - 15) + " P" : si(decade(e)); }
+  function unit(x, u) {  // 3 significant digits and a unit: "61.1 FLOP/s", "1.23 GFLOP/s"
+    var t = Math.abs(x) < 1e3 ? g(x, 3) : si(x);
+    return /[A-Z]$/.test(t) ? t + u : t + " " + u;
+  }
+  function modules(n) { return n + (n === 1 ? " module" : " modules"); }
+  function drawRoofline() {
+    if (!rl) return;
+    var P = RL.phases[rlPhase], R = RL.roof, pts = [], placed = [], k;
+    for (k = 0; k < P.i.length; k++) {
+      var f = P.f[k], b = P.b[k], t = P.t[k], x = f / b, y;
+      if (t) y = f / t;
+      else if (R) y = Math.min(R.peak, R.bandwidth * x);  // not timed: on the roof
+      else continue;
+      var rt = R ? Math.max(f / R.peak, b / R.bandwidth) : 0;  // its roofline time
+      // w: what sizes and ranks the point, its time (its roofline time when not timed)
+      pts.push({ i: P.i[k], f: f, b: b, t: t, x: x, y: y, rt: rt, w: t || rt });
+    }
+    var xs = pts.map(function (p) { return p.x; }), ys = pts.map(function (p) { return p.y; });
+    if (R) { xs.push(R.peak / R.bandwidth); ys.push(R.peak); }
+    if (!xs.length) { rl.replaceChildren(); rlNote.textContent = "No module to place."; return; }
+    var x0 = Math.floor(Math.log10(Math.min.apply(null, xs)) - 0.3), x1 = Math.ceil(Math.log10(Math.max.apply(null, xs)) + 0.3);
+    // the right margin holds half the last x tick's label (centred on the plot's edge)
+    var W = Math.max(rl.clientWidth || rl.parentNode.clientWidth, 300), H = 320;
+    var L = 78, Rm = Math.max(16, 4 + 3.6 * plainTick(x1).length), top = 12, B = 36, pw = W - L - Rm, ph = H - top - B;
+    var y0 = Math.floor(Math.log10(Math.min.apply(null, ys)) - 0.3), y1 = Math.ceil(Math.log10(Math.max.apply(null, ys)) + 0.2);
+    function sx(x) { return L + pw * (Math.log10(x) - x0) / (x1 - x0); }
+    function sy(y) { return top + ph * (1 - (Math.log10(y) - y0) / (y1 - y0)); }
+    var frag = document.createDocumentFragment(), axis = sv("g", { "class": "axis" });
+    var xstep = Math.ceil((x1 - x0) / 8), ystep = Math.ceil((y1 - y0) / 6), e;
+    for (e = x0; e <= x1; e += xstep) {
+      axis.appendChild(sv("line", { x1: sx(decade(e)), x2: sx(decade(e)), y1: top, y2: top + ph }));
+      var tx = sv("text", { x: sx(decade(e)), y: top + ph + 14, "text-anchor": "middle" });
+      tx.textContent = plainTick(e); axis.appendChild(tx);
+    }
+    for (e = y0; e <= y1; e += ystep) {
+      axis.appendChild(sv("line", { x1: L, x2: L + pw, y1: sy(decade(e)), y2: sy(decade(e)) }));
+      var ty = sv("text", { x: L - 6, y: sy(decade(e)) + 4, "text-anchor": "end" });
+      ty.textContent = rateTick(e); axis.appendChild(ty);
+    }
+    var xl = sv("text", { x: L + pw / 2, y: H - 4, "text-anchor": "middle" });
+    xl.textContent = "FLOPs per byte moved"; axis.appendChild(xl);
+    var yl = sv("text", { x: 12, y: top + ph / 2, "text-anchor": "middle", transform: "rotate(-90 12 " + (top + ph / 2) + ")" });
+    yl.textContent = "FLOP/s"; axis.appendChild(yl);
+    frag.appendChild(axis);
+    if (R) {
+      var ridge = R.peak / R.bandwidth, xa = decade(x0), xb = decade(x1);
+      var low = Math.max(xa, decade(y0) / R.bandwidth);  // where the slope enters the plot
+      var d = "M" + sx(low).toFixed(1) + " " + sy(R.bandwidth * low).toFixed(1) +
+        "L" + sx(ridge).toFixed(1) + " " + sy(R.peak).toFixed(1) + "L" + sx(xb).toFixed(1) + " " + sy(R.peak).toFixed(1);
+      frag.appendChild(sv("path", { "class": "rl-roof", d: d }));
+      var rg = sv("g", { "class": "axis" }), rt = sv("text", { x: sx(xb) - 4, y: sy(R.peak) - 6, "text-anchor": "end" });
+      rt.textContent = R.name + " peak " + unit(R.peak, "FLOP/s"); rg.appendChild(rt);
+      var rb = sv("text", { x: sx(ridge) + 6, y: sy(R.peak) + 14 });
+      rb.textContent = "ridge " + g(ridge, 3) + " FLOP/B"; rg.appendChild(rb);
+      // point labels keep clear of these two
+      placed.push([sx(xb) - 4 - 6.2 * rt.textContent.length, sy(R.peak) - 6, 6.2 * rt.textContent.length]);
+      placed.push([sx(ridge) + 6, sy(R.peak) + 14, 6.2 * rb.textContent.length]);
+      frag.appendChild(rg);
+    }
+    var wmax = 0;
+    pts.forEach(function (p) { if (p.w > wmax) wmax = p.w; });
+    pts.sort(function (a, b) { return b.w - a.w; });  // small ones on top
+    var dots = sv("g", {});
+    pts.forEach(function (p) {
+      var r = wmax ? 3 + 11 * Math.sqrt(p.w / wmax) : 4, c = sv("circle", {
+        "class": p.t ? "rl-pt" : "rl-pt est", cx: sx(p.x).toFixed(1), cy: sy(p.y).toFixed(1), r: r.toFixed(1),
+        fill: "hsl(" + hue(types[typ[p.i]]) + ",60%,55%)", "data-i": p.i
+      });
+      var lines = [describe(p.i), g(p.x, 3) + " FLOP/B \u00b7 " + unit(p.f, "FLOP") + ", " + nbytes(p.b) + " moved"];
+      if (p.t) lines.push(unit(p.y, "FLOP/s") + " achieved, " + unit(p.b / p.t, "B/s") + " \u00b7 own time " + seconds(p.t));
+      else lines.push("not timed: placed on the roof (" + unit(p.y, "FLOP/s") + ")");
+      if (R) {
+        lines.push((p.f / R.peak >= p.b / R.bandwidth ? "compute" : "memory") + "-bound, roofline time " + seconds(p.rt) +
+          (p.t ? " \u00b7 efficiency " + pct(100 * p.rt / p.t) : ""));
+      }
+      c.dataset.tip = lines.join("\n");
+      dots.appendChild(c);
+    });
+    frag.appendChild(dots);
+    var labels = sv("g", { "class": "axis" }), named = 0;
+    pts.forEach(function (p) {  // the five longest, where they do not overlap
+      if (named >= 5) return;
+      var lx = sx(p.x) + 8, ly = sy(p.y) - 8, text = label(p.i), wide = 6.2 * text.length;
+      if (lx + wide > W - Rm) lx = sx(p.x) - 8 - wide;
+      for (var q = 0; q < placed.length; q++) {
+        var o = placed[q];
+        if (Math.abs(o[1] - ly) < 13 && lx < o[0] + o[2] + 8 && o[0] < lx + wide + 8) return;
+      }
+      placed.push([lx, ly, wide]); named++;
+      var lt = sv("text", { x: lx.toFixed(1), y: ly.toFixed(1), "class": "halo" });
+      lt.textContent = text; labels.appendChild(lt);
+    });
+    frag.appendChild(labels);
+    rl.replaceChildren(frag);
+    rl.setAttribute("height", H);
+    rl.setAttribute("viewBox", "0 0 " + W + " " + H);
+    var missing = P.i.length - pts.length, notes = [];
+    if (!P.timed) notes.push("No time was measured: each module sits on the roof, at the fastest the device " +
+      "allows; area \u221d roofline time.");
+    if (missing) notes.push(modules(missing) + " not timed, not shown.");
+    if (P.no_flops) notes.push(modules(P.no_flops) + " moving bytes without FLOPs cannot be placed.");
+    rlNote.textContent = notes.join(" ");
+  }
+  if (rl) {
+    rl.addEventListener("mouseover", function (ev) {
+      var c = ev.target;
+      if (!c.dataset || !c.dataset.tip) return;
+      var box = rl.getBoundingClientRect(), W = box.width;
+      rlTip.textContent = c.dataset.tip;
+      rlTip.style.display = "block";
+      rlTip.style.left = Math.min(+c.getAttribute("cx") + 14, W - 320) + "px";
+      rlTip.style.top = Math.max(+c.getAttribute("cy") - 60, 0) + "px";
+    });
+    rl.addEventListener("mouseout", function (ev) {
+      if (ev.target.dataset && ev.target.dataset.tip) rlTip.style.display = "none";
+    });
+  }

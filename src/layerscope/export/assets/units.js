@@ -1,0 +1,52 @@
+  // The report's number formats, the console's (layerscope.render.units); plan.js and
+  // generation.js use them through window.lsFormat.
+  function strip(s) {
+    return s.indexOf(".") < 0 ? s : s.replace(/0+$/, "").replace(/\.$/, "");
+  }
+  function g(x, p) {  // Python's format(x, ".<p>g")
+    if (x === 0) return "0";
+    if (!isFinite(x)) return x > 0 ? "inf" : x < 0 ? "-inf" : "nan";
+    var ex = x.toExponential(p - 1), e = parseInt(ex.split("e")[1], 10);
+    if (e < -4 || e >= p) {
+      var parts = ex.split("e"), d = parts[1].slice(1);
+      return strip(parts[0]) + "e" + parts[1][0] + (d.length < 2 ? "0" + d : d);
+    }
+    return strip(x.toFixed(Math.max(0, p - 1 - e)));
+  }
+  function group(s) { return s.replace(/\B(?=(\d{3})+(?!\d))/g, ","); }
+  function count(n) {
+    if (Number.isInteger(n)) return (n < 0 ? "-" : "") + group(String(Math.abs(n)));
+    var s = Math.abs(n).toFixed(2).split(".");
+    return (n < 0 ? "-" : "") + group(s[0]) + "." + s[1];
+  }
+  var SI = [[1e12, "T"], [1e9, "G"], [1e6, "M"], [1e3, "K"]];
+  var BIN = [[Math.pow(2, 40), "TiB"], [Math.pow(2, 30), "GiB"], [Math.pow(2, 20), "MiB"], [1024, "KiB"]];
+  var SEC = [[60, "min"], [1, "s"], [1e-3, "ms"], [1e-6, "\u00b5s"]];
+  function si(n) {
+    for (var k = 0; k < SI.length; k++) if (Math.abs(n) >= SI[k][0]) return g(n / SI[k][0], 3) + " " + SI[k][1];
+    return g(n, 6);
+  }
+  function nbytes(n) {
+    for (var k = 0; k < BIN.length; k++) if (Math.abs(n) >= BIN[k][0]) return (n / BIN[k][0]).toFixed(2) + " " + BIN[k][1];
+    return Math.trunc(n) + " B";
+  }
+  function seconds(t) {
+    for (var k = 0; k < SEC.length; k++) if (Math.abs(t) >= SEC[k][0]) return g(t / SEC[k][0], 3) + " " + SEC[k][1];
+    return g(t / 1e-9, 3) + " ns";
+  }
+  function pct(p) {
+    if (p === 0) return "0%";
+    if (Math.abs(p - 100) < 0.05) return "100%";
+    if (Math.abs(p) >= 0.1) return p.toFixed(1) + "%";
+    return g(p, 2) + "%";
+  }
+  var FORMATS = {
+    count: count, si: si, bytes: nbytes, seconds: seconds, rate: si, pct: pct,
+    number: function (x) { return g(x, 3); }, text: String
+  };
+  function fmt(x, kind) {
+    if (x === null || x === undefined) return "";
+    if (typeof x === "number" && !isFinite(x)) return g(x, 3);
+    return (FORMATS[kind] || String)(x);
+  }
+  window.lsFormat = fmt;  // for tests: the same formats as the console
