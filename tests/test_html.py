@@ -416,13 +416,13 @@ def test_hostile_module_name_is_text_and_runs_nothing(open_report: Any) -> None:
 def test_number_formats_match_the_console(open_report: Any) -> None:
     p = open_report(small())
     samples: list[tuple[str, float, str]] = []
-    for x in (0, 7, 999, 1000, 28032, 1898496, 2.5e9, 1.23456e12, -4096.0, 12.345):
+    for x in (0, 7, 999, 1000, 28032, 1898496, 2.5e9, 1.23456e12, 1.23e15, -4096.0, 12.345):
         samples.append(("count", x, units.count(x)))
         samples.append(("si", x, units.si(x)))
         samples.append(("bytes", x, units.nbytes(x)))
     for t in (0.0, 4.2e-9, 1.5e-6, 3.3e-4, 0.0123, 1.0, 42.0, 75.0, 9000.0):
         samples.append(("seconds", t, units.seconds(t)))
-    for q in (0.0, 0.042, 0.5, 12.345, 99.97, 100.0):
+    for q in (0.0, 7.6e-05, 0.042, 0.5, 12.345, 99.97, 100.0):
         samples.append(("pct", q, units.pct(q)))
     for m in (0.00012, 65504.0, -3.14159, 1e-9, 123.0):
         samples.append(("number", m, units.magnitude(m)))
@@ -430,6 +430,8 @@ def test_number_formats_match_the_console(open_report: Any) -> None:
         "s => s.map(([kind, x]) => window.lsFormat(x, kind))", [[k, x] for k, x, _ in samples]
     )
     assert got == [want for *_, want in samples]
+    # the console's words for the two that once differed: P, and no exponent in a %
+    assert units.si(1.23e15) == "1.23 P" and units.pct(7.6e-05) == "0.000076%"
     p.clean()
 
 

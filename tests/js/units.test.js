@@ -75,3 +75,17 @@ test("fmt by kind, empty for a missing value, and window.lsFormat is fmt", () =>
   assert.equal(u.fmt("x", "text"), "x");
   assert.equal(u.fmt(5, "no such kind"), "5");
 });
+
+test("SI prefixes go on to P and E, as the console's", () => {
+  assert.equal(u.si(1.23e15), "1.23 P");  // not 1.23e+03 T
+  assert.equal(u.si(4.56e18), "4.56 E");
+  assert.equal(u.si(999e12), "999 T");
+});
+
+test("small percentages keep 2 significant digits, never an exponent", () => {
+  assert.equal(u.pct(7.6e-05), "0.000076%");  // not 7.6e-05%
+  assert.equal(u.pct(0.042), "0.042%");
+  assert.equal(u.pct(0.00027), "0.00027%");
+  assert.equal(u.pct(-0.0042), "-0.0042%");
+  assert.equal(u.pct(12.34), "12.3%");
+});

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from layerscope.profile import Signature, TensorSpec
@@ -81,14 +82,17 @@ def signature(sig: Signature, limit: int = 3) -> str:
 
 
 def pct(p: float) -> str:
-    """A percentage: ``12.3%``, ``100%``, ``0.042%`` (2 significant digits below 0.1)."""
+    """A percentage: ``12.3%``, ``100%``, ``0.042%``, ``0.000076%`` (2 significant digits
+    below 0.1, never as an exponent)."""
     if p == 0:
         return "0%"
     if abs(p - 100.0) < 0.05:
         return "100%"
     if abs(p) >= 0.1:
         return f"{p:.1f}%"
-    return f"{p:.2g}%"
+    # 2 significant digits, never an exponent: 0.000076%, not 7.6e-05%
+    digits = max(0, 1 - math.floor(math.log10(abs(p))))
+    return f"{p:.{digits}f}".rstrip("0").rstrip(".") + "%"
 
 
 def rate(per_second: float) -> str:

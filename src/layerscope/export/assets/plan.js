@@ -63,7 +63,7 @@
   }
   card(L.step_time, fmt(P.step_time, "seconds"), "a lower bound (see the notes): " + P.step_time + " s");
   if (P.mfu !== null) card(L.mfu, fmt(P.mfu, "ratio"), "model FLOPs utilisation, an upper bound: " + P.mfu);
-  if (P.tokens_per_s !== null) card(L.tokens_per_s, fmt(P.tokens_per_s, "si"), P.tokens + " tokens per step: " + P.tokens_per_s + " tokens/s");
+  if (P.tokens_per_s !== null) card(L.tokens_per_s, fmt(P.tokens_per_s, "si"), fmt(P.tokens, "count") + " tokens per step: " + fmt(P.tokens_per_s, "si") + " tokens/s");
   root.appendChild(cards);
 
   // ---- memory at the peak: a stacked bar ---------------------------------------------

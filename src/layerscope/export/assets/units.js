@@ -13,13 +13,16 @@
     }
     return strip(x.toFixed(Math.max(0, p - 1 - e)));
   }
+  function small(p) {  // 2 significant digits, never an exponent: 0.000076
+    return strip(p.toFixed(Math.max(0, 1 - Math.floor(Math.log10(Math.abs(p))))));
+  }
   function group(s) { return s.replace(/\B(?=(\d{3})+(?!\d))/g, ","); }
   function count(n) {
     if (Number.isInteger(n)) return (n < 0 ? "-" : "") + group(String(Math.abs(n)));
     var s = Math.abs(n).toFixed(2).split(".");
     return (n < 0 ? "-" : "") + group(s[0]) + "." + s[1];
   }
-  var SI = [[1e12, "T"], [1e9, "G"], [1e6, "M"], [1e3, "K"]];
+  var SI = [[1e18, "E"], [1e15, "P"], [1e12, "T"], [1e9, "G"], [1e6, "M"], [1e3, "K"]];
   var BIN = [[Math.pow(2, 40), "TiB"], [Math.pow(2, 30), "GiB"], [Math.pow(2, 20), "MiB"], [1024, "KiB"]];
   var SEC = [[60, "min"], [1, "s"], [1e-3, "ms"], [1e-6, "\u00b5s"]];
   function si(n) {
@@ -38,7 +41,7 @@
     if (p === 0) return "0%";
     if (Math.abs(p - 100) < 0.05) return "100%";
     if (Math.abs(p) >= 0.1) return p.toFixed(1) + "%";
-    return g(p, 2) + "%";
+    return small(p) + "%";
   }
   var FORMATS = {
     count: count, si: si, bytes: nbytes, seconds: seconds, rate: si, pct: pct,
