@@ -13,10 +13,11 @@ from hypothesis import strategies as st
 from torch import nn
 
 import layerscope as ls
+import layerscope.metricspec as ms
 from helpers.models import SimpleModel
 from layerscope.analysis.fold import REPEAT_TYPE, _best_window, fold
 from layerscope.errors import InvalidInputError
-from layerscope.profile import ADDITIVE_METRICS, Node, Profile
+from layerscope.profile import Node, Profile
 
 Row = tuple[str, str, str, int, list[str]]
 
@@ -318,7 +319,7 @@ def test_fold_property(layers: str) -> None:
     folded = fold(prof)
     folded.self_check()
     assert folded.root.metrics == prof.root.metrics
-    for key in ADDITIVE_METRICS:
+    for key in ms.ADDITIVE_METRICS:
         if key in prof.root.metrics:
             assert sum(c.metrics[key] for c in folded.root.children) == prof.root.metrics[key]
     # every original child is covered exactly once, in order

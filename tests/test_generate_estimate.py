@@ -26,11 +26,11 @@ from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 import layerscope as ls
 from layerscope.analysis.roofline import roof_of, work
 from layerscope.cli import main
+from layerscope.collect.hfmeta import meta_values
 from layerscope.errors import InvalidInputError
 from layerscope.generation.decodefit import AffineFit, Point, decode_lengths
 from layerscope.generation.estimate import estimate_generate
 from layerscope.generation.estimate_result import GenerateEstimate
-from layerscope.integrations.hfmeta import meta_values
 
 LAYERS, HIDDEN, HEADS, KV_HEADS, HEAD_DIM, MLP, VOCAB = 2, 64, 4, 2, 16, 128, 128
 BF16 = 2

@@ -2,13 +2,16 @@
 
 A made-up metric, ``widget_bytes``, is registered through the table alone; with no other
 change it is rolled up, saved and loaded, written to CSV, shown in the table view, folded,
-grouped by type, merged over a loop cycle's steps and diffed, with exact numbers.
+grouped by type, merged over a loop cycle's steps and diffed, and it reaches the HTML
+report's table and chart and the trace's forward spans, with exact numbers.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import json
+import re
 from collections.abc import Iterator
 
 import pytest
@@ -21,6 +24,8 @@ from layerscope.analysis.fold import fold
 from layerscope.analysis.merge import merge_profiles
 from layerscope.analysis.transforms import by_type
 from layerscope.errors import InvalidInputError, SchemaError
+from layerscope.export.html import to_html_text
+from layerscope.export.trace import trace_events
 from layerscope.metricspec import MetricSpec, register_metric, unregister_metric
 from layerscope.profile import Profile
 
@@ -34,8 +39,19 @@ TOTAL = 1123
 
 @pytest.fixture
 def widget() -> Iterator[MetricSpec]:
-    """``widget_bytes``: bytes, forward, additive, summed everywhere (the defaults)."""
-    spec = MetricSpec(WIDGET, "bytes", "forward", "bytes of widgets", header="Widgets", priority=50)
+    """``widget_bytes``: bytes, forward, additive, summed everywhere (the defaults); in the
+    HTML report's table and chart (after the 7 built-in chart metrics) and forward spans."""
+    spec = MetricSpec(
+        WIDGET,
+        "bytes",
+        "forward",
+        "bytes of widgets",
+        header="Widgets",
+        priority=50,
+        report=True,
+        chart=8,
+        spans=("forward",),
+    )
     register_metric(spec)
     try:
         yield spec
@@ -44,11 +60,11 @@ def widget() -> Iterator[MetricSpec]:
     assert WIDGET not in ms.METRICS and WIDGET not in ms.ADDITIVE_METRICS
 
 
-def _profile(scale: int = 1) -> Profile:
+def _profile(scale: int = 1, *, timing: bool = False) -> Profile:
     """Three alike Linear modules (they fold ×3), with ``SELF`` × ``scale`` widget bytes."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 4))
-    prof = ls.profile(model, torch.randn(2, 4))
+    prof = ls.profile(model, torch.randn(2, 4), timing=timing)
     for path, value in SELF.items():
         prof.node(path).self_metrics[WIDGET] = value * scale
     prof.rollup()
@@ -152,6 +168,35 @@ def test_diff(widget: MetricSpec) -> None:
     assert (change.a, change.b, change.delta, change.ratio) == (TOTAL, 2 * TOTAL, TOTAL, 2.0)
     own = d.row("1").self_metrics[WIDGET]
     assert (own.a, own.b, own.delta) == (20, 40, 20)
+
+
+def test_html_report(widget: MetricSpec) -> None:
+    page = to_html_text(_profile())
+    found = re.search(r'<script type="application/json" id="ls-data">(.*?)</script>', page)
+    assert found is not None
+    data = json.loads(found.group(1))
+    keys = [c["key"] for c in data["columns"]]
+    # the table's order: after the built-in report metrics this untimed profile has
+    # (bytes_accessed last), before calls
+    assert keys[keys.index(WIDGET) - 1 :] == [ms.BYTES_ACCESSED, WIDGET, "calls"]
+    column = data["columns"][keys.index(WIDGET)]
+    assert (column["header"], column["kind"]) == ("Widgets", "bytes")
+    assert data["v"][WIDGET] == [TOTAL, 100, 20, 3]  # pre-order: root, 0, 1, 2
+    assert data["s"][WIDGET] == [1000]  # self values of the one inner node, the root
+    # the chart: offered last (chart=8), labelled by the header
+    assert data["chart"][-1] == {"key": WIDGET, "label": "Widgets", "kind": "bytes"}
+
+
+def test_trace_spans(widget: MetricSpec) -> None:
+    events = trace_events(_profile(timing=True))["traceEvents"]
+    seen = {
+        e["args"]["path"]: e["args"][WIDGET]
+        for e in events
+        if e["ph"] == "X" and e["args"].get("phase") == "forward" and WIDGET in e["args"]
+    }
+    assert seen == {"": TOTAL, "0": 100, "1": 20, "2": 3}
+    # a forward metric only: no backward span carries it
+    assert not [e for e in events if e.get("tid") == 2 and WIDGET in e["args"]]
 
 
 def test_the_table_refuses_what_no_stage_does() -> None:

@@ -18,6 +18,7 @@ from torch import Tensor, nn
 from torch._subclasses.fake_tensor import FakeTensorMode, is_fake
 
 import layerscope as ls
+import layerscope.metricspec as ms
 from helpers.snapshots import ModelSnapshot
 from layerscope.collect import state as state_module
 from layerscope.collect.state import (
@@ -29,7 +30,7 @@ from layerscope.collect.state import (
 from layerscope.collect.tree import ModelTree, module_repr
 from layerscope.errors import LayerscopeError
 from layerscope.metrics.params import fill_parameters, owned_tensors
-from layerscope.profile import ADDITIVE_METRICS, DTYPE_KEYS, Node, Profile, new_node
+from layerscope.profile import DTYPE_KEYS, Node, Profile, new_node
 
 # ---- ModelState ------------------------------------------------------------------------
 
@@ -556,7 +557,7 @@ def _reference_fill(tree: ModelTree) -> tuple[list[tuple[str, bool, str, list[st
         return f"{node.path}.{key}" if node.path else key
 
     for node in tree.root.walk():
-        node.self_metrics.update(dict.fromkeys(ADDITIVE_METRICS[:5], 0))
+        node.self_metrics.update(dict.fromkeys(ms.ADDITIVE_METRICS[:5], 0))
         node.self_by_dtype = {}
         node.shared = []
         module = tree.module[id(node)]
@@ -690,10 +691,10 @@ def _reference_rollup(root: Node) -> None:
     def visit(node: Node) -> None:
         for c in node.children:
             visit(c)
-        totals = {k: v for k, v in node.self_metrics.items() if k in ADDITIVE_METRICS}
+        totals = {k: v for k, v in node.self_metrics.items() if k in ms.ADDITIVE_METRICS}
         for c in node.children:
             for k, v in c.metrics.items():
-                if k in ADDITIVE_METRICS:
+                if k in ms.ADDITIVE_METRICS:
                     totals[k] = totals.get(k, 0) + v
         node.metrics.update(totals)
         merged: dict[str, dict[str, int]] = {}
@@ -708,7 +709,7 @@ def _reference_rollup(root: Node) -> None:
 
 
 def _random_tree(rng: random.Random) -> Node:
-    keys = [*ADDITIVE_METRICS, "latency_ms", "peak_bytes"]
+    keys = [*ms.ADDITIVE_METRICS, "latency_ms", "peak_bytes"]
     nodes = [Node(path="", name="root", type="Root")]
     for i in range(1, 60):
         node = Node(path=f"n{i}", name=f"n{i}", type="T")

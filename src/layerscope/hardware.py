@@ -212,8 +212,6 @@ _BUILTIN: tuple[DeviceSpec, ...] = (
     ),
 )  # fmt: skip
 
-#: Built-in specs by name.
-SPECS: dict[str, DeviceSpec] = {s.name: s for s in _BUILTIN}
 #: Other names for the built-in specs.
 ALIASES: dict[str, str] = {
     "h100-sxm": "h100",
@@ -222,12 +220,29 @@ ALIASES: dict[str, str] = {
     "4090": "rtx4090",
     "rtx-4090": "rtx4090",
 }
+#: Built-in specs by name.
+SPECS: dict[str, DeviceSpec] = {}
 #: Every built-in spec by each of its names, aliases included: the one device table that
-#: ``device_spec`` and the kernel targets (``collect.target.parse_target``) both read.
-BY_NAME: dict[str, DeviceSpec] = {**SPECS, **{a: SPECS[n] for a, n in ALIASES.items()}}
+#: ``device_spec``, the kernel targets (``collect.target.parse_target``) and the CLI's
+#: device lists read.
+BY_NAME: dict[str, DeviceSpec] = {}
 #: The built-in GPU specs' names, and every name a GPU target may take (aliases too).
-GPU_SPECS: tuple[str, ...] = tuple(s.name for s in _BUILTIN if s.kind == "gpu")
-GPUS: tuple[str, ...] = tuple(name for name, spec in BY_NAME.items() if spec.kind == "gpu")
+GPU_SPECS: tuple[str, ...] = ()
+GPUS: tuple[str, ...] = ()
+
+
+def _index() -> None:
+    """Derive the name tables above from the rows (``_BUILTIN``, ``ALIASES``)."""
+    global GPU_SPECS, GPUS
+    SPECS.clear()
+    SPECS.update({s.name: s for s in _BUILTIN})
+    BY_NAME.clear()
+    BY_NAME.update({**SPECS, **{a: SPECS[n] for a, n in ALIASES.items()}})
+    GPU_SPECS = tuple(s.name for s in _BUILTIN if s.kind == "gpu")
+    GPUS = tuple(name for name, spec in BY_NAME.items() if spec.kind == "gpu")
+
+
+_index()
 
 
 #: What names a device spec: a name (``device_spec``'s), a DeviceSpec, or a mapping of
@@ -236,8 +251,9 @@ DeviceLike = str | DeviceSpec | Mapping[str, Any]
 
 
 #: The built-in spec of a CUDA device from its name (``torch.cuda.get_device_name``):
-#: (words the name must contain, words it must not, spec), first match wins. Variants
-#: with other clocks, memory or power (H100 NVL, A100 PCIe, H200 NVL) have no spec here.
+#: (words the name must contain, words it must not, spec), first match wins. Every GPU
+#: spec of ``_BUILTIN`` has a row (``tests/test_device_table.py`` checks). Variants with
+#: other clocks, memory or power (H100 NVL, A100 PCIe, H200 NVL) have no spec here.
 _GPU_NAMES: tuple[tuple[tuple[str, ...], tuple[str, ...], str], ...] = (
     (("h100", "pcie"), (), "h100-pcie"),
     (("h100", "hbm3"), ("nvl", "pcie"), "h100"),

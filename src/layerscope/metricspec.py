@@ -3,7 +3,8 @@
 One ``MetricSpec`` per key of ``node.metrics`` says what the number is (unit, phase,
 description, JSON type), how values combine wherever several become one (calls, timing
 repeats, folded siblings, by-type groups, a loop cycle's steps, ranks), whether it has
-self and inclusive forms, and how views show it (header, priority, shown by default).
+self and inclusive forms, and how views show it (header, priority, shown by default; the
+HTML report's table and chart, the trace's span args).
 Observers write under the key constants below; the catalog, JSON schema, fold, merge,
 diff, views and exports read the table. Adding a metric is one row (``register_metric``).
 
@@ -73,6 +74,8 @@ Rule = Literal["sum", "max", "median", "first", "keep", "drop"]
 #: Where values combine: timing repeats, folded siblings, by-type groups, a loop
 #: cycle's analysed steps, ranks of a distributed run.
 Stage = Literal["repeats", "fold", "by_type", "cycles", "ranks"]
+#: The trace spans whose args carry a metric: forward spans, backward spans.
+Spans: TypeAlias = tuple[Literal["forward", "backward"], ...]
 
 #: The rules each stage implements.
 _ALLOWED: dict[str, frozenset[str]] = {
@@ -119,6 +122,14 @@ class MetricSpec:
     #: A non-additive value of a module covers its children's work too (a peak, a time);
     #: False: a fact of the module's own calls (its inputs), whatever its children do.
     subtree: bool = True
+    #: The HTML report: a column of its module table (when some node has it; its self
+    #: column after it where ``default_self``), and (``chart`` > 0) a size of its chart,
+    #: offered in ``chart`` order as ``chart_label`` (default: the header).
+    report: bool = False
+    chart: int = 0
+    chart_label: str = ""
+    #: The trace spans whose args carry it (when the module has it), by phase.
+    spans: Spans = ()
 
     def __post_init__(self) -> None:
         for stage, allowed in _ALLOWED.items():
@@ -170,10 +181,25 @@ def _work(
     *,
     cycles: Rule = "sum",
     default: bool = False,
+    report: bool = False,
+    chart: int = 0,
+    chart_label: str = "",
+    spans: Spans = (),
 ) -> MetricSpec:
     """An additive amount of work or memory, summed everywhere."""
     return MetricSpec(
-        key, unit, phase, description, header, priority=priority, cycles=cycles, default=default
+        key,
+        unit,
+        phase,
+        description,
+        header,
+        priority=priority,
+        cycles=cycles,
+        default=default,
+        report=report,
+        chart=chart,
+        chart_label=chart_label,
+        spans=spans,
     )
 
 
@@ -196,6 +222,9 @@ def _static(
     *,
     default: bool = False,
     show_zero: bool = False,
+    report: bool = False,
+    chart: int = 0,
+    spans: Spans = (),
 ) -> MetricSpec:
     """An additive fact of the model itself: a loop cycle keeps its last step's value."""
     return MetricSpec(
@@ -208,6 +237,9 @@ def _static(
         cycles="keep",
         default=default,
         show_zero=show_zero,
+        report=report,
+        chart=chart,
+        spans=spans,
     )
 
 
@@ -220,6 +252,8 @@ def _peak(
     *,
     default: bool = False,
     subtree: bool = True,
+    report: bool = False,
+    spans: Spans = (),
 ) -> MetricSpec:
     """A high-water mark: not additive, the largest wins wherever values combine."""
     return MetricSpec(
@@ -235,6 +269,8 @@ def _peak(
         cycles="max",
         default=default,
         subtree=subtree,
+        report=report,
+        spans=spans,
     )
 
 
@@ -248,6 +284,8 @@ def _time(
     *,
     default: bool = False,
     default_self: bool = False,
+    report: bool = False,
+    chart: int = 0,
 ) -> MetricSpec:
     """Seconds per call, the median over timing repeats."""
     return MetricSpec(
@@ -268,6 +306,8 @@ def _time(
         default=default,
         default_self=default_self,
         show_zero=True,
+        report=report,
+        chart=chart,
     )
 
 
@@ -305,46 +345,56 @@ DEVICE_TIME = "device_time"
 BACKWARD_DEVICE_TIME = "backward_device_time"
 #: The kinds of ``profile.memory["baseline"]`` (``metrics/memory/baseline.py``), in order.
 BASELINE_KINDS = ("parameters", "gradients", "optimizer_states", "buffers", "other")
+_FWD: Spans = ("forward",)
+_BWD: Spans = ("backward",)
+_BOTH: Spans = ("forward", "backward")
 
 _BUILTIN: tuple[MetricSpec, ...] = (
     _static(PARAMS, "count", _count("param"), 90, "parameter elements; a tensor shared by several "
             "modules counts once, at their lowest common ancestor", default=True,
-            show_zero=True),
+            show_zero=True, report=True, chart=5, spans=_BOTH),
     _static(TRAINABLE_PARAMS, "count", _count("trainable param"), 30, "parameter elements with "
-            "requires_grad"),
-    _static(BUFFERS, "count", _count("buffer"), 20, "buffer elements"),
-    _static(PARAM_BYTES, "bytes", _size("param"), 30, "bytes of parameters", default=True),
-    _static(BUFFER_BYTES, "bytes", _size("buffer"), 20, "bytes of buffers", default=True),
+            "requires_grad", report=True, spans=_BOTH),
+    _static(BUFFERS, "count", _count("buffer"), 20, "buffer elements", report=True,
+            spans=_FWD),
+    _static(PARAM_BYTES, "bytes", _size("param"), 30, "bytes of parameters", default=True,
+            report=True, chart=7, spans=_FWD),
+    _static(BUFFER_BYTES, "bytes", _size("buffer"), 20, "bytes of buffers", default=True,
+            report=True, spans=_FWD),
     _work(MACS, "MAC", "forward", "MACs", 60, "multiply-accumulates of contraction ops "
-          "(mm, bmm, conv, attention and RNN gate matmuls) in the forward", default=True),
+          "(mm, bmm, conv, attention and RNN gate matmuls) in the forward", default=True,
+          report=True, spans=_FWD),
     _work(FLOPS, "FLOP", "forward", "FLOPs", 90, "floating-point operations of the forward: "
-          "2 per MAC plus every other arithmetic op", default=True),
+          "2 per MAC plus every other arithmetic op", default=True, report=True, chart=3,
+          spans=_FWD),
     _work(BACKWARD_MACS, "MAC", "backward", "Bwd MACs", 50, "multiply-accumulates of the "
-          "backward ops autograd ran"),
+          "backward ops autograd ran", report=True, spans=_BWD),
     _work(BACKWARD_FLOPS, "FLOP", "backward", "Bwd FLOPs", 70, "floating-point operations "
-          "of the backward ops autograd ran", default=True),
+          "of the backward ops autograd ran", default=True, report=True, chart=4,
+          spans=_BWD),
     _work(RECOMPUTE_FLOPS, "FLOP", "backward", "Recompute", 45, "floating-point operations "
           "of forward work the backward pass ran again (activation checkpointing's "
           "recomputation); part of backward_flops"),
     _work(ACTIVATION_BYTES, "bytes", "forward", "Saved", 70, "bytes saved for backward by "
-          "the module's ops (deduplicated by storage, parameters excluded)", default=True),
+          "the module's ops (deduplicated by storage, parameters excluded)", default=True,
+          report=True, chart=6, chart_label="Memory (saved)", spans=_FWD),
     _work(OUTPUT_BYTES, "bytes", "forward", "Out", 40, "bytes of the module's tensor "
-          "outputs", default=True),
+          "outputs", default=True, report=True, spans=_FWD),
     _peak(INPUT_BYTES, "forward", "In", 30, "bytes of the tensors passed to one call of the "
           "module's forward (each distinct tensor once), the largest over its calls",
           subtree=False),
     _peak(PEAK_BYTES, "forward", "Peak", 50, "highest live bytes above the level at module "
-          "entry, during its forward", default=True),
+          "entry, during its forward", default=True, report=True, spans=_FWD),
     _peak(SIMULATED_PEAK_BYTES, "forward", "", 0, "the simulated peak_bytes, kept beside "
           "the CUDA allocator's as a cross-check"),
     _peak(BACKWARD_PEAK_BYTES, "backward", "Bwd peak", 35, "highest live bytes during the "
           "module's backward"),
     _work(GRAD_BYTES, "bytes", "backward", _size("grad"), 40, "bytes of the parameter gradients "
-          "the module holds", cycles="keep", default=True),
+          "the module holds", cycles="keep", default=True, report=True, spans=_BWD),
     _work(BYTES_ACCESSED, "bytes", "forward", "Bytes", 40, "bytes read and written by the "
-          "module's forward ops"),
+          "module's forward ops", report=True, spans=_FWD),
     _work(BACKWARD_BYTES_ACCESSED, "bytes", "backward", "Bwd bytes", 30, "bytes read and "
-          "written by the module's backward ops"),
+          "written by the module's backward ops", report=True, spans=_BWD),
     _work(COMM_BYTES, "bytes", "forward", "Comm", 45, "bytes handed to collectives in the "
           "forward"),
     _work(BACKWARD_COMM_BYTES, "bytes", "backward", "Bwd comm", 45, "bytes handed to "
@@ -362,11 +412,13 @@ _BUILTIN: tuple[MetricSpec, ...] = (
     _work(LOCAL_GRAD_BYTES, "bytes", "backward", _size("local grad"), 20, "bytes of this "
           "rank's shards of the parameter gradients the module holds", cycles="keep"),
     _time(FORWARD_TIME, "forward", "Fwd time", "fwd", 80, "seconds per call of the "
-          "module's forward, median over timed repeats", default=True, default_self=True),
+          "module's forward, median over timed repeats", default=True, default_self=True,
+          report=True, chart=1),
     _time(BACKWARD_TIME, "backward", "Bwd time", "bwd", 75, "seconds per call of the "
-          "backward work created by the module's forward", default=True, default_self=True),
+          "backward work created by the module's forward", default=True, default_self=True,
+          report=True, chart=2),
     _time(DEVICE_TIME, "forward", "Device", "device", 60, "device (kernel) seconds per call "
-          "of the module's forward", default=True),
+          "of the module's forward", default=True, report=True),
     _time(BACKWARD_DEVICE_TIME, "backward", "", "", 0, "device (kernel) seconds per call "
           "of the module's backward"),
 )

@@ -14,7 +14,6 @@ from typing import IO, Any, TypeAlias
 
 import layerscope.metricspec as ms
 from layerscope.errors import ProfileCheckError
-from layerscope.metricspec import ADDITIVE_METRICS as ADDITIVE_METRICS  # re-export, old path
 
 SCHEMA = "layerscope/1"
 

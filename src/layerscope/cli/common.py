@@ -8,6 +8,7 @@ import os
 import sys
 from typing import Any
 
+from layerscope import hardware
 from layerscope.analysis.roofline import target_spec
 from layerscope.errors import InvalidInputError
 from layerscope.export.files import write_text
@@ -20,6 +21,14 @@ from layerscope.render.options import VIEWS, check_view
 from layerscope.validate import check_choice, refuse
 
 _FOLD = {"on": True, "off": False, "all": "all"}
+
+
+def gpu_names() -> str:
+    """The built-in GPU specs' names, for help texts: read from the device table
+    (``hardware.GPU_SPECS``) when the parser is built."""
+    return ", ".join(hardware.GPU_SPECS)
+
+
 #: The flag that gives each view option, for refusals that name it.
 VIEW_FLAGS = {
     "view": "--format",
@@ -135,8 +144,8 @@ def add_view_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--spec",
         metavar="DEVICE",
-        help="a device spec (h100, h100-pcie, h200, a100, l4, l40s, rtx4090, cpu, ...) for "
-        "the roofline view and columns (intensity, bound, roofline_time, efficiency, "
+        help=f"a device spec (cpu, {gpu_names()} or an alias) for the roofline view and "
+        "columns (intensity, bound, roofline_time, efficiency, "
         "lost_time) and the HTML report's roofline chart; docs/roofline.md",
     )
     g.add_argument(

@@ -29,13 +29,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from layerscope.cli.common import VIEW_FLAGS, add_model_arguments, flags_given
+from layerscope.cli.common import VIEW_FLAGS, add_model_arguments, flags_given, gpu_names
 from layerscope.cli.inputs import parse_json_object, parse_model_dtype, parse_shape
 from layerscope.errors import InvalidInputError
 from layerscope.export.files import write_text
 from layerscope.generation.estimate import CACHES, estimate_generate
 from layerscope.generation.result import STAGES
-from layerscope.hardware import GPU_SPECS, GPUS
+from layerscope.hardware import GPUS
 from layerscope.render import config as display_config
 from layerscope.render.options import VIEWS, check_view
 from layerscope.render.stageviews import STAGED_VIEWS
@@ -75,7 +75,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     gen.add_argument(
         "--target", default=None, metavar="GPU",
-        help=f"with --device meta, the GPU: {', '.join(GPU_SPECS)} "
+        help=f"with --device meta, the GPU: {gpu_names()} "
         "(default h100)",
     )  # fmt: skip
     gen.add_argument(

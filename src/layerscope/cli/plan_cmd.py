@@ -26,7 +26,7 @@ from typing import Any
 
 from torch import nn
 
-from layerscope.cli.common import add_model_arguments
+from layerscope.cli.common import add_model_arguments, gpu_names
 from layerscope.cli.inputs import (
     InputMaker,
     check_shape_flags,
@@ -35,7 +35,7 @@ from layerscope.cli.inputs import (
     parse_shape,
 )
 from layerscope.errors import InvalidInputError
-from layerscope.hardware import GPU_SPECS, GPUS
+from layerscope.hardware import GPUS
 from layerscope.metrics.memory.training import OPTIMIZER_STATES
 from layerscope.planning import plan, plan_sweep
 from layerscope.planning.states import PRECISIONS, SHARDINGS
@@ -74,7 +74,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     run = p.add_argument_group("the training run")
     run.add_argument(
         "--target", default="h100", metavar="GPU",
-        help=f"the GPU: {', '.join(GPU_SPECS)} (default h100)",
+        help=f"the GPU: {gpu_names()} (default h100)",
     )  # fmt: skip
     run.add_argument("--world-size", type=int, metavar="N", help="GPUs in the run (8)")
     run.add_argument("--sharding", metavar="KIND", help=f"{', '.join(SHARDINGS)} (fsdp: FSDP2)")

@@ -52,6 +52,7 @@ from layerscope.cli.common import (
     add_view_arguments,
     check_roof,
     check_view_arguments,
+    gpu_names,
     write_profile,
 )
 from layerscope.cli.inputs import (
@@ -161,8 +162,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="DEVICE",
         default=None,
         help="with --device meta, follow the kernels (attention, LSTM, BatchNorm) of "
-        "this device: cpu (the default there), cuda, h100, h100-pcie, h200, a100, "
-        "a100-40gb, a100-80gb, l4, l40s, rtx4090",
+        f"this device: cpu (the default there), cuda, {gpu_names()} or an alias",
     )
     run.add_argument(
         "--dtype", metavar="DTYPE", help="cast the model first (e.g. float16, bfloat16)"

@@ -50,36 +50,21 @@ from layerscope.render.summary import BASELINE_WORDS, summary_lines
 
 __all__ = ["page_text", "report_data", "report_roof", "script_json", "to_html", "to_html_text"]
 
-#: Columns of the table, in order, when some node has them.
-TABLE_KEYS: tuple[str, ...] = (
-    "input_shape",
-    "output_shape",
-    ms.PARAMS,
-    ms.TRAINABLE_PARAMS,
-    ms.BUFFERS,
-    ms.PARAM_BYTES,
-    ms.BUFFER_BYTES,
-    ms.MACS,
-    ms.FLOPS,
-    ms.BACKWARD_MACS,
-    ms.BACKWARD_FLOPS,
-    ms.ACTIVATION_BYTES,
-    ms.OUTPUT_BYTES,
-    ms.PEAK_BYTES,
-    ms.GRAD_BYTES,
-    ms.BYTES_ACCESSED,
-    ms.BACKWARD_BYTES_ACCESSED,
-    ms.FORWARD_TIME,
-    "self_forward_time",
-    ms.BACKWARD_TIME,
-    "self_backward_time",
-    ms.DEVICE_TIME,
-    "flops_per_s",
-    "absmax",
-    "nan",
-    "inf",
-    "calls",
-)
+#: Columns of the table before and after the metrics, when some node has them.
+_TEXT_KEYS = ("input_shape", "output_shape")
+_OTHER_KEYS = ("flops_per_s", "absmax", "nan", "inf", "calls")
+
+
+def table_keys() -> tuple[str, ...]:
+    """Columns of the table, in order, when some node has them: the shapes, the metrics
+    of the table (``MetricSpec.report``; a self column after those with ``default_self``),
+    achieved FLOP/s, the numerics statistics and calls."""
+    metrics: list[str] = []
+    for spec in ms.METRICS.values():
+        if spec.report:
+            metrics += (spec.key, f"self_{spec.key}") if spec.default_self else (spec.key,)
+    return (*_TEXT_KEYS, *metrics, *_OTHER_KEYS)
+
 
 #: Shown before the user picks columns: the console's high-priority ones, but not MACs
 #: beside FLOPs (half of them, for most ops), so that the table fits a 1400-px window.
@@ -90,16 +75,16 @@ _HIDDEN_BESIDE = {ms.MACS: ms.FLOPS}
 #: Peaks per module call: a module never entered has none (a blank cell, as for time).
 _PER_CALL_PEAKS = frozenset({ms.PEAK_BYTES, ms.SIMULATED_PEAK_BYTES})
 
-#: What the chart can size modules by: (value key, label, kind), when the profile has it.
-CHART_METRICS: tuple[tuple[str, str, str], ...] = (
-    ("forward_time_total", "Fwd time", "seconds"),
-    ("backward_time_total", "Bwd time", "seconds"),
-    (ms.FLOPS, "FLOPs", "si"),
-    (ms.BACKWARD_FLOPS, "Bwd FLOPs", "si"),
-    (ms.PARAMS, "Params", "count"),
-    (ms.ACTIVATION_BYTES, "Memory (saved)", "bytes"),
-    (ms.PARAM_BYTES, "Param size", "bytes"),
-)
+
+def chart_metrics() -> tuple[tuple[str, str, str], ...]:
+    """What the chart can size modules by, when the profile has it: (value key, label,
+    kind) of the metrics with ``MetricSpec.chart``, in that order (a time by its total)."""
+    specs = sorted((s for s in ms.METRICS.values() if s.chart > 0), key=lambda s: s.chart)
+    out: list[tuple[str, str, str]] = []
+    for spec in specs:
+        key = f"{spec.key}_total" if spec.calls == "per_call" else spec.key
+        out.append((key, spec.chart_label or spec.header, column(key).kind))
+    return tuple(out)
 
 
 _EVENTS = {"enter": "e", "exit": "x", "backward": "b", "peak": "p", "end": "n"}
@@ -273,7 +258,7 @@ def _table(
     cols: list[dict[str, Any]] = []
     v: dict[str, list[Any]] = {}
     s: dict[str, list[Any]] = {}
-    for key in TABLE_KEYS:
+    for key in table_keys():
         base = key.removeprefix("self_")
         if key in ("input_shape", "output_shape"):
             sigs = [(n.inputs if key == "input_shape" else n.outputs) for n in nodes]
@@ -320,7 +305,7 @@ def _chart(
     """The metrics the chart can show (a positive whole-model total); adds their values
     to ``v``."""
     chart: list[dict[str, Any]] = []
-    for key, label, kind in CHART_METRICS:
+    for key, label, kind in chart_metrics():
         base = key.removesuffix("_total")
         if base not in present:
             continue

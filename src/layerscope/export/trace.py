@@ -31,34 +31,20 @@ PID = 1
 FORWARD_TID = 1
 BACKWARD_TID = 2
 
-#: Metrics copied into the args of forward spans, when the module has them.
-FORWARD_ARGS: tuple[str, ...] = (
-    ms.PARAMS,
-    ms.TRAINABLE_PARAMS,
-    ms.BUFFERS,
-    ms.PARAM_BYTES,
-    ms.BUFFER_BYTES,
-    ms.MACS,
-    ms.FLOPS,
-    ms.ACTIVATION_BYTES,
-    ms.OUTPUT_BYTES,
-    ms.PEAK_BYTES,
-    ms.BYTES_ACCESSED,
-)
-#: Metrics copied into the args of backward spans, when the module has them.
-BACKWARD_ARGS: tuple[str, ...] = (
-    ms.PARAMS,
-    ms.TRAINABLE_PARAMS,
-    ms.GRAD_BYTES,
-    ms.BACKWARD_MACS,
-    ms.BACKWARD_FLOPS,
-    ms.BACKWARD_BYTES_ACCESSED,
-)
-#: Time keys per phase: median per call, with ``_min`` / ``_iqr`` and the self median.
-_TIMES: dict[str, tuple[str, ...]] = {
-    "forward": (ms.FORWARD_TIME, ms.DEVICE_TIME),
-    "backward": (ms.BACKWARD_TIME, ms.BACKWARD_DEVICE_TIME),
-}
+
+def span_args(phase: str) -> tuple[str, ...]:
+    """Metrics copied into the args of ``phase``'s spans, when the module has them: those
+    with ``phase`` in ``MetricSpec.spans``, what the module holds (a loop cycle keeps it)
+    before its work, each in the table's order."""
+    keys = [s.key for s in ms.METRICS.values() if phase in s.spans]
+    held = ms.rule_keys("cycles", "keep")
+    return tuple(sorted(keys, key=lambda k: k not in held))
+
+
+def span_times(phase: str) -> tuple[str, ...]:
+    """Time keys of ``phase``'s spans (per call, the table's order): the median, with
+    ``_min`` / ``_iqr`` and the self median."""
+    return tuple(s.key for s in ms.METRICS.values() if s.calls == "per_call" and s.phase == phase)
 
 
 def to_trace(profile: Profile, path: str | os.PathLike[str]) -> None:
@@ -104,13 +90,14 @@ def trace_events(profile: Profile) -> dict[str, Any]:
 def _build(profile: Profile, trace: dict[str, Any]) -> dict[str, Any]:
     paths: list[str] = [str(p) for p in trace["paths"]]
     nodes = _nodes_by_path(profile)
+    keys = {phase: (span_args(phase), span_times(phase)) for phase in ("forward", "backward")}
     spans: list[dict[str, Any]] = []
     for row in trace.get("forward", []):
-        spans.append(_module_event(nodes, paths, row, "forward", FORWARD_TID))
+        spans.append(_module_event(nodes, paths, row, "forward", keys["forward"]))
     for row in trace.get("ops", []):
-        spans.append(_op_event(nodes, paths, row))
+        spans.append(_op_event(nodes, paths, row, keys["forward"][1]))
     for row in trace.get("backward", []):
-        spans.append(_module_event(nodes, paths, row, "backward", BACKWARD_TID))
+        spans.append(_module_event(nodes, paths, row, "backward", keys["backward"]))
     # Per track in start order. Rows are stored callers first and op rows come after the
     # modules, so this stable sort keeps an enclosing span before the spans it holds where
     # both start at the same time (and a zero-length span before the one that follows it).
@@ -177,8 +164,13 @@ def _times(row: Sequence[Any]) -> tuple[float, float]:
 
 
 def _module_event(
-    nodes: dict[str, Node], paths: list[str], row: Sequence[Any], phase: str, tid: int
+    nodes: dict[str, Node],
+    paths: list[str],
+    row: Sequence[Any],
+    phase: str,
+    keys: tuple[tuple[str, ...], tuple[str, ...]],
 ) -> dict[str, Any]:
+    """A module call's span; ``keys``: the phase's metric args and time keys."""
     path = paths[int(row[0])]
     ts, dur = _times(row)
     node = nodes.get(path)
@@ -192,10 +184,10 @@ def _module_event(
     }
     if node is not None and exact:
         args["calls"] = node.calls
-        for key in FORWARD_ARGS if phase == "forward" else BACKWARD_ARGS:
+        for key in keys[0]:
             if key in node.metrics:
                 args[key] = _finite(node.metrics[key])
-        args.update(_time_args(node, _TIMES[phase]))
+        args.update(_time_args(node, keys[1]))
     return {
         "name": path or "<root>",
         "cat": node.type if node is not None else phase,
@@ -203,12 +195,14 @@ def _module_event(
         "ts": ts,
         "dur": dur,
         "pid": PID,
-        "tid": tid,
+        "tid": FORWARD_TID if phase == "forward" else BACKWARD_TID,
         "args": args,
     }
 
 
-def _op_event(nodes: dict[str, Node], paths: list[str], row: Sequence[Any]) -> dict[str, Any]:
+def _op_event(
+    nodes: dict[str, Node], paths: list[str], row: Sequence[Any], times: tuple[str, ...]
+) -> dict[str, Any]:
     path = paths[int(row[0])]
     ts, dur = _times(row)
     module, _, name = path.partition("/")
@@ -217,7 +211,7 @@ def _op_event(nodes: dict[str, Node], paths: list[str], row: Sequence[Any]) -> d
     args: dict[str, Any] = {"path": path, "module": module, "op": kind, "call": int(row[1])}
     if node is not None:
         args["calls"] = node.calls
-        args.update(_time_args(node, _TIMES["forward"]))
+        args.update(_time_args(node, times))
     return {
         "name": node.name if node is not None else name,
         "cat": kind,

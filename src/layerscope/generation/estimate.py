@@ -29,6 +29,7 @@ from torch import nn
 
 import layerscope.metricspec as ms
 from layerscope.analysis.roofline import Roof, roof_of, roof_times
+from layerscope.collect.hfmeta import meta_values
 from layerscope.collect.meta import meta_copy
 from layerscope.collect.target import parse_target
 from layerscope.errors import InvalidInputError, LayerscopeError, MissingDependencyError, ModelError
@@ -37,7 +38,6 @@ from layerscope.generation.decodefit import AffineFit, Point, decode_lengths
 from layerscope.generation.estimate_notes import notes_for
 from layerscope.generation.estimate_result import GenerateEstimate, SweepRow
 from layerscope.hardware import GPUS, DeviceSpec, device_spec
-from layerscope.integrations.hfmeta import meta_values
 from layerscope.profile import Profile
 from layerscope.session.options import check_dtype
 from layerscope.session.run import profile

@@ -20,6 +20,7 @@ from torch.optim import Optimizer
 from layerscope.analysis.merge import merge_profiles
 from layerscope.collect.common import unwrap_model
 from layerscope.collect.grads import GradShapes
+from layerscope.collect.hfmeta import meta_values
 from layerscope.collect.observer import Observer
 from layerscope.collect.scopes import ScopeTracker
 from layerscope.collect.target import Target
@@ -27,7 +28,6 @@ from layerscope.collect.timing import LoopTimer
 from layerscope.collect.tree import ModelTree
 from layerscope.errors import InvalidInputError, LayerscopeError
 from layerscope.gcpause import gc_paused
-from layerscope.integrations.hfmeta import meta_values
 from layerscope.metrics.bytes import ByteCounter
 from layerscope.metrics.comm import comm_observers
 from layerscope.metrics.flop_counter import FlopCounter

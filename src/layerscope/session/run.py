@@ -16,6 +16,7 @@ from torch import nn
 from torch.optim import Optimizer
 
 from layerscope.collect.common import default_loss, in_mode, is_compiled, unwrap_model
+from layerscope.collect.hfmeta import meta_values
 from layerscope.collect.inputs import model_device_dtype, random_inputs
 from layerscope.collect.observer import Observer
 from layerscope.collect.scopes import ScopeTracker
@@ -26,7 +27,6 @@ from layerscope.collect.timing import TimingOptions, measure, region_paths, time
 from layerscope.collect.tree import ModelTree
 from layerscope.errors import InvalidInputError, LayerscopeError, ModelError
 from layerscope.gcpause import gc_paused
-from layerscope.integrations.hfmeta import meta_values
 from layerscope.metrics.flops import Formula
 from layerscope.metrics.numerics import NonFiniteMode
 from layerscope.profile import Profile

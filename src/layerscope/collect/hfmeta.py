@@ -6,8 +6,10 @@ In training mode (no KV cache, no attention mask) transformers' mask code asks
 it reads the answer with ``.all()``, which a meta tensor cannot give. ``meta_values()``
 makes it answer None (no packed sequences: what it finds for position ids that count up
 by one, transformers' default) for meta position ids only, while the block runs, and
-restores it after. Nothing is touched unless transformers is already imported. Every
-analysis ``ls.profile`` runs is inside it; a plain forward on meta can use it too.
+restores it after. Nothing is touched unless transformers is already imported. It sits
+beside ``to_meta`` (``collect.meta``): applied once per analysis, around ``ls.profile``'s
+analysis pass and each call a ``Profiler(stages=...)`` analyses; a plain forward on meta
+(``estimate_generate`` filling a cache) can use it too.
 """
 
 from __future__ import annotations
