@@ -8,6 +8,8 @@ model calls the helper as transformers' mask code does.
 from __future__ import annotations
 
 import sys
+import threading
+import time
 import types
 from typing import Any
 
@@ -91,3 +93,70 @@ def test_once_per_staged_call(masking: Masking) -> None:
     # three calls, each its own analysis: three replacements, three meta answers
     assert (masking.installs, ANSWERS) == (3, [None, None, None])
     assert getattr(masking, NAME) == masking.original
+
+
+def test_threads_share_one_patch_and_leave_the_original(masking: Masking) -> None:
+    """8 threads x 50 blocks, interleaved with a thread outside any block: inside, meta
+    position ids get None and real ones the helper; outside, even while others are
+    inside, the helper itself answers; after the last block the helper is the original
+    (no wrapper chained on a wrapper)."""
+    from layerscope.collect.hfmeta import meta_values
+
+    meta, real = torch.zeros(1, 4, device="meta"), torch.zeros(1, 4)
+    inside: list[Any] = []
+    outside: list[Any] = []
+    start = threading.Barrier(9)
+
+    def analyse() -> None:
+        start.wait()
+        for _ in range(50):
+            with meta_values():
+                time.sleep(0.0002)  # let the other threads in while this one is inside
+                ask = getattr(masking, NAME)
+                inside.append((ask(meta), ask(real)))
+
+    def user() -> None:
+        start.wait()
+        for _ in range(200):
+            time.sleep(0.0001)
+            outside.append(getattr(masking, NAME)(meta))
+
+    threads = [threading.Thread(target=analyse) for _ in range(8)]
+    threads.append(threading.Thread(target=user))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert inside == [(None, "real")] * 400
+    assert outside == ["real"] * 200  # the user's thread is in no analysis
+    assert getattr(masking, NAME) == masking.original
+    assert 1 <= masking.installs <= 400
+
+
+def test_threads_planning_a_transformers_model() -> None:
+    """8 threads x 6 plans of a tiny Llama in training mode (whose mask code asks the
+    helper): every plan is the same, and the helper is transformers' own after."""
+    masking = pytest.importorskip("transformers.masking_utils")
+    from helpers.models import tiny_llama
+
+    original = getattr(masking, NAME)
+    model = tiny_llama().train()
+    ids = torch.zeros(1, 8, dtype=torch.long)
+    peaks: list[int] = []
+    errors: list[BaseException] = []
+
+    def plans() -> None:
+        try:
+            for _ in range(6):
+                plan = ls.plan(model, ids, target="h100", world_size=1, sharding="none")
+                peaks.append(plan.peak_bytes)
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=plans) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and len(peaks) == 48 and len(set(peaks)) == 1
+    assert getattr(masking, NAME) is original

@@ -15,32 +15,67 @@ analysis pass and each call a ``Profiler(stages=...)`` analyses; a plain forward
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 _NAME = "find_packed_sequence_indices"
 
+#: Guards the patch: installed when the first analysis of the process starts, put back
+#: when the last one ends, whatever the threads.
+_lock = threading.Lock()
+#: (module, original, wrapper) while the patch is in place.
+_installed: list[Any] = []
+_users = 0
+#: Per thread: how many analyses run here; the wrapper answers only inside one.
+_here = threading.local()
 
-@contextmanager
-def meta_values() -> Iterator[None]:
-    """While the block runs, transformers' value-reading helpers accept meta tensors."""
-    masking = sys.modules.get("transformers.masking_utils")
-    original = getattr(masking, _NAME, None)
-    if masking is None or original is None:
-        yield
-        return
 
+def _inside() -> bool:
+    return getattr(_here, "depth", 0) > 0
+
+
+def _wrap(original: Any) -> Any:
     def find_packed_sequence_indices(position_ids: Any, *args: Any, **kwargs: Any) -> Any:
-        if getattr(position_ids, "is_meta", False):
+        if _inside() and getattr(position_ids, "is_meta", False):
             return None
         return original(position_ids, *args, **kwargs)
 
-    setattr(masking, _NAME, find_packed_sequence_indices)
+    return find_packed_sequence_indices
+
+
+@contextmanager
+def meta_values() -> Iterator[None]:
+    """While the block runs, transformers' value-reading helpers accept meta tensors in
+    this thread. The module's function is replaced once for all threads (under a lock)
+    and put back when the last block ends, so concurrent analyses neither chain
+    wrappers nor take the helper away from each other; other threads' own calls, and
+    calls outside any block, reach the original."""
+    global _users
+    masking = sys.modules.get("transformers.masking_utils")
+    if masking is None or getattr(masking, _NAME, None) is None:
+        yield
+        return
+    with _lock:
+        if not _users:
+            original = getattr(masking, _NAME)
+            wrapper = _wrap(original)
+            setattr(masking, _NAME, wrapper)
+            _installed[:] = [masking, original, wrapper]
+        _users += 1
+    _here.depth = getattr(_here, "depth", 0) + 1
     try:
         yield
     finally:
-        setattr(masking, _NAME, original)
+        _here.depth -= 1
+        with _lock:
+            _users -= 1
+            if not _users:
+                module, original, wrapper = _installed
+                if getattr(module, _NAME, None) is wrapper:  # not replaced since
+                    setattr(module, _NAME, original)
+                _installed.clear()
 
 
 __all__ = ["meta_values"]
