@@ -28,8 +28,10 @@ from layerscope.profile import Profile
 
 
 # ---- the plan ----------------------------------------------------------------------------
-def build(prof: Profile, opts: Options, checkpoint: Any) -> Plan:
-    """The plan from an analysis (checkpoint resolved here, ``"auto"`` included)."""
+def build(prof: Profile, opts: Options) -> Plan:
+    """The plan from an analysis (``opts.checkpoint`` resolved here, ``"auto"``
+    included)."""
+    checkpoint = opts.checkpoint
     if checkpoint == "auto":
         return _auto(prof, opts)
     if checkpoint is not None and not isinstance(checkpoint, str):
@@ -112,7 +114,7 @@ def _build(prof: Profile, opts: Options, choice: CheckpointChoice, asked: Any) -
             "autocast's rules"
         )
     return Plan(
-        options=_options(opts, asked, units),
+        options=opts.section(units),
         device={
             "name": opts.target.name, "label": opts.target.label,
             "memory_bytes": opts.target.memory_bytes,
@@ -156,19 +158,6 @@ def _columns(points: list[tl.Point]) -> dict[str, list[Any]]:
     for part in tl.PARTS:
         columns[part] = [p.parts[part] for p in points]
     return columns
-
-
-def _options(opts: Options, asked: Any, units: list[str]) -> dict[str, Any]:
-    return {
-        "target": opts.target.name, "world_size": opts.world_size, "sharding": opts.sharding,
-        "precision": opts.precision, "optimizer": opts.optimizer,
-        "grad_accum": opts.grad_accum, "rank": opts.rank,
-        "reshard_after_forward": opts.reshard_after_forward,
-        "checkpoint": asked if isinstance(asked, str | type(None)) else list(asked),
-        "units": list(opts.units) if opts.units is not None else None,
-        "fsdp_units": units, "inter_node_bandwidth": opts.inter_node_bandwidth,
-        "bucket_cap_mb": opts.bucket_cap_mb, "hsdp": list(opts.hsdp) if opts.hsdp else None,
-    }  # fmt: skip
 
 
 def _notes(opts: Options, choice: CheckpointChoice, asked: Any, frozen: int) -> list[str]:
