@@ -36,7 +36,7 @@ def test_fsdp_replay_by_hand() -> None:
     elements (all-gather output and unsharded parameters 2 x 260 x 4 = 2,080 B), unit 1
     of 16 (128 B); 1,000 B at rest. Each point's total, derived event by event."""
     setup = Setup(
-        "fsdp", 2, {"param_bytes": 1000}, units=[Unit("", 0), Unit("0", 260), Unit("1", 16)],
+        2, {"param_bytes": 1000}, units=[Unit("", 0), Unit("0", 260), Unit("1", 16)],
         grads=dict(GRADS), final_grads=(260 + 16) * 4,
     )  # fmt: skip
     points = replay(setup, TIMELINE)
@@ -86,7 +86,7 @@ def test_ddp_autocast_replay_by_hand() -> None:
     bucket at rest, and while a module's backward ends its 16-bit gradient beside the
     float32 one; weight copies made in the forward, the ones not saved dropped at its end."""
     setup = Setup(
-        "ddp", 2, {"param_bytes": 2080, "comm_buffer_bytes": 2080}, grads=dict(GRADS),
+        2, {"param_bytes": 2080, "comm_buffer_bytes": 2080}, grads=dict(GRADS),
         grad_scale=2.0, weight_copies={"0": 1000, "1": 40}, saved_copies={"1": 40},
         cast_grads={"0": 1000, "1": 40}, final_grads=2080,
     )  # fmt: skip

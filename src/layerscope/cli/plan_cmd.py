@@ -39,7 +39,8 @@ from layerscope.metrics.memory.training import OPTIMIZER_STATES
 from layerscope.planning import plan, plan_sweep
 from layerscope.planning.options import DEFAULTS as OPTION_DEFAULTS
 from layerscope.planning.options import check_options
-from layerscope.planning.states import PRECISIONS, SHARDINGS
+from layerscope.planning.states import PRECISIONS
+from layerscope.planning.strategies import SHARDINGS
 from layerscope.planning.sweep import AXES
 from layerscope.render import config as display_config
 from layerscope.validate import check_choice, check_int, refuse

@@ -14,7 +14,8 @@ import torch
 from layerscope.errors import InvalidInputError
 from layerscope.hardware import BY_NAME, DeviceSpec, device_spec
 from layerscope.metrics.memory.training import OPTIMIZER_STATES
-from layerscope.planning.states import PRECISIONS, SHARDINGS
+from layerscope.planning.states import PRECISIONS
+from layerscope.planning.strategies import SHARDINGS, STRATEGIES
 from layerscope.validate import check_bool, check_choice, check_int, check_number, refuse
 
 #: Default bytes kept aside from the budget for what the timeline leaves out: the CUDA
@@ -69,8 +70,8 @@ class Options:
 
     @property
     def autocast(self) -> bool:
-        """Mixed precision as autocast runs it: DDP (or one GPU) with float32 weights."""
-        return self.mixed and self.sharding == "ddp"
+        """Mixed precision as autocast runs it (DDP's): float32 weights, 16-bit copies."""
+        return self.mixed and STRATEGIES[self.sharding].autocast
 
     @property
     def compute_dtype(self) -> torch.dtype:
@@ -144,8 +145,7 @@ def check_options(given: Mapping[str, Any]) -> Options:
     check_choice("sharding", sharding, list(SHARDINGS))
     check_choice("precision", o["precision"], list(PRECISIONS))
     check_choice("optimizer", o["optimizer"], list(OPTIMIZER_STATES))
-    if sharding == "none" and world != 1:
-        raise InvalidInputError("sharding='none' is one GPU: world_size must be 1")
+    STRATEGIES[sharding].check(world)
     units = o["units"]
     if units is not None:
         if isinstance(units, str) or not all(isinstance(u, str) for u in units):

@@ -57,9 +57,9 @@ class Unit:
 
 @dataclass
 class Setup:
-    """What the replay needs, in bytes (``planning.run`` builds it)."""
+    """What the replay needs, in bytes (``planning.build`` starts it, the strategy sets its
+    events: ``planning.strategy``)."""
 
-    sharding: str
     world_size: int
     #: the parts held all step long (model states at rest, buckets, the input, buffers)
     rest: dict[str, int]
@@ -91,8 +91,10 @@ class Setup:
     #: of a checkpointed module's output, what the analysis still holds at its recompute
     #: but the checkpointed run has freed (the recompute makes it again)
     regenerated: dict[str, int] = field(default_factory=dict)
-    #: ZeRO-2: the gradient partition each GPU keeps (allocated in the backward)
+    #: ZeRO-2: the gradient partition each GPU keeps (allocated in the backward), and
+    #: a module's gradients reduced (freed) once its backward is done
     grad_partition: int = 0
+    reduce_per_module: bool = False
     #: the gradients after the backward, at rest (what the optimizer reads)
     final_grads: int = 0
     optimizer_temp: int = 0
@@ -217,7 +219,7 @@ class _Step(_Replay):
 
     def __init__(self, setup: Setup, events: Sequence[str], paths: Sequence[str]) -> None:
         super().__init__(setup)
-        self.units = [u for u in setup.units if u.padded] if setup.sharding == "fsdp" else []
+        self.units = [u for u in setup.units if u.padded]
         self.by_path = {u.path: u for u in self.units}
         self.start = next((k for k, e in enumerate(events) if e == "backward"), len(events))
         self.first_bwd = _first_backward(events, paths, self.start)
@@ -293,7 +295,7 @@ class _Step(_Replay):
                 self.emit("recompute", m, recompute=s.recompute_peak.get(m, 0))
                 self.activations = nbytes
                 self.recomputed.add(m)
-        if s.sharding == "zero2":  # a module's gradients are reduced once it is done
+        if s.reduce_per_module:  # a module's gradients are reduced once it is done
             just = sum(g for m, g in s.grads.items() if first_bwd.get(m) == k - 1)
             self.grads_reduced = self.counted(k) - just
         self.emit(event, path)
