@@ -84,7 +84,7 @@ def _build(prof: Profile, opts: Options, choice: CheckpointChoice, asked: Any) -
         "other_bytes": held_input + buffers,
     }
     first = next((m.path for m in prof.nodes() if m.path and m.calls), "")
-    setup = tl.Setup(n, rest, grads=grads_by_module, cast_input=cast_input, first_module=first)
+    setup = tl.Setup(rest, grads=grads_by_module, cast_input=cast_input, first_module=first)
     work = Step(prof, opts, params, setup, strategy.grad_size(opts))
     prepared = strategy.prepare(work)
     units, unit_rows, comm = prepared.units, prepared.rows, prepared.comm

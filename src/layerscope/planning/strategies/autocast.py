@@ -11,6 +11,7 @@ from math import prod
 
 from layerscope.planning.facts import Param
 from layerscope.planning.strategy import Step, weight_size
+from layerscope.planning.timeline import Events, Replay, inside
 from layerscope.profile import Profile
 
 
@@ -26,11 +27,63 @@ class Autocast:
         already; a profile that ran every op in 16 bits gets them added here."""
         if not step.opts.mixed or step.prof.model.get("autocast"):
             return
-        setup, low = step.setup, step.opts.compute_dtype.itemsize
-        setup.grad_scale = 4 / low
-        setup.weight_copies, setup.saved_copies = _weight_copies(step.prof, step.params, low)
+        low = step.opts.compute_dtype.itemsize
+        made, saved = _weight_copies(step.prof, step.params, low)
+        casts: dict[str, int] = {}
         for p in step.params:
-            setup.cast_grads[p.module] = max(setup.cast_grads.get(p.module, 0), p.nbytes)
+            casts[p.module] = max(casts.get(p.module, 0), p.nbytes)
+        step.setup.events.append(AutocastEvents(4 / low, made, saved, casts))
+
+
+class AutocastEvents(Events):
+    """Autocast in the replay: float32 gradients (``grad_scale`` times the analysed
+    16-bit ones); a 16-bit copy of each weight made in its module's forward, dropped
+    when the forward ends unless saved for its backward (``saved_copies``), then when its
+    module's backward is done; each module's largest 16-bit gradient alive beside the
+    float32 one while it is cast, as its module's backward ends (``cast_grads``)."""
+
+    def __init__(
+        self,
+        grad_scale: float,
+        weight_copies: dict[str, int],
+        saved_copies: dict[str, int],
+        cast_grads: dict[str, int],
+    ) -> None:
+        self.grad_scale = grad_scale
+        self.weight_copies, self.saved_copies = weight_copies, saved_copies
+        self.cast_grads = cast_grads
+        self.copies: dict[str, int] = {}
+
+    def _hold(self, replay: Replay, copies: dict[str, int]) -> None:
+        for m in self.copies:
+            replay.free(f"copy:{m}")
+        self.copies = copies
+        for m, nbytes in copies.items():
+            replay.alloc(f"copy:{m}", "activation_bytes", nbytes)
+
+    def start(self, replay: Replay) -> None:
+        replay.grad_scale = self.grad_scale
+        self.casts = {m: g for m, g in self.cast_grads.items() if m in replay.first_bwd}
+
+    def enter(self, replay: Replay, path: str) -> None:
+        if path in self.weight_copies and path not in self.copies:
+            self._hold(replay, {**self.copies, path: self.weight_copies[path]})
+
+    def exit(self, replay: Replay, path: str) -> None:
+        if path == "":  # autocast exits: unsaved copies go
+            self._hold(replay, {m: b for m, b in self.saved_copies.items() if m in self.copies})
+
+    def backward(self, replay: Replay, k: int, event: str, path: str) -> None:
+        first_bwd = replay.first_bwd
+        self._hold(replay, {  # the copies live until their module's backward is done
+            m: b for m, b in self.copies.items()
+            if not (m in first_bwd and first_bwd[m] < k and not inside(path, m))
+        })  # fmt: skip
+        for m in [m for m in self.casts if first_bwd[m] < k and not inside(path, m)]:
+            replay.emit("grad_cast", m, grads=self.casts.pop(m))
+
+    def end(self, replay: Replay, path: str) -> None:
+        self._hold(replay, {})
 
 
 def _weight_copies(
@@ -55,4 +108,4 @@ def _weight_copies(
 
 AUTOCAST = Autocast()
 
-__all__ = ["AUTOCAST", "Autocast"]
+__all__ = ["AUTOCAST", "Autocast", "AutocastEvents"]

@@ -7,15 +7,16 @@ the ``replicate`` groups. The overlap rule: ``timemodel.fsdp_exposed``."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from layerscope.metrics.commkinds import wire_bytes
-from layerscope.planning import timeline as tl
 from layerscope.planning.comm import fsdp_collectives
 from layerscope.planning.facts import fsdp_units, owner
 from layerscope.planning.states import ModelStates, fsdp_shard
 from layerscope.planning.strategy import Prepared, Step, Strategy, Times, link, optimizer_bytes
 from layerscope.planning.strategy import weight_size as _weight_size
+from layerscope.planning.timeline import Events, Replay, inside
 from layerscope.planning.timemodel import UnitWork, fsdp_exposed
 
 if TYPE_CHECKING:
@@ -58,17 +59,18 @@ class FSDP2(Strategy):
         owned: dict[str, list[tuple[int, ...]]] = {u: [] for u in units}
         for p in step.params:
             owned[owner(p.module, units)].append(p.shape)
-        setup.units = [tl.Unit(u, sum(fsdp_shard(s, n, 0)[1] for s in owned[u])) for u in units]
-        setup.param_size, setup.reduce_size = low, grad_size
-        setup.cast_gather = opts.mixed
-        setup.reshard_after_forward = opts.reshard_after_forward
-        setup.final_grads = sum(u.padded for u in setup.units) * grad_size
+        shards = [Unit(u, sum(fsdp_shard(s, n, 0)[1] for s in owned[u])) for u in units]
+        setup.events.append(FSDPEvents(
+            n, shards, param_size=low, reduce_size=grad_size, cast_gather=opts.mixed,
+            reshard_after_forward=opts.reshard_after_forward,
+        ))  # fmt: skip
+        setup.final_grads = sum(u.padded for u in shards) * grad_size
         comm: dict[str, Any] = dict(fsdp_collectives(
             owned, world_size=n, param_bytes=low, reduce_bytes=grad_size,
             reshard_after_forward=opts.reshard_after_forward,
         ))  # fmt: skip
         if opts.replicas > 1:  # HSDP: each gradient shard all-reduced over the replicas
-            for u in setup.units:
+            for u in shards:
                 if u.path in comm:
                     payload = u.padded * grad_size
                     wire = wire_bytes("all_reduce", payload, opts.replicas)
@@ -77,19 +79,20 @@ class FSDP2(Strategy):
         rows = {
             u.path: {"unit": True, "shard_elements": u.padded,
                      "unsharded_bytes": n * u.padded * low}
-            for u in setup.units
+            for u in shards
         }  # fmt: skip
         return Prepared(comm, units, rows)
 
     def comm_time(self, step: Step, times: Times) -> tuple[float, float]:
-        opts, setup, prof = step.opts, step.setup, step.prof
+        opts, prof = step.opts, step.prof
         if opts.world_size < 2:
             return 0.0, 0.0
+        replay = next(e for e in step.setup.events if isinstance(e, FSDPEvents))
         fwd, bwd = times.forward, times.backward
         n = opts.shard_size
         works = []
-        paths = [u.path for u in setup.units]
-        for unit in setup.units:
+        paths = [u.path for u in replay.all_units]
+        for unit in replay.all_units:
             node = prof.node(unit.path)
             nested = [
                 prof.node(p) for p in paths if p != unit.path and owner(p, [unit.path]) == unit.path
@@ -99,12 +102,173 @@ class FSDP2(Strategy):
             own_b += sum(
                 fwd[id(prof.node(p))] for p in times.checkpointed if owner(p, paths) == unit.path
             )
-            works.append(UnitWork(unit.path, own_f, own_b, unit.padded * setup.param_size,
-                                  n * unit.padded * setup.reduce_size,
+            works.append(UnitWork(unit.path, own_f, own_b, unit.padded * replay.param_size,
+                                  n * unit.padded * replay.reduce_size,
                                   opts.reshard_after_forward and unit.path != "",
-                                  unit.padded * setup.reduce_size))  # fmt: skip
+                                  unit.padded * replay.reduce_size))  # fmt: skip
         replicas = (opts.replicas, link(opts, opts.world_size))
         return fsdp_exposed(works, n, link(opts, n), replicas)
 
 
-__all__ = ["FSDP2"]
+# ---- the replay's moments ------------------------------------------------------------
+@dataclass(frozen=True)
+class Unit:
+    """An FSDP2 unit: its path and its parameters' padded shard (elements per rank)."""
+
+    path: str
+    padded: int
+
+
+class FSDPEvents(Events):
+    """FSDP2 per unit in the replay: before its forward, the all-gather's output
+    (``world_size`` padded shards in the parameter dtype; under mixed precision also an
+    input buffer of one shard, freed after the all-gather) and the unsharded parameters
+    (as large: FSDP2 keeps them padded); the output is freed when the next unit's
+    all-gather is done (the last at the end of the forward). After the forward the
+    unsharded parameters are freed (resharded), except the root's or with
+    ``reshard_after_forward=False``. Before the backward they are gathered again, and the
+    next unit's all-gather is issued at once (prefetch). After a unit's backward: its
+    unsharded parameters are freed, the previous unit's reduce-scatter input is freed,
+    its own is allocated (``world_size`` padded shards in the reduce dtype), its
+    unsharded gradients are freed and its sharded gradient (one padded shard, reduce
+    dtype) stays."""
+
+    def __init__(
+        self,
+        world_size: int,
+        units: Sequence[Unit],
+        param_size: int = 4,
+        reduce_size: int = 4,
+        cast_gather: bool = False,
+        reshard_after_forward: bool = True,
+    ) -> None:
+        self.world_size, self.all_units = world_size, list(units)
+        #: bytes per element: unsharded parameters, reduce-scatter, sharded gradients
+        self.param_size, self.reduce_size = param_size, reduce_size
+        #: mixed precision: the all-gather input is a cast copy of the shard
+        self.cast_gather = cast_gather
+        self.reshard_after_forward = reshard_after_forward
+
+    def start(self, replay: Replay) -> None:
+        self.units = [u for u in self.all_units if u.padded]
+        self.by_path = {u.path: u for u in self.units}
+        self.unit_grads = {u.path: 0 for u in self.units}
+        for module, g in replay.s.grads.items():
+            unit = _owner(module, self.units)
+            if unit is not None:
+                self.unit_grads[unit.path] += g
+        self.gathered: list[Unit] = []  # forward order of first gathering
+        self.last_gather: Unit | None = None
+        self.open_units: list[Unit] = []  # in the backward, outermost first
+        self.done: set[str] = set()
+        self.last_scatter: Unit | None = None
+
+    def enter(self, replay: Replay, path: str) -> None:
+        unit = self.by_path.get(path)
+        if unit is not None:
+            if f"unsharded:{path}" not in replay.buffers:
+                self.gathered.append(unit)
+            self.pre_forward(replay, unit, self.last_gather)
+            self.last_gather = unit
+
+    def exited(self, replay: Replay, path: str) -> None:
+        if path in self.by_path and path != "" and self.reshard_after_forward:
+            replay.free(f"unsharded:{path}")
+        if path == "" and self.last_gather is not None:
+            replay.free(f"gather:{self.last_gather.path}")
+            self.last_gather = None
+
+    def backward(self, replay: Replay, k: int, event: str, path: str) -> None:
+        """The post-backward of the units the backward has left, and pre-backward of
+        those it enters."""
+        if event == "end":
+            return
+        inner = [u for u in self.units if inside(path, u.path)] if path != "<outside>" else []
+        for unit in reversed(list(self.open_units)):
+            if unit not in inner:
+                self.post_backward(replay, unit)
+        for unit in inner:
+            if unit not in self.open_units and unit.path not in self.done:
+                self.open_units.append(unit)
+                after = _next_to_gather(self.gathered, unit, self.done, self.open_units)
+                self.pre_backward(replay, unit, after)
+
+    def end(self, replay: Replay, path: str) -> None:
+        for unit in reversed(list(self.open_units)):
+            self.post_backward(replay, unit)
+        self.open_units = []
+        if self.last_scatter is not None:
+            replay.free(f"scatter:{self.last_scatter.path}")
+
+    # ---- one unit --------------------------------------------------------------------
+    def gather(self, r: Replay, unit: Unit, event: str) -> None:
+        out = self.world_size * unit.padded * self.param_size
+        if self.cast_gather:
+            r.alloc("gather_in", "comm_buffer_bytes", unit.padded * self.param_size)
+        r.alloc(f"gather:{unit.path}", "comm_buffer_bytes", out)
+        if self.cast_gather:
+            r.emit(event, unit.path)
+            r.free("gather_in")
+
+    def unshard(self, r: Replay, unit: Unit) -> None:
+        nbytes = self.world_size * unit.padded * self.param_size
+        r.alloc(f"unsharded:{unit.path}", "unsharded_param_bytes", nbytes)
+
+    def pre_forward(self, r: Replay, unit: Unit, previous: Unit | None) -> None:
+        if f"unsharded:{unit.path}" in r.buffers:
+            return
+        self.gather(r, unit, "gather")
+        self.unshard(r, unit)
+        r.emit("gather", unit.path)
+        if previous is not None:
+            r.free(f"gather:{previous.path}")
+
+    def pre_backward(self, r: Replay, unit: Unit, after: Unit | None) -> None:
+        if f"unsharded:{unit.path}" not in r.buffers:
+            if f"gather:{unit.path}" not in r.buffers:
+                self.gather(r, unit, "gather")
+            self.unshard(r, unit)
+            r.emit("gather", unit.path)
+            r.free(f"gather:{unit.path}")
+        if after is not None and f"unsharded:{after.path}" not in r.buffers:
+            self.gather(r, after, "prefetch")
+            r.emit("prefetch", after.path)
+
+    def post_backward(self, r: Replay, unit: Unit) -> None:
+        r.free(f"unsharded:{unit.path}")
+        if self.last_scatter is not None:
+            r.free(f"scatter:{self.last_scatter.path}")
+        scatter = self.world_size * unit.padded * self.reduce_size
+        r.alloc(f"scatter:{unit.path}", "comm_buffer_bytes", scatter)
+        r.emit("reduce_scatter", unit.path)
+        r.grads_reduced += self.unit_grads[unit.path]
+        r.alloc(f"grad:{unit.path}", "grad_bytes", unit.padded * self.reduce_size)
+        r.emit("reduce_scatter", unit.path)
+        self.last_scatter = unit
+        self.open_units.remove(unit)
+        self.done.add(unit.path)
+
+
+def _owner(module: str, units: Sequence[Unit]) -> Unit | None:
+    """The innermost unit holding a module's parameters."""
+    best: Unit | None = None
+    for unit in units:
+        if inside(module, unit.path) and (best is None or len(unit.path) >= len(best.path)):
+            best = unit
+    return best
+
+
+def _next_to_gather(
+    gathered: Sequence[Unit], unit: Unit, done: set[str], open_units: Sequence[Unit]
+) -> Unit | None:
+    """FSDP2's backward prefetch: the unit gathered just before ``unit`` in the forward."""
+    if unit not in gathered:
+        return None
+    i = gathered.index(unit)
+    for other in reversed(gathered[:i]):
+        if other.path not in done and other not in open_units:
+            return other
+    return None
+
+
+__all__ = ["FSDP2", "FSDPEvents", "Unit"]

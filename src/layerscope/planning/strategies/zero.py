@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from layerscope.planning.states import ModelStates
 from layerscope.planning.strategies.replicated import Replicated
 from layerscope.planning.strategy import Prepared, Step, Times, link, master_states
+from layerscope.planning.timeline import Events, Replay
 from layerscope.planning.timemodel import link_time
 
 if TYPE_CHECKING:
@@ -46,10 +47,9 @@ class ZeRO(Replicated):
         prepared = super().prepare(step)
         if self.stage == 2:  # each GPU keeps its partition, reduced module by module
             elements = sum(prod(p.shape) for p in step.params)
-            setup = step.setup
-            setup.grad_partition = -(-elements // step.opts.world_size) * step.grad_size
-            setup.final_grads = setup.grad_partition
-            setup.reduce_per_module = True
+            partition = -(-elements // step.opts.world_size) * step.grad_size
+            step.setup.final_grads = partition
+            step.setup.events.append(PartitionEvents(partition))
         return prepared
 
     def comm_time(self, step: Step, times: Times) -> tuple[float, float]:
@@ -62,4 +62,24 @@ class ZeRO(Replicated):
         return total + gather, exposed + gather
 
 
-__all__ = ["ZeRO"]
+class PartitionEvents(Events):
+    """ZeRO-2 in the replay: the gradient partition each GPU keeps, allocated when the
+    backward starts; a module's gradients reduced (freed) once its backward is done."""
+
+    def __init__(self, partition: int) -> None:
+        self.partition = partition
+
+    def backward(self, replay: Replay, k: int, event: str, path: str) -> None:
+        if event != "end" and "partition" not in replay.buffers:
+            replay.alloc("partition", "grad_bytes", self.partition)
+
+    def before_point(self, replay: Replay, k: int, path: str) -> None:
+        first_bwd = replay.first_bwd
+        just = sum(g for m, g in replay.s.grads.items() if first_bwd.get(m) == k - 1)
+        replay.grads_reduced = replay.counted(k) - just
+
+    def end(self, replay: Replay, path: str) -> None:
+        replay.free("partition")
+
+
+__all__ = ["PartitionEvents", "ZeRO"]
