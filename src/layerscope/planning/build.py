@@ -19,7 +19,6 @@ from layerscope.planning.checkpointing import (
 from layerscope.planning.facts import check_paths, input_bytes, trainable
 from layerscope.planning.options import OUT_OF_SCOPE, Options
 from layerscope.planning.result import LOWER_BOUND, Plan
-from layerscope.planning.strategies import STRATEGIES
 from layerscope.planning.strategy import Step, Times
 from layerscope.profile import Profile
 
@@ -60,7 +59,7 @@ def _build(prof: Profile, opts: Options, choice: CheckpointChoice, asked: Any) -
     n = opts.shard_size
     params = trainable(prof)
     shapes = [p.shape for p in params]
-    strategy = STRATEGIES[opts.sharding]
+    strategy = opts.strategy
     states = strategy.states(
         shapes, world_size=n, precision=opts.precision, optimizer=opts.optimizer, rank=opts.rank
     )
@@ -211,7 +210,7 @@ def _time(work: Step, choice: CheckpointChoice) -> tuple[dict[str, float], int]:
     root = prof.root
     compute = fwd[id(root)] + bwd[id(root)]
     recompute = sum(fwd[id(prof.node(p))] for p in choice.paths)
-    total, exposed = STRATEGIES[opts.sharding].comm_time(work, Times(fwd, bwd, choice.paths))
+    total, exposed = opts.strategy.comm_time(work, Times(fwd, bwd, choice.paths))
     st = setup.rest
     moved = (
         2 * (st["param_bytes"] + st["optimizer_state_bytes"] + st["master_weight_bytes"])

@@ -16,6 +16,7 @@ from layerscope.hardware import BY_NAME, DeviceSpec, device_spec
 from layerscope.metrics.memory.training import OPTIMIZER_STATES
 from layerscope.planning.states import PRECISIONS
 from layerscope.planning.strategies import SHARDINGS, STRATEGIES
+from layerscope.planning.strategy import Strategy
 from layerscope.validate import check_bool, check_choice, check_int, check_number, refuse
 
 #: Default bytes kept aside from the budget for what the timeline leaves out: the CUDA
@@ -71,11 +72,16 @@ class Options:
     @property
     def autocast(self) -> bool:
         """Mixed precision as autocast runs it (DDP's): float32 weights, 16-bit copies."""
-        return self.mixed and STRATEGIES[self.sharding].autocast
+        return self.mixed and self.strategy.autocast
 
     @property
     def compute_dtype(self) -> torch.dtype:
         return _COMPUTE[self.precision]
+
+    @property
+    def strategy(self) -> Strategy:
+        """The parallelism strategy the plan is made with (``planning.strategies``)."""
+        return STRATEGIES[self.sharding]
 
     # ---- plain form ----------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
