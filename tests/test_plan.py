@@ -17,9 +17,10 @@ import layerscope as ls
 from layerscope.errors import InvalidInputError, SchemaError
 from layerscope.hardware import SPECS
 from layerscope.planning.strategies.autocast import AutocastEvents
-from layerscope.planning.strategies.fsdp import FSDPEvents, Unit
+from layerscope.planning.strategies.fsdp import FSDPEvents, Unit, UnitWork, fsdp_exposed
+from layerscope.planning.strategies.replicated import ddp_exposed
 from layerscope.planning.timeline import Setup, replay
-from layerscope.planning.timemodel import UnitWork, ddp_exposed, fsdp_exposed, link_time
+from layerscope.planning.timemodel import link_time
 
 #: an analysed timeline of Sequential(Linear, Linear) (the shape of a real one): enter
 #: and exit of each module, then the backward of each with its peak, then the end

@@ -6,18 +6,17 @@ the ``replicate`` groups. The overlap rule: ``timemodel.fsdp_exposed``."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from layerscope.metrics.commkinds import wire_bytes
-from layerscope.planning.comm import fsdp_collectives
 from layerscope.planning.facts import fsdp_units, owner
 from layerscope.planning.states import ModelStates, fsdp_shard
 from layerscope.planning.strategy import Prepared, Step, Strategy, Times, link, optimizer_bytes
 from layerscope.planning.strategy import weight_size as _weight_size
 from layerscope.planning.timeline import Events, Replay, inside
-from layerscope.planning.timemodel import UnitWork, fsdp_exposed
+from layerscope.planning.timemodel import link_time
 
 if TYPE_CHECKING:
     from layerscope.planning.options import Options
@@ -108,6 +107,90 @@ class FSDP2(Strategy):
                                   unit.padded * replay.reduce_size))  # fmt: skip
         replicas = (opts.replicas, link(opts, opts.world_size))
         return fsdp_exposed(works, n, link(opts, n), replicas)
+
+
+# ---- the collectives ------------------------------------------------------------------
+def _ring(kind: str, payload: int, world: int, calls: int = 1) -> dict[str, Any]:
+    return {"calls": calls, "bytes": payload, "wire_bytes": wire_bytes(kind, payload, world)}
+
+
+def fsdp_collectives(
+    units: Mapping[str, Sequence[Sequence[int]]],
+    *,
+    world_size: int,
+    param_bytes: int = 4,
+    reduce_bytes: int = 4,
+    reshard_after_forward: bool = True,
+    root: str = "",
+) -> dict[str, Any]:
+    """Per unit path (its own parameters' shapes), by phase and kind; module doc.
+    ``param_bytes``/``reduce_bytes``: bytes per element gathered and reduced."""
+    out: dict[str, Any] = {}
+    for path, shapes in units.items():
+        padded = sum(fsdp_shard(shape, world_size, 0)[1] for shape in shapes)
+        if not padded:
+            continue
+        gather = _ring("all_gather", padded * param_bytes, world_size)
+        scatter = _ring("reduce_scatter", world_size * padded * reduce_bytes, world_size)
+        backward: dict[str, dict[str, Any]] = {"reduce_scatter": scatter}
+        if reshard_after_forward and path != root:
+            backward = {"all_gather": dict(gather), **backward}
+        out[path] = {"forward": {"all_gather": gather}, "backward": backward}
+    return out
+
+
+# ---- the overlap rule ----------------------------------------------------------------
+@dataclass(frozen=True)
+class UnitWork:
+    """An FSDP2 unit in forward order: its own compute (seconds, nested units excluded)
+    and its collectives' payloads (bytes)."""
+
+    path: str
+    forward: float
+    backward: float
+    gather: int  # the all-gather's payload: one padded shard
+    scatter: int  # the reduce-scatter's payload: world_size padded shards
+    regather: bool  # gathered again before its backward
+    reduce: int = 0  # HSDP: the all-reduce of its gradient shard over the replicas
+
+
+def fsdp_exposed(
+    units: Sequence[UnitWork],
+    world: int,
+    bandwidth: float,
+    replicas: tuple[int, float] = (1, 0.0),
+) -> tuple[float, float]:
+    """(all collectives' time, the part not hidden under compute) of one micro-batch;
+    ``world`` GPUs shard each unit, ``replicas`` (HSDP: how many, at what bandwidth)
+    all-reduce its gradient shard after the reduce-scatter."""
+    if not units:
+        return 0.0, 0.0
+    gathers = [link_time("all_gather", u.gather, world, bandwidth) for u in units]
+    scatters = [
+        link_time("reduce_scatter", u.scatter, world, bandwidth)
+        + link_time("all_reduce", u.reduce, replicas[0], replicas[1])
+        for u in units
+    ]
+    total = sum(gathers) + sum(scatters)
+    total += sum(g for g, u in zip(gathers, units, strict=True) if u.regather)
+    # forward: the first gather is exposed; unit i + 1's gather runs under unit i
+    exposed = gathers[0]
+    for i in range(len(units) - 1):
+        exposed += max(0.0, gathers[i + 1] - units[i].forward)
+    # backward, in reverse: a unit's compute hides the next unit's gather (prefetch)
+    # and the previous unit's reduce-scatter
+    order = list(reversed(range(len(units))))
+    first = order[0]
+    exposed += gathers[first] if units[first].regather else 0.0
+    for j, i in enumerate(order):
+        hidden = 0.0
+        if j + 1 < len(order) and units[order[j + 1]].regather:
+            hidden += gathers[order[j + 1]]
+        if j > 0:
+            hidden += scatters[order[j - 1]]
+        exposed += max(0.0, hidden - units[i].backward)
+    exposed += scatters[order[-1]]
+    return total, exposed
 
 
 # ---- the replay's moments ------------------------------------------------------------
@@ -271,4 +354,4 @@ def _next_to_gather(
     return None
 
 
-__all__ = ["FSDP2", "FSDPEvents", "Unit"]
+__all__ = ["FSDP2", "FSDPEvents", "Unit", "UnitWork", "fsdp_collectives", "fsdp_exposed"]

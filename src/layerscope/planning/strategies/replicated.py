@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from math import prod
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from layerscope.errors import InvalidInputError
-from layerscope.planning.comm import ddp_buckets, ddp_collectives
+from layerscope.metrics.commkinds import wire_bytes
 from layerscope.planning.states import ModelStates
 from layerscope.planning.strategies.autocast import AUTOCAST
 from layerscope.planning.strategy import (
@@ -23,10 +23,46 @@ from layerscope.planning.strategy import (
     replicated_states,
     weight_size,
 )
-from layerscope.planning.timemodel import ddp_exposed
+from layerscope.planning.timemodel import link_time
 
 if TYPE_CHECKING:
     from layerscope.planning.options import Options
+
+
+#: DDP's first bucket cap (``torch.distributed._DEFAULT_FIRST_BUCKET_BYTES``)
+FIRST_BUCKET_BYTES = 1024 * 1024
+
+
+def ddp_buckets(
+    params: Sequence[tuple[Sequence[int], int]], bucket_cap_mb: float = 25
+) -> list[int]:
+    """Bytes of each bucket for parameters given as (shape, bytes per element) in model
+    order; module doc."""
+    cap = int(bucket_cap_mb * 1024 * 1024)
+    open_buckets: dict[int, int] = {}  # element size -> bytes in its open bucket
+    closed: list[int] = []
+    limits: dict[int, int] = {}
+    for shape, size in reversed(params):
+        nbytes = prod(shape) * size
+        limit = limits.get(size, FIRST_BUCKET_BYTES)
+        total = open_buckets.get(size, 0) + nbytes
+        open_buckets[size] = total
+        if total >= limit:
+            closed.append(total)
+            open_buckets[size] = 0
+            limits[size] = cap
+    closed.extend(b for b in open_buckets.values() if b)
+    return closed
+
+
+def ddp_collectives(
+    params: Sequence[tuple[Sequence[int], int]], *, world_size: int, bucket_cap_mb: float = 25
+) -> dict[str, dict[str, Any]]:
+    """DDP's all-reduces in one backward, summed by kind: ``{"all_reduce": row}``."""
+    buckets = ddp_buckets(params, bucket_cap_mb)
+    payload = sum(buckets)
+    wire = sum(wire_bytes("all_reduce", b, world_size) for b in buckets)
+    return {"all_reduce": {"calls": len(buckets), "bytes": payload, "wire_bytes": wire}}
 
 
 class Replicated(Strategy):
@@ -107,4 +143,23 @@ class DDP(Replicated):
         return prepared
 
 
-__all__ = ["DDP", "Replicated", "Single"]
+def ddp_exposed(
+    buckets: Sequence[int], world: int, bandwidth: float, backward: float
+) -> tuple[float, float]:
+    """(the bucket all-reduces' time, the part not hidden under the backward)."""
+    times = [link_time("all_reduce", b, world, bandwidth) for b in buckets]
+    total = sum(times)
+    if not times:
+        return 0.0, 0.0
+    return total, max(times[-1], total - backward)
+
+
+__all__ = [
+    "DDP",
+    "FIRST_BUCKET_BYTES",
+    "Replicated",
+    "Single",
+    "ddp_buckets",
+    "ddp_collectives",
+    "ddp_exposed",
+]
