@@ -15,7 +15,7 @@ from layerscope.errors import InvalidInputError
 from layerscope.hardware import BY_NAME, DeviceSpec, device_spec
 from layerscope.metrics.memory.training import OPTIMIZER_STATES
 from layerscope.planning.states import PRECISIONS
-from layerscope.planning.strategies import SHARDINGS, STRATEGIES
+from layerscope.planning.strategies import STRATEGIES
 from layerscope.planning.strategy import Strategy
 from layerscope.validate import check_bool, check_choice, check_int, check_number, refuse
 
@@ -148,7 +148,7 @@ def check_options(given: Mapping[str, Any]) -> Options:
         raise InvalidInputError(f"target must be a GPU spec, got {spec.name!r} ({spec.kind})")
     world = check_int("world_size", o["world_size"], 1)
     sharding = o["sharding"]
-    check_choice("sharding", sharding, list(SHARDINGS))
+    check_choice("sharding", sharding, list(STRATEGIES))
     check_choice("precision", o["precision"], list(PRECISIONS))
     check_choice("optimizer", o["optimizer"], list(OPTIMIZER_STATES))
     STRATEGIES[sharding].check(world)

@@ -26,7 +26,7 @@ def _check(world_size: int, rank: int, sharding: str, precision: str, optimizer:
     if not 0 <= rank < world_size:
         raise InvalidInputError(f"rank must be in [0, {world_size}), got {rank!r}")
     for name, value, known in (
-        ("sharding", sharding, SHARDINGS),
+        ("sharding", sharding, tuple(STRATEGIES)),
         ("precision", precision, PRECISIONS),
         ("optimizer", optimizer, tuple(OPTIMIZER_STATES)),
     ):
