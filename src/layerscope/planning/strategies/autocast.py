@@ -55,11 +55,11 @@ class AutocastEvents(Events):
         self.copies: dict[str, int] = {}
 
     def _hold(self, replay: Replay, copies: dict[str, int]) -> None:
-        for m in self.copies:
-            replay.free(f"copy:{m}")
+        """Hold ``copies`` (one buffer of their sum: the replay sums its buffers at each
+        point)."""
         self.copies = copies
-        for m, nbytes in copies.items():
-            replay.alloc(f"copy:{m}", "activation_bytes", nbytes)
+        replay.free("copies")
+        replay.alloc("copies", "activation_bytes", sum(copies.values()))
 
     def start(self, replay: Replay) -> None:
         replay.grad_scale = self.grad_scale
@@ -75,10 +75,11 @@ class AutocastEvents(Events):
 
     def backward(self, replay: Replay, k: int, event: str, path: str) -> None:
         first_bwd = replay.first_bwd
-        self._hold(replay, {  # the copies live until their module's backward is done
-            m: b for m, b in self.copies.items()
-            if not (m in first_bwd and first_bwd[m] < k and not inside(path, m))
-        })  # fmt: skip
+        done = [  # the copies live until their module's backward is done
+            m for m in self.copies if m in first_bwd and first_bwd[m] < k and not inside(path, m)
+        ]
+        if done:
+            self._hold(replay, {m: b for m, b in self.copies.items() if m not in done})
         for m in [m for m in self.casts if first_bwd[m] < k and not inside(path, m)]:
             replay.emit("grad_cast", m, grads=self.casts.pop(m))
 
