@@ -24,7 +24,8 @@ import layerscope as ls
 from helpers.models import tiny_llama
 from helpers.snapshots import GLOBAL_HOOK_DICTS, ModelSnapshot
 from layerscope.collect.target import steering_active
-from layerscope.planning.states import PRECISIONS, SHARDINGS
+from layerscope.planning.states import PRECISIONS
+from layerscope.planning.strategies import SHARDINGS
 from layerscope.torchapi import len_torch_function_stack, top_saved_tensors_hooks
 
 #: where the next interruption goes: the phase, the tick it fires at, the ticks so far

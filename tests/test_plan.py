@@ -16,8 +16,11 @@ from torch import nn
 import layerscope as ls
 from layerscope.errors import InvalidInputError, SchemaError
 from layerscope.hardware import SPECS
-from layerscope.planning.timeline import Setup, Unit, replay
-from layerscope.planning.timemodel import UnitWork, ddp_exposed, fsdp_exposed, link_time
+from layerscope.planning.strategies.autocast import AutocastEvents
+from layerscope.planning.strategies.fsdp import FSDPEvents, Unit, UnitWork, fsdp_exposed
+from layerscope.planning.strategies.replicated import ddp_exposed
+from layerscope.planning.timeline import Setup, replay
+from layerscope.planning.timemodel import link_time
 
 #: an analysed timeline of Sequential(Linear, Linear) (the shape of a real one): enter
 #: and exit of each module, then the backward of each with its peak, then the end
@@ -35,9 +38,10 @@ def test_fsdp_replay_by_hand() -> None:
     """Two FSDP2 units on 2 GPUs, 4-byte parameters: unit 0 has a padded shard of 260
     elements (all-gather output and unsharded parameters 2 x 260 x 4 = 2,080 B), unit 1
     of 16 (128 B); 1,000 B at rest. Each point's total, derived event by event."""
+    units = [Unit("", 0), Unit("0", 260), Unit("1", 16)]
     setup = Setup(
-        "fsdp", 2, {"param_bytes": 1000}, units=[Unit("", 0), Unit("0", 260), Unit("1", 16)],
-        grads=dict(GRADS), final_grads=(260 + 16) * 4,
+        {"param_bytes": 1000}, grads=dict(GRADS), final_grads=(260 + 16) * 4,
+        events=[FSDPEvents(2, units)],
     )  # fmt: skip
     points = replay(setup, TIMELINE)
     got = [(p.phase, p.event, p.path, p.total) for p in points]
@@ -85,11 +89,16 @@ def test_ddp_autocast_replay_by_hand() -> None:
     """DDP under autocast, analysed in bf16: float32 gradients (twice the analysed), a
     bucket at rest, and while a module's backward ends its 16-bit gradient beside the
     float32 one; weight copies made in the forward, the ones not saved dropped at its end."""
-    setup = Setup(
-        "ddp", 2, {"param_bytes": 2080, "comm_buffer_bytes": 2080}, grads=dict(GRADS),
+    autocast = AutocastEvents(
         grad_scale=2.0, weight_copies={"0": 1000, "1": 40}, saved_copies={"1": 40},
-        cast_grads={"0": 1000, "1": 40}, final_grads=2080,
+        cast_grads={"0": 1000, "1": 40},
     )  # fmt: skip
+    setup = Setup(
+        {"param_bytes": 2080, "comm_buffer_bytes": 2080},
+        grads=dict(GRADS),
+        final_grads=2080,
+        events=[autocast],
+    )
     points = replay(setup, TIMELINE)
     rest = 4160
     totals = {(p.event, p.path): p.total for p in points}

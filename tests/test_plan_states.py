@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from layerscope.errors import InvalidInputError
-from layerscope.planning.states import ModelStates, fsdp_shard, model_states
+from layerscope.planning.states import ModelStates, fsdp_shard
+from layerscope.planning.strategies import model_states
 
 
 @pytest.mark.parametrize(

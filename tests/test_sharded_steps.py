@@ -33,7 +33,7 @@ from helpers.distributed import rank_output, spawn_ranks
 from helpers.records import StorageTracker
 from layerscope.metrics.fsdpunits import fsdp_param_groups
 from layerscope.planning.comm import ddp_collectives, fsdp_collectives
-from layerscope.planning.states import model_states
+from layerscope.planning.strategies import model_states
 
 TIME_LIMIT_S = 120.0
 STRATEGIES = ("ddp", "ddp_bf16", "fsdp_reshard", "fsdp_keep", "fsdp_bf16", "fsdp_root")
@@ -258,7 +258,7 @@ PLANNED = {
 def test_planned_model_states_equal_the_runs(
     two: list[dict[str, Any]], four: list[dict[str, Any]]
 ) -> None:
-    """``planning.states.model_states`` from the parameters' shapes alone gives every
+    """``planning.strategies.model_states`` from the parameters' shapes alone gives every
     rank's parameter (at rest), gradient and optimizer-state bytes as measured."""
     shapes = [(7, 64), (7,), (3, 7), (3,)]
     for world, ranks in ((2, two), (4, four)):

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import inspect
 import re
 from typing import Any
 
@@ -38,7 +37,10 @@ from layerscope.errors import InvalidInputError
 from layerscope.hardware import GPUS
 from layerscope.metrics.memory.training import OPTIMIZER_STATES
 from layerscope.planning import plan, plan_sweep
-from layerscope.planning.states import PRECISIONS, SHARDINGS
+from layerscope.planning.options import DEFAULTS as OPTION_DEFAULTS
+from layerscope.planning.options import check_options
+from layerscope.planning.states import PRECISIONS
+from layerscope.planning.strategies import SHARDINGS
 from layerscope.planning.sweep import AXES
 from layerscope.render import config as display_config
 from layerscope.validate import check_choice, check_int, refuse
@@ -55,7 +57,7 @@ AXIS_FLAGS = {"world_size": "--world-size", "sharding": "--sharding", "checkpoin
               "precision": "--precision", "optimizer": "--optimizer",
               "grad_accum": "--grad-accum"}  # fmt: skip
 #: ``ls.plan``'s defaults of those options.
-DEFAULTS = {a: inspect.signature(plan).parameters[a].default for a in AXIS_FLAGS}
+DEFAULTS = {a: OPTION_DEFAULTS[a] for a in AXIS_FLAGS}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -197,7 +199,8 @@ def parse_sweep(items: list[str]) -> dict[str, list[Any]]:
 
 
 def _options(args: argparse.Namespace, grid: dict[str, list[Any]]) -> dict[str, Any]:
-    """The plan's options from the flags, checked; a swept axis from --sweep instead."""
+    """The plan's options from the flags (``planning.Options``'s names), checked; a swept
+    axis from --sweep instead."""
     given = {
         "world_size": args.world_size, "sharding": args.sharding, "precision": args.precision,
         "optimizer": args.optimizer, "grad_accum": args.grad_accum,
@@ -269,6 +272,8 @@ def _check_flags(args: argparse.Namespace) -> dict[str, list[Any]]:
 def run(args: argparse.Namespace) -> int:
     grid = _check_flags(args)
     opts = _options(args, grid)
+    if not grid:  # one plan: every option checked together before the model is built
+        opts = check_options(opts).to_dict()
     model_args = parse_json_object(args.model_args, "--model-args") if args.model_args else None
     from layerscope.cli.specs import load_model
 

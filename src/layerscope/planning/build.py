@@ -1,16 +1,14 @@
-"""A plan from an analysis: the replay's set-up per strategy (``timeline``), the
-checkpointed modules (``"auto"`` included), the time model (``timemodel``) and the
-per-module rows."""
+"""A plan from an analysis: the replay (``timeline``) set up by the strategy
+(``planning.strategies``), the checkpointed modules (``"auto"`` included), the step
+time (the strategy's collectives and overlap, ``timemodel``) and the per-module rows."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from math import prod
+from collections.abc import Mapping
 from typing import Any
 
 from layerscope.analysis.roofline import roof_of, roof_times
 from layerscope.collect.meta import NOT_RUN
-from layerscope.metrics.commkinds import wire_bytes
 from layerscope.metrics.memory.training import OPTIMIZER_STATES
 from layerscope.planning import timeline as tl
 from layerscope.planning.checkpointing import (
@@ -18,18 +16,18 @@ from layerscope.planning.checkpointing import (
     choose_checkpoints,
     resolve,
 )
-from layerscope.planning.comm import ddp_buckets, ddp_collectives, fsdp_collectives
-from layerscope.planning.facts import Param, check_paths, fsdp_units, input_bytes, owner, trainable
+from layerscope.planning.facts import check_paths, input_bytes, trainable
 from layerscope.planning.options import OUT_OF_SCOPE, Options
 from layerscope.planning.result import LOWER_BOUND, Plan
-from layerscope.planning.states import fsdp_shard, model_states
-from layerscope.planning.timemodel import UnitWork, ddp_exposed, fsdp_exposed, link_time
+from layerscope.planning.strategy import Step, Times
 from layerscope.profile import Profile
 
 
 # ---- the plan ----------------------------------------------------------------------------
-def build(prof: Profile, opts: Options, checkpoint: Any) -> Plan:
-    """The plan from an analysis (checkpoint resolved here, ``"auto"`` included)."""
+def build(prof: Profile, opts: Options) -> Plan:
+    """The plan from an analysis (``opts.checkpoint`` resolved here, ``"auto"``
+    included)."""
+    checkpoint = opts.checkpoint
     if checkpoint == "auto":
         return _auto(prof, opts)
     if checkpoint is not None and not isinstance(checkpoint, str):
@@ -61,15 +59,15 @@ def _build(prof: Profile, opts: Options, choice: CheckpointChoice, asked: Any) -
     n = opts.shard_size
     params = trainable(prof)
     shapes = [p.shape for p in params]
-    states = model_states(
-        shapes, world_size=n, sharding=opts.sharding, precision=opts.precision,
-        optimizer=opts.optimizer, rank=opts.rank,
-    )  # fmt: skip
+    strategy = opts.strategy
+    states = strategy.states(
+        shapes, world_size=n, precision=opts.precision, optimizer=opts.optimizer, rank=opts.rank
+    )
     trainable_bytes = sum(p.nbytes for p in params)
     frozen = max(0, int(prof.root.metrics.get("param_bytes", 0)) - trainable_bytes)
     buffers = int(prof.root.metrics.get("buffer_bytes", 0))
     inputs, float_inputs, tokens = input_bytes(prof)
-    mixed, low = opts.mixed, opts.compute_dtype.itemsize
+    mixed = opts.mixed
     grads_by_module: dict[str, int] = {}
     for p in params:
         grads_by_module[p.module] = grads_by_module.get(p.module, 0) + p.nbytes
@@ -85,24 +83,20 @@ def _build(prof: Profile, opts: Options, choice: CheckpointChoice, asked: Any) -
         "other_bytes": held_input + buffers,
     }
     first = next((m.path for m in prof.nodes() if m.path and m.calls), "")
-    setup = tl.Setup(opts.sharding, n, rest, grads=grads_by_module,
-                     cast_input=cast_input, first_module=first)  # fmt: skip
-    grad_size = 4 if mixed and opts.sharding in ("fsdp", "ddp") else low
-    if opts.sharding == "fsdp":
-        units, unit_rows, comm = _fsdp(prof, opts, params, setup, grad_size)
-    else:
-        units, unit_rows = [], {}
-        comm = _replicated(prof, opts, params, setup, grad_size)
+    setup = tl.Setup(rest, grads=grads_by_module, cast_input=cast_input, first_module=first)
+    work = Step(prof, opts, params, setup, strategy.grad_size(opts))
+    prepared = strategy.prepare(work)
+    units, unit_rows, comm = prepared.units, prepared.rows, prepared.comm
     _checkpoints(prof, choice, setup)
     local = states.optimizer_state_bytes // max(1, OPTIMIZER_STATES[opts.optimizer] or 1)
     setup.optimizer_temp = local if opts.optimizer in ("adam", "adamw") else 0
     points = tl.replay(setup, prof.memory["timeline"])
     top = max(points, key=lambda p: p.total)
-    time, model_flops = _time(prof, opts, choice, setup, comm)
+    time, model_flops = _time(work, choice)
     step = sum(time[k] for k in ("compute", "recompute", "exposed_comm", "optimizer"))
     peak_flops = opts.target.peak(str(opts.compute_dtype).removeprefix("torch."))
     notes = [
-        *_notes(opts, choice, asked, frozen),
+        *_notes(opts, choice, asked, frozen, strategy.notes(opts)),
         *(n for n in prof.notices if n.startswith(NOT_RUN)),
     ]
     if opts.autocast and not emulated:
@@ -112,7 +106,7 @@ def _build(prof: Profile, opts: Options, choice: CheckpointChoice, asked: Any) -
             "autocast's rules"
         )
     return Plan(
-        options=_options(opts, asked, units),
+        options=opts.section(units),
         device={
             "name": opts.target.name, "label": opts.target.label,
             "memory_bytes": opts.target.memory_bytes,
@@ -158,20 +152,9 @@ def _columns(points: list[tl.Point]) -> dict[str, list[Any]]:
     return columns
 
 
-def _options(opts: Options, asked: Any, units: list[str]) -> dict[str, Any]:
-    return {
-        "target": opts.target.name, "world_size": opts.world_size, "sharding": opts.sharding,
-        "precision": opts.precision, "optimizer": opts.optimizer,
-        "grad_accum": opts.grad_accum, "rank": opts.rank,
-        "reshard_after_forward": opts.reshard_after_forward,
-        "checkpoint": asked if isinstance(asked, str | type(None)) else list(asked),
-        "units": list(opts.units) if opts.units is not None else None,
-        "fsdp_units": units, "inter_node_bandwidth": opts.inter_node_bandwidth,
-        "bucket_cap_mb": opts.bucket_cap_mb, "hsdp": list(opts.hsdp) if opts.hsdp else None,
-    }  # fmt: skip
-
-
-def _notes(opts: Options, choice: CheckpointChoice, asked: Any, frozen: int) -> list[str]:
+def _notes(
+    opts: Options, choice: CheckpointChoice, asked: Any, frozen: int, own: list[str]
+) -> list[str]:
     """What the figures assume, beside them."""
     notes = [LOWER_BOUND, OUT_OF_SCOPE]
     if choice.paths:
@@ -179,74 +162,12 @@ def _notes(opts: Options, choice: CheckpointChoice, asked: Any, frozen: int) -> 
             "recompute as torch's non-reentrant checkpoint with early stop off; with early "
             "stop (torch's default) the real recompute can end sooner: an upper bound"
         )
-    if opts.sharding in ("zero1", "zero2"):
-        notes.append(f"{opts.sharding} is a formula only: no run here checks it")
+    notes.extend(own)  # the strategy's
     if frozen:
         notes.append("frozen parameters are counted replicated, in the analysed dtype")
     if asked == "auto" and not choice.fits:
         notes.append("checkpoint='auto': even every block checkpointed does not fit")
     return notes
-
-
-def _fsdp(
-    prof: Profile, opts: Options, params: Sequence[Param], setup: tl.Setup, grad_size: int
-) -> tuple[list[str], dict[str, dict[str, Any]], dict[str, Any]]:
-    """FSDP2's units (paths, table rows) and collectives, set up for the replay."""
-    n, low = opts.shard_size, opts.compute_dtype.itemsize
-    units = fsdp_units(prof, opts)
-    owned: dict[str, list[tuple[int, ...]]] = {u: [] for u in units}
-    for p in params:
-        owned[owner(p.module, units)].append(p.shape)
-    setup.units = [tl.Unit(u, sum(fsdp_shard(s, n, 0)[1] for s in owned[u])) for u in units]
-    setup.param_size, setup.reduce_size = low, grad_size
-    setup.cast_gather = opts.mixed
-    setup.reshard_after_forward = opts.reshard_after_forward
-    setup.final_grads = sum(u.padded for u in setup.units) * grad_size
-    comm: dict[str, Any] = dict(fsdp_collectives(
-        owned, world_size=n, param_bytes=low, reduce_bytes=grad_size,
-        reshard_after_forward=opts.reshard_after_forward,
-    ))  # fmt: skip
-    if opts.replicas > 1:  # HSDP: each gradient shard all-reduced over the replicas
-        for u in setup.units:
-            if u.path in comm:
-                payload = u.padded * grad_size
-                wire = wire_bytes("all_reduce", payload, opts.replicas)
-                row = {"calls": 1, "bytes": payload, "wire_bytes": wire}
-                comm[u.path]["backward"]["all_reduce"] = row
-    rows = {
-        u.path: {"unit": True, "shard_elements": u.padded, "unsharded_bytes": n * u.padded * low}
-        for u in setup.units
-    }
-    return units, rows, comm
-
-
-def _replicated(
-    prof: Profile, opts: Options, params: Sequence[Param], setup: tl.Setup, grad_size: int
-) -> dict[str, Any]:
-    """DDP, ZeRO or one GPU: buckets, gradients and autocast's copies for the replay; the
-    collectives."""
-    n, low = opts.world_size, opts.compute_dtype.itemsize
-    per_param = [(p.shape, grad_size) for p in params]
-    elements = sum(prod(p.shape) for p in params)
-    comm: dict[str, Any] = {}
-    if opts.sharding == "ddp":
-        setup.rest["comm_buffer_bytes"] = sum(ddp_buckets(per_param, opts.bucket_cap_mb))
-    if opts.sharding != "none" and n > 1:
-        reduce = ddp_collectives(per_param, world_size=n, bucket_cap_mb=opts.bucket_cap_mb)
-        comm = {"": {"backward": reduce}}
-    if opts.autocast and not prof.model.get("autocast"):
-        # a profile that ran every op in 16 bits: float32 grads and 16-bit weight copies
-        # added here (an analysis under autocast's rules has both already)
-        setup.grad_scale = 4 / low
-        setup.weight_copies, setup.saved_copies = _weight_copies(prof, params, low)
-        for p in params:
-            setup.cast_grads[p.module] = max(setup.cast_grads.get(p.module, 0), p.nbytes)
-    if opts.sharding == "zero2":
-        setup.grad_partition = -(-elements // n) * grad_size
-        setup.final_grads = setup.grad_partition
-    else:
-        setup.final_grads = elements * grad_size
-    return comm
 
 
 def _checkpoints(prof: Profile, choice: CheckpointChoice, setup: tl.Setup) -> None:
@@ -281,74 +202,15 @@ def _checkpoints(prof: Profile, choice: CheckpointChoice, setup: tl.Setup) -> No
         )  # fmt: skip
 
 
-def _weight_copies(
-    prof: Profile, params: Sequence[Param], low: int
-) -> tuple[dict[str, int], dict[str, int]]:
-    """Autocast's 16-bit copies, per module running a matmul or convolution (own MACs):
-    each of its parameters cast once per forward; and of those, the ones its backward
-    needs (the parameters the analysis saw saved for backward: storage records)."""
-    made: dict[str, int] = {}
-    for p in params:
-        if prof.node(p.module).self_metrics.get("macs", 0):
-            made[p.module] = made.get(p.module, 0) + prod(p.shape) * low
-    table = prof.memory["storages"]
-    saved: dict[str, int] = {}
-    for nbytes, savers, _inputs, _outputs, param in table["rows"]:
-        for i in savers[:1] if param else ():
-            module = table["paths"][i]
-            if module in made:
-                saved[module] = saved.get(module, 0) + int(nbytes)
-    return made, saved
-
-
-def _bandwidth(opts: Options, group: int) -> float:
-    """The link a ring over ``group`` GPUs runs at: the interconnect within a node, the
-    inter-node bandwidth once it spans nodes (groups of consecutive ranks; an HSDP
-    replicate group spans nodes whenever the world does)."""
-    spec = opts.target
-    if group > spec.node_size or spec.interconnect is None:
-        return opts.inter_node_bandwidth
-    return spec.interconnect
-
-
-def _time(
-    prof: Profile, opts: Options, choice: CheckpointChoice, setup: tl.Setup, comm: Any
-) -> tuple[dict[str, float], int]:
+def _time(work: Step, choice: CheckpointChoice) -> tuple[dict[str, float], int]:
+    prof, opts, setup = work.prof, work.opts, work.setup
     dtype = str(opts.compute_dtype).removeprefix("torch.")
     roof = roof_of(opts.target, dtype)
     fwd, bwd = roof_times(prof, roof, "forward"), roof_times(prof, roof, "backward")
     root = prof.root
     compute = fwd[id(root)] + bwd[id(root)]
     recompute = sum(fwd[id(prof.node(p))] for p in choice.paths)
-    n = opts.shard_size
-    bw = _bandwidth(opts, n)
-    total = exposed = 0.0
-    if opts.sharding == "fsdp" and opts.world_size > 1:
-        works = []
-        paths = [u.path for u in setup.units]
-        for unit in setup.units:
-            node = prof.node(unit.path)
-            nested = [
-                prof.node(p) for p in paths if p != unit.path and owner(p, [unit.path]) == unit.path
-            ]
-            own_f = fwd[id(node)] - sum(fwd[id(m)] for m in nested)
-            own_b = bwd[id(node)] - sum(bwd[id(m)] for m in nested)
-            own_b += sum(
-                fwd[id(prof.node(p))] for p in choice.paths if owner(p, paths) == unit.path
-            )
-            works.append(UnitWork(unit.path, own_f, own_b, unit.padded * setup.param_size,
-                                  n * unit.padded * setup.reduce_size,
-                                  opts.reshard_after_forward and unit.path != "",
-                                  unit.padded * setup.reduce_size))  # fmt: skip
-        replicas = (opts.replicas, _bandwidth(opts, opts.world_size))
-        total, exposed = fsdp_exposed(works, n, bw, replicas)
-    elif opts.sharding in ("ddp", "zero1", "zero2") and n > 1:
-        size = 4 if opts.mixed and opts.sharding == "ddp" else opts.compute_dtype.itemsize
-        buckets = ddp_buckets([(p.shape, size) for p in trainable(prof)], opts.bucket_cap_mb)
-        total, exposed = ddp_exposed(buckets, n, bw, bwd[id(root)])
-        if opts.sharding in ("zero1", "zero2"):  # the updated parameters, gathered after the step
-            gather = link_time("all_gather", sum(buckets) // n, n, bw)
-            total, exposed = total + gather, exposed + gather
+    total, exposed = opts.strategy.comm_time(work, Times(fwd, bwd, choice.paths))
     st = setup.rest
     moved = (
         2 * (st["param_bytes"] + st["optimizer_state_bytes"] + st["master_weight_bytes"])

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from math import prod
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -18,9 +18,11 @@ from layerscope.errors import InvalidInputError
 from layerscope.planning.checkpointing import (
     repeated_blocks,
 )
-from layerscope.planning.options import Options
 from layerscope.profile import Profile, TensorSpec
 from layerscope.validate import close_matches
+
+if TYPE_CHECKING:
+    from layerscope.planning.options import Options
 
 
 # ---- the analysis ----------------------------------------------------------------------

@@ -1,17 +1,22 @@
-"""``ls.plan``'s options, checked at the boundary, and their defaults."""
+"""``ls.plan``'s options, typed and checked at the boundary: one ``Options`` holds every
+option of a plan, and ``ls.plan``, ``ls.plan_sweep``, ``Plan.max_micro_batch``, the
+document's ``options`` section and ``layerscope plan`` all build and read it, so no
+option is lost on the way."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
 
 from layerscope.errors import InvalidInputError
-from layerscope.hardware import DeviceSpec, device_spec
+from layerscope.hardware import BY_NAME, DeviceSpec, device_spec
 from layerscope.metrics.memory.training import OPTIMIZER_STATES
-from layerscope.planning.states import PRECISIONS, SHARDINGS
+from layerscope.planning.states import PRECISIONS
+from layerscope.planning.strategies import STRATEGIES
+from layerscope.planning.strategy import Strategy
 from layerscope.validate import check_bool, check_choice, check_int, check_number, refuse
 
 #: Default bytes kept aside from the budget for what the timeline leaves out: the CUDA
@@ -27,7 +32,8 @@ _COMPUTE = {"fp32": torch.float32, "bf16": torch.bfloat16, "bf16-mixed": torch.b
 
 @dataclass(frozen=True)
 class Options:
-    """``ls.plan``'s options, checked."""
+    """Every option of ``ls.plan``, checked (``check_options``); ``to_dict``/``from_dict``
+    for their plain form."""
 
     target: DeviceSpec
     world_size: int
@@ -35,15 +41,19 @@ class Options:
     precision: str
     optimizer: str
     grad_accum: int
+    #: bytes per GPU: the target's memory unless given (None: a target without a size)
     budget: int | None
     reserve_bytes: int
     rank: int
     reshard_after_forward: bool
+    #: FSDP2 unit paths (None: the repeated blocks)
     units: tuple[str, ...] | None
     inter_node_bandwidth: float
     bucket_cap_mb: float
     #: HSDP: (replicate, shard) group sizes, their product the world size; None: plain
     hsdp: tuple[int, int] | None = None
+    #: None, "blocks", "auto" or module paths (a tuple)
+    checkpoint: str | tuple[str, ...] | None = None
 
     @property
     def shard_size(self) -> int:
@@ -61,71 +71,116 @@ class Options:
 
     @property
     def autocast(self) -> bool:
-        """Mixed precision as autocast runs it: DDP (or one GPU) with float32 weights."""
-        return self.mixed and self.sharding == "ddp"
+        """Mixed precision as autocast runs it (DDP's): float32 weights, 16-bit copies."""
+        return self.mixed and self.strategy.autocast
 
     @property
     def compute_dtype(self) -> torch.dtype:
         return _COMPUTE[self.precision]
 
+    @property
+    def strategy(self) -> Strategy:
+        """The parallelism strategy the plan is made with (``planning.strategies``)."""
+        return STRATEGIES[self.sharding]
 
-def check_options(
-    target: Any,
-    world_size: Any,
-    sharding: Any,
-    precision: Any,
-    optimizer: Any,
-    grad_accum: Any,
-    budget: Any,
-    extra: Mapping[str, Any],
-) -> Options:
-    known = {"reserve_bytes", "rank", "reshard_after_forward", "units",
-             "inter_node_bandwidth", "bucket_cap_mb", "hsdp"}  # fmt: skip
-    unknown = sorted(set(extra) - known)
+    # ---- plain form ----------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """Every option as ``ls.plan`` takes it (``ls.plan(model, x, **o.to_dict())``): a
+        known target by name, another as its spec's mapping; tuples as lists."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        spec = self.target
+        out["target"] = spec.name if BY_NAME.get(spec.name) == spec else spec.to_dict()
+        for key in ("units", "hsdp", "checkpoint"):
+            if isinstance(out[key], tuple):
+                out[key] = list(out[key])
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Options:
+        """Options from ``to_dict``'s form (or any part of it: the rest as ``ls.plan``'s
+        defaults), checked."""
+        return check_options(data)
+
+    def replace(self, **changes: Any) -> Options:
+        """These options with ``changes``, checked again together."""
+        return check_options({**self.to_dict(), **changes})
+
+    def section(self, fsdp_units: list[str]) -> dict[str, Any]:
+        """The document's ``options`` section (``Plan.options``): the options in its keys
+        and order, with the FSDP2 units the plan used (budget and reserve are the plan's
+        own fields)."""
+        asked = self.checkpoint
+        return {
+            "target": self.target.name, "world_size": self.world_size,
+            "sharding": self.sharding, "precision": self.precision,
+            "optimizer": self.optimizer, "grad_accum": self.grad_accum, "rank": self.rank,
+            "reshard_after_forward": self.reshard_after_forward,
+            "checkpoint": asked if isinstance(asked, str | type(None)) else list(asked),
+            "units": list(self.units) if self.units is not None else None,
+            "fsdp_units": fsdp_units, "inter_node_bandwidth": self.inter_node_bandwidth,
+            "bucket_cap_mb": self.bucket_cap_mb,
+            "hsdp": list(self.hsdp) if self.hsdp else None,
+        }  # fmt: skip
+
+
+#: ``ls.plan``'s defaults of every option (``budget`` None: the target's memory).
+DEFAULTS: dict[str, Any] = {
+    "target": "h100", "world_size": 8, "sharding": "fsdp", "precision": "bf16-mixed",
+    "optimizer": "adamw", "grad_accum": 1, "budget": None, "reserve_bytes": RESERVE_BYTES,
+    "rank": 0, "reshard_after_forward": True, "units": None,
+    "inter_node_bandwidth": INTER_NODE_BANDWIDTH, "bucket_cap_mb": 25, "hsdp": None,
+    "checkpoint": None,
+}  # fmt: skip
+NAMES = tuple(f.name for f in fields(Options))
+
+
+def check_options(given: Mapping[str, Any]) -> Options:
+    """``Options`` from the options given (``ls.plan``'s keywords; the rest default),
+    each checked; an unknown name is refused."""
+    unknown = sorted(set(given) - set(NAMES))
     if unknown:
         raise InvalidInputError(
-            f"unknown option {unknown[0]!r} for ls.plan; known: {', '.join(sorted(known))}"
+            f"unknown option {unknown[0]!r} for ls.plan; known: {', '.join(sorted(NAMES))}"
         )
-    spec = device_spec(target)
+    o = {**DEFAULTS, **given}
+    spec = device_spec(o["target"])
     if spec.kind != "gpu":
         raise InvalidInputError(f"target must be a GPU spec, got {spec.name!r} ({spec.kind})")
-    world = check_int("world_size", world_size, 1)
-    check_choice("sharding", sharding, list(SHARDINGS))
-    check_choice("precision", precision, list(PRECISIONS))
-    check_choice("optimizer", optimizer, list(OPTIMIZER_STATES))
-    if sharding == "none" and world != 1:
-        raise InvalidInputError("sharding='none' is one GPU: world_size must be 1")
-    units = extra.get("units")
+    world = check_int("world_size", o["world_size"], 1)
+    sharding = o["sharding"]
+    check_choice("sharding", sharding, list(STRATEGIES))
+    check_choice("precision", o["precision"], list(PRECISIONS))
+    check_choice("optimizer", o["optimizer"], list(OPTIMIZER_STATES))
+    STRATEGIES[sharding].check(world)
+    units = o["units"]
     if units is not None:
         if isinstance(units, str) or not all(isinstance(u, str) for u in units):
             refuse("units", units, "a list of module paths")
         units = tuple(units)
-    hsdp = _hsdp(extra.get("hsdp"), sharding, world)
-    if budget is None:
-        budget = spec.memory_bytes
-    elif budget is not None:
-        budget = check_int("budget", budget, 0)
+    hsdp = _hsdp(o["hsdp"], sharding, world)
+    budget = o["budget"]
+    budget = spec.memory_bytes if budget is None else check_int("budget", budget, 0)
+    checkpoint = o["checkpoint"]
+    if checkpoint is not None and not isinstance(checkpoint, str):
+        checkpoint = tuple(checkpoint)
     return Options(
         target=spec,
         world_size=world,
         sharding=sharding,
-        precision=precision,
-        optimizer=optimizer,
-        grad_accum=check_int("grad_accum", grad_accum, 1),
+        precision=o["precision"],
+        optimizer=o["optimizer"],
+        grad_accum=check_int("grad_accum", o["grad_accum"], 1),
         budget=budget,
-        reserve_bytes=check_int("reserve_bytes", extra.get("reserve_bytes", RESERVE_BYTES), 0),
-        rank=check_int("rank", extra.get("rank", 0), 0, (hsdp[1] if hsdp else world) - 1),
-        reshard_after_forward=check_bool(
-            "reshard_after_forward", extra.get("reshard_after_forward", True)
-        ),
+        reserve_bytes=check_int("reserve_bytes", o["reserve_bytes"], 0),
+        rank=check_int("rank", o["rank"], 0, (hsdp[1] if hsdp else world) - 1),
+        reshard_after_forward=check_bool("reshard_after_forward", o["reshard_after_forward"]),
         units=units,
         inter_node_bandwidth=check_number(
-            "inter_node_bandwidth",
-            extra.get("inter_node_bandwidth", INTER_NODE_BANDWIDTH),
-            positive=True,
+            "inter_node_bandwidth", o["inter_node_bandwidth"], positive=True
         ),
-        bucket_cap_mb=check_number("bucket_cap_mb", extra.get("bucket_cap_mb", 25), positive=True),
+        bucket_cap_mb=check_number("bucket_cap_mb", o["bucket_cap_mb"], positive=True),
         hsdp=hsdp,
+        checkpoint=checkpoint,
     )
 
 
@@ -149,4 +204,12 @@ def _hsdp(value: Any, sharding: str, world: int) -> tuple[int, int] | None:
     return replicate, shard
 
 
-__all__ = ["INTER_NODE_BANDWIDTH", "OUT_OF_SCOPE", "RESERVE_BYTES", "Options", "check_options"]
+__all__ = [
+    "DEFAULTS",
+    "INTER_NODE_BANDWIDTH",
+    "NAMES",
+    "OUT_OF_SCOPE",
+    "RESERVE_BYTES",
+    "Options",
+    "check_options",
+]

@@ -45,20 +45,20 @@ def plan(
     default the repeated blocks), ``reshard_after_forward`` (True), ``rank`` (0: the
     largest shards), ``reserve_bytes`` (2 GiB: ``options.RESERVE_BYTES``),
     ``inter_node_bandwidth`` (bytes/s per GPU; 400 Gb/s), ``bucket_cap_mb`` (DDP's, 25)."""
-    opts = check_options(
-        target, world_size, sharding, precision, optimizer, grad_accum, budget, options
-    )
-    if checkpoint is not None and not isinstance(checkpoint, str):
-        checkpoint = list(checkpoint)
+    opts = check_options({
+        "target": target, "world_size": world_size, "sharding": sharding,
+        "checkpoint": checkpoint, "budget": budget, "optimizer": optimizer,
+        "precision": precision, "grad_accum": grad_accum, **options,
+    })  # fmt: skip
     profile_options: dict[str, Any] = {}
     if input_dtype is not None:
         profile_options["input_dtype"] = input_dtype
     if loss_fn is not None:
         profile_options["loss_fn"] = loss_fn
     prof = analyse(model_or_profile, args, kwargs, input_shape, opts, profile_options)
-    result = build(prof, opts, checkpoint)
+    result = build(prof, opts)
     if isinstance(model_or_profile, nn.Module):  # to analyse other micro-batches
-        result.source = Source(model_or_profile, args, kwargs, input_shape, profile_options)
+        result.source = Source(model_or_profile, args, kwargs, input_shape, profile_options, opts)
     return result
 
 

@@ -26,7 +26,7 @@ from layerscope.errors import InvalidInputError
 from layerscope.planning.build import build
 from layerscope.planning.facts import analyse
 from layerscope.planning.fields import CHECKPOINTED, keys
-from layerscope.planning.options import check_options
+from layerscope.planning.options import DEFAULTS, Options, check_options
 from layerscope.planning.result import Plan
 from layerscope.profile import Profile
 
@@ -44,6 +44,8 @@ class Source:
     kwargs: dict[str, Any] | None
     input_shape: Any
     profile_options: dict[str, Any] = field(default_factory=dict)
+    #: the options the plan was made with (every one: ``max_micro_batch`` plans with them)
+    options: Options | None = None
 
     def max_micro_batch(self, plan: Plan, limit: int) -> int:
         """``Plan.max_micro_batch``, for a plan made from this source."""
@@ -61,7 +63,9 @@ class Source:
         """The same input with dim 0 set to ``batch``."""
         if self.input_shape is not None:
             shape = _shape(self.input_shape)
-            return Source(self.model, (), None, (batch, *shape[1:]), self.profile_options)
+            return Source(
+                self.model, (), None, (batch, *shape[1:]), self.profile_options, self.options
+            )
 
         def resized(t: torch.Tensor) -> torch.Tensor:
             if not t.dim():
@@ -70,7 +74,7 @@ class Source:
 
         args = tree_map_only(torch.Tensor, resized, self.args)
         kwargs = tree_map_only(torch.Tensor, resized, self.kwargs) if self.kwargs else None
-        return Source(self.model, args, kwargs, None, self.profile_options)
+        return Source(self.model, args, kwargs, None, self.profile_options, self.options)
 
 
 def _shape(input_shape: Any) -> tuple[int, ...]:
@@ -221,30 +225,25 @@ def plan_sweep(
     dtype; the rest is arithmetic."""
     if not isinstance(model, nn.Module):
         raise InvalidInputError("plan_sweep needs the model (it analyses each micro-batch)")
-    extra = {k: v for k, v in options.items() if k not in AXES and k not in ("target", "budget")}
-    fixed = {"target": options.get("target", "h100"), "budget": options.get("budget")}
+    fixed = {k: v for k, v in options.items() if k not in AXES}
     profile_options = {k: v for k, v in (("input_dtype", input_dtype), ("loss_fn", loss_fn))
                        if v is not None}  # fmt: skip
     source = Source(model, args, kwargs, input_shape, profile_options)
-    defaults = {"micro_batch": None, "world_size": 8, "sharding": "fsdp", "checkpoint": None,
-                "precision": "bf16-mixed", "optimizer": "adamw", "grad_accum": 1}  # fmt: skip
+    defaults = {"micro_batch": None} | {a: DEFAULTS[a] for a in AXES if a != "micro_batch"}
     grid = {a: _values(a, options.get(a, defaults[a])) for a in AXES}
     swept = [a for a in AXES if a in options and len(grid[a]) > 1]
     analyses: dict[tuple[Any, str], Profile] = {}
     rows: list[SweepRow] = []
     for combo in itertools.product(*grid.values()):
         chosen = dict(zip(AXES, combo, strict=True))
-        opts = check_options(
-            fixed["target"], chosen["world_size"], chosen["sharding"], chosen["precision"],
-            chosen["optimizer"], chosen["grad_accum"], fixed["budget"], extra,
-        )  # fmt: skip
+        opts = check_options(fixed | {a: v for a, v in chosen.items() if a != "micro_batch"})
         batch = chosen["micro_batch"]
         here = source.at(batch) if batch is not None else source
         key = (batch, str(opts.compute_dtype))
         if key not in analyses:
             analyses[key] = analyse(model, here.args, here.kwargs, here.input_shape, opts,
                                     profile_options)  # fmt: skip
-        result = build(analyses[key], opts, chosen["checkpoint"])
+        result = build(analyses[key], opts)
         row = {a: chosen[a] for a in AXES}
         row["micro_batch"] = batch if batch is not None else source.batch()
         row.update({f: getattr(result, f) for f in ROW_FIELDS})
@@ -261,18 +260,15 @@ def max_micro_batch(plan: Plan, limit: int = 1024) -> int:
         raise InvalidInputError("max_micro_batch needs the plan made from a model")
     if plan.budget is None:
         raise InvalidInputError("max_micro_batch needs a budget (the target has no memory size)")
-    opts = check_options(
-        plan.options["target"], plan.options["world_size"], plan.options["sharding"],
-        plan.options["precision"], plan.options["optimizer"], plan.options["grad_accum"],
-        plan.budget, _extra(plan),
-    )  # fmt: skip
-    asked = plan.options["checkpoint"]
+    opts = source.options
+    if opts is None:
+        raise InvalidInputError("max_micro_batch needs the options the plan was made with")
 
     def fits(batch: int) -> bool:
         here = source.at(batch)
         prof = analyse(source.model, here.args, here.kwargs, here.input_shape, opts,
                        source.profile_options)  # fmt: skip
-        return bool(build(prof, opts, asked).fits)
+        return bool(build(prof, opts).fits)
 
     start = source.batch()
     low, high = 0, None
@@ -296,20 +292,6 @@ def max_micro_batch(plan: Plan, limit: int = 1024) -> int:
         else:
             high = mid
     return low
-
-
-def _extra(plan: Plan) -> Mapping[str, Any]:
-    o = plan.options
-    out: dict[str, Any] = {
-        "rank": o["rank"],
-        "reshard_after_forward": o["reshard_after_forward"],
-        "inter_node_bandwidth": o["inter_node_bandwidth"],
-        "bucket_cap_mb": o["bucket_cap_mb"],
-        "reserve_bytes": plan.reserve_bytes,
-    }
-    if o.get("units") is not None:
-        out["units"] = o["units"]
-    return out
 
 
 __all__ = ["Source", "Sweep", "SweepRow", "max_micro_batch", "plan_sweep"]

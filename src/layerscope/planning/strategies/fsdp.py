@@ -1,0 +1,357 @@
+"""FSDP2 (``"fsdp"``), and HSDP as FSDP2 on a 2-D mesh (``hsdp=(replicate, shard)``):
+each unit's parameters sharded over ``shard`` GPUs (``states.fsdp_shard``), gathered
+before its forward and backward and its gradients reduce-scattered after its backward
+(``comm.fsdp_collectives``); under HSDP each gradient shard is then all-reduced over
+the ``replicate`` groups. The overlap rule: ``timemodel.fsdp_exposed``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from layerscope.metrics.commkinds import wire_bytes
+from layerscope.planning.facts import fsdp_units, owner
+from layerscope.planning.states import ModelStates, fsdp_shard
+from layerscope.planning.strategy import Prepared, Step, Strategy, Times, link, optimizer_bytes
+from layerscope.planning.strategy import weight_size as _weight_size
+from layerscope.planning.timeline import Events, Replay, inside
+from layerscope.planning.timemodel import link_time
+
+if TYPE_CHECKING:
+    from layerscope.planning.options import Options
+
+
+class FSDP2(Strategy):
+    """Parameters at rest are the padded shards; gradients and optimizer states those of
+    the unpadded local shard (``to_local()``); under mixed precision
+    (``MixedPrecisionPolicy``) the float32 shards are the master weights, and gradients
+    are reduced and kept in float32."""
+
+    name = "fsdp"
+
+    def grad_size(self, opts: Options) -> int:
+        return 4 if opts.mixed else opts.compute_dtype.itemsize
+
+    def states(
+        self,
+        shapes: Sequence[Sequence[int]],
+        *,
+        world_size: int,
+        precision: str,
+        optimizer: str,
+        rank: int,
+    ) -> ModelStates:
+        states, step = optimizer_bytes(shapes, optimizer)
+        local = padded = 0
+        for shape in shapes:
+            mine, pad = fsdp_shard(shape, world_size, rank)
+            local, padded = local + mine, padded + pad
+        size = 4 if precision.endswith("-mixed") else _weight_size(precision)
+        return ModelStates(padded * size, local * size, states * local * size + step, 0)
+
+    def prepare(self, step: Step) -> Prepared:
+        """The units (paths, table rows) and collectives, set up for the replay."""
+        opts, setup, grad_size = step.opts, step.setup, step.grad_size
+        n, low = opts.shard_size, opts.compute_dtype.itemsize
+        units = fsdp_units(step.prof, opts)
+        owned: dict[str, list[tuple[int, ...]]] = {u: [] for u in units}
+        for p in step.params:
+            owned[owner(p.module, units)].append(p.shape)
+        shards = [Unit(u, sum(fsdp_shard(s, n, 0)[1] for s in owned[u])) for u in units]
+        setup.events.append(FSDPEvents(
+            n, shards, param_size=low, reduce_size=grad_size, cast_gather=opts.mixed,
+            reshard_after_forward=opts.reshard_after_forward,
+        ))  # fmt: skip
+        setup.final_grads = sum(u.padded for u in shards) * grad_size
+        comm: dict[str, Any] = dict(fsdp_collectives(
+            owned, world_size=n, param_bytes=low, reduce_bytes=grad_size,
+            reshard_after_forward=opts.reshard_after_forward,
+        ))  # fmt: skip
+        if opts.replicas > 1:  # HSDP: each gradient shard all-reduced over the replicas
+            for u in shards:
+                if u.path in comm:
+                    payload = u.padded * grad_size
+                    wire = wire_bytes("all_reduce", payload, opts.replicas)
+                    row = {"calls": 1, "bytes": payload, "wire_bytes": wire}
+                    comm[u.path]["backward"]["all_reduce"] = row
+        rows = {
+            u.path: {"unit": True, "shard_elements": u.padded,
+                     "unsharded_bytes": n * u.padded * low}
+            for u in shards
+        }  # fmt: skip
+        return Prepared(comm, units, rows)
+
+    def comm_time(self, step: Step, times: Times) -> tuple[float, float]:
+        opts, prof = step.opts, step.prof
+        if opts.world_size < 2:
+            return 0.0, 0.0
+        replay = next(e for e in step.setup.events if isinstance(e, FSDPEvents))
+        fwd, bwd = times.forward, times.backward
+        n = opts.shard_size
+        works = []
+        paths = [u.path for u in replay.all_units]
+        for unit in replay.all_units:
+            node = prof.node(unit.path)
+            nested = [
+                prof.node(p) for p in paths if p != unit.path and owner(p, [unit.path]) == unit.path
+            ]
+            own_f = fwd[id(node)] - sum(fwd[id(m)] for m in nested)
+            own_b = bwd[id(node)] - sum(bwd[id(m)] for m in nested)
+            own_b += sum(
+                fwd[id(prof.node(p))] for p in times.checkpointed if owner(p, paths) == unit.path
+            )
+            works.append(UnitWork(unit.path, own_f, own_b, unit.padded * replay.param_size,
+                                  n * unit.padded * replay.reduce_size,
+                                  opts.reshard_after_forward and unit.path != "",
+                                  unit.padded * replay.reduce_size))  # fmt: skip
+        replicas = (opts.replicas, link(opts, opts.world_size))
+        return fsdp_exposed(works, n, link(opts, n), replicas)
+
+
+# ---- the collectives ------------------------------------------------------------------
+def _ring(kind: str, payload: int, world: int, calls: int = 1) -> dict[str, Any]:
+    return {"calls": calls, "bytes": payload, "wire_bytes": wire_bytes(kind, payload, world)}
+
+
+def fsdp_collectives(
+    units: Mapping[str, Sequence[Sequence[int]]],
+    *,
+    world_size: int,
+    param_bytes: int = 4,
+    reduce_bytes: int = 4,
+    reshard_after_forward: bool = True,
+    root: str = "",
+) -> dict[str, Any]:
+    """Per unit path (its own parameters' shapes), by phase and kind; module doc.
+    ``param_bytes``/``reduce_bytes``: bytes per element gathered and reduced."""
+    out: dict[str, Any] = {}
+    for path, shapes in units.items():
+        padded = sum(fsdp_shard(shape, world_size, 0)[1] for shape in shapes)
+        if not padded:
+            continue
+        gather = _ring("all_gather", padded * param_bytes, world_size)
+        scatter = _ring("reduce_scatter", world_size * padded * reduce_bytes, world_size)
+        backward: dict[str, dict[str, Any]] = {"reduce_scatter": scatter}
+        if reshard_after_forward and path != root:
+            backward = {"all_gather": dict(gather), **backward}
+        out[path] = {"forward": {"all_gather": gather}, "backward": backward}
+    return out
+
+
+# ---- the overlap rule ----------------------------------------------------------------
+@dataclass(frozen=True)
+class UnitWork:
+    """An FSDP2 unit in forward order: its own compute (seconds, nested units excluded)
+    and its collectives' payloads (bytes)."""
+
+    path: str
+    forward: float
+    backward: float
+    gather: int  # the all-gather's payload: one padded shard
+    scatter: int  # the reduce-scatter's payload: world_size padded shards
+    regather: bool  # gathered again before its backward
+    reduce: int = 0  # HSDP: the all-reduce of its gradient shard over the replicas
+
+
+def fsdp_exposed(
+    units: Sequence[UnitWork],
+    world: int,
+    bandwidth: float,
+    replicas: tuple[int, float] = (1, 0.0),
+) -> tuple[float, float]:
+    """(all collectives' time, the part not hidden under compute) of one micro-batch;
+    ``world`` GPUs shard each unit, ``replicas`` (HSDP: how many, at what bandwidth)
+    all-reduce its gradient shard after the reduce-scatter."""
+    if not units:
+        return 0.0, 0.0
+    gathers = [link_time("all_gather", u.gather, world, bandwidth) for u in units]
+    scatters = [
+        link_time("reduce_scatter", u.scatter, world, bandwidth)
+        + link_time("all_reduce", u.reduce, replicas[0], replicas[1])
+        for u in units
+    ]
+    total = sum(gathers) + sum(scatters)
+    total += sum(g for g, u in zip(gathers, units, strict=True) if u.regather)
+    # forward: the first gather is exposed; unit i + 1's gather runs under unit i
+    exposed = gathers[0]
+    for i in range(len(units) - 1):
+        exposed += max(0.0, gathers[i + 1] - units[i].forward)
+    # backward, in reverse: a unit's compute hides the next unit's gather (prefetch)
+    # and the previous unit's reduce-scatter
+    order = list(reversed(range(len(units))))
+    first = order[0]
+    exposed += gathers[first] if units[first].regather else 0.0
+    for j, i in enumerate(order):
+        hidden = 0.0
+        if j + 1 < len(order) and units[order[j + 1]].regather:
+            hidden += gathers[order[j + 1]]
+        if j > 0:
+            hidden += scatters[order[j - 1]]
+        exposed += max(0.0, hidden - units[i].backward)
+    exposed += scatters[order[-1]]
+    return total, exposed
+
+
+# ---- the replay's moments ------------------------------------------------------------
+@dataclass(frozen=True)
+class Unit:
+    """An FSDP2 unit: its path and its parameters' padded shard (elements per rank)."""
+
+    path: str
+    padded: int
+
+
+class FSDPEvents(Events):
+    """FSDP2 per unit in the replay: before its forward, the all-gather's output
+    (``world_size`` padded shards in the parameter dtype; under mixed precision also an
+    input buffer of one shard, freed after the all-gather) and the unsharded parameters
+    (as large: FSDP2 keeps them padded); the output is freed when the next unit's
+    all-gather is done (the last at the end of the forward). After the forward the
+    unsharded parameters are freed (resharded), except the root's or with
+    ``reshard_after_forward=False``. Before the backward they are gathered again, and the
+    next unit's all-gather is issued at once (prefetch). After a unit's backward: its
+    unsharded parameters are freed, the previous unit's reduce-scatter input is freed,
+    its own is allocated (``world_size`` padded shards in the reduce dtype), its
+    unsharded gradients are freed and its sharded gradient (one padded shard, reduce
+    dtype) stays."""
+
+    def __init__(
+        self,
+        world_size: int,
+        units: Sequence[Unit],
+        param_size: int = 4,
+        reduce_size: int = 4,
+        cast_gather: bool = False,
+        reshard_after_forward: bool = True,
+    ) -> None:
+        self.world_size, self.all_units = world_size, list(units)
+        #: bytes per element: unsharded parameters, reduce-scatter, sharded gradients
+        self.param_size, self.reduce_size = param_size, reduce_size
+        #: mixed precision: the all-gather input is a cast copy of the shard
+        self.cast_gather = cast_gather
+        self.reshard_after_forward = reshard_after_forward
+
+    def start(self, replay: Replay) -> None:
+        self.units = [u for u in self.all_units if u.padded]
+        self.by_path = {u.path: u for u in self.units}
+        self.unit_grads = {u.path: 0 for u in self.units}
+        for module, g in replay.s.grads.items():
+            unit = _owner(module, self.units)
+            if unit is not None:
+                self.unit_grads[unit.path] += g
+        self.gathered: list[Unit] = []  # forward order of first gathering
+        self.last_gather: Unit | None = None
+        self.open_units: list[Unit] = []  # in the backward, outermost first
+        self.done: set[str] = set()
+        self.last_scatter: Unit | None = None
+
+    def enter(self, replay: Replay, path: str) -> None:
+        unit = self.by_path.get(path)
+        if unit is not None:
+            if f"unsharded:{path}" not in replay.buffers:
+                self.gathered.append(unit)
+            self.pre_forward(replay, unit, self.last_gather)
+            self.last_gather = unit
+
+    def exited(self, replay: Replay, path: str) -> None:
+        if path in self.by_path and path != "" and self.reshard_after_forward:
+            replay.free(f"unsharded:{path}")
+        if path == "" and self.last_gather is not None:
+            replay.free(f"gather:{self.last_gather.path}")
+            self.last_gather = None
+
+    def backward(self, replay: Replay, k: int, event: str, path: str) -> None:
+        """The post-backward of the units the backward has left, and pre-backward of
+        those it enters."""
+        if event == "end":
+            return
+        inner = [u for u in self.units if inside(path, u.path)] if path != "<outside>" else []
+        for unit in reversed(list(self.open_units)):
+            if unit not in inner:
+                self.post_backward(replay, unit)
+        for unit in inner:
+            if unit not in self.open_units and unit.path not in self.done:
+                self.open_units.append(unit)
+                after = _next_to_gather(self.gathered, unit, self.done, self.open_units)
+                self.pre_backward(replay, unit, after)
+
+    def end(self, replay: Replay, path: str) -> None:
+        for unit in reversed(list(self.open_units)):
+            self.post_backward(replay, unit)
+        self.open_units = []
+        if self.last_scatter is not None:
+            replay.free(f"scatter:{self.last_scatter.path}")
+
+    # ---- one unit --------------------------------------------------------------------
+    def gather(self, r: Replay, unit: Unit, event: str) -> None:
+        out = self.world_size * unit.padded * self.param_size
+        if self.cast_gather:
+            r.alloc("gather_in", "comm_buffer_bytes", unit.padded * self.param_size)
+        r.alloc(f"gather:{unit.path}", "comm_buffer_bytes", out)
+        if self.cast_gather:
+            r.emit(event, unit.path)
+            r.free("gather_in")
+
+    def unshard(self, r: Replay, unit: Unit) -> None:
+        nbytes = self.world_size * unit.padded * self.param_size
+        r.alloc(f"unsharded:{unit.path}", "unsharded_param_bytes", nbytes)
+
+    def pre_forward(self, r: Replay, unit: Unit, previous: Unit | None) -> None:
+        if f"unsharded:{unit.path}" in r.buffers:
+            return
+        self.gather(r, unit, "gather")
+        self.unshard(r, unit)
+        r.emit("gather", unit.path)
+        if previous is not None:
+            r.free(f"gather:{previous.path}")
+
+    def pre_backward(self, r: Replay, unit: Unit, after: Unit | None) -> None:
+        if f"unsharded:{unit.path}" not in r.buffers:
+            if f"gather:{unit.path}" not in r.buffers:
+                self.gather(r, unit, "gather")
+            self.unshard(r, unit)
+            r.emit("gather", unit.path)
+            r.free(f"gather:{unit.path}")
+        if after is not None and f"unsharded:{after.path}" not in r.buffers:
+            self.gather(r, after, "prefetch")
+            r.emit("prefetch", after.path)
+
+    def post_backward(self, r: Replay, unit: Unit) -> None:
+        r.free(f"unsharded:{unit.path}")
+        if self.last_scatter is not None:
+            r.free(f"scatter:{self.last_scatter.path}")
+        scatter = self.world_size * unit.padded * self.reduce_size
+        r.alloc(f"scatter:{unit.path}", "comm_buffer_bytes", scatter)
+        r.emit("reduce_scatter", unit.path)
+        r.grads_reduced += self.unit_grads[unit.path]
+        r.alloc(f"grad:{unit.path}", "grad_bytes", unit.padded * self.reduce_size)
+        r.emit("reduce_scatter", unit.path)
+        self.last_scatter = unit
+        self.open_units.remove(unit)
+        self.done.add(unit.path)
+
+
+def _owner(module: str, units: Sequence[Unit]) -> Unit | None:
+    """The innermost unit holding a module's parameters."""
+    best: Unit | None = None
+    for unit in units:
+        if inside(module, unit.path) and (best is None or len(unit.path) >= len(best.path)):
+            best = unit
+    return best
+
+
+def _next_to_gather(
+    gathered: Sequence[Unit], unit: Unit, done: set[str], open_units: Sequence[Unit]
+) -> Unit | None:
+    """FSDP2's backward prefetch: the unit gathered just before ``unit`` in the forward."""
+    if unit not in gathered:
+        return None
+    i = gathered.index(unit)
+    for other in reversed(gathered[:i]):
+        if other.path not in done and other not in open_units:
+            return other
+    return None
+
+
+__all__ = ["FSDP2", "FSDPEvents", "Unit", "UnitWork", "fsdp_collectives", "fsdp_exposed"]

@@ -1,0 +1,145 @@
+"""``planning.Options``: every option of ``ls.plan`` in one typed object, so a sweep and
+``max_micro_batch`` plan with exactly the options of the plan they start from."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import layerscope as ls
+from layerscope.errors import InvalidInputError
+from layerscope.hardware import SPECS
+from layerscope.planning import Options
+from layerscope.planning.options import DEFAULTS, NAMES, RESERVE_BYTES, check_options
+
+#: one GPU's micro-batch: (batch, 32 tokens, 64 features)
+SHAPE = (32, 64)
+#: a GPU of 2,000,000 bytes (to plan the tiny model against a tiny memory)
+TINY = {"name": "tiny", "bandwidth": 1e12, "peak_flops": {"bfloat16": 1e14, "float32": 1e13},
+        "memory_bytes": 2_000_000, "interconnect": 1e11}  # fmt: skip
+#: the options all cases share: no reserve, a budget the defaults fit at a few sequences
+BASE: dict[str, Any] = {"reserve_bytes": 0, "budget": 1_500_000}
+#: for each option of ``Options``, a value other than the default (with what it needs)
+CASES: dict[str, dict[str, Any]] = {
+    "target": {"target": TINY, "budget": None},
+    "world_size": {"world_size": 2},
+    "sharding": {"sharding": "ddp", "budget": 3_000_000},  # replicated: more memory
+    "precision": {"precision": "fp32"},
+    "optimizer": {"optimizer": "sgd"},
+    "grad_accum": {"grad_accum": 4},
+    "budget": {"budget": 2_500_000},
+    "reserve_bytes": {"reserve_bytes": 400_000},
+    "rank": {"world_size": 6, "rank": 5},  # uneven shards: rank 5 holds the smallest
+    "reshard_after_forward": {"reshard_after_forward": False},
+    "units": {"units": ["0", "1.0"]},
+    "inter_node_bandwidth": {"world_size": 16, "inter_node_bandwidth": 1e9},
+    "bucket_cap_mb": {"sharding": "ddp", "budget": 3_000_000, "bucket_cap_mb": 0.01},
+    "hsdp": {"hsdp": (2, 4)},
+    "checkpoint": {"checkpoint": "blocks"},
+}
+LIMIT = 16
+
+
+def _model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(
+        *(nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 64)) for _ in range(3))
+    )
+
+
+MODEL = _model()
+
+
+def _plan(batch: int, options: dict[str, Any]) -> ls.Plan:
+    return ls.plan(MODEL, input_shape=(batch, *SHAPE), **options)
+
+
+def test_every_option_has_a_case_and_a_default() -> None:
+    assert set(CASES) == set(NAMES) == set(DEFAULTS) == {f.name for f in fields(Options)}
+    for name, case in CASES.items():
+        assert case[name] != DEFAULTS[name]
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_max_micro_batch_fits_with_every_option(name: str) -> None:
+    """The answer's plan, made with the same options, fits; one more sequence does not
+    (unless the answer is the limit)."""
+    options = {**BASE, **CASES[name]}
+    best = _plan(1, options).max_micro_batch(limit=LIMIT)
+    assert 0 <= best <= LIMIT
+    if best:
+        assert _plan(best, options).fits
+    if best < LIMIT:
+        assert _plan(best + 1, options).fits is False
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_sweep_rows_are_the_plans_with_every_option(name: str) -> None:
+    """Each row of a sweep over two micro-batches, with the option given, is
+    ``ls.plan`` with that row's options."""
+    options = {**BASE, **CASES[name]}
+    sweep = ls.plan_sweep(MODEL, input_shape=(1, *SHAPE), micro_batch=[1, 3], **options)
+    assert [r.micro_batch for r in sweep.rows] == [1, 3]
+    for row in sweep.rows:
+        alone = _plan(row.micro_batch, options)
+        assert (row.peak_bytes, row.headroom_bytes, row.fits) == (
+            alone.peak_bytes, alone.headroom_bytes, alone.fits
+        )  # fmt: skip
+        assert (row.step_time, row.tokens_per_s, row.mfu) == (
+            alone.step_time, alone.tokens_per_s, alone.mfu
+        )  # fmt: skip
+        assert row.checkpointed == len(alone.checkpoint)
+
+
+def test_the_hsdp_answer_plans_hsdp() -> None:
+    """HSDP (2 x 4) shards over 4 GPUs, not 8: its largest fitting batch is smaller than
+    FSDP2's over all 8, and ``max_micro_batch`` plans HSDP at every size it tries."""
+    options = {**BASE, **CASES["hsdp"]}
+    hsdp = _plan(1, options).max_micro_batch(limit=LIMIT)
+    fsdp = _plan(1, BASE).max_micro_batch(limit=LIMIT)
+    assert hsdp < fsdp
+    assert _plan(hsdp, options).fits and not _plan(hsdp + 1, options).fits
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_options_round_trip(name: str) -> None:
+    opts = check_options({**BASE, **CASES[name]})
+    assert Options.from_dict(opts.to_dict()) == opts
+    assert check_options(opts.to_dict()) == opts
+
+
+def test_to_dict_is_every_option_in_plan_form() -> None:
+    opts = check_options({"units": ("0",), "hsdp": [2, 4], "checkpoint": ("1",)})
+    assert opts.to_dict() == {
+        "target": "h100", "world_size": 8, "sharding": "fsdp", "precision": "bf16-mixed",
+        "optimizer": "adamw", "grad_accum": 1, "budget": SPECS["h100"].memory_bytes,
+        "reserve_bytes": RESERVE_BYTES, "rank": 0, "reshard_after_forward": True,
+        "units": ["0"], "inter_node_bandwidth": 400e9 / 8, "bucket_cap_mb": 25,
+        "hsdp": [2, 4], "checkpoint": ["1"],
+    }  # fmt: skip
+    custom = check_options({"target": TINY})
+    assert custom.to_dict()["target"]["memory_bytes"] == 2_000_000
+    assert custom.budget == 2_000_000  # the target's memory
+    assert custom.replace(world_size=4).world_size == 4
+    with pytest.raises(InvalidInputError, match=r"unknown option 'micro_batch' for ls\.plan"):
+        check_options({"micro_batch": 2})
+    with pytest.raises(InvalidInputError, match="hsdp is FSDP2 on a 2-D mesh"):
+        check_options({"hsdp": (2, 4)}).replace(sharding="ddp")
+
+
+def test_the_document_section_is_the_options() -> None:
+    """``Plan.options`` (the JSON document's) is ``Options.section``: every option but
+    the budget and reserve (the plan's own fields), with the FSDP2 units used."""
+    plan = _plan(1, {**BASE, **CASES["hsdp"], "units": ["0"]})
+    opts = check_options({**BASE, **CASES["hsdp"], "units": ["0"]})
+    assert plan.options == opts.section(["", "0"])
+    assert list(plan.options) == [
+        "target", "world_size", "sharding", "precision", "optimizer", "grad_accum", "rank",
+        "reshard_after_forward", "checkpoint", "units", "fsdp_units", "inter_node_bandwidth",
+        "bucket_cap_mb", "hsdp",
+    ]  # fmt: skip
+    assert (plan.budget, plan.reserve_bytes) == (opts.budget, opts.reserve_bytes)
