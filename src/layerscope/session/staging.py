@@ -22,14 +22,13 @@ when it made one). A stage's calls are merged as they come (``analysis.merge``).
 from __future__ import annotations
 
 import copy
+import importlib
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from functools import partial
 from types import MethodType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import torch
 from torch import nn
 
 from layerscope.analysis.merge import merge_profiles
@@ -38,12 +37,16 @@ from layerscope.profile import Profile
 from layerscope.session.claims import Claim, claim, release
 from layerscope.validate import is_bool, refuse
 
-if TYPE_CHECKING:
-    from layerscope.generation.result import Generation
-    from layerscope.generation.stages import CallFacts
+#: The one plug from the session to the generation wing (``tests/test_layering.py``
+#: lists it): the module whose ``Recorder`` records a staged Profiler's calls and makes
+#: their ``Generation``, and whose ``default_rule`` is ``stages=True``'s rule. Loaded by
+#: name when ``stages=`` is given: the session imports nothing of the generation wing,
+#: which imports the session.
+RECORDER = "layerscope.generation.recorder"
 
-# ``layerscope.generation``'s own imports load the session, so its modules are imported
-# where they are used, once the session is loaded.
+
+def _recorder() -> Any:
+    return importlib.import_module(RECORDER)
 
 #: A stage rule: the stage's name of one call, from the call's arguments.
 Rule = Callable[[tuple[Any, ...], dict[str, Any]], str]
@@ -68,9 +71,7 @@ def stage_rule(stages: object, model: nn.Module) -> tuple[Rule, str] | None:
     if stages is None or (is_bool(stages) and not stages):
         return None
     if is_bool(stages):
-        from layerscope.generation.stages import cache_stage
-
-        return partial(cache_stage, model=model), "cache_stage"
+        return _recorder().default_rule(model), "cache_stage"
     if callable(stages):
         return stages, getattr(stages, "__qualname__", None) or repr(stages)
     refuse(
@@ -117,24 +118,6 @@ def _hooks_set_aside(module: nn.Module, hooks: dict[str, dict[Any, Any]]) -> Ite
             getattr(module, name).update(entries)
 
 
-def _output_cache(out: Any) -> Any:
-    """The cache a call's output holds (``cache``, or ``past_key_values`` before
-    transformers 5), None if none. A mapping (transformers' ``ModelOutput``) is read by
-    its keys, other objects by attribute."""
-    from layerscope.generation.stages import CACHE_KEYWORDS
-
-    for key in CACHE_KEYWORDS:
-        if isinstance(out, Mapping):
-            value = out.get(key)
-        elif isinstance(out, tuple | list | torch.Tensor):
-            return None
-        else:
-            value = getattr(out, key, None)
-        if value is not None and not callable(value):
-            return value
-    return None
-
-
 class Staging:
     """The wrappers of one Profiler with stages, and what the calls gave (module doc)."""
 
@@ -143,20 +126,12 @@ class Staging:
         self.encoder = encoder_of(model)
         #: one merged Profile per stage, in the order the stages were first seen
         self.stages: dict[str, Profile] = {}
-        #: one row per call
-        self.rows: list[dict[str, Any]] = []
-        self.notices: list[str] = []
+        #: the calls' rows and cache facts (``RECORDER``)
+        self.recorder = _recorder().Recorder(model, self.encoder is not None)
         self._busy = False  # a call is being analysed: the inner call runs the forward
         self._owner: int | None = None
         self._claim: Claim | None = None  # the model's modules, held while installed
         self._wrapped: list[tuple[nn.Module, Any, MethodType, list[Any]]] = []
-        self._first: tuple[int, int] | None = None  # the first call's tokens and rows
-        #: the cache's facts (and the tokens it has seen) after the first call that had
-        #: one, the first prefill that had one, and the last call that had one
-        self._first_kv: tuple[dict[str, Any], int] | None = None
-        self._after_prefill: tuple[dict[str, Any], int] | None = None
-        self._final: tuple[dict[str, Any], int] | None = None
-        self._cached = False  # whether any call had a cache
 
     # ---- the wrappers ----------------------------------------------------------------
     def install(self) -> None:
@@ -225,9 +200,7 @@ class Staging:
         """One call from the loop: named, analysed while it runs, recorded."""
         if self._busy or threading.get_ident() != self._owner:
             return run(*args, **kwargs)  # the analysed call itself, or another thread's
-        from layerscope.generation.stages import call_facts
-
-        facts = call_facts(args, kwargs, self.model if root else None)
+        facts = self.recorder.before(args, kwargs, root)
         stage = self._stage(args, kwargs) if root else "prefill"
         hooks = _own_hooks(module)
 
@@ -252,35 +225,8 @@ class Staging:
             )
         return stage
 
-    def _record(self, stage: str, facts: CallFacts, prof: Profile, out: Any) -> None:
-        from layerscope.generation.cache import cache_facts
-        from layerscope.generation.stages import cache_tokens
-
-        if self._first is None:
-            self._first = (facts.fed, facts.rows)
-        cache = facts.cache if facts.cache is not None else _output_cache(out)
-        kv = cache_facts(cache) if cache is not None else None
-        m = prof.root.metrics
-        self.rows.append(
-            {
-                "stage": stage,
-                "cache_tokens": facts.cache_tokens,
-                "tokens": facts.fed,
-                "macs": int(m.get("macs", 0)),
-                "flops": int(m.get("flops", 0)),
-                "bytes_accessed": int(m.get("bytes_accessed", 0)),
-                "peak_bytes": int(prof.memory.get("session_peak_bytes", 0)),
-                "kv_bytes": kv.total if kv is not None else 0,
-            }
-        )
-        if kv is not None:
-            self._cached = True
-            self.notices.extend(n for n in kv.notices if n not in self.notices)
-            self._final = (kv.to_dict(), cache_tokens(cache))
-            if self._first_kv is None:
-                self._first_kv = self._final
-            if self._after_prefill is None and stage == "prefill":
-                self._after_prefill = self._final
+    def _record(self, stage: str, facts: Any, prof: Profile, out: Any) -> None:
+        self.recorder.after(stage, facts, prof, out)
         before = self.stages.get(stage)
         self.stages[stage] = prof if before is None else merge_profiles([before, prof])
 
@@ -291,44 +237,15 @@ class Staging:
             return None
         return merge_profiles([copy.deepcopy(p) for p in self.stages.values()])
 
-    def generation(self) -> Generation:
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per call (``RECORDER``'s)."""
+        rows: list[dict[str, Any]] = self.recorder.rows
+        return rows
+
+    def generation(self) -> Any:
         """The calls as a ``Generation`` (``ls.profile_generate``'s result)."""
-        from layerscope.generation.cache import kv_summary
-        from layerscope.generation.result import Generation
-
-        kv: dict[str, Any] = {}
-        new = sum(1 for r in self.rows if r["stage"] == "full")
-        if self._final is not None:
-            after, seen_after = self._after_prefill or self._first_kv or self._final
-            final, seen_final = self._final
-            kv = kv_summary(after, final)
-            new = seen_final - seen_after + 1
-        prompt, rows = self._first or (0, 0)
-        options = {
-            "prompt_tokens": prompt,
-            "new_tokens": new,
-            "batch": rows,
-            "rows": rows,
-            "use_cache": self._cached,
-            "encoder_decoder": self.encoder is not None,
-            "calls": len(self.rows),
-            "stages_rule": self.rule_name,
-            "timing_repeats": 0,
-        }
-        notices = [
-            "measured in the loop (ls.Profiler with stages): the prompt is the first "
-            "call's tokens per row, the new tokens are those the cache gained after the "
-            "first prefill plus the last one produced (not fed), and prompts are counted "
-            "as rows (beams and samples are not told apart)",
-            *self.notices,
-        ]
-        if self._cached and self._after_prefill is None:
-            notices.append(
-                "no call was a prefill with a cache: the KV cache after the prefill is "
-                "the first cache seen"
-            )
-        stages = {name: copy.deepcopy(p) for name, p in self.stages.items()}
-        return Generation(stages, [dict(r) for r in self.rows], kv, options, notices)
+        return self.recorder.generation(self.stages, self.rule_name)
 
 
-__all__ = ["Analyse", "Rule", "Staging", "encoder_of", "stage_rule"]
+__all__ = ["RECORDER", "Analyse", "Rule", "Staging", "encoder_of", "stage_rule"]
