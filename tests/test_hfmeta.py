@@ -15,11 +15,18 @@ from typing import Any
 
 import pytest
 import torch
+import torch.utils._python_dispatch as python_dispatch
 from torch import nn
 
 import layerscope as ls
 
 NAME = "find_packed_sequence_indices"
+#: torch's process-wide flags that say a dispatch mode is active
+DISPATCH_FLAGS = (
+    "_is_in_torch_dispatch_mode",
+    "_is_in_non_infra_torch_dispatch_mode",
+    "_is_in_any_mode_without_ignore_compile_internals",
+)
 #: What the helper answered, call by call.
 ANSWERS: list[Any] = []
 
@@ -153,10 +160,15 @@ def test_threads_planning_a_transformers_model() -> None:
         except BaseException as e:  # reported below
             errors.append(e)
 
+    flags = {name: getattr(python_dispatch, name) for name in DISPATCH_FLAGS}
     threads = [threading.Thread(target=plans) for _ in range(8)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    # torch keeps its "a dispatch mode is active" flags process-wide, not per thread:
+    # sessions that end in other threads' order can leave them set; put them back
+    for name, value in flags.items():
+        setattr(python_dispatch, name, value)
     assert errors == [] and len(peaks) == 48 and len(set(peaks)) == 1
     assert getattr(masking, NAME) is original
