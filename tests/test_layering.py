@@ -58,6 +58,11 @@ DATA_OBJECTS = frozenset(
     }
 )
 
+#: The declared plugs: a module of a lower or sibling package that reaches another one
+#: by name (``importlib``), where an import would make a circle. The session reaches
+#: the generation wing's recorder of a staged Profiler through one.
+PLUGS: dict[str, str] = {"layerscope.session.staging.RECORDER": "layerscope.generation.recorder"}
+
 #: What a display facade may import lazily.
 FACADE_TARGETS = ("layerscope.render", "layerscope.export", "layerscope.distributed")
 
@@ -153,6 +158,48 @@ def _imports(tree: ast.Module) -> Iterator[tuple[ast.Import | ast.ImportFrom, st
             yield from _visit(item, stmt.name if method else None)
 
 
+def _module_level(node: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+    """The imports that run when a module is imported (not those in functions)."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.stmt) and _is_type_checking(child):
+            continue
+        if isinstance(child, ast.Import | ast.ImportFrom):
+            yield child
+        elif not isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            yield from _module_level(child)
+
+
+def _eager() -> dict[str, set[str]]:
+    """What each package's ``__init__`` imports when it runs: it runs before any of the
+    package's modules is imported, so whoever imports one of them depends on these too."""
+    found: dict[str, set[str]] = {}
+    for path in sorted(PACKAGE.rglob("__init__.py")):
+        package = _module_name(path)
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        found[package] = {
+            t
+            for node in _module_level(tree)
+            for t in _resolve(package, node)
+            if _within(t, "layerscope") and t != package
+        }
+    return found
+
+
+EAGER = _eager()
+
+
+def _through_packages(source: str, target: str) -> set[str]:
+    """What importing ``target`` from ``source`` runs besides ``target``: the eager
+    imports of every package on the way down to it that does not hold ``source``."""
+    parts = target.split(".")
+    found: set[str] = set()
+    for i in range(1, len(parts) + 1):
+        package = ".".join(parts[:i])
+        if package in EAGER and not _within(source, package):
+            found |= EAGER[package]
+    return found
+
+
 def _edges() -> list[Edge]:
     edges = []
     for path in sorted(PACKAGE.rglob("*.py")):
@@ -164,6 +211,9 @@ def _edges() -> list[Edge]:
                 if _within(target, "layerscope") and target != source:
                     facade = in_data_object and any(_within(target, t) for t in FACADE_TARGETS)
                     edges.append(Edge(source, target, node.lineno, facade))
+                    if not facade:
+                        for also in sorted(_through_packages(source, target) - {source}):
+                            edges.append(Edge(source, also, node.lineno, False))
     return edges
 
 
@@ -327,3 +377,26 @@ def test_render_and_export_import_each_other_one_way_only() -> None:
         )
     ]
     assert not wrong, _wrong(wrong, "render importing export, or a view importing a wing")
+
+
+def test_the_session_reaches_the_generation_wing_only_through_its_plug() -> None:
+    wrong = [
+        e
+        for e in EDGES
+        if _within(e.source, "layerscope.session") and _within(e.target, "layerscope.generation")
+    ]
+    assert not wrong, _wrong(wrong, "session importing the generation wing")
+    named = [
+        (path.name, const.value)
+        for path in sorted((PACKAGE / "session").rglob("*.py"))
+        for const in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(const, ast.Constant)
+        and isinstance(const.value, str)
+        and const.value.startswith("layerscope.generation")
+    ]
+    assert named == [("staging.py", PLUGS["layerscope.session.staging.RECORDER"])]
+    import importlib
+
+    owner, _, name = next(iter(PLUGS)).rpartition(".")
+    plug = importlib.import_module(getattr(importlib.import_module(owner), name))
+    assert callable(plug.Recorder) and callable(plug.default_rule)

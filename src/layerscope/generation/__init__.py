@@ -4,10 +4,41 @@
 and decode on a target GPU from a meta model into a ``GenerateEstimate``
 (``estimate_result``); ``cache`` reads a KV cache's bytes."""
 
-from layerscope.generation.estimate import estimate_generate
-from layerscope.generation.estimate_result import GenerateEstimate
-from layerscope.generation.result import Generation, load_generation
-from layerscope.generation.run import profile_generate
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from layerscope.generation.estimate import estimate_generate
+    from layerscope.generation.estimate_result import GenerateEstimate
+    from layerscope.generation.result import Generation, load_generation
+    from layerscope.generation.run import profile_generate
+
+#: Each public name's module, imported on first use: importing one module of the
+#: package (``tests/test_layering.py`` counts what a package ``__init__`` imports) loads
+#: nothing else of it.
+_LAZY: dict[str, str] = {
+    "estimate_generate": "layerscope.generation.estimate",
+    "GenerateEstimate": "layerscope.generation.estimate_result",
+    "Generation": "layerscope.generation.result",
+    "load_generation": "layerscope.generation.result",
+    "profile_generate": "layerscope.generation.run",
+}
+
+
+def __getattr__(name: str) -> Any:
+    source = _LAZY.get(name)
+    if source is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(source), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 __all__ = [
     "GenerateEstimate",

@@ -5,9 +5,41 @@ memory timeline (``timeline``) and step time (``timemodel``); ``ls.plan_sweep``
 Their pieces: ``states``, the model states each GPU holds at rest; ``comm``, the
 collectives of a step; ``checkpointing``, which modules to checkpoint."""
 
-from layerscope.planning.options import Options
-from layerscope.planning.result import Plan, load_plan
-from layerscope.planning.run import plan
-from layerscope.planning.sweep import Sweep, plan_sweep
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from layerscope.planning.options import Options
+    from layerscope.planning.result import Plan, load_plan
+    from layerscope.planning.run import plan
+    from layerscope.planning.sweep import Sweep, plan_sweep
+
+#: Each public name's module, imported on first use: importing one module of the
+#: package (``tests/test_layering.py`` counts what a package ``__init__`` imports) loads
+#: nothing else of it.
+_LAZY: dict[str, str] = {
+    "Options": "layerscope.planning.options",
+    "Plan": "layerscope.planning.result",
+    "load_plan": "layerscope.planning.result",
+    "plan": "layerscope.planning.run",
+    "Sweep": "layerscope.planning.sweep",
+    "plan_sweep": "layerscope.planning.sweep",
+}
+
+
+def __getattr__(name: str) -> Any:
+    source = _LAZY.get(name)
+    if source is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(source), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 __all__ = ["Options", "Plan", "Sweep", "load_plan", "plan", "plan_sweep"]

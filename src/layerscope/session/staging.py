@@ -48,6 +48,7 @@ RECORDER = "layerscope.generation.recorder"
 def _recorder() -> Any:
     return importlib.import_module(RECORDER)
 
+
 #: A stage rule: the stage's name of one call, from the call's arguments.
 Rule = Callable[[tuple[Any, ...], dict[str, Any]], str]
 #: Runs one call inside an analysis session: its Profile and its output.
