@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+import warnings
 from pathlib import Path
 
 import pytest
@@ -22,7 +24,7 @@ D, HEADS, KV_HEADS, HEAD, MLP, LAYERS, VOCAB = 64, 4, 2, 16, 128, 2, 128
 LLAMA_WEIGHT_MACS = LAYERS * (D * D + 2 * D * KV_HEADS * HEAD + D * D + 3 * D * MLP) + D * VOCAB
 
 
-def test_llama_decode_steps_by_hand() -> None:
+def test_llama_calls_by_hand() -> None:
     """Batch 2, a 16-token prompt, 5 new tokens: a prefill and 4 decode steps (the last
     token is not fed). A step on a cache of L tokens costs the weight MACs for each row
     plus, per layer, q.k and p.v over L + 1 positions for every query head."""
@@ -30,7 +32,7 @@ def test_llama_decode_steps_by_hand() -> None:
     ids = torch.randint(0, VOCAB, (2, 16))
     gen = ls.profile_generate(model, ids, max_new_tokens=5)
     assert list(gen.stages) == ["prefill", "decode"]
-    steps = gen.decode_steps
+    steps = gen.calls
     assert [s["stage"] for s in steps] == ["prefill"] + ["decode"] * 4
     for step in steps[1:]:
         cache = step["cache_tokens"]
@@ -71,9 +73,9 @@ def test_without_a_cache_every_step_is_full() -> None:
     ids = torch.randint(0, 64, (1, 8))
     gen = ls.profile_generate(model, ids, max_new_tokens=3, use_cache=False)
     assert list(gen.stages) == ["full"]
-    assert [s["tokens"] for s in gen.decode_steps] == [8, 9, 10]
+    assert [s["tokens"] for s in gen.calls] == [8, 9, 10]
     assert gen.kv_cache == {}
-    macs = [s["macs"] for s in gen.decode_steps]
+    macs = [s["macs"] for s in gen.calls]
     assert macs[0] < macs[1] < macs[2]
 
 
@@ -105,9 +107,7 @@ def test_beams_and_samples_are_rows() -> None:
         model, ids, max_new_tokens=3, do_sample=True, num_return_sequences=2
     )
     assert sampled.options["rows"] == 4
-    assert sampled.decode_steps[1]["macs"] == 4 * (
-        LLAMA_WEIGHT_MACS + LAYERS * 2 * HEADS * HEAD * 7
-    )
+    assert sampled.calls[1]["macs"] == 4 * (LLAMA_WEIGHT_MACS + LAYERS * 2 * HEADS * HEAD * 7)
 
 
 def test_encoder_decoder_has_a_cross_attention_cache() -> None:
@@ -122,6 +122,27 @@ def test_encoder_decoder_has_a_cross_attention_cache() -> None:
     assert kv["bytes_final"] - kv["cross_bytes"] == 2 * 2 * 32 * 3 * 4
 
 
+def test_calls_replace_decode_steps(tmp_path: Path) -> None:
+    """``calls`` holds every call, the prefill's first (3 new tokens: a prefill and 2
+    decode calls); ``decode_steps`` is its deprecated name, warned once; a document
+    written with the old key loads."""
+    from layerscope.generation import result
+
+    gen = ls.profile_generate(gpt2(), torch.randint(0, 64, (1, 6)), max_new_tokens=3)
+    assert [r["stage"] for r in gen.calls] == ["prefill", "decode", "decode"]
+    result._WARNED.clear()
+    with pytest.warns(DeprecationWarning, match="use Generation.calls"):
+        assert gen.decode_steps is gen.calls
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert gen.decode_steps is gen.calls  # once per process
+    old = gen.to_dict()
+    section = old["generation"]
+    old["generation"] = {("decode_steps" if k == "calls" else k): v for k, v in section.items()}
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    assert ls.load_generation(tmp_path / "old.json").calls == gen.calls
+
+
 def test_round_trip_and_refusals(tmp_path: Path) -> None:
     model = gpt2()
     ids = torch.randint(0, 64, (1, 6))
@@ -130,7 +151,7 @@ def test_round_trip_and_refusals(tmp_path: Path) -> None:
     assert torch.equal(torch.random.get_rng_state(), state)  # generate()'s draws undone
     gen.save(tmp_path / "g.json")
     loaded = ls.load_generation(tmp_path / "g.json")
-    assert loaded.decode_steps == gen.decode_steps and loaded.kv_cache == gen.kv_cache
+    assert loaded.calls == gen.calls and loaded.kv_cache == gen.kv_cache
     assert list(loaded.stages) == ["prefill", "decode"]
     assert loaded.stages["decode"].root.metrics == gen.stages["decode"].root.metrics
     assert ls.load(tmp_path / "g.json").root.metrics == gen.stages["prefill"].root.metrics
@@ -151,10 +172,10 @@ def test_timing_runs_on_copies_of_the_cache() -> None:
     ids = torch.randint(0, 64, (1, 6))
     plain = ls.profile_generate(model, ids, max_new_tokens=3)
     timed = ls.profile_generate(model, ids, max_new_tokens=3, timing=2)
-    strip = [{k: v for k, v in r.items() if k != "time"} for r in timed.decode_steps]
-    assert strip == plain.decode_steps
+    strip = [{k: v for k, v in r.items() if k != "time"} for r in timed.calls]
+    assert strip == plain.calls
     assert timed.kv_cache == plain.kv_cache
-    assert all(r["time"] > 0 for r in timed.decode_steps)
+    assert all(r["time"] > 0 for r in timed.calls)
     assert timed.options["timing_repeats"] == 2
     assert "Time" in timed.render(width=120)
     # a stage's Profile in any view
@@ -175,14 +196,14 @@ def test_trace_marks_the_stages(tmp_path: Path) -> None:
     events = json.loads((tmp_path / "g.trace.json").read_text())["traceEvents"]
     calls = [e for e in events if e["ph"] == "X" and e["tid"] == 1]
     assert [c["name"] for c in calls] == ["prefill", "decode @ 6", "decode @ 7"]
-    times = [r["time"] * 1e6 for r in gen.decode_steps]
+    times = [r["time"] * 1e6 for r in gen.calls]
     assert [c["dur"] for c in calls] == pytest.approx(times)
     assert [c["ts"] for c in calls] == pytest.approx([0, times[0], times[0] + times[1]])
     stages = {e["name"]: e for e in events if e["ph"] == "X" and e["tid"] == 2}
     assert stages["decode"]["ts"] == pytest.approx(times[0])
     assert stages["decode"]["dur"] == pytest.approx(times[1] + times[2])
     counters = [e["args"]["bytes"] for e in events if e["ph"] == "C"]
-    assert counters == [r["kv_bytes"] for r in gen.decode_steps]
+    assert counters == [r["kv_bytes"] for r in gen.calls]
     untimed = ls.profile_generate(model, torch.randint(0, 64, (1, 6)), max_new_tokens=2)
     with pytest.raises(ls.ExportError, match="timing=True"):
         untimed.to_trace(tmp_path / "x.json")
@@ -197,7 +218,7 @@ def test_a_static_cache_is_replayed_static() -> None:
     )
     per_token = LAYERS * 2 * KV_HEADS * HEAD * 4
     assert gen.kv_cache["bytes_after_prefill"] == gen.kv_cache["bytes_final"] == per_token * 21 * 2
-    for step in gen.decode_steps[1:]:
+    for step in gen.calls[1:]:
         assert step["macs"] == 2 * (LLAMA_WEIGHT_MACS + LAYERS * 2 * HEADS * HEAD * 21)
 
 
@@ -212,11 +233,11 @@ def test_generate_on_cuda_against_the_cpu() -> None:
     cpu = ls.profile_generate(llama(), ids, max_new_tokens=5)
     gpu = ls.profile_generate(llama().cuda(), ids.cuda(), max_new_tokens=5, timing=2)
     keys = ("stage", "cache_tokens", "macs", "kv_bytes")
-    assert [[r[k] for k in keys] for r in gpu.decode_steps[1:]] == [
-        [r[k] for k in keys] for r in cpu.decode_steps[1:]
+    assert [[r[k] for k in keys] for r in gpu.calls[1:]] == [
+        [r[k] for k in keys] for r in cpu.calls[1:]
     ]
     # q.k and p.v over the 256 - 136 masked pairs, per row, layer and query head
     masked = 2 * LAYERS * HEADS * (16 * 16 - 136) * HEAD * 2  # 61,440
-    assert gpu.decode_steps[0]["macs"] == cpu.decode_steps[0]["macs"] + masked
+    assert gpu.calls[0]["macs"] == cpu.calls[0]["macs"] + masked
     assert gpu.kv_cache["bytes_final"] == 512 * (16 + 5 - 1) * 2
-    assert all(r["time"] > 0 for r in gpu.decode_steps)
+    assert all(r["time"] > 0 for r in gpu.calls)

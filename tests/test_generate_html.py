@@ -152,7 +152,7 @@ def test_the_cache_and_the_calls_travel_exactly(gen: Generation) -> None:
 def test_an_untimed_generation_has_no_time() -> None:
     section = {
         "stages": {"prefill": {"calls": 1, "flops": 10}},
-        "decode_steps": [{"stage": "prefill", "cache_tokens": 0, "tokens": 4, "flops": 10,
+        "calls": [{"stage": "prefill", "cache_tokens": 0, "tokens": 4, "flops": 10,
                           "bytes_accessed": 40, "kv_bytes": 64}],
         "kv_cache": {"bytes_final": 64, "per_layer": [64], "tokens_per_layer": [4]},
         "options": {"generate_kwargs": {"num_beams": "2"}},
@@ -189,8 +189,8 @@ def test_the_estimate_sweep() -> None:
 
 
 def test_malformed_generations_are_export_errors(gen: Generation) -> None:
-    with pytest.raises(ExportError, match="decode_steps"):
-        generation_data({"decode_steps": "many"})
+    with pytest.raises(ExportError, match="calls"):
+        generation_data({"calls": "many"})
     with pytest.raises(ExportError, match=r"kv_cache\.per_layer"):
         generation_data(section_of(gen, per_layer="lots"))
     with pytest.raises(ExportError, match="estimate"):
@@ -239,7 +239,7 @@ def test_to_html_and_export(gen: Generation, tmp_path: Path) -> None:
         gen.export(tmp_path / "g.csv")
     with pytest.raises(ExportError, match="without stages"):
         Generation({}, [], {}).to_html(tmp_path / "d.html")
-    prefill_only = Generation({"prefill": gen.stages["prefill"]}, gen.decode_steps[:1], {})
+    prefill_only = Generation({"prefill": gen.stages["prefill"]}, gen.calls[:1], {})
     prefill_only.to_html(tmp_path / "e.html")
     e = (tmp_path / "e.html").read_text(encoding="utf-8")
     assert embedded(e) == embedded(to_html_text(gen.stages["prefill"]))
@@ -281,7 +281,7 @@ def _points(page: Any) -> list[dict[str, Any]]:
 
 
 def test_generation_section_in_the_page(open_page: Any, gen: Generation) -> None:
-    steps = gen.decode_steps
+    steps = gen.calls
     p = open_page(gen_html_text(gen.stages["decode"], gen.section_for_views(), stage="decode"))
     page = p.page
     order = page.eval_on_selector_all("body > *", "els => els.map(e => e.id || e.className)")

@@ -82,7 +82,7 @@ def test_a_greedy_loop_by_hand() -> None:
     assert [r["kv_bytes"] for r in rows] == [KV_PER_TOKEN * 2 * t for t in (16, 17, 18, 19, 20)]
     # the same calls replayed by profile_generate: the same rows, peaks included
     gen = ls.profile_generate(model, ids, max_new_tokens=5)
-    assert rows == gen.decode_steps
+    assert rows == gen.calls
     assert p.generation.kv_cache == gen.kv_cache
     assert p.generation.kv_cache["bytes_final"] == 20_480  # 512 B x 20 tokens x 2 rows
     options = p.generation.options
@@ -107,16 +107,14 @@ def test_generate_inside_the_profiler_against_profile_generate(tmp_path: Path) -
     assert out.shape == (2, 21)
     gen = ls.profile_generate(model, ids, max_new_tokens=5, attention_mask=mask)
     keys = ("stage", "cache_tokens", "tokens", "macs", "kv_bytes")
-    assert [[r[k] for k in keys] for r in p.calls] == [
-        [r[k] for k in keys] for r in gen.decode_steps
-    ]
+    assert [[r[k] for k in keys] for r in p.calls] == [[r[k] for k in keys] for r in gen.calls]
     for stage in ("prefill", "decode"):
         assert p.stages[stage].root.metrics["macs"] == gen.stages[stage].root.metrics["macs"]
     assert p.generation.kv_cache == gen.kv_cache
     # a Generation like any other: saved, read back, rendered
     p.generation.save(tmp_path / "g.json")
     loaded = ls.load_generation(tmp_path / "g.json")
-    assert loaded.decode_steps == p.calls
+    assert loaded.calls == p.calls
     assert loaded.render(width=80) == p.generation.render(width=80)
     assert "2 prompts of 16 tokens, 5 new tokens, 2 rows" in loaded.render(width=80)
 
@@ -142,7 +140,7 @@ def test_an_encoder_decoder_runs_its_encoder_in_the_prefill() -> None:
     prefill = p.stages["prefill"]
     assert prefill.root.metrics["macs"] == gen.stages["prefill"].root.metrics["macs"]
     assert prefill.node("model.encoder").calls == 1 and prefill.root.calls == 1
-    assert p.calls[2:] == gen.decode_steps[1:]
+    assert p.calls[2:] == gen.calls[1:]
     kv = p.generation.kv_cache
     assert kv == gen.kv_cache
     assert kv["cross_bytes"] == 2 * 2 * 32 * 10 * 4  # 2 layers, k and v, 32 wide, 10 tokens
@@ -161,7 +159,7 @@ def test_without_a_cache_every_call_is_full() -> None:
             seq = torch.cat([seq, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
     assert list(p.stages) == ["full"]
     gen = ls.profile_generate(model, ids, max_new_tokens=3, use_cache=False)
-    assert p.calls == gen.decode_steps
+    assert p.calls == gen.calls
     assert [r["tokens"] for r in p.calls] == [8, 9, 10]
     assert p.generation.kv_cache == {} and p.generation.options["new_tokens"] == 3
     assert p.generation.options["use_cache"] is False

@@ -114,9 +114,9 @@ def generation_data(
 ) -> dict[str, Any]:
     """What the generation section shows, as plain JSON (floats to 6 significant digits,
     no NaN); ``ExportError`` when a part the page draws is malformed."""
-    steps = section.get("decode_steps") or []
+    steps = section.get("calls") or []
     if not isinstance(steps, Sequence) or not all(isinstance(r, Mapping) for r in steps):
-        raise ExportError("the generation's decode_steps is not a list of calls")
+        raise ExportError("the generation's calls is not a list of calls")
     stages = section.get("stages") or {}
     if not isinstance(stages, Mapping):
         raise ExportError("the generation's stages is not an object")

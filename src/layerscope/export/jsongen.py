@@ -28,12 +28,12 @@ GENERATION = Obj(
     {
         "first_stage": Opt(Str(), "the stage the document's own profile is"),
         "stages": Map(Obj({}, description="a profile object"), "the other stages' profiles"),
-        "decode_steps": Arr(STEP, "one row per model call"),
+        "calls": Arr(STEP, "one row per model call"),
         "kv_cache": Obj({}, description="the KV cache's bytes (docs/generate.md)"),
         "options": Obj({}, description="how the generation ran"),
         "notices": Arr(Str(), "what the figures leave out"),
     },
-    required=("first_stage", "stages", "decode_steps", "kv_cache", "options", "notices"),
+    required=("first_stage", "stages", "calls", "kv_cache", "options", "notices"),
     description="ls.profile_generate: stages, decode steps, the KV cache (docs/generate.md)",
 )
 

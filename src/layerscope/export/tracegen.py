@@ -23,7 +23,7 @@ _ARGS = ("cache_tokens", "tokens", "macs", "flops", "bytes_accessed", "peak_byte
 
 
 def generation_trace(steps: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """The trace as a JSON-ready object, from ``Generation.decode_steps`` (timed)."""
+    """The trace as a JSON-ready object, from ``Generation.calls`` (timed)."""
     if not steps or any(not isinstance(s.get("time"), int | float) for s in steps):
         raise ExportError(
             "the generation has no times: a trace needs them; profile with "

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from layerscope.generation.cache import cache_facts, kv_summary
-from layerscope.generation.result import Generation
+from layerscope.generation.result import Generation, call_row
 from layerscope.generation.stages import (
     CACHE_KEYWORDS,
     CallFacts,
@@ -77,19 +77,8 @@ class Recorder:
             self._first = (facts.fed, facts.rows)
         cache = facts.cache if facts.cache is not None else _output_cache(out)
         kv = cache_facts(cache) if cache is not None else None
-        m = prof.root.metrics
-        self.rows.append(
-            {
-                "stage": stage,
-                "cache_tokens": facts.cache_tokens,
-                "tokens": facts.fed,
-                "macs": int(m.get("macs", 0)),
-                "flops": int(m.get("flops", 0)),
-                "bytes_accessed": int(m.get("bytes_accessed", 0)),
-                "peak_bytes": int(prof.memory.get("session_peak_bytes", 0)),
-                "kv_bytes": kv.total if kv is not None else 0,
-            }
-        )
+        kv_bytes = kv.total if kv is not None else 0
+        self.rows.append(call_row(stage, facts.cache_tokens, facts.fed, prof, kv_bytes))
         if kv is not None:
             self._cached = True
             self.notices.extend(n for n in kv.notices if n not in self.notices)

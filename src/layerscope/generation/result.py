@@ -1,11 +1,13 @@
 """``Generation``: what ``ls.profile_generate`` measured, one Profile per stage, the
-decode steps one by one, and the KV cache. Written as a ``layerscope/1`` document: the
-first stage is the document's profile, the ``generation`` section holds the rest
-(``ls.load_generation`` reads it back; ``ls.load`` reads the first stage)."""
+model's calls one by one (``call_row``), and the KV cache. Written as a ``layerscope/1``
+document: the first stage is the document's profile, the ``generation`` section holds
+the rest (``ls.load_generation`` reads it back, an older ``decode_steps`` key too;
+``ls.load`` reads the first stage)."""
 
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +18,28 @@ from layerscope.profile import Profile
 STAGES = ("prefill", "decode", "full")
 
 
+def call_row(
+    stage: str, cache_before: int, fed: int, prof: Profile, kv_bytes: int
+) -> dict[str, Any]:
+    """One call's row, from its analysis: the one constructor ``ls.profile_generate``
+    and a staged ``ls.Profiler`` both use (``Generation.calls``)."""
+    m = prof.root.metrics
+    return {
+        "stage": stage,
+        "cache_tokens": cache_before,
+        "tokens": fed,
+        "macs": int(m.get("macs", 0)),
+        "flops": int(m.get("flops", 0)),
+        "bytes_accessed": int(m.get("bytes_accessed", 0)),
+        "peak_bytes": int(prof.memory.get("session_peak_bytes", 0)),
+        "kv_bytes": kv_bytes,
+    }
+
+
+#: Whether ``Generation.decode_steps`` has warned in this process.
+_WARNED: list[bool] = []
+
+
 @dataclass
 class Generation:
     """One generation, measured (``docs/generate.md``)."""
@@ -24,16 +48,29 @@ class Generation:
     #: an encoder-decoder's encoder included), "decode" (one new token per sequence on an
     #: existing cache), "full" (steps without a cache)
     stages: dict[str, Profile]
-    #: one row per model call after the first: stage, cache tokens before the step,
-    #: tokens fed per row, MACs, FLOPs, bytes moved, peak above the step's entry level,
-    #: KV-cache bytes after the step
-    decode_steps: list[dict[str, Any]]
+    #: one row per model call, the prefill's first (``call_row``): stage, cache tokens
+    #: before the call, tokens fed per row, MACs, FLOPs, bytes moved, peak above the
+    #: call's entry level, KV-cache bytes after it (and its time, when timed)
+    calls: list[dict[str, Any]]
     #: the KV cache: bytes after the prefill and at the end, per token and per row,
     #: per layer, self- and cross-attention apart
     kv_cache: dict[str, Any]
     #: how it ran: prompt tokens, new tokens, rows (batch x beams), the generate options
     options: dict[str, Any] = field(default_factory=dict)
     notices: list[str] = field(default_factory=list)
+
+    @property
+    def decode_steps(self) -> list[dict[str, Any]]:
+        """Deprecated: ``calls`` (it holds every call, the prefill's first)."""
+        if not _WARNED:
+            _WARNED.append(True)
+            warnings.warn(
+                "Generation.decode_steps is deprecated: use Generation.calls (every "
+                "call, the prefill's first)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+        return self.calls
 
     def section(self) -> dict[str, Any]:
         """The ``generation`` section: everything but the first stage's profile, which
@@ -42,7 +79,7 @@ class Generation:
         return {
             "first_stage": names[0] if names else None,
             "stages": {n: self.stages[n].to_dict() for n in names[1:]},
-            "decode_steps": [dict(r) for r in self.decode_steps],
+            "calls": [dict(r) for r in self.calls],
             "kv_cache": dict(self.kv_cache),
             "options": dict(self.options),
             "notices": list(self.notices),
@@ -84,7 +121,7 @@ class Generation:
         stages marked over them, the KV cache's bytes as a counter (needs ``timing=``)."""
         from layerscope.export.tracegen import to_trace
 
-        to_trace(self.decode_steps, path)
+        to_trace(self.calls, path)
 
     def export(self, path: str | os.PathLike[str], format: str | None = None) -> None:
         """Write the generation in the format its extension names: ``.html``
@@ -101,6 +138,11 @@ class Generation:
         from layerscope.export.jsongen import GENERATION
 
         missing = "not a generation (no 'generation' section)"
+        given = data.get("generation") if isinstance(data, dict) else None
+        if isinstance(given, dict) and "decode_steps" in given and "calls" not in given:
+            # a document written before the rows were named ``calls``
+            given = {("calls" if k == "decode_steps" else k): v for k, v in given.items()}
+            data = {**data, "generation": given}
         section = checked_section(data, "generation", GENERATION, missing)
         stages: dict[str, Profile] = {}
         if section["first_stage"] is not None:
@@ -109,7 +151,7 @@ class Generation:
             stages[name] = Profile.from_dict(doc)
         return cls(
             stages,
-            list(section["decode_steps"]),
+            list(section["calls"]),
             dict(section["kv_cache"]),
             dict(section["options"]),
             list(section["notices"]),
@@ -158,7 +200,7 @@ class Generation:
         totals = {}
         for name, prof in self.stages.items():
             m = prof.root.metrics
-            times = [r["time"] for r in self.decode_steps if r["stage"] == name and "time" in r]
+            times = [r["time"] for r in self.calls if r["stage"] == name and "time" in r]
             totals[name] = {
                 "calls": prof.root.calls,
                 **{k: m.get(k) for k in ("macs", "flops", "bytes_accessed", "peak_bytes")},
@@ -166,7 +208,7 @@ class Generation:
             }
         return {
             "stages": totals,
-            "decode_steps": self.decode_steps,
+            "calls": self.calls,
             "kv_cache": self.kv_cache,
             "options": self.options,
             "notices": self.notices,
@@ -183,4 +225,4 @@ def load_generation(path: str | os.PathLike[str]) -> Generation:
     return Generation.from_dict(read_document(path))
 
 
-__all__ = ["STAGES", "Generation", "load_generation"]
+__all__ = ["STAGES", "Generation", "call_row", "load_generation"]

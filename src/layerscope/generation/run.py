@@ -29,7 +29,7 @@ from torch import nn
 from layerscope.analysis.merge import merge_profiles
 from layerscope.errors import InvalidInputError
 from layerscope.generation.cache import cache_facts, kv_summary, seq_length
-from layerscope.generation.result import Generation
+from layerscope.generation.result import Generation, call_row
 from layerscope.profile import Profile
 from layerscope.validate import check_int
 
@@ -90,20 +90,6 @@ def _timed(
         if i:  # the first run warms up
             times.append(time.perf_counter() - start)
     return statistics.median(times)
-
-
-def _row(stage: str, cache_before: int, fed: int, prof: Profile, kv: int) -> dict[str, Any]:
-    m = prof.root.metrics
-    return {
-        "stage": stage,
-        "cache_tokens": cache_before,
-        "tokens": fed,
-        "macs": int(m.get("macs", 0)),
-        "flops": int(m.get("flops", 0)),
-        "bytes_accessed": int(m.get("bytes_accessed", 0)),
-        "peak_bytes": int(prof.memory.get("session_peak_bytes", 0)),
-        "kv_bytes": kv,
-    }
 
 
 def profile_generate(
@@ -186,7 +172,7 @@ class _Replay:
             _timed(self.model, args, kwargs, self.name, self.repeats) if self.repeats else None
         )
         prof = _step(self.model, args, kwargs)
-        row = _row(stage, before, fed, prof, cache_facts(kwargs.get(self.name)).total)
+        row = call_row(stage, before, fed, prof, cache_facts(kwargs.get(self.name)).total)
         if seconds is not None:
             row["time"] = seconds
         return prof, row

@@ -72,10 +72,10 @@ def render_generation(
         TableColumn("peak", "Peak", justify="right"),
         TableColumn("kv", "KV after", justify="right"),
     ]
-    timed = any("time" in r for r in section.get("decode_steps", []))
+    timed = any("time" in r for r in section.get("calls", []))
     if timed:
         columns.append(TableColumn("time", "Time", justify="right", priority=80))
-    steps = list(section.get("decode_steps", []))
+    steps = list(section.get("calls", []))
     shown = steps if limit is None else steps[:limit]
     rows = [
         TableRow([[(c, "")] for c in (
