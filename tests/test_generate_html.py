@@ -1,4 +1,4 @@
-"""The generation section of the HTML report (``Generation.to_html``, ``export.htmlgen``):
+"""The generation section of the HTML report (``Generation.to_html``, ``generation.html``):
 its data in plain Python, then the page in a headless Chromium (as tests/test_html.py:
 Debian's ``chromium`` driven by Playwright's Python package; the browser tests skip
 without it).
@@ -28,8 +28,8 @@ import layerscope as ls
 from helpers.browser import texts as _texts
 from layerscope.errors import ExportError
 from layerscope.export.html import to_html_text
-from layerscope.export.htmlgen import generation_data
-from layerscope.export.htmlgen import to_html_text as gen_html_text
+from layerscope.generation.html import generation_data
+from layerscope.generation.html import to_html_text as gen_html_text
 from layerscope.generation.result import Generation
 from layerscope.render import units
 from test_html import BREAKERS, HOSTILE, embedded

@@ -35,7 +35,6 @@ from layerscope.export.jsoncheck import (
     Where,
     fail,
 )
-from layerscope.export.jsongen import GENERATION
 from layerscope.export.jsonmemory import BY_KIND, TIMELINE
 from layerscope.export.jsonmemory import BYTES as _BYTES
 from layerscope.export.jsonrecords import STORAGES
@@ -558,7 +557,7 @@ def schema_document() -> dict[str, Any]:
         },
         "root": {"$ref": "#/$defs/node", "description": "the whole model"},
         "plan": section_check("plan").described(),
-        "generation": GENERATION.described(),
+        "generation": section_check("generation").described(),
     }
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",

@@ -1,7 +1,8 @@
 """The report subjects besides the Profile, keyed by their section of a ``layerscope/1``
 document, and the module that declares each section's check.
 
-A subject (the plan) owns its fields, its view and its formats (``planning/``); export
+A subject (the plan, the generation) owns its fields, its view and its formats
+(``planning/``, ``generation/``); export
 keeps only this table of where they live, imports no subject's package, and loads a
 subject's module the first time its section is needed (the schema document).
 """
@@ -17,6 +18,7 @@ __all__ = ["SECTIONS", "section_check"]
 #: Section key -> (the module that declares its check, the check's name there).
 SECTIONS: dict[str, tuple[str, str]] = {
     "plan": ("layerscope.planning.schema", "PLAN"),
+    "generation": ("layerscope.generation.schema", "GENERATION"),
 }
 
 

@@ -1,6 +1,7 @@
 """``GenerateEstimate``: what ``ls.estimate_generate`` returns, a row per batch size, the
 decode step's affine fit per batch, and the notes that say what the numbers leave out.
-``to_dict()`` is its JSON data; ``render()``/``show()`` draw it (``render/generate.py``)."""
+``to_dict()`` is its JSON data; ``render()``/``show()`` draw it
+(``generation/estimate_view.py``)."""
 
 from __future__ import annotations
 
@@ -115,13 +116,13 @@ class GenerateEstimate:
     def render(self, *, width: int | None = None) -> str:
         """The estimate as plain text, ``width`` characters wide (default: the terminal's):
         the run, the first batch's figures, the sweep's table and the notes."""
-        from layerscope.render.generate import render_generate_estimate
+        from layerscope.generation.estimate_view import render_generate_estimate
 
         return render_generate_estimate(self.to_dict(), width=width)
 
     def show(self, *, width: int | None = None, file: IO[str] | None = None) -> None:
         """Print the estimate to the terminal (colours when it is one) or to ``file``."""
-        from layerscope.render.generate import show_generate_estimate
+        from layerscope.generation.estimate_view import show_generate_estimate
 
         show_generate_estimate(self.to_dict(), width=width, file=file)
 

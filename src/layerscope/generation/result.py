@@ -106,7 +106,7 @@ class Generation:
         the generation's section first; ``estimate`` (an estimate or its ``to_dict()``)
         adds its batch sweep. ``ExportError`` for a generation without stages."""
         from layerscope.errors import ExportError
-        from layerscope.export.htmlgen import to_html
+        from layerscope.generation.html import to_html
 
         stage = "decode" if "decode" in self.stages else next(iter(self.stages), None)
         if stage is None:
@@ -119,7 +119,7 @@ class Generation:
     def to_trace(self, path: str | os.PathLike[str]) -> None:
         """A Chrome/Perfetto trace of the calls, each as long as its measured time, the
         stages marked over them, the KV cache's bytes as a counter (needs ``timing=``)."""
-        from layerscope.export.tracegen import to_trace
+        from layerscope.generation.trace import to_trace
 
         to_trace(self.calls, path)
 
@@ -135,7 +135,7 @@ class Generation:
     def from_dict(cls, data: dict[str, Any]) -> Generation:
         """A generation from ``to_dict``'s form; ``SchemaError`` naming what is wrong."""
         from layerscope.export.jsoncheck import checked_section
-        from layerscope.export.jsongen import GENERATION
+        from layerscope.generation.schema import GENERATION
 
         missing = "not a generation (no 'generation' section)"
         given = data.get("generation") if isinstance(data, dict) else None
@@ -158,7 +158,7 @@ class Generation:
         )
 
     def render(self, stage: str | None = None, **options: Any) -> str:
-        """A summary: stages, the KV cache, the model calls (``render.generation``); with
+        """A summary: stages, the KV cache, the model calls (``generation.view``); with
         ``stage=``, that stage's Profile in any view (``Profile.render``'s options); with
         a flat ``view=`` ("top", "ops") and no stage, one table over every stage with a
         Stage column (``render.stageviews``; a tree view needs ``stage=``)."""
@@ -168,7 +168,7 @@ class Generation:
             from layerscope.render.stageviews import render_stages
 
             return render_stages(self.stages, **options)
-        from layerscope.render.generation import render_generation
+        from layerscope.generation.view import render_generation
 
         options.pop("view", None)
         return render_generation(self.section_for_views(), **options)
@@ -183,7 +183,7 @@ class Generation:
 
             show_stages(self.stages, **options)
             return
-        from layerscope.render.generation import show_generation
+        from layerscope.generation.view import show_generation
 
         options.pop("view", None)
         show_generation(self.section_for_views(), **options)

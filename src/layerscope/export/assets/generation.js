@@ -1,4 +1,4 @@
-/* layerscope HTML report: the generation section (export/htmlgen.py). Reads #ls-gen-data
+/* layerscope HTML report: the generation section (generation/html.py). Reads #ls-gen-data
    and draws it first on the page, above the profile of one stage. Numbers use the
    report's formats (window.lsFormat); every string reaches the DOM as textContent. */
   var G = JSON.parse(document.getElementById("ls-gen-data").textContent);
