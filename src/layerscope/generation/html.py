@@ -22,6 +22,7 @@ from typing import Any
 from layerscope.errors import ExportError
 from layerscope.export.files import write_text
 from layerscope.export.html import page_facts, page_number, section_page
+from layerscope.generation.fields import CALL_FIELDS
 from layerscope.hardware import DeviceLike
 from layerscope.profile import Profile
 from layerscope.render import units
@@ -29,19 +30,9 @@ from layerscope.render import units
 __all__ = ["CALL_COLUMNS", "ESTIMATE_COLUMNS", "generation_data", "to_html", "to_html_text"]
 
 #: The calls table: row key, header, kind, what the column is (its tooltip).
-CALL_COLUMNS: tuple[tuple[str, str, str, str], ...] = (
-    ("stage", "Stage", "text", "prefill: the prompt into an empty cache; decode: one token "
-     "per row on the cache; full: a forward over the whole sequence (no cache)"),
-    ("cache_tokens", "Cache before", "count", "tokens in the KV cache before the call"),
-    ("tokens", "Fed", "count", "tokens fed per row"),
-    ("macs", "MACs", "si", "multiply-accumulates of the call"),
-    ("flops", "FLOPs", "si", "floating-point operations of the call"),
-    ("bytes_accessed", "Bytes moved", "bytes", "bytes the call's ops read and write"),
-    ("peak_bytes", "Peak", "bytes", "the highest live bytes above the call's entry level"),
-    ("kv_bytes", "KV after", "bytes", "the KV cache's bytes after the call"),
-    ("time", "Time", "seconds", "the median of the timed repeats, each on a copy of the "
-     "cache as it was before the call"),
-)  # fmt: skip
+CALL_COLUMNS: tuple[tuple[str, str, str, str], ...] = tuple(
+    (f.key, f.header, f.kind, f.description) for f in CALL_FIELDS
+)
 #: Columns shown even where every value is 0.
 _ALWAYS = frozenset({"stage", "tokens"})
 #: What the calls chart can show: row key, button label, kind.

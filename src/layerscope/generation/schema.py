@@ -4,25 +4,23 @@ document's own profile is the first stage; the section holds the others."""
 
 from __future__ import annotations
 
-from layerscope.export.jsoncheck import Arr, Int, Map, Num, Obj, Opt, Str
+from layerscope.export.jsoncheck import Arr, Check, Int, Map, Num, Obj, Opt, Str
+from layerscope.generation.fields import CALL_FIELDS, CallField, required
 
-_BYTES = Int(0, description="bytes")
 
-#: One row per model call: the prefill first, then each decode (or full) step.
-STEP = Obj(
-    {
-        "stage": Str("prefill, decode or full"),
-        "cache_tokens": Int(0, description="tokens in the cache before the call"),
-        "tokens": Int(0, description="tokens fed per row"),
-        "macs": Int(0),
-        "flops": Int(0),
-        "bytes_accessed": _BYTES,
-        "peak_bytes": Int(0, description="peak above the call's entry level"),
-        "kv_bytes": Int(0, description="KV-cache bytes after the call"),
-        "time": Num("median seconds of the call, when timed"),
-    },
-    required=("stage", "cache_tokens", "tokens", "macs", "flops", "bytes_accessed"),
-)
+def _value(f: CallField) -> Check:
+    """A call row's value as the field table says: text, a number of seconds, or a
+    count (tokens, operations, bytes)."""
+    if f.kind == "text":
+        return Str(f.description)
+    if f.kind == "seconds":
+        return Num(f.description)
+    return Int(0, description=f.description)
+
+
+#: One row per model call: the prefill first, then each decode (or full) step; its keys
+#: and what each holds from the field table (``generation.fields``).
+STEP = Obj({f.key: _value(f) for f in CALL_FIELDS}, required=required())
 
 GENERATION = Obj(
     {

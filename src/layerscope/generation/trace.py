@@ -14,12 +14,13 @@ from typing import Any
 
 from layerscope.errors import ExportError
 from layerscope.export.files import write_text
+from layerscope.generation.fields import CALL_FIELDS
 
 __all__ = ["generation_trace", "to_trace"]
 
 PID = 1
 CALLS_TID, STAGES_TID = 1, 2
-_ARGS = ("cache_tokens", "tokens", "macs", "flops", "bytes_accessed", "peak_bytes", "kv_bytes")
+_ARGS = tuple(f.key for f in CALL_FIELDS if f.span)
 
 
 def generation_trace(steps: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

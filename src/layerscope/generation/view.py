@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from layerscope.generation.fields import CALL_FIELDS, CallField
 from layerscope.render import units
 from layerscope.render.layout import (
     Table,
@@ -28,6 +29,17 @@ def _cell(value: Any, kind: str) -> str:
     if kind == "bytes":
         return units.nbytes(value)
     return units.si(value) if kind == "si" else units.count(value)
+
+
+def _call_cell(f: CallField, row: Mapping[str, Any]) -> str:
+    """One cell of the calls table, as its field's kind says ("-" for a call untimed)."""
+    if f.kind == "text":
+        return str(row.get(f.key, ""))
+    if f.kind == "count":
+        return units.count(row.get(f.key, 0))
+    if f.kind == "seconds":
+        return units.seconds(row[f.key]) if f.key in row else "-"
+    return _cell(row.get(f.key), f.kind)
 
 
 def render_generation(
@@ -62,31 +74,18 @@ def render_generation(
                if kv.get("cross_bytes") else "")
             + ")."
         )  # fmt: skip
-    columns = [
-        TableColumn("stage", "Stage", justify="left", priority=None),
-        TableColumn("cache", "Cache before", justify="right"),
-        TableColumn("tokens", "Fed", justify="right"),
-        TableColumn("macs", "MACs", justify="right"),
-        TableColumn("flops", "FLOPs", justify="right"),
-        TableColumn("bytes", "Bytes moved", justify="right"),
-        TableColumn("peak", "Peak", justify="right"),
-        TableColumn("kv", "KV after", justify="right"),
-    ]
-    timed = any("time" in r for r in section.get("calls", []))
-    if timed:
-        columns.append(TableColumn("time", "Time", justify="right", priority=80))
     steps = list(section.get("calls", []))
-    shown = steps if limit is None else steps[:limit]
-    rows = [
-        TableRow([[(c, "")] for c in (
-            str(r.get("stage", "")), units.count(r.get("cache_tokens", 0)),
-            units.count(r.get("tokens", 0)), _cell(r.get("macs"), "si"),
-            _cell(r.get("flops"), "si"), _cell(r.get("bytes_accessed"), "bytes"),
-            _cell(r.get("peak_bytes"), "bytes"), _cell(r.get("kv_bytes"), "bytes"),
-            *([units.seconds(r["time"]) if "time" in r else "-"] if timed else []),
-        )])
-        for r in shown
+    timed = any("time" in r for r in steps)
+    fields = [f for f in CALL_FIELDS if f.key != "time" or timed]
+    columns = [
+        TableColumn(
+            f.key, f.header, justify="left" if f.kind == "text" else "right",
+            priority=None if f.key == "stage" else 80 if f.key == "time" else 50,
+        )
+        for f in fields
     ]  # fmt: skip
+    shown = steps if limit is None else steps[:limit]
+    rows = [TableRow([[(_call_cell(f, r), "")] for f in fields]) for r in shown]
     table = fit_table(Table(columns, rows), width)
     lines = [plain_text(wrap_text(line, "", width)).rstrip("\n") for line in lines]
     lines.append("")

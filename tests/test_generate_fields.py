@@ -1,0 +1,30 @@
+"""The generation's field table (``generation.fields``) is the one place a call row's
+keys and headers are written: the row's constructor, the JSON check, the HTML and the
+trace all follow it."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+import layerscope as ls
+from layerscope.generation import html, schema, trace
+from layerscope.generation.fields import CALL_FIELDS, required
+from layerscope.generation.result import call_row
+
+KEYS = [f.key for f in CALL_FIELDS]
+
+
+def test_every_format_reads_the_table() -> None:
+    prof = ls.profile(nn.Linear(4, 4), torch.randn(2, 4), memory=True)
+    row = call_row("decode", 7, 1, prof, 64)
+    # every key but the time, which only a timed generation has
+    assert list(row) == [k for k in KEYS if k != "time"]
+    assert (row["macs"], row["flops"]) == (2 * 4 * 4, 2 * 32 + 2 * 4)  # and 8 bias adds
+    assert [c[0] for c in html.CALL_COLUMNS] == KEYS
+    assert [c[1] for c in html.CALL_COLUMNS] == [f.header for f in CALL_FIELDS]
+    assert list(trace._ARGS) == [f.key for f in CALL_FIELDS if f.span]
+    assert list(schema.STEP.props) == KEYS
+    assert tuple(schema.STEP.required) == required() == (
+        "stage", "cache_tokens", "tokens", "macs", "flops", "bytes_accessed",
+    )  # fmt: skip
