@@ -29,6 +29,7 @@ LAYERS: dict[str, int] = {
     "layerscope.gcpause": 0,
     "layerscope.version": 0,
     "layerscope.hardware": 0,
+    "layerscope.lazy": 0,
     "layerscope.metricspec": 1,
     "layerscope.profile": 1,
     "layerscope.collect": 2,

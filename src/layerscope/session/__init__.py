@@ -6,8 +6,9 @@ and joins them; nothing below it imports it.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from layerscope.lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from layerscope.session.batch import max_batch_size
@@ -30,17 +31,6 @@ _LAZY: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    source = _LAZY.get(name)
-    if source is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(source), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
-
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals())
 
 __all__ = ["Profiler", "Schedule", "max_batch_size", "profile", "profile_fx", "schedule"]
