@@ -145,6 +145,9 @@ def test_an_encoder_decoder_runs_its_encoder_in_the_prefill() -> None:
     assert kv == gen.kv_cache
     assert kv["cross_bytes"] == 2 * 2 * 32 * 10 * 4  # 2 layers, k and v, 32 wide, 10 tokens
     assert p.generation.options["encoder_decoder"] is True
+    # the summary counts the stage's calls: the encoder's and the decoder's first
+    assert "prefill: 2 calls," in p.generation.render(width=100)
+    assert "prefill: 1 call," in gen.render(width=100)  # the replay's one prefill call
 
 
 def test_without_a_cache_every_call_is_full() -> None:

@@ -200,9 +200,12 @@ class Generation:
         totals = {}
         for name, prof in self.stages.items():
             m = prof.root.metrics
-            times = [r["time"] for r in self.calls if r["stage"] == name and "time" in r]
+            rows = [r for r in self.calls if r["stage"] == name]
+            times = [r["time"] for r in rows if "time" in r]
             totals[name] = {
-                "calls": prof.root.calls,
+                # the model's calls of the stage (an encoder's call is one of the
+                # prefill's), else the root's calls in its profile
+                "calls": len(rows) or prof.root.calls,
                 **{k: m.get(k) for k in ("macs", "flops", "bytes_accessed", "peak_bytes")},
                 "time": sum(times) if times else None,
             }
