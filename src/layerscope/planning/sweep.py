@@ -51,6 +51,19 @@ class Source:
         """``Plan.max_micro_batch``, for a plan made from this source."""
         return max_micro_batch(plan, limit)
 
+    def describe(self) -> str:
+        """The input as a sentence's words: each tensor argument's shape and dtype
+        (``(2, 64) int64``), or ``input_shape``'s with ``input_dtype`` when given."""
+        if self.input_shape is not None:
+            dtype = self.profile_options.get("input_dtype")
+            named = f" {str(dtype).removeprefix('torch.')}" if dtype is not None else ""
+            return f"{tuple(_shape(self.input_shape))}{named}"
+        shapes = [
+            f"{tuple(t.shape)} {str(t.dtype).removeprefix('torch.')}"
+            for t in _tensors(self.args, self.kwargs)
+        ]
+        return ", ".join(shapes) or "no tensor"
+
     def batch(self) -> int:
         if self.input_shape is not None:
             return int(_shape(self.input_shape)[0])
@@ -145,14 +158,21 @@ class Sweep:
 
     axes: list[str]
     rows: list[SweepRow]
+    #: what every plan shares beyond the options: the target (name and label), the
+    #: budget in bytes (None: the target has no memory size) and the input, as shapes
+    setting: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.rows = [r if isinstance(r, SweepRow) else SweepRow.from_dict(r) for r in self.rows]
 
     # ---- files ---------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        """The axes swept and one object per row."""
-        return {"axes": list(self.axes), "rows": [r.to_dict() for r in self.rows]}
+        """The axes swept, what every plan shares (``setting``) and one object per row."""
+        data: dict[str, Any] = {"axes": list(self.axes)}
+        if self.setting:
+            data["setting"] = dict(self.setting)
+        data["rows"] = [r.to_dict() for r in self.rows]
+        return data
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write ``to_dict()`` as JSON."""
@@ -249,7 +269,11 @@ def plan_sweep(
         row.update({f: getattr(result, f) for f in ROW_FIELDS})
         row[CHECKPOINTED] = len(result.checkpoint)
         rows.append(SweepRow.from_dict(row))
-    return Sweep(swept or ["world_size"], rows)
+    setting = {  # the same in every row's options (the last one checked)
+        "target": opts.target.name, "device": opts.target.label, "budget": opts.budget,
+        "input": source.describe(),
+    }  # fmt: skip
+    return Sweep(swept or ["world_size"], rows, setting)
 
 
 def max_micro_batch(plan: Plan, limit: int = 1024) -> int:

@@ -446,6 +446,14 @@ def sweep_lines(sweep: Mapping[str, Any], width: int, max_rows: int | None = Non
     ]
     title = f"Plan sweep: {units.plural(len(rows), 'plan')} over " + " × ".join(axes)
     facts = [(title, "layerscope.header")]
+    setting = sweep.get("setting") or {}
+    if setting:
+        budget = setting.get("budget")
+        facts.append((
+            f"On {setting.get('device')} ({setting.get('target')}), budget "
+            + (units.nbytes(budget) if isinstance(budget, int | float) else "none")
+            + f"; input {setting.get('input')} per GPU.", "",
+        ))  # fmt: skip
     if fixed:
         facts.append(("The same in every plan: " + ", ".join(fixed) + ".", ""))
     figures = [f for f in fields("row") if f.default]
