@@ -174,3 +174,18 @@ def test_the_subcommand_is_listed() -> None:
     with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
         main(["plan", "--help"])
     assert "--sweep AXIS=V,V" in out.getvalue()
+
+
+def test_a_sweeps_report_leads_with_its_best_row(tmp_path: Path) -> None:
+    """The HTML report of a sweep is the plan of one of its rows: the one with the most
+    tokens/s that fits (the fewest GPUs, here: each GPU's step is the same compute with
+    more collectives at 16), named on the terminal."""
+    page = tmp_path / "sweep.html"
+    code, out, err = run(
+        "plan", "examples:tiny_gpt", "--sweep", "world_size=8,16", "--html", str(page)
+    )
+    assert code == 0, err
+    assert out.splitlines()[-1] == (
+        "HTML report: the plan of the row world_size 8 (the most tokens/s that fits)."
+    )
+    assert '"world_size":8,' in page.read_text(encoding="utf-8")

@@ -41,7 +41,7 @@ from layerscope.planning.options import DEFAULTS as OPTION_DEFAULTS
 from layerscope.planning.options import check_options
 from layerscope.planning.states import PRECISIONS
 from layerscope.planning.strategies import SHARDINGS
-from layerscope.planning.sweep import AXES
+from layerscope.planning.sweep import AXES, Source, Sweep
 from layerscope.render import config as display_config
 from layerscope.validate import check_choice, check_int, refuse
 
@@ -132,7 +132,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     out.add_argument(
         "--html", metavar="PATH",
         help="also write the plan's HTML report (memory by part, the step's timeline, the "
-        "step time; with --sweep, the plan of the options outside the sweep, and the sweep)",
+        "step time; with --sweep, the plan of the sweep's best row, named, and the sweep)",
     )  # fmt: skip
     out.add_argument("--max-rows", type=int, metavar="N", help="rows of the module table")
     out.add_argument("--width", type=int, default=None, help="console width in characters")
@@ -256,6 +256,18 @@ def _inputs(model: nn.Module, loaded: Any, args: argparse.Namespace) -> dict[str
     return call
 
 
+def _best_plan(sweep: Sweep, model: nn.Module, call: dict[str, Any], opts: dict[str, Any]) -> Any:
+    """The plan of the sweep's best row (``Sweep.best``), which the HTML report leads
+    with; the row is named on the terminal."""
+    row = sweep.best()
+    chosen = {a: row[a] for a in AXES if a != "micro_batch"}
+    here = Source(model, call["args"], call["kwargs"] or None, None).at(row.micro_batch)
+    words = ", ".join(f"{a} {row[a]}" for a in sweep.axes)
+    why = "the most tokens/s that fits" if row.fits is not False else "none fits: the lowest peak"
+    print(f"HTML report: the plan of the row {words} ({why}).")
+    return plan(model, *here.args, kwargs=here.kwargs, **(opts | chosen))
+
+
 def _check_flags(args: argparse.Namespace) -> dict[str, list[Any]]:
     """The flags that need no model, checked before it is built; the sweep's grid."""
     check_shape_flags(args)
@@ -292,8 +304,7 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             sweep.save(args.json)
         if args.html:
-            one = plan(model, *call["args"], kwargs=call["kwargs"] or None, **opts)
-            one.to_html(args.html, sweep=sweep)
+            _best_plan(sweep, model, call, opts).to_html(args.html, sweep=sweep)
         return 0
     result = plan(model, *call["args"], kwargs=call["kwargs"] or None, **opts)
     result.show(width=args.width, max_rows=args.max_rows)

@@ -165,6 +165,15 @@ class Sweep:
     def __post_init__(self) -> None:
         self.rows = [r if isinstance(r, SweepRow) else SweepRow.from_dict(r) for r in self.rows]
 
+    def best(self) -> SweepRow:
+        """The row a report leads with: of the rows that fit (or whose fit is not known),
+        the most tokens per second (the shortest step where tokens are not known); when
+        none fits, the smallest peak."""
+        fitting = [r for r in self.rows if r.fits is not False]
+        if not fitting:
+            return min(self.rows, key=lambda r: r.peak_bytes)
+        return max(fitting, key=lambda r: (r.tokens_per_s or 0.0, -r.step_time))
+
     # ---- files ---------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """The axes swept, what every plan shares (``setting``) and one object per row."""
