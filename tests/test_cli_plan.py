@@ -189,3 +189,16 @@ def test_a_sweeps_report_leads_with_its_best_row(tmp_path: Path) -> None:
         "HTML report: the plan of the row world_size 8 (the most tokens/s that fits)."
     )
     assert '"world_size":8,' in page.read_text(encoding="utf-8")
+
+
+def test_the_sweeps_footer_explains_only_the_columns_shown() -> None:
+    code, out, err = run(
+        "plan", "examples:tiny_gpt", "--sweep", "world_size=8,16", "micro_batch=1,2",
+        "checkpoint=none,blocks", "sharding=fsdp,ddp",
+    )  # fmt: skip
+    assert code == 0, err
+    # four axes leave no room at 80 columns for Headroom, MFU and Tokens/s
+    assert "Hidden to fit 80 columns: Headroom, MFU, Tokens/s" in out
+    assert out.rstrip().endswith(
+        "Step is a lower bound (roofline compute, collectives at the link's bandwidth)."
+    )

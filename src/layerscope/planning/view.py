@@ -471,22 +471,26 @@ def sweep_lines(sweep: Mapping[str, Any], width: int, max_rows: int | None = Non
         cells += [_figure_cell(f, r.get(f.key)) for f in figures]
         notice = r.get(F.FITS) is False
         body.append(_row(*cells, style="layerscope.notice" if notice else ""))
-    after = [(_sweep_note(), "")]
+    table, dropped = _fitted(_table(columns, body, None), width)
+    after = [(_sweep_note(dropped), "")]
     if len(listed) < len(rows):
         after.insert(0, (f"Showing {len(listed)} of {len(rows)} rows (max_rows {max_rows}).",
                          "layerscope.hidden"))  # fmt: skip
-    return (
-        _sentences(facts, width)
-        + _fitted(_table(columns, body, None), width)[0]
-        + _sentences(after, width)
-    )
+    return _sentences(facts, width) + table + _sentences(after, width)
 
 
-def _sweep_note() -> str:
-    """What the sweep's figures are: bounds, and what the headroom is."""
-    h = {f.key: f.header for f in fields("row")}
-    return (
-        f"{h[F.STEP_TIME]} is a lower bound (roofline compute, collectives at the link's "
-        f"bandwidth), so {h[F.TOKENS_PER_S]} and {h[F.MFU]} are upper bounds; "
-        f"{h[F.HEADROOM_BYTES]} is {field('row', F.HEADROOM_BYTES).description}."
-    )
+def _sweep_note(dropped: Sequence[str] = ()) -> str:
+    """What the sweep's figures are, of the columns shown (not those in ``dropped``, the
+    headers the width left out): bounds, and what the headroom is."""
+    h = {f.key: f.header for f in fields("row") if f.header not in dropped}
+    if F.STEP_TIME not in h:
+        return ""
+    bounds = [h[k] for k in (F.TOKENS_PER_S, F.MFU) if k in h]
+    note = f"{h[F.STEP_TIME]} is a lower bound (roofline compute, collectives at the link's"
+    note += " bandwidth)"
+    if bounds:
+        verb = "are upper bounds" if len(bounds) > 1 else "is an upper bound"
+        note += f", so {' and '.join(bounds)} {verb}"
+    if F.HEADROOM_BYTES in h:
+        note += f"; {h[F.HEADROOM_BYTES]} is {field('row', F.HEADROOM_BYTES).description}"
+    return note + "."
