@@ -1,7 +1,8 @@
 """Show a saved profile (from `layerscope profile -o p.json` or Profile.save) as
 any view, or convert it to another format. Nothing is re-run: everything comes
-from the file. A saved plan (`layerscope plan --json`, Plan.save) shows as the
-plan; with view flags, its analysis shows as a profile does.
+from the file. A saved plan (`layerscope plan --json`, Plan.save), generation
+(Generation.save) or sweep (`layerscope plan --sweep --json`) shows as itself;
+with view flags, a plan's or a generation's profile shows as a profile does.
 
 Examples:
   layerscope show p.json --depth 2
@@ -10,12 +11,14 @@ Examples:
   layerscope show p.json --sort flops --min-pct 1 --include '*attn*'
   layerscope show p.json -o p.html
   layerscope show plan.json
+  layerscope show gen.json
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+from typing import Any
 
 from layerscope.cli.common import add_view_arguments, check_view_arguments, write_profile
 from layerscope.errors import SchemaError
@@ -23,6 +26,7 @@ from layerscope.export.files import write_text
 from layerscope.export.json import profile_from_dict
 from layerscope.export.jsonread import read_document
 from layerscope.planning import Plan
+from layerscope.planning.sweep import Sweep
 
 NAME = "show"
 HELP = "show a saved profile as any view, or convert it (html, csv, md, trace), or a plan"
@@ -45,18 +49,34 @@ def _as_plan(args: argparse.Namespace) -> bool:
     return args.output is None or args.output.lower().endswith((".txt", ".text"))
 
 
+def _subject(data: object) -> Any:
+    """The plan, generation or sweep a document holds, or None for a plain profile."""
+    if not isinstance(data, dict):
+        return None
+    if "plan" in data:
+        return Plan.from_dict(data)
+    if "generation" in data:
+        from layerscope.generation.result import Generation
+
+        return Generation.from_dict(data)
+    if "schema" not in data and isinstance(data.get("rows"), list) and "axes" in data:
+        return Sweep(list(data["axes"]), list(data["rows"]), dict(data.get("setting") or {}))
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     check_view_arguments(args)
     data = read_document(args.file)
-    if isinstance(data, dict) and "plan" in data and _as_plan(args):
+    if _as_plan(args) or (isinstance(data, dict) and "schema" not in data):
         try:
-            plan = Plan.from_dict(data)
-        except SchemaError as e:
+            subject = _subject(data)
+        except (SchemaError, TypeError, KeyError) as e:
             raise SchemaError(f"{os.fspath(args.file)}: {e}") from e
-        if args.output is None:
-            plan.show(width=args.width)
-        else:
-            write_text(args.output, plan.render(width=args.width))
-        return 0
+        if subject is not None:
+            if args.output is None:
+                subject.show(width=args.width)
+            else:
+                write_text(args.output, subject.render(width=args.width))
+            return 0
     write_profile(profile_from_dict(data, os.fspath(args.file)), args)
     return 0

@@ -102,5 +102,6 @@ def render_generation(
 
 def show_generation(section: Mapping[str, Any], **options: Any) -> None:
     """Print ``render_generation`` at the terminal's width by default."""
-    options.setdefault("width", terminal_width())
+    if options.get("width") is None:
+        options["width"] = terminal_width()
     print(render_generation(section, **options))
