@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -29,6 +30,7 @@ from layerscope.planning.fields import CHECKPOINTED, keys
 from layerscope.planning.options import DEFAULTS, Options, check_options
 from layerscope.planning.result import Plan
 from layerscope.profile import Profile
+from layerscope.validate import check_int
 
 #: The sweepable options and the row fields each plan gives (the field table's).
 AXES = keys("axis")
@@ -287,7 +289,9 @@ def plan_sweep(
 
 def max_micro_batch(plan: Plan, limit: int = 1024) -> int:
     """The largest micro-batch up to ``limit`` whose plan fits the budget: doubling from
-    the analysed one, then bisection, an analysis at each size tried."""
+    the analysed one, then bisection, an analysis at each size tried. 0, with a warning,
+    when not even a micro-batch of 1 fits."""
+    limit = check_int("limit", limit, 1)
     source: Source | None = plan.source
     if source is None:
         raise InvalidInputError("max_micro_batch needs the plan made from a model")
@@ -306,7 +310,11 @@ def max_micro_batch(plan: Plan, limit: int = 1024) -> int:
     start = source.batch()
     low, high = 0, None
     batch = start
-    if plan.fits:
+    if start > limit:  # the analysed micro-batch is past the limit: bisect below it
+        if fits(limit):
+            return limit
+        high = limit
+    elif plan.fits:
         low = start
         while high is None and batch < limit:
             batch = min(limit, batch * 2)
@@ -324,6 +332,12 @@ def max_micro_batch(plan: Plan, limit: int = 1024) -> int:
             low = mid
         else:
             high = mid
+    if not low:
+        warnings.warn(
+            "max_micro_batch: not even a micro-batch of 1 fits the budget (0 returned); "
+            "see the plan of micro-batch 1 for what takes the memory",
+            stacklevel=4,  # the caller of Plan.max_micro_batch
+        )
     return low
 
 
