@@ -202,3 +202,19 @@ def test_the_sweeps_footer_explains_only_the_columns_shown() -> None:
     assert out.rstrip().endswith(
         "Step is a lower bound (roofline compute, collectives at the link's bandwidth)."
     )
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--html", "report.txt"], "--html must be a path ending in .html"),
+        (["--json", "/nonexistent-folder/p.json"], "the folder /nonexistent-folder does not exist"),
+        (["--budget", "1GB", "--reserve", "2GB"], "reserve_bytes (2,000,000,000) is not below"),
+    ],
+)
+def test_outputs_and_the_reserve_are_checked_before_the_analysis(
+    flags: list[str], message: str
+) -> None:
+    code, out, err = run("plan", "examples:tiny_gpt", *flags)
+    assert code != 0 and out == ""  # refused before anything was planned or printed
+    assert message in err

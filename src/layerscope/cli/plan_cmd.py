@@ -34,6 +34,7 @@ from layerscope.cli.inputs import (
     parse_shape,
 )
 from layerscope.errors import InvalidInputError
+from layerscope.export.files import check_writable
 from layerscope.hardware import GPUS
 from layerscope.metrics.memory.training import OPTIMIZER_STATES
 from layerscope.planning import plan, plan_sweep
@@ -276,6 +277,11 @@ def _check_flags(args: argparse.Namespace) -> dict[str, list[Any]]:
             check_int(flag, value, 1)
     if args.max_rows is not None and args.sweep:
         raise InvalidInputError("--max-rows applies to one plan's module table, not to --sweep")
+    if args.html and not args.html.lower().endswith((".html", ".htm")):
+        refuse("--html", args.html, "a path ending in .html (the report is an HTML page)")
+    for path in (args.json, args.html):  # before the analysis, whose result would be lost
+        if path:
+            check_writable(path)
     if args.config:
         display_config.load(args.config)
     return parse_sweep(args.sweep) if args.sweep else {}

@@ -15,17 +15,27 @@ from typing import BinaryIO
 
 from layerscope.errors import ExportError
 
-__all__ = ["read_at_most", "write_text"]
+__all__ = ["check_writable", "read_at_most", "write_text"]
 
 
-def write_text(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` (UTF-8) to ``path`` atomically."""
+def check_writable(path: str | os.PathLike[str]) -> str:
+    """The folder ``path`` would be written in, if it can be (checked before a long run
+    so that its result is not lost); an ``ExportError`` naming the reason if not."""
     target = os.fspath(path)
     if os.path.isdir(target):
         raise ExportError(f"cannot write {target}: it is a directory")
     folder = os.path.dirname(os.path.abspath(target))
     if not os.path.isdir(folder):
         raise ExportError(f"cannot write {target}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ExportError(f"cannot write {target}: the folder {folder} is not writable")
+    return folder
+
+
+def write_text(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` atomically."""
+    target = os.fspath(path)
+    folder = check_writable(target)
     try:
         mode = stat.S_IMODE(os.stat(target).st_mode)
     except FileNotFoundError:

@@ -17,7 +17,16 @@ from layerscope.metrics.memory.training import OPTIMIZER_STATES
 from layerscope.planning.states import PRECISIONS
 from layerscope.planning.strategies import STRATEGIES
 from layerscope.planning.strategy import Strategy
-from layerscope.validate import check_bool, check_choice, check_int, check_number, refuse
+from layerscope.validate import (
+    MAX_TENSOR_BYTES as MAX_BYTES,
+)
+from layerscope.validate import (
+    check_bool,
+    check_choice,
+    check_int,
+    check_number,
+    refuse,
+)
 
 #: Default bytes kept aside from the budget for what the timeline leaves out: the CUDA
 #: context, cuBLAS/cuDNN workspaces, the caching allocator's fragmentation.
@@ -159,7 +168,14 @@ def check_options(given: Mapping[str, Any]) -> Options:
         units = tuple(units)
     hsdp = _hsdp(o["hsdp"], sharding, world)
     budget = o["budget"]
-    budget = spec.memory_bytes if budget is None else check_int("budget", budget, 0)
+    # bytes as a saved plan holds them (``ls.load_plan`` reads the same range)
+    budget = spec.memory_bytes if budget is None else check_int("budget", budget, 0, MAX_BYTES)
+    reserve = check_int("reserve_bytes", o["reserve_bytes"], 0, MAX_BYTES)
+    if reserve != RESERVE_BYTES and budget is not None and reserve >= budget > 0:
+        raise InvalidInputError(  # a reserve chosen; the default one may exceed a small GPU
+            f"reserve_bytes ({reserve:,}) is not below the budget ({budget:,}): nothing would "
+            "be left for the run; lower the reserve or raise the budget"
+        )
     checkpoint = o["checkpoint"]
     if checkpoint is not None and not isinstance(checkpoint, str):
         checkpoint = tuple(checkpoint)
@@ -171,7 +187,7 @@ def check_options(given: Mapping[str, Any]) -> Options:
         optimizer=o["optimizer"],
         grad_accum=check_int("grad_accum", o["grad_accum"], 1),
         budget=budget,
-        reserve_bytes=check_int("reserve_bytes", o["reserve_bytes"], 0),
+        reserve_bytes=reserve,
         rank=check_int("rank", o["rank"], 0, (hsdp[1] if hsdp else world) - 1),
         reshard_after_forward=check_bool("reshard_after_forward", o["reshard_after_forward"]),
         units=units,
