@@ -225,12 +225,15 @@ class Profile:
     #: ...): ``{"calls", "bytes", "wire_bytes"}`` (docs/distributed.md); empty when no
     #: collective was observed.
     comm: dict[str, Any] = field(default_factory=dict)
+    #: path -> node, built by the first ``node()`` lookup, checked on every hit
+    _paths: dict[str, Node] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.link()
 
     def link(self) -> None:
         """Set every node's ``parent`` (done on creation; again after editing the tree)."""
+        self._paths = None
         self.root.parent = None
         for node in self.root.walk():
             for child in node.children:
@@ -243,10 +246,25 @@ class Profile:
 
     def node(self, path: str) -> Node:
         """The node with this qualified path ("" is the root); KeyError if absent."""
-        for n in self.root.walk():
-            if n.path == path:
-                return n
+        hit = self._paths.get(path) if self._paths is not None else None
+        if hit is not None and hit.path == path and self._in_tree(hit):
+            return hit
+        self._paths = {}
+        for n in self.root.walk():  # the first in pre-order wins, as a search would find
+            self._paths.setdefault(n.path, n)
+        if path in self._paths:
+            return self._paths[path]
         raise KeyError(f"no module with path {path!r} in this profile")
+
+    def _in_tree(self, node: Node) -> bool:
+        """Whether ``node``'s parents lead to the root (an edited tree is ``link``ed again,
+        which forgets the paths)."""
+        while node is not self.root:
+            up = node.parent
+            if up is None:
+                return False
+            node = up
+        return True
 
     def by_id(self, node_id: str) -> Node:
         """The node with this id ("0" is the root, then "1", "1.2", ...); KeyError if absent."""

@@ -55,12 +55,15 @@ def _paths(prof: Profile, paths: str | Collection[str]) -> list[str]:
     chosen = [paths] if isinstance(paths, str) else list(dict.fromkeys(paths))
     for path in chosen:
         prof.node(path)  # raises for an unknown path
-    for a in chosen:
-        for b in chosen:
-            if a != b and (a == "" or b.startswith(a + ".")):
-                raise InvalidInputError(
-                    f"checkpointed modules may not nest: {b!r} is inside {a or '<root>'!r}"
-                )
+    known = set(chosen)
+    for b in chosen:
+        a = b.rpartition(".")[0] if b else None
+        while a is not None and a not in known:  # b's parents, up to the root
+            a = a.rpartition(".")[0] if a else None
+        if a is not None:
+            raise InvalidInputError(
+                f"checkpointed modules may not nest: {b!r} is inside {a or '<root>'!r}"
+            )
     return chosen
 
 

@@ -177,29 +177,32 @@ def _checkpoints(prof: Profile, choice: CheckpointChoice, setup: tl.Setup) -> No
     table = prof.memory["storages"]
     index = {p: i for i, p in enumerate(table["paths"])}
     held = {index[p] for p in choice.paths if p in index}
-    drops: dict[str, int] = {}
+    # storage-table entry -> the checkpointed modules whose subtree holds it
+    within: dict[int, set[str]] = {}
     for path in choice.paths:
-        inside = {index[n.path] for n in prof.node(path).walk() if n.path in index}
-        drops[path] = sum(
-            int(nbytes)
-            for nbytes, savers, inputs, _outputs, param in table["rows"]
-            if not param and savers and inside.issuperset(savers) and not held.intersection(inputs)
-        )
-    setup.drops = drops
-    setup.recompute_peak = {p: int(prof.node(p).metrics.get("peak_bytes", 0)) for p in drops}
+        for n in prof.node(path).walk():
+            if n.path in index:
+                within.setdefault(index[n.path], set()).add(path)
+    drops = dict.fromkeys(choice.paths, 0)
     # a checkpointed module's output that only checkpointed subtrees saved but the next
     # checkpointed module keeps as its input: the analysis holds it until the module's
     # own backward, the checkpointed run frees it after the next module's backward,
     # before this one's recompute makes it again
-    every = {index[n.path] for p in choice.paths for n in prof.node(p).walk() if n.path in index}
-    for path in choice.paths:
-        i = index.get(path)
-        setup.regenerated[path] = sum(
-            int(nbytes)
-            for nbytes, savers, inputs, outputs, param in table["rows"]
-            if not param and i in outputs and savers and every.issuperset(savers)
-            and (held - {i}).intersection(inputs)
-        )  # fmt: skip
+    regenerated = dict.fromkeys(choice.paths, 0)
+    path_at = {index[p]: p for p in choice.paths if p in index}
+    for nbytes, savers, inputs, outputs, param in table["rows"]:
+        if param or not savers or any(i not in within for i in savers):
+            continue
+        first, rest = savers[0], savers[1:]
+        for path in within[first]:
+            if all(path in within[i] for i in rest) and not held.intersection(inputs):
+                drops[path] += int(nbytes)
+        for i in set(outputs).intersection(path_at):
+            if (held - {i}).intersection(inputs):
+                regenerated[path_at[i]] += int(nbytes)
+    setup.drops = drops
+    setup.recompute_peak = {p: int(prof.node(p).metrics.get("peak_bytes", 0)) for p in drops}
+    setup.regenerated.update(regenerated)
 
 
 def _time(work: Step, choice: CheckpointChoice) -> tuple[dict[str, float], int]:
@@ -236,10 +239,12 @@ def _module_rows(
     checkpointed modules inside it drop (the root: the plan's exact figure)."""
     table = prof.memory.get("storages") or {"paths": [], "rows": []}
     index = {p: i for i, p in enumerate(table["paths"])}
-    kept: dict[str, int] = {}
-    for path in choice.paths:
-        i = index.get(path)
-        kept[path] = sum(r[0] for r in table["rows"] if i is not None and i in r[2] and not r[4])
+    kept = dict.fromkeys(choice.paths, 0)
+    path_at = {index[p]: p for p in choice.paths if p in index}
+    for nbytes, _savers, inputs, _outputs, param in table["rows"]:
+        if not param:
+            for i in set(inputs).intersection(path_at):
+                kept[path_at[i]] += nbytes
 
     def saved(path: str) -> int:
         return int(prof.node(path).metrics.get("activation_bytes", 0))

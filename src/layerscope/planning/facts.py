@@ -4,7 +4,7 @@ the micro-batch's input bytes and tokens, the FSDP2 units."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from math import prod
 from typing import TYPE_CHECKING, Any
@@ -163,12 +163,26 @@ def check_paths(prof: Profile, label: str, paths: Sequence[str]) -> None:
             raise InvalidInputError(f"{label}: no module {path!r} in the model{hint}")
 
 
+def owner_lookup(units: Iterable[str]) -> Callable[[str], str]:
+    """The innermost of ``units`` that is a module or holds it (``""`` when none), for
+    many modules: the module's path is walked up, so a lookup costs its depth, not the
+    number of units."""
+    known = {u for u in units if u}
+
+    def find(module: str) -> str:
+        path = module
+        while path:
+            if path in known:
+                return path
+            path = path.rpartition(".")[0]
+        return ""
+
+    return find
+
+
 def owner(module: str, units: Sequence[str]) -> str:
-    best = ""
-    for unit in units:
-        if unit and (module == unit or module.startswith(unit + ".")) and len(unit) > len(best):
-            best = unit
-    return best
+    """The innermost of ``units`` that is ``module`` or holds it (``""`` when none)."""
+    return owner_lookup(units)(module)
 
 
-__all__ = ["Param", "analyse", "fsdp_units", "input_bytes", "owner", "trainable"]
+__all__ = ["Param", "analyse", "fsdp_units", "input_bytes", "owner", "owner_lookup", "trainable"]

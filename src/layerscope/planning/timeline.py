@@ -109,6 +109,16 @@ def inside(path: str, unit: str) -> bool:
     return unit == "" or path == unit or path.startswith(unit + ".")
 
 
+def enclosing(path: str) -> list[str]:
+    """Every module ``path`` is inside, innermost first: itself, its parents, the root."""
+    out = []
+    while path:
+        out.append(path)
+        path = path.rpartition(".")[0]
+    out.append("")
+    return out
+
+
 def _first_backward(events: Sequence[str], paths: Sequence[str], start: int) -> dict[str, int]:
     first: dict[str, int] = {}
     for k in range(start, len(events)):
@@ -125,12 +135,14 @@ class Replay:
         self.s = setup
         self.points: list[Point] = []
         self.buffers: dict[str, tuple[str, int]] = {}  # name -> (part, bytes)
+        self.buffered: dict[str, int] = {}  # part -> bytes of its buffers, kept as they come
         self.activations = 0  # the analysis's live bytes at the current moment
         self.grads_seen = 0  # analysed gradient bytes allocated so far
         self.grads_reduced = 0  # of those, the ones reduced and freed (FSDP2, ZeRO-2)
         #: the plan's gradient bytes per analysed gradient byte (2 under DDP autocast)
         self.grad_scale = 1.0
         self.pending_drops: dict[str, int] = {}
+        self.pending_total = 0  # their sum
         self.phase = "forward"
         self.cast = setup.cast_input
         self.start = next((k for k, e in enumerate(events) if e == "backward"), len(events))
@@ -150,22 +162,26 @@ class Replay:
     # ---- buffers and points ------------------------------------------------------
     def alloc(self, name: str, part: str, nbytes: int) -> None:
         if nbytes:
+            self.free(name)
             self.buffers[name] = (part, nbytes)
+            self.buffered[part] = self.buffered.get(part, 0) + nbytes
 
     def free(self, name: str) -> None:
-        self.buffers.pop(name, None)
+        old = self.buffers.pop(name, None)
+        if old is not None:
+            self.buffered[old[0]] -= old[1]
 
     def emit(self, event: str, path: str, recompute: int = 0, grads: int = 0) -> None:
         s = self.s
         parts = dict.fromkeys(PARTS, 0)
         for key, value in s.rest.items():
             parts[key] += value
-        for part, nbytes in self.buffers.values():
+        for part, nbytes in self.buffered.items():
             parts[part] += nbytes
         held = self.grads_seen - self.grads_reduced
         parts["grad_bytes"] += round(held * self.grad_scale) + grads
         parts["activation_bytes"] += (
-            self.activations - self.grads_seen - sum(self.pending_drops.values()) + self.cast
+            self.activations - self.grads_seen - self.pending_total + self.cast
         )
         parts["recompute_bytes"] += recompute
         self.points.append(Point(self.phase, event, path, parts))
@@ -189,6 +205,7 @@ class Replay:
             hooks.exited(self, path)
         if path in s.drops and path not in self.exited:
             self.pending_drops[path] = s.drops[path]
+            self.pending_total += s.drops[path]
         self.exited.add(path)
 
     def backward(self, k: int, event: str, path: str, nbytes: int) -> None:
@@ -204,8 +221,10 @@ class Replay:
                 hooks.end(self, path)
             self.emit("end", path)
             return
-        for m in list(self.pending_drops):
-            if inside(path, m) and m not in self.recomputed:
+        # innermost first: the order the forward exited them in, so dropped in
+        for m in enclosing(path):
+            if m in self.pending_drops and m not in self.recomputed:
+                self.pending_total -= self.pending_drops[m]
                 drop = self.pending_drops.pop(m) + s.regenerated.get(m, 0)
                 self.activations = nbytes - drop
                 self.emit("recompute", m, recompute=s.recompute_peak.get(m, 0))
@@ -219,8 +238,11 @@ class Replay:
         """The optimizer step: gradients at rest, states, the step's temporaries."""
         self.phase = "optimizer"
         self.activations = self.grads_seen = self.grads_reduced = self.cast = 0
-        self.buffers = {"final": ("grad_bytes", self.s.final_grads)}
+        for name in list(self.buffers):
+            self.free(name)
+        self.alloc("final", "grad_bytes", self.s.final_grads)
         self.pending_drops.clear()
+        self.pending_total = 0
         self.alloc("step", "other_bytes", self.s.optimizer_temp)
         self.emit("step", "")
 

@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from layerscope.metrics.commkinds import wire_bytes
-from layerscope.planning.facts import fsdp_units, owner
+from layerscope.planning.facts import fsdp_units, owner_lookup
 from layerscope.planning.states import ModelStates, fsdp_shard
 from layerscope.planning.strategy import Prepared, Step, Strategy, Times, link, optimizer_bytes
 from layerscope.planning.strategy import weight_size as _weight_size
-from layerscope.planning.timeline import Events, Replay, inside
+from layerscope.planning.timeline import Events, Replay, enclosing
 from layerscope.planning.timemodel import link_time
 
 if TYPE_CHECKING:
@@ -56,8 +56,9 @@ class FSDP2(Strategy):
         n, low = opts.shard_size, opts.compute_dtype.itemsize
         units = fsdp_units(step.prof, opts)
         owned: dict[str, list[tuple[int, ...]]] = {u: [] for u in units}
+        owner = owner_lookup(units)
         for p in step.params:
-            owned[owner(p.module, units)].append(p.shape)
+            owned[owner(p.module)].append(p.shape)
         shards = [Unit(u, sum(fsdp_shard(s, n, 0)[1] for s in owned[u])) for u in units]
         setup.events.append(FSDPEvents(
             n, shards, param_size=low, reduce_size=grad_size, cast_gather=opts.mixed,
@@ -90,17 +91,22 @@ class FSDP2(Strategy):
         fwd, bwd = times.forward, times.backward
         n = opts.shard_size
         works = []
-        paths = [u.path for u in replay.all_units]
+        owner = owner_lookup(u.path for u in replay.all_units)
+        # a unit's own time: its module's, less the units directly inside it, plus the
+        # forwards recomputed in its backward (checkpointed modules it is the innermost of)
+        inner: dict[str, list[str]] = {u.path: [] for u in replay.all_units}
+        recomputed: dict[str, list[str]] = {u.path: [] for u in replay.all_units}
+        for unit in replay.all_units:
+            if unit.path:
+                inner[owner(unit.path.rpartition(".")[0])].append(unit.path)
+        for p in times.checkpointed:
+            recomputed[owner(p)].append(p)
         for unit in replay.all_units:
             node = prof.node(unit.path)
-            nested = [
-                prof.node(p) for p in paths if p != unit.path and owner(p, [unit.path]) == unit.path
-            ]
+            nested = [prof.node(p) for p in inner[unit.path]]
             own_f = fwd[id(node)] - sum(fwd[id(m)] for m in nested)
             own_b = bwd[id(node)] - sum(bwd[id(m)] for m in nested)
-            own_b += sum(
-                fwd[id(prof.node(p))] for p in times.checkpointed if owner(p, paths) == unit.path
-            )
+            own_b += sum(fwd[id(prof.node(p))] for p in recomputed[unit.path])
             works.append(UnitWork(unit.path, own_f, own_b, unit.padded * replay.param_size,
                                   n * unit.padded * replay.reduce_size,
                                   opts.reshard_after_forward and unit.path != "",
@@ -236,11 +242,13 @@ class FSDPEvents(Events):
         self.units = [u for u in self.all_units if u.padded]
         self.by_path = {u.path: u for u in self.units}
         self.unit_grads = {u.path: 0 for u in self.units}
+        owner = owner_lookup(self.by_path)
         for module, g in replay.s.grads.items():
-            unit = _owner(module, self.units)
+            unit = self.by_path.get(owner(module))
             if unit is not None:
                 self.unit_grads[unit.path] += g
         self.gathered: list[Unit] = []  # forward order of first gathering
+        self.first_gathered: dict[str, int] = {}  # unit path -> its first place there
         self.last_gather: Unit | None = None
         self.open_units: list[Unit] = []  # in the backward, outermost first
         self.done: set[str] = set()
@@ -250,6 +258,7 @@ class FSDPEvents(Events):
         unit = self.by_path.get(path)
         if unit is not None:
             if f"unsharded:{path}" not in replay.buffers:
+                self.first_gathered.setdefault(path, len(self.gathered))
                 self.gathered.append(unit)
             self.pre_forward(replay, unit, self.last_gather)
             self.last_gather = unit
@@ -266,14 +275,18 @@ class FSDPEvents(Events):
         those it enters."""
         if event == "end":
             return
-        inner = [u for u in self.units if inside(path, u.path)] if path != "<outside>" else []
+        inner = (  # the units holding the point, outermost first
+            [self.by_path[p] for p in reversed(enclosing(path)) if p in self.by_path]
+            if path != "<outside>"
+            else []
+        )
         for unit in reversed(list(self.open_units)):
             if unit not in inner:
                 self.post_backward(replay, unit)
         for unit in inner:
             if unit not in self.open_units and unit.path not in self.done:
                 self.open_units.append(unit)
-                after = _next_to_gather(self.gathered, unit, self.done, self.open_units)
+                after = self.next_to_gather(unit)
                 self.pre_backward(replay, unit, after)
 
     def end(self, replay: Replay, path: str) -> None:
@@ -282,6 +295,15 @@ class FSDPEvents(Events):
         self.open_units = []
         if self.last_scatter is not None:
             replay.free(f"scatter:{self.last_scatter.path}")
+
+    def next_to_gather(self, unit: Unit) -> Unit | None:
+        """FSDP2's backward prefetch: the unit gathered just before ``unit`` in the
+        forward that is neither done nor open."""
+        for k in range(self.first_gathered.get(unit.path, 0) - 1, -1, -1):
+            other = self.gathered[k]
+            if other.path not in self.done and other not in self.open_units:
+                return other
+        return None
 
     # ---- one unit --------------------------------------------------------------------
     def gather(self, r: Replay, unit: Unit, event: str) -> None:
@@ -330,28 +352,6 @@ class FSDPEvents(Events):
         self.last_scatter = unit
         self.open_units.remove(unit)
         self.done.add(unit.path)
-
-
-def _owner(module: str, units: Sequence[Unit]) -> Unit | None:
-    """The innermost unit holding a module's parameters."""
-    best: Unit | None = None
-    for unit in units:
-        if inside(module, unit.path) and (best is None or len(unit.path) >= len(best.path)):
-            best = unit
-    return best
-
-
-def _next_to_gather(
-    gathered: Sequence[Unit], unit: Unit, done: set[str], open_units: Sequence[Unit]
-) -> Unit | None:
-    """FSDP2's backward prefetch: the unit gathered just before ``unit`` in the forward."""
-    if unit not in gathered:
-        return None
-    i = gathered.index(unit)
-    for other in reversed(gathered[:i]):
-        if other.path not in done and other not in open_units:
-            return other
-    return None
 
 
 __all__ = ["FSDP2", "FSDPEvents", "Unit", "UnitWork", "fsdp_collectives", "fsdp_exposed"]
