@@ -4,6 +4,8 @@ the phases (states, replay, collectives, time) untouched."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 from torch import nn
@@ -54,3 +56,31 @@ def test_every_strategy_is_named_by_its_option() -> None:
         assert isinstance(strategy, Strategy) and strategy.name == name
     # autocast is DDP's mixed precision only
     assert [n for n, s in STRATEGIES.items() if s.autocast] == ["ddp"]
+
+
+def test_nested_units_share_out_the_forward(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Units nested three deep (the root, ``0``, ``0.1``) over four equal Linears (t
+    seconds of forward each): a unit's own time is its module's less the units directly
+    inside it, so the root owns Linear ``1`` (t), ``0`` owns ``0.0`` (t) and ``0.1`` its
+    two (2t): 4t in all, the root's. Subtracting every unit below, as before, left the
+    root 4t - 3t - 2t = -t."""
+    import layerscope.planning.strategies.fsdp as fsdp
+
+    seen: list[Any] = []
+    exposed = fsdp.fsdp_exposed
+
+    def spy(works: Any, *args: Any) -> Any:
+        seen.extend(works)
+        return exposed(works, *args)
+
+    monkeypatch.setattr(fsdp, "fsdp_exposed", spy)
+    inner = nn.Sequential(nn.Linear(32, 32), nn.Linear(32, 32))
+    model = nn.Sequential(nn.Sequential(nn.Linear(32, 32), inner), nn.Linear(32, 32))
+    ls.plan(model, torch.randn(8, 32), sharding="fsdp", world_size=2, units=["0", "0.1"],
+            precision="fp32")  # fmt: skip
+    own = {w.path: w.forward for w in seen}
+    assert list(own) == ["", "0", "0.1"]
+    t = own["0"]
+    assert t > 0
+    assert own[""] == pytest.approx(t, rel=1e-12, abs=0)
+    assert own["0.1"] == pytest.approx(2 * t, rel=1e-12, abs=0)
