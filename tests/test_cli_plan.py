@@ -140,6 +140,9 @@ BAD = [
     (["--input-dtype", "long"], "--input-dtype needs --input-shape"),
     (["--max-rows", "0"], "--max-rows must be an int >= 1, got 0"),
     (["--grad-accum", "x"], "argument --grad-accum: invalid int value: 'x'"),
+    (["--budget", "1" + "0" * 400], "budget must be an int from 0 to 9223372036854775807"),
+    (["--sweep", "micro_batch=1," + "1" * 31], "micro_batch must be an int from 1 to "
+     "1000000000, got " + "1" * 31),
 ]  # fmt: skip
 
 

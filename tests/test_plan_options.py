@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import fields
 from typing import Any
 
@@ -143,3 +144,34 @@ def test_the_document_section_is_the_options() -> None:
         "bucket_cap_mb", "hsdp",
     ]  # fmt: skip
     assert (plan.budget, plan.reserve_bytes) == (opts.budget, opts.reserve_bytes)
+
+
+@pytest.mark.parametrize(
+    ("options", "words"),
+    [
+        ({"units": 5}, "units must be a list of module paths, got 5"),
+        ({"units": "0"}, "units must be a list of module paths, got '0'"),
+        ({"checkpoint": 5}, 'checkpoint must be "blocks", "auto", or a list of module paths'),
+        ({"checkpoint": [5]}, 'checkpoint must be "blocks", "auto", or a list of module paths'),
+    ],
+)
+def test_shapeless_options_are_refused(options: dict[str, Any], words: str) -> None:
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
+    with pytest.raises(InvalidInputError, match=re.escape(words)):
+        ls.plan(model, torch.randn(2, 4), sharding="fsdp", world_size=2, precision="fp32",
+                **options)  # fmt: skip
+
+
+@pytest.mark.parametrize("batch", [-1, 0, "2", 10**30])
+def test_a_sweeps_micro_batches_are_checked_first(batch: Any) -> None:
+    model = nn.Sequential(nn.Linear(4, 4))
+    with pytest.raises(InvalidInputError, match="micro_batch must be an int from 1 to 1000000000"):
+        ls.plan_sweep(model, torch.randn(2, 4), precision="fp32", micro_batch=[1, batch])
+
+
+def test_a_lazy_module_is_refused_by_name_and_left_lazy() -> None:
+    model = nn.Sequential(nn.Linear(4, 4), nn.LazyLinear(3))
+    words = "module '1' (LazyLinear) has lazy parameters that no input has shaped yet"
+    with pytest.raises(InvalidInputError, match=re.escape(words)):
+        ls.plan(model, torch.randn(2, 4), precision="fp32")
+    assert isinstance(model[1], nn.LazyLinear) and model[1].has_uninitialized_params()

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import re
+from decimal import Decimal
 from typing import Any
 
 from torch import nn
@@ -146,7 +147,7 @@ def parse_size(text: str, flag: str) -> int:
     scale = _SIZE_UNITS.get(m.group(2).lower()) if m else None
     if m is None or scale is None:
         refuse(flag, text, "a size such as 80GB, 79.6GiB, 512MiB or a number of bytes")
-    return round(float(m.group(1)) * scale)
+    return round(Decimal(m.group(1)) * scale)  # exact: 400 digits are refused by range
 
 
 def parse_checkpoint(text: str, flag: str = "--checkpoint") -> Any:

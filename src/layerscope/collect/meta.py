@@ -17,8 +17,10 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.nn.modules.lazy import LazyModuleMixin
 from torch.nn.parameter import is_lazy
 
+from layerscope.errors import InvalidInputError
 from layerscope.validate import check_instance
 
 
@@ -116,7 +118,16 @@ def meta_copy(model: nn.Module) -> tuple[nn.Module, list[str]]:
     write into the user's objects when the copy runs. Such a forward is dropped from the
     copy (its class's ``forward`` runs instead) and such a hook removed; what only
     reaches the copy (a bound method or ``functools.partial`` rebound by the deep copy)
-    or no state at all stays."""
+    or no state at all stays. A lazy module not yet initialised is refused, named: its
+    parameters have no shape to copy."""
+    check_instance("model", model, nn.Module, "an nn.Module")
+    for path, module in model.named_modules():
+        if isinstance(module, LazyModuleMixin) and module.has_uninitialized_params():
+            raise InvalidInputError(
+                f"module {path or '<root>'!r} ({type(module).__name__}) has lazy parameters "
+                "that no input has shaped yet: run the model once on a real input to "
+                "initialise them, then plan it"
+            )
     copied = to_meta(model)
     names = {id(m): path for path, m in model.named_modules(remove_duplicate=False)}
     notices: list[str] = []

@@ -163,7 +163,7 @@ def check_options(given: Mapping[str, Any]) -> Options:
     STRATEGIES[sharding].check(world)
     units = o["units"]
     if units is not None:
-        if isinstance(units, str) or not all(isinstance(u, str) for u in units):
+        if not isinstance(units, list | tuple) or not all(isinstance(u, str) for u in units):
             refuse("units", units, "a list of module paths")
         units = tuple(units)
     hsdp = _hsdp(o["hsdp"], sharding, world)
@@ -178,6 +178,10 @@ def check_options(given: Mapping[str, Any]) -> Options:
         )
     checkpoint = o["checkpoint"]
     if checkpoint is not None and not isinstance(checkpoint, str):
+        if not isinstance(checkpoint, list | tuple) or not all(
+            isinstance(c, str) for c in checkpoint
+        ):
+            refuse("checkpoint", checkpoint, '"blocks", "auto", or a list of module paths')
         checkpoint = tuple(checkpoint)
     return Options(
         target=spec,

@@ -228,6 +228,10 @@ class Sweep:
         return self.render()
 
 
+#: the largest micro-batch a sweep plans: far past what any device's memory holds
+MAX_BATCH = 10**9
+
+
 def _values(name: str, value: Any) -> list[Any]:
     if name == "checkpoint" and (value is None or isinstance(value, str)):
         return [value]
@@ -237,8 +241,12 @@ def _values(name: str, value: Any) -> list[Any]:
         paths = all(isinstance(v, str) and v not in ("blocks", "auto") for v in value)
         if name == "checkpoint" and paths:
             return [list(value)]  # one list of module paths
-        return list(value)
-    return [value]
+        values = list(value)
+    else:
+        values = [value]
+    if name == "micro_batch":  # a batch dimension: a positive int a tensor can have
+        return [v if v is None else check_int("micro_batch", v, 1, MAX_BATCH) for v in values]
+    return values
 
 
 def plan_sweep(
