@@ -122,7 +122,8 @@ def meta_copy(model: nn.Module) -> tuple[nn.Module, list[str]]:
     parameters have no shape to copy."""
     check_instance("model", model, nn.Module, "an nn.Module")
     for path, module in model.named_modules():
-        if isinstance(module, LazyModuleMixin) and any(is_lazy(p) for p in module.parameters()):
+        lazy = any(is_lazy(p) for p in module.parameters(recurse=False))
+        if lazy and isinstance(module, LazyModuleMixin):
             raise InvalidInputError(
                 f"module {path or '<root>'!r} ({type(module).__name__}) has lazy parameters "
                 "that no input has shaped yet: run the model once on a real input to "
