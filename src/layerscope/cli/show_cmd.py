@@ -78,5 +78,5 @@ def run(args: argparse.Namespace) -> int:
             else:
                 write_text(args.output, subject.render(width=args.width))
             return 0
-    write_profile(profile_from_dict(data, os.fspath(args.file)), args)
+    write_profile(profile_from_dict(data, os.fspath(args.file), consume=True), args)
     return 0

@@ -89,12 +89,14 @@ _MISSING: Any = object()
 
 
 # ---- reading -------------------------------------------------------------------------
-def profile_from_dict(data: Any, source: str | None = None) -> Profile:
+def profile_from_dict(data: Any, source: str | None = None, *, consume: bool = False) -> Profile:
     """The Profile in ``data`` (parsed JSON); ``SchemaError`` naming the JSON path of the
-    first malformed value (after ``source``, the file, when given)."""
+    first malformed value (after ``source``, the file, when given). ``consume``: ``data``
+    is the caller's no more, and each module's object is let go once read, so the parsed
+    tree and the Profile are not both whole in memory (a file's load)."""
     try:
         with gc_paused():
-            return _profile(data)
+            return _profile(data, consume=consume)
     except Invalid as e:
         raise _schema_error(e, source) from None
 
@@ -113,7 +115,7 @@ def _schema_error(e: Invalid, source: str | None) -> SchemaError:
     return SchemaError(f"{source}: {text}" if source is not None else text)
 
 
-def _profile(data: Any, where: Where = "$", rank: bool = False) -> Profile:
+def _profile(data: Any, where: Where = "$", rank: bool = False, consume: bool = False) -> Profile:
     """The profile in ``data`` at ``where``; ``rank``: an entry of ``"ranks"``, which
     holds no ranks of its own."""
     what = "a rank's profile" if rank else "a saved profile"
@@ -140,9 +142,11 @@ def _profile(data: Any, where: Where = "$", rank: bool = False) -> Profile:
             raise Invalid((where, "ranks"), "a rank's profile cannot hold ranks of its own")
         if not isinstance(value, list | tuple):
             fail((where, "ranks"), "an array of per-rank profiles", value)
-        ranks = [_profile(entry, ((where, "ranks"), i), True) for i, entry in enumerate(value)]
+        ranks = [
+            _profile(entry, ((where, "ranks"), i), True, consume) for i, entry in enumerate(value)
+        ]
     return Profile(
-        root=_tree(data["root"], (where, "root"), 0),
+        root=_tree(data["root"], (where, "root"), 0, consume),
         model=sections.get("model", {}),
         env=sections.get("env", {}),
         unsupported_ops=sections.get("unsupported_ops", {}),
@@ -163,9 +167,10 @@ def _profile(data: Any, where: Where = "$", rank: bool = False) -> Profile:
     )
 
 
-def _tree(data: Any, where: Where, depth: int | None) -> Node:
+def _tree(data: Any, where: Where, depth: int | None, consume: bool = False) -> Node:
     """A node and its subtree, depth first with a stack: no recursion, at most MAX_DEPTH
-    levels. ``depth`` is what the top node's ``depth`` must be (None: any)."""
+    levels. ``depth`` is what the top node's ``depth`` must be (None: any); ``consume``:
+    each child's object is dropped from its parent's list once read."""
     leaves: dict[tuple[Any, ...], Spec] = {}
     top = _node(data, where, depth, leaves)
     stack: list[tuple[Node, list[Any], Where]] = []
@@ -196,6 +201,8 @@ def _tree(data: Any, where: Where, depth: int | None) -> Node:
                 pending.append((node, _children(grand, cw), cw))
             elif grand is not None:
                 _children(grand, cw)
+            if consume:
+                kids[i] = None
         stack.extend(reversed(pending))
     return top
 
@@ -341,8 +348,8 @@ def load(path: str | os.PathLike[str], *, max_bytes: int | None = None) -> Profi
     ``MAX_BYTES``), so a device or a huge file cannot exhaust memory.
     ``FileNotFoundError`` when there is no such file; ``SchemaError`` for anything else
     that is not a readable ``layerscope/1`` profile (naming the file and the JSON path)."""
-    data = read_document(path, max_bytes=max_bytes)
-    return profile_from_dict(data, os.fspath(path))
+    return profile_from_dict(read_document(path, max_bytes=max_bytes), os.fspath(path),
+                             consume=True)  # fmt: skip
 
 
 # ---- writing -------------------------------------------------------------------------

@@ -47,6 +47,7 @@ def read_document(path: str | os.PathLike[str], *, max_bytes: int | None = None)
         raise SchemaError(
             f"{source} is not a layerscope profile: not UTF-8 text ({e.reason} at byte {e.start})"
         ) from None
+    del raw  # the bytes and the text are not both held while the parse builds its objects
     with gc_paused():  # many small containers and no cycles: collections cost the most
         try:
             data = json.loads(text, parse_constant=NONFINITE.__getitem__)
