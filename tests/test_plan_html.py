@@ -513,3 +513,46 @@ def test_docs_plan_screenshot(open_page: Any, real_plan: Plan) -> None:
             "height": end["y"] + end["height"] - top["y"] + 16,
         },
     )
+
+
+def test_a_long_checkpoint_list_is_summarised(open_page: Any) -> None:
+    """Six checkpointed blocks: the subtitle says what was asked and how many it chose,
+    as the terminal's heading does; the facts name the first two and the last."""
+    blocks = [torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()) for _ in range(6)]
+    model = torch.nn.Sequential(*blocks)
+    plan = ls.plan(model, torch.randn(4, 8), checkpoint="blocks", precision="fp32")
+    assert plan.checkpoint == [str(i) for i in range(6)] and plan.analysis is not None
+    p = open_page(plan_html_text(plan.analysis, plan.section()))
+    sub = p.page.inner_text("#ls-plan .sub")
+    assert sub.endswith(" \u00b7 checkpointing blocks: 6 modules"), sub
+    facts = [f for f in _texts(p.page, "#ls-plan .facts li") if f.startswith("Checkpointed")]
+    words = "Checkpointed: 0, 1, \u2026, 5 (6 modules); activations kept "
+    assert facts[0].startswith(words), facts
+    p.clean()
+
+
+def test_columns_past_the_edge_are_counted_below_the_table(
+    open_page: Any, real_plan: Plan
+) -> None:
+    """At 700 px the module table is wider than its box: the line under it counts the
+    columns past the right edge (the page's own count of header cells past it), and is
+    hidden once the table is scrolled to its end."""
+    assert real_plan.analysis is not None
+    p = open_page(plan_html_text(real_plan.analysis, real_plan.section()), width=700)
+    page = p.page
+    wrap = "document.querySelector('#ls-plan-table').parentNode"
+    page.wait_for_timeout(100)
+    hidden = page.evaluate(
+        f"""() => {{ const w = {wrap};
+            const edge = w.getBoundingClientRect().left + w.clientLeft + w.clientWidth + 1;
+            return Array.from(w.querySelectorAll('thead th'))
+                .filter(h => h.getBoundingClientRect().right > edge).length; }}"""
+    )
+    assert hidden > 1
+    cue = page.evaluate(f"() => [{wrap}.nextSibling.className, {wrap}.nextSibling.textContent]")
+    words = f"{hidden} more columns to the right: scroll the table sideways \u2192"
+    assert cue == ["sidecue", words]
+    page.evaluate(f"() => {{ const w = {wrap}; w.scrollLeft = w.scrollWidth; }}")
+    page.wait_for_timeout(100)
+    assert page.evaluate(f"() => {wrap}.nextSibling.hidden")
+    p.clean()

@@ -26,6 +26,7 @@ from layerscope.export.html import page_facts, page_number, section_page
 from layerscope.hardware import DeviceLike
 from layerscope.planning import fields as F
 from layerscope.planning.fields import EVENTS, PlanField, fields
+from layerscope.planning.view import checkpointing_words
 from layerscope.profile import Profile
 from layerscope.render import units
 
@@ -93,6 +94,9 @@ def plan_data(section: Mapping[str, Any], sweep: Mapping[str, Any] | None = None
         F.FITS: None if headroom is None else headroom >= 0,
         F.HEADROOM_BYTES: headroom,
         "checkpoint": [str(p) for p in section.get("checkpoint") or []],
+        "checkpointing": checkpointing_words(
+            (section.get("options") or {}).get("checkpoint"), len(section.get("checkpoint") or [])
+        ),
         F.KEPT_ACTIVATION_BYTES: figures[F.KEPT_ACTIVATION_BYTES],
         F.RECOMPUTE_FLOPS: figures[F.RECOMPUTE_FLOPS],
         "timeline": _timeline(_mapping(section, "timeline")),

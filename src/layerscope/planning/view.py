@@ -156,7 +156,7 @@ def _checkpoint_words(asked: Any, count: int) -> str:
     return units.plural(count, "module")
 
 
-def _checkpointing(asked: Any, count: int) -> str:
+def checkpointing_words(asked: Any, count: int) -> str:
     """The heading's words: ``checkpointing blocks: 2 modules``, ``no checkpointing``."""
     if asked is None:
         return "no checkpointing"
@@ -211,7 +211,7 @@ def _heading(section: Mapping[str, Any], width: int) -> list[Line]:
     text = (
         f"Sharding {sharding}, precision {o.get('precision', '?')}, optimizer "
         f"{o.get('optimizer', '?')}; micro-batch {batch}, grad_accum {o.get('grad_accum', 1)}; "
-        f"{_checkpointing(o.get('checkpoint'), checkpointed)}; "
+        f"{checkpointing_words(o.get('checkpoint'), checkpointed)}; "
         f"rank {o.get('rank', 0)}."
     )
     states = section.get("states", {})

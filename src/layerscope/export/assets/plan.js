@@ -40,7 +40,7 @@
     (DV.label || O.target || "") + (O.world_size ? " \u00d7 " + O.world_size : ""),
     O.sharding, O.precision, O.optimizer,
     O.grad_accum > 1 ? "grad accum " + O.grad_accum : null,
-    P.checkpoint.length ? "checkpointed: " + P.checkpoint.join(", ") : "no checkpointing"
+    P.checkpointing
   ].filter(function (x) { return x; });
   root.appendChild(el("div", "sub", "Per GPU" + (O.rank ? " (rank " + O.rank + ")" : "") + ": " + said.join(" \u00b7 ")));
   var cards = el("div", "cards"); cards.id = "ls-plan-cards";
@@ -285,7 +285,9 @@
     " of " + (DV.label || O.target || "the device") + "'s peak (an upper bound)" : "") + "." +
     (P.tokens ? " " + fmt(P.tokens, "count") + " tokens per step, " + fmt(P.tokens_per_s, "si") + " tokens/s." : ""));
   if (P.checkpoint.length) {
-    facts.push("Checkpointed: " + P.checkpoint.join(", ") + "; activations kept " + nbytes(P.kept_activation_bytes) +
+    var cp = P.checkpoint, many = cp.length > 4;  // a long list: its ends, and how many
+    facts.push("Checkpointed: " + (many ? cp.slice(0, 2).join(", ") + ", \u2026, " + cp[cp.length - 1] + " (" +
+      fmt(cp.length, "count") + " modules)" : cp.join(", ")) + "; activations kept " + nbytes(P.kept_activation_bytes) +
       ", " + fmt(P.recompute_flops, "si") + " FLOPs recomputed.");
   }
   var ful = el("ul", "facts");
