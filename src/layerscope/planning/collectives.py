@@ -14,7 +14,9 @@ collectives at the same time (HSDP's replicate groups), hence the share.
   reduce-scatter ``n-1``, ``m-1``; broadcast and reduce a chain of ``n-1`` hops);
 - **tree** (all-reduce; NCCL's double binary tree between nodes, a chain within each):
   ``t = base + 2((k-1) l_intra + floor(log2 m) l_inter) + 2 b / (f 0.92 B)``, ``b`` the
-  payload; on one or two nodes ``B`` is the intra-node link's (NCCL's tuner does so);
+  payload; on two nodes each node sends the buffer across once each way (half in each
+  tree), so ``B`` is the smaller of the node's link (what NCCL's tuner credits there) and
+  twice the NICs';
 - **point to point** (all-to-all, gather, scatter, send, receive): one step, the wire
   bytes split between the GPU's link (peers in its node) and its share of the NICs;
 - **protocols**: Simple (``f = 1``) and, on NVLink nodes, LL128 (``f = 0.92``; tree
@@ -55,25 +57,26 @@ RINGS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
 
 @dataclass(frozen=True)
 class Link:
-    """Where a collective's group sits: ``size`` GPUs, ``per_node`` of them in each node
-    they span (the fewest, where nodes differ), on ``cluster``."""
+    """Where a collective's group sits: ``size`` GPUs on ``nodes`` nodes of ``cluster``,
+    ``per_node`` of them in each (the fewest, where nodes differ)."""
 
     cluster: Cluster
     size: int
     per_node: int
-
-    @property
-    def nodes(self) -> int:
-        return -(-self.size // self.per_node)
+    nodes: int
 
     @property
     def bandwidth(self) -> float:
         """Bytes/s one GPU of the group moves in a ring or tree (module doc)."""
-        c = self.cluster
         if self.nodes == 1:
-            return c.intra
-        nics = c.node_nics * self.per_node / c.gpus_per_node
-        return nics if self.per_node == 1 else min(c.intra, nics)
+            return self.cluster.intra
+        return self.nics if self.per_node == 1 else min(self.cluster.intra, self.nics)
+
+    @property
+    def nics(self) -> float:
+        """Bytes/s of the group's share of its nodes' NICs (module doc)."""
+        c = self.cluster
+        return c.node_nics * self.per_node / c.gpus_per_node
 
     @property
     def nic_share(self) -> float:
@@ -85,17 +88,16 @@ def consecutive(cluster: Cluster, size: int) -> Link:
     """A group of ``size`` consecutive ranks, ranks filling nodes in order."""
     g = cluster.gpus_per_node
     if size <= g:
-        return Link(cluster, size, max(size, 1))
-    rest = size % g
-    return Link(cluster, size, rest or g)
+        return Link(cluster, size, max(size, 1), 1)
+    return Link(cluster, size, size % g or g, -(-size // g))
 
 
 def strided(cluster: Cluster, size: int, stride: int) -> Link:
     """A group of ``size`` ranks ``stride`` apart (HSDP's replicate group over shard
     groups of ``stride`` consecutive ranks)."""
     g = cluster.gpus_per_node
-    per_node = max(1, g // stride) if stride < g else 1
-    return Link(cluster, size, min(size, per_node))
+    per_node = min(size, max(1, g // stride) if stride < g else 1)
+    return Link(cluster, size, per_node, -(-size // per_node))
 
 
 def _latency(link: Link, algo: str, proto: str, intra: int, inter: int) -> float:
@@ -139,7 +141,7 @@ def times(kind: str, payload: int, link: Link) -> dict[str, float]:
         )
     if kind == "all_reduce":
         k = link.per_node
-        bw = link.cluster.intra if m <= 2 and k > 1 else link.bandwidth
+        bw = min(link.cluster.intra, 2 * link.nics) if m == 2 and k > 1 else link.bandwidth
         for proto in protos:
             f = _TREE * ((7 / 9 if m == 1 else 120 / 128) if proto == "ll128" else 1.0)
             lat = _latency(link, "tree", proto, 2 * (k - 1), 2 * int(math.log2(m)))
