@@ -175,8 +175,8 @@ def test_cluster_and_inter_node_bandwidth_options() -> None:
     assert opts.network == Cluster(**{**default_cluster(opts.target).to_dict(), **given})
     assert check_options(opts.to_dict()) == opts
     # inter_node_bandwidth: NIC line rate per GPU, the node's NICs together 8 x it
-    given = check_options({"inter_node_bandwidth": 1e10}).network
-    assert given.node_nics == pytest.approx(8 * 1e10 * 0.96)
+    override = check_options({"inter_node_bandwidth": 1e10}).network
+    assert override.node_nics == pytest.approx(8 * 1e10 * 0.96)
     with pytest.raises(InvalidInputError, match="unknown key 'nic'"):
         check_options({"cluster": {"nic": 1}})
     with pytest.raises(InvalidInputError, match=r"cluster\['nic_efficiency'\]"):
