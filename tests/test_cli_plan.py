@@ -200,7 +200,7 @@ def test_the_sweeps_footer_explains_only_the_columns_shown() -> None:
     # four axes leave no room at 80 columns for Headroom, MFU and Tokens/s
     assert "Hidden to fit 80 columns: Headroom, MFU, Tokens/s" in out
     assert out.rstrip().endswith(
-        "Step is a lower bound (roofline compute, collectives at the link's bandwidth)."
+        "Step is a lower bound (roofline compute, collectives at NCCL's rates)."
     )
 
 

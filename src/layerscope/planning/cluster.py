@@ -46,7 +46,7 @@ SIMPLE_STEP = {"nvlink": 3.4e-6, "pcie": 5.7e-6, "net": 14.0e-6}
 BASE_LATENCY = 8.4e-6
 #: the fraction of a link's line rate NCCL reaches (topo.h: per-link bandwidth NCCL
 #: credits over the line rate): NVLink 4 20.6/25, NVLink 3 20.0/25, PCIe 12/16, NIC 12/12.5
-EFFICIENCY = {"sm90": 20.6 / 25, "sm80": 20.0 / 25, "pcie": 12 / 16, "net": 12 / 12.5}
+EFFICIENCY = {"sm90": 0.824, "sm80": 0.8, "pcie": 0.75, "net": 0.96}
 #: one 400 Gb/s NIC, bytes/s per direction
 NDR = 400e9 / 8
 #: one 200 Gb/s NIC (HDR InfiniBand), bytes/s per direction
