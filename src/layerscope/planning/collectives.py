@@ -26,8 +26,9 @@ collectives at the same time (HSDP's replicate groups), hence the share.
 The cheapest algorithm and protocol is taken, a stand-in for NCCL's tuner, which does
 the same over its own model (``src/graph/tuning.cc``, ``ncclTopoTuneModel``: the
 formulas above are its, with its constants). Not modelled: NCCL's LL protocol (the
-smallest messages; NCCL's lowest latency, half the bandwidth), NVLink SHARP (NVLS) and
-CollNet, PAT, per-channel bandwidth caps, the network's congestion.
+smallest messages; NCCL's lowest latency, half the bandwidth; with it NCCL's tuner
+predicts about half the small-message latency measured, ``docs/plan.md``), NVLink SHARP
+(NVLS) and CollNet, PAT, per-channel bandwidth caps, the network's congestion.
 """
 
 from __future__ import annotations
