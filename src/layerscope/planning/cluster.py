@@ -131,7 +131,8 @@ def _nvlink(spec: DeviceSpec, nic: float, source: str) -> Cluster:
 def default_cluster(spec: DeviceSpec) -> Cluster:
     """The reference system of a part (module doc): a DGX for the SXM parts, the stated
     assumption for PCIe parts and custom specs (their ``interconnect`` and
-    ``node_size``; a spec without an interconnect talks over its NIC share)."""
+    ``node_size``; a spec without an interconnect is taken to talk within its node at
+    one 400 Gb/s NIC's line rate)."""
     if spec.interconnect_kind == "nvlink" and spec.interconnect is not None:
         if spec.arch == "sm80":
             return _nvlink(spec, HDR, _DGX_A100)
