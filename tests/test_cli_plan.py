@@ -143,6 +143,8 @@ BAD = [
     (["--budget", "1" + "0" * 400], "budget must be an int from 0 to 9223372036854775807"),
     (["--sweep", "micro_batch=1," + "1" * 31], "micro_batch must be an int from 1 to "
      "1000000000, got " + "1" * 31),
+    (["--nics-per-node", "0"], "--nics-per-node must be an int >= 1, got 0"),
+    (["--nic-gbps", "-1"], "--nic-gbps must be"),
 ]  # fmt: skip
 
 
@@ -203,7 +205,7 @@ def test_the_sweeps_footer_explains_only_the_columns_shown() -> None:
     # four axes leave no room at 80 columns for Headroom, MFU and Tokens/s
     assert "Hidden to fit 80 columns: Headroom, MFU, Tokens/s" in out
     assert out.rstrip().endswith(
-        "Step is a lower bound (roofline compute, collectives at the link's bandwidth)."
+        "Step is a lower bound (roofline compute, collectives at NCCL's rates)."
     )
 
 
@@ -221,3 +223,21 @@ def test_outputs_and_the_reserve_are_checked_before_the_analysis(
     code, out, err = run("plan", "examples:tiny_gpt", *flags)
     assert code != 0 and out == ""  # refused before anything was planned or printed
     assert message in err
+
+
+def test_the_cluster_flags_are_the_cluster_option(tmp_path: Path) -> None:
+    """--gpus-per-node, --nics-per-node and --nic-gbps plan as ``cluster=`` does."""
+    path = tmp_path / "plan.json"
+    flags = ["--world-size", "16", "--gpus-per-node", "4", "--nics-per-node", "2",
+             "--nic-gbps", "100"]  # fmt: skip
+    code, _out, err = run("plan", *ARGS, *flags, "--json", str(path))
+    assert code == 0, err
+    cluster = {"gpus_per_node": 4, "nics_per_node": 2, "nic_bandwidth": 100e9 / 8}
+    alone = ls.plan(
+        tiny_gpt(), input_shape=(2, 16), input_dtype=torch.long, target="h100", world_size=16,
+        sharding="fsdp", checkpoint="blocks", cluster=cluster,
+    )  # fmt: skip
+    loaded = ls.load_plan(path)
+    assert loaded.options["cluster"] == json.loads(json.dumps(alone.options["cluster"]))
+    assert loaded.options["cluster"]["nic_bandwidth"] == 100e9 / 8
+    assert loaded.step_time == alone.step_time

@@ -16,6 +16,8 @@ from torch import nn
 import layerscope as ls
 from layerscope.errors import InvalidInputError, SchemaError
 from layerscope.hardware import SPECS
+from layerscope.planning.cluster import Cluster
+from layerscope.planning.collectives import consecutive
 from layerscope.planning.strategies.autocast import AutocastEvents
 from layerscope.planning.strategies.fsdp import FSDPEvents, Unit, UnitWork, fsdp_exposed
 from layerscope.planning.strategies.replicated import ddp_exposed
@@ -113,25 +115,32 @@ def test_ddp_autocast_replay_by_hand() -> None:
     assert cast == [rest + 200 - 40 + 80 + 40, rest + 1040 - 1040 + 2080 + 1000]
 
 
+#: 4 GPUs per node at 100 B/s, NICs at 100 B/s per GPU, no latency, line rates reached:
+#: every collective is its ring's wire bytes over 100 B/s
+PLAIN = Cluster(4, 100.0, "pcie", 4, 100.0, 1.0, 1.0, 0.0, 0.0, 0.0)
+
+
 def test_time_model_arithmetic() -> None:
-    """Ring times and overlap by hand, 4 GPUs at 100 B/s."""
-    assert link_time("all_gather", 400, 4, 100.0) == 3 * 400 / 100  # (n-1) shards sent
-    assert link_time("reduce_scatter", 1600, 4, 100.0) == 1600 * 3 / 4 / 100
-    assert link_time("all_reduce", 800, 4, 100.0) == 2 * 3 / 4 * 800 / 100
-    assert link_time("all_reduce", 800, 1, 100.0) == 0.0
+    """Ring times and overlap by hand, 4 GPUs at 100 B/s (``PLAIN``: the tree's
+    all-reduce, 2 b / (0.92 x 100), is dearer than the ring's)."""
+    four = consecutive(PLAIN, 4)
+    assert link_time("all_gather", 400, four) == 3 * 400 / 100  # (n-1) shards sent
+    assert link_time("reduce_scatter", 1600, four) == 1600 * 3 / 4 / 100
+    assert link_time("all_reduce", 800, four) == 2 * 3 / 4 * 800 / 100
+    assert link_time("all_reduce", 800, consecutive(PLAIN, 1)) == 0.0
     units = [
         UnitWork("", 1.0, 2.0, 100, 400, False),  # gather 3 s, scatter 3 s
         UnitWork("a", 5.0, 1.0, 200, 800, True),  # gather 6 s, scatter 6 s
     ]
-    total, exposed = fsdp_exposed(units, 4, 100.0)
+    total, exposed = fsdp_exposed(units, four)
     assert total == 3 + 6 + 6 + 3 + 6  # a is gathered twice
     # forward: root's 3 s exposed, a's 6 s under root's 1 s: 5 exposed; backward in
     # reverse: a first, gathered again (6 s exposed), its compute (1 s) hides nothing of
     # the root's gather (the root is not resharded); the root's 2 s hide 2 of a's 6 s
     # reduce-scatter; the last reduce-scatter (root, 3 s) is exposed
     assert exposed == 3 + 5 + 6 + 0 + (6 - 2) + 3
-    assert ddp_exposed([400, 400], 4, 100.0, backward=10.0) == (12.0, 6.0)
-    assert ddp_exposed([400, 400], 4, 100.0, backward=3.0) == (12.0, 9.0)
+    assert ddp_exposed([400, 400], four, backward=10.0) == (12.0, 6.0)
+    assert ddp_exposed([400, 400], four, backward=3.0) == (12.0, 9.0)
 
 
 def _mlp() -> nn.Module:
@@ -149,12 +158,18 @@ def test_step_time_and_mfu_follow_from_the_parts() -> None:
     assert plan.model_flops == root["flops"] + root["backward_flops"]
     assert plan.mfu == pytest.approx(plan.model_flops / (plan.step_time * 989.4e12))
     assert plan.tokens is None and plan.tokens_per_s is None  # a float input: no tokens
-    # more GPUs than a node: the ring runs at the inter-node bandwidth (50 GB/s per GPU
-    # against NVLink's 450): the same all-reduce bytes take 9 x as long
+    # one small bucket (float32 gradients): NCCL's tree with its LL128 protocol is the
+    # cheapest, latency-bound: 14 us base, a chain of 8 within the node both ways (1.25
+    # us a step), 2 b at 0.92 x 7/9 of NVLink's 0.824 x 450 GB/s
+    b = (64 * 256 + 256 + 256 * 64 + 64) * 4
+    assert plan.comm[""]["backward"]["all_reduce"]["bytes"] == b
+    nvlink = 0.824 * 450e9
+    near = 14e-6 + 2 * 7 * 1.25e-6 + 2 * b / (0.92 * 7 / 9 * nvlink)
+    assert plan.time["comm"] == pytest.approx(near)
+    # 16 GPUs on 2 nodes: one hop between the nodes each way (8.5 us), 0.92 x 120/128
     far = ls.plan(_mlp(), x, world_size=16, sharding="ddp", precision="bf16-mixed")
-    wire = {n: 2 * (n - 1) / n for n in (8, 16)}
-    ratio = far.time["comm"] / plan.time["comm"]
-    assert ratio == pytest.approx(450 / 50 * wire[16] / wire[8])
+    across = 14e-6 + 2 * (7 * 1.25e-6 + 1 * 8.5e-6) + 2 * b / (0.92 * 120 / 128 * nvlink)
+    assert far.time["comm"] == pytest.approx(across)
     assert SPECS["h100"].interconnect == 450e9 and SPECS["h100"].node_size == 8
 
 
@@ -286,15 +301,28 @@ def test_a_loaded_analysis_plans_the_same(tmp_path: Path) -> None:
 
 def test_a_custom_gpu_brings_its_interconnect() -> None:
     """A spec from a mapping: its interconnect (bytes/s per direction) and node size set
-    the collectives' link; past the node, the inter-node bandwidth given."""
+    the collectives' link (PCIe's: 0.75 of it reached, NCCL's PCIe latencies); past the
+    node, the inter-node bandwidth given (per GPU, 0.96 of it reached)."""
     spec = {"name": "box", "bandwidth": 1e12, "peak_flops": {"bfloat16": 1e14},
             "memory_bytes": 10**10, "interconnect": 1e11, "node_size": 4}  # fmt: skip
     assert ls.DeviceSpec.from_mapping(spec).interconnect == 1e11
     x = torch.randn(8, 64)
     near = ls.plan(_mlp(), x, target=spec, world_size=4, sharding="ddp")
     far = ls.plan(_mlp(), x, target=spec, world_size=8, sharding="ddp", inter_node_bandwidth=1e10)
-    buckets = near.comm[""]["backward"]["all_reduce"]["bytes"]  # float32 gradients, 1 bucket
-    assert near.time["comm"] == pytest.approx(2 * 3 / 4 * buckets / 1e11)
-    assert far.time["comm"] == pytest.approx(2 * 7 / 8 * buckets / 1e10)
+    b = near.comm[""]["backward"]["all_reduce"]["bytes"]  # float32 gradients, 1 bucket
+    assert b == (64 * 256 + 256 + 256 * 64 + 64) * 4
+    intra, nics = 0.75 * 1e11, 4 * 1e10 * 0.96
+    # 4 GPUs, one node: NCCL's tree (a chain of 4: 2 x 3 steps of 4.0 us over PCIe, 8.4
+    # us base; 2 b at 0.92 of the link) beats the ring (2 x 3 steps of 5.7 us; 2 x 3/4 b)
+    tree = 8.4e-6 + 2 * 3 * 4.0e-6 + 2 * b / (0.92 * intra)
+    ring = 8.4e-6 + 2 * 3 * 5.7e-6 + 2 * 3 / 4 * b / intra
+    assert tree < ring
+    assert near.time["comm"] == pytest.approx(tree)
+    # 8 GPUs on 2 nodes: the ring (12 steps within a node, 2 between at 14 us; 2 x 7/8 b
+    # at the smaller of the link and the node's NICs) against the tree (a chain of 4 and
+    # one hop between nodes, both ways; on 2 nodes at the node's link, as NCCL's tuner)
+    ring = 8.4e-6 + 12 * 5.7e-6 + 2 * 14e-6 + 2 * 7 / 8 * b / min(intra, nics)
+    tree = 8.4e-6 + 2 * (3 * 4.0e-6 + 1 * 14e-6) + 2 * b / (0.92 * intra)
+    assert far.time["comm"] == pytest.approx(min(ring, tree)) == pytest.approx(tree)
     with pytest.raises(InvalidInputError, match="node_size must be a positive int"):
         ls.DeviceSpec.from_mapping({**spec, "node_size": 0})

@@ -531,9 +531,7 @@ def test_a_long_checkpoint_list_is_summarised(open_page: Any) -> None:
     p.clean()
 
 
-def test_columns_past_the_edge_are_counted_below_the_table(
-    open_page: Any, real_plan: Plan
-) -> None:
+def test_columns_past_the_edge_are_counted_below_the_table(open_page: Any, real_plan: Plan) -> None:
     """At 700 px the module table is wider than its box: the line under it counts the
     columns past the right edge (the page's own count of header cells past it), and is
     hidden once the table is scrolled to its end."""

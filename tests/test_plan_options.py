@@ -41,6 +41,7 @@ CASES: dict[str, dict[str, Any]] = {
     "bucket_cap_mb": {"sharding": "ddp", "budget": 3_000_000, "bucket_cap_mb": 0.01},
     "hsdp": {"hsdp": (2, 4)},
     "checkpoint": {"checkpoint": "blocks"},
+    "cluster": {"world_size": 16, "cluster": {"gpus_per_node": 4, "nics_per_node": 1}},
 }
 LIMIT = 16
 
@@ -119,8 +120,8 @@ def test_to_dict_is_every_option_in_plan_form() -> None:
         "target": "h100", "world_size": 8, "sharding": "fsdp", "precision": "bf16-mixed",
         "optimizer": "adamw", "grad_accum": 1, "budget": SPECS["h100"].memory_bytes,
         "reserve_bytes": RESERVE_BYTES, "rank": 0, "reshard_after_forward": True,
-        "units": ["0"], "inter_node_bandwidth": 400e9 / 8, "bucket_cap_mb": 25,
-        "hsdp": [2, 4], "checkpoint": ["1"],
+        "units": ["0"], "inter_node_bandwidth": None, "bucket_cap_mb": 25,
+        "hsdp": [2, 4], "checkpoint": ["1"], "cluster": None,
     }  # fmt: skip
     custom = check_options({"target": TINY})
     assert custom.to_dict()["target"]["memory_bytes"] == 2_000_000
@@ -141,7 +142,7 @@ def test_the_document_section_is_the_options() -> None:
     assert list(plan.options) == [
         "target", "world_size", "sharding", "precision", "optimizer", "grad_accum", "rank",
         "reshard_after_forward", "checkpoint", "units", "fsdp_units", "inter_node_bandwidth",
-        "bucket_cap_mb", "hsdp",
+        "bucket_cap_mb", "hsdp", "cluster",
     ]  # fmt: skip
     assert (plan.budget, plan.reserve_bytes) == (opts.budget, opts.reserve_bytes)
 

@@ -45,7 +45,7 @@ from layerscope.planning.states import PRECISIONS
 from layerscope.planning.strategies import SHARDINGS
 from layerscope.planning.sweep import AXES, Source, Sweep
 from layerscope.render import config as display_config
-from layerscope.validate import check_choice, check_int, refuse
+from layerscope.validate import check_choice, check_int, check_number, refuse
 
 NAME = "plan"
 HELP = "plan one GPU of a training run: memory at the peak and step time (docs/plan.md)"
@@ -114,6 +114,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--hsdp", metavar="R,S",
         help="FSDP2 on a 2-D mesh: shard over groups of S GPUs, replicate over R of them "
         "(R x S = --world-size)",
+    )  # fmt: skip
+    run.add_argument(
+        "--gpus-per-node", type=int, metavar="N",
+        help="GPUs per node (default: the target's reference system, 8)",
+    )  # fmt: skip
+    run.add_argument(
+        "--nics-per-node", type=int, metavar="N",
+        help="NICs per node that carry the collectives (default: 8, one per GPU)",
+    )  # fmt: skip
+    run.add_argument(
+        "--nic-gbps", type=float, metavar="GBPS",
+        help="one NIC's bandwidth in Gb/s (default: 400; 200 for the A100)",
     )  # fmt: skip
     run.add_argument(
         "--device", default=None,
@@ -236,11 +248,26 @@ def _options(args: argparse.Namespace, grid: dict[str, list[Any]]) -> dict[str, 
         opts["units"] = [u.strip() for u in args.units.split(",") if u.strip()]
     if args.hsdp is not None:
         opts["hsdp"] = parse_shape(args.hsdp, "--hsdp")
+    cluster = _cluster(args)
+    if cluster:
+        opts["cluster"] = cluster
     if args.device is not None and args.device.strip().lower() != "meta":
         refuse("--device", args.device, "meta",
                why="a plan analyses a meta copy of the model, steered to --target's kernels; "
                "nothing runs on a device")  # fmt: skip
     return opts
+
+
+def _cluster(args: argparse.Namespace) -> dict[str, Any]:
+    """The cluster's fields the flags give (``ls.plan(cluster=...)``; the rest the
+    target's reference system)."""
+    out: dict[str, Any] = {}
+    for key, flag in (("gpus_per_node", "--gpus-per-node"), ("nics_per_node", "--nics-per-node")):
+        if getattr(args, key) is not None:
+            out[key] = check_int(flag, getattr(args, key), 1)
+    if args.nic_gbps is not None:
+        out["nic_bandwidth"] = check_number("--nic-gbps", args.nic_gbps, positive=True) * 1e9 / 8
+    return out
 
 
 def _inputs(model: nn.Module, loaded: Any, args: argparse.Namespace) -> dict[str, Any]:

@@ -14,6 +14,7 @@ import torch
 from layerscope.errors import InvalidInputError
 from layerscope.hardware import BY_NAME, DeviceSpec, device_spec
 from layerscope.metrics.memory.training import OPTIMIZER_STATES
+from layerscope.planning.cluster import Cluster, as_mapping, check_cluster, default_cluster
 from layerscope.planning.states import PRECISIONS
 from layerscope.planning.strategies import STRATEGIES
 from layerscope.planning.strategy import Strategy
@@ -31,7 +32,9 @@ from layerscope.validate import (
 #: Default bytes kept aside from the budget for what the timeline leaves out: the CUDA
 #: context, cuBLAS/cuDNN workspaces, the caching allocator's fragmentation.
 RESERVE_BYTES = 2 * 2**30
-#: Default inter-node bandwidth per GPU, bytes/s per direction (400 Gb/s: one NIC per GPU).
+#: The inter-node bandwidth per GPU that plans used before ``cluster=``, bytes/s per
+#: direction (400 Gb/s: one NIC per GPU); ``inter_node_bandwidth=`` now defaults to the
+#: cluster's NICs (``planning.cluster``).
 INTER_NODE_BANDWIDTH = 400e9 / 8
 OUT_OF_SCOPE = "tensor, pipeline and context parallelism are not modelled"
 
@@ -57,12 +60,15 @@ class Options:
     reshard_after_forward: bool
     #: FSDP2 unit paths (None: the repeated blocks)
     units: tuple[str, ...] | None
-    inter_node_bandwidth: float
+    #: NIC line rate per GPU, bytes/s (None: the cluster's NICs over its GPUs per node)
+    inter_node_bandwidth: float | None
     bucket_cap_mb: float
     #: HSDP: (replicate, shard) group sizes, their product the world size; None: plain
     hsdp: tuple[int, int] | None = None
     #: None, "blocks", "auto" or module paths (a tuple)
     checkpoint: str | tuple[str, ...] | None = None
+    #: the cluster the collectives run on (None: the target's reference system)
+    cluster: Cluster | None = None
 
     @property
     def shard_size(self) -> int:
@@ -73,6 +79,16 @@ class Options:
     def replicas(self) -> int:
         """Copies of each shard (HSDP's replicate groups; 1 otherwise)."""
         return self.hsdp[0] if self.hsdp else 1
+
+    @property
+    def network(self) -> Cluster:
+        """The cluster the collectives run on: ``cluster`` or the target's reference
+        system (``planning.cluster``), with ``inter_node_bandwidth`` as its NICs when
+        given."""
+        out = self.cluster or default_cluster(self.target)
+        if self.inter_node_bandwidth is not None:
+            out = out.with_nic_per_gpu(self.inter_node_bandwidth)
+        return out
 
     @property
     def mixed(self) -> bool:
@@ -102,6 +118,7 @@ class Options:
         for key in ("units", "hsdp", "checkpoint"):
             if isinstance(out[key], tuple):
                 out[key] = list(out[key])
+        out["cluster"] = as_mapping(self.cluster)
         return out
 
     @classmethod
@@ -119,6 +136,7 @@ class Options:
         and order, with the FSDP2 units the plan used (budget and reserve are the plan's
         own fields)."""
         asked = self.checkpoint
+        net = self.network
         return {
             "target": self.target.name, "world_size": self.world_size,
             "sharding": self.sharding, "precision": self.precision,
@@ -126,9 +144,10 @@ class Options:
             "reshard_after_forward": self.reshard_after_forward,
             "checkpoint": asked if isinstance(asked, str | type(None)) else list(asked),
             "units": list(self.units) if self.units is not None else None,
-            "fsdp_units": fsdp_units, "inter_node_bandwidth": self.inter_node_bandwidth,
+            "fsdp_units": fsdp_units,
+            "inter_node_bandwidth": net.nics_per_node * net.nic_bandwidth / net.gpus_per_node,
             "bucket_cap_mb": self.bucket_cap_mb,
-            "hsdp": list(self.hsdp) if self.hsdp else None,
+            "hsdp": list(self.hsdp) if self.hsdp else None, "cluster": net.to_dict(),
         }  # fmt: skip
 
 
@@ -137,8 +156,8 @@ DEFAULTS: dict[str, Any] = {
     "target": "h100", "world_size": 8, "sharding": "fsdp", "precision": "bf16-mixed",
     "optimizer": "adamw", "grad_accum": 1, "budget": None, "reserve_bytes": RESERVE_BYTES,
     "rank": 0, "reshard_after_forward": True, "units": None,
-    "inter_node_bandwidth": INTER_NODE_BANDWIDTH, "bucket_cap_mb": 25, "hsdp": None,
-    "checkpoint": None,
+    "inter_node_bandwidth": None, "bucket_cap_mb": 25, "hsdp": None,
+    "checkpoint": None, "cluster": None,
 }  # fmt: skip
 NAMES = tuple(f.name for f in fields(Options))
 
@@ -195,12 +214,13 @@ def check_options(given: Mapping[str, Any]) -> Options:
         rank=check_int("rank", o["rank"], 0, (hsdp[1] if hsdp else world) - 1),
         reshard_after_forward=check_bool("reshard_after_forward", o["reshard_after_forward"]),
         units=units,
-        inter_node_bandwidth=check_number(
-            "inter_node_bandwidth", o["inter_node_bandwidth"], positive=True
-        ),
+        inter_node_bandwidth=None
+        if o["inter_node_bandwidth"] is None
+        else check_number("inter_node_bandwidth", o["inter_node_bandwidth"], positive=True),
         bucket_cap_mb=check_number("bucket_cap_mb", o["bucket_cap_mb"], positive=True),
         hsdp=hsdp,
         checkpoint=checkpoint,
+        cluster=check_cluster(o["cluster"], spec),
     )
 
 

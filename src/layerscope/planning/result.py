@@ -16,8 +16,8 @@ from layerscope.profile import Profile
 
 #: What the output says beside its figures (``Plan.notes`` adds the plan's own).
 LOWER_BOUND = (
-    "step_time is a lower bound (roofline of each module, collectives at the link's "
-    "bandwidth, perfect overlap where the model allows it): MFU is an upper bound"
+    "step_time is a lower bound (roofline of each module, collectives at NCCL's rates, "
+    "perfect overlap where the model allows it): MFU is an upper bound"
 )
 
 

@@ -44,7 +44,10 @@ def plan(
     bytes per GPU (default: the target's memory). Options: ``units`` (FSDP2 unit paths;
     default the repeated blocks), ``reshard_after_forward`` (True), ``rank`` (0: the
     largest shards), ``reserve_bytes`` (2 GiB: ``options.RESERVE_BYTES``),
-    ``inter_node_bandwidth`` (bytes/s per GPU; 400 Gb/s), ``bucket_cap_mb`` (DDP's, 25)."""
+    ``cluster`` (the cluster the collectives run on: a mapping of
+    ``planning.cluster.Cluster``'s fields or one; default the target's reference system),
+    ``inter_node_bandwidth`` (NIC bytes/s per GPU; default the cluster's),
+    ``bucket_cap_mb`` (DDP's, 25)."""
     opts = check_options({
         "target": target, "world_size": world_size, "sharding": sharding,
         "checkpoint": checkpoint, "budget": budget, "optimizer": optimizer,

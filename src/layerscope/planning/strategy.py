@@ -21,6 +21,7 @@ from math import prod
 from typing import TYPE_CHECKING, Any
 
 from layerscope.metrics.memory.training import OPTIMIZER_STATES, STEP_BYTES
+from layerscope.planning.collectives import Link, consecutive, strided
 from layerscope.planning.states import ModelStates
 
 if TYPE_CHECKING:
@@ -142,14 +143,13 @@ def master_states(
     return ModelStates(elements * low, grads * low, states * part * state_size + step, master)
 
 
-def link(opts: Options, group: int) -> float:
-    """The bandwidth a ring over ``group`` GPUs runs at: the interconnect within a node,
-    the inter-node bandwidth once it spans nodes (groups of consecutive ranks; an HSDP
-    replicate group spans nodes whenever the world does)."""
-    spec = opts.target
-    if group > spec.node_size or spec.interconnect is None:
-        return opts.inter_node_bandwidth
-    return spec.interconnect
+def link(opts: Options, group: int, stride: int = 1) -> Link:
+    """Where a collective over ``group`` GPUs sits on the plan's cluster
+    (``Options.network``): consecutive ranks, or ranks ``stride`` apart (an HSDP
+    replicate group, over shard groups of ``stride`` ranks)."""
+    if stride > 1:
+        return strided(opts.network, group, stride)
+    return consecutive(opts.network, group)
 
 
 __all__ = [

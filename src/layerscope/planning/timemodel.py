@@ -3,10 +3,10 @@
 - **compute**: the roofline time (``analysis.roofline``) of the whole model's forward
   and backward on the target, for the compute dtype;
 - **recompute**: the roofline time of each checkpointed module's forward;
-- **collectives**: ring wire bytes (``metrics.commkinds.wire_bytes``: (n - 1) / n of
-  the buffer for all-gather and reduce-scatter, 2 (n - 1) / n for all-reduce) over the
-  interconnect's per-direction bandwidth; when ``world_size`` exceeds the node size, the
-  ring crosses nodes and runs at the inter-node bandwidth (its slowest link);
+- **collectives**: NCCL's alpha-beta cost of each collective on the plan's cluster
+  (``planning.collectives``: ring and tree, within and across nodes, the cheapest
+  algorithm and protocol per size; ``planning.cluster``: the cluster's links, NICs,
+  efficiencies and latencies);
 - **overlap**: the strategy's rule (``Strategy.comm_time``). FSDP2 gathers unit i + 1
   while unit i computes its forward, and in the backward prefetches the next unit's
   gather and reduce-scatters the previous unit's gradients while a unit computes; what
@@ -24,14 +24,13 @@ optimizer once.
 
 from __future__ import annotations
 
-from layerscope.metrics.commkinds import wire_bytes
+from layerscope.planning.collectives import Link, collective_time
 
 
-def link_time(kind: str, payload: int, world: int, bandwidth: float) -> float:
-    """Seconds one collective takes on a ring at ``bandwidth`` bytes/s per direction."""
-    if world < 2 or not payload:
-        return 0.0
-    return wire_bytes(kind, payload, world) / bandwidth
+def link_time(kind: str, payload: int, link: Link) -> float:
+    """Seconds one collective of ``kind`` with ``payload`` bytes takes over ``link``
+    (``collectives.collective_time``); 0 on one GPU or with nothing to move."""
+    return collective_time(kind, payload, link)
 
 
 __all__ = ["link_time"]

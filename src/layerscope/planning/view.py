@@ -486,8 +486,8 @@ def _sweep_note(dropped: Sequence[str] = ()) -> str:
     if F.STEP_TIME not in h:
         return ""
     bounds = [h[k] for k in (F.TOKENS_PER_S, F.MFU) if k in h]
-    note = f"{h[F.STEP_TIME]} is a lower bound (roofline compute, collectives at the link's"
-    note += " bandwidth)"
+    note = f"{h[F.STEP_TIME]} is a lower bound (roofline compute, collectives at NCCL's"
+    note += " rates)"
     if bounds:
         verb = "are upper bounds" if len(bounds) > 1 else "is an upper bound"
         note += f", so {' and '.join(bounds)} {verb}"

@@ -259,7 +259,7 @@
   var step = num(P.step_time), sum = 0;
   P.time.forEach(function (t) { sum += num(t[1]) || 0; });
   var ss = section("Step time", "ls-plan-time", "A lower bound: each module at its roofline, collectives at " +
-    "the link's bandwidth, perfect overlap where the model allows it.");
+    "NCCL's rates, perfect overlap where the model allows it.");
   var tb = el("div", "pl-bar"), twhole = Math.max(step || 0, sum) || 1;
   tb.id = "ls-plan-timebar"; tb.dataset.scale = String(twhole);
   var tlg = el("div", "pl-legend");

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from layerscope.metrics.commkinds import wire_bytes
+from layerscope.planning.collectives import Link
 from layerscope.planning.facts import fsdp_units, owner_lookup
 from layerscope.planning.states import ModelStates, fsdp_shard
 from layerscope.planning.strategy import Prepared, Step, Strategy, Times, link, optimizer_bytes
@@ -111,8 +112,8 @@ class FSDP2(Strategy):
                                   n * unit.padded * replay.reduce_size,
                                   opts.reshard_after_forward and unit.path != "",
                                   unit.padded * replay.reduce_size))  # fmt: skip
-        replicas = (opts.replicas, link(opts, opts.world_size))
-        return fsdp_exposed(works, n, link(opts, n), replicas)
+        replicas = link(opts, opts.replicas, stride=n) if opts.replicas > 1 else None
+        return fsdp_exposed(works, link(opts, n), replicas)
 
 
 # ---- the collectives ------------------------------------------------------------------
@@ -161,20 +162,17 @@ class UnitWork:
 
 
 def fsdp_exposed(
-    units: Sequence[UnitWork],
-    world: int,
-    bandwidth: float,
-    replicas: tuple[int, float] = (1, 0.0),
+    units: Sequence[UnitWork], shard: Link, replicas: Link | None = None
 ) -> tuple[float, float]:
     """(all collectives' time, the part not hidden under compute) of one micro-batch;
-    ``world`` GPUs shard each unit, ``replicas`` (HSDP: how many, at what bandwidth)
+    the GPUs of ``shard`` shard each unit, and under HSDP the GPUs of ``replicas``
     all-reduce its gradient shard after the reduce-scatter."""
     if not units:
         return 0.0, 0.0
-    gathers = [link_time("all_gather", u.gather, world, bandwidth) for u in units]
+    gathers = [link_time("all_gather", u.gather, shard) for u in units]
     scatters = [
-        link_time("reduce_scatter", u.scatter, world, bandwidth)
-        + link_time("all_reduce", u.reduce, replicas[0], replicas[1])
+        link_time("reduce_scatter", u.scatter, shard)
+        + (link_time("all_reduce", u.reduce, replicas) if replicas is not None else 0.0)
         for u in units
     ]
     total = sum(gathers) + sum(scatters)

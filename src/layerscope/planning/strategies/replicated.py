@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from layerscope.errors import InvalidInputError
 from layerscope.metrics.commkinds import wire_bytes
+from layerscope.planning.collectives import Link
 from layerscope.planning.states import ModelStates
 from layerscope.planning.strategies.autocast import AUTOCAST
 from layerscope.planning.strategy import (
@@ -87,7 +88,7 @@ class Replicated(Strategy):
         if n < 2:
             return 0.0, 0.0
         backward = times.backward[id(step.prof.root)]
-        return ddp_exposed(self.buckets(step), n, link(step.opts, n), backward)
+        return ddp_exposed(self.buckets(step), link(step.opts, n), backward)
 
 
 class Single(Replicated):
@@ -143,11 +144,10 @@ class DDP(Replicated):
         return prepared
 
 
-def ddp_exposed(
-    buckets: Sequence[int], world: int, bandwidth: float, backward: float
-) -> tuple[float, float]:
-    """(the bucket all-reduces' time, the part not hidden under the backward)."""
-    times = [link_time("all_reduce", b, world, bandwidth) for b in buckets]
+def ddp_exposed(buckets: Sequence[int], group: Link, backward: float) -> tuple[float, float]:
+    """(the bucket all-reduces' time over ``group``, the part not hidden under the
+    backward)."""
+    times = [link_time("all_reduce", b, group) for b in buckets]
     total = sum(times)
     if not times:
         return 0.0, 0.0

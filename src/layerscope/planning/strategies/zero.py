@@ -58,7 +58,7 @@ class ZeRO(Replicated):
         if n < 2:
             return total, exposed
         # the updated parameters, gathered after the step
-        gather = link_time("all_gather", sum(self.buckets(step)) // n, n, link(step.opts, n))
+        gather = link_time("all_gather", sum(self.buckets(step)) // n, link(step.opts, n))
         return total + gather, exposed + gather
 
 
