@@ -16,8 +16,9 @@ from layerscope.export.formats import FORMATS, export, export_text, matching
 from layerscope.hardware import BY_NAME, known_devices
 from layerscope.profile import Profile
 from layerscope.render import config as display_config
+from layerscope.render import options as view_table
 from layerscope.render.console import render, show
-from layerscope.render.options import VIEWS, check_view
+from layerscope.render.options import check_view
 from layerscope.validate import check_choice, refuse
 
 _FOLD = {"on": True, "off": False, "all": "all"}
@@ -69,7 +70,7 @@ def add_view_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--format",
-        choices=(*VIEWS, *FORMATS),
+        choices=(*view_table.VIEWS, *FORMATS),
         default=None,
         metavar="FORMAT",
         help="a view: table (tree and metric columns; the default), tree (the module tree "
@@ -165,7 +166,7 @@ def add_view_arguments(p: argparse.ArgumentParser) -> None:
 def view_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """The view flags as ``prof.show`` keyword options (validated there)."""
     kwargs: dict[str, Any] = {
-        "view": args.format if args.format in VIEWS else "table",
+        "view": args.format if args.format in view_table.VIEWS else "table",
         "fold": False if args.no_fold else _FOLD[args.fold],
         "show_not_called": not args.hide_not_called,
         "pct": not args.no_pct,
@@ -274,7 +275,7 @@ def write_profile(prof: Profile, args: argparse.Namespace) -> None:
         else:
             write_text(args.output, text)
         return
-    if fmt in VIEWS:
+    if fmt in view_table.VIEWS:
         if args.output is None:
             show(prof, **options)
         else:

@@ -8,6 +8,8 @@ out as lines (``render.layout``): the tree views in ``render.treeviews``, the fl
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from layerscope.profile import Profile
 from layerscope.render.context import Builder, ViewContext
 from layerscope.render.flatviews import ops_view, top_view
@@ -16,20 +18,23 @@ from layerscope.render.options import ViewOptions
 from layerscope.render.roofline import roofline_view
 from layerscope.render.treeviews import repr_view, table_parts, table_view, tree_view
 
-__all__ = ["MIN_WIDTH", "build", "table_parts"]
+__all__ = ["BUILDERS", "MIN_WIDTH", "build", "table_parts"]
+
+#: View name -> its builder: ``(ViewContext) -> (width -> lines)``; each name is also in
+#: ``render.options.VIEWS``, which the option checks and the CLI's choices read.
+BUILDERS: dict[str, Callable[[ViewContext], Callable[[int], list[Line]]]] = {
+    "table": table_view,
+    "tree": tree_view,
+    "repr": repr_view,
+    "top": top_view,
+    "ops": ops_view,
+    "roofline": roofline_view,
+}
 
 
 def build(profile: Profile, options: ViewOptions) -> Builder:
     """The view ``options.view`` of ``profile``, as a function of the width."""
-    ctx = ViewContext(profile, options)
-    view = {
-        "table": table_view,
-        "tree": tree_view,
-        "repr": repr_view,
-        "top": top_view,
-        "ops": ops_view,
-        "roofline": roofline_view,
-    }[options.view](ctx)
+    view = BUILDERS[options.view](ViewContext(profile, options))
 
     def lay_out(width: int) -> list[Line]:
         return too_narrow(width) or view(width)
