@@ -30,6 +30,7 @@ LAYERS: dict[str, int] = {
     "layerscope.version": 0,
     "layerscope.hardware": 0,
     "layerscope.lazy": 0,
+    "layerscope.busy": 0,
     "layerscope.metricspec": 1,
     "layerscope.profile": 1,
     "layerscope.collect": 2,

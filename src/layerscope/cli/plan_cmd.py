@@ -148,6 +148,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="also write the plan's HTML report (memory by part, the step's timeline, the "
         "step time; with --sweep, the plan of the sweep's best row, named, and the sweep)",
     )  # fmt: skip
+    out.add_argument(
+        "-q", "--quiet", action="store_true",
+        help="no status line on stderr (on a terminal one appears when planning takes 2 s)",
+    )  # fmt: skip
     out.add_argument("--max-rows", type=int, metavar="N", help="rows of the module table")
     out.add_argument("--width", type=int, default=None, help="console width in characters")
     out.add_argument("--config", metavar="YAML", help="display configuration (styles)")
@@ -333,14 +337,16 @@ def run(args: argparse.Namespace) -> int:
             _check_paths("--sweep checkpoint", value, model)
     call = _inputs(model, loaded, args)
     if grid:
-        sweep = plan_sweep(model, *call["args"], kwargs=call["kwargs"] or None, **opts | grid)
+        sweep = plan_sweep(model, *call["args"], kwargs=call["kwargs"] or None,
+                           progress=False if args.quiet else None, **opts | grid)  # fmt: skip
         sweep.show(width=args.width)
         if args.json:
             sweep.save(args.json)
         if args.html:
             _best_plan(sweep, model, call, opts).to_html(args.html, sweep=sweep)
         return 0
-    result = plan(model, *call["args"], kwargs=call["kwargs"] or None, **opts)
+    result = plan(model, *call["args"], kwargs=call["kwargs"] or None,
+                  progress=False if args.quiet else None, **opts)  # fmt: skip
     result.show(width=args.width, max_rows=args.max_rows)
     if args.json:
         result.save(args.json)

@@ -78,16 +78,17 @@ class Plan:
         """Budget minus reserve minus peak (negative: it does not fit)."""
         return None if self.budget is None else self.budget - self.reserve_bytes - self.peak_bytes
 
-    def max_micro_batch(self, limit: int = 1024) -> int:
+    def max_micro_batch(self, limit: int = 1024, *, progress: Any = None) -> int:
         """The largest micro-batch (dim 0 of the input) up to ``limit`` whose plan fits the
         budget, found by new analyses at other batch sizes (``planning.sweep``); 0 if none
-        fits. Needs the model: a plan from a profile or a file cannot answer."""
+        fits. Needs the model: a plan from a profile or a file cannot answer.
+        ``progress``: a status line on stderr past 2 s (``layerscope.busy``)."""
         if self.source is None:
             raise InvalidInputError(
                 "max_micro_batch analyses other batch sizes: it needs the plan made from a "
                 "model (ls.plan(model, ...)), not from a profile or a file"
             )
-        return int(self.source.max_micro_batch(self, limit))
+        return int(self.source.max_micro_batch(self, limit, progress))
 
     # ---- files ---------------------------------------------------------------------
     def section(self) -> dict[str, Any]:

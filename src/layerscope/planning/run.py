@@ -9,6 +9,7 @@ from typing import Any
 
 from torch import nn
 
+from layerscope.busy import ProgressSetting, busy, check_progress
 from layerscope.planning.build import build
 from layerscope.planning.facts import analyse
 from layerscope.planning.options import check_options
@@ -32,6 +33,7 @@ def plan(
     grad_accum: int = 1,
     input_dtype: Any = None,
     loss_fn: Any = None,
+    progress: ProgressSetting = None,
     **options: Any,
 ) -> Plan:
     """Plan one GPU of a training run (``docs/plan.md``). ``args``/``kwargs``/
@@ -47,7 +49,10 @@ def plan(
     ``cluster`` (the cluster the collectives run on: a mapping of
     ``planning.cluster.Cluster``'s fields or one; default the target's reference system),
     ``inter_node_bandwidth`` (NIC bytes/s per GPU; default the cluster's),
-    ``bucket_cap_mb`` (DDP's, 25)."""
+    ``bucket_cap_mb`` (DDP's, 25). ``progress``: a status line on stderr once planning
+    has taken 2 s, on a terminal (None), always (True), never (False), or a callable
+    given each status text (``layerscope.busy``)."""
+    progress = check_progress(progress)
     opts = check_options({
         "target": target, "world_size": world_size, "sharding": sharding,
         "checkpoint": checkpoint, "budget": budget, "optimizer": optimizer,
@@ -58,8 +63,10 @@ def plan(
         profile_options["input_dtype"] = input_dtype
     if loss_fn is not None:
         profile_options["loss_fn"] = loss_fn
-    prof = analyse(model_or_profile, args, kwargs, input_shape, opts, profile_options)
-    result = build(prof, opts)
+    with busy("layerscope: planning: analysing the model on meta", progress) as status:
+        prof = analyse(model_or_profile, args, kwargs, input_shape, opts, profile_options)
+        status.update("layerscope: planning: the step's memory and time")
+        result = build(prof, opts)
     if isinstance(model_or_profile, nn.Module):  # to analyse other micro-batches
         result.source = Source(model_or_profile, args, kwargs, input_shape, profile_options, opts)
     return result

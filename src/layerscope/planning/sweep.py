@@ -23,6 +23,7 @@ import torch
 from torch import nn
 from torch.utils._pytree import tree_map_only
 
+from layerscope.busy import Busy, ProgressSetting, busy, check_progress
 from layerscope.errors import InvalidInputError
 from layerscope.planning.build import build
 from layerscope.planning.facts import analyse
@@ -49,9 +50,9 @@ class Source:
     #: the options the plan was made with (every one: ``max_micro_batch`` plans with them)
     options: Options | None = None
 
-    def max_micro_batch(self, plan: Plan, limit: int) -> int:
+    def max_micro_batch(self, plan: Plan, limit: int, progress: ProgressSetting = None) -> int:
         """``Plan.max_micro_batch``, for a plan made from this source."""
-        return max_micro_batch(plan, limit)
+        return max_micro_batch(plan, limit, progress=progress)
 
     def describe(self) -> str:
         """The input as a sentence's words: each tensor argument's shape and dtype
@@ -256,12 +257,14 @@ def plan_sweep(
     input_shape: Any = None,
     input_dtype: Any = None,
     loss_fn: Any = None,
+    progress: ProgressSetting = None,
     **options: Any,
 ) -> Sweep:
     """Plans over every combination of the options given as lists (``micro_batch``,
     ``world_size``, ``sharding``, ``checkpoint``, ``precision``, ``optimizer``,
     ``grad_accum``); the rest as ``ls.plan``. One analysis per micro-batch and compute
-    dtype; the rest is arithmetic."""
+    dtype; the rest is arithmetic. ``progress``: as ``ls.plan``'s."""
+    progress = check_progress(progress)
     if not isinstance(model, nn.Module):
         raise InvalidInputError("plan_sweep needs the model (it analyses each micro-batch)")
     fixed = {k: v for k, v in options.items() if k not in AXES}
@@ -273,21 +276,12 @@ def plan_sweep(
     swept = [a for a in AXES if a in options and len(grid[a]) > 1]
     analyses: dict[tuple[Any, str], Profile] = {}
     rows: list[SweepRow] = []
-    for combo in itertools.product(*grid.values()):
-        chosen = dict(zip(AXES, combo, strict=True))
-        opts = check_options(fixed | {a: v for a, v in chosen.items() if a != "micro_batch"})
-        batch = chosen["micro_batch"]
-        here = source.at(batch) if batch is not None else source
-        key = (batch, str(opts.compute_dtype))
-        if key not in analyses:
-            analyses[key] = analyse(model, here.args, here.kwargs, here.input_shape, opts,
-                                    profile_options)  # fmt: skip
-        result = build(analyses[key], opts)
-        row = {a: chosen[a] for a in AXES}
-        row["micro_batch"] = batch if batch is not None else source.batch()
-        row.update({f: getattr(result, f) for f in ROW_FIELDS})
-        row[CHECKPOINTED] = len(result.checkpoint)
-        rows.append(SweepRow.from_dict(row))
+    combos = list(itertools.product(*grid.values()))
+    with busy("layerscope: planning the sweep", progress) as status:
+        for k, combo in enumerate(combos):
+            status.update(f"layerscope: planning the sweep: plan {k + 1} of {len(combos)}")
+            row, opts = _row(dict(zip(AXES, combo, strict=True)), fixed, source, analyses)
+            rows.append(row)
     setting = {  # the same in every row's options (the last one checked)
         "target": opts.target.name, "device": opts.target.label, "budget": opts.budget,
         "input": source.describe(),
@@ -295,11 +289,35 @@ def plan_sweep(
     return Sweep(swept or ["world_size"], rows, setting)
 
 
-def max_micro_batch(plan: Plan, limit: int = 1024) -> int:
+def _row(
+    chosen: dict[str, Any],
+    fixed: dict[str, Any],
+    source: Source,
+    analyses: dict[tuple[Any, str], Profile],
+) -> tuple[SweepRow, Options]:
+    """One combination's row (and its options): its micro-batch analysed once per
+    compute dtype, kept in ``analyses`` for the other rows."""
+    opts = check_options(fixed | {a: v for a, v in chosen.items() if a != "micro_batch"})
+    batch = chosen["micro_batch"]
+    here = source.at(batch) if batch is not None else source
+    key = (batch, str(opts.compute_dtype))
+    if key not in analyses:
+        analyses[key] = analyse(source.model, here.args, here.kwargs, here.input_shape, opts,
+                                source.profile_options)  # fmt: skip
+    result = build(analyses[key], opts)
+    row = {a: chosen[a] for a in AXES}
+    row["micro_batch"] = batch if batch is not None else source.batch()
+    row.update({f: getattr(result, f) for f in ROW_FIELDS})
+    row[CHECKPOINTED] = len(result.checkpoint)
+    return SweepRow.from_dict(row), opts
+
+
+def max_micro_batch(plan: Plan, limit: int = 1024, *, progress: ProgressSetting = None) -> int:
     """The largest micro-batch up to ``limit`` whose plan fits the budget: doubling from
     the analysed one, then bisection, an analysis at each size tried. 0, with a warning,
-    when not even a micro-batch of 1 fits."""
+    when not even a micro-batch of 1 fits. ``progress``: as ``ls.plan``'s."""
     limit = check_int("limit", limit, 1)
+    progress = check_progress(progress)
     source: Source | None = plan.source
     if source is None:
         raise InvalidInputError("max_micro_batch needs the plan made from a model")
@@ -309,7 +327,22 @@ def max_micro_batch(plan: Plan, limit: int = 1024) -> int:
     if opts is None:
         raise InvalidInputError("max_micro_batch needs the options the plan was made with")
 
+    with busy("layerscope: the largest micro-batch that fits", progress) as status:
+        low = _largest_fitting(plan, source, opts, limit, status)
+    if not low:
+        warnings.warn(
+            "max_micro_batch: not even a micro-batch of 1 fits the budget (0 returned); "
+            "see the plan of micro-batch 1 for what takes the memory",
+            stacklevel=4,  # the caller of Plan.max_micro_batch
+        )
+    return low
+
+
+def _largest_fitting(plan: Plan, source: Source, opts: Options, limit: int, status: Busy) -> int:
+    """Doubling from the analysed micro-batch, then bisection (``max_micro_batch``)."""
+
     def fits(batch: int) -> bool:
+        status.update(f"layerscope: the largest micro-batch that fits: trying {batch}")
         here = source.at(batch)
         prof = analyse(source.model, here.args, here.kwargs, here.input_shape, opts,
                        source.profile_options)  # fmt: skip
@@ -340,12 +373,6 @@ def max_micro_batch(plan: Plan, limit: int = 1024) -> int:
             low = mid
         else:
             high = mid
-    if not low:
-        warnings.warn(
-            "max_micro_batch: not even a micro-batch of 1 fits the budget (0 returned); "
-            "see the plan of micro-batch 1 for what takes the memory",
-            stacklevel=4,  # the caller of Plan.max_micro_batch
-        )
     return low
 
 
