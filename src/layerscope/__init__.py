@@ -55,7 +55,7 @@ if TYPE_CHECKING:
         training_footprint,
     )
     from layerscope.metrics.numerics import NonFiniteError, NonFiniteWarning, NumericsObserver
-    from layerscope.planning import Plan, load_plan, plan, plan_sweep
+    from layerscope.planning import Plan, load_plan, load_sweep, plan, plan_sweep
     from layerscope.render import config
     from layerscope.render.options import ViewOptions, view_options
     from layerscope.render.ranks import rank_table
@@ -92,6 +92,7 @@ _LAZY: dict[str, str] = {
     "cache_stage": "layerscope.generation.stages",
     "Plan": "layerscope.planning.result",
     "load_plan": "layerscope.planning.result",
+    "load_sweep": "layerscope.planning.sweep",
     "plan": "layerscope.planning.run",
     "plan_sweep": "layerscope.planning.sweep",
     "config": "layerscope.render",
@@ -174,6 +175,7 @@ __all__ = [
     "load",
     "load_generation",
     "load_plan",
+    "load_sweep",
     "max_batch_size",
     "plan",
     "plan_sweep",

@@ -60,7 +60,7 @@ def _subject(data: object) -> Any:
 
         return Generation.from_dict(data)
     if "schema" not in data and isinstance(data.get("rows"), list) and "axes" in data:
-        return Sweep(list(data["axes"]), list(data["rows"]), dict(data.get("setting") or {}))
+        return Sweep.from_dict(data)
     return None
 
 

@@ -373,9 +373,13 @@ class Arr(Check):
 
     expected = "an array"
 
-    def __init__(self, item: Check, description: str = "") -> None:
+    def __init__(self, item: Check, description: str = "", length: int | None = None) -> None:
         super().__init__(description)
         self.item = item
+        #: the only length allowed, if any
+        self.length = length
+        if length is not None:
+            self.expected = f"an array of {length}"
         # Item types a whole list can be checked for at C speed.
         self._fast: type | None = None
         if type(item) is Str:
@@ -384,7 +388,9 @@ class Arr(Check):
             self._fast = int
 
     def check(self, value: Any, where: Where) -> Any:
-        if not isinstance(value, list | tuple):
+        if not isinstance(value, list | tuple) or (
+            self.length is not None and len(value) != self.length
+        ):
             fail(where, self.expected, value)
         if not value:
             return []
@@ -400,7 +406,30 @@ class Arr(Check):
         return [check(v, (where, i)) for i, v in enumerate(value)]
 
     def schema(self) -> dict[str, Any]:
-        return {"type": "array", "items": self.item.described()}
+        out: dict[str, Any] = {"type": "array", "items": self.item.described()}
+        if self.length is not None:
+            out |= {"minItems": self.length, "maxItems": self.length}
+        return out
+
+
+class OneOf(Check):
+    """The first of ``options`` that accepts the value."""
+
+    def __init__(self, *options: Check, description: str = "") -> None:
+        super().__init__(description)
+        self.options = options
+        self.expected = " or ".join(o.expected for o in options)
+
+    def check(self, value: Any, where: Where) -> Any:
+        for option in self.options:
+            try:
+                return option.check(value, where)
+            except Invalid:
+                continue
+        fail(where, self.expected, value)
+
+    def schema(self) -> dict[str, Any]:
+        return {"anyOf": [o.described() for o in self.options]}
 
 
 class Map(Check):

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from layerscope.planning.options import Options
     from layerscope.planning.result import Plan, load_plan
     from layerscope.planning.run import plan
-    from layerscope.planning.sweep import Sweep, plan_sweep
+    from layerscope.planning.sweep import Sweep, load_sweep, plan_sweep
 
 #: Each public name's module, imported on first use: importing one module of the
 #: package (``tests/test_layering.py`` counts what a package ``__init__`` imports) loads
@@ -27,9 +27,10 @@ _LAZY: dict[str, str] = {
     "plan": "layerscope.planning.run",
     "Sweep": "layerscope.planning.sweep",
     "plan_sweep": "layerscope.planning.sweep",
+    "load_sweep": "layerscope.planning.sweep",
 }
 
 
 __getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals())
 
-__all__ = ["Options", "Plan", "Sweep", "load_plan", "plan", "plan_sweep"]
+__all__ = ["Options", "Plan", "Sweep", "load_plan", "load_sweep", "plan", "plan_sweep"]

@@ -8,10 +8,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from layerscope.errors import InvalidInputError
-from layerscope.export.jsoncheck import Arr, Bool, Check, Finite, Int, Map, Num, Obj, Opt, Str
+from layerscope.export.jsoncheck import Arr, Bool, Check, Finite, Int, Map, Obj, OneOf, Opt, Str
 from layerscope.planning.fields import PlanField, fields, keys
 
-__all__ = ["PLAN", "plan_spec"]
+__all__ = ["PLAN", "SWEEP", "plan_spec", "sweep_spec"]
 
 _BYTES = Int(0, description="bytes")
 _COLUMN = Arr(Finite(), "one value per point of the timeline")
@@ -25,7 +25,7 @@ def _value(f: PlanField) -> Check:
     if f.json == "bool":
         inner: Check = Bool()
     elif f.json == "number":
-        inner = Num()
+        inner = Finite()
     elif f.json == "text":
         inner = Str()
     elif f.json == "object":
@@ -38,7 +38,7 @@ def _value(f: PlanField) -> Check:
         return Opt(inner, f.description)
     if f.json == "int":
         return Int(f.minimum, description="bytes" if f.unit == "bytes" else f.description)
-    return Num(f.description) if f.json == "number" else inner
+    return Finite(f.description) if f.json == "number" else inner
 
 
 def _memory(f: PlanField) -> Check:
@@ -55,23 +55,44 @@ def _timeline(f: PlanField) -> Check:
     )
 
 
+def _cell(f: PlanField) -> Check:
+    """A per-module cell's check, from its field's JSON type."""
+    shapes: dict[str, Check] = {
+        "text": Str(), "bool": Bool(), "number": Finite(), "int": Int(f.minimum),
+    }  # fmt: skip
+    check = shapes.get(f.json, Obj({}))
+    return Opt(check) if f.nullable else check
+
+
 def _modules(f: PlanField) -> Check:
     path = keys("module")[0]
-    return Arr(Obj({path: Str()}, required=(path,)), f.description)
+    cells = {c.key: _cell(c) for c in fields("module") if c.json != "any"}
+    return Arr(Obj(cells, required=(path,)), f.description)
+
+
+#: The options section's known keys (``Options.section``); others are kept as JSON.
+_OPTIONS = {
+    "target": Str(), "world_size": Int(1), "sharding": Str(), "precision": Str(),
+    "optimizer": Str(), "grad_accum": Int(1), "rank": Int(0),
+    "reshard_after_forward": Bool(), "checkpoint": Opt(OneOf(Str(), Arr(Str()))),
+    "units": Opt(Arr(Str())), "fsdp_units": Arr(Str()),
+    "inter_node_bandwidth": Opt(Finite()), "bucket_cap_mb": Finite(),
+    "hsdp": Opt(Arr(Int(1), length=2)), "cluster": Obj({}),
+}  # fmt: skip
 
 
 #: The shape of each structure of the section, from its field.
 _SHAPES: dict[str, Callable[[PlanField], Check]] = {
-    "options": lambda f: Obj({}, description=f.description),
+    "options": lambda f: Obj(_OPTIONS, description=f.description),
     "device": lambda f: Obj({}, description=f.description),
     "states": lambda f: Map(_BYTES, f.description),
     "memory": _memory,
     "peak_phase": lambda f: Map(Str(), f.description),
     "checkpoint": lambda f: Arr(Str(), f.description),
     "timeline": _timeline,
-    "time": lambda f: Map(Num(), f"{f.description}: {', '.join(keys('time'))}"),
+    "time": lambda f: Map(Finite(), f"{f.description}: {', '.join(keys('time'))}"),
     "modules": _modules,
-    "comm": lambda f: Map(Map(Map(Map(Num()))), f.description),
+    "comm": lambda f: Map(Map(Map(Map(Finite()))), f.description),
     "notes": lambda f: Arr(Str(), f.description),
 }
 
@@ -88,3 +109,22 @@ def plan_spec() -> Obj:
 
 #: The plan section; every key is written by ``Plan.save``.
 PLAN = plan_spec()
+
+
+def sweep_spec() -> Obj:
+    """A sweep's document (``Sweep.save``): the axes, the setting and one row per plan,
+    each row's options and figures checked by their fields' types."""
+    row = (*fields("axis"), *fields("row"))
+    cells = {f.key: OneOf(Str(), Arr(Str())) if f.json == "any" else _cell(f) for f in row}
+    cells["checkpoint"] = Opt(OneOf(Str(), Arr(Str())))
+    setting = Obj({"target": Str(), "device": Str(), "budget": Opt(Int(0)), "input": Str()})
+    return Obj(
+        {"axes": Arr(Str()), "setting": setting,
+         "rows": Arr(Obj(cells, required=tuple(f.key for f in row)))},
+        required=("axes", "rows"),
+        description="ls.plan_sweep's plans, one row per combination of the options swept",
+    )  # fmt: skip
+
+
+#: A sweep's document; ``Sweep.from_dict`` checks it.
+SWEEP = sweep_spec()

@@ -178,6 +178,21 @@ class Sweep:
         return max(fitting, key=lambda r: (r.tokens_per_s or 0.0, -r.step_time))
 
     # ---- files ---------------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, data: Any, source: str | None = None) -> Sweep:
+        """A sweep from ``to_dict``'s form, every value checked: ``SchemaError`` naming
+        the JSON path (after ``source``, the file, when given)."""
+        from layerscope.errors import SchemaError
+        from layerscope.export.jsoncheck import Invalid, json_path
+        from layerscope.planning.schema import SWEEP
+
+        try:
+            checked = SWEEP.check(data, "$")
+        except Invalid as e:
+            where = f"{source}: " if source else ""
+            raise SchemaError(f"{where}{json_path(e.where)}: {e.problem}") from None
+        return cls(list(checked["axes"]), list(checked["rows"]), dict(checked.get("setting", {})))
+
     def to_dict(self) -> dict[str, Any]:
         """The axes swept, what every plan shares (``setting``) and one object per row."""
         data: dict[str, Any] = {"axes": list(self.axes)}
@@ -376,4 +391,11 @@ def _largest_fitting(plan: Plan, source: Source, opts: Options, limit: int, stat
     return low
 
 
-__all__ = ["Source", "Sweep", "SweepRow", "max_micro_batch", "plan_sweep"]
+def load_sweep(path: str | os.PathLike[str]) -> Sweep:
+    """Read a sweep written by ``Sweep.save`` (``ls.load_sweep``)."""
+    from layerscope.export.jsonread import read_document
+
+    return Sweep.from_dict(read_document(path), os.fspath(path))
+
+
+__all__ = ["Source", "Sweep", "SweepRow", "load_sweep", "max_micro_batch", "plan_sweep"]
