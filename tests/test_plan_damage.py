@@ -40,7 +40,8 @@ def documents() -> tuple[dict[str, Any], ...]:
 def sweep_document() -> dict[str, Any]:
     model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 8))
     sweep = ls.plan_sweep(model, torch.randn(4, 8), precision="fp32", world_size=[2, 4])
-    return json.loads(json.dumps(sweep.to_dict(), allow_nan=False))
+    doc: dict[str, Any] = json.loads(json.dumps(sweep.to_dict(), allow_nan=False))
+    return doc
 
 
 def damage(data: st.DataObject, doc: dict[str, Any], within: Any) -> None:
