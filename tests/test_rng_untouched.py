@@ -42,7 +42,19 @@ CHILD = textwrap.dedent(
         held["plan"] = ls.plan(model, x, target="h100", world_size=1, sharding="none",
                                precision="fp32")
 
+    import transformers
+
+    config = transformers.LlamaConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, attention_dropout=0.5,
+    )
+    llama = transformers.LlamaForCausalLM(config).train()  # dropout draws when run
+    ids = torch.randint(0, 64, (1, 5))
+
     calls = {
+        "ls.profile_generate (train mode, timed)": lambda: ls.profile_generate(
+            llama, ids, max_new_tokens=3, timing=2
+        ),
         "ls.profile": profiled,
         "Profile.render": lambda: held["prof"].render(width=100),
         "Profile.render(view='top')": lambda: held["prof"].render(view="top", width=100),

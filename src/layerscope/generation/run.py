@@ -72,9 +72,19 @@ def _timed(
     model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], name: str, repeats: int
 ) -> float:
     """Median seconds of the call over ``repeats`` runs after one warm-up, each on its own
-    copy of the cache as it is now (a call grows the cache it is given)."""
+    copy of the cache as it is now (a call grows the cache it is given); the runs' draws
+    (dropout in train mode) leave the user's generators as they were."""
     cache = kwargs.get(name)
-    sync = torch.cuda.is_available() and any(p.is_cuda for p in model.parameters())
+    devices = sorted({p.get_device() for p in model.parameters() if p.is_cuda})
+    sync = bool(devices)
+    with torch.random.fork_rng(devices=devices):
+        return _median_time(model, args, kwargs, name, repeats, cache, sync)
+
+
+def _median_time(
+    model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], name: str, repeats: int,
+    cache: Any, sync: bool,
+) -> float:  # fmt: skip
     times: list[float] = []
     for i in range(repeats + 1):
         call = dict(kwargs)
