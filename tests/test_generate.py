@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import json
+import re
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -241,3 +243,45 @@ def test_generate_on_cuda_against_the_cpu() -> None:
     assert gpu.calls[0]["macs"] == cpu.calls[0]["macs"] + masked
     assert gpu.kv_cache["bytes_final"] == 512 * (16 + 5 - 1) * 2
     assert all(r["time"] > 0 for r in gpu.calls)
+
+
+@pytest.mark.parametrize(
+    ("options", "words"),
+    [
+        ({"max_new_tokens": 4097}, "max_new_tokens must be an int from 1 to 4096, got 4097"),
+        ({"timing": 10**9}, "timing must be an int from 1 to 10000, got 1000000000"),
+        ({"attention_mask": [[1] * 5] * 2}, "attention_mask must be a tensor of input_ids' "
+         "shape (2, 5), got [[1, 1, 1, 1, 1], [1, 1, 1, 1, 1]]"),
+        ({"attention_mask": torch.ones(5, dtype=torch.long)}, "attention_mask must be a "
+         "tensor of input_ids' shape (2, 5), got tensor([1, 1, 1, 1, 1])"),
+        ({"attention_mask": torch.ones(2, 4, dtype=torch.long)}, "attention_mask must be"),
+    ],
+)  # fmt: skip
+def test_what_generate_cannot_take_is_refused_first(options: dict[str, Any], words: str) -> None:
+    with pytest.raises(InvalidInputError, match=re.escape(words)):
+        ls.profile_generate(llama(), torch.randint(1, 128, (2, 5)), **options)
+
+
+def test_an_error_in_generate_is_the_models() -> None:
+    """An error raised inside the model's generate() (here its own forward's): a
+    ModelError naming the model, the original chained."""
+    model = llama()
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise ValueError("no such token")
+
+    model.model.forward = broken
+    with pytest.raises(ls.ModelError, match=re.escape(
+        "the model's generate() raised ValueError: no such token"
+    )) as e:  # fmt: skip
+        ls.profile_generate(model, torch.randint(1, 128, (1, 5)))
+    assert isinstance(e.value.__cause__, ValueError) and e.value.module_type == "LlamaForCausalLM"
+
+
+def test_a_left_padded_prompt_replays() -> None:
+    """Row 0 padded by 2 on the left: 5 prompt tokens and 2 new ones, both rows."""
+    mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
+    gen = ls.profile_generate(llama(pad_token_id=0), torch.randint(1, 128, (2, 5)),
+                              max_new_tokens=2, attention_mask=mask)  # fmt: skip
+    assert gen.options["rows"] == 2 and gen.options["new_tokens"] == 2
+    assert len(gen.calls) == 2  # the prefill, then one decode step

@@ -27,11 +27,12 @@ import torch
 from torch import nn
 
 from layerscope.analysis.merge import merge_profiles
-from layerscope.errors import InvalidInputError
+from layerscope.collect.timing.options import MAX_REPEATS
+from layerscope.errors import InvalidInputError, LayerscopeError, ModelError
 from layerscope.generation.cache import cache_facts, kv_summary, seq_length
 from layerscope.generation.result import Generation, call_row
 from layerscope.profile import Profile
-from layerscope.validate import check_int
+from layerscope.validate import check_int, refuse
 
 
 def _cache_name(model: nn.Module) -> str:
@@ -55,10 +56,17 @@ def _generate(
 ) -> Any:
     devices = [input_ids.device] if input_ids.device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):
-        return model.generate(  # type: ignore[operator]
-            input_ids, attention_mask=mask, max_new_tokens=new, return_dict_in_generate=True,
-            **{"min_new_tokens": new, **kwargs},
-        )  # fmt: skip
+        try:
+            return model.generate(  # type: ignore[operator]
+                input_ids, attention_mask=mask, max_new_tokens=new, return_dict_in_generate=True,
+                **{"min_new_tokens": new, **kwargs},
+            )  # fmt: skip
+        except LayerscopeError:
+            raise
+        except Exception as e:  # the model's own generate(), before any analysis
+            raise ModelError(
+                f"the model's generate() raised {type(e).__name__}: {e}", "", type(model).__name__
+            ) from e
 
 
 def _step(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Profile:
@@ -102,6 +110,11 @@ def _median_time(
     return statistics.median(times)
 
 
+#: The most tokens ``profile_generate`` makes: each is a call it analyses on its own
+#: (a longer run: ``ls.estimate_generate``, or profile it in parts).
+MAX_NEW_TOKENS = 4096
+
+
 def profile_generate(
     model: nn.Module,
     input_ids: torch.Tensor,
@@ -122,8 +135,20 @@ def profile_generate(
         raise InvalidInputError("profile_generate needs a model with generate() (transformers)")
     if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2:
         raise InvalidInputError("input_ids must be a (batch, tokens) tensor of token ids")
-    new = check_int("max_new_tokens", max_new_tokens, 1)
-    repeats = (3 if timing else 0) if isinstance(timing, bool) else check_int("timing", timing, 1)
+    new = check_int("max_new_tokens", max_new_tokens, 1, MAX_NEW_TOKENS)
+    repeats = (
+        (3 if timing else 0)
+        if isinstance(timing, bool)
+        else check_int("timing", timing, 1, MAX_REPEATS)
+    )
+    if attention_mask is not None and (
+        not isinstance(attention_mask, torch.Tensor) or attention_mask.shape != input_ids.shape
+    ):
+        refuse(
+            "attention_mask",
+            attention_mask,
+            f"a tensor of input_ids' shape {tuple(input_ids.shape)}",
+        )
     if input_ids.device.type == "meta":
         raise InvalidInputError(
             "generate() reads token values, which meta tensors have not: profile on a real "
