@@ -285,3 +285,26 @@ def test_a_left_padded_prompt_replays() -> None:
                               max_new_tokens=2, attention_mask=mask)  # fmt: skip
     assert gen.options["rows"] == 2 and gen.options["new_tokens"] == 2
     assert len(gen.calls) == 2  # the prefill, then one decode step
+
+
+def test_a_cache_with_some_layers_windowed_adds_up() -> None:
+    """Qwen2 with layer 1 on a sliding window of 8: after 12 + 12 tokens layer 0 holds 23
+    (prompt + new - 1) and layer 1 holds 7 (window - 1); each token of one row costs
+    2 (K and V) x 2 KV heads x 16 dims x 4 B = 256 B per layer: (23 + 7) x 256 = 7,680 B
+    = 7.50 KiB, which the sentence multiplies out to."""
+    torch.manual_seed(0)
+    config = transformers.Qwen2Config(
+        vocab_size=VOCAB, hidden_size=D, intermediate_size=MLP, num_hidden_layers=2,
+        num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, use_sliding_window=True,
+        sliding_window=8, max_window_layers=1,
+    )  # fmt: skip
+    model = transformers.Qwen2ForCausalLM(config).eval()
+    gen = ls.profile_generate(model, torch.randint(0, VOCAB, (1, 12)), max_new_tokens=12)
+    kv = gen.kv_cache
+    assert kv["tokens_per_layer"] == [23, 7] and kv["per_layer"] == [23 * 256, 7 * 256]
+    assert kv["bytes_final"] == 7_680
+    text = " ".join(gen.render(width=200).split())
+    assert (
+        "7.50 KiB at the end (1 row; 23 tokens in 1 layer, 7 in 1 (a sliding window); "
+        "256 B per token, row and layer)."
+    ) in text

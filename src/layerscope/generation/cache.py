@@ -12,10 +12,14 @@ could not be read.
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
+from layerscope.render.units import count, nbytes, plural
 
 
 @dataclass
@@ -128,4 +132,27 @@ def kv_summary(after_prefill: dict[str, Any], final: dict[str, Any]) -> dict[str
     }
 
 
-__all__ = ["CacheFacts", "cache_facts", "kv_summary", "seq_length"]
+def held_words(kv: Mapping[str, Any]) -> str:
+    """What a generation's cache holds at the end (its ``kv_cache``), in words that
+    multiply to its bytes: ``7 tokens x 2 rows; 512 B per token and row``, or, where
+    layers hold different counts (a sliding window keeps fewer), ``1 row; 23 tokens in
+    1 layer, 7 in 1 (a sliding window); 256 B per token, row and layer``."""
+    rows = int(kv.get("rows") or 0)
+    tokens = [int(t) for t in kv.get("tokens_per_layer") or [kv.get("tokens_final") or 0]]
+    counts = Counter(t for t in tokens if t)
+    per_token = f"{nbytes(kv.get('bytes_per_token') or 0)} per token and row"
+    if len(counts) <= 1:
+        return f"{plural(next(iter(counts), 0), 'token')} x {plural(rows, 'row')}; {per_token}"
+    (most, layers), *rest = sorted(counts.items(), reverse=True)
+    held = [f"{plural(most, 'token')} in {plural(layers, 'layer')}"]
+    held += [f"{count(t)} in {count(n)}" for t, n in rest]
+    per_layer = kv.get("per_layer") or []
+    sizes = {
+        b // (t * rows) for b, t in zip(per_layer, tokens, strict=False) if t and rows
+    }  # fmt: skip
+    if len(sizes) == 1:  # every layer the same size per token: the sum multiplies out
+        per_token = f"{nbytes(sizes.pop())} per token, row and layer"
+    return f"{plural(rows, 'row')}; {', '.join(held)} (a sliding window); {per_token}"
+
+
+__all__ = ["CacheFacts", "cache_facts", "held_words", "kv_summary", "seq_length"]

@@ -22,6 +22,7 @@ from typing import Any
 from layerscope.errors import ExportError
 from layerscope.export.files import write_text
 from layerscope.export.html import page_facts, page_number, section_page
+from layerscope.generation.cache import held_words
 from layerscope.generation.fields import CALL_FIELDS
 from layerscope.hardware import DeviceLike
 from layerscope.profile import Profile
@@ -199,7 +200,7 @@ def _kv(kv: Any) -> dict[str, Any] | None:
             "cross_bytes",
         )
     }
-    out.update(self=own, cross=cross, tokens=tokens)
+    out.update(self=own, cross=cross, tokens=tokens, held=held_words(kv))
     return out
 
 

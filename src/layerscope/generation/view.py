@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from layerscope.generation.cache import held_words
 from layerscope.generation.fields import CALL_FIELDS, CallField
 from layerscope.render import units
 from layerscope.render.layout import (
@@ -66,10 +67,7 @@ def render_generation(
     if kv:
         lines.append(
             f"KV cache: {units.nbytes(kv.get('bytes_after_prefill', 0))} after the prefill, "
-            f"{units.nbytes(kv.get('bytes_final', 0))} at the end "
-            f"({units.plural(kv.get('tokens_final', 0), 'token')} x "
-            f"{units.plural(kv.get('rows', 0), 'row')}; "
-            f"{units.nbytes(kv.get('bytes_per_token', 0))} per token and row"
+            f"{units.nbytes(kv.get('bytes_final', 0))} at the end ({held_words(kv)}"
             + (f"; cross-attention {units.nbytes(kv['cross_bytes'])}"
                if kv.get("cross_bytes") else "")
             + ")."

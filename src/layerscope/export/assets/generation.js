@@ -77,8 +77,7 @@
   card(cards, "Rows", fmt(O.rows, "count"), "the sequences every call computes: " + plural(O.batch, "prompt") +
     " \u00d7 " + (O.batch ? O.rows / O.batch : 1) + " (beams or samples per prompt)");
   if (K) {
-    card(cards, "KV cache at the end", fmt(K.bytes_final, "bytes"), fmt(K.tokens_final, "count") + " tokens \u00d7 " +
-      plural(K.rows, "row") + ", " + fmt(K.bytes_per_token, "bytes") + " per token and row" +
+    card(cards, "KV cache at the end", fmt(K.bytes_final, "bytes"), K.held +
       (K.cross_bytes ? " (self-attention), cross-attention " + fmt(K.cross_bytes, "bytes") : "") +
       ": " + K.bytes_final + " B; " + fmt(K.bytes_after_prefill, "bytes") + " after the prefill");
     card(cards, "KV per token and row", fmt(K.bytes_per_token, "bytes"), "keys and values of every " +
