@@ -70,6 +70,7 @@ _SHAPES: dict[str, Callable[[PlanField], Check]] = {
     "checkpoint": lambda f: Arr(Str(), f.description),
     "timeline": _timeline,
     "time": lambda f: Map(Num(), f"{f.description}: {', '.join(keys('time'))}"),
+    "time_bound": lambda f: Opt(Map(Num()), f"{f.description}: {', '.join(keys('time'))}"),
     "modules": _modules,
     "comm": lambda f: Map(Map(Map(Map(Num()))), f.description),
     "notes": lambda f: Arr(Str(), f.description),
