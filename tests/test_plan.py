@@ -147,8 +147,12 @@ def test_step_time_and_mfu_follow_from_the_parts() -> None:
     assert plan.time["exposed_comm"] <= plan.time["comm"]
     root = plan.analysis.root.metrics  # type: ignore[union-attr]
     assert plan.model_flops == root["flops"] + root["backward_flops"]
-    assert plan.mfu == pytest.approx(plan.model_flops / (plan.step_time * 989.4e12))
-    assert plan.tokens is None and plan.tokens_per_s is None  # a float input: no tokens
+    assert plan.mfu_counted == pytest.approx(plan.model_flops / (plan.step_time * 989.4e12))
+    # a float input: no tokens, so neither throughput nor the per-token convention's MFU
+    assert plan.tokens is None and plan.tokens_per_s is None and plan.mfu is None
+    bound = plan.time_bound or {}
+    assert plan.step_time_bound == pytest.approx(sum(bound[k] for k in parts))
+    assert plan.step_time_bound <= plan.step_time
     # more GPUs than a node: the ring runs at the inter-node bandwidth (50 GB/s per GPU
     # against NVLink's 450): the same all-reduce bytes take 9 x as long
     far = ls.plan(_mlp(), x, world_size=16, sharding="ddp", precision="bf16-mixed")

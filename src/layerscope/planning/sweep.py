@@ -136,15 +136,19 @@ class SweepRow(Mapping[str, Any]):
             raise KeyError(key)
         return getattr(self, key)
 
+    def _keys(self) -> tuple[str, ...]:
+        """The row's keys: an optional figure without a value is left out."""
+        return tuple(k for k in _ROW_KEYS if k not in _OPTIONAL or getattr(self, k) is not None)
+
     def __iter__(self) -> Iterator[str]:
-        return iter(_ROW_KEYS)
+        return iter(self._keys())
 
     def __len__(self) -> int:
-        return len(_ROW_KEYS)
+        return len(self._keys())
 
     def to_dict(self) -> dict[str, Any]:
         """The row as its document writes it."""
-        return {k: getattr(self, k) for k in _ROW_KEYS}
+        return {k: getattr(self, k) for k in self._keys()}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SweepRow:
