@@ -256,9 +256,10 @@ def _h100_attention() -> AttentionTable:
         by_mask = out.setdefault(kind, {}).setdefault(direction, {}).setdefault(mask, {})
         by_mask[head] = _curve(values, 1 / _H100_PEAK)
     for kind in ("flash", "cudnn"):
-        full, causal = _H100_TFLOPS[kind, "forward", "full", 128], _H100_TFLOPS[
-            kind, "forward", "causal", 128
-        ]
+        full, causal = (
+            _H100_TFLOPS[kind, "forward", "full", 128],
+            _H100_TFLOPS[kind, "forward", "causal", 128],
+        )
         back = _H100_TFLOPS[kind, "backward", "full", 128]
         derived = [b * c / f for b, c, f in zip(back, causal, full, strict=True)]
         out[kind]["backward"]["causal"] = {128: _curve(derived, 1 / _H100_PEAK)}
@@ -288,8 +289,13 @@ def _builtin() -> dict[str, Rates]:
     h100_attention = _h100_attention()
     a100_attention = _a100_attention()
     derived_h100 = (_FA3, _SM_H100, _STATED)
-    h100 = Rates("h100", sms=132, attention=h100_attention, sources=derived_h100,
-                 notes="attention from published kernel benchmarks; " + _STATED)
+    h100 = Rates(
+        "h100",
+        sms=132,
+        attention=h100_attention,
+        sources=derived_h100,
+        notes="attention from published kernel benchmarks; " + _STATED,
+    )
     return {
         "h100": h100,
         "h100-pcie": Rates("h100-pcie", sms=114, attention=h100_attention,

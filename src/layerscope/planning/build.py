@@ -22,8 +22,8 @@ from layerscope.planning.checkpointing import (
     resolve,
 )
 from layerscope.planning.facts import check_paths, input_bytes, trainable
-from layerscope.planning.options import OUT_OF_SCOPE, Options
 from layerscope.planning.kernels import Predicted, predict
+from layerscope.planning.options import OUT_OF_SCOPE, Options
 from layerscope.planning.result import LOWER_BOUND, PREDICTED, Plan
 from layerscope.planning.strategy import Step, Times
 from layerscope.profile import Profile
@@ -105,7 +105,9 @@ def _build(prof: Profile, opts: Options, choice: CheckpointChoice, asked: Any) -
     accum = opts.grad_accum
     n_params = sum(prod(p.shape) for p in params)
     # the published convention (PaLM, Appendix B): 6 N per token plus attention
-    published = (6 * n_params * tokens + timed.predicted.attention_flops) * accum if tokens else None
+    published = (
+        (6 * n_params * tokens + timed.predicted.attention_flops) * accum if tokens else None
+    )
     notes = [
         *timed.notes,
         *_notes(opts, choice, asked, frozen, strategy.notes(opts)),
@@ -288,7 +290,9 @@ def _parts(
 
 def _time_notes(rates: Rates, predicted: Predicted) -> list[str]:
     """What the predicted figures rest on."""
-    where = "" if rates.calibrated else " (uncalibrated: " + (rates.notes or "stated defaults") + ")"
+    where = (
+        "" if rates.calibrated else " (uncalibrated: " + (rates.notes or "stated defaults") + ")"
+    )
     notes = [f"{PREDICTED} Rates: {rates.name}{where}.", LOWER_BOUND]
     if not predicted.recorded:
         notes.append(

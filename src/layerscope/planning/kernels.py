@@ -101,7 +101,9 @@ def classify(
         if name.startswith(prefix) and "attention" in name:
             kind = "cudnn" if "cudnn" in name else "efficient" if "efficient" in name else "flash"
             q, k = _arg(func, args, kwargs, "query"), _arg(func, args, kwargs, "key")
-            causal = bool(_arg(func, args, kwargs, "is_causal") or _arg(func, args, kwargs, "causal"))
+            causal = bool(
+                _arg(func, args, kwargs, "is_causal") or _arg(func, args, kwargs, "causal")
+            )
             if not isinstance(q, Tensor) or q.dim() != 4:
                 return "attention", (kind, 0, 0, causal), 0
             b, d = int(q.shape[0]), int(q.shape[-1])
@@ -132,7 +134,9 @@ class KernelRecorder(Observer):
     ) -> None:
         m = node.self_metrics
         f_key, b_key = (
-            (ms.BACKWARD_FLOPS, ms.BACKWARD_BYTES_ACCESSED) if backward else (ms.FLOPS, ms.BYTES_ACCESSED)
+            (ms.BACKWARD_FLOPS, ms.BACKWARD_BYTES_ACCESSED)
+            if backward
+            else (ms.FLOPS, ms.BYTES_ACCESSED)
         )
         flops, nbytes = float(m.get(f_key, 0) or 0), float(m.get(b_key, 0) or 0)
         before = self._seen.get((id(node), backward), (0.0, 0.0))

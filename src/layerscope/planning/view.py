@@ -487,8 +487,11 @@ def sweep_lines(sweep: Mapping[str, Any], width: int, max_rows: int | None = Non
     if fixed:
         facts.append(("The same in every plan: " + ", ".join(fixed) + ".", ""))
     # a figure added after the first documents shows where some row has it
-    figures = [f for f in fields("row")
-               if f.default and (f.required or any(r.get(f.key) is not None for r in rows))]
+    figures = [
+        f
+        for f in fields("row")
+        if f.default and (f.required or any(r.get(f.key) is not None for r in rows))
+    ]
     columns = [TableColumn(a, options[a].header if a in options else a, priority=None)
                for a in axes]  # fmt: skip
     columns += [

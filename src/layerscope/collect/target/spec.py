@@ -96,7 +96,8 @@ def parse_target(value: str) -> Target:
     """The Target a name stands for: "cpu", "cuda" (sm90), or a built-in device spec's
     name or alias ("h100", "h100-sxm5", "a100", "l4", "rtx-4090", ...: sm90, sm80 or
     sm89, as ``ls.device_spec`` names them), a registered one's, or a device profile's
-    path (``*.json``: its arch); case and surrounding blanks do not matter. Anything else raises ``InvalidInputError`` naming the known ones."""
+    path (``*.json``: its arch); case and surrounding blanks do not matter. Anything
+    else raises ``InvalidInputError`` naming the known ones."""
     if not isinstance(value, str):
         raise InvalidInputError(f"target must be a string, got {type(value).__name__}")
     key = value.strip().lower()
