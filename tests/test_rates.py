@@ -3,6 +3,8 @@ predicted step time beside its roofline bound (``planning.kernels``, ``planning.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -214,3 +216,18 @@ def test_the_bound_never_exceeds_the_prediction(sharding: str) -> None:
         assert plan.step_time_bound <= plan.step_time
         for part in ("compute", "recompute", "optimizer"):
             assert plan.time_bound[part] <= plan.time[part]
+
+
+def test_layerscope_plan_takes_a_device_profile(tmp_path: Path) -> None:
+    from layerscope.cli import main
+
+    path = tmp_path / "toy.json"
+    path.write_text(json.dumps(TOY), encoding="utf-8")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(["plan", "examples:tiny_gpt", "--target", str(path), "--world-size", "1",
+                     "--sharding", "none", "--json", str(tmp_path / "plan.json")])  # fmt: skip
+    assert code == 0
+    assert out.getvalue().startswith("Plan for one GPU of 1: toy\n")
+    saved = ls.load_plan(tmp_path / "plan.json")
+    assert saved.rates == "toy" and saved.options["target"] == saved.device["name"] == "toy"
