@@ -56,15 +56,16 @@ def _timed(fn: Callable[[], Any], repeats: int = 5) -> float:
     """Median seconds of ``fn`` on the current stream, after a warm-up."""
     fn()
     torch.cuda.synchronize()
-    times = []
+    times: list[float] = []
+    event: Any = torch.cuda.Event  # untyped in torch's stubs
     for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start, end = event(enable_timing=True), event(enable_timing=True)
         start.record()
         fn()
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    return statistics.median(times)
+        times.append(float(start.elapsed_time(end)) / 1e3)
+    return float(statistics.median(times))
 
 
 def _matmul_grid(dtype: torch.dtype, quick: bool) -> list[tuple[int, int, int, float]]:
@@ -73,8 +74,11 @@ def _matmul_grid(dtype: torch.dtype, quick: bool) -> list[tuple[int, int, int, f
     for m, n, k in _MATMULS_QUICK if quick else _MATMULS:
         a = torch.randn(m, k, device="cuda", dtype=dtype)
         b = torch.randn(k, n, device="cuda", dtype=dtype)
-        seconds = _timed(lambda a=a, b=b: torch.mm(a, b))
-        out.append((m, n, k, 2 * m * n * k / seconds))
+
+        def mm(a: torch.Tensor = a, b: torch.Tensor = b) -> torch.Tensor:
+            return torch.mm(a, b)
+
+        out.append((m, n, k, 2 * m * n * k / _timed(mm)))
         del a, b
     return out
 
