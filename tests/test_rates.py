@@ -231,3 +231,16 @@ def test_layerscope_plan_takes_a_device_profile(tmp_path: Path) -> None:
     assert out.getvalue().startswith("Plan for one GPU of 1: toy\n")
     saved = ls.load_plan(tmp_path / "plan.json")
     assert saved.rates == "toy" and saved.options["target"] == saved.device["name"] == "toy"
+
+
+def test_layerscope_profile_follows_a_device_profiles_kernels(tmp_path: Path) -> None:
+    from layerscope.cli import main
+
+    path = tmp_path / "toy.json"
+    path.write_text(json.dumps(TOY), encoding="utf-8")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(["profile", "examples:tiny_gpt", "--device", "meta", "--target", str(path),
+                     "--json", str(tmp_path / "p.json")])  # fmt: skip
+    assert code == 0
+    assert ls.load(tmp_path / "p.json").model["target"] == "toy (cuda sm90)"
