@@ -56,8 +56,9 @@ class Plan:
     recompute_flops: int
     #: the timeline as columns: phase, event, path, total and one list per part
     timeline: dict[str, list[Any]]
-    #: step time by part (seconds): compute, recompute, exposed_comm, optimizer, and the
-    #: whole collectives' time (comm) of which exposed_comm is not hidden
+    #: predicted step time by part (seconds): compute, recompute, exposed_comm,
+    #: optimizer, and the whole collectives' time (comm) of which exposed_comm is not
+    #: hidden; ``step_time`` their sum (``time_bound``, ``step_time_bound``: the roofline)
     time: dict[str, float]
     step_time: float
     #: forward + backward FLOPs per step (no recompute), grad_accum micro-batches
