@@ -244,3 +244,19 @@ def test_layerscope_profile_follows_a_device_profiles_kernels(tmp_path: Path) ->
                      "--json", str(tmp_path / "p.json")])  # fmt: skip
     assert code == 0
     assert ls.load(tmp_path / "p.json").model["target"] == "toy (cuda sm90)"
+
+
+def test_a_shipped_measured_profile_replaces_the_derived_rates(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from layerscope.analysis import rates as rates_module
+
+    measured = {**TOY, "name": "h200", "rates": {**TOY["rates"], "sms": 132}}
+    (tmp_path / "h200.json").write_text(json.dumps(measured), encoding="utf-8")
+    monkeypatch.setattr(rates_module, "PROFILES", tmp_path)
+    monkeypatch.setattr(rates_module, "_BUILTIN", {})
+    table = builtin_rates()
+    assert (table["h200"].calibrated, table["h200"].matmul, table["h200"].launch) == (
+        True, 0.5, 1e-6,
+    )  # fmt: skip
+    assert table["h100"].calibrated is False  # no file: the derived rates

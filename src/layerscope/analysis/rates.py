@@ -28,9 +28,11 @@ uncalibrated.
 from __future__ import annotations
 
 import bisect
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from layerscope.errors import InvalidInputError
@@ -41,6 +43,7 @@ __all__ = [
     "ATTENTION_KINDS",
     "DIRECTIONS",
     "GENERIC",
+    "PROFILES",
     "Rates",
     "builtin_rates",
     "rates_of",
@@ -317,10 +320,26 @@ def _builtin() -> dict[str, Rates]:
 _BUILTIN: dict[str, Rates] = {}
 
 
+#: Measured device profiles shipped with layerscope (``bench/calibrate_profiles.py`` on a
+#: lent GPU writes them): ``<spec name>.json``, whose rates replace the derived ones.
+PROFILES = Path(__file__).resolve().parent / "profiles"
+
+
+def _measured() -> dict[str, Rates]:
+    """The shipped measured rates by spec name (none where no file is shipped)."""
+    found: dict[str, Rates] = {}
+    for path in sorted(PROFILES.glob("*.json")) if PROFILES.is_dir() else ():
+        data = json.loads(path.read_text(encoding="utf-8"))
+        found[path.stem] = Rates.from_mapping(data["rates"], path.stem)
+    return found
+
+
 def builtin_rates() -> dict[str, Rates]:
-    """The built-in rates by device spec name (built once)."""
+    """The built-in rates by device spec name (built once): measured where a profile is
+    shipped, else derived from published benchmarks and stated defaults."""
     if not _BUILTIN:
         _BUILTIN.update(_builtin())
+        _BUILTIN.update(_measured())
     return _BUILTIN
 
 
