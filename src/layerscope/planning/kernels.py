@@ -1,7 +1,8 @@
 """The kernels of a plan's analysis, by class, and the predicted time of each module.
 
 ``KernelRecorder`` rides along the plan's one analysis (after the FLOP and byte
-counters, whose per-op increments it reads): every op that moves bytes is one kernel,
+counters, whose per-op increments it reads): every op that moves bytes (or counts
+FLOPs) is one kernel,
 recorded by module, phase and class with what its rate depends on:
 
 - ``matmul``: ``mm``, ``addmm``, ``bmm``, ``baddbmm``, ``_scaled_mm`` by output shape
@@ -142,8 +143,8 @@ class KernelRecorder(Observer):
         before = self._seen.get((id(node), backward), (0.0, 0.0))
         self._seen[(id(node), backward)] = (flops, nbytes)
         moved, done = nbytes - before[1], flops - before[0]
-        if moved <= 0:
-            return  # a view, or an op that moves nothing: no kernel
+        if moved <= 0 and done <= 0:
+            return  # a view, or an op that does nothing: no kernel
         kind, detail, palm = classify(func, args, kwargs, out, backward)
         key = (node.path, "backward" if backward else "forward", kind, detail)
         row = self.kernels.rows.get(key)
