@@ -260,3 +260,25 @@ def test_a_shipped_measured_profile_replaces_the_derived_rates(
         True, 0.5, 1e-6,
     )  # fmt: skip
     assert table["h100"].calibrated is False  # no file: the derived rates
+
+
+def test_grad_accum_repeats_the_kernels_and_not_the_optimizer() -> None:
+    torch.manual_seed(0)
+    plan = ls.plan(nn.Linear(64, 32, bias=False), torch.randn(8, 64), target=TOY, world_size=1,
+                   sharding="ddp", precision="bf16", grad_accum=2)  # fmt: skip
+    # twice the forward and backward of one micro-batch (as derived by hand above), the
+    # optimizer once
+    one = (32768 / 1.25e11 + 1e-6) + (32768 / 5e11 + 1e-6)
+    assert plan.time["compute"] == pytest.approx(2 * one)
+    assert plan.time["optimizer"] == pytest.approx(28680 / 5e11)
+    assert plan.kernels == 4
+
+
+def test_the_a100_runs_flash_for_a_small_head_dim() -> None:
+    ids = torch.randint(0, 64, (2, 128))
+    plan = ls.plan(_Attention(), ids, target="a100", world_size=1)
+    rows = kernels_of(plan.analysis) if plan.analysis is not None else None
+    assert rows is not None
+    kinds = {k[3] for k in rows.rows if k[2] == "attention"}
+    # on sm80 torch tries flash first (cuDNN first on sm90, above): head dim 16, causal
+    assert kinds == {("flash", 16, 128, True)}
