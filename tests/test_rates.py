@@ -32,12 +32,14 @@ def test_tile_and_wave_quantisation_over_the_h100s_132_sms() -> None:
     # useful 4096^2 / (8 * 132 * 128 * 128) = 16777216 / 17301504 (128 x 256: 512 tiles,
     # 4 waves, the same share)
     assert H100.quantisation(4096, 4096) == pytest.approx(16777216 / 17301504)
-    assert H100.matmul_fraction(4096, 4096) == pytest.approx(0.8 * 16777216 / 17301504)
+    # a large matmul at 794.5 of 989 TFLOP/s (the MAMF table), times the quantisation
+    assert H100.matmul_fraction(4096, 4096) == pytest.approx(794.5 / 989 * 16777216 / 17301504)
     # 1024 x 1024: 64 tiles of 128 x 128 in one wave: 1048576 / (132 * 16384)
     assert H100.quantisation(1024, 1024) == pytest.approx(1048576 / (132 * 16384))
     # a batch of 8 (1024, 1024) outputs: 512 tiles, 4 waves: 8 * 1048576 / (4 * 132 * 16384)
     assert H100.quantisation(1024, 1024, 8) == pytest.approx(8388608 / 8650752)
-    assert H100.matmul_fraction(None, None) == 0.8  # no shape: the large-matmul share
+    assert H100.matmul_fraction(None, None) == 794.5 / 989  # no shape: the large share
+    assert builtin_rates()["a100-80gb"].matmul == 271.2 / 312
     assert rates_of(device_spec("a100")).sms == 108
 
 
