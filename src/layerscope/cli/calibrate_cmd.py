@@ -1,8 +1,9 @@
-"""Measure the achievable rates of the CUDA GPU present (matmuls by shape, attention
-kernels by backend, head dim and length, copy bandwidth, kernel launch) and write them
-as a device profile: a JSON file that --target (and target= in Python) accepts, so
-that layerscope plan predicts step times on this GPU's measured rates (docs/plan.md).
-Collectives are not measured. On a machine without a CUDA GPU it refuses.
+"""Measure the achievable rates of the CUDA GPU present (matmuls by shape,
+attention kernels by backend, head dim and length, copy bandwidth, kernel
+launch) and write them as a device profile: a JSON file that --target (and
+target= in Python) accepts, so that layerscope plan predicts step times on
+this GPU's measured rates (docs/plan.md). Collectives are not measured. On a
+machine without a CUDA GPU it refuses.
 
 Examples:
   layerscope calibrate -o h100-mine.json
