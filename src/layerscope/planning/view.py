@@ -274,8 +274,9 @@ def _throughput(section: Mapping[str, Any]) -> list[tuple[str, str]]:
     bound = section.get(F.STEP_TIME_BOUND)
     if bound is not None:
         out.append((
-            f"Predicted from achievable rates ({section.get('rates') or 'built-in'}); the "
-            f"roofline lower bound is {units.seconds(bound)} per step.", "",
+            f"Predicted at the achievable rates of {section.get('rates') or 'the target'}, "
+            f"{units.si(section.get('kernels') or 0)} kernels per step; the roofline lower "
+            f"bound is {units.seconds(bound)} per step.", "",
         ))  # fmt: skip
     tps, mfu = section.get(F.TOKENS_PER_S), section.get(F.MFU)
     rate = (
