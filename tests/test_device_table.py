@@ -80,7 +80,7 @@ def test_a_device_added_to_the_table_reaches_the_api_and_the_cli() -> None:
     assert seen["gpu"] == "fake9000"
     gpus = ", ".join([*GPU_SPECS, "fake9000"])  # the built-in ones, then the new row
     # profile: --target (kernels) and --spec (roof); plan and generate: --target
-    assert f"cuda, {gpus} or an alias" in seen["profile"]
+    assert f"cuda, {gpus}, an alias or a device profile's .json" in seen["profile"]
     assert f"(cpu, {gpus} or an alias)" in seen["profile"]
     assert f"the GPU: {gpus} (default h100)" in seen["plan"]
     assert f"the GPU: {gpus} (default h100)" in seen["generate"]

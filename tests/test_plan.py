@@ -156,8 +156,12 @@ def test_step_time_and_mfu_follow_from_the_parts() -> None:
     assert plan.time["exposed_comm"] <= plan.time["comm"]
     root = plan.analysis.root.metrics  # type: ignore[union-attr]
     assert plan.model_flops == root["flops"] + root["backward_flops"]
-    assert plan.mfu == pytest.approx(plan.model_flops / (plan.step_time * 989.4e12))
-    assert plan.tokens is None and plan.tokens_per_s is None  # a float input: no tokens
+    assert plan.mfu_counted == pytest.approx(plan.model_flops / (plan.step_time * 989.4e12))
+    # a float input: no tokens, so neither throughput nor the per-token convention's MFU
+    assert plan.tokens is None and plan.tokens_per_s is None and plan.mfu is None
+    bound = plan.time_bound or {}
+    assert plan.step_time_bound == pytest.approx(sum(bound[k] for k in parts))
+    assert (plan.step_time_bound or 0.0) <= plan.step_time
     # one small bucket (float32 gradients): NCCL's tree with its LL128 protocol is the
     # cheapest, latency-bound: 14 us base, a chain of 8 within the node both ways (1.25
     # us a step), 2 b at 0.92 x 7/9 of NVLink's 0.824 x 450 GB/s

@@ -453,6 +453,13 @@ def test_real_plan_in_the_page(open_page: Any, real_plan: Plan) -> None:
     for s in bar["segs"]:
         assert s["pct"] == pytest.approx(100 * s["bytes"] / bar["scale"], abs=1e-3)
     assert page.locator("#ls-plan-peak").is_visible()
+    # the prediction, and beside it the roofline bound and the counted MFU
+    labels = _texts(page, "#ls-plan-cards .card span")
+    assert labels[labels.index("Step time") :] == [
+        "Step time", "Step bound", "MFU", "MFU (counted)", "Tokens/s",
+    ]  # fmt: skip
+    bound = units.seconds(plan.step_time_bound or 0.0)
+    assert f"the roofline lower bound is {bound}" in (page.text_content("#ls-plan-time") or "")
     p.clean()
 
 

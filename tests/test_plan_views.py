@@ -306,8 +306,11 @@ def test_a_real_plan_renders_its_own_numbers(width: int) -> None:
     expected = f"Activations {units.nbytes(act)} {units.pct(100 * act / peak)}"
     assert line_with(text, "Activations") == expected
     assert line_with(text, "Peak") == f"Peak {units.nbytes(peak)} 100%"
-    assert line_with(text, "Step") == f"Step {units.seconds(plan.step_time)} 100%"
-    assert f"MFU {units.pct(100 * (plan.mfu or 0))} (an upper bound)" in " ".join(text.split())
+    bound = units.seconds(plan.step_time_bound or 0.0)
+    assert line_with(text, "Step") == f"Step {units.seconds(plan.step_time)} 100% {bound}"
+    flat = " ".join(text.split())
+    assert f"the roofline lower bound is {bound} per step" in flat
+    assert f"{units.pct(100 * (plan.mfu_counted or 0))} of the analysis's FLOPs" in flat
     for row in plan.modules:
         assert (row["path"] or "<root>") in text
 

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
         profile_generate,
     )
     from layerscope.generation.stages import cache_stage
-    from layerscope.hardware import DeviceSpec, device_spec
+    from layerscope.hardware import DeviceSpec, device_spec, register_device
     from layerscope.metrics.flops import Cost, register_flop_formula
     from layerscope.metrics.memory import (
         MemoryObserver,
@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     )
     from layerscope.metrics.numerics import NonFiniteError, NonFiniteWarning, NumericsObserver
     from layerscope.planning import Plan, load_plan, load_sweep, plan, plan_sweep
+    from layerscope.planning.calibrate import calibrate
     from layerscope.render import config
     from layerscope.render.options import ViewOptions, view_options
     from layerscope.render.ranks import rank_table
@@ -76,6 +77,7 @@ _LAZY: dict[str, str] = {
     "load": "layerscope.export.json",
     "DeviceSpec": "layerscope.hardware",
     "device_spec": "layerscope.hardware",
+    "register_device": "layerscope.hardware",
     "Cost": "layerscope.metrics.flops",
     "register_flop_formula": "layerscope.metrics.flops",
     "MemoryObserver": "layerscope.metrics.memory",
@@ -95,6 +97,7 @@ _LAZY: dict[str, str] = {
     "load_sweep": "layerscope.planning.sweep",
     "plan": "layerscope.planning.run",
     "plan_sweep": "layerscope.planning.sweep",
+    "calibrate": "layerscope.planning.calibrate",
     "config": "layerscope.render",
     "ViewOptions": "layerscope.render.options",
     "view_options": "layerscope.render.options",
@@ -167,6 +170,7 @@ __all__ = [
     "ViewOptions",
     "__version__",
     "cache_stage",
+    "calibrate",
     "config",
     "device_spec",
     "diff",
@@ -184,6 +188,7 @@ __all__ = [
     "rank_table",
     "record_training_footprint",
     "region",
+    "register_device",
     "register_flop_formula",
     "schedule",
     "to_meta",

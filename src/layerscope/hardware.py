@@ -11,7 +11,9 @@ asterisk there), the dense one is half of it. 1 TFLOP/s = 1e12 FLOP/s; 1 TB/s = 
 from __future__ import annotations
 
 import difflib
+import json
 import math
+import os
 import threading
 import time
 from collections.abc import Mapping
@@ -49,6 +51,9 @@ class DeviceSpec:
     interconnect_kind: str = ""
     #: GPUs in one node (a server) that the interconnect joins
     node_size: int = 8
+    #: achievable rates by kernel class (``analysis.rates.Rates.to_dict``'s form), from a
+    #: device profile ``layerscope calibrate`` wrote; None: the built-in or generic ones
+    rates: Mapping[str, Any] | None = None
 
     def peak(self, dtype: str = "float32", *, tensor_cores: bool = True) -> float:
         """Dense peak FLOP/s for ``dtype``; float32 uses the TF32 tensor-core peak when
@@ -77,6 +82,7 @@ class DeviceSpec:
             "interconnect": self.interconnect,
             "interconnect_kind": self.interconnect_kind,
             "node_size": self.node_size,
+            **({"rates": dict(self.rates)} if self.rates is not None else {}),
         }
 
     @classmethod
@@ -84,7 +90,7 @@ class DeviceSpec:
         """A custom spec: ``{"name": ..., "bandwidth": B/s, "peak_flops": {dtype: FLOP/s}}``
         and optionally ``label``, ``kind``, ``arch``, ``memory_bytes``, ``sources``,
         ``notes``, ``interconnect`` (B/s per direction), ``interconnect_kind``,
-        ``node_size``."""
+        ``node_size``, ``rates`` (a device profile's achievable rates)."""
         check_keys("the device spec", mapping, list(cls.__dataclass_fields__))
         for key in ("name", "bandwidth", "peak_flops"):
             if key not in mapping:
@@ -121,7 +127,15 @@ class DeviceSpec:
             interconnect=link,
             interconnect_kind=str(mapping.get("interconnect_kind", "")),
             node_size=node,
+            rates=_rates(mapping.get("rates")),
         )
+
+
+def _rates(value: Any) -> Mapping[str, Any] | None:
+    """A spec's ``rates``: a mapping (``analysis.rates`` checks its figures) or None."""
+    if value is not None and not isinstance(value, Mapping):
+        refuse("rates", value, "a mapping of achievable rates (a device profile's)")
+    return dict(value) if value is not None else None
 
 
 _H100 = "NVIDIA H100 Tensor Core GPU datasheet (2023), Technical Specifications table"
@@ -212,6 +226,8 @@ _BUILTIN: tuple[DeviceSpec, ...] = (
     ),
 )  # fmt: skip
 
+#: Specs registered at run time (``register_device``), by name.
+_REGISTERED: dict[str, DeviceSpec] = {}
 #: Other names for the built-in specs.
 ALIASES: dict[str, str] = {
     "h100-sxm": "h100",
@@ -236,6 +252,7 @@ def _index() -> None:
     global GPU_SPECS, GPUS
     SPECS.clear()
     SPECS.update({s.name: s for s in _BUILTIN})
+    SPECS.update(_REGISTERED)
     BY_NAME.clear()
     BY_NAME.update({**SPECS, **{a: SPECS[n] for a, n in ALIASES.items()}})
     GPU_SPECS = tuple(s.name for s in _BUILTIN if s.kind == "gpu")
@@ -278,13 +295,43 @@ def spec_of_gpu(name: str) -> str | None:
 
 
 def known_devices() -> list[str]:
-    """Every name ``device_spec`` accepts."""
+    """Every name ``device_spec`` accepts (a device profile's path too)."""
     return [*BY_NAME, "cpu"]
 
 
+def is_profile_path(name: str) -> bool:
+    """Whether a target names a device profile file (a ``.json`` path)."""
+    return name.strip().lower().endswith(".json")
+
+
+def load_device(path: str | os.PathLike[str]) -> DeviceSpec:
+    """The spec in a device profile file (``layerscope calibrate``'s JSON: a spec's
+    mapping with its ``rates``)."""
+    try:
+        with open(os.fspath(path), encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:
+        raise InvalidInputError(f"cannot read the device profile {os.fspath(path)!r}: {e}") from e
+    if not isinstance(data, Mapping):
+        raise InvalidInputError(f"the device profile {os.fspath(path)!r} is not a JSON object")
+    return DeviceSpec.from_mapping(data)
+
+
+def register_device(device: DeviceLike) -> DeviceSpec:
+    """Make a spec (a device profile's path, a mapping or a DeviceSpec) a name every
+    ``target=`` accepts, for this process; a built-in name is not replaced."""
+    spec = load_device(device) if isinstance(device, str) else device_spec(device)
+    if spec.name in SPECS and SPECS[spec.name] in _BUILTIN:
+        raise InvalidInputError(f"{spec.name!r} is a built-in device; name the profile otherwise")
+    _REGISTERED[spec.name] = spec
+    _index()
+    return spec
+
+
 def device_spec(device: DeviceLike) -> DeviceSpec:
-    """A spec by name (case-insensitive; ``"cpu"`` calibrates this machine), a
-    ``DeviceSpec`` as it is, or a custom one from a mapping."""
+    """A spec by name (case-insensitive; ``"cpu"`` calibrates this machine), a device
+    profile's path (``*.json``, ``load_device``), a ``DeviceSpec`` as it is, or a custom
+    one from a mapping."""
     if isinstance(device, DeviceSpec):
         return device
     if isinstance(device, Mapping):
@@ -296,6 +343,8 @@ def device_spec(device: DeviceLike) -> DeviceSpec:
     name = device.strip().lower()
     if name == "cpu":
         return calibrate_cpu()
+    if is_profile_path(name):
+        return load_device(device.strip())
     spec = BY_NAME.get(name)
     if spec is None:
         close = difflib.get_close_matches(name, known_devices(), n=1)
@@ -385,7 +434,10 @@ __all__ = [
     "DeviceSpec",
     "calibrate_cpu",
     "device_spec",
+    "is_profile_path",
     "known_devices",
+    "load_device",
+    "register_device",
     "spec_of_gpu",
     "spec_table_markdown",
 ]

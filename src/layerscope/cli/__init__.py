@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from layerscope.cli import (
+    calibrate_cmd,
     config_cmd,
     diff_cmd,
     generate_cmd,
@@ -35,7 +36,7 @@ from layerscope.version import __version__
 
 #: Subcommand modules; each has NAME, HELP (one line), a docstring (its description) and
 #: add_arguments/run.
-COMMANDS = (profile_cmd, show_cmd, plan_cmd, generate_cmd, diff_cmd, config_cmd)
+COMMANDS = (profile_cmd, show_cmd, plan_cmd, generate_cmd, diff_cmd, config_cmd, calibrate_cmd)
 
 EXIT_OK = 0
 EXIT_INTERNAL = 1

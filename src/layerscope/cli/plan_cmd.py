@@ -1,7 +1,9 @@
 """Plan one GPU of a training run that cannot run here: its memory at the peak
 (model states, unsharded parameters, gradients, activations, buffers of
-collectives) against a budget, and a lower bound on the step time, from one
-analysis of the model on meta steered to the target GPU (docs/plan.md).
+collectives) against a budget, and the step time predicted from the target's
+achievable rates beside its roofline lower bound, from one analysis of the model
+on meta steered to the target GPU (docs/plan.md). --target also takes a device
+profile that `layerscope calibrate` wrote.
 
 The model is named as for `profile` (examples:NAME, package.module:attr,
 path/to/file.py:attr, transformers:NAME); --input-shape is one GPU's
@@ -36,7 +38,7 @@ from layerscope.cli.inputs import (
 )
 from layerscope.errors import InvalidInputError
 from layerscope.export.files import check_writable
-from layerscope.hardware import GPUS
+from layerscope.hardware import GPUS, device_spec, is_profile_path
 from layerscope.metrics.memory.training import OPTIMIZER_STATES
 from layerscope.planning import plan, plan_sweep
 from layerscope.planning.options import DEFAULTS as OPTION_DEFAULTS
@@ -78,7 +80,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     run = p.add_argument_group("the training run")
     run.add_argument(
         "--target", default="h100", metavar="GPU",
-        help=f"the GPU: {gpu_names()} (default h100)",
+        help=f"the GPU: {gpu_names()} (default h100), or a device profile's .json "
+        "(layerscope calibrate)",
     )  # fmt: skip
     run.add_argument("--world-size", type=int, metavar="N", help="GPUs in the run (8)")
     run.add_argument("--sharding", metavar="KIND", help=f"{', '.join(SHARDINGS)} (fsdp: FSDP2)")
@@ -235,8 +238,12 @@ def _options(args: argparse.Namespace, grid: dict[str, list[Any]]) -> dict[str, 
     check_choice("--sharding", opts["sharding"], list(SHARDINGS))
     check_choice("--precision", opts["precision"], list(PRECISIONS))
     check_choice("--optimizer", opts["optimizer"], list(OPTIMIZER_STATES))
-    check_choice("--target", args.target.strip().lower(), list(GPUS))
-    opts["target"] = args.target.strip().lower()
+    if is_profile_path(args.target):  # a device profile (layerscope calibrate's)
+        opts["target"] = args.target.strip()
+        device_spec(opts["target"])
+    else:
+        check_choice("--target", args.target.strip().lower(), list(GPUS))
+        opts["target"] = args.target.strip().lower()
     if "world_size" not in grid:
         check_int("--rank", args.rank, 0, opts["world_size"] - 1)
         if opts["sharding"] == "none" and opts["world_size"] != 1 and "sharding" not in grid:

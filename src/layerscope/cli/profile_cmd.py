@@ -69,6 +69,7 @@ from layerscope.collect.inputs import model_device_dtype
 from layerscope.collect.target.spec import KNOWN_TARGETS, parse_target
 from layerscope.collect.timing.options import INT_BOUNDS
 from layerscope.errors import InvalidInputError
+from layerscope.hardware import is_profile_path
 from layerscope.metrics.numerics import NonFiniteWarning
 from layerscope.session.run import profile
 from layerscope.validate import check_choice, check_int, refuse
@@ -162,7 +163,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="DEVICE",
         default=None,
         help="with --device meta, follow the kernels (attention, LSTM, BatchNorm) of "
-        f"this device: cpu (the default there), cuda, {gpu_names()} or an alias",
+        f"this device: cpu (the default there), cuda, {gpu_names()}, an alias or a "
+        "device profile's .json",
     )
     run.add_argument(
         "--dtype", metavar="DTYPE", help="cast the model first (e.g. float16, bfloat16)"
@@ -297,7 +299,10 @@ def check_arguments(args: argparse.Namespace) -> dict[str, Any]:
     for ``ls.profile`` they give."""
     check_view_arguments(args)
     if args.kernel_target is not None and args.kernel_target.strip().lower() not in KNOWN_TARGETS:
-        check_choice("--target", args.kernel_target, list(KNOWN_TARGETS))
+        if is_profile_path(args.kernel_target):  # a device profile: its arch's kernels
+            parse_target(args.kernel_target)
+        else:
+            check_choice("--target", args.kernel_target, list(KNOWN_TARGETS))
     check_roof(args, args.kernel_target or gpu_spec(args.device))
     _check_input_flags(args)
     options: dict[str, Any] = {}

@@ -5,17 +5,17 @@ value to keep (a copy: subclasses of bool/int/float/str made plain, the strings
 ``"NaN"``, ``"Infinity"`` and ``"-Infinity"`` turned into floats where numbers belong)
 or raises ``Invalid`` naming where the value is and what is wrong; ``schema()`` gives the
 same rule as JSON Schema (draft 2020-12). ``Str``, ``Enum``, ``Bool``, ``Int``, ``Num``,
-``Finite``, ``Opt``, ``Arr``, ``Map``, ``Metrics``, ``Obj``, ``Counts`` and ``Ref``
-combine into the specification of a format (``export.jsonspec``); ``json_value`` checks
-a value under a key no specification names. Nothing here knows a profile's layout.
-
-Checks loop only where they must: common shapes of data (a list of ints, an object of
+``Finite``, ``Opt``, ``OneOf``, ``Arr``, ``Map``, ``Metrics``, ``Obj``, ``Counts`` and
+``Ref`` combine into a format's specification (``export.jsonspec``); ``json_value``
+checks a value under a key no specification names. Nothing here knows a profile's
+layout. Checks loop only where they must: common shapes (a list of ints, an object of
 counts) are checked at C speed, and a location (``Where``) is a cheap chain of keys,
 formatted (``json_path``) only when an error is reported.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
@@ -376,8 +376,7 @@ class Arr(Check):
     def __init__(self, item: Check, description: str = "", length: int | None = None) -> None:
         super().__init__(description)
         self.item = item
-        #: the only length allowed, if any
-        self.length = length
+        self.length = length  # the only length allowed, if any
         if length is not None:
             self.expected = f"an array of {length}"
         # Item types a whole list can be checked for at C speed.
@@ -388,9 +387,7 @@ class Arr(Check):
             self._fast = int
 
     def check(self, value: Any, where: Where) -> Any:
-        if not isinstance(value, list | tuple) or (
-            self.length is not None and len(value) != self.length
-        ):
+        if not isinstance(value, list | tuple) or self.length not in (None, len(value)):
             fail(where, self.expected, value)
         if not value:
             return []
@@ -422,10 +419,8 @@ class OneOf(Check):
 
     def check(self, value: Any, where: Where) -> Any:
         for option in self.options:
-            try:
+            with contextlib.suppress(Invalid):
                 return option.check(value, where)
-            except Invalid:
-                continue
         fail(where, self.expected, value)
 
     def schema(self) -> dict[str, Any]:

@@ -1,12 +1,17 @@
 """A plan from an analysis: the replay (``timeline``) set up by the strategy
 (``planning.strategies``), the checkpointed modules (``"auto"`` included), the step
-time (the strategy's collectives and overlap, ``timemodel``) and the per-module rows."""
+time (the strategy's collectives and overlap, ``timemodel``), predicted on the target's
+achievable rates (``planning.kernels``) and bounded by its roofline, and the per-module
+rows."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
+from math import prod
 from typing import Any
 
+from layerscope.analysis.rates import Rates, rates_of
 from layerscope.analysis.roofline import roof_of, roof_times
 from layerscope.collect.meta import NOT_RUN
 from layerscope.metrics.memory.training import OPTIMIZER_STATES
@@ -17,8 +22,9 @@ from layerscope.planning.checkpointing import (
     resolve,
 )
 from layerscope.planning.facts import check_paths, input_bytes, trainable
+from layerscope.planning.kernels import Predicted, predict
 from layerscope.planning.options import OUT_OF_SCOPE, Options
-from layerscope.planning.result import LOWER_BOUND, Plan
+from layerscope.planning.result import LOWER_BOUND, PREDICTED, Plan
 from layerscope.planning.strategy import Step, Times
 from layerscope.profile import Profile
 
@@ -92,10 +98,18 @@ def _build(prof: Profile, opts: Options, choice: CheckpointChoice, asked: Any) -
     setup.optimizer_temp = local if opts.optimizer in ("adam", "adamw") else 0
     points = tl.replay(setup, prof.memory["timeline"])
     top = max(points, key=lambda p: p.total)
-    time, model_flops = _time(work, choice)
-    step = sum(time[k] for k in ("compute", "recompute", "exposed_comm", "optimizer"))
+    timed = _time(work, choice)
+    time, bound, model_flops = timed.time, timed.bound, timed.model_flops
+    step, step_bound = _step(time), _step(bound)
     peak_flops = opts.target.peak(str(opts.compute_dtype).removeprefix("torch."))
+    accum = opts.grad_accum
+    n_params = sum(prod(p.shape) for p in params)
+    # the published convention (PaLM, Appendix B): 6 N per token plus attention
+    published = (
+        (6 * n_params * tokens + timed.predicted.attention_flops) * accum if tokens else None
+    )
     notes = [
+        *timed.notes,
         *_notes(opts, choice, asked, frozen, strategy.notes(opts)),
         *(n for n in prof.notices if n.startswith(NOT_RUN)),
     ]
@@ -129,12 +143,19 @@ def _build(prof: Profile, opts: Options, choice: CheckpointChoice, asked: Any) -
         time=time,
         step_time=step,
         model_flops=model_flops,
-        mfu=model_flops / (step * peak_flops) if step > 0 else None,
+        mfu=published / (step * peak_flops) if published is not None and step > 0 else None,
         tokens=tokens,
-        tokens_per_s=tokens * opts.grad_accum / step if tokens and step > 0 else None,
+        tokens_per_s=tokens * accum / step if tokens and step > 0 else None,
         modules=_module_rows(prof, choice, unit_rows, comm),
         comm=comm,
         notes=notes,
+        step_time_bound=step_bound,
+        tokens_per_s_bound=tokens * accum / step_bound if tokens and step_bound > 0 else None,
+        time_bound=bound,
+        mfu_counted=model_flops / (step * peak_flops) if step > 0 else None,
+        mfu_flops=published,
+        kernels=timed.predicted.kernels * accum,
+        rates=timed.rates.name + ("" if timed.rates.calibrated else " (uncalibrated)"),
         analysis=prof,
     )  # fmt: skip
 
@@ -156,7 +177,7 @@ def _notes(
     opts: Options, choice: CheckpointChoice, asked: Any, frozen: int, own: list[str]
 ) -> list[str]:
     """What the figures assume, beside them."""
-    notes = [LOWER_BOUND, OUT_OF_SCOPE]
+    notes = [OUT_OF_SCOPE]
     if choice.paths:
         notes.append(
             "recompute as torch's non-reentrant checkpoint with early stop off; with early "
@@ -205,11 +226,52 @@ def _checkpoints(prof: Profile, choice: CheckpointChoice, setup: tl.Setup) -> No
     setup.regenerated.update(regenerated)
 
 
-def _time(work: Step, choice: CheckpointChoice) -> tuple[dict[str, float], int]:
-    prof, opts, setup = work.prof, work.opts, work.setup
+@dataclass
+class _Timed:
+    """The step time by part, predicted (``time``) and bounded (``bound``)."""
+
+    time: dict[str, float]
+    bound: dict[str, float]
+    model_flops: int
+    predicted: Predicted
+    rates: Rates
+    notes: list[str]
+
+
+def _step(time: Mapping[str, float]) -> float:
+    return sum(time[k] for k in ("compute", "recompute", "exposed_comm", "optimizer"))
+
+
+def _time(work: Step, choice: CheckpointChoice) -> _Timed:
+    """The bound (roofline per module) and the prediction (achievable rates per kernel,
+    ``planning.kernels``), each with the strategy's collectives and overlap."""
+    prof, opts = work.prof, work.opts
     dtype = str(opts.compute_dtype).removeprefix("torch.")
     roof = roof_of(opts.target, dtype)
     fwd, bwd = roof_times(prof, roof, "forward"), roof_times(prof, roof, "backward")
+    bound = _parts(work, choice, fwd, bwd, opts.target.bandwidth)
+    rates = rates_of(opts.target)
+    predicted = predict(prof, rates, roof.peak, roof.bandwidth)
+    time = _parts(
+        work, choice, predicted.forward, predicted.backward,
+        opts.target.bandwidth * min(1.0, rates.bandwidth),
+    )  # fmt: skip
+    root = prof.root
+    flops = int(root.metrics.get("flops", 0)) + int(root.metrics.get("backward_flops", 0))
+    return _Timed(time, bound, flops * opts.grad_accum, predicted, rates,
+                  _time_notes(rates, predicted))  # fmt: skip
+
+
+def _parts(
+    work: Step,
+    choice: CheckpointChoice,
+    fwd: Mapping[int, float],
+    bwd: Mapping[int, float],
+    bandwidth: float,
+) -> dict[str, float]:
+    """The step's parts from each node's forward and backward seconds: compute,
+    recompute, the strategy's collectives, the optimizer's bytes over ``bandwidth``."""
+    prof, opts, setup = work.prof, work.opts, work.setup
     root = prof.root
     compute = fwd[id(root)] + bwd[id(root)]
     recompute = sum(fwd[id(prof.node(p))] for p in choice.paths)
@@ -220,15 +282,28 @@ def _time(work: Step, choice: CheckpointChoice) -> tuple[dict[str, float], int]:
         + setup.final_grads
     )
     accum = opts.grad_accum
-    time = {
+    return {
         "compute": compute * accum,
         "recompute": recompute * accum,
         "exposed_comm": exposed * accum,
-        "optimizer": moved / opts.target.bandwidth,
+        "optimizer": moved / bandwidth,
         "comm": total * accum,
     }
-    flops = int(root.metrics.get("flops", 0)) + int(root.metrics.get("backward_flops", 0))
-    return time, flops * accum
+
+
+def _time_notes(rates: Rates, predicted: Predicted) -> list[str]:
+    """What the predicted figures rest on."""
+    where = (
+        "" if rates.calibrated else " (uncalibrated: " + (rates.notes or "stated defaults") + ")"
+    )
+    notes = [f"{PREDICTED} Rates: {rates.name}{where}.", LOWER_BOUND]
+    if not predicted.recorded:
+        notes.append(
+            "the analysis has no kernel records (a given or loaded profile): each module's "
+            "own work is priced at the large-matmul rate and the achievable bandwidth, "
+            "without launches"
+        )
+    return notes
 
 
 def _module_rows(

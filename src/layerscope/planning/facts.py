@@ -36,7 +36,7 @@ def analyse(
 ) -> Profile:
     """The one analysis a plan needs: the given profile (checked), or a meta copy of the
     model in the compute dtype, profiled with ``backward=True, memory=True`` and steered
-    to the target."""
+    to the target, its kernels recorded (``planning.kernels``)."""
     want = str(opts.compute_dtype).removeprefix("torch.")
     if isinstance(model, Profile):
         return _checked(model, opts, want)
@@ -65,6 +65,10 @@ def analyse(
         call["kwargs"] = tree_map_only(torch.Tensor, on_meta, dict(kwargs))
     if input_shape is not None:
         call["input_shape"] = input_shape
+    from layerscope.planning.kernels import KernelRecorder, record
+
+    recorder = KernelRecorder()  # after the user's observers: it reads the counters'
+    call["observers"] = [*call.get("observers", ()), recorder]
     if not opts.autocast:
         prof = profile(meta, backward=True, memory=True, target=target, **call)
     else:
@@ -73,6 +77,7 @@ def analyse(
             prof = profile(meta, backward=True, memory=True, target=target, loss_fn=loss, **call)
         prof.model["autocast"] = want
     prof.notices.extend(not_run)
+    record(prof, recorder.kernels)
     return prof
 
 

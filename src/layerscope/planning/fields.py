@@ -13,8 +13,9 @@ Groups (``Group``), one per place a field appears:
   header; structures have their own tables.
 - ``memory``: the parts of a GPU's memory, in order: ``memory``'s keys, the timeline's
   columns and the rows of the memory table; they add up to ``peak_bytes``.
-- ``time``: the step time by part (``time``'s keys); the shown ones add up to
-  ``step_time``, ``comm`` (not shown) is the collectives' whole time.
+- ``time``: the step time by part (``time``'s keys, and ``time_bound``'s); the shown
+  ones add up to ``step_time`` (``step_time_bound``), ``comm`` (not shown) is the
+  collectives' whole time.
 - ``module``: the per-module table's columns (``modules``' rows).
 - ``axis``: a sweep's options, ``row``: a sweep row's figures (``SweepRow``'s fields).
 - ``comm``: the HTML section's table of collectives.
@@ -40,14 +41,17 @@ __all__ = [
     "HEADROOM_BYTES",
     "KEPT_ACTIVATION_BYTES",
     "MFU",
+    "MFU_COUNTED",
     "MODEL_FLOPS",
     "PARTS",
     "PEAK_BYTES",
     "RECOMPUTE_FLOPS",
     "RESERVE_BYTES",
     "STEP_TIME",
+    "STEP_TIME_BOUND",
     "TOKENS",
     "TOKENS_PER_S",
+    "TOKENS_PER_S_BOUND",
     "Group",
     "PlanField",
     "Unit",
@@ -71,6 +75,9 @@ MODEL_FLOPS = "model_flops"
 MFU = "mfu"
 TOKENS = "tokens"
 TOKENS_PER_S = "tokens_per_s"
+STEP_TIME_BOUND = "step_time_bound"
+TOKENS_PER_S_BOUND = "tokens_per_s_bound"
+MFU_COUNTED = "mfu_counted"
 #: The sweep row's count of checkpointed modules (not a ``Plan`` attribute).
 CHECKPOINTED = "checkpointed"
 
@@ -178,16 +185,31 @@ FIELDS: list[PlanField] = [
     _plan("timeline", "data", "one GPU's memory over a training step, by part, as columns",
           "object"),
     _plan("time", "data", "seconds per step", "object"),
-    _plan(STEP_TIME, "seconds", "seconds, a lower bound", "number", header="Step time"),
+    _plan(STEP_TIME, "seconds", "seconds, predicted from achievable rates", "number",
+          header="Step time"),
     _plan(MODEL_FLOPS, "flops", "forward + backward FLOPs per step"),
-    _plan(MFU, "ratio", "model FLOPs / (step_time x peak): an upper bound", "number",
-          header="MFU", nullable=True),
+    _plan(MFU, "ratio", "(6 N per token + attention) / (step_time x peak), PaLM's "
+          "convention; null without tokens", "number", header="MFU", nullable=True),
     _plan(TOKENS, "count", "tokens per micro-batch (integer inputs), or null", nullable=True),
-    _plan(TOKENS_PER_S, "rate", "tokens per second per GPU, or null", "number",
+    _plan(TOKENS_PER_S, "rate", "tokens per second per GPU, predicted, or null", "number",
           header="Tokens/s", nullable=True),
     _plan("modules", "data", "per unit or checkpoint", "array"),
     _plan("comm", "data", "collectives per step: path -> phase -> kind", "object"),
     _plan("notes", "data", "what the figures assume", "array"),
+    _plan(STEP_TIME_BOUND, "seconds", "seconds, a lower bound (the roofline)", "number",
+          header="Step bound", nullable=True, required=False),
+    _plan(TOKENS_PER_S_BOUND, "rate", "tokens per second per GPU, an upper bound, or null",
+          "number", header="Tokens/s bound", nullable=True, required=False),
+    _plan("time_bound", "data", "seconds per step by part, lower bounds", "object",
+          nullable=True, required=False),
+    _plan(MFU_COUNTED, "ratio", "model_flops / (step_time x peak): the analysis's FLOPs",
+          "number", header="MFU (counted)", nullable=True, required=False),
+    _plan("mfu_flops", "flops", "FLOPs per step as mfu counts them (6 N per token + "
+          "attention), or null", nullable=True, required=False),
+    _plan("kernels", "count", "kernels per step (the analysis's ops that move bytes)",
+          nullable=True, required=False),
+    _plan("rates", "text", "the achievable rates the prediction used", "text",
+          nullable=True, required=False),
     # ---- the parts of a GPU's memory ----
     _memory("param_bytes", "Params", "this GPU's parameters at rest (sharded or replicated)"),
     _memory("unsharded_param_bytes", "Unsharded params", "FSDP2 units' gathered parameters"),
@@ -201,10 +223,10 @@ FIELDS: list[PlanField] = [
             "reduce-scatter inputs, DDP buckets)"),
     _memory("other_bytes", "Other", "input, buffers, the optimizer's temporaries"),
     # ---- the step time ----
-    _time("compute", "Compute", "the forward and backward at each module's roofline"),
+    _time("compute", "Compute", "the forward and backward, each kernel at its achievable rate"),
     _time("recompute", "Recompute", "checkpointed modules' forwards, again"),
     _time("exposed_comm", "Exposed comm", "collectives that compute does not hide"),
-    _time("optimizer", "Optimizer", "the step's bytes over the memory bandwidth"),
+    _time("optimizer", "Optimizer", "the step's bytes over the achievable bandwidth"),
     _time("comm", "Comm", "every collective of the step, hidden or not", default=False),
     # ---- the per-module table ----
     PlanField(_MODULE, "path", "text", "the module's path", "Module", priority=None,
@@ -254,14 +276,20 @@ FIELDS: list[PlanField] = [
               priority=90),
     PlanField(_ROW, HEADROOM_BYTES, "bytes", "the budget less reserve and peak", "Headroom",
               priority=60, minimum=None, nullable=True),
-    PlanField(_ROW, STEP_TIME, "seconds", "a lower bound", "Step", priority=85,
+    PlanField(_ROW, STEP_TIME, "seconds", "predicted", "Step", priority=85,
               json="number"),
-    PlanField(_ROW, TOKENS_PER_S, "rate", "tokens per second per GPU, an upper bound",
+    PlanField(_ROW, TOKENS_PER_S, "rate", "tokens per second per GPU, predicted",
               "Tokens/s", priority=70, json="number", nullable=True),
-    PlanField(_ROW, MFU, "ratio", "model FLOPs utilisation, an upper bound", "MFU",
+    PlanField(_ROW, MFU, "ratio", "model FLOPs utilisation, PaLM's convention", "MFU",
               priority=65, json="number", nullable=True),
     PlanField(_ROW, CHECKPOINTED, "count", "modules checkpointed", "Checkpointed",
               default=False),
+    PlanField(_ROW, STEP_TIME_BOUND, "seconds", "a lower bound (the roofline)", "Step bound",
+              priority=40, json="number", nullable=True, required=False),
+    PlanField(_ROW, TOKENS_PER_S_BOUND, "rate", "tokens per second per GPU, an upper bound",
+              "Tokens/s bound", default=False, json="number", nullable=True, required=False),
+    PlanField(_ROW, MFU_COUNTED, "ratio", "model FLOPs utilisation, the analysis's FLOPs",
+              "MFU (counted)", default=False, json="number", nullable=True, required=False),
     # ---- the HTML section's collectives ----
     PlanField("comm", "phase", "text", "the step's phase", "Phase", json="text"),
     PlanField("comm", "kind", "text", "the collective", "Collective", json="text"),

@@ -75,8 +75,13 @@ def plan_data(section: Mapping[str, Any], sweep: Mapping[str, Any] | None = None
     figures = {
         key: page_number(section.get(key))
         for key in (F.KEPT_ACTIVATION_BYTES, F.RECOMPUTE_FLOPS, F.STEP_TIME, F.MODEL_FLOPS,
-                    F.MFU, F.TOKENS, F.TOKENS_PER_S)
+                    F.MFU, F.TOKENS, F.TOKENS_PER_S, F.STEP_TIME_BOUND, F.TOKENS_PER_S_BOUND,
+                    F.MFU_COUNTED)
     }  # fmt: skip
+    given = section.get("time_bound")
+    bound = None
+    if isinstance(given, Mapping):
+        bound = [[f.header, page_number(given.get(f.key, 0))] for f in fields("time") if f.default]
     return {
         "part_names": [f.header for f in fields("memory")],
         "labels": {f.key: f.header for f in fields("plan") if f.header},
@@ -104,6 +109,10 @@ def plan_data(section: Mapping[str, Any], sweep: Mapping[str, Any] | None = None
         "comm_time": page_number(time.get("comm")),
         "exposed_comm": page_number(time.get("exposed_comm")),
         **{k: figures[k] for k in (F.STEP_TIME, F.MODEL_FLOPS, F.MFU, F.TOKENS, F.TOKENS_PER_S)},
+        # the roofline bound beside the prediction (null in a document from before it)
+        **{k: figures[k] for k in (F.STEP_TIME_BOUND, F.TOKENS_PER_S_BOUND, F.MFU_COUNTED)},
+        "time_bound": bound,
+        "rates": str(section.get("rates") or ""),
         "modules": _modules(section.get("modules") or []),
         "comm": _comm(section.get("comm") or {}),
         "comm_columns": [_column(f) for f in fields("comm")],

@@ -16,8 +16,16 @@ from layerscope.profile import Profile
 
 #: What the output says beside its figures (``Plan.notes`` adds the plan's own).
 LOWER_BOUND = (
-    "step_time is a lower bound (roofline of each module, collectives at NCCL's rates, "
-    "perfect overlap where the model allows it): MFU is an upper bound"
+    "step_time_bound is a lower bound (roofline of each module, collectives at NCCL's "
+    "rates, perfect overlap where the model allows it): tokens_per_s_bound is an upper "
+    "bound"
+)
+PREDICTED = (
+    "step_time, time and tokens_per_s are predictions: each kernel at the target's "
+    "achievable rate for its class (matmul by shape, attention by kernel, head dim and "
+    "length, memory-bound at the achievable bandwidth) plus a launch cost, eager; mfu "
+    "counts 6 N per token plus attention (PaLM, Appendix B), mfu_counted the analysis's "
+    "FLOPs."
 )
 
 
@@ -48,8 +56,9 @@ class Plan:
     recompute_flops: int
     #: the timeline as columns: phase, event, path, total and one list per part
     timeline: dict[str, list[Any]]
-    #: step time by part (seconds): compute, recompute, exposed_comm, optimizer, and the
-    #: whole collectives' time (comm) of which exposed_comm is not hidden
+    #: predicted step time by part (seconds): compute, recompute, exposed_comm,
+    #: optimizer, and the whole collectives' time (comm) of which exposed_comm is not
+    #: hidden; ``step_time`` their sum (``time_bound``, ``step_time_bound``: the roofline)
     time: dict[str, float]
     step_time: float
     #: forward + backward FLOPs per step (no recompute), grad_accum micro-batches
@@ -62,6 +71,17 @@ class Plan:
     #: collectives per step on this GPU in ``profile.comm``'s form
     comm: dict[str, Any]
     notes: list[str]
+    #: the roofline lower bound on the step time, by part as ``time``, and its throughput
+    step_time_bound: float | None = None
+    tokens_per_s_bound: float | None = None
+    time_bound: dict[str, float] | None = None
+    #: model FLOPs / (step_time x peak) with the analysis's own FLOP count
+    mfu_counted: float | None = None
+    #: FLOPs per step in the published convention (6 N per token plus attention)
+    mfu_flops: int | None = None
+    #: kernels launched per step (the analysis's), and the rates they were priced at
+    kernels: int | None = None
+    rates: str | None = None
     analysis: Profile | None = field(default=None, repr=False, compare=False)
     #: the model and input the plan was analysed from (``planning.sweep.Source``), to
     #: analyse other micro-batches; None for a plan from a profile or a file
@@ -127,7 +147,8 @@ class Plan:
         section = checked_section(data, "plan", PLAN, missing)
         known = {f.name for f in fields(cls)} - _NOT_SAVED
         analysis = Profile.from_dict(data) if "root" in data else None
-        return cls(**{k: section[k] for k in known}, analysis=analysis)
+        # the figures added after the first documents are optional (None when absent)
+        return cls(**{k: section[k] for k in known if k in section}, analysis=analysis)
 
     # ---- views ---------------------------------------------------------------------
     def render(self, **options: Any) -> str:
@@ -175,4 +196,4 @@ def load_plan(path: str | os.PathLike[str]) -> Plan:
     return Plan.from_dict(read_document(path))
 
 
-__all__ = ["LOWER_BOUND", "Plan", "load_plan"]
+__all__ = ["LOWER_BOUND", "PREDICTED", "Plan", "load_plan"]

@@ -91,6 +91,7 @@ _SHAPES: dict[str, Callable[[PlanField], Check]] = {
     "checkpoint": lambda f: Arr(Str(), f.description),
     "timeline": _timeline,
     "time": lambda f: Map(Finite(), f"{f.description}: {', '.join(keys('time'))}"),
+    "time_bound": lambda f: Opt(Map(Finite()), f"{f.description}: {', '.join(keys('time'))}"),
     "modules": _modules,
     "comm": lambda f: Map(Map(Map(Map(Finite()))), f.description),
     "notes": lambda f: Arr(Str(), f.description),
@@ -120,7 +121,7 @@ def sweep_spec() -> Obj:
     setting = Obj({"target": Str(), "device": Str(), "budget": Opt(Int(0)), "input": Str()})
     return Obj(
         {"axes": Arr(Str()), "setting": setting,
-         "rows": Arr(Obj(cells, required=tuple(f.key for f in row)))},
+         "rows": Arr(Obj(cells, required=tuple(f.key for f in row if f.required)))},
         required=("axes", "rows"),
         description="ls.plan_sweep's plans, one row per combination of the options swept",
     )  # fmt: skip

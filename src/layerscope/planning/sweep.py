@@ -16,7 +16,7 @@ import json
 import os
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 import torch
@@ -127,32 +127,42 @@ class SweepRow(Mapping[str, Any]):
     tokens_per_s: float | None
     mfu: float | None
     checkpointed: int
+    #: added after the first documents: optional on reading
+    step_time_bound: float | None = None
+    tokens_per_s_bound: float | None = None
+    mfu_counted: float | None = None
 
     def __getitem__(self, key: str) -> Any:
         if key not in _ROW_KEYS:
             raise KeyError(key)
         return getattr(self, key)
 
+    def _keys(self) -> tuple[str, ...]:
+        """The row's keys: an optional figure without a value is left out."""
+        return tuple(k for k in _ROW_KEYS if k not in _OPTIONAL or getattr(self, k) is not None)
+
     def __iter__(self) -> Iterator[str]:
-        return iter(_ROW_KEYS)
+        return iter(self._keys())
 
     def __len__(self) -> int:
-        return len(_ROW_KEYS)
+        return len(self._keys())
 
     def to_dict(self) -> dict[str, Any]:
         """The row as its document writes it."""
-        return {k: getattr(self, k) for k in _ROW_KEYS}
+        return {k: getattr(self, k) for k in self._keys()}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SweepRow:
-        """A row from ``to_dict``'s form (keys the row does not have are left out)."""
-        missing = [k for k in _ROW_KEYS if k not in data]
+        """A row from ``to_dict``'s form (keys the row does not have are left out; the
+        figures added later may be missing)."""
+        missing = [k for k in _ROW_KEYS if k not in data and k not in _OPTIONAL]
         if missing:
             raise InvalidInputError(f"a sweep row needs {', '.join(missing)}")
-        return cls(**{k: data[k] for k in _ROW_KEYS})
+        return cls(**{k: data[k] for k in _ROW_KEYS if k in data})
 
 
 _ROW_KEYS = tuple(f.name for f in fields(SweepRow))
+_OPTIONAL = frozenset(f.name for f in fields(SweepRow) if f.default is not MISSING)
 
 
 @dataclass

@@ -268,6 +268,37 @@ def _budget(section: Mapping[str, Any]) -> tuple[str, str]:
     return (head + f"does not fit, {units.nbytes(-headroom)} over.", "layerscope.notice")
 
 
+def _throughput(section: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The bound beside the predicted step, tokens/s and MFU (both conventions)."""
+    out: list[tuple[str, str]] = []
+    bound = section.get(F.STEP_TIME_BOUND)
+    if bound is not None:
+        out.append((
+            f"Predicted at the achievable rates of {section.get('rates') or 'the target'}, "
+            f"{units.si(section.get('kernels') or 0)} kernels per step; the roofline lower "
+            f"bound is {units.seconds(bound)} per step.", "",
+        ))  # fmt: skip
+    tps, mfu = section.get(F.TOKENS_PER_S), section.get(F.MFU)
+    rate = (
+        f"{units.si(round(tps))} tokens/s per GPU" if tps else "tokens/s not known (no token ids)"
+    )
+    top = section.get(F.TOKENS_PER_S_BOUND)
+    if tps and top:
+        rate += f" (at most {units.si(round(top))})"
+    counted = section.get(F.MFU_COUNTED)
+    if bound is None:  # a document from before predictions: its step time is the bound
+        mfu_text = f"MFU {units.pct(100.0 * mfu)} (an upper bound)" if mfu is not None else ""
+    else:
+        mfu_text = f"MFU {units.pct(100.0 * mfu)} (6 N per token + attention)" if mfu else ""
+        if counted is not None:
+            mfu_text += ", " if mfu_text else ""
+            mfu_text += f"{units.pct(100.0 * counted)} of the analysis's FLOPs"
+    flops = section.get(F.MODEL_FLOPS)
+    per_step = f"; {units.si(flops)} model FLOPs per step" if flops else ""
+    out.append((f"Throughput: {rate}; {mfu_text or 'MFU not known'}{per_step}.", ""))
+    return out
+
+
 def _step(section: Mapping[str, Any], width: int) -> list[Line]:
     """The step time by part, the collectives, throughput and checkpointing."""
     time: Mapping[str, float] = section.get("time", {})
@@ -277,13 +308,20 @@ def _step(section: Mapping[str, Any], width: int) -> list[Line]:
         TableColumn("time", "Time", priority=None),
         TableColumn("share", "Share", priority=10, style="layerscope.pct"),
     ]
+    bound: Mapping[str, float] | None = section.get("time_bound")
+    if bound is not None:
+        columns.append(TableColumn("bound", "Bound", priority=20))
     rows = [
         _row(part.header, units.seconds(time.get(part.key, 0.0)),
-             _share(time.get(part.key, 0.0), step))
+             _share(time.get(part.key, 0.0), step),
+             *([units.seconds(bound.get(part.key, 0.0))] if bound is not None else []))
         for part in fields("time")
         if part.default
     ]  # fmt: skip
-    total = _row("Step", units.seconds(step), _share(step, step), style="layerscope.total")
+    total = _row("Step", units.seconds(step), _share(step, step),
+                 *([units.seconds(section.get(F.STEP_TIME_BOUND) or 0.0)]
+                   if bound is not None else []),
+                 style="layerscope.total")  # fmt: skip
     lines = _fitted(_table(columns, rows, total), width)[0]
     comm, exposed = time.get("comm", 0.0), time.get("exposed_comm", 0.0)
     facts: list[tuple[str, str]] = []
@@ -294,14 +332,7 @@ def _step(section: Mapping[str, Any], width: int) -> list[Line]:
         ))  # fmt: skip
     else:
         facts.append(("Collectives: none in this step.", ""))
-    tps, mfu = section.get(F.TOKENS_PER_S), section.get(F.MFU)
-    rate = (
-        f"{units.si(round(tps))} tokens/s per GPU" if tps else "tokens/s not known (no token ids)"
-    )
-    upper = f"MFU {units.pct(100.0 * mfu)} (an upper bound)" if mfu is not None else ""
-    flops = section.get(F.MODEL_FLOPS)
-    per_step = f"; {units.si(flops)} model FLOPs per step" if flops else ""
-    facts.append((f"Throughput: {rate}; {upper or 'MFU not known'}{per_step}.", ""))
+    facts.extend(_throughput(section))
     kept = section.get(F.KEPT_ACTIVATION_BYTES, 0)
     recompute = section.get(F.RECOMPUTE_FLOPS, 0)
     facts.append((
@@ -456,7 +487,12 @@ def sweep_lines(sweep: Mapping[str, Any], width: int, max_rows: int | None = Non
         ))  # fmt: skip
     if fixed:
         facts.append(("The same in every plan: " + ", ".join(fixed) + ".", ""))
-    figures = [f for f in fields("row") if f.default]
+    # a figure added after the first documents shows where some row has it
+    figures = [
+        f
+        for f in fields("row")
+        if f.default and (f.required or any(r.get(f.key) is not None for r in rows))
+    ]
     columns = [TableColumn(a, options[a].header if a in options else a, priority=None)
                for a in axes]  # fmt: skip
     columns += [
@@ -472,19 +508,32 @@ def sweep_lines(sweep: Mapping[str, Any], width: int, max_rows: int | None = Non
         notice = r.get(F.FITS) is False
         body.append(_row(*cells, style="layerscope.notice" if notice else ""))
     table, dropped = _fitted(_table(columns, body, None), width)
-    after = [(_sweep_note(dropped), "")]
+    bounded = any(r.get(F.STEP_TIME_BOUND) is not None for r in rows)
+    after = [(_sweep_note(dropped, bounded), "")]
     if len(listed) < len(rows):
         after.insert(0, (f"Showing {len(listed)} of {len(rows)} rows (max_rows {max_rows}).",
                          "layerscope.hidden"))  # fmt: skip
     return _sentences(facts, width) + table + _sentences(after, width)
 
 
-def _sweep_note(dropped: Sequence[str] = ()) -> str:
+def _sweep_note(dropped: Sequence[str] = (), bounded: bool = False) -> str:
     """What the sweep's figures are, of the columns shown (not those in ``dropped``, the
-    headers the width left out): bounds, and what the headroom is."""
+    headers the width left out): predictions and bounds (``bounded``: the rows have a
+    bound beside the prediction; else a document from before predictions, whose step
+    time is the bound), and what the headroom is."""
     h = {f.key: f.header for f in fields("row") if f.header not in dropped}
     if F.STEP_TIME not in h:
         return ""
+    if bounded:
+        note = f"{h[F.STEP_TIME]} is predicted (each kernel at its achievable rate)"
+        if F.STEP_TIME_BOUND in h:
+            note += f"; {h[F.STEP_TIME_BOUND]} is a lower bound (roofline compute, "
+            note += "collectives at NCCL's rates)"
+        if F.MFU in h:
+            note += f"; {h[F.MFU]} counts 6 N per token plus attention"
+        if F.HEADROOM_BYTES in h:
+            note += f"; {h[F.HEADROOM_BYTES]} is {field('row', F.HEADROOM_BYTES).description}"
+        return note + "."
     bounds = [h[k] for k in (F.TOKENS_PER_S, F.MFU) if k in h]
     note = f"{h[F.STEP_TIME]} is a lower bound (roofline compute, collectives at NCCL's"
     note += " rates)"

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 
 from layerscope.errors import InvalidInputError
-from layerscope.hardware import BY_NAME, DeviceSpec
+from layerscope.hardware import BY_NAME, DeviceSpec, is_profile_path, load_device
 
 #: The runtime cuDNN version (``torch.backends.cudnn.version()``) the CUDA rules assume by
 #: default: the one torch 2.13's CUDA 12.8/12.9/13.0 wheels ship (9.20.0, pinned in March
@@ -95,12 +95,17 @@ KNOWN_TARGETS: dict[str, tuple[str, str | None]] = {
 def parse_target(value: str) -> Target:
     """The Target a name stands for: "cpu", "cuda" (sm90), or a built-in device spec's
     name or alias ("h100", "h100-sxm5", "a100", "l4", "rtx-4090", ...: sm90, sm80 or
-    sm89, as ``ls.device_spec`` names them); case and surrounding blanks do not matter.
-    Anything else raises ``InvalidInputError`` naming the known ones."""
+    sm89, as ``ls.device_spec`` names them), a registered one's, or a device profile's
+    path (``*.json``: its arch); case and surrounding blanks do not matter. Anything
+    else raises ``InvalidInputError`` naming the known ones."""
     if not isinstance(value, str):
         raise InvalidInputError(f"target must be a string, got {type(value).__name__}")
     key = value.strip().lower()
     known = KNOWN_TARGETS.get(key)
+    if known is None and (is_profile_path(key) or key in BY_NAME):
+        # a device profile's path, or a spec registered after import (register_device)
+        spec = load_device(value.strip()) if is_profile_path(key) else BY_NAME[key]
+        known, key = _device_type_and_arch(spec), spec.name
     if known is None:
         raise InvalidInputError(
             f"unknown target {value!r}; known targets: {', '.join(KNOWN_TARGETS)}"

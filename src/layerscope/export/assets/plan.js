@@ -61,9 +61,17 @@
       "budget \u2212 reserve \u2212 peak = " + P.headroom_bytes + " B: " + (fits ? "it fits" : "it does not fit"),
       fits ? "pl-good" : "pl-bad");
   }
-  card(L.step_time, fmt(P.step_time, "seconds"), "a lower bound (see the notes): " + P.step_time + " s");
-  if (P.mfu !== null) card(L.mfu, fmt(P.mfu, "ratio"), "model FLOPs utilisation, an upper bound: " + P.mfu);
-  if (P.tokens_per_s !== null) card(L.tokens_per_s, fmt(P.tokens_per_s, "si"), fmt(P.tokens, "count") + " tokens per step: " + fmt(P.tokens_per_s, "si") + " tokens/s");
+  var bounded = P.step_time_bound !== null && P.step_time_bound !== undefined;
+  card(L.step_time, fmt(P.step_time, "seconds"), (bounded ? "predicted from achievable rates (" + P.rates +
+    "), see the notes: " : "a lower bound (see the notes): ") + P.step_time + " s");
+  if (bounded) card(L.step_time_bound, fmt(P.step_time_bound, "seconds"),
+    "the roofline lower bound: " + P.step_time_bound + " s");
+  if (P.mfu !== null) card(L.mfu, fmt(P.mfu, "ratio"), bounded ? "model FLOPs utilisation, 6 N per token + " +
+    "attention (PaLM's convention): " + P.mfu : "model FLOPs utilisation, an upper bound: " + P.mfu);
+  if (bounded && P.mfu_counted !== null) card(L.mfu_counted, fmt(P.mfu_counted, "ratio"),
+    "the analysis's FLOPs over the predicted step at the peak: " + P.mfu_counted);
+  if (P.tokens_per_s !== null) card(L.tokens_per_s, fmt(P.tokens_per_s, "si"), fmt(P.tokens, "count") + " tokens per step: " + fmt(P.tokens_per_s, "si") + " tokens/s" +
+    (bounded && P.tokens_per_s_bound !== null ? ", at most " + fmt(P.tokens_per_s_bound, "si") : ""));
   root.appendChild(cards);
 
   // ---- memory at the peak: a stacked bar ---------------------------------------------
@@ -258,7 +266,11 @@
   // ---- step time by part -------------------------------------------------------------
   var step = num(P.step_time), sum = 0;
   P.time.forEach(function (t) { sum += num(t[1]) || 0; });
-  var ss = section("Step time", "ls-plan-time", "A lower bound: each module at its roofline, collectives at " +
+  var ss = section("Step time", "ls-plan-time", P.time_bound ? "Predicted: each kernel at its achievable rate " +
+    "plus a launch cost, collectives at NCCL's rates, perfect overlap where the model allows it; the " +
+    "roofline lower bound is " + fmt(P.step_time_bound, "seconds") + " (" + P.time_bound.map(function (t) {
+      return t[0] + " " + fmt(t[1], "seconds"); }).join(", ") + ")." :
+    "A lower bound: each module at its roofline, collectives at " +
     "NCCL's rates, perfect overlap where the model allows it.");
   var tb = el("div", "pl-bar"), twhole = Math.max(step || 0, sum) || 1;
   tb.id = "ls-plan-timebar"; tb.dataset.scale = String(twhole);
@@ -282,7 +294,8 @@
       (hidden > 0 ? "the rest (" + pctOf(hidden, comm) + ") overlaps compute." : "none of it overlaps compute."));
   }
   facts.push("Model FLOPs per step: " + fmt(P.model_flops, "si") + (P.mfu !== null ? "; MFU " + fmt(P.mfu, "ratio") +
-    " of " + (DV.label || O.target || "the device") + "'s peak (an upper bound)" : "") + "." +
+    " of " + (DV.label || O.target || "the device") + "'s peak " +
+    (P.time_bound ? "(6 N per token + attention)" : "(an upper bound)") : "") + "." +
     (P.tokens ? " " + fmt(P.tokens, "count") + " tokens per step, " + fmt(P.tokens_per_s, "si") + " tokens/s." : ""));
   if (P.checkpoint.length) {
     var cp = P.checkpoint, many = cp.length > 4;  // a long list: its ends, and how many

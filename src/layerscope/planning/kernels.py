@@ -1,0 +1,223 @@
+"""The kernels of a plan's analysis, by class, and the predicted time of each module.
+
+``KernelRecorder`` rides along the plan's one analysis (after the FLOP and byte
+counters, whose per-op increments it reads): every op that moves bytes (or counts
+FLOPs) is one kernel,
+recorded by module, phase and class with what its rate depends on:
+
+- ``matmul``: ``mm``, ``addmm``, ``bmm``, ``baddbmm``, ``_scaled_mm`` by output shape
+  (batch, M, N); convolutions without a shape (the large-matmul rate);
+- ``attention``: ``scaled_dot_product_attention``'s fused kernels by backend (flash,
+  efficient, cudnn), head dim, query length and causality (the math backend is its
+  matmuls and softmax, recorded as those);
+- ``memory``: every other kernel, by op.
+
+``predict`` prices the records on a device's achievable rates (``analysis.rates``): per
+kernel ``max(flops / achievable FLOP/s, bytes / achievable bandwidth) + launch``, summed
+per module like ``analysis.roofline.roof_times``. A profile without records (a given or
+loaded one) is priced per module: its own work at the large-matmul share of the peak and
+the achievable bandwidth, no launches (the plan's notes say so).
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from math import prod
+from typing import Any
+
+from torch import Tensor
+from torch._ops import OpOverload
+
+import layerscope.metricspec as ms
+from layerscope.analysis.rates import Rates
+from layerscope.analysis.roofline import work
+from layerscope.collect.observer import Observer
+from layerscope.profile import Node, Profile
+
+__all__ = ["KernelRecorder", "Kernels", "Predicted", "kernels_of", "predict", "record"]
+
+_MATMULS = frozenset({"mm", "addmm", "bmm", "baddbmm", "_scaled_mm", "_int_mm"})
+_CONVOLUTIONS = frozenset({"convolution", "convolution_backward", "_convolution"})
+#: op name prefixes of the fused attention kernels, and their (B, H, S, D) layout: True
+#: when the sequence is dim -2 (sdpa's ops), False when it is dim 1 (the raw kernels)
+_ATTENTION = (("_scaled_dot_product_", True), ("_flash_attention_", False),
+              ("_efficient_attention_", False))  # fmt: skip
+#: (path, phase, class, detail): [kernels, flops, bytes, published attention FLOPs]
+Key = tuple[str, str, str, tuple[Any, ...]]
+
+
+@dataclass
+class Kernels:
+    """An analysis's kernels: ``rows`` by (module path, phase, class, detail)."""
+
+    rows: dict[Key, list[int]] = field(default_factory=dict)
+
+    def count(self) -> int:
+        return sum(r[0] for r in self.rows.values())
+
+
+#: The kernels recorded for each plan analysis, by ``id`` of its Profile while it lives
+#: (a Profile compares by value: no hash).
+_RECORDED: dict[int, Kernels] = {}
+
+
+def kernels_of(prof: Profile) -> Kernels | None:
+    """The kernels recorded for ``prof``'s analysis; None for a given or loaded profile."""
+    return _RECORDED.get(id(prof))
+
+
+def record(prof: Profile, kernels: Kernels) -> None:
+    """Keep ``kernels`` for ``prof`` until it is collected."""
+    key = id(prof)
+    _RECORDED[key] = kernels
+    weakref.finalize(prof, _RECORDED.pop, key, None)
+
+
+def _arg(func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any], name: str) -> Any:
+    """An op's argument by its schema's name (None when it has none)."""
+    for i, a in enumerate(func._schema.arguments):
+        if a.name == name:
+            if name in kwargs:
+                return kwargs[name]
+            return args[i] if i < len(args) else getattr(a, "default_value", None)
+    return None
+
+
+def classify(
+    func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any, backward: bool
+) -> tuple[str, tuple[Any, ...], int]:
+    """(class, detail, the PaLM attention FLOPs of a forward attention kernel: 12 B H
+    Sq Sk D) of one op."""
+    name = func._schema.name.split("::")[-1]
+    if name in _MATMULS:
+        shape = out.shape if isinstance(out, Tensor) else ()
+        if len(shape) >= 2:
+            return "matmul", (int(prod(shape[:-2])), int(shape[-2]), int(shape[-1])), 0
+        return "matmul", (), 0
+    if name in _CONVOLUTIONS:
+        return "matmul", (), 0
+    for prefix, sdpa_layout in _ATTENTION:
+        if name.startswith(prefix) and "attention" in name:
+            kind = "cudnn" if "cudnn" in name else "efficient" if "efficient" in name else "flash"
+            q, k = _arg(func, args, kwargs, "query"), _arg(func, args, kwargs, "key")
+            causal = bool(
+                _arg(func, args, kwargs, "is_causal") or _arg(func, args, kwargs, "causal")
+            )
+            if not isinstance(q, Tensor) or q.dim() != 4:
+                return "attention", (kind, 0, 0, causal), 0
+            b, d = int(q.shape[0]), int(q.shape[-1])
+            h, sq = (q.shape[1], q.shape[2]) if sdpa_layout else (q.shape[2], q.shape[1])
+            sk = (k.shape[2] if sdpa_layout else k.shape[1]) if isinstance(k, Tensor) else sq
+            direction = "backward" if "backward" in name else "forward"
+            palm = 12 * b * int(h) * int(sq) * int(sk) * d if direction == "forward" else 0
+            return "attention", (kind, d, int(sq), causal), palm
+    return "memory", (name,), 0
+
+
+class KernelRecorder(Observer):
+    """Records every op's kernel (module docstring); install after the FLOP and byte
+    counters (``ls.profile``'s ``observers=`` are)."""
+
+    def __init__(self) -> None:
+        self.kernels = Kernels()
+        self._seen: dict[tuple[int, bool], tuple[float, float]] = {}
+
+    def on_op(
+        self,
+        func: OpOverload,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        out: Any,
+        node: Node,
+        backward: bool,
+    ) -> None:
+        m = node.self_metrics
+        f_key, b_key = (
+            (ms.BACKWARD_FLOPS, ms.BACKWARD_BYTES_ACCESSED)
+            if backward
+            else (ms.FLOPS, ms.BYTES_ACCESSED)
+        )
+        flops, nbytes = float(m.get(f_key, 0) or 0), float(m.get(b_key, 0) or 0)
+        before = self._seen.get((id(node), backward), (0.0, 0.0))
+        self._seen[(id(node), backward)] = (flops, nbytes)
+        moved, done = nbytes - before[1], flops - before[0]
+        if moved <= 0 and done <= 0:
+            return  # a view, or an op that does nothing: no kernel
+        kind, detail, palm = classify(func, args, kwargs, out, backward)
+        key = (node.path, "backward" if backward else "forward", kind, detail)
+        row = self.kernels.rows.get(key)
+        if row is None:
+            row = self.kernels.rows[key] = [0, 0, 0, 0]
+        row[0] += 1
+        row[1] += int(done)
+        row[2] += int(moved)
+        row[3] += palm
+
+
+@dataclass
+class Predicted:
+    """Predicted seconds of each node's forward and backward, inclusive (by ``id``),
+    the kernels priced, and the published convention's attention FLOPs per micro-batch
+    (forward and backward: 12 B H Sq Sk D per attention kernel)."""
+
+    forward: dict[int, float]
+    backward: dict[int, float]
+    kernels: int
+    attention_flops: int
+    recorded: bool
+
+
+def _price(rates: Rates, peak: float, bandwidth: float, key: Key, row: list[int]) -> float:
+    """Seconds of one record's kernels on the rates."""
+    count, flops, nbytes = row[0], row[1], row[2]
+    kind, detail = key[2], key[3]
+    if kind == "matmul":
+        share = rates.matmul_fraction(detail[1], detail[2], detail[0]) if detail else rates.matmul
+    elif kind == "attention":
+        share = rates.attention_fraction(detail[0], key[1], detail[1], detail[2], detail[3])
+    else:
+        share = rates.matmul
+    share = min(1.0, share)
+    fast = max(flops / (peak * share), nbytes / (bandwidth * min(1.0, rates.bandwidth)))
+    return fast + count * rates.launch
+
+
+def predict(prof: Profile, rates: Rates, peak: float, bandwidth: float) -> Predicted:
+    """Each node's predicted forward and backward seconds on ``rates`` (module
+    docstring), ``peak`` and ``bandwidth`` the datasheet's for the compute dtype."""
+    kernels = kernels_of(prof)
+    own: dict[str, dict[str, float]] = {"forward": {}, "backward": {}}
+    count = palm = 0
+    if kernels is not None:
+        paths = {n.path for n in prof.root.walk()}
+        for key, row in kernels.rows.items():
+            path, phase = key[0], key[1]
+            if path not in paths:
+                continue  # work outside the model (the loss): not in the bound either
+            own[phase][path] = own[phase].get(path, 0.0) + _price(rates, peak, bandwidth, key, row)
+            count += row[0]
+            palm += row[3]
+    times: dict[str, dict[int, float]] = {}
+    achievable = (peak * min(1.0, rates.matmul), bandwidth * min(1.0, rates.bandwidth))
+    for phase in ("forward", "backward"):
+        out: dict[int, float] = {}
+        for node in reversed(list(prof.root.walk())):
+            if kernels is not None:
+                t = own[phase].get(node.path, 0.0)
+            else:
+                w = work(node.self_metrics, phase)
+                t = max(w[0] / achievable[0], w[1] / achievable[1]) if w is not None else 0.0
+            out[id(node)] = t + sum(out.get(id(c), 0.0) for c in node.children)
+        times[phase] = out
+    # the convention counts the backward as twice the forward: 12 = 3 x 4 B H Sq Sk D
+    return Predicted(times["forward"], times["backward"], count, palm, kernels is not None)
+
+
+def recorded_paths(kernels: Kernels) -> Mapping[str, int]:
+    """Kernels per module path (for tests and notes)."""
+    out: dict[str, int] = {}
+    for key, row in kernels.rows.items():
+        out[key[0]] = out.get(key[0], 0) + row[0]
+    return out
