@@ -233,7 +233,11 @@ def _settings(options: Mapping[str, Any], device: Mapping[str, Any]) -> list[lis
     """The options and the device's facts as ``[name, text]``: bandwidths in B/s, bytes in
     binary units and in full, module paths with the root as ``<root>``."""
     out: list[list[str]] = []
-    for prefix, facts in (("", options), ("device ", device)):
+    flat = {k: v for k, v in options.items() if not isinstance(v, Mapping)}
+    for key, value in options.items():  # a nested option (the cluster): a row per field
+        if isinstance(value, Mapping):
+            flat |= {f"{key} {k}": v for k, v in value.items()}
+    for prefix, facts in (("", flat), ("device ", device)):
         for key, value in facts.items():
             text = _text(value)
             if isinstance(value, bool):
@@ -241,12 +245,16 @@ def _settings(options: Mapping[str, Any], device: Mapping[str, Any]) -> list[lis
             elif isinstance(value, int | float) and math.isfinite(value):
                 if key.endswith("bandwidth") or key == "interconnect":
                     text = f"{units.si(value)}B/s"
+                elif key.endswith("latency"):
+                    text = units.seconds(value)
                 elif key.endswith("_bytes"):
                     text = f"{units.nbytes(value)} ({units.count(value)} B)"
                 else:
                     text = f"{value:g}" if isinstance(value, float) else str(value)
             elif isinstance(value, list | tuple) and value:
-                text = ", ".join(str(v) or "<root>" for v in value)
+                text = ("; " if key.endswith("sources") else ", ").join(
+                    str(v) or "<root>" for v in value
+                )
             out.append([prefix + str(key), text])
     return out
 
