@@ -42,6 +42,7 @@ CASES: dict[str, dict[str, Any]] = {
     "hsdp": {"hsdp": (2, 4)},
     "checkpoint": {"checkpoint": "blocks"},
     "cluster": {"world_size": 16, "cluster": {"gpus_per_node": 4, "nics_per_node": 1}},
+    "reduce_dtype": {"reduce_dtype": "bf16"},
 }
 LIMIT = 16
 
@@ -121,7 +122,7 @@ def test_to_dict_is_every_option_in_plan_form() -> None:
         "optimizer": "adamw", "grad_accum": 1, "budget": SPECS["h100"].memory_bytes,
         "reserve_bytes": RESERVE_BYTES, "rank": 0, "reshard_after_forward": True,
         "units": ["0"], "inter_node_bandwidth": None, "bucket_cap_mb": 25,
-        "hsdp": [2, 4], "checkpoint": ["1"], "cluster": None,
+        "hsdp": [2, 4], "checkpoint": ["1"], "cluster": None, "reduce_dtype": None,
     }  # fmt: skip
     custom = check_options({"target": TINY})
     assert custom.to_dict()["target"]["memory_bytes"] == 2_000_000
@@ -176,3 +177,22 @@ def test_a_lazy_module_is_refused_by_name_and_left_lazy() -> None:
     with pytest.raises(InvalidInputError, match=re.escape(words)):
         ls.plan(model, torch.randn(2, 4), precision="fp32")
     assert isinstance(model[1], nn.LazyLinear) and model[1].has_uninitialized_params()
+
+
+def test_reduce_dtype_halves_the_reduce_scatter_not_the_gradients() -> None:
+    """Two Linear(8, 8) units on 2 GPUs, bf16-mixed: each rank's padded shard is 4 rows of
+    8 and 4 biases, 36 elements; the reduce-scatter takes 2 x 36 elements, 288 B in
+    float32 (FSDP2's default reduce dtype under mixed precision), 144 B in bfloat16. The
+    sharded gradients stay float32: 2 x 36 x 4 = 288 B for the two units either way."""
+    model = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 8))
+    x = torch.randn(2, 8)
+    plans = {d: ls.plan(model, x, world_size=2, reduce_dtype=d) for d in (None, "bf16")}
+    for dtype, payload in ((None, 288), ("bf16", 144)):
+        assert plans[dtype].comm["0"]["backward"]["reduce_scatter"]["bytes"] == payload
+        assert plans[dtype].states["grad_bytes"] == 288
+    assert plans["bf16"].options["reduce_dtype"] == "bf16"
+    assert "reduce_dtype" not in plans[None].options  # the default: documents as before
+    with pytest.raises(InvalidInputError, match="reduce_dtype is FSDP2's"):
+        ls.plan(model, torch.randn(2, 8), world_size=2, sharding="ddp", reduce_dtype="bf16")
+    with pytest.raises(InvalidInputError, match="reduce_dtype must be one of 'fp32', 'bf16'"):
+        ls.plan(model, torch.randn(2, 8), world_size=2, reduce_dtype="int8")

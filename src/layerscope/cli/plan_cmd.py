@@ -114,6 +114,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--units", metavar="PATH,...", help="FSDP2 units (default: the repeated blocks)"
     )
     run.add_argument(
+        "--reduce-dtype", metavar="DTYPE",
+        help="FSDP2's reduce dtype: fp32, bf16 or fp16 (default: fp32 under mixed "
+        "precision, else the parameters')",
+    )  # fmt: skip
+    run.add_argument(
         "--hsdp", metavar="R,S",
         help="FSDP2 on a 2-D mesh: shard over groups of S GPUs, replicate over R of them "
         "(R x S = --world-size)",
@@ -219,6 +224,21 @@ def parse_sweep(items: list[str]) -> dict[str, list[Any]]:
     return grid
 
 
+def _fsdp_options(args: argparse.Namespace) -> dict[str, Any]:
+    """FSDP2's options from their flags (--no-reshard, --units, --hsdp, --reduce-dtype)."""
+    opts: dict[str, Any] = {}
+    if args.no_reshard:
+        opts["reshard_after_forward"] = False
+    if args.units is not None:
+        opts["units"] = [u.strip() for u in args.units.split(",") if u.strip()]
+    if args.hsdp is not None:
+        opts["hsdp"] = parse_shape(args.hsdp, "--hsdp")
+    if args.reduce_dtype is not None:
+        opts["reduce_dtype"] = check_choice("--reduce-dtype", args.reduce_dtype,
+                                            ["fp32", "bf16", "fp16"])  # fmt: skip
+    return opts
+
+
 def _options(args: argparse.Namespace, grid: dict[str, list[Any]]) -> dict[str, Any]:
     """The plan's options from the flags (``planning.Options``'s names), checked; a swept
     axis from --sweep instead."""
@@ -253,12 +273,7 @@ def _options(args: argparse.Namespace, grid: dict[str, list[Any]]) -> dict[str, 
         opts["budget"] = parse_size(args.budget, "--budget")
     if args.reserve is not None:
         opts["reserve_bytes"] = parse_size(args.reserve, "--reserve")
-    if args.no_reshard:
-        opts["reshard_after_forward"] = False
-    if args.units is not None:
-        opts["units"] = [u.strip() for u in args.units.split(",") if u.strip()]
-    if args.hsdp is not None:
-        opts["hsdp"] = parse_shape(args.hsdp, "--hsdp")
+    opts |= _fsdp_options(args)
     cluster = _cluster(args)
     if cluster:
         opts["cluster"] = cluster

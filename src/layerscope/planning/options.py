@@ -15,7 +15,7 @@ from layerscope.errors import InvalidInputError
 from layerscope.hardware import BY_NAME, DeviceSpec, device_spec
 from layerscope.metrics.memory.training import OPTIMIZER_STATES
 from layerscope.planning.cluster import Cluster, as_mapping, check_cluster, default_cluster
-from layerscope.planning.states import PRECISIONS
+from layerscope.planning.states import PRECISIONS, REDUCE_DTYPES
 from layerscope.planning.strategies import STRATEGIES
 from layerscope.planning.strategy import Strategy
 from layerscope.validate import (
@@ -69,6 +69,9 @@ class Options:
     checkpoint: str | tuple[str, ...] | None = None
     #: the cluster the collectives run on (None: the target's reference system)
     cluster: Cluster | None = None
+    #: FSDP2's ``MixedPrecisionPolicy.reduce_dtype``: the dtype gradients are reduced in
+    #: (None: float32 under mixed precision, else the parameters')
+    reduce_dtype: str | None = None
 
     @property
     def shard_size(self) -> int:
@@ -148,6 +151,7 @@ class Options:
             "inter_node_bandwidth": net.nics_per_node * net.nic_bandwidth / net.gpus_per_node,
             "bucket_cap_mb": self.bucket_cap_mb,
             "hsdp": list(self.hsdp) if self.hsdp else None, "cluster": net.to_dict(),
+            **({"reduce_dtype": self.reduce_dtype} if self.reduce_dtype else {}),
         }  # fmt: skip
 
 
@@ -157,8 +161,9 @@ DEFAULTS: dict[str, Any] = {
     "optimizer": "adamw", "grad_accum": 1, "budget": None, "reserve_bytes": RESERVE_BYTES,
     "rank": 0, "reshard_after_forward": True, "units": None,
     "inter_node_bandwidth": None, "bucket_cap_mb": 25, "hsdp": None,
-    "checkpoint": None, "cluster": None,
+    "checkpoint": None, "cluster": None, "reduce_dtype": None,
 }  # fmt: skip
+
 NAMES = tuple(f.name for f in fields(Options))
 
 
@@ -221,7 +226,21 @@ def check_options(given: Mapping[str, Any]) -> Options:
         hsdp=hsdp,
         checkpoint=checkpoint,
         cluster=check_cluster(o["cluster"], spec),
+        reduce_dtype=_reduce_dtype(o["reduce_dtype"], sharding),
     )
+
+
+def _reduce_dtype(value: Any, sharding: str) -> str | None:
+    """``reduce_dtype``: FSDP2's (``MixedPrecisionPolicy.reduce_dtype``) only."""
+    if value is None:
+        return None
+    check_choice("reduce_dtype", value, list(REDUCE_DTYPES))
+    if sharding != "fsdp":
+        raise InvalidInputError(
+            f"reduce_dtype is FSDP2's MixedPrecisionPolicy.reduce_dtype: it needs "
+            f"sharding='fsdp', got {sharding!r} (DDP's compression hooks are not modelled)"
+        )
+    return str(value)
 
 
 def _hsdp(value: Any, sharding: str, world: int) -> tuple[int, int] | None:

@@ -77,7 +77,7 @@ _OPTIONS = {
     "reshard_after_forward": Bool(), "checkpoint": Opt(OneOf(Str(), Arr(Str()))),
     "units": Opt(Arr(Str())), "fsdp_units": Arr(Str()),
     "inter_node_bandwidth": Opt(Finite()), "bucket_cap_mb": Finite(),
-    "hsdp": Opt(Arr(Int(1), length=2)), "cluster": Obj({}),
+    "hsdp": Opt(Arr(Int(1), length=2)), "cluster": Obj({}), "reduce_dtype": Opt(Str()),
 }  # fmt: skip
 
 

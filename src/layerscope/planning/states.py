@@ -49,4 +49,12 @@ def fsdp_shard(shape: Sequence[int], world_size: int, rank: int) -> tuple[int, i
     return mine * rest, chunk * rest
 
 
-__all__ = ["PRECISIONS", "ModelStates", "fsdp_shard"]
+#: ``reduce_dtype``'s values (FSDP2's ``MixedPrecisionPolicy.reduce_dtype``), bytes each
+REDUCE_DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2}
+
+__all__ = [
+    "PRECISIONS",
+    "REDUCE_DTYPES",
+    "ModelStates",
+    "fsdp_shard",
+]

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from layerscope.metrics.commkinds import wire_bytes
 from layerscope.planning.collectives import Link
 from layerscope.planning.facts import fsdp_units, owner_lookup
-from layerscope.planning.states import ModelStates, fsdp_shard
+from layerscope.planning.states import REDUCE_DTYPES, ModelStates, fsdp_shard
 from layerscope.planning.strategy import Prepared, Step, Strategy, Times, link, optimizer_bytes
 from layerscope.planning.strategy import weight_size as _weight_size
 from layerscope.planning.timeline import Events, Replay, enclosing
@@ -61,19 +61,21 @@ class FSDP2(Strategy):
         for p in step.params:
             owned[owner(p.module)].append(p.shape)
         shards = [Unit(u, sum(fsdp_shard(s, n, 0)[1] for s in owned[u])) for u in units]
+        # gradients are reduced in the reduce dtype, then kept in the gradients' own
+        reduce = REDUCE_DTYPES[opts.reduce_dtype] if opts.reduce_dtype else grad_size
         setup.events.append(FSDPEvents(
-            n, shards, param_size=low, reduce_size=grad_size, cast_gather=opts.mixed,
-            reshard_after_forward=opts.reshard_after_forward,
+            n, shards, param_size=low, reduce_size=reduce, cast_gather=opts.mixed,
+            reshard_after_forward=opts.reshard_after_forward, grad_size=grad_size,
         ))  # fmt: skip
         setup.final_grads = sum(u.padded for u in shards) * grad_size
         comm: dict[str, Any] = dict(fsdp_collectives(
-            owned, world_size=n, param_bytes=low, reduce_bytes=grad_size,
+            owned, world_size=n, param_bytes=low, reduce_bytes=reduce,
             reshard_after_forward=opts.reshard_after_forward,
         ))  # fmt: skip
         if opts.replicas > 1:  # HSDP: each gradient shard all-reduced over the replicas
             for u in shards:
                 if u.path in comm:
-                    payload = u.padded * grad_size
+                    payload = u.padded * reduce
                     wire = wire_bytes("all_reduce", payload, opts.replicas)
                     row = {"calls": 1, "bytes": payload, "wire_bytes": wire}
                     comm[u.path]["backward"]["all_reduce"] = row
@@ -228,10 +230,13 @@ class FSDPEvents(Events):
         reduce_size: int = 4,
         cast_gather: bool = False,
         reshard_after_forward: bool = True,
+        grad_size: int | None = None,
     ) -> None:
         self.world_size, self.all_units = world_size, list(units)
-        #: bytes per element: unsharded parameters, reduce-scatter, sharded gradients
+        #: bytes per element: unsharded parameters, the reduce-scatter (the reduce dtype)
         self.param_size, self.reduce_size = param_size, reduce_size
+        #: bytes per element of the sharded gradients (the reduce dtype unless cast back)
+        self.grad_size = reduce_size if grad_size is None else grad_size
         #: mixed precision: the all-gather input is a cast copy of the shard
         self.cast_gather = cast_gather
         self.reshard_after_forward = reshard_after_forward
@@ -345,7 +350,7 @@ class FSDPEvents(Events):
         r.alloc(f"scatter:{unit.path}", "comm_buffer_bytes", scatter)
         r.emit("reduce_scatter", unit.path)
         r.grads_reduced += self.unit_grads[unit.path]
-        r.alloc(f"grad:{unit.path}", "grad_bytes", unit.padded * self.reduce_size)
+        r.alloc(f"grad:{unit.path}", "grad_bytes", unit.padded * self.grad_size)
         r.emit("reduce_scatter", unit.path)
         self.last_scatter = unit
         self.open_units.remove(unit)
