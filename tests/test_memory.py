@@ -26,13 +26,10 @@ from helpers.snapshots import ModelSnapshot
 from layerscope import examples
 from layerscope.errors import InvalidInputError, ModelError
 from layerscope.examples import TinyGPT
-from layerscope.metrics.memory import (
-    MemoryObserver,
-    record_training_footprint,
-    training_footprint,
-)
+from layerscope.metrics.memory import MemoryObserver
 from layerscope.metrics.memory.peaks import NestedPeaks
 from layerscope.metrics.memory.storages import StorageTable
+from layerscope.planning.footprint import record_training_footprint, training_footprint
 from layerscope.profile import Profile
 from layerscope.session import max_batch_size
 

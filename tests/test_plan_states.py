@@ -4,8 +4,12 @@ hand. The runs that check it are in ``test_sharded_steps.py``."""
 from __future__ import annotations
 
 import pytest
+import torch
+from torch import nn
 
+import layerscope as ls
 from layerscope.errors import InvalidInputError
+from layerscope.planning.footprint import OptimizerName
 from layerscope.planning.states import ModelStates, fsdp_shard
 from layerscope.planning.strategies import model_states
 
@@ -132,3 +136,29 @@ def test_ddp_buckets_as_ddp_assigns_them() -> None:
     assert ddp_buckets([((10,), 2), ((10,), 4)]) == [40, 20]
     row = ddp_collectives(params, world_size=4)["all_reduce"]
     assert row == {"calls": 2, "bytes": 5 * mib + 1024, "wire_bytes": (5 * mib + 1024) * 3 // 2}
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "adam", "sgd", "sgd_momentum"])
+def test_training_footprint_is_the_plans_arithmetic(optimizer: OptimizerName) -> None:
+    """One device, float32: Linear(16, 32) and Linear(32, 8) hold 16 x 32 + 32 + 32 x 8
+    + 8 = 808 parameters in 4 tensors. Gradients 808 x 4 = 3,232 B; states: Adam/AdamW 2
+    x 3,232 + 4 tensors x 4 B of ``step`` = 6,480 B, momentum SGD 3,232 B, SGD 0; the same
+    figures as ``ls.plan``'s for one GPU (``planning.states.optimizer_state_bytes``)."""
+    model = nn.Sequential(nn.Linear(16, 32), nn.Linear(32, 8))
+    x = torch.randn(2, 16)
+    prof = ls.profile(model, x, memory=True)
+    foot = ls.training_footprint(prof, optimizer)
+    plan = ls.plan(model, x, world_size=1, sharding="none", precision="fp32",
+                   optimizer=optimizer)  # fmt: skip
+    states = {"adamw": 6_480, "adam": 6_480, "sgd": 0, "sgd_momentum": 3_232}[optimizer]
+    assert foot["grad_bytes"] == plan.states["grad_bytes"] == 3_232
+    assert foot["optimizer_state_bytes"] == plan.states["optimizer_state_bytes"] == states
+    # bf16 weights with a float32 master copy: float32 states, as FSDP2's mixed precision
+    # keeps them on one GPU (2 x 808 x 4 + 16 = 6,480 B for Adam)
+    half = ls.profile(nn.Sequential(nn.Linear(16, 32), nn.Linear(32, 8)).to(torch.bfloat16),
+                      x.to(torch.bfloat16), memory=True)  # fmt: skip
+    mixed = ls.training_footprint(half, optimizer, master_weights=True)
+    fsdp = ls.plan(model, x, world_size=1, sharding="fsdp", precision="bf16-mixed",
+                   optimizer=optimizer)  # fmt: skip
+    assert mixed["optimizer_state_bytes"] == fsdp.states["optimizer_state_bytes"] == states
+    assert mixed["master_weight_bytes"] == 808 * 4

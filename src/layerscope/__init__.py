@@ -49,14 +49,11 @@ if TYPE_CHECKING:
     from layerscope.generation.stages import cache_stage
     from layerscope.hardware import DeviceSpec, device_spec, register_device
     from layerscope.metrics.flops import Cost, register_flop_formula
-    from layerscope.metrics.memory import (
-        MemoryObserver,
-        record_training_footprint,
-        training_footprint,
-    )
+    from layerscope.metrics.memory import MemoryObserver
     from layerscope.metrics.numerics import NonFiniteError, NonFiniteWarning, NumericsObserver
     from layerscope.planning import Plan, load_plan, load_sweep, plan, plan_sweep
     from layerscope.planning.calibrate import calibrate
+    from layerscope.planning.footprint import record_training_footprint, training_footprint
     from layerscope.render import config
     from layerscope.render.options import ViewOptions, view_options
     from layerscope.render.ranks import rank_table
@@ -81,8 +78,8 @@ _LAZY: dict[str, str] = {
     "Cost": "layerscope.metrics.flops",
     "register_flop_formula": "layerscope.metrics.flops",
     "MemoryObserver": "layerscope.metrics.memory",
-    "record_training_footprint": "layerscope.metrics.memory",
-    "training_footprint": "layerscope.metrics.memory",
+    "record_training_footprint": "layerscope.planning.footprint",
+    "training_footprint": "layerscope.planning.footprint",
     "NonFiniteError": "layerscope.metrics.numerics",
     "NonFiniteWarning": "layerscope.metrics.numerics",
     "NumericsObserver": "layerscope.metrics.numerics",

@@ -39,11 +39,10 @@ from layerscope.cli.inputs import (
 from layerscope.errors import InvalidInputError
 from layerscope.export.files import check_writable
 from layerscope.hardware import GPUS, device_spec, is_profile_path
-from layerscope.metrics.memory.training import OPTIMIZER_STATES
 from layerscope.planning import plan, plan_sweep
 from layerscope.planning.options import DEFAULTS as OPTION_DEFAULTS
 from layerscope.planning.options import check_options
-from layerscope.planning.states import PRECISIONS
+from layerscope.planning.states import OPTIMIZER_STATES, PRECISIONS
 from layerscope.planning.strategies import SHARDINGS
 from layerscope.planning.sweep import AXES, Source, Sweep
 from layerscope.render import config as display_config

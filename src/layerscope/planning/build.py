@@ -14,7 +14,6 @@ from typing import Any
 from layerscope.analysis.rates import Rates, rates_of
 from layerscope.analysis.roofline import roof_of, roof_times
 from layerscope.collect.meta import NOT_RUN
-from layerscope.metrics.memory.training import OPTIMIZER_STATES
 from layerscope.planning import timeline as tl
 from layerscope.planning.checkpointing import (
     CheckpointChoice,
@@ -25,6 +24,7 @@ from layerscope.planning.facts import check_paths, input_bytes, trainable
 from layerscope.planning.kernels import Predicted, predict
 from layerscope.planning.options import OUT_OF_SCOPE, Options
 from layerscope.planning.result import LOWER_BOUND, PREDICTED, Plan
+from layerscope.planning.states import OPTIMIZER_STATES
 from layerscope.planning.strategy import Step, Times
 from layerscope.profile import Profile
 

@@ -13,9 +13,8 @@ import torch
 
 from layerscope.errors import InvalidInputError
 from layerscope.hardware import BY_NAME, DeviceSpec, device_spec
-from layerscope.metrics.memory.training import OPTIMIZER_STATES
 from layerscope.planning.cluster import Cluster, as_mapping, check_cluster, default_cluster
-from layerscope.planning.states import PRECISIONS, REDUCE_DTYPES
+from layerscope.planning.states import OPTIMIZER_STATES, PRECISIONS, REDUCE_DTYPES
 from layerscope.planning.strategies import STRATEGIES
 from layerscope.planning.strategy import Strategy
 from layerscope.validate import (

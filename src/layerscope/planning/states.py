@@ -49,6 +49,24 @@ def fsdp_shard(shape: Sequence[int], world_size: int, rank: int) -> tuple[int, i
     return mine * rest, chunk * rest
 
 
+#: Full-size state tensors per trainable parameter, as torch.optim keeps them (one place
+#: for every training-memory figure: plans, ``training_footprint``, ``max_batch_size``).
+OPTIMIZER_STATES: dict[str, int] = {"sgd": 0, "sgd_momentum": 1, "adam": 2, "adamw": 2}
+#: torch.optim.Adam/AdamW keep a float32 ``step`` scalar tensor per parameter tensor.
+STEP_BYTES = 4
+
+
+def optimizer_state_bytes(
+    optimizer: str, elements: int, tensors: int, size: int, *, amsgrad: bool = False
+) -> int:
+    """Bytes of an optimizer's state over ``elements`` in ``tensors`` parameter tensors,
+    ``size`` bytes per element: its full-size tensors (``OPTIMIZER_STATES``, one more with
+    Adam's ``amsgrad``) and Adam's 4-byte ``step`` per tensor."""
+    full = OPTIMIZER_STATES[optimizer] + (1 if amsgrad else 0)
+    step = STEP_BYTES * tensors if optimizer in ("adam", "adamw") else 0
+    return full * elements * size + step
+
+
 #: ``reduce_dtype``'s values (FSDP2's ``MixedPrecisionPolicy.reduce_dtype``), bytes each
 REDUCE_DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2}
 

@@ -20,9 +20,8 @@ from dataclasses import dataclass, field
 from math import prod
 from typing import TYPE_CHECKING, Any
 
-from layerscope.metrics.memory.training import OPTIMIZER_STATES, STEP_BYTES
 from layerscope.planning.collectives import Link, consecutive, strided
-from layerscope.planning.states import ModelStates
+from layerscope.planning.states import OPTIMIZER_STATES, STEP_BYTES, ModelStates
 
 if TYPE_CHECKING:
     from layerscope.planning.facts import Param

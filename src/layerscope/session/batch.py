@@ -19,11 +19,8 @@ from torch import nn
 
 import layerscope.metricspec as ms
 from layerscope.metrics.memory.observer import MemoryObserver
-from layerscope.metrics.memory.training import (
-    OPTIMIZER_STATES,
-    OptimizerName,
-    training_footprint,
-)
+from layerscope.planning.footprint import OptimizerName, training_footprint
+from layerscope.planning.states import OPTIMIZER_STATES
 from layerscope.profile import Profile
 from layerscope.session.run import profile as run_profile
 from layerscope.validate import (

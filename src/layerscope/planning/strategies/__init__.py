@@ -7,8 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from layerscope.errors import InvalidInputError
-from layerscope.metrics.memory.training import OPTIMIZER_STATES
-from layerscope.planning.states import PRECISIONS, ModelStates
+from layerscope.planning.states import OPTIMIZER_STATES, PRECISIONS, ModelStates
 from layerscope.planning.strategies.fsdp import FSDP2
 from layerscope.planning.strategies.replicated import DDP, Single
 from layerscope.planning.strategies.zero import ZeRO

@@ -1,11 +1,12 @@
-"""What a training step needs in memory.
+"""What a training step needs in memory on one device, from a measured profile: the
+plan's arithmetic (``planning.states``: the optimizer's state tensors, Adam's ``step``)
+over the profile's trainable parameters by dtype.
 
-``training_footprint(profile, optimizer=...)`` adds up, from a profile measured with
-``MemoryObserver``: parameters, buffers, one gradient per trainable parameter, the
-optimizer's state, fp32 master weights when asked, and the forward activation peak.
-
-``max_batch_size`` (``layerscope.session.batch``) builds on it to find the largest batch
-that fits a budget.
+``training_footprint(profile, optimizer=...)`` adds up parameters, buffers, one gradient
+per trainable parameter, the optimizer's state, fp32 master weights when asked, and the
+forward activation peak. ``max_batch_size`` (``layerscope.session.batch``) builds on it
+to find the largest batch that fits a budget; ``ls.plan`` gives the whole step (the
+backward's peak, sharding, checkpointing) from the same arithmetic.
 """
 
 from __future__ import annotations
@@ -16,15 +17,11 @@ import torch
 
 import layerscope.metricspec as ms
 from layerscope.errors import InvalidInputError
+from layerscope.planning.states import OPTIMIZER_STATES, optimizer_state_bytes
 from layerscope.profile import Profile
 from layerscope.validate import check_bool, check_choice, check_instance, check_whole
 
 OptimizerName = Literal["adamw", "adam", "sgd", "sgd_momentum"]
-
-#: Full-size state tensors per trainable parameter, as torch.optim keeps them.
-OPTIMIZER_STATES: dict[str, int] = {"sgd": 0, "sgd_momentum": 1, "adam": 2, "adamw": 2}
-#: torch.optim.Adam/AdamW keep a float32 ``step`` scalar tensor per parameter tensor.
-STEP_BYTES = 4
 _HALF = frozenset({"float16", "bfloat16"})
 
 
@@ -99,8 +96,6 @@ def training_footprint(
             "the profile has no forward peak: profile the model on an input with "
             "observers=[MemoryObserver()], or pass activation_bytes"
         )
-    states = OPTIMIZER_STATES[optimizer] + (1 if amsgrad else 0)
-    adam = optimizer in ("adam", "adamw")
     grads = master = state = 0
     trainable = 0
     notes: list[str] = []
@@ -113,9 +108,9 @@ def training_footprint(
         if master_weights and dtype in _HALF:
             master += n * 4
             state_size = 4
-        state += states * n * state_size
-        if adam:
-            state += row.get("trainable_tensors", 0) * STEP_BYTES
+        state += optimizer_state_bytes(
+            optimizer, n, row.get("trainable_tensors", 0), state_size, amsgrad=amsgrad
+        )
     if master_weights and not master:
         notes.append("master_weights: no fp16/bf16 trainable parameters, so no fp32 copy")
     root = profile.root.metrics
