@@ -43,6 +43,7 @@ if TYPE_CHECKING:
         GenerateEstimate,
         Generation,
         estimate_generate,
+        load_estimate,
         load_generation,
         profile_generate,
     )
@@ -87,6 +88,7 @@ _LAZY: dict[str, str] = {
     "Generation": "layerscope.generation.result",
     "estimate_generate": "layerscope.generation.estimate",
     "load_generation": "layerscope.generation.result",
+    "load_estimate": "layerscope.generation.estimate_result",
     "profile_generate": "layerscope.generation.run",
     "cache_stage": "layerscope.generation.stages",
     "Plan": "layerscope.planning.result",
@@ -174,6 +176,7 @@ __all__ = [
     "estimate",
     "estimate_generate",
     "load",
+    "load_estimate",
     "load_generation",
     "load_plan",
     "load_sweep",

@@ -50,7 +50,8 @@ def _as_plan(args: argparse.Namespace) -> bool:
 
 
 def _subject(data: object) -> Any:
-    """The plan, generation or sweep a document holds, or None for a plain profile."""
+    """The plan, generation, sweep or estimate a document holds, or None for a plain
+    profile."""
     if not isinstance(data, dict):
         return None
     if "plan" in data:
@@ -61,6 +62,10 @@ def _subject(data: object) -> Any:
         return Generation.from_dict(data)
     if "schema" not in data and isinstance(data.get("rows"), list) and "axes" in data:
         return Sweep.from_dict(data)
+    if "schema" not in data and "lower_bound" in data and "decode_time_per_token" in data:
+        from layerscope.generation.estimate_result import GenerateEstimate
+
+        return GenerateEstimate.from_dict(data)
     return None
 
 

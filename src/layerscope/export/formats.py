@@ -169,7 +169,9 @@ def export_text(profile: Profile, format: str, **options: Any) -> str:
 
 
 #: What a plan or a generation writes, by format: the extensions that select it.
-DOCUMENT_FORMATS: dict[str, tuple[str, ...]] = {"html": (".html", ".htm"), "json": (".json",)}
+DOCUMENT_FORMATS: dict[str, tuple[str, ...]] = {
+    "html": (".html", ".htm"), "json": (".json",), "txt": (".txt", ".text"),
+}  # fmt: skip
 
 
 def export_document(

@@ -12,7 +12,7 @@ from layerscope.lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from layerscope.generation.estimate import estimate_generate
-    from layerscope.generation.estimate_result import GenerateEstimate
+    from layerscope.generation.estimate_result import GenerateEstimate, load_estimate
     from layerscope.generation.result import Generation, load_generation
     from layerscope.generation.run import profile_generate
 
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 _LAZY: dict[str, str] = {
     "estimate_generate": "layerscope.generation.estimate",
     "GenerateEstimate": "layerscope.generation.estimate_result",
+    "load_estimate": "layerscope.generation.estimate_result",
     "Generation": "layerscope.generation.result",
     "load_generation": "layerscope.generation.result",
     "profile_generate": "layerscope.generation.run",
@@ -34,6 +35,7 @@ __all__ = [
     "GenerateEstimate",
     "Generation",
     "estimate_generate",
+    "load_estimate",
     "load_generation",
     "profile_generate",
 ]

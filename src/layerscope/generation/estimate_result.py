@@ -5,10 +5,13 @@ decode step's affine fit per batch, and the notes that say what the numbers leav
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
 from typing import IO, Any
 
-from layerscope.generation.decodefit import AffineFit
+from layerscope.generation.decodefit import AffineFit, Point
 
 
 @dataclass
@@ -41,6 +44,10 @@ class SweepRow:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SweepRow:
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
 
 
 @dataclass
@@ -113,6 +120,43 @@ class GenerateEstimate:
             "notes": list(self.notes),
         }
 
+    @classmethod
+    def from_dict(cls, data: Any, source: str | None = None) -> GenerateEstimate:
+        """An estimate from ``to_dict``'s form, every field checked: ``SchemaError`` naming
+        the JSON path (after ``source``, the file, when given)."""
+        from layerscope.errors import SchemaError
+        from layerscope.export.jsoncheck import Invalid, json_path
+        from layerscope.generation.estimate_schema import ESTIMATE
+
+        try:
+            d = ESTIMATE.check(data, "$")
+        except Invalid as e:
+            where = f"{source}: " if source else ""
+            raise SchemaError(f"{where}{json_path(e.where)}: {e.problem}") from None
+        fits = [_fit(f) for f in d.get("fit", [])]
+        return cls(
+            d["model"], d["target"], dict(d["device"]), d["dtype"], d["prompt"],
+            d["new_tokens"], d["cache"], d["prefill_time"], d["decode_time_per_token"],
+            d["tokens_per_s"], [SweepRow.from_dict(r) for r in d["sweep"]], fits,
+            list(d["notes"]), dict(d.get("kernels", {})),
+        )  # fmt: skip
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write ``to_dict()`` as JSON (``ls.load_estimate`` reads it back)."""
+        from layerscope.export.files import write_text
+
+        write_text(os.fspath(path), json.dumps(self.to_dict(), indent=1, allow_nan=False) + "\n")
+
+    def export(self, path: str | os.PathLike[str], format: str | None = None) -> None:
+        """Write the estimate as ``.json`` (``save``) or as its text (``.txt``)."""
+        from layerscope.export.files import write_text
+        from layerscope.export.formats import export_document
+
+        def text(out: str | os.PathLike[str]) -> None:
+            write_text(os.fspath(out), self.render(width=100) + "\n")
+
+        export_document(path, format, {"json": self.save, "txt": text}, "an estimate")
+
     def render(self, *, width: int | None = None) -> str:
         """The estimate as plain text, ``width`` characters wide (default: the terminal's):
         the run, the first batch's figures, the sweep's table and the notes."""
@@ -130,4 +174,17 @@ class GenerateEstimate:
         return self.render()
 
 
-__all__ = ["GenerateEstimate", "SweepRow"]
+def _fit(f: Mapping[str, Any]) -> AffineFit:
+    points = [Point(p["length"], p["time"], p["flops"], p["macs"], p["bytes"]) for p in f["points"]]
+    return AffineFit(f["batch"], f["first_length"], f["last_length"], points, f["tolerance"])
+
+
+def load_estimate(path: str | os.PathLike[str]) -> GenerateEstimate:
+    """Read an estimate written by ``GenerateEstimate.save`` or ``layerscope generate
+    --json`` on meta (``ls.load_estimate``)."""
+    from layerscope.export.jsonread import read_document
+
+    return GenerateEstimate.from_dict(read_document(path), os.fspath(path))
+
+
+__all__ = ["GenerateEstimate", "SweepRow", "load_estimate"]

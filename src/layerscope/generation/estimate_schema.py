@@ -1,0 +1,39 @@
+"""A saved ``GenerateEstimate``'s document (``GenerateEstimate.save``, ``layerscope
+generate --json`` on meta): every field ``from_dict`` reads, checked, so an estimate
+that loads always renders."""
+
+from __future__ import annotations
+
+from layerscope.export.jsoncheck import Arr, Bool, Check, Finite, Int, Map, Obj, Opt, Str
+
+_ROW: dict[str, Check] = {
+    "batch": Int(1), "prefill_time": Finite(), "decode_time_per_token": Finite(),
+    "tokens_per_s_per_sequence": Finite(), "tokens_per_s": Finite(), "bound": Str(),
+    "weight_bytes": Int(0), "kv_bytes": Int(0), "fits": Opt(Bool()),
+    "decode_flops": Finite(), "decode_bytes": Finite(), "prefill_flops": Finite(),
+    "prefill_bytes": Finite(),
+}  # fmt: skip
+_POINT: dict[str, Check] = {q: Finite() for q in ("time", "flops", "macs", "bytes")}
+_POINT["length"] = Int(0)
+_FIT: dict[str, Check] = {
+    "batch": Int(1), "first_length": Int(0), "last_length": Int(0),
+    "points": Arr(Obj(_POINT, required=tuple(_POINT))), "tolerance": Finite(),
+}  # fmt: skip
+_DEVICE: dict[str, Check] = {
+    "name": Str(), "label": Str(), "bandwidth": Finite(), "peak_flops": Finite(),
+    "memory_bytes": Opt(Int(0)),
+}  # fmt: skip
+_TOP: dict[str, Check] = {
+    "model": Str(), "target": Str(), "device": Obj(_DEVICE), "dtype": Str(), "prompt": Int(1),
+    "new_tokens": Int(1), "cache": Str(), "prefill_time": Finite(),
+    "decode_time_per_token": Finite(), "tokens_per_s": Finite(),
+    "sweep": Arr(Obj(_ROW, required=tuple(_ROW)[:9])),
+    "fit": Arr(Obj(_FIT, required=tuple(_FIT))), "notes": Arr(Str()),
+    "kernels": Map(Map(Int(0))),
+}  # fmt: skip
+#: The estimate's document: the keys ``to_dict`` writes (the figures derived from the
+#: rows, ``memory_bound``, ``crossover_batch``, ``fit_held``, are written, not read).
+ESTIMATE = Obj(_TOP, required=tuple(k for k in _TOP if k not in ("kernels", "fit")),
+               description="ls.estimate_generate's estimate")  # fmt: skip
+
+__all__ = ["ESTIMATE"]
