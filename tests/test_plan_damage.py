@@ -1,4 +1,4 @@
-"""Damaged plan and sweep documents: every one either is refused with a ``SchemaError``
+"""Damaged plan, sweep and generation documents: every one either is refused with a ``SchemaError``
 naming its JSON path, or loads and then renders at 80 and 100 columns, writes its HTML
 report and saves again to an equal document (the Profile's own such test is in
 ``test_json_safety``)."""
@@ -75,7 +75,7 @@ def test_a_damaged_plan_is_refused_or_shown(data: st.DataObject) -> None:
     with contextlib.suppress(ls.ExportError):  # a section the report cannot draw
         to_html_text(plan.analysis, plan.section())
     again = ls.Plan.from_dict(json.loads(json.dumps(plan.to_dict())))
-    assert again.section() == plan.section()
+    assert json.dumps(again.section(), sort_keys=True) == json.dumps(plan.section(), sort_keys=True)
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -104,3 +104,32 @@ def test_a_sweep_file_reads_back(tmp_path: Any) -> None:
     path.write_text(json.dumps(bad))
     with pytest.raises(ls.SchemaError, match=r"sweep.json: \$.rows\[0\].peak_bytes: expected"):
         ls.load_sweep(path)
+
+
+@cache
+def generation_document() -> dict[str, Any]:
+    from helpers.models import tiny_llama
+
+    gen = ls.profile_generate(tiny_llama(), torch.randint(1, 128, (2, 6)), max_new_tokens=3)
+    doc: dict[str, Any] = json.loads(json.dumps(gen.to_dict(), allow_nan=False))
+    return doc
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+@pytest.mark.slow
+def test_a_damaged_generation_is_refused_or_shown(data: st.DataObject) -> None:
+    doc = copy.deepcopy(generation_document())
+    section = doc["generation"]
+    damage(data, doc, {k: section[k] for k in ("calls", "kv_cache", "options", "notices")})
+    try:
+        gen = ls.Generation.from_dict(doc)
+    except ls.SchemaError as e:
+        assert str(e).startswith("$"), e
+        event("refused")
+        return
+    event("loaded")
+    for width in (80, 100):
+        gen.render(width=width)
+    again = ls.Generation.from_dict(json.loads(json.dumps(gen.to_dict())))
+    assert again.render(width=100) == gen.render(width=100)

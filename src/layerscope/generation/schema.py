@@ -4,7 +4,7 @@ document's own profile is the first stage; the section holds the others."""
 
 from __future__ import annotations
 
-from layerscope.export.jsoncheck import Arr, Check, Int, Map, Num, Obj, Opt, Str
+from layerscope.export.jsoncheck import Arr, Bool, Check, Finite, Int, Map, Obj, Opt, Str
 from layerscope.generation.fields import CALL_FIELDS, CallField, required
 
 
@@ -14,7 +14,7 @@ def _value(f: CallField) -> Check:
     if f.kind == "text":
         return Str(f.description)
     if f.kind == "seconds":
-        return Num(f.description)
+        return Finite(f.description)
     return Int(0, description=f.description)
 
 
@@ -22,13 +22,33 @@ def _value(f: CallField) -> Check:
 #: and what each holds from the field table (``generation.fields``).
 STEP = Obj({f.key: _value(f) for f in CALL_FIELDS}, required=required())
 
+#: The KV cache's figures (``cache.kv_summary``): bytes, counts and per-layer lists.
+KV_CACHE = Obj(
+    {
+        **{k: Int(0) for k in ("bytes_after_prefill", "bytes_final", "bytes_per_token",
+                               "cross_bytes", "rows", "tokens_final")},
+        **{k: Arr(Int(0)) for k in ("per_layer", "tokens_per_layer", "cross_per_layer")},
+    },
+    description="the KV cache's bytes (docs/generate.md)",
+)  # fmt: skip
+#: How the generation ran (``profile_generate``'s and a staged ``Profiler``'s keys).
+OPTIONS = Obj(
+    {
+        **{k: Int(0) for k in ("batch", "new_tokens", "prompt_tokens", "rows",
+                               "timing_repeats", "calls")},
+        **{k: Bool() for k in ("use_cache", "encoder_decoder")},
+        "generate_kwargs": Map(Str()), "stages_rule": Str(),
+    },
+    description="how the generation ran",
+)  # fmt: skip
+
 GENERATION = Obj(
     {
         "first_stage": Opt(Str(), "the stage the document's own profile is"),
         "stages": Map(Obj({}, description="a profile object"), "the other stages' profiles"),
         "calls": Arr(STEP, "one row per model call"),
-        "kv_cache": Obj({}, description="the KV cache's bytes (docs/generate.md)"),
-        "options": Obj({}, description="how the generation ran"),
+        "kv_cache": KV_CACHE,
+        "options": OPTIONS,
         "notices": Arr(Str(), "what the figures leave out"),
     },
     required=("first_stage", "stages", "calls", "kv_cache", "options", "notices"),

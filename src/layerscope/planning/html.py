@@ -242,7 +242,7 @@ def _settings(options: Mapping[str, Any], device: Mapping[str, Any]) -> list[lis
             text = _text(value)
             if isinstance(value, bool):
                 text = str(value).lower()
-            elif isinstance(value, int | float) and math.isfinite(value):
+            elif isinstance(value, int) or (isinstance(value, float) and math.isfinite(value)):
                 if key.endswith("bandwidth") or key == "interconnect":
                     text = f"{units.si(value)}B/s"
                 elif key.endswith("latency"):

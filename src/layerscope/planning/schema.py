@@ -70,6 +70,11 @@ def _modules(f: PlanField) -> Check:
     return Arr(Obj(cells, required=(path,)), f.description)
 
 
+#: The device section's known keys (``DeviceSpec``'s that a plan writes).
+_DEVICE = {
+    "name": Str(), "label": Str(), "memory_bytes": Opt(Int(0)), "interconnect": Opt(Finite()),
+    "interconnect_kind": Str(), "node_size": Int(1),
+}  # fmt: skip
 #: The options section's known keys (``Options.section``); others are kept as JSON.
 _OPTIONS = {
     "target": Str(), "world_size": Int(1), "sharding": Str(), "precision": Str(),
@@ -84,7 +89,7 @@ _OPTIONS = {
 #: The shape of each structure of the section, from its field.
 _SHAPES: dict[str, Callable[[PlanField], Check]] = {
     "options": lambda f: Obj(_OPTIONS, description=f.description),
-    "device": lambda f: Obj({}, description=f.description),
+    "device": lambda f: Obj(_DEVICE, description=f.description),
     "states": lambda f: Map(_BYTES, f.description),
     "memory": _memory,
     "peak_phase": lambda f: Map(Str(), f.description),

@@ -196,11 +196,13 @@ class Sweep:
         from layerscope.export.jsoncheck import Invalid, json_path
         from layerscope.planning.schema import SWEEP
 
+        where = f"{source}: " if source else ""
         try:
             checked = SWEEP.check(data, "$")
         except Invalid as e:
-            where = f"{source}: " if source else ""
             raise SchemaError(f"{where}{json_path(e.where)}: {e.problem}") from None
+        if not checked["rows"]:
+            raise SchemaError(f"{where}$.rows: a sweep has at least one row")
         return cls(list(checked["axes"]), list(checked["rows"]), dict(checked.get("setting", {})))
 
     def to_dict(self) -> dict[str, Any]:
