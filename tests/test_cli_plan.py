@@ -100,12 +100,13 @@ def test_sweep_prints_one_row_per_combination(tmp_path: Path) -> None:
     assert max(len(line) for line in out.splitlines()) <= 80
     data = json.loads(path.read_text())
     assert data["axes"] == ["world_size", "checkpoint"]
-    # what every plan shares: h100's 80e9 B = 74.51 GiB, the example's (2, 16) token ids
+    # what every plan shares: the h100's usable 85,029,158,912 B (85,029,158,912 / 2**30 =
+    # 79.19 GiB, what torch.cuda.mem_get_info() reports), the example's (2, 16) token ids
     assert data["setting"] == {
-        "target": "h100", "device": "NVIDIA H100 SXM5 80GB", "budget": 80_000_000_000,
+        "target": "h100", "device": "NVIDIA H100 SXM5 80GB", "budget": 85_029_158_912,
         "input": "(2, 16) int64",
     }  # fmt: skip
-    assert "On NVIDIA H100 SXM5 80GB (h100), budget 74.51 GiB; input (2, 16) int64" in out
+    assert "On NVIDIA H100 SXM5 80GB (h100), budget 79.19 GiB; input (2, 16) int64" in out
     assert [(r["world_size"], r["checkpoint"]) for r in data["rows"]] == [
         (8, None), (8, "blocks"), (16, None), (16, "blocks"),
     ]  # fmt: skip

@@ -119,7 +119,7 @@ def test_to_dict_is_every_option_in_plan_form() -> None:
     opts = check_options({"units": ("0",), "hsdp": [2, 4], "checkpoint": ("1",)})
     assert opts.to_dict() == {
         "target": "h100", "world_size": 8, "sharding": "fsdp", "precision": "bf16-mixed",
-        "optimizer": "adamw", "grad_accum": 1, "budget": SPECS["h100"].memory_bytes,
+        "optimizer": "adamw", "grad_accum": 1, "budget": 85_029_158_912,
         "reserve_bytes": RESERVE_BYTES, "rank": 0, "reshard_after_forward": True,
         "units": ["0"], "inter_node_bandwidth": None, "bucket_cap_mb": 25,
         "hsdp": [2, 4], "checkpoint": ["1"], "cluster": None, "reduce_dtype": None,
@@ -196,3 +196,22 @@ def test_reduce_dtype_halves_the_reduce_scatter_not_the_gradients() -> None:
         ls.plan(model, torch.randn(2, 8), world_size=2, sharding="ddp", reduce_dtype="bf16")
     with pytest.raises(InvalidInputError, match="reduce_dtype must be one of 'fp32', 'bf16'"):
         ls.plan(model, torch.randn(2, 8), world_size=2, reduce_dtype="int8")
+
+
+def test_the_default_budget_is_what_the_device_lets_a_process_use() -> None:
+    """An H100's plan budgets the 85,029,158,912 B torch.cuda.mem_get_info() reports
+    (79.19 GiB), not the datasheet's 80e9 (74.51 GiB), and says so; a budget given, or a
+    custom spec without a usable figure, is used as it is."""
+    model = nn.Sequential(nn.Linear(8, 8))
+    plan = ls.plan(model, torch.randn(2, 8), world_size=1, sharding="none", precision="fp32")
+    assert plan.budget == SPECS["h100"].usable_memory_bytes == 85_029_158_912
+    assert plan.device["usable_memory_bytes"] == 85_029_158_912
+    assert plan.device["memory_bytes"] == 80 * 10**9
+    assert plan.headroom_bytes == 85_029_158_912 - plan.reserve_bytes - plan.peak_bytes
+    assert any("85,029,158,912 B a process can use" in n for n in plan.notes)
+    given = ls.plan(model, torch.randn(2, 8), world_size=1, sharding="none",
+                    precision="fp32", budget=10**9)  # fmt: skip
+    assert given.budget == 10**9 and not any("a process can use" in n for n in given.notes)
+    assert check_options({"target": TINY}).budget == 2_000_000  # its memory_bytes
+    with pytest.raises(InvalidInputError, match="usable_memory_bytes must be at most"):
+        ls.device_spec({**TINY, "usable_memory_bytes": 3_000_000})

@@ -17,7 +17,7 @@ import os
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -54,6 +54,15 @@ class DeviceSpec:
     #: achievable rates by kernel class (``analysis.rates.Rates.to_dict``'s form), from a
     #: device profile ``layerscope calibrate`` wrote; None: the built-in or generic ones
     rates: Mapping[str, Any] | None = None
+    #: the bytes a process can use: the total ``torch.cuda.mem_get_info()`` reports on
+    #: the device (below the datasheet's, which counts in decimal GB and before the
+    #: driver's share); None where not known (plans then budget ``memory_bytes``)
+    usable_memory_bytes: int | None = None
+
+    @property
+    def budget_bytes(self) -> int | None:
+        """What a plan budgets by default: the usable bytes, else the datasheet's."""
+        return self.usable_memory_bytes or self.memory_bytes
 
     def peak(self, dtype: str = "float32", *, tensor_cores: bool = True) -> float:
         """Dense peak FLOP/s for ``dtype``; float32 uses the TF32 tensor-core peak when
@@ -83,6 +92,11 @@ class DeviceSpec:
             "interconnect_kind": self.interconnect_kind,
             "node_size": self.node_size,
             **({"rates": dict(self.rates)} if self.rates is not None else {}),
+            **(
+                {"usable_memory_bytes": self.usable_memory_bytes}
+                if self.usable_memory_bytes is not None
+                else {}
+            ),
         }
 
     @classmethod
@@ -128,7 +142,19 @@ class DeviceSpec:
             interconnect_kind=str(mapping.get("interconnect_kind", "")),
             node_size=node,
             rates=_rates(mapping.get("rates")),
+            usable_memory_bytes=_usable(mapping.get("usable_memory_bytes"), memory),
         )
+
+
+def _usable(value: Any, memory: int | None) -> int | None:
+    """A spec's ``usable_memory_bytes``: a positive whole number of bytes, at most
+    ``memory_bytes`` when that is given (a process cannot use more than the device has)."""
+    if value is None:
+        return None
+    usable = int(check_number("usable_memory_bytes", value, positive=True))
+    if memory is not None and usable > memory:
+        refuse("usable_memory_bytes", value, f"at most memory_bytes ({memory:,})")
+    return usable
 
 
 def _rates(value: Any) -> Mapping[str, Any] | None:
@@ -168,6 +194,24 @@ _A100_PEAKS = {
     "float16": 312.0e12,
     "int8": 624.0e12,
 }
+
+#: What ``torch.cuda.mem_get_info()`` reports as the total on each part (torch's
+#: out-of-memory message prints it: "GPU 0 has a total capacity of 79.19 GiB"), in bytes:
+#: - h200: 150,109,880,320 B (139.80 GiB), measured on a lent H200 SXM with torch 2.11
+#:   (``bench/results/h200-torch2.11.0/``); out-of-memory messages on H200s print 139.80;
+#: - h100: 85,029,158,912 B (79.19 GiB), the H100 80GB HBM3's total global memory as
+#:   ``cudaGetDeviceProperties`` lists it; out-of-memory messages on H100s print 79.19;
+#: - a100-80gb and a100-40gb: out-of-memory messages on those parts print a total capacity
+#:   of 79.15 and 39.39 GiB; taken as the least bytes that print so (79.145 and 39.385
+#:   GiB, rounded down to a MiB): a budget never above the device's.
+#: The other parts have no figure here: plans budget their datasheet bytes.
+USABLE_MEMORY = {
+    "h100": 85_029_158_912,
+    "h200": 150_109_880_320,
+    "a100-80gb": 81_045 * 2**20,
+    "a100-40gb": 40_331 * 2**20,
+}
+
 
 _BUILTIN: tuple[DeviceSpec, ...] = (
     DeviceSpec(
@@ -225,6 +269,7 @@ _BUILTIN: tuple[DeviceSpec, ...] = (
         + _LINK, _PCIE4, "pcie",
     ),
 )  # fmt: skip
+_BUILTIN = tuple(replace(s, usable_memory_bytes=USABLE_MEMORY.get(s.name)) for s in _BUILTIN)
 
 #: Specs registered at run time (``register_device``), by name.
 _REGISTERED: dict[str, DeviceSpec] = {}

@@ -124,6 +124,8 @@ def _build(prof: Profile, opts: Options, choice: CheckpointChoice, asked: Any) -
         device={
             "name": opts.target.name, "label": opts.target.label,
             "memory_bytes": opts.target.memory_bytes,
+            **({"usable_memory_bytes": opts.target.usable_memory_bytes}
+               if opts.target.usable_memory_bytes else {}),
             "interconnect": opts.target.interconnect,
             "interconnect_kind": opts.target.interconnect_kind,
             "node_size": opts.target.node_size,
@@ -188,6 +190,13 @@ def _notes(
         notes.append("frozen parameters are counted replicated, in the analysed dtype")
     if asked == "auto" and not choice.fits:
         notes.append("checkpoint='auto': even every block checkpointed does not fit")
+    spec = opts.target
+    if spec.usable_memory_bytes and opts.budget == spec.usable_memory_bytes:
+        notes.append(
+            f"budget: the {spec.usable_memory_bytes:,} B a process can use on the "
+            f"{spec.label} (the total torch.cuda.mem_get_info() reports), not the "
+            f"datasheet's {spec.memory_bytes:,}"
+        )
     return notes
 
 

@@ -192,7 +192,7 @@ def check_options(given: Mapping[str, Any]) -> Options:
     hsdp = _hsdp(o["hsdp"], sharding, world)
     budget = o["budget"]
     # bytes as a saved plan holds them (``ls.load_plan`` reads the same range)
-    budget = spec.memory_bytes if budget is None else check_int("budget", budget, 0, MAX_BYTES)
+    budget = spec.budget_bytes if budget is None else check_int("budget", budget, 0, MAX_BYTES)
     reserve = check_int("reserve_bytes", o["reserve_bytes"], 0, MAX_BYTES)
     if reserve != RESERVE_BYTES and budget is not None and reserve >= budget > 0:
         raise InvalidInputError(  # a reserve chosen; the default one may exceed a small GPU

@@ -73,6 +73,7 @@ def _modules(f: PlanField) -> Check:
 #: The device section's known keys (``DeviceSpec``'s that a plan writes).
 _DEVICE = {
     "name": Str(), "label": Str(), "memory_bytes": Opt(Int(0)), "interconnect": Opt(Finite()),
+    "usable_memory_bytes": Opt(Int(0)),
     "interconnect_kind": Str(), "node_size": Int(1),
 }  # fmt: skip
 #: The options section's known keys (``Options.section``); others are kept as JSON.
