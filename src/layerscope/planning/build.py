@@ -20,7 +20,7 @@ from layerscope.planning.checkpointing import (
     choose_checkpoints,
     resolve,
 )
-from layerscope.planning.facts import check_paths, input_bytes, trainable
+from layerscope.planning.facts import CACHE_OFF, check_paths, input_bytes, trainable
 from layerscope.planning.kernels import Predicted, predict
 from layerscope.planning.options import OUT_OF_SCOPE, Options
 from layerscope.planning.result import LOWER_BOUND, PREDICTED, Plan
@@ -111,7 +111,7 @@ def _build(prof: Profile, opts: Options, choice: CheckpointChoice, asked: Any) -
     notes = [
         *timed.notes,
         *_notes(opts, choice, asked, frozen, strategy.notes(opts)),
-        *(n for n in prof.notices if n.startswith(NOT_RUN)),
+        *(n for n in prof.notices if n.startswith((NOT_RUN, CACHE_OFF))),
     ]
     if opts.autocast and not emulated:
         notes.append(

@@ -26,6 +26,33 @@ if TYPE_CHECKING:
 
 
 # ---- the analysis ----------------------------------------------------------------------
+#: The note of a plan whose model would return a KV cache: the analysis turns it off.
+CACHE_OFF = "use_cache=False for the analysis"
+
+
+def _cache_off(model: nn.Module, kwargs: dict[str, Any] | None) -> bool:
+    """Whether to call ``model`` with ``use_cache=False``: a model configured to return a
+    KV cache (transformers' ``config.use_cache``) whose forward takes ``use_cache``. A
+    training step never reads the cache, yet it would stay alive to the loss; a caller's
+    explicit ``use_cache=True`` is refused with the fix."""
+    import inspect
+
+    try:
+        takes = "use_cache" in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        takes = False
+    if not takes:
+        return False
+    asked = (kwargs or {}).get("use_cache")
+    if asked:
+        raise InvalidInputError(
+            "ls.plan plans a training step, which never reads a KV cache, but use_cache=True "
+            "keeps one alive until the loss: drop use_cache=True (the plan then passes "
+            "use_cache=False), or pass use_cache=False"
+        )
+    return asked is None and bool(getattr(getattr(model, "config", None), "use_cache", False))
+
+
 def analyse(
     model: nn.Module | Profile,
     args: tuple[Any, ...],
@@ -63,6 +90,9 @@ def analyse(
         call["args"] = tree_map_only(torch.Tensor, on_meta, tuple(args))
     if kwargs:
         call["kwargs"] = tree_map_only(torch.Tensor, on_meta, dict(kwargs))
+    cache_off = _cache_off(model, kwargs)
+    if cache_off:
+        call["kwargs"] = {**call.get("kwargs", {}), "use_cache": False}
     if input_shape is not None:
         call["input_shape"] = input_shape
     from layerscope.planning.kernels import KernelRecorder, record
@@ -78,6 +108,11 @@ def analyse(
         prof.model["autocast"] = want
     prof.notices.extend(not_run)
     record(prof, recorder.kernels)
+    if cache_off:
+        prof.notices.append(
+            f"{CACHE_OFF}: the model's config.use_cache would keep a KV cache alive to the "
+            "loss, which a training step never reads (pass use_cache=False in your run too)"
+        )
     return prof
 
 
