@@ -95,7 +95,9 @@ def _build(prof: Profile, opts: Options, choice: CheckpointChoice, asked: Any) -
     units, unit_rows, comm = prepared.units, prepared.rows, prepared.comm
     _checkpoints(prof, choice, setup)
     local = states.optimizer_state_bytes // max(1, OPTIMIZER_STATES[opts.optimizer] or 1)
-    setup.optimizer_temp = local if opts.optimizer in ("adam", "adamw") else 0
+    # the strategy's own temporaries of the step (ZeRO's float32 gradient partition), and
+    # Adam's
+    setup.optimizer_temp += local if opts.optimizer in ("adam", "adamw") else 0
     points = tl.replay(setup, prof.memory["timeline"])
     top = max(points, key=lambda p: p.total)
     timed = _time(work, choice)

@@ -1,7 +1,12 @@
 """ZeRO-1 and ZeRO-2 (``"zero1"``, ``"zero2"``): DDP's bucket all-reduces, optimizer
 states (ZeRO-2: and gradients) and master weights split evenly over the GPUs as one
 flat buffer (ceil(elements / n) each), the updated parameters all-gathered after the
-step. A formula only: no run here checks it."""
+step. Under mixed precision the optimizer step also holds the partition's gradients in
+float32 (ceil(elements / n) x 4 B), as DeepSpeed does: ``DeepSpeedZeroOptimizer.step``
+in deepspeed/runtime/zero/stage_1_and_2.py (deepspeedai/DeepSpeed) flattens the
+partition's averaged gradients ``.to(self.single_partition_of_fp32_groups[i].dtype)``
+as ``single_grad_partition``, the float32 master's ``.grad``, and frees it after the
+step (stage 1 and 2 alike). A formula only: no run here checks it."""
 
 from __future__ import annotations
 
@@ -45,6 +50,9 @@ class ZeRO(Replicated):
 
     def prepare(self, step: Step) -> Prepared:
         prepared = super().prepare(step)
+        part = -(-sum(prod(p.shape) for p in step.params) // step.opts.world_size)
+        if step.opts.mixed:  # DeepSpeed's float32 gradient partition, for the step only
+            step.setup.optimizer_temp = 4 * part
         if self.stage == 2:  # each GPU keeps its partition, reduced module by module
             elements = sum(prod(p.shape) for p in step.params)
             partition = -(-elements // step.opts.world_size) * step.grad_size
