@@ -9,15 +9,15 @@ from torch import nn
 
 import layerscope as ls
 from layerscope.generation import html, schema, trace
+from layerscope.generation.callrow import CallRow
 from layerscope.generation.fields import CALL_FIELDS, required
-from layerscope.generation.result import call_row
 
 KEYS = [f.key for f in CALL_FIELDS]
 
 
 def test_every_format_reads_the_table() -> None:
     prof = ls.profile(nn.Linear(4, 4), torch.randn(2, 4), memory=True)
-    row = call_row("decode", 7, 1, prof, 64)
+    row = CallRow.measured("decode", 7, 1, prof, 64).to_dict()
     # every key but the time, which only a timed generation has
     assert list(row) == [k for k in KEYS if k != "time"]
     assert (row["macs"], row["flops"]) == (2 * 4 * 4, 2 * 32 + 2 * 4)  # and 8 bias adds
@@ -28,3 +28,16 @@ def test_every_format_reads_the_table() -> None:
     assert tuple(schema.STEP.required) == required() == (
         "stage", "cache_tokens", "tokens", "macs", "flops", "bytes_accessed",
     )  # fmt: skip
+
+
+def test_call_row_reads_back_as_written() -> None:
+    """A row read from a document writes the same object: an older row without peak and
+    KV bytes stays without them, a newer key is kept after the known ones."""
+    old = {"stage": "decode", "cache_tokens": 7, "tokens": 1, "macs": 32, "flops": 72,
+           "bytes_accessed": 200, "newer": [1]}  # fmt: skip
+    row = CallRow.from_dict(old)
+    assert (row.peak_bytes, row.kv_bytes, row.time, row.extra) == (None, None, None, {"newer": [1]})
+    assert list(row.to_dict().items()) == list(old.items())
+    timed = CallRow.from_dict({**old, "peak_bytes": 64, "kv_bytes": 512, "time": 0.5})
+    assert timed.to_dict() == {**old, "peak_bytes": 64, "kv_bytes": 512, "time": 0.5}
+    assert list(timed.to_dict())[-1] == "newer"

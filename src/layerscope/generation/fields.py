@@ -1,6 +1,6 @@
 """The generation's field table: every column of a call row, written once.
 
-One ``CallField`` per key of a call row (``result.call_row``, ``Generation.calls``)
+One ``CallField`` per key of a call row (``callrow.CallRow``, ``Generation.calls``)
 says what the value is (kind, description, whether every row has it) and how views show
 it (header). The text view (``generation.view``), the JSON section and its check
 (``generation.schema``), the HTML section (``generation.html``) and the trace
