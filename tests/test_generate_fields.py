@@ -41,3 +41,27 @@ def test_call_row_reads_back_as_written() -> None:
     timed = CallRow.from_dict({**old, "peak_bytes": 64, "kv_bytes": 512, "time": 0.5})
     assert timed.to_dict() == {**old, "peak_bytes": 64, "kv_bytes": 512, "time": 0.5}
     assert list(timed.to_dict())[-1] == "newer"
+
+
+def test_stage_totals_chart_and_sweep_read_the_table() -> None:
+    """The stage totals, the calls chart, the estimate's sweep (text and HTML) and its
+    cards take their keys and headers from ``generation.fields``."""
+    from dataclasses import fields as dataclass_fields
+
+    from layerscope.generation import estimate_view
+    from layerscope.generation.estimate_result import SweepRow
+    from layerscope.generation.fields import CARD_FIELDS, STAGE_FIELDS, SWEEP_FIELDS
+
+    assert [f.key for f in STAGE_FIELDS] == [
+        "calls", "macs", "flops", "bytes_accessed", "peak_bytes", "time",
+    ]  # fmt: skip
+    assert [m[0] for m in html.CHART_METRICS] == ["bytes_accessed", "flops", "time"]
+    # every attribute of a sweep row is a column, in the row's order
+    assert [f.key for f in SWEEP_FIELDS] == [f.name for f in dataclass_fields(SweepRow)]
+    assert [c[0] for c in html.ESTIMATE_COLUMNS] == [f.key for f in SWEEP_FIELDS]
+    assert html.ESTIMATE_CARDS is CARD_FIELDS
+    # the text view: 9 of the 13 columns, "Step bytes" between "Bound" and "KV cache"
+    assert [c[1] for c in estimate_view._COLUMNS] == [
+        "Batch", "Prefill", "Decode", "Tok/s/seq", "Tok/s", "Bound", "Step bytes",
+        "KV cache", "Fits",
+    ]  # fmt: skip

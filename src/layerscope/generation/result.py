@@ -13,6 +13,7 @@ from typing import Any
 
 from layerscope.errors import SchemaError
 from layerscope.generation.callrow import CallRow
+from layerscope.generation.fields import STAGE_FIELDS
 from layerscope.profile import Profile
 
 #: The stages, in the order a generation runs them.
@@ -189,7 +190,7 @@ class Generation:
                 # the model's calls of the stage (an encoder's call is one of the
                 # prefill's), else the root's calls in its profile
                 "calls": len(rows) or prof.root.calls,
-                **{k: m.get(k) for k in ("macs", "flops", "bytes_accessed", "peak_bytes")},
+                **{f.key: m.get(f.key) for f in STAGE_FIELDS if f.key not in ("calls", "time")},
                 "time": sum(times) if times else None,
             }
         return {
