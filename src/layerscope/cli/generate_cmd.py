@@ -23,7 +23,6 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 import torch
@@ -32,7 +31,6 @@ from torch import nn
 from layerscope.cli.common import VIEW_FLAGS, add_model_arguments, flags_given, gpu_names
 from layerscope.cli.inputs import parse_json_object, parse_model_dtype, parse_shape
 from layerscope.errors import InvalidInputError
-from layerscope.export.files import write_text
 from layerscope.generation.estimate import CACHES, estimate_generate
 from layerscope.generation.result import STAGES
 from layerscope.hardware import GPUS
@@ -255,5 +253,5 @@ def run(args: argparse.Namespace) -> int:
     )  # fmt: skip
     result.show(width=args.width)
     if args.json:
-        write_text(args.json, json.dumps(result.to_dict(), indent=1, allow_nan=False) + "\n")
+        result.save(args.json)
     return 0

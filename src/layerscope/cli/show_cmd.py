@@ -50,7 +50,8 @@ def _as_plan(args: argparse.Namespace) -> bool:
 
 
 def _subject(data: object) -> Any:
-    """The plan, generation or sweep a document holds, or None for a plain profile."""
+    """The plan, generation, sweep or generation estimate a document holds, or None for a
+    plain profile."""
     if not isinstance(data, dict):
         return None
     if "plan" in data:
@@ -59,6 +60,10 @@ def _subject(data: object) -> Any:
         from layerscope.generation.result import Generation
 
         return Generation.from_dict(data)
+    from layerscope.generation.estimate_result import GenerateEstimate, is_estimate
+
+    if is_estimate(data):
+        return GenerateEstimate.from_dict(data)
     if "schema" not in data and isinstance(data.get("rows"), list) and "axes" in data:
         return Sweep(list(data["axes"]), list(data["rows"]), dict(data.get("setting") or {}))
     return None

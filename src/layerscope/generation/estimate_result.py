@@ -5,7 +5,9 @@ decode step's affine fit per batch, and the notes that say what the numbers leav
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import os
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
 from typing import IO, Any
 
 from layerscope.generation.decodefit import AffineFit
@@ -41,6 +43,11 @@ class SweepRow:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SweepRow:
+        """A row from ``to_dict``'s form (an older row without the step's work reads 0)."""
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
 
 
 @dataclass
@@ -113,6 +120,43 @@ class GenerateEstimate:
             "notes": list(self.notes),
         }
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> GenerateEstimate:
+        """An estimate from ``to_dict``'s form (``layerscope generate --json``'s file);
+        ``SchemaError`` naming what is missing or wrong."""
+        from layerscope.errors import SchemaError
+
+        if not isinstance(data, Mapping):
+            raise SchemaError("not a generation estimate (not a JSON object)")
+        missing = [k for k in _KEYS if k not in data]
+        if missing:
+            raise SchemaError(f"not a generation estimate (no {', '.join(map(repr, missing))})")
+        try:
+            return cls(
+                **{k: data[k] for k in _KEYS if k not in ("sweep", "fit", "notes", "kernels")},
+                sweep=[SweepRow.from_dict(r) for r in data["sweep"]],
+                fit=[AffineFit.from_dict(f) for f in data["fit"]],
+                notes=list(data["notes"]),
+                kernels=dict(data["kernels"]),
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            raise SchemaError(f"not a generation estimate: {type(e).__name__}: {e}") from e
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write ``to_dict()`` as JSON (``load_generate_estimate`` reads it back)."""
+        import json
+
+        from layerscope.export.files import write_text
+
+        write_text(os.fspath(path), json.dumps(self.to_dict(), indent=1, allow_nan=False) + "\n")
+
+    def export(self, path: str | os.PathLike[str], format: str | None = None) -> None:
+        """Write the estimate in the format its extension names: ``.json`` (``save``);
+        ``format="json"`` for another name."""
+        from layerscope.export.formats import export_document
+
+        export_document(path, format, {"json": self.save}, "an estimate")
+
     def render(self, *, width: int | None = None) -> str:
         """The estimate as plain text, ``width`` characters wide (default: the terminal's):
         the run, the first batch's figures, the sweep's table and the notes."""
@@ -130,4 +174,27 @@ class GenerateEstimate:
         return self.render()
 
 
-__all__ = ["GenerateEstimate", "SweepRow"]
+#: The keys ``from_dict`` needs: the attributes, besides those derived from the sweep.
+_KEYS = ("model", "target", "device", "dtype", "prompt", "new_tokens", "cache",
+         "prefill_time", "decode_time_per_token", "tokens_per_s", "sweep", "fit", "notes",
+         "kernels")  # fmt: skip
+
+
+def is_estimate(data: object) -> bool:
+    """Whether a JSON document is a generation estimate (``GenerateEstimate.to_dict``)."""
+    return (
+        isinstance(data, dict)
+        and "schema" not in data
+        and {"sweep", "fit", "lower_bound"} <= set(data)
+    )
+
+
+def load_generate_estimate(path: str | os.PathLike[str]) -> GenerateEstimate:
+    """Read an estimate written by ``GenerateEstimate.save`` (or ``layerscope generate
+    --json`` on meta)."""
+    from layerscope.export.jsonread import read_document
+
+    return GenerateEstimate.from_dict(read_document(path))
+
+
+__all__ = ["GenerateEstimate", "SweepRow", "is_estimate", "load_generate_estimate"]
