@@ -65,3 +65,19 @@ def test_stage_totals_chart_and_sweep_read_the_table() -> None:
         "Batch", "Prefill", "Decode", "Tok/s/seq", "Tok/s", "Bound", "Step bytes",
         "KV cache", "Fits",
     ]  # fmt: skip
+
+
+def test_stage_totals_are_the_stage_profile_and_its_calls() -> None:
+    """A stage's totals: its rows' count, its Profile's root figures, and the summed time
+    of its timed calls (None when none was timed)."""
+    from layerscope.generation.callrow import StageTotals
+
+    prof = ls.profile(nn.Linear(4, 4), torch.randn(2, 4), memory=True)
+    rows = [CallRow.measured("decode", 7, 1, prof, 64).timed(t) for t in (0.25, 0.5)]
+    totals = StageTotals.of(prof, rows)
+    assert (totals.calls, totals.macs, totals.time) == (2, 32, 0.75)  # 2 x 4 x 4 MACs
+    assert StageTotals.of(prof, []).calls == prof.root.calls == 1
+    assert StageTotals.of(prof, []).time is None
+    assert list(totals.to_dict()) == [
+        "calls", "macs", "flops", "bytes_accessed", "peak_bytes", "time",
+    ]  # fmt: skip

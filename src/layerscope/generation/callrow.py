@@ -12,10 +12,10 @@ from dataclasses import fields as dataclass_fields
 from typing import Any
 
 import layerscope.metricspec as ms
-from layerscope.generation.fields import CALL_FIELDS
+from layerscope.generation.fields import CALL_FIELDS, STAGE_FIELDS
 from layerscope.profile import Profile
 
-__all__ = ["CallRow"]
+__all__ = ["CallRow", "StageTotals"]
 
 
 @dataclass(frozen=True)
@@ -83,6 +83,37 @@ class CallRow:
         optional figure the row lacks is None."""
         known: dict[str, Any] = {k: data.get(k) for k in _ATTRIBUTES if k in data or k in _OPTIONAL}
         return cls(**known, extra={k: v for k, v in data.items() if k not in _ATTRIBUTES})
+
+
+@dataclass(frozen=True)
+class StageTotals:
+    """One stage's totals (``Generation.stage_totals``): its model calls, the work and
+    peak of its merged Profile, the summed time of its timed calls."""
+
+    calls: int
+    #: the Profile's root figures, as it holds them (None: the Profile has none)
+    macs: float | None
+    flops: float | None
+    bytes_accessed: float | None
+    peak_bytes: float | None
+    #: None: no call of the stage was timed
+    time: float | None
+
+    @classmethod
+    def of(cls, profile: Profile, rows: list[CallRow]) -> StageTotals:
+        """The totals of a stage: its Profile and its calls' rows."""
+        m = profile.root.metrics
+        times = [r.time for r in rows if r.time is not None]
+        # the model's calls of the stage (an encoder's call is one of the prefill's),
+        # else the root's calls in its profile
+        work: dict[str, Any] = {
+            f.key: m.get(f.key) for f in STAGE_FIELDS if f.key not in ("calls", "time")
+        }
+        return cls(len(rows) or profile.root.calls, **work, time=sum(times) if times else None)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The totals as the views read them, in the field table's order."""
+        return {f.key: getattr(self, f.key) for f in STAGE_FIELDS}
 
 
 #: The figures a ``CallRow`` holds as attributes.

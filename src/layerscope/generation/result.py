@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from layerscope.errors import SchemaError
-from layerscope.generation.callrow import CallRow
-from layerscope.generation.fields import STAGE_FIELDS
+from layerscope.generation.callrow import CallRow, StageTotals
 from layerscope.profile import Profile
 
 #: The stages, in the order a generation runs them.
@@ -179,20 +178,16 @@ class Generation:
             refuse("stage", stage, " or ".join(repr(s) for s in self.stages) or "a stage")
         return self.stages[stage]
 
+    def stage_totals(self) -> dict[str, StageTotals]:
+        """Each stage's totals: its calls, work, peak and timed seconds."""
+        return {
+            name: StageTotals.of(prof, [r for r in self.calls if r.stage == name])
+            for name, prof in self.stages.items()
+        }
+
     def section_for_views(self) -> dict[str, Any]:
         """The figures the views show: each stage's totals, the steps, the cache."""
-        totals = {}
-        for name, prof in self.stages.items():
-            m = prof.root.metrics
-            rows = [r for r in self.calls if r.stage == name]
-            times = [r.time for r in rows if r.time is not None]
-            totals[name] = {
-                # the model's calls of the stage (an encoder's call is one of the
-                # prefill's), else the root's calls in its profile
-                "calls": len(rows) or prof.root.calls,
-                **{f.key: m.get(f.key) for f in STAGE_FIELDS if f.key not in ("calls", "time")},
-                "time": sum(times) if times else None,
-            }
+        totals = {name: t.to_dict() for name, t in self.stage_totals().items()}
         return {
             "stages": totals,
             "calls": [r.to_dict() for r in self.calls],
