@@ -81,3 +81,17 @@ def test_stage_totals_are_the_stage_profile_and_its_calls() -> None:
     assert list(totals.to_dict()) == [
         "calls", "macs", "flops", "bytes_accessed", "peak_bytes", "time",
     ]  # fmt: skip
+
+
+def test_kv_summary_from_cache_facts_and_back() -> None:
+    """Two layers of 2 rows: 8 tokens of 512 B and 8 of 256 B per row at the end, so
+    8 x 2 x 512 = 8,192 B and 4,096 B; 768 B per token and row over both layers."""
+    from layerscope.generation.cache import KVSummary
+    from layerscope.generation.fields import KV_FIELDS
+
+    final = {"bytes": 12_288, "rows": 2, "tokens": [8, 8], "per_layer": [8_192, 4_096],
+             "cross_bytes": 0, "cross_per_layer": []}  # fmt: skip
+    kv = KVSummary.of({"bytes": 9_216}, final)
+    assert (kv.bytes_per_token, kv.tokens_final, kv.rows) == (512 + 256, 8, 2)
+    assert list(kv.to_dict()) == [k for k, _, _ in KV_FIELDS]
+    assert KVSummary.from_dict(kv.to_dict()) == kv

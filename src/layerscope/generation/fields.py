@@ -16,6 +16,7 @@ __all__ = [
     "CALL_FIELDS",
     "CARD_FIELDS",
     "KV_BYTES",
+    "KV_FIELDS",
     "STAGE_FIELDS",
     "SWEEP_FIELDS",
     "CallField",
@@ -82,6 +83,20 @@ STAGE_FIELDS: tuple[CallField, ...] = (
     CallField("time", "Time", "seconds", "the summed time of the stage's timed calls",
               required=False),
 )  # fmt: skip
+
+#: The KV cache's facts (``Generation.kv_cache``, ``cache.KVSummary``): key, kind, what
+#: it is; the scalars (count, bytes) are the HTML cards' figures, the lists per layer.
+KV_FIELDS: tuple[tuple[str, str, str], ...] = (
+    ("bytes_after_prefill", "bytes", "the cache's bytes after the prefill"),
+    ("bytes_final", "bytes", "the cache's bytes at the end"),
+    ("bytes_per_token", "bytes", "bytes per token and row, summed over the layers"),
+    ("tokens_final", "count", "the most tokens a layer holds at the end"),
+    ("rows", "count", "rows the cache holds (batch x beams or samples)"),
+    ("per_layer", "list", "self-attention bytes per layer at the end"),
+    ("tokens_per_layer", "list", "tokens per layer at the end"),
+    ("cross_bytes", "bytes", "cross-attention bytes at the end"),
+    ("cross_per_layer", "list", "cross-attention bytes per layer at the end"),
+)
 
 #: A sweep field's kind in the text view (``render.units``'s, "rate", "flag", "text").
 TextKind = Literal["count", "seconds", "rate", "bytes", "flag", "text"]

@@ -22,7 +22,13 @@ from typing import Any
 from layerscope.errors import ExportError
 from layerscope.export.files import write_text
 from layerscope.export.html import page_facts, page_number, section_page
-from layerscope.generation.fields import CALL_FIELDS, CARD_FIELDS, STAGE_FIELDS, SWEEP_FIELDS
+from layerscope.generation.fields import (
+    CALL_FIELDS,
+    CARD_FIELDS,
+    KV_FIELDS,
+    STAGE_FIELDS,
+    SWEEP_FIELDS,
+)
 from layerscope.hardware import DeviceLike
 from layerscope.profile import Profile
 from layerscope.render import units
@@ -169,17 +175,7 @@ def _kv(kv: Any) -> dict[str, Any] | None:
     own = _ints(kv.get("per_layer"), "per_layer")
     cross = _ints(kv.get("cross_per_layer"), "cross_per_layer")
     tokens = _ints(kv.get("tokens_per_layer"), "tokens_per_layer")
-    out: dict[str, Any] = {
-        k: page_number(kv.get(k))
-        for k in (
-            "bytes_after_prefill",
-            "bytes_final",
-            "bytes_per_token",
-            "tokens_final",
-            "rows",
-            "cross_bytes",
-        )
-    }
+    out: dict[str, Any] = {k: page_number(kv.get(k)) for k, kind, _ in KV_FIELDS if kind != "list"}
     out.update(self=own, cross=cross, tokens=tokens)
     return out
 
