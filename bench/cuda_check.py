@@ -299,16 +299,16 @@ def generate_vs_estimate() -> None:
         model.generate(x, max_new_tokens=new, min_new_tokens=new, do_sample=False)
         torch.cuda.synchronize()
         walls.append(time.perf_counter() - start)
-    calls = sum(r["time"] for r in gen.calls)
+    calls = sum(r.time or 0.0 for r in gen.calls)
     print(f"generate() wall {min(walls) * 1e3:.1f} ms; the calls' medians sum {calls * 1e3:.1f} ms")
     target = "h200" if "H200" in torch.cuda.get_device_name() else "h100"
     with torch.device("meta"):
         meta = LlamaForCausalLM(config).to(torch.bfloat16)  # type: ignore[arg-type]
     est = ls.estimate_generate(meta, target=target, prompt=prompt, new_tokens=new, batch=[batch])
     print(est.render(width=80))
-    decode = [r["time"] for r in gen.calls if r["stage"] == "decode"]
+    decode = [r.time or 0.0 for r in gen.calls if r.stage == "decode"]
     measured = sorted(decode)[len(decode) // 2]
-    prefill = gen.calls[0]["time"]
+    prefill = gen.calls[0].time or 0.0
     print(
         f"prefill measured {prefill * 1e3:.3f} ms, bound {est.prefill_time * 1e3:.3f} ms "
         f"(x{prefill / est.prefill_time:.2f}); decode per token measured "

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import warnings
@@ -35,13 +36,13 @@ def test_llama_calls_by_hand() -> None:
     gen = ls.profile_generate(model, ids, max_new_tokens=5)
     assert list(gen.stages) == ["prefill", "decode"]
     steps = gen.calls
-    assert [s["stage"] for s in steps] == ["prefill"] + ["decode"] * 4
+    assert [s.stage for s in steps] == ["prefill"] + ["decode"] * 4
     for step in steps[1:]:
-        cache = step["cache_tokens"]
+        cache = step.cache_tokens
         attention = LAYERS * 2 * HEADS * HEAD * (cache + 1)
-        assert step["macs"] == 2 * (LLAMA_WEIGHT_MACS + attention), cache
-    assert [s["cache_tokens"] for s in steps[1:]] == [16, 17, 18, 19]
-    assert steps[1]["macs"] == 172_544  # 2 x (81,920 + 2 x 2 x 4 x 16 x 17)
+        assert step.macs == 2 * (LLAMA_WEIGHT_MACS + attention), cache
+    assert [s.cache_tokens for s in steps[1:]] == [16, 17, 18, 19]
+    assert steps[1].macs == 172_544  # 2 x (81,920 + 2 x 2 x 4 x 16 x 17)
     # the cache: keys and values, 2 KV heads of 16 floats per layer, token and row
     per_token = LAYERS * 2 * KV_HEADS * HEAD * 4  # 512 B
     kv = gen.kv_cache
@@ -49,9 +50,9 @@ def test_llama_calls_by_hand() -> None:
     assert kv["bytes_after_prefill"] == per_token * 16 * 2
     assert kv["bytes_final"] == per_token * (16 + 5 - 1) * 2  # 20,480 B
     assert kv["tokens_final"] == 20 and kv["rows"] == 2
-    assert [s["kv_bytes"] for s in steps] == [per_token * 2 * t for t in (16, 17, 18, 19, 20)]
+    assert [s.kv_bytes for s in steps] == [per_token * 2 * t for t in (16, 17, 18, 19, 20)]
     # the decode stage sums its 4 steps
-    assert gen.stages["decode"].root.metrics["macs"] == sum(s["macs"] for s in steps[1:])
+    assert gen.stages["decode"].root.metrics["macs"] == sum(s.macs for s in steps[1:])
     assert gen.stages["decode"].root.calls == 4
 
 
@@ -75,9 +76,9 @@ def test_without_a_cache_every_step_is_full() -> None:
     ids = torch.randint(0, 64, (1, 8))
     gen = ls.profile_generate(model, ids, max_new_tokens=3, use_cache=False)
     assert list(gen.stages) == ["full"]
-    assert [s["tokens"] for s in gen.calls] == [8, 9, 10]
+    assert [s.tokens for s in gen.calls] == [8, 9, 10]
     assert gen.kv_cache == {}
-    macs = [s["macs"] for s in gen.calls]
+    macs = [s.macs for s in gen.calls]
     assert macs[0] < macs[1] < macs[2]
 
 
@@ -109,7 +110,7 @@ def test_beams_and_samples_are_rows() -> None:
         model, ids, max_new_tokens=3, do_sample=True, num_return_sequences=2
     )
     assert sampled.options["rows"] == 4
-    assert sampled.calls[1]["macs"] == 4 * (LLAMA_WEIGHT_MACS + LAYERS * 2 * HEADS * HEAD * 7)
+    assert sampled.calls[1].macs == 4 * (LLAMA_WEIGHT_MACS + LAYERS * 2 * HEADS * HEAD * 7)
 
 
 def test_encoder_decoder_has_a_cross_attention_cache() -> None:
@@ -131,7 +132,7 @@ def test_calls_replace_decode_steps(tmp_path: Path) -> None:
     from layerscope.generation import result
 
     gen = ls.profile_generate(gpt2(), torch.randint(0, 64, (1, 6)), max_new_tokens=3)
-    assert [r["stage"] for r in gen.calls] == ["prefill", "decode", "decode"]
+    assert [r.stage for r in gen.calls] == ["prefill", "decode", "decode"]
     result._WARNED.clear()
     with pytest.warns(DeprecationWarning, match="use Generation.calls"):
         assert gen.decode_steps is gen.calls
@@ -174,10 +175,10 @@ def test_timing_runs_on_copies_of_the_cache() -> None:
     ids = torch.randint(0, 64, (1, 6))
     plain = ls.profile_generate(model, ids, max_new_tokens=3)
     timed = ls.profile_generate(model, ids, max_new_tokens=3, timing=2)
-    strip = [{k: v for k, v in r.items() if k != "time"} for r in timed.calls]
+    strip = [dataclasses.replace(r, time=None) for r in timed.calls]
     assert strip == plain.calls
     assert timed.kv_cache == plain.kv_cache
-    assert all(r["time"] > 0 for r in timed.calls)
+    assert all(r.time is not None and r.time > 0 for r in timed.calls)
     assert timed.options["timing_repeats"] == 2
     assert "Time" in timed.render(width=120)
     # a stage's Profile in any view
@@ -198,14 +199,14 @@ def test_trace_marks_the_stages(tmp_path: Path) -> None:
     events = json.loads((tmp_path / "g.trace.json").read_text())["traceEvents"]
     calls = [e for e in events if e["ph"] == "X" and e["tid"] == 1]
     assert [c["name"] for c in calls] == ["prefill", "decode @ 6", "decode @ 7"]
-    times = [r["time"] * 1e6 for r in gen.calls]
+    times = [(r.time or 0.0) * 1e6 for r in gen.calls]
     assert [c["dur"] for c in calls] == pytest.approx(times)
     assert [c["ts"] for c in calls] == pytest.approx([0, times[0], times[0] + times[1]])
     stages = {e["name"]: e for e in events if e["ph"] == "X" and e["tid"] == 2}
     assert stages["decode"]["ts"] == pytest.approx(times[0])
     assert stages["decode"]["dur"] == pytest.approx(times[1] + times[2])
     counters = [e["args"]["bytes"] for e in events if e["ph"] == "C"]
-    assert counters == [r["kv_bytes"] for r in gen.calls]
+    assert counters == [r.kv_bytes for r in gen.calls]
     untimed = ls.profile_generate(model, torch.randint(0, 64, (1, 6)), max_new_tokens=2)
     with pytest.raises(ls.ExportError, match="timing=True"):
         untimed.to_trace(tmp_path / "x.json")
@@ -221,7 +222,7 @@ def test_a_static_cache_is_replayed_static() -> None:
     per_token = LAYERS * 2 * KV_HEADS * HEAD * 4
     assert gen.kv_cache["bytes_after_prefill"] == gen.kv_cache["bytes_final"] == per_token * 21 * 2
     for step in gen.calls[1:]:
-        assert step["macs"] == 2 * (LLAMA_WEIGHT_MACS + LAYERS * 2 * HEADS * HEAD * 21)
+        assert step.macs == 2 * (LLAMA_WEIGHT_MACS + LAYERS * 2 * HEADS * HEAD * 21)
 
 
 @pytest.mark.cuda
@@ -235,14 +236,14 @@ def test_generate_on_cuda_against_the_cpu() -> None:
     cpu = ls.profile_generate(llama(), ids, max_new_tokens=5)
     gpu = ls.profile_generate(llama().cuda(), ids.cuda(), max_new_tokens=5, timing=2)
     keys = ("stage", "cache_tokens", "macs", "kv_bytes")
-    assert [[r[k] for k in keys] for r in gpu.calls[1:]] == [
-        [r[k] for k in keys] for r in cpu.calls[1:]
+    assert [[r.value(k) for k in keys] for r in gpu.calls[1:]] == [
+        [r.value(k) for k in keys] for r in cpu.calls[1:]
     ]
     # q.k and p.v over the 256 - 136 masked pairs, per row, layer and query head
     masked = 2 * LAYERS * HEADS * (16 * 16 - 136) * HEAD * 2  # 61,440
-    assert gpu.calls[0]["macs"] == cpu.calls[0]["macs"] + masked
+    assert gpu.calls[0].macs == cpu.calls[0].macs + masked
     assert gpu.kv_cache["bytes_final"] == 512 * (16 + 5 - 1) * 2
-    assert all(r["time"] > 0 for r in gpu.calls)
+    assert all(r.time is not None and r.time > 0 for r in gpu.calls)
 
 
 @pytest.mark.parametrize(

@@ -209,6 +209,29 @@ def test_to_dict_is_json_and_render_fits_the_width(dynamic: GenerateEstimate) ->
     assert text.splitlines()[0].startswith("Generation on h100 (NVIDIA H100 SXM5 80GB)")
 
 
+def test_save_load_and_show_as_itself(
+    dynamic: GenerateEstimate, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An estimate saved reads back to the same object: the same dict, the same text, the
+    same file written again; ``layerscope show`` shows it as itself."""
+    from layerscope.generation.estimate_result import load_estimate as load_generate_estimate
+
+    path = tmp_path / "est.json"
+    dynamic.export(path)
+    loaded = load_generate_estimate(path)
+    assert loaded.to_dict() == dynamic.to_dict()
+    assert loaded.sweep == dynamic.sweep and loaded.fit[0].points == dynamic.fit[0].points
+    assert loaded.render(width=100) == dynamic.render(width=100)
+    loaded.save(tmp_path / "again.json")
+    assert (tmp_path / "again.json").read_bytes() == path.read_bytes()
+    assert main(["show", os.fspath(path), "--width", "90"]) == 0
+    assert capsys.readouterr().out == dynamic.render(width=90)
+    with pytest.raises(ls.SchemaError, match="missing key 'fit'"):
+        GenerateEstimate.from_dict({k: v for k, v in dynamic.to_dict().items() if k != "fit"})
+    with pytest.raises(ls.ExportError, match="an estimate exports as json"):
+        dynamic.export(tmp_path / "est.html")
+
+
 def test_the_crossover_batch_where_decode_turns_compute_bound() -> None:
     """One layer of hidden 8192 (MLP 8192, 64 heads): a decode step's matmuls do 2 x 7 x
     8192^2 FLOPs per row for ~1 GB of weights read once, so the step's intensity grows

@@ -294,7 +294,7 @@ def test_generation_section_in_the_page(open_page: Any, gen: Generation) -> None
         "512 BKV per token and row",
     ]  # fmt: skip
     assert cards[5:] == [
-        f"{units.seconds(sum(s['time'] for s in steps if s['stage'] == stage))}"
+        f"{units.seconds(sum(s.time or 0.0 for s in steps if s.stage == stage))}"
         f"{stage.capitalize()} time"
         for stage in ("prefill", "decode")
     ]
@@ -313,15 +313,15 @@ def test_generation_section_in_the_page(open_page: Any, gen: Generation) -> None
     page.click('#ls-gen-metric button[data-key="flops"]')
     pts = _points(page)
     for q, s in zip(sorted(pts, key=lambda q: q["i"]), steps, strict=True):
-        assert q["y"] == s["flops"]
+        assert q["y"] == s.flops
         if "gn-off" not in q["cls"]:
             frac = (q["y0"] - q["cy"]) / (q["y0"] - q["y1"])
-            assert frac == pytest.approx(s["flops"] / q["top"], abs=0.01)
+            assert frac == pytest.approx(s.flops / q["top"], abs=0.01)
     # the prefill's 5 M FLOPs is above the decode calls' scale (356 K at most): marked
     # off-scale, its value printed; at the scale of all calls it is the highest point
     prefill = next(q for q in pts if q["i"] == 0)
     assert "gn-off" in prefill["cls"]
-    assert units.si(steps[0]["flops"]) + " ↑" in _texts(page, "#ls-gen-chart .gn-label")
+    assert units.si(steps[0].flops) + " ↑" in _texts(page, "#ls-gen-chart .gn-label")
     page.click('#ls-gen-scale button[data-key="all"]')
     pts = _points(page)
     assert not any("gn-off" in q["cls"] for q in pts)
@@ -352,10 +352,10 @@ def test_generation_section_in_the_page(open_page: Any, gen: Generation) -> None
     assert rows[0][:8] == [
         "Stage", "Cache before", "Fed", "MACs", "FLOPs", "Bytes moved", "Peak", "KV after",
     ]  # fmt: skip
-    assert rows[2][:5] == ["decode", "16", "1", "173 K", units.si(steps[1]["flops"])]
+    assert rows[2][:5] == ["decode", "16", "1", "173 K", units.si(steps[1].flops)]
     assert rows[2][5:8] == [
-        units.nbytes(steps[1]["bytes_accessed"]),
-        units.nbytes(steps[1]["peak_bytes"]),
+        units.nbytes(steps[1].bytes_accessed),
+        units.nbytes(steps[1].peak_bytes or 0),
         "17.00 KiB",  # 17 tokens x 2 rows x 512 B = 17,408 B
     ]
     assert [r[0] for r in rows[1:]] == ["prefill"] + ["decode"] * 4

@@ -71,15 +71,15 @@ def test_a_greedy_loop_by_hand() -> None:
     assert instance_keys(model) == before  # no forward (nor anything) left behind
     assert list(p.stages) == ["prefill", "decode"]
     rows = p.calls
-    assert [r["stage"] for r in rows] == ["prefill"] + ["decode"] * 4
-    assert [r["cache_tokens"] for r in rows] == [0, 16, 17, 18, 19]
-    assert [r["tokens"] for r in rows] == [16, 1, 1, 1, 1]
+    assert [r.stage for r in rows] == ["prefill"] + ["decode"] * 4
+    assert [r.cache_tokens for r in rows] == [0, 16, 17, 18, 19]
+    assert [r.tokens for r in rows] == [16, 1, 1, 1, 1]
     for r in rows[1:]:
-        attention = LAYERS * 2 * HEADS * HEAD * (r["cache_tokens"] + 1)
-        assert r["macs"] == 2 * (LLAMA_WEIGHT_MACS + attention)
-    assert rows[1]["macs"] == 172_544  # 2 x (81,920 + 2 x 2 x 4 x 16 x 17)
+        attention = LAYERS * 2 * HEADS * HEAD * (r.cache_tokens + 1)
+        assert r.macs == 2 * (LLAMA_WEIGHT_MACS + attention)
+    assert rows[1].macs == 172_544  # 2 x (81,920 + 2 x 2 x 4 x 16 x 17)
     # the cache after each call: 16, 17, ... 20 tokens of 512 B for 2 rows
-    assert [r["kv_bytes"] for r in rows] == [KV_PER_TOKEN * 2 * t for t in (16, 17, 18, 19, 20)]
+    assert [r.kv_bytes for r in rows] == [KV_PER_TOKEN * 2 * t for t in (16, 17, 18, 19, 20)]
     # the same calls replayed by profile_generate: the same rows, peaks included
     gen = ls.profile_generate(model, ids, max_new_tokens=5)
     assert rows == gen.calls
@@ -89,10 +89,10 @@ def test_a_greedy_loop_by_hand() -> None:
     assert (options["prompt_tokens"], options["new_tokens"], options["rows"]) == (16, 5, 2)
     decode = p.stages["decode"].root
     assert decode.calls == 4
-    assert decode.metrics["macs"] == sum(r["macs"] for r in rows[1:])
+    assert decode.metrics["macs"] == sum(r.macs for r in rows[1:])
     # p.profile: every call together
     assert p.profile.root.calls == 5
-    assert p.profile.root.metrics["macs"] == sum(r["macs"] for r in rows)
+    assert p.profile.root.metrics["macs"] == sum(r.macs for r in rows)
 
 
 def test_generate_inside_the_profiler_against_profile_generate(tmp_path: Path) -> None:
@@ -107,7 +107,9 @@ def test_generate_inside_the_profiler_against_profile_generate(tmp_path: Path) -
     assert out.shape == (2, 21)
     gen = ls.profile_generate(model, ids, max_new_tokens=5, attention_mask=mask)
     keys = ("stage", "cache_tokens", "tokens", "macs", "kv_bytes")
-    assert [[r[k] for k in keys] for r in p.calls] == [[r[k] for k in keys] for r in gen.calls]
+    assert [[r.value(k) for k in keys] for r in p.calls] == [
+        [r.value(k) for k in keys] for r in gen.calls
+    ]
     for stage in ("prefill", "decode"):
         assert p.stages[stage].root.metrics["macs"] == gen.stages[stage].root.metrics["macs"]
     assert p.generation.kv_cache == gen.kv_cache
@@ -130,7 +132,7 @@ def test_an_encoder_decoder_runs_its_encoder_in_the_prefill() -> None:
     with ls.Profiler(model, stages=True) as p:
         model.generate(ids, max_new_tokens=3, min_new_tokens=3)
     assert instance_keys(model) == before  # the encoder's forward put back too
-    assert [(r["stage"], r["cache_tokens"], r["tokens"]) for r in p.calls] == [
+    assert [(r.stage, r.cache_tokens, r.tokens) for r in p.calls] == [
         ("prefill", 0, 10),  # the encoder, on the prompt
         ("prefill", 0, 1),  # the decoder's start token
         ("decode", 1, 1),
@@ -163,7 +165,7 @@ def test_without_a_cache_every_call_is_full() -> None:
     assert list(p.stages) == ["full"]
     gen = ls.profile_generate(model, ids, max_new_tokens=3, use_cache=False)
     assert p.calls == gen.calls
-    assert [r["tokens"] for r in p.calls] == [8, 9, 10]
+    assert [r.tokens for r in p.calls] == [8, 9, 10]
     assert p.generation.kv_cache == {} and p.generation.options["new_tokens"] == 3
     assert p.generation.options["use_cache"] is False
 
@@ -184,7 +186,7 @@ def test_a_chunked_prefill_extends_and_a_rule_of_ones_own() -> None:
 
     with ls.Profiler(model, stages=True) as p:
         chunks()
-    assert [(r["stage"], r["cache_tokens"], r["tokens"]) for r in p.calls] == [
+    assert [(r.stage, r.cache_tokens, r.tokens) for r in p.calls] == [
         ("prefill", 0, 8),
         ("extend", 8, 8),
         ("decode", 16, 1),
@@ -276,4 +278,4 @@ def test_a_greedy_loop_on_cuda() -> None:
     assert [[r[k] for k in keys] for r in gpu.calls[1:]] == [
         [r[k] for k in keys] for r in cpu.calls[1:]
     ]
-    assert [r["cache_tokens"] for r in gpu.calls] == [0, 16, 17, 18, 19]
+    assert [r.cache_tokens for r in gpu.calls] == [0, 16, 17, 18, 19]

@@ -89,7 +89,7 @@ def test_percent_columns_are_shares_of_each_stage(gen: Any) -> None:
     text = gen.render(view="top", columns=["macs", "macs_pct"], raw=True, width=120)
     assert "(% of the stage's total)" in text.splitlines()[0]
     rows = [without_depth(r) for r in table_rows(text)]
-    decode_macs = sum(s["macs"] for s in gen.calls if s["stage"] == "decode")
+    decode_macs = sum(s.macs for s in gen.calls if s.stage == "decode")
     (head,) = [r for r in rows if r[:2] == ["decode", "lm_head"]]
     assert float(head[-1]) == pytest.approx(100 * 65_536 / decode_macs)
     ops = gen.render(view="ops", columns=["macs"], raw=True, width=120)

@@ -60,12 +60,12 @@ def _subject(data: object) -> Any:
         from layerscope.generation.result import Generation
 
         return Generation.from_dict(data)
+    from layerscope.generation.estimate_result import GenerateEstimate, is_estimate
+
+    if is_estimate(data):
+        return GenerateEstimate.from_dict(data)
     if "schema" not in data and isinstance(data.get("rows"), list) and "axes" in data:
         return Sweep.from_dict(data)
-    if "schema" not in data and "lower_bound" in data and "decode_time_per_token" in data:
-        from layerscope.generation.estimate_result import GenerateEstimate
-
-        return GenerateEstimate.from_dict(data)
     return None
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from layerscope.generation.fields import KV_FIELDS
 from layerscope.render.units import count, nbytes, plural
 
 
@@ -109,27 +110,48 @@ def seq_length(cache: Any) -> int:
     return int(get()) if callable(get) else 0
 
 
+@dataclass(frozen=True)
+class KVSummary:
+    """A generation's KV cache (``Generation.kv_cache`` is its ``to_dict()``): bytes
+    after the prefill and at the end, per token and row, per layer, self- and
+    cross-attention apart."""
+
+    bytes_after_prefill: int
+    bytes_final: int
+    bytes_per_token: int
+    tokens_final: int
+    rows: int
+    per_layer: list[int]
+    tokens_per_layer: list[int]
+    cross_bytes: int
+    cross_per_layer: list[int]
+
+    @classmethod
+    def of(cls, after_prefill: Mapping[str, Any], final: Mapping[str, Any]) -> KVSummary:
+        """From two ``CacheFacts.to_dict()``: after the prefill and at the end."""
+        rows = max(final.get("rows", 0), 1)
+        tokens = max(final["tokens"] or [0])
+        # each layer stores tokens x rows entries of the same size: its bytes per token
+        # and row, summed over the layers
+        per_token = sum(
+            b // (t * rows) for b, t in zip(final["per_layer"], final["tokens"], strict=True) if t
+        )
+        return cls(after_prefill["bytes"], final["bytes"], per_token, tokens, rows,
+                   final["per_layer"], final["tokens"], final["cross_bytes"],
+                   final["cross_per_layer"])  # fmt: skip
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``kv_cache`` object, in the field table's order (``KV_FIELDS``)."""
+        return {key: getattr(self, key) for key, _, _ in KV_FIELDS}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> KVSummary:
+        return cls(**{key: data[key] for key, _, _ in KV_FIELDS})
+
+
 def kv_summary(after_prefill: dict[str, Any], final: dict[str, Any]) -> dict[str, Any]:
-    """A generation's ``kv_cache`` from two ``CacheFacts.to_dict()``: the bytes after
-    the prefill, at the end, and per token and row (as ``ls.profile_generate`` gives)."""
-    rows = max(final.get("rows", 0), 1)
-    tokens = max(final["tokens"] or [0])
-    # each layer stores tokens x rows entries of the same size: its bytes per token and
-    # row, summed over the layers
-    per_token = sum(
-        b // (t * rows) for b, t in zip(final["per_layer"], final["tokens"], strict=True) if t
-    )
-    return {
-        "bytes_after_prefill": after_prefill["bytes"],
-        "bytes_final": final["bytes"],
-        "bytes_per_token": per_token,
-        "tokens_final": tokens,
-        "rows": rows,
-        "per_layer": final["per_layer"],
-        "tokens_per_layer": final["tokens"],
-        "cross_bytes": final["cross_bytes"],
-        "cross_per_layer": final["cross_per_layer"],
-    }
+    """A generation's ``kv_cache`` from two ``CacheFacts.to_dict()`` (``KVSummary``)."""
+    return KVSummary.of(after_prefill, final).to_dict()
 
 
 def held_words(kv: Mapping[str, Any]) -> str:
@@ -155,4 +177,4 @@ def held_words(kv: Mapping[str, Any]) -> str:
     return f"{plural(rows, 'row')}; {', '.join(held)} (a sliding window); {per_token}"
 
 
-__all__ = ["CacheFacts", "cache_facts", "held_words", "kv_summary", "seq_length"]
+__all__ = ["CacheFacts", "KVSummary", "cache_facts", "held_words", "kv_summary", "seq_length"]

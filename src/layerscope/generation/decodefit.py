@@ -13,7 +13,7 @@ does not, the mean of the broken line through the three points is used instead.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
@@ -121,6 +121,15 @@ class AffineFit:
             "tolerance": self.tolerance,
             "held": self.held,
         }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> AffineFit:
+        """A fit from ``to_dict``'s form: the points and the tolerance (the lines, errors
+        and check follow from them)."""
+        points = [Point(p["length"], *(p[q] for q in QUANTITIES)) for p in data["points"]]
+        return cls(
+            data["batch"], data["first_length"], data["last_length"], points, data["tolerance"]
+        )
 
 
 def _broken_line_mean(points: Sequence[Point], quantity: str) -> float:

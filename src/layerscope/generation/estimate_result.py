@@ -47,6 +47,7 @@ class SweepRow:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SweepRow:
+        """A row from ``to_dict``'s form (an older row without the step's work reads 0)."""
         return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
 
 
@@ -187,4 +188,9 @@ def load_estimate(path: str | os.PathLike[str]) -> GenerateEstimate:
     return GenerateEstimate.from_dict(read_document(path), os.fspath(path))
 
 
-__all__ = ["GenerateEstimate", "SweepRow", "load_estimate"]
+def is_estimate(data: object) -> bool:
+    """Whether a JSON document is a generation estimate (``GenerateEstimate.to_dict``)."""
+    return isinstance(data, dict) and "schema" not in data and {"sweep", "lower_bound"} <= set(data)
+
+
+__all__ = ["GenerateEstimate", "SweepRow", "is_estimate", "load_estimate"]

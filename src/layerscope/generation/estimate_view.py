@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import IO, Any
 
+from layerscope.generation.fields import text_columns
 from layerscope.render import config as display_config
 from layerscope.render import units
 from layerscope.render.layout import (
@@ -29,17 +30,7 @@ from layerscope.validate import check_int, refuse
 __all__ = ["estimate_lines", "render_generate_estimate", "show_generate_estimate"]
 
 #: The sweep's columns: key, header, kind, priority (lower goes first; None: always kept).
-_COLUMNS = (
-    ("batch", "Batch", "count", None),
-    ("prefill_time", "Prefill", "seconds", 60),
-    ("decode_time_per_token", "Decode", "seconds", None),
-    ("tokens_per_s_per_sequence", "Tok/s/seq", "rate", 70),
-    ("tokens_per_s", "Tok/s", "rate", 80),
-    ("bound", "Bound", "text", 75),
-    ("decode_bytes", "Step bytes", "bytes", 40),
-    ("kv_bytes", "KV cache", "bytes", 65),
-    ("fits", "Fits", "flag", 85),
-)
+_COLUMNS = tuple((f.key, f.short or f.key, f.text_kind, f.priority) for f in text_columns())
 
 
 def render_generate_estimate(data: Mapping[str, Any], *, width: int | None = None) -> str:

@@ -23,7 +23,13 @@ from layerscope.errors import ExportError
 from layerscope.export.files import write_text
 from layerscope.export.html import page_facts, page_number, section_page
 from layerscope.generation.cache import held_words
-from layerscope.generation.fields import CALL_FIELDS
+from layerscope.generation.fields import (
+    CALL_FIELDS,
+    CARD_FIELDS,
+    KV_FIELDS,
+    STAGE_FIELDS,
+    SWEEP_FIELDS,
+)
 from layerscope.hardware import DeviceLike
 from layerscope.profile import Profile
 from layerscope.render import units
@@ -37,36 +43,18 @@ CALL_COLUMNS: tuple[tuple[str, str, str, str], ...] = tuple(
 #: Columns shown even where every value is 0.
 _ALWAYS = frozenset({"stage", "tokens"})
 #: What the calls chart can show: row key, button label, kind.
-CHART_METRICS: tuple[tuple[str, str, str], ...] = (
-    ("bytes_accessed", "Bytes moved", "bytes"),
-    ("flops", "FLOPs", "si"),
-    ("time", "Time", "seconds"),
+CHART_METRICS: tuple[tuple[str, str, str], ...] = tuple(
+    (f.key, f.header, f.kind)
+    for f in sorted((f for f in CALL_FIELDS if f.chart), key=lambda f: f.chart or 0)
 )
 
 #: An estimate's sweep table: row key, header, kind.
-ESTIMATE_COLUMNS: tuple[tuple[str, str, str], ...] = (
-    ("batch", "Batch", "count"),
-    ("prefill_time", "Prefill", "seconds"),
-    ("decode_time_per_token", "Decode per token", "seconds"),
-    ("tokens_per_s_per_sequence", "Tokens/s per sequence", "si"),
-    ("tokens_per_s", "Tokens/s", "si"),
-    ("bound", "Bound", "text"),
-    ("weight_bytes", "Weights", "bytes"),
-    ("kv_bytes", "KV cache", "bytes"),
-    ("fits", "Fits", "fits"),
-    ("decode_flops", "Decode FLOPs", "si"),
-    ("decode_bytes", "Decode bytes moved", "bytes"),
-    ("prefill_flops", "Prefill FLOPs", "si"),
-    ("prefill_bytes", "Prefill bytes moved", "bytes"),
+ESTIMATE_COLUMNS: tuple[tuple[str, str, str], ...] = tuple(
+    (f.key, f.header, f.kind) for f in SWEEP_FIELDS
 )
 #: An estimate's headline figures (those of the sweep's first batch): key, card label,
 #: kind, what it is.
-ESTIMATE_CARDS: tuple[tuple[str, str, str, str], ...] = (
-    ("prefill_time", "Prefill", "seconds", "the prompt's call, at the roofline"),
-    ("decode_time_per_token", "Decode per token", "seconds",
-     "one decode step (a token for every sequence), at the roofline"),
-    ("tokens_per_s", "Tokens/s per sequence", "si", "each sequence's new tokens per second"),
-)  # fmt: skip
+ESTIMATE_CARDS = CARD_FIELDS
 _ESTIMATE_PARTS = {"sweep", "notes"} | {c[0] for c in ESTIMATE_CARDS}
 
 
@@ -132,8 +120,7 @@ def generation_data(
 
 def _stage(name: str, totals: Any) -> dict[str, Any]:
     t = totals if isinstance(totals, Mapping) else {}
-    keys = ("calls", "macs", "flops", "bytes_accessed", "peak_bytes", "time")
-    return {"name": name, **{k: page_number(t.get(k)) for k in keys}}
+    return {"name": name, **{f.key: page_number(t.get(f.key)) for f in STAGE_FIELDS}}
 
 
 def _calls_of(totals: Any) -> int:
@@ -189,17 +176,7 @@ def _kv(kv: Any) -> dict[str, Any] | None:
     own = _ints(kv.get("per_layer"), "per_layer")
     cross = _ints(kv.get("cross_per_layer"), "cross_per_layer")
     tokens = _ints(kv.get("tokens_per_layer"), "tokens_per_layer")
-    out: dict[str, Any] = {
-        k: page_number(kv.get(k))
-        for k in (
-            "bytes_after_prefill",
-            "bytes_final",
-            "bytes_per_token",
-            "tokens_final",
-            "rows",
-            "cross_bytes",
-        )
-    }
+    out: dict[str, Any] = {k: page_number(kv.get(k)) for k, kind, _ in KV_FIELDS if kind != "list"}
     out.update(self=own, cross=cross, tokens=tokens, held=held_words(kv))
     return out
 

@@ -18,7 +18,8 @@ import torch
 from torch import nn
 
 from layerscope.generation.cache import cache_facts, kv_summary
-from layerscope.generation.result import Generation, call_row
+from layerscope.generation.callrow import CallRow
+from layerscope.generation.result import Generation
 from layerscope.generation.stages import (
     CACHE_KEYWORDS,
     CallFacts,
@@ -57,7 +58,7 @@ class Recorder:
         self.model = model
         self.encoder_decoder = encoder_decoder
         #: one row per call
-        self.rows: list[dict[str, Any]] = []
+        self.rows: list[CallRow] = []
         self.notices: list[str] = []
         self._first: tuple[int, int] | None = None  # the first call's tokens and rows
         #: the cache's facts (and the tokens it has seen) after the first call that had
@@ -78,7 +79,7 @@ class Recorder:
         cache = facts.cache if facts.cache is not None else _output_cache(out)
         kv = cache_facts(cache) if cache is not None else None
         kv_bytes = kv.total if kv is not None else 0
-        self.rows.append(call_row(stage, facts.cache_tokens, facts.fed, prof, kv_bytes))
+        self.rows.append(CallRow.measured(stage, facts.cache_tokens, facts.fed, prof, kv_bytes))
         if kv is not None:
             self._cached = True
             self.notices.extend(n for n in kv.notices if n not in self.notices)
@@ -91,7 +92,7 @@ class Recorder:
     def generation(self, stages: Mapping[str, Profile], rule_name: str) -> Generation:
         """The calls as a ``Generation`` (``ls.profile_generate``'s result)."""
         kv: dict[str, Any] = {}
-        new = sum(1 for r in self.rows if r["stage"] == "full")
+        new = sum(1 for r in self.rows if r.stage == "full")
         if self._final is not None:
             after, seen_after = self._after_prefill or self._first_kv or self._final
             final, seen_final = self._final
@@ -122,7 +123,7 @@ class Recorder:
                 "the first cache seen"
             )
         copied = {name: copy.deepcopy(p) for name, p in stages.items()}
-        return Generation(copied, [dict(r) for r in self.rows], kv, options, notices)
+        return Generation(copied, list(self.rows), kv, options, notices)
 
 
 __all__ = ["Recorder", "default_rule"]

@@ -1,5 +1,5 @@
 """``Generation``: what ``ls.profile_generate`` measured, one Profile per stage, the
-model's calls one by one (``call_row``), and the KV cache. Written as a ``layerscope/1``
+model's calls one by one (``CallRow``), and the KV cache. Written as a ``layerscope/1``
 document: the first stage is the document's profile, the ``generation`` section holds
 the rest (``ls.load_generation`` reads it back, an older ``decode_steps`` key too;
 ``ls.load`` reads the first stage)."""
@@ -12,28 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from layerscope.errors import SchemaError
+from layerscope.generation.callrow import CallRow, StageTotals
 from layerscope.profile import Profile
 
 #: The stages, in the order a generation runs them.
 STAGES = ("prefill", "decode", "full")
-
-
-def call_row(
-    stage: str, cache_before: int, fed: int, prof: Profile, kv_bytes: int
-) -> dict[str, Any]:
-    """One call's row, from its analysis: the one constructor ``ls.profile_generate``
-    and a staged ``ls.Profiler`` both use (``Generation.calls``)."""
-    m = prof.root.metrics
-    return {
-        "stage": stage,
-        "cache_tokens": cache_before,
-        "tokens": fed,
-        "macs": int(m.get("macs", 0)),
-        "flops": int(m.get("flops", 0)),
-        "bytes_accessed": int(m.get("bytes_accessed", 0)),
-        "peak_bytes": int(prof.memory.get("session_peak_bytes", 0)),
-        "kv_bytes": kv_bytes,
-    }
 
 
 #: Whether ``Generation.decode_steps`` has warned in this process.
@@ -48,10 +31,10 @@ class Generation:
     #: an encoder-decoder's encoder included), "decode" (one new token per sequence on an
     #: existing cache), "full" (steps without a cache)
     stages: dict[str, Profile]
-    #: one row per model call, the prefill's first (``call_row``): stage, cache tokens
+    #: one row per model call, the prefill's first (``CallRow``): stage, cache tokens
     #: before the call, tokens fed per row, MACs, FLOPs, bytes moved, peak above the
     #: call's entry level, KV-cache bytes after it (and its time, when timed)
-    calls: list[dict[str, Any]]
+    calls: list[CallRow]
     #: the KV cache: bytes after the prefill and at the end, per token and per row,
     #: per layer, self- and cross-attention apart
     kv_cache: dict[str, Any]
@@ -60,7 +43,7 @@ class Generation:
     notices: list[str] = field(default_factory=list)
 
     @property
-    def decode_steps(self) -> list[dict[str, Any]]:
+    def decode_steps(self) -> list[CallRow]:
         """Deprecated: ``calls`` (it holds every call, the prefill's first)."""
         if not _WARNED:
             _WARNED.append(True)
@@ -79,7 +62,7 @@ class Generation:
         return {
             "first_stage": names[0] if names else None,
             "stages": {n: self.stages[n].to_dict() for n in names[1:]},
-            "calls": [dict(r) for r in self.calls],
+            "calls": [r.to_dict() for r in self.calls],
             "kv_cache": dict(self.kv_cache),
             "options": dict(self.options),
             "notices": list(self.notices),
@@ -121,7 +104,7 @@ class Generation:
         stages marked over them, the KV cache's bytes as a counter (needs ``timing=``)."""
         from layerscope.generation.trace import to_trace
 
-        to_trace(self.calls, path)
+        to_trace([r.to_dict() for r in self.calls], path)
 
     def export(self, path: str | os.PathLike[str], format: str | None = None) -> None:
         """Write the generation in the format its extension names: ``.html``
@@ -151,7 +134,7 @@ class Generation:
             stages[name] = Profile.from_dict(doc)
         return cls(
             stages,
-            list(section["calls"]),
+            [CallRow.from_dict(r) for r in section["calls"]],
             dict(section["kv_cache"]),
             dict(section["options"]),
             list(section["notices"]),
@@ -195,23 +178,19 @@ class Generation:
             refuse("stage", stage, " or ".join(repr(s) for s in self.stages) or "a stage")
         return self.stages[stage]
 
+    def stage_totals(self) -> dict[str, StageTotals]:
+        """Each stage's totals: its calls, work, peak and timed seconds."""
+        return {
+            name: StageTotals.of(prof, [r for r in self.calls if r.stage == name])
+            for name, prof in self.stages.items()
+        }
+
     def section_for_views(self) -> dict[str, Any]:
         """The figures the views show: each stage's totals, the steps, the cache."""
-        totals = {}
-        for name, prof in self.stages.items():
-            m = prof.root.metrics
-            rows = [r for r in self.calls if r["stage"] == name]
-            times = [r["time"] for r in rows if "time" in r]
-            totals[name] = {
-                # the model's calls of the stage (an encoder's call is one of the
-                # prefill's), else the root's calls in its profile
-                "calls": len(rows) or prof.root.calls,
-                **{k: m.get(k) for k in ("macs", "flops", "bytes_accessed", "peak_bytes")},
-                "time": sum(times) if times else None,
-            }
+        totals = {name: t.to_dict() for name, t in self.stage_totals().items()}
         return {
             "stages": totals,
-            "calls": self.calls,
+            "calls": [r.to_dict() for r in self.calls],
             "kv_cache": self.kv_cache,
             "options": self.options,
             "notices": self.notices,
@@ -228,4 +207,4 @@ def load_generation(path: str | os.PathLike[str]) -> Generation:
     return Generation.from_dict(read_document(path))
 
 
-__all__ = ["STAGES", "Generation", "call_row", "load_generation"]
+__all__ = ["STAGES", "CallRow", "Generation", "load_generation"]

@@ -30,7 +30,8 @@ from layerscope.analysis.merge import merge_profiles
 from layerscope.collect.timing.options import MAX_REPEATS
 from layerscope.errors import InvalidInputError, LayerscopeError, ModelError
 from layerscope.generation.cache import cache_facts, kv_summary, seq_length
-from layerscope.generation.result import Generation, call_row
+from layerscope.generation.callrow import CallRow
+from layerscope.generation.result import Generation
 from layerscope.profile import Profile
 from layerscope.validate import check_int, refuse
 
@@ -201,16 +202,14 @@ class _Replay:
         self.static = False
 
     def _call(self, stage: str, args: tuple[Any, ...], kwargs: dict[str, Any], before: int,
-              fed: int) -> tuple[Profile, dict[str, Any]]:  # fmt: skip
+              fed: int) -> tuple[Profile, CallRow]:  # fmt: skip
         """Time the call (when asked), then analyse it: its Profile and its row."""
         seconds = (
             _timed(self.model, args, kwargs, self.name, self.repeats) if self.repeats else None
         )
         prof = _step(self.model, args, kwargs)
-        row = call_row(stage, before, fed, prof, cache_facts(kwargs.get(self.name)).total)
-        if seconds is not None:
-            row["time"] = seconds
-        return prof, row
+        row = CallRow.measured(stage, before, fed, prof, cache_facts(kwargs.get(self.name)).total)
+        return prof, (row if seconds is None else row.timed(seconds))
 
     def _new_cache(self) -> Any:
         import transformers

@@ -14,7 +14,7 @@ from typing import Any
 
 from layerscope.errors import ExportError
 from layerscope.export.files import write_text
-from layerscope.generation.fields import CALL_FIELDS
+from layerscope.generation.fields import CALL_FIELDS, KV_BYTES
 
 __all__ = ["generation_trace", "to_trace"]
 
@@ -44,9 +44,9 @@ def generation_trace(steps: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         args = {k: step[k] for k in _ARGS if k in step}
         events.append({"ph": "X", "pid": PID, "tid": CALLS_TID, "name": name, "ts": now,
                        "dur": length, "args": {"call": i, **args}})  # fmt: skip
-        if "kv_bytes" in step:
+        if KV_BYTES in step:
             events.append({"ph": "C", "pid": PID, "name": "KV cache", "ts": now + length,
-                           "args": {"bytes": step["kv_bytes"]}})  # fmt: skip
+                           "args": {"bytes": step[KV_BYTES]}})  # fmt: skip
         if spans and spans[-1][0] == stage:
             spans[-1][2] = now + length
         else:

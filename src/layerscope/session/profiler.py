@@ -497,8 +497,8 @@ class Profiler:
         return self._staged("stages").stages
 
     @property
-    def calls(self) -> list[dict[str, Any]]:
-        """One row per call of the model: stage, cache tokens before, tokens fed per row,
+    def calls(self) -> list[Any]:
+        """One ``CallRow`` per call of the model: stage, cache tokens before, tokens fed per row,
         MACs, FLOPs, bytes moved, peak above the call's entry level, KV bytes after."""
         return self._staged("calls").rows
 

@@ -239,9 +239,9 @@ class Staging:
         return merge_profiles([copy.deepcopy(p) for p in self.stages.values()])
 
     @property
-    def rows(self) -> list[dict[str, Any]]:
-        """One row per call (``RECORDER``'s)."""
-        rows: list[dict[str, Any]] = self.recorder.rows
+    def rows(self) -> list[Any]:
+        """One row per call (``RECORDER``'s ``CallRow``s)."""
+        rows: list[Any] = self.recorder.rows
         return rows
 
     def generation(self) -> Any:
