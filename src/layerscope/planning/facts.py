@@ -220,9 +220,4 @@ def owner_lookup(units: Iterable[str]) -> Callable[[str], str]:
     return find
 
 
-def owner(module: str, units: Sequence[str]) -> str:
-    """The innermost of ``units`` that is ``module`` or holds it (``""`` when none)."""
-    return owner_lookup(units)(module)
-
-
-__all__ = ["Param", "analyse", "fsdp_units", "input_bytes", "owner", "owner_lookup", "trainable"]
+__all__ = ["Param", "analyse", "fsdp_units", "input_bytes", "owner_lookup", "trainable"]
