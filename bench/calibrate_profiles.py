@@ -3,7 +3,7 @@ for its built-in spec (``src/layerscope/analysis/profiles/<spec>.json``), or to 
 
     python bench/calibrate_profiles.py [--out DIR] [--quick]
 
-Run it on a lent H100 or H200 (one call, a few minutes; ``--quick`` in seconds), copy the
+Run it on an H100 or H200 (one call, a few minutes; ``--quick`` in seconds), copy the
 file into ``src/layerscope/analysis/profiles/`` and commit it: plans on that target then
 price kernels at the measured rates (``plan.rates`` says ``<spec>`` without
 ``(uncalibrated)``). Prints the rates measured.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Everything a session with a lent GPU runs, in one command (a few minutes), its outputs
+# Everything a session with a GPU runs, in one command (a few minutes), its outputs
 # under $OUT (default ./gpu-out): the CUDA tests, the checks against the GPU's own
 # numbers, a measured device profile, and real training steps against their plans.
 #

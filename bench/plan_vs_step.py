@@ -1,4 +1,4 @@
-"""Real single-GPU training steps against their plans (one command for a lent GPU).
+"""Real single-GPU training steps against their plans (one command for a GPU).
 
     python bench/plan_vs_step.py [--out DIR] [--steps 8] [--only NAME]
 
@@ -17,7 +17,7 @@ Measured: the median step time over ``--steps`` steps after two warm-up steps
 the measured steps (the optimizer's states exist from the first step on). Planned: the
 step time (the prediction where the plan has one, and its bound), the peak and the
 reserve. Prints a table and writes ``plan_vs_step.json`` (with the torch version and
-the device) under ``--out``. Targets (issue: predictions): step time within 10 %, peak
+the device) under ``--out``. Targets: step time within 10 %, peak
 within 3 % plus the stated reserve. Refuses to run without a GPU.
 """
 

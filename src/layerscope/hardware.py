@@ -197,7 +197,7 @@ _A100_PEAKS = {
 
 #: What ``torch.cuda.mem_get_info()`` reports as the total on each part (torch's
 #: out-of-memory message prints it: "GPU 0 has a total capacity of 79.19 GiB"), in bytes:
-#: - h200: 150,109,880,320 B (139.80 GiB), measured on a lent H200 SXM with torch 2.11
+#: - h200: 150,109,880,320 B (139.80 GiB), measured on an H200 SXM with torch 2.11
 #:   (``bench/results/h200-torch2.11.0/``); out-of-memory messages on H200s print 139.80;
 #: - h100: 85,029,158,912 B (79.19 GiB), the H100 80GB HBM3's total global memory as
 #:   ``cudaGetDeviceProperties`` lists it; out-of-memory messages on H100s print 79.19;

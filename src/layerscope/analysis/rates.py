@@ -330,7 +330,7 @@ _BUILTIN: dict[str, Rates] = {}
 
 
 #: Measured device profiles shipped with layerscope (``bench/calibrate_profiles.py`` on a
-#: lent GPU writes them): ``<spec name>.json``, whose rates replace the derived ones.
+#: GPU writes them): ``<spec name>.json``, whose rates replace the derived ones.
 PROFILES = Path(__file__).resolve().parent / "profiles"
 
 
