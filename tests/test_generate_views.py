@@ -179,3 +179,31 @@ def test_cli_view_and_stage(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--view table shows one stage at a time: give --stage" in capsys.readouterr().err
     assert main(["generate", "transformers:LlamaForCausalLM", "--view", "top"]) == 2
     assert "give --device cpu" in capsys.readouterr().err
+
+
+def test_cli_writes_text_json_and_html(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """``layerscope generate`` on a real device with -o, --json and --html: the text file
+    is what was printed, the JSON reads back to the same generation, the HTML holds its
+    section; the paths are checked before anything runs."""
+    args = [
+        "generate", "transformers:LlamaForCausalLM", "--model-args",
+        '{"num_hidden_layers": 1, "hidden_size": 32, "intermediate_size": 64, '
+        '"num_attention_heads": 2, "num_key_value_heads": 1, "vocab_size": 64}',
+        "--device", "cpu", "--input-shape", "1,6", "--max-new-tokens", "3", "--width", "80",
+    ]  # fmt: skip
+    text, doc, page = tmp_path / "g.txt", tmp_path / "g.json", tmp_path / "g.html"
+    assert main([*args, "-o", str(text), "--json", str(doc), "--html", str(page)]) == 0
+    out = capsys.readouterr().out
+    assert text.read_text() == out
+    assert ls.load_generation(doc).render(width=80) + "\n" == out
+    assert 'id="ls-gen-data"' in page.read_text()
+    for flags, words in (
+        (["--html", str(tmp_path / "g.txt")], "--html must be a path ending in .html"),
+        (["-o", str(tmp_path / "g.md")], "-o must be a path ending in .txt"),
+        (["--json", str(tmp_path / "no" / "g.json")], "cannot write"),
+    ):
+        assert main([*args, *flags]) == 2
+        assert words in capsys.readouterr().err
+    # on meta an estimate has no HTML report: refused before the estimate
+    assert main(["generate", "transformers:LlamaForCausalLM", "--html", str(page)]) == 2
+    assert "--html needs a real device" in capsys.readouterr().err

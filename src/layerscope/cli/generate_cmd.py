@@ -31,6 +31,7 @@ from torch import nn
 from layerscope.cli.common import VIEW_FLAGS, add_model_arguments, flags_given, gpu_names
 from layerscope.cli.inputs import parse_json_object, parse_model_dtype, parse_shape
 from layerscope.errors import InvalidInputError
+from layerscope.export.files import check_writable, write_text
 from layerscope.generation.estimate import CACHES, estimate_generate
 from layerscope.generation.result import STAGES
 from layerscope.hardware import GPUS
@@ -99,6 +100,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     out.add_argument("--sort", metavar="KEY", help="with --view, rank rows by this metric")
     out.add_argument("--top", type=int, metavar="K", help="with --view, keep the K largest rows")
     out.add_argument("--json", metavar="PATH", help="also save the result as JSON")
+    out.add_argument(
+        "-o", "--output", metavar="PATH",
+        help="also write what is printed to a text file (.txt)",
+    )  # fmt: skip
+    out.add_argument(
+        "--html", metavar="PATH",
+        help="with a real device, also write the generation's HTML report (.html)",
+    )  # fmt: skip
     out.add_argument("--width", type=int, default=None, help="console width in characters")
     out.add_argument("--config", metavar="YAML", help="display configuration (styles)")
 
@@ -167,9 +176,37 @@ def _check_flags(args: argparse.Namespace) -> torch.device:
     if args.batch:
         parse_batches(args.batch)
     _check_view_flags(args, device)
+    _check_outputs(args, device)
     if args.config:
         display_config.load(args.config)
     return device
+
+
+def _check_outputs(args: argparse.Namespace, device: torch.device) -> None:
+    """--json, -o and --html: their kind and that they can be written, before any work."""
+    if args.html is not None:
+        if device.type == "meta":
+            raise InvalidInputError(
+                "--html needs a real device: an estimate on meta has no HTML report (its "
+                "text and --json are the estimate)"
+            )
+        if not args.html.lower().endswith((".html", ".htm")):
+            refuse("--html", args.html, "a path ending in .html (the report is an HTML page)")
+    if args.output is not None and not args.output.lower().endswith((".txt", ".text")):
+        refuse("-o", args.output, "a path ending in .txt (the text that is printed)")
+    for path in (args.json, args.output, args.html):  # before the run, whose result'd be lost
+        if path:
+            check_writable(path)
+
+
+def _write(args: argparse.Namespace, result: Any, text: str) -> None:
+    """The files asked for: --json, -o (the printed text) and --html."""
+    if args.json:
+        result.save(args.json)
+    if args.output:
+        write_text(args.output, text if text.endswith("\n") else text + "\n")
+    if args.html:
+        result.to_html(args.html)
 
 
 def _measure(model: nn.Module, args: argparse.Namespace, batch: int, prompt: int) -> int:
@@ -188,8 +225,8 @@ def _measure(model: nn.Module, args: argparse.Namespace, batch: int, prompt: int
     if args.stage is not None and args.stage not in result.stages:
         check_choice("--stage", args.stage, list(result.stages))
     result.show(stage=args.stage, **_view_options(args))
-    if args.json:
-        result.save(args.json)
+    text = result.render(stage=args.stage, **_view_options(args)) if args.output else ""
+    _write(args, result, text)
     return 0
 
 
@@ -252,6 +289,5 @@ def run(args: argparse.Namespace) -> int:
         dtype=dtype,
     )  # fmt: skip
     result.show(width=args.width)
-    if args.json:
-        result.save(args.json)
+    _write(args, result, result.render(width=args.width) if args.output else "")
     return 0
