@@ -10,7 +10,7 @@ from typing import Any
 
 from layerscope.errors import SchemaError
 from layerscope.export.files import read_at_most
-from layerscope.export.jsoncheck import NONFINITE
+from layerscope.export.jsoncheck import NONFINITE, Check, Invalid, json_path
 from layerscope.export.jsonspec import MAX_DEPTH
 from layerscope.gcpause import gc_paused
 from layerscope.validate import check_int
@@ -63,6 +63,16 @@ def read_document(path: str | os.PathLike[str], *, max_bytes: int | None = None)
     return data
 
 
+def checked_document(data: Any, spec: Check, source: str | None = None) -> Any:
+    """A whole parsed document (a sweep's, an estimate's) as ``spec`` keeps it;
+    ``SchemaError`` naming the JSON path, after ``source`` (the file) when given."""
+    try:
+        return spec.check(data, "$")
+    except Invalid as e:
+        where = f"{source}: " if source else ""
+        raise SchemaError(f"{where}{json_path(e.where)}: {e.problem}") from None
+
+
 def _max_bytes(max_bytes: int | None) -> int:
     """The size limit in force: ``max_bytes``, else the environment variable's, else
     ``MAX_BYTES``."""
@@ -78,4 +88,4 @@ def _max_bytes(max_bytes: int | None) -> int:
     return check_int(f"${MAX_BYTES_ENV}", value, 1)
 
 
-__all__ = ["MAX_BYTES", "MAX_BYTES_ENV", "read_document"]
+__all__ = ["MAX_BYTES", "MAX_BYTES_ENV", "checked_document", "read_document"]

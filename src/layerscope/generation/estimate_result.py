@@ -125,15 +125,10 @@ class GenerateEstimate:
     def from_dict(cls, data: Any, source: str | None = None) -> GenerateEstimate:
         """An estimate from ``to_dict``'s form, every field checked: ``SchemaError`` naming
         the JSON path (after ``source``, the file, when given)."""
-        from layerscope.errors import SchemaError
-        from layerscope.export.jsoncheck import Invalid, json_path
+        from layerscope.export.jsonread import checked_document
         from layerscope.generation.estimate_schema import ESTIMATE
 
-        try:
-            d = ESTIMATE.check(data, "$")
-        except Invalid as e:
-            where = f"{source}: " if source else ""
-            raise SchemaError(f"{where}{json_path(e.where)}: {e.problem}") from None
+        d = checked_document(data, ESTIMATE, source)
         fits = [_fit(f) for f in d.get("fit", [])]
         return cls(
             d["model"], d["target"], dict(d["device"]), d["dtype"], d["prompt"],

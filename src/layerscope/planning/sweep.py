@@ -193,15 +193,12 @@ class Sweep:
         """A sweep from ``to_dict``'s form, every value checked: ``SchemaError`` naming
         the JSON path (after ``source``, the file, when given)."""
         from layerscope.errors import SchemaError
-        from layerscope.export.jsoncheck import Invalid, json_path
+        from layerscope.export.jsonread import checked_document
         from layerscope.planning.schema import SWEEP
 
-        where = f"{source}: " if source else ""
-        try:
-            checked = SWEEP.check(data, "$")
-        except Invalid as e:
-            raise SchemaError(f"{where}{json_path(e.where)}: {e.problem}") from None
+        checked = checked_document(data, SWEEP, source)
         if not checked["rows"]:
+            where = f"{source}: " if source else ""
             raise SchemaError(f"{where}$.rows: a sweep has at least one row")
         return cls(list(checked["axes"]), list(checked["rows"]), dict(checked.get("setting", {})))
 
