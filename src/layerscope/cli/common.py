@@ -11,7 +11,7 @@ from typing import Any
 from layerscope import hardware
 from layerscope.analysis.roofline import target_spec
 from layerscope.errors import InvalidInputError
-from layerscope.export.files import write_text
+from layerscope.export.files import check_writable, write_text
 from layerscope.export.formats import FORMATS, export, export_text, matching
 from layerscope.hardware import BY_NAME, known_devices
 from layerscope.profile import Profile
@@ -302,3 +302,13 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
         "--model-args", metavar="JSON",
         help="keyword arguments for the factory, or config fields for transformers: specs",
     )  # fmt: skip
+
+
+def check_outputs(html: str | None, *paths: str | None) -> None:
+    """The files a command will write, checked before its work, whose result would
+    otherwise be lost: ``--html`` ends in .html, and every path given can be written."""
+    if html is not None and not html.lower().endswith((".html", ".htm")):
+        refuse("--html", html, "a path ending in .html (the report is an HTML page)")
+    for path in (*paths, html):
+        if path:
+            check_writable(path)

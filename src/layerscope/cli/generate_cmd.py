@@ -28,10 +28,16 @@ from typing import Any
 import torch
 from torch import nn
 
-from layerscope.cli.common import VIEW_FLAGS, add_model_arguments, flags_given, gpu_names
+from layerscope.cli.common import (
+    VIEW_FLAGS,
+    add_model_arguments,
+    check_outputs,
+    flags_given,
+    gpu_names,
+)
 from layerscope.cli.inputs import parse_json_object, parse_model_dtype, parse_shape
 from layerscope.errors import InvalidInputError
-from layerscope.export.files import check_writable, write_text
+from layerscope.export.files import write_text
 from layerscope.generation.estimate import CACHES, estimate_generate
 from layerscope.generation.result import STAGES
 from layerscope.hardware import GPUS
@@ -184,19 +190,14 @@ def _check_flags(args: argparse.Namespace) -> torch.device:
 
 def _check_outputs(args: argparse.Namespace, device: torch.device) -> None:
     """--json, -o and --html: their kind and that they can be written, before any work."""
-    if args.html is not None:
-        if device.type == "meta":
-            raise InvalidInputError(
-                "--html needs a real device: an estimate on meta has no HTML report (its "
-                "text and --json are the estimate)"
-            )
-        if not args.html.lower().endswith((".html", ".htm")):
-            refuse("--html", args.html, "a path ending in .html (the report is an HTML page)")
+    if args.html is not None and device.type == "meta":
+        raise InvalidInputError(
+            "--html needs a real device: an estimate on meta has no HTML report (its "
+            "text and --json are the estimate)"
+        )
     if args.output is not None and not args.output.lower().endswith((".txt", ".text")):
         refuse("-o", args.output, "a path ending in .txt (the text that is printed)")
-    for path in (args.json, args.output, args.html):  # before the run, whose result'd be lost
-        if path:
-            check_writable(path)
+    check_outputs(args.html, args.json, args.output)
 
 
 def _write(args: argparse.Namespace, result: Any, text: str) -> None:

@@ -28,7 +28,7 @@ from typing import Any
 
 from torch import nn
 
-from layerscope.cli.common import add_model_arguments, gpu_names
+from layerscope.cli.common import add_model_arguments, check_outputs, gpu_names
 from layerscope.cli.inputs import (
     InputMaker,
     check_shape_flags,
@@ -37,7 +37,6 @@ from layerscope.cli.inputs import (
     parse_shape,
 )
 from layerscope.errors import InvalidInputError
-from layerscope.export.files import check_writable
 from layerscope.hardware import GPUS, device_spec, is_profile_path
 from layerscope.planning import plan, plan_sweep
 from layerscope.planning.options import DEFAULTS as OPTION_DEFAULTS
@@ -330,11 +329,7 @@ def _check_flags(args: argparse.Namespace) -> dict[str, list[Any]]:
             check_int(flag, value, 1)
     if args.max_rows is not None and args.sweep:
         raise InvalidInputError("--max-rows applies to one plan's module table, not to --sweep")
-    if args.html and not args.html.lower().endswith((".html", ".htm")):
-        refuse("--html", args.html, "a path ending in .html (the report is an HTML page)")
-    for path in (args.json, args.html):  # before the analysis, whose result would be lost
-        if path:
-            check_writable(path)
+    check_outputs(args.html, args.json)
     if args.config:
         display_config.load(args.config)
     return parse_sweep(args.sweep) if args.sweep else {}
