@@ -18,6 +18,7 @@ from layerscope.errors import InvalidInputError
 from layerscope.planning.checkpointing import (
     repeated_blocks,
 )
+from layerscope.planning.timeline import enclosing
 from layerscope.profile import Profile, TensorSpec
 from layerscope.validate import close_matches
 
@@ -210,12 +211,7 @@ def owner_lookup(units: Iterable[str]) -> Callable[[str], str]:
     known = {u for u in units if u}
 
     def find(module: str) -> str:
-        path = module
-        while path:
-            if path in known:
-                return path
-            path = path.rpartition(".")[0]
-        return ""
+        return next((p for p in enclosing(module) if p in known), "")
 
     return find
 
