@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import layerscope as ls
+from helpers.browser import embedded
 from helpers.models import tiny_llama
 from layerscope.cli import main
 
@@ -34,6 +35,23 @@ def test_save_and_load_give_the_same_estimate(tmp_path: Path) -> None:
     assert [r.batch for r in loaded.sweep] == [1, 4] and loaded.fit_held == est.fit_held
     est.export(tmp_path / "est.txt")
     assert (tmp_path / "est.txt").read_text() == est.render(width=100) + "\n"
+
+
+def test_the_html_report_holds_the_estimate_above_its_prefill(tmp_path: Path) -> None:
+    """``to_html``/``export(".html")``: the estimate's section (its sweep: batches 1 and 4)
+    above the report of the first batch's prefill, whose FLOPs the estimate's first row
+    states; the page says no generation was measured."""
+    est = estimate()
+    est.export(tmp_path / "est.html")
+    page = (tmp_path / "est.html").read_text()
+    gen = embedded(page, "ls-gen-data")
+    assert gen["measured"] is False and gen["calls"]["rows"] == []
+    sweep = gen["estimate"]["sweep"]
+    batch = [c[0] for c in sweep["columns"]].index("batch")
+    assert [r[batch] for r in sweep["rows"]] == [1, 4]
+    assert est.analysis is not None
+    assert est.analysis.root.metrics["flops"] == est.sweep[0].prefill_flops
+    assert embedded(page, "ls-data")["model"]["name"] == est.analysis.model["name"]
 
 
 def test_layerscope_show_shows_an_estimate(

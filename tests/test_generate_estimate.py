@@ -229,7 +229,10 @@ def test_save_load_and_show_as_itself(
     with pytest.raises(ls.SchemaError, match="missing key 'fit'"):
         GenerateEstimate.from_dict({k: v for k, v in dynamic.to_dict().items() if k != "fit"})
     with pytest.raises(ls.ExportError, match="an estimate exports as json"):
-        dynamic.export(tmp_path / "est.html")
+        dynamic.export(tmp_path / "est.md")
+    # loaded from JSON it has no analysis, so no HTML report: refused, saying why
+    with pytest.raises(ls.ExportError, match="the estimate has no analysis to report"):
+        loaded.export(tmp_path / "est.html")
 
 
 def test_the_crossover_batch_where_decode_turns_compute_bound() -> None:

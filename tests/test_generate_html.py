@@ -25,6 +25,7 @@ import pytest
 import torch
 
 import layerscope as ls
+from helpers.browser import embedded
 from helpers.browser import texts as _texts
 from layerscope.errors import ExportError
 from layerscope.export.html import to_html_text
@@ -32,7 +33,7 @@ from layerscope.generation.html import generation_data
 from layerscope.generation.html import to_html_text as gen_html_text
 from layerscope.generation.result import Generation
 from layerscope.render import units
-from test_html import BREAKERS, HOSTILE, embedded
+from test_html import BREAKERS, HOSTILE
 
 transformers = pytest.importorskip("transformers")
 

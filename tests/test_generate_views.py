@@ -204,6 +204,9 @@ def test_cli_writes_text_json_and_html(capsys: pytest.CaptureFixture[str], tmp_p
     ):
         assert main([*args, *flags]) == 2
         assert words in capsys.readouterr().err
-    # on meta an estimate has no HTML report: refused before the estimate
-    assert main(["generate", "transformers:LlamaForCausalLM", "--html", str(page)]) == 2
-    assert "--html needs a real device" in capsys.readouterr().err
+    # on meta --html writes the estimate's report, its section first
+    small = args[: args.index("--device")]
+    est_page = tmp_path / "est.html"
+    assert main([*small, "--input-shape", "1,6", "--html", str(est_page)]) == 0
+    assert "Generation on h100" in capsys.readouterr().out
+    assert '"measured":false' in est_page.read_text()

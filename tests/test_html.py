@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 import layerscope as ls
-from helpers.browser import Page, load_page
+from helpers.browser import Page, embedded, load_page
 from layerscope import examples
 from layerscope.errors import ExportError
 from layerscope.export import export
@@ -37,14 +37,6 @@ from viewmodels import build, node, small
 HOSTILE = "</script><img src=x onerror=alert(1)>"
 #: Strings that must never appear raw in the embedded JSON.
 BREAKERS = ("</", "<!--", "\u2028", "\u2029")
-
-
-def embedded(text: str) -> dict[str, Any]:
-    """The JSON document inside the report's ``<script type="application/json">``."""
-    m = re.search(r'<script type="application/json" id="ls-data">(.*?)</script>', text, re.S)
-    assert m is not None
-    data: dict[str, Any] = json.loads(m.group(1))
-    return data
 
 
 def chart_profile() -> Profile:

@@ -22,6 +22,7 @@ import pytest
 import torch
 
 import layerscope as ls
+from helpers.browser import embedded
 from helpers.browser import texts as _texts
 from layerscope.errors import ExportError
 from layerscope.examples.gpt import tiny_gpt
@@ -32,7 +33,7 @@ from layerscope.planning.html import to_html_text as plan_html_text
 from layerscope.planning.result import Plan
 from layerscope.planning.sweep import Sweep
 from layerscope.render import units
-from test_html import BREAKERS, HOSTILE, embedded
+from test_html import BREAKERS, HOSTILE
 from viewmodels import small
 
 MEMORY = {

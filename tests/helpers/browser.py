@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+
+def embedded(text: str, data_id: str = "ls-data") -> dict[str, Any]:
+    """The JSON inside a page's ``<script type="application/json" id=data_id>``: the
+    report's data (``ls-data``), a plan's or a generation's section."""
+    m = re.search(rf'<script type="application/json" id="{data_id}">(.*?)</script>', text, re.S)
+    assert m is not None
+    data: dict[str, Any] = json.loads(m.group(1))
+    return data
+
 
 BROWSER_NEEDED = (
     "needs a headless Chromium: apt-get install -y chromium chromium-driver, and the "

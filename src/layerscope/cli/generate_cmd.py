@@ -112,7 +112,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     out.add_argument(
         "--html", metavar="PATH",
-        help="with a real device, also write the generation's HTML report (.html)",
+        help="also write the HTML report (.html): the generation's, or on meta the "
+        "estimate's, above its first prefill's analysis",
     )  # fmt: skip
     out.add_argument("--width", type=int, default=None, help="console width in characters")
     out.add_argument("--config", metavar="YAML", help="display configuration (styles)")
@@ -182,19 +183,14 @@ def _check_flags(args: argparse.Namespace) -> torch.device:
     if args.batch:
         parse_batches(args.batch)
     _check_view_flags(args, device)
-    _check_outputs(args, device)
+    _check_outputs(args)
     if args.config:
         display_config.load(args.config)
     return device
 
 
-def _check_outputs(args: argparse.Namespace, device: torch.device) -> None:
+def _check_outputs(args: argparse.Namespace) -> None:
     """--json, -o and --html: their kind and that they can be written, before any work."""
-    if args.html is not None and device.type == "meta":
-        raise InvalidInputError(
-            "--html needs a real device: an estimate on meta has no HTML report (its "
-            "text and --json are the estimate)"
-        )
     if args.output is not None and not args.output.lower().endswith((".txt", ".text")):
         refuse("-o", args.output, "a path ending in .txt (the text that is printed)")
     check_outputs(args.html, args.json, args.output)

@@ -316,6 +316,7 @@ def estimate_generate(
         sweep=rows,
         fit=[a.fit for a in analyses],
         kernels=analyses[0].kernels,
+        analysis=analyses[0].prefill,
     )
     result.notes = [*notes_for(result, [a.prefill for a in analyses], driver.keeps_one), *not_run]
     return result

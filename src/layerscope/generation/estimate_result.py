@@ -1,7 +1,8 @@
 """``GenerateEstimate``: what ``ls.estimate_generate`` returns, a row per batch size, the
 decode step's affine fit per batch, and the notes that say what the numbers leave out.
 ``to_dict()`` is its JSON data; ``render()``/``show()`` draw it
-(``generation/estimate_view.py``)."""
+(``generation/estimate_view.py``); ``to_html()`` writes it above the first batch's prefill
+analysis (``generation/html.py``)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,12 @@ import json
 import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from layerscope.generation.decodefit import AffineFit, Point
+
+if TYPE_CHECKING:
+    from layerscope.profile import Profile
 
 
 @dataclass
@@ -76,6 +80,9 @@ class GenerateEstimate:
     #: kernels the target chose, as the profiles log them ({op: {kernel: calls}}), the
     #: first batch's prefill and decode step
     kernels: dict[str, Any] = field(default_factory=dict)
+    #: the first batch's prefill, analysed on meta for the target: the report under the
+    #: estimate in ``to_html`` (not in ``to_dict``: an estimate loaded from JSON has none)
+    analysis: Profile | None = field(default=None, repr=False, compare=False)
 
     @property
     def memory_bound(self) -> bool:
@@ -143,15 +150,31 @@ class GenerateEstimate:
 
         write_text(os.fspath(path), json.dumps(self.to_dict(), indent=1, allow_nan=False) + "\n")
 
+    def to_html(self, path: str | os.PathLike[str]) -> None:
+        """The HTML report: the estimate's section (cards, the batch sweep as a chart and a
+        table, the notes) above the first batch's prefill analysis; ``ExportError`` for an
+        estimate without its analysis (one loaded from JSON)."""
+        from layerscope.errors import ExportError
+        from layerscope.generation.html import to_html
+
+        if self.analysis is None:
+            raise ExportError(
+                f"cannot write {os.fspath(path)}: the estimate has no analysis to report "
+                "(an estimate from ls.estimate_generate has one; its JSON does not keep it)"
+            )
+        to_html(self.analysis, path, {}, self.to_dict())
+
     def export(self, path: str | os.PathLike[str], format: str | None = None) -> None:
-        """Write the estimate as ``.json`` (``save``) or as its text (``.txt``)."""
+        """Write the estimate as ``.json`` (``save``), its text (``.txt``) or its HTML
+        report (``.html``, ``to_html``)."""
         from layerscope.export.files import write_text
         from layerscope.export.formats import export_document
 
         def text(out: str | os.PathLike[str]) -> None:
             write_text(os.fspath(out), self.render(width=100) + "\n")
 
-        export_document(path, format, {"json": self.save, "txt": text}, "an estimate")
+        writers = {"json": self.save, "txt": text, "html": self.to_html}
+        export_document(path, format, writers, "an estimate")
 
     def render(self, *, width: int | None = None) -> str:
         """The estimate as plain text, ``width`` characters wide (default: the terminal's):

@@ -115,6 +115,8 @@ def generation_data(
         "kv": _kv(section.get("kv_cache") or {}),
         "notes": [str(n) for n in section.get("notices") or []],
         "estimate": None if estimate is None else _estimate(estimate),
+        # False on an estimate's own page: no generation was run, only the estimate shows
+        "measured": bool(steps) or bool(stages),
     }
 
 

@@ -54,7 +54,7 @@
   // ---- title, cards and the stages ---------------------------------------------------
   var O = G.options || {}, K = G.kv, C = G.calls, E = G.estimate;
   var root = el("div"); root.id = "ls-gen";
-  root.appendChild(el("h2", "gn-title", "Generation"));
+  root.appendChild(el("h2", "gn-title", G.measured ? "Generation" : "Generation estimate"));
   var said = [
     plural(O.batch, "prompt") + " of " + plural(O.prompt_tokens, "token"),
     plural(O.new_tokens, "new token") + " each",
@@ -63,7 +63,7 @@
     O.encoder_decoder ? "encoder-decoder" : null,
     O.timing_repeats ? "each call timed, the median of " + plural(O.timing_repeats, "repeat") : "not timed"
   ].filter(function (x) { return x; });
-  root.appendChild(el("div", "sub", said.join(" \u00b7 ")));
+  if (G.measured) root.appendChild(el("div", "sub", said.join(" \u00b7 ")));
   var cards = el("div", "cards"); cards.id = "ls-gen-cards";
   function card(box, label, value, what) {
     var c = el("div", "card");
@@ -88,14 +88,14 @@
       card(cards, s.name.charAt(0).toUpperCase() + s.name.slice(1) + " time", fmt(s.time, "seconds"), plural(s.calls, "call") + ", timed: " + s.time + " s");
     }
   });
-  root.appendChild(cards);
+  if (G.measured) root.appendChild(cards);
   var sl = el("ul", "facts"); sl.id = "ls-gen-stages";
   G.stages.forEach(function (s) {
     sl.appendChild(el("li", "", s.name + ": " + [plural(s.calls, "call"), fmt(s.macs, "si") + " MACs",
       fmt(s.flops, "si") + " FLOPs", fmt(s.bytes_accessed, "bytes") + " moved",
       has(s.time) ? fmt(s.time, "seconds") : null].filter(function (x) { return x; }).join(", ")));
   });
-  root.appendChild(sl);
+  if (G.measured) root.appendChild(sl);
 
   // ---- a line chart: points over x, some drawn apart on the left ---------------------
   function ticks(hi, kind) {  // 0 to a round top, about 4 steps
@@ -384,12 +384,15 @@
   if (!G.notes.length) nl.appendChild(el("li", "", "No notices."));
   ns.appendChild(nl);
   ns.appendChild(window.lsDom.factList(G.settings, "ls-gen-settings"));
-  root.appendChild(ns);
+  if (G.measured) root.appendChild(ns);
 
-  // ---- placed first, above the profile of one stage -----------------------------------
-  var st = G.stage, divider = el("h2", "gn-divider", st ? "The " + st[0] + " stage's profile" : "The profile");
+  // ---- placed first, above the profile of one stage (an estimate's: its prefill) ------
+  var st = G.stage, divider = el("h2", "gn-divider", st ? "The " + st[0] + " stage's profile" :
+    G.measured ? "The profile" : "The prefill's profile");
+  var first = E && E.sweep.rows.length && sc.batch !== undefined ? E.sweep.rows[0][sc.batch] : null;
   var dnote = el("div", "sub", st ? (st[1] > 1 ? "Its " + plural(st[1], "call") + " summed, module by module." :
-    "Its call, module by module.") : "");
+    "Its call, module by module.") : G.measured ? "" : "The prefill of " + plural(first, "sequence") +
+    ", analysed on meta for the target, module by module.");
   window.lsDom.placeFirst([root, divider, dnote]);
   redraw.forEach(function (f) { f(); });
   var timer = 0;
