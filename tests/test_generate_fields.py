@@ -48,9 +48,13 @@ def test_stage_totals_chart_and_sweep_read_the_table() -> None:
     cards take their keys and headers from ``generation.fields``."""
     from dataclasses import fields as dataclass_fields
 
-    from layerscope.generation import estimate_view
     from layerscope.generation.estimate_result import SweepRow
-    from layerscope.generation.fields import CARD_FIELDS, STAGE_FIELDS, SWEEP_FIELDS
+    from layerscope.generation.fields import (
+        CARD_FIELDS,
+        STAGE_FIELDS,
+        SWEEP_FIELDS,
+        text_columns,
+    )
 
     assert [f.key for f in STAGE_FIELDS] == [
         "calls", "macs", "flops", "bytes_accessed", "peak_bytes", "time",
@@ -61,7 +65,7 @@ def test_stage_totals_chart_and_sweep_read_the_table() -> None:
     assert [c[0] for c in html.ESTIMATE_COLUMNS] == [f.key for f in SWEEP_FIELDS]
     assert html.ESTIMATE_CARDS is CARD_FIELDS
     # the text view: 9 of the 13 columns, "Step bytes" between "Bound" and "KV cache"
-    assert [c[1] for c in estimate_view._COLUMNS] == [
+    assert [f.short for f in text_columns()] == [
         "Batch", "Prefill", "Decode", "Tok/s/seq", "Tok/s", "Bound", "Step bytes",
         "KV cache", "Fits",
     ]  # fmt: skip

@@ -47,6 +47,8 @@ if TYPE_CHECKING:
         load_generation,
         profile_generate,
     )
+    from layerscope.generation.serving import plan_serving
+    from layerscope.generation.serving_result import ServingPlan
     from layerscope.generation.stages import cache_stage
     from layerscope.hardware import DeviceSpec, device_spec, register_device
     from layerscope.metrics.flops import Cost, register_flop_formula
@@ -90,6 +92,8 @@ _LAZY: dict[str, str] = {
     "load_generation": "layerscope.generation.result",
     "load_estimate": "layerscope.generation.estimate_result",
     "profile_generate": "layerscope.generation.run",
+    "plan_serving": "layerscope.generation.serving",
+    "ServingPlan": "layerscope.generation.serving_result",
     "cache_stage": "layerscope.generation.stages",
     "Plan": "layerscope.planning.result",
     "load_plan": "layerscope.planning.result",
@@ -164,6 +168,7 @@ __all__ = [
     "Profiler",
     "Schedule",
     "SchemaError",
+    "ServingPlan",
     "TensorSpec",
     "ValueSpec",
     "ViewOptions",
@@ -182,6 +187,7 @@ __all__ = [
     "load_sweep",
     "max_batch_size",
     "plan",
+    "plan_serving",
     "plan_sweep",
     "profile",
     "profile_generate",

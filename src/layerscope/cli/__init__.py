@@ -22,6 +22,7 @@ from layerscope.cli import (
     generate_cmd,
     plan_cmd,
     profile_cmd,
+    serve_cmd,
     show_cmd,
 )
 from layerscope.errors import (
@@ -36,7 +37,16 @@ from layerscope.version import __version__
 
 #: Subcommand modules; each has NAME, HELP (one line), a docstring (its description) and
 #: add_arguments/run.
-COMMANDS = (profile_cmd, show_cmd, plan_cmd, generate_cmd, diff_cmd, config_cmd, calibrate_cmd)
+COMMANDS = (
+    profile_cmd,
+    show_cmd,
+    plan_cmd,
+    generate_cmd,
+    serve_cmd,
+    diff_cmd,
+    config_cmd,
+    calibrate_cmd,
+)
 
 EXIT_OK = 0
 EXIT_INTERNAL = 1

@@ -37,8 +37,16 @@ from layerscope.generation.cache import CacheFacts, cache_facts
 from layerscope.generation.decodefit import AffineFit, Point, decode_lengths
 from layerscope.generation.estimate_notes import notes_for
 from layerscope.generation.estimate_result import GenerateEstimate, SweepRow
+from layerscope.generation.weights import (
+    WeightScheme,
+    check_scheme,
+    narrow,
+    quantized_linears,
+    stored_bytes,
+)
 from layerscope.hardware import GPUS, DeviceSpec, device_spec
 from layerscope.profile import Profile
+from layerscope.render.units import nbytes
 from layerscope.session.options import check_dtype
 from layerscope.session.run import profile
 from layerscope.validate import check_choice, check_instance, check_int, refuse
@@ -57,6 +65,8 @@ class Options:
     cache: str
     dtype: torch.dtype | None
     kwargs: Mapping[str, Any]
+    #: the quantized linears' storage (None: the model's own weights)
+    weights: WeightScheme | None = None
 
 
 def check_options(
@@ -67,6 +77,8 @@ def check_options(
     cache: Any,
     dtype: Any,
     kwargs: Any,
+    weights: Any = None,
+    group_size: Any = 128,
 ) -> Options:
     """Every option of ``estimate_generate`` checked, before the model is touched."""
     name = target.strip().lower() if isinstance(target, str) else target
@@ -90,6 +102,7 @@ def check_options(
         cache=check_choice("cache", cache, list(CACHES)),
         dtype=None if dtype is None else check_dtype("dtype", dtype),
         kwargs=dict(kwargs or {}),
+        weights=check_scheme(weights, group_size),
     )
 
 
@@ -112,11 +125,6 @@ def meta_model(model: nn.Module, dtype: torch.dtype | None) -> tuple[nn.Module, 
         return model, []
     copy, not_run = meta_copy(model)
     return (copy.to(dtype) if dtype is not None else copy), not_run
-
-
-def weight_bytes(model: nn.Module) -> int:
-    """Bytes of the parameters and buffers, each tensor once (tied weights once)."""
-    return sum(t.nbytes for t in (*model.parameters(), *model.buffers()))
 
 
 @contextmanager
@@ -164,6 +172,7 @@ class Driver:
         self.keeps_one = "logits_to_keep" in params
         if self.keeps_one:
             self.call["logits_to_keep"] = 1
+        self.linears = quantized_linears(model) if opts.weights is not None else {}
 
     def new_cache(self) -> Any:
         try:
@@ -184,10 +193,13 @@ class Driver:
         """One model call on ``cache``, analysed and steered to the target."""
         kwargs = {**self.call, self.cache_name: cache}
         with torch.no_grad():
-            return profile(
+            prof = profile(
                 self.model, ids, kwargs=kwargs, target=self.opts.target, mode="eval",
                 record_shapes=False,
             )  # fmt: skip
+        if self.opts.weights is not None:
+            narrow(prof, self.linears, self.opts.weights)
+        return prof
 
     def fill(self, batch: int, length: int) -> Any:
         """A new cache holding ``length`` tokens per row: a plain forward on meta."""
@@ -272,6 +284,8 @@ def estimate_generate(
     cache: str = "dynamic",
     dtype: torch.dtype | str | None = None,
     kwargs: Mapping[str, Any] | None = None,
+    weights: str | None = None,
+    group_size: int = 128,
 ) -> GenerateEstimate:
     """Prefill and decode time of a decoder ``model`` on ``target`` (a GPU spec's name),
     per batch size: roofline lower bounds from analyses on ``meta`` steered to the
@@ -283,18 +297,22 @@ def estimate_generate(
     (``DynamicCache``, grown by ``torch.cat`` at every step) or "static" (``StaticCache``
     of ``prompt + new_tokens`` tokens, attended over whole); ``dtype``: the dtype to
     estimate in (default: the model's; a meta copy is converted, the model is not), whose
-    peak the roofline uses; ``kwargs``: more keyword inputs for every model call. A model
+    peak the roofline uses; ``kwargs``: more keyword inputs for every model call;
+    ``weights``: the linears' weights as deployed, weight-only ("int4" with ``group_size``,
+    "int8", "fp8", "bf16", "fp16"; ``generation.weights``), read at that width. A model
     with real weights is copied to meta first (``to_meta``), without the code that would
     reach the original (``meta_copy``, named in the notes)."""
     check_instance("model", model, nn.Module, "an nn.Module (a transformers decoder)")
-    opts = check_options(target, prompt, new_tokens, batch, cache, dtype, kwargs)
+    opts = check_options(
+        target, prompt, new_tokens, batch, cache, dtype, kwargs, weights, group_size
+    )
     meta, not_run = meta_model(model, opts.dtype)
     run_dtype = str(_floating_dtype(meta)).removeprefix("torch.")
     roof = roof_of(opts.spec, run_dtype)
     driver = Driver(meta, opts, roof)
-    weights = weight_bytes(meta)
+    stored = stored_bytes(meta, opts.weights)
     analyses = [driver.batch(b) for b in opts.batches]
-    rows = [_row(a, roof, weights, opts.spec.memory_bytes) for a in analyses]
+    rows = [_row(a, roof, stored, opts.spec.memory_bytes) for a in analyses]
     first = rows[0]
     result = GenerateEstimate(
         model=type(model).__name__,
@@ -319,7 +337,21 @@ def estimate_generate(
         analysis=analyses[0].prefill,
     )
     result.notes = [*notes_for(result, [a.prefill for a in analyses], driver.keeps_one), *not_run]
+    if opts.weights is not None:
+        result.notes.append(weights_note(opts.weights, meta, driver.linears, stored))
     return result
+
+
+def weights_note(
+    scheme: WeightScheme, model: nn.Module, linears: Mapping[str, nn.Module], stored: int
+) -> str:
+    """What ``weights=`` changed: the scheme, the linears it covers, the bytes stored."""
+    own = stored_bytes(model, None)
+    return (
+        f"Weights as deployed: {scheme.words()}, on {len(linears)} linear(s) (all but the "
+        f"output projection): {nbytes(stored)} stored instead of {nbytes(own)}, each read "
+        "once per call at that width; the matmuls' FLOPs and peak are the compute dtype's."
+    )
 
 
 __all__ = ["CACHES", "estimate_generate"]

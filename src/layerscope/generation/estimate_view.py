@@ -10,10 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import IO, Any
 
-from layerscope.generation.fields import text_columns
+from layerscope.generation.fields import SWEEP_FIELDS, SweepField, text_columns
 from layerscope.render import config as display_config
 from layerscope.render import units
 from layerscope.render.layout import (
+    Fitted,
     Line,
     Table,
     TableColumn,
@@ -27,10 +28,12 @@ from layerscope.render.layout import (
 from layerscope.render.terminal import check_file, print_lines
 from layerscope.validate import check_int, refuse
 
-__all__ = ["estimate_lines", "render_generate_estimate", "show_generate_estimate"]
-
-#: The sweep's columns: key, header, kind, priority (lower goes first; None: always kept).
-_COLUMNS = tuple((f.key, f.short or f.key, f.text_kind, f.priority) for f in text_columns())
+__all__ = [
+    "estimate_lines",
+    "render_generate_estimate",
+    "show_generate_estimate",
+    "sweep_table",
+]
 
 
 def render_generate_estimate(data: Mapping[str, Any], *, width: int | None = None) -> str:
@@ -101,19 +104,23 @@ def _cell(kind: str, value: Any) -> str:
     return units.BY_KIND[kind](value)
 
 
-def estimate_lines(data: Mapping[str, Any], width: int) -> list[Line]:
-    """The styled lines of an estimate at ``width``: heading, sweep table, notes."""
+def sweep_table(
+    fields: tuple[SweepField, ...], rows: list[Mapping[str, Any]], width: int
+) -> Fitted:
+    """A sweep's rows as a table of its text columns, fitted to ``width`` (a row that
+    does not fit the memory in the notice style)."""
+    shown = [(f.key, f.short or f.key, f.text_kind, f.priority) for f in text_columns(fields)]
     columns = [
         TableColumn(key, header, "left" if kind == "text" else "right", priority,
                     text=kind == "text")
-        for key, header, kind, priority in _COLUMNS
+        for key, header, kind, priority in shown
     ]  # fmt: skip
     body = [
         TableRow(
-            [[(_cell(kind, r.get(key)), "")] for key, _, kind, _ in _COLUMNS],
+            [[(_cell(kind, r.get(key)), "")] for key, _, kind, _ in shown],
             "layerscope.notice" if r.get("fits") is False else "",
         )
-        for r in data["sweep"]
+        for r in rows
     ]
     t = display_config.current().table
     table = Table(
@@ -121,7 +128,12 @@ def estimate_lines(data: Mapping[str, Any], width: int) -> list[Line]:
         show_header=t.show_header, header_style=t.header_style, border_style=t.border_style,
         row_styles=t.row_styles,
     )  # fmt: skip
-    fitted = fit_table(table, width)
+    return fit_table(table, width)
+
+
+def estimate_lines(data: Mapping[str, Any], width: int) -> list[Line]:
+    """The styled lines of an estimate at ``width``: heading, sweep table, notes."""
+    fitted = sweep_table(SWEEP_FIELDS, data["sweep"], width)
     legend = (
         "Decode: one decode step, a new token for every sequence; Tok/s/seq = 1 / Decode, "
         "Tok/s = Batch / Decode; Step bytes: one decode step's bytes moved; KV cache: at "

@@ -152,6 +152,26 @@ SWEEP_FIELDS: tuple[SweepField, ...] = (
                "the prefill's bytes moved"),
 )  # fmt: skip
 
+#: ``ls.plan_serving``'s rows (``ServingRow``): latency and throughput per batch size.
+SERVING_FIELDS: tuple[SweepField, ...] = (
+    SweepField("batch", "Batch", "Batch", "count", "count", "sequences served together",
+               None, 0, "integer"),
+    SweepField("ttft", "Time to first token", "TTFT", "seconds", "seconds",
+               "the prefill of every prompt of the batch at once, at the roofline", 60, 1),
+    SweepField("tpot", "Time per output token", "TPOT", "seconds", "seconds",
+               "one decode step at the mean cache length, at the roofline", None, 2),
+    SweepField("tokens_per_s", "Tokens/s", "Tok/s", "si", "rate",
+               "output tokens per second, all sequences together", 80, 3),
+    SweepField("tokens_per_s_per_seq", "Tokens/s per sequence", "Tok/s/seq", "si", "rate",
+               "each sequence's output tokens per second", 70, 4),
+    SweepField("bound", "Bound", "Bound", "text", "text",
+               "what limits a decode step: memory or compute", 75, 5, "string"),
+    SweepField(KV_BYTES, "KV cache", "KV cache", "bytes", "bytes",
+               "the paged KV cache at prompt + new tokens, every sequence", 65, 6, "integer"),
+    SweepField("fits", "Fits", "Fits", "fits", "flag",
+               "the batch's KV cache within the KV budget", 85, 7, "boolean"),
+)  # fmt: skip
+
 #: The estimate's headline figures (those of the sweep's first batch): key, card label,
 #: kind, what it is.
 CARD_FIELDS: tuple[tuple[str, str, str, str], ...] = (
@@ -166,9 +186,10 @@ def call_field(key: str) -> CallField:
     return next(f for f in CALL_FIELDS if f.key == key)
 
 
-def text_columns() -> tuple[SweepField, ...]:
-    """The sweep's columns in the text view, in its order."""
-    shown = [f for f in SWEEP_FIELDS if f.text_rank is not None]
+def text_columns(table: tuple[SweepField, ...] = SWEEP_FIELDS) -> tuple[SweepField, ...]:
+    """A sweep's columns in the text view (the estimate's, or ``SERVING_FIELDS``), in
+    its order."""
+    shown = [f for f in table if f.text_rank is not None]
     return tuple(sorted(shown, key=lambda f: f.text_rank or 0))
 
 

@@ -1,0 +1,108 @@
+"""How many sequences a decoder model serves on one GPU you do not have, and at what
+latency and throughput per batch size (ls.plan_serving, docs/generate.md): the
+memory split as a server sizes it (weights, a prefill's workspace, a reserve,
+the KV cache), the paged KV cache's capacity in tokens and blocks, the most
+sequences of --max-context tokens that fit, and a row per batch size. Nothing
+runs: the model is analysed on meta.
+
+Examples:
+  layerscope serve transformers:LlamaForCausalLM --dtype bfloat16 \\
+      --target h100 --max-context 4096
+  layerscope serve transformers:LlamaForCausalLM --dtype bfloat16 \\
+      --target l4 --max-context 4096 --weights int4 --kv-dtype fp8 --json s.json
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from layerscope.cli.common import add_model_arguments, check_outputs, gpu_names
+from layerscope.cli.generate_cmd import parse_batches
+from layerscope.cli.inputs import parse_json_object, parse_model_dtype
+from layerscope.export.files import write_text
+from layerscope.generation.serving import BLOCK_SIZE, KV_WIDTHS, plan_serving
+from layerscope.generation.weights import SCHEMES
+from layerscope.hardware import GPUS
+from layerscope.validate import check_choice, check_int, refuse
+
+NAME = "serve"
+HELP = "how many sequences a decoder serves on a GPU, at what latency (docs/generate.md)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_model_arguments(p)
+    s = p.add_argument_group("the server")
+    s.add_argument(
+        "--target", default="h100", metavar="GPU", help=f"the GPU: {gpu_names()} (default h100)"
+    )
+    s.add_argument(
+        "--max-context", type=int, metavar="N",
+        help="the longest sequence served, prompt and output (default: the model's positions)",
+    )  # fmt: skip
+    s.add_argument(
+        "--prompt", type=int, metavar="N",
+        help="prompt tokens of the latency rows' requests (default min(2048, what fits))",
+    )  # fmt: skip
+    s.add_argument(
+        "--new-tokens", type=int, default=256, metavar="N",
+        help="output tokens of the latency rows' requests (default 256)",
+    )  # fmt: skip
+    s.add_argument(
+        "--batch", metavar="B,B,...",
+        help="batch sizes for the rows (default 1, 8, 32, 128, 256 that fit, and the most)",
+    )  # fmt: skip
+    s.add_argument(
+        "--weights", metavar="SCHEME",
+        help=f"the linears as deployed, weight-only: {', '.join(SCHEMES)} (default: as built)",
+    )  # fmt: skip
+    s.add_argument(
+        "--group-size", type=int, default=128, metavar="N", help="int4's group (default 128)"
+    )
+    s.add_argument(
+        "--kv-dtype", metavar="DTYPE",
+        help=f"the KV cache's width: {', '.join(KV_WIDTHS)} (default: the model's)",
+    )  # fmt: skip
+    s.add_argument(
+        "--block-size", type=int, default=BLOCK_SIZE, metavar="N",
+        help=f"the paged cache's block, in tokens (default {BLOCK_SIZE})",
+    )  # fmt: skip
+    s.add_argument(
+        "--memory-utilization", type=float, default=0.9, metavar="F",
+        help="the share of the GPU's usable memory the server takes (default 0.9)",
+    )  # fmt: skip
+    s.add_argument(
+        "--dtype", metavar="DTYPE", help="the compute dtype (e.g. bfloat16; default the model's)"
+    )
+    out = p.add_argument_group("output")
+    out.add_argument("--json", metavar="PATH", help="also save the plan as JSON")
+    out.add_argument(
+        "-o", "--output", metavar="PATH", help="also write what is printed to a text file (.txt)"
+    )
+    out.add_argument("--width", type=int, default=None, help="console width in characters")
+
+
+def run(args: argparse.Namespace) -> int:
+    check_choice("--target", str(args.target).strip().lower(), list(GPUS))
+    if args.width is not None:
+        check_int("--width", args.width, 1)
+    if args.output is not None and not args.output.lower().endswith((".txt", ".text")):
+        refuse("-o", args.output, "a path ending in .txt (the text that is printed)")
+    check_outputs(None, args.json, args.output)
+    dtype = parse_model_dtype(args.dtype) if args.dtype else None
+    batches = parse_batches(args.batch) if args.batch else None
+    model_args = parse_json_object(args.model_args, "--model-args") if args.model_args else None
+    from layerscope.cli.specs import load_model
+
+    model = load_model(args.model, model_args, meta=True).model
+    plan = plan_serving(
+        model, target=str(args.target).strip().lower(), max_context=args.max_context,
+        prompt=args.prompt, new_tokens=args.new_tokens, batch=batches, weights=args.weights,
+        group_size=args.group_size, kv_dtype=args.kv_dtype, block_size=args.block_size,
+        memory_utilization=args.memory_utilization, dtype=dtype,
+    )  # fmt: skip
+    plan.show(width=args.width)
+    if args.json:
+        plan.save(args.json)
+    if args.output:
+        write_text(args.output, plan.render(width=args.width) + "\n")
+    return 0

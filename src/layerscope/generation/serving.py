@@ -1,0 +1,269 @@
+"""``ls.plan_serving``: how many sequences a model serves on one GPU, at what latency and
+throughput, the question a server answers at start-up (``docs/generate.md``).
+
+Memory, as vLLM sizes its cache (``gpu_memory_utilization``):
+
+- the **budget**: the target's usable memory (``DeviceSpec.usable_memory_bytes``, what
+  ``torch.cuda.mem_get_info`` reports on an idle GPU) times ``memory_utilization``;
+- less the **weights** as stored (``generation.weights``: quantized linears at their
+  width, scales included), the **activation workspace** (the peak of one prefill chunk of
+  ``prefill_chunk`` tokens, analysed on meta with no cache held beside it) and a stated
+  **reserve** (the CUDA context, cuBLAS workspaces and the allocator's slack);
+- what is left holds the **KV cache**. Its bytes per token come from a cache the model
+  itself filled on meta to ``max_context`` tokens (each layer's keys and values, a
+  sliding-window layer capped at its window), at ``kv_dtype``'s width when given, every
+  layer's tokens rounded up to whole blocks of ``block_size`` (a paged cache allocates
+  blocks, not tokens).
+
+``max_concurrency`` is the number of sequences of ``max_context`` tokens that fit;
+``max_context(batch)`` the longest context ``batch`` sequences can each hold. Latency and
+throughput per batch size come from ``ls.estimate_generate`` at the same options: time to
+the first token is the prefill of ``batch`` prompts at once, time per output token a
+decode step at the mean cache length, both roofline lower bounds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+import layerscope.metricspec as ms
+from layerscope.analysis.roofline import roof_of
+from layerscope.collect.hfmeta import meta_values
+from layerscope.errors import InvalidInputError
+from layerscope.generation.cache import cache_facts
+from layerscope.generation.estimate import (
+    Driver,
+    _eval_mode,
+    _floating_dtype,
+    check_options,
+    estimate_generate,
+    meta_model,
+)
+from layerscope.generation.estimate_notes import memory_note
+from layerscope.generation.serving_result import KVLayer, ServingPlan, ServingRow
+from layerscope.generation.weights import check_scheme, stored_bytes
+from layerscope.hardware import GPUS
+from layerscope.session.run import profile
+from layerscope.validate import check_choice, check_int, check_number, refuse
+
+#: Bytes kept free below the budget: the CUDA context, cuBLAS/cuDNN workspaces and the
+#: caching allocator's slack. A stated default, not measured (the plan's reserve, too).
+RESERVE_BYTES = 2 * 1024**3
+#: Tokens a paged cache allocates at once per sequence and layer (vLLM's default block).
+BLOCK_SIZE = 16
+#: The largest prefill chunk the server runs at once (its activation workspace), when
+#: ``prefill_chunk`` is not given: layerscope's stated default, at most ``max_context``.
+PREFILL_CHUNK = 2048
+#: Width in bytes of a KV cache stored at ``kv_dtype``.
+KV_WIDTHS = {"fp8": 1, "int8": 1, "bf16": 2, "fp16": 2, "fp32": 4}
+
+
+@dataclass(frozen=True)
+class ServingOptions:
+    target: str
+    max_context: int
+    prompt: int
+    new_tokens: int
+    batches: tuple[int, ...] | None
+    kv_dtype: str | None
+    block_size: int
+    utilization: float
+    prefill_chunk: int
+    reserve: int
+
+
+def positions(model: nn.Module) -> int | None:
+    """The most tokens the model's positions allow (its config's), None if it states none."""
+    config = getattr(model, "config", None)
+    for key in ("max_position_embeddings", "n_positions", "max_sequence_length"):
+        value = getattr(config, key, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def _options(model: nn.Module, **o: Any) -> ServingOptions:
+    limit = positions(model)
+    if o["max_context"] is None and limit is None:
+        refuse("max_context", None, "the longest context to serve (the model states none)")
+    most = check_int("max_context", o["max_context"] if o["max_context"] is not None else limit, 2)
+    if limit is not None and most > limit:
+        raise InvalidInputError(
+            f"max_context {most:,} is beyond {type(model).__name__}'s {limit:,} positions "
+            "(its config's limit): give max_context <= that"
+        )
+    new = check_int("new_tokens", o["new_tokens"], 1, most - 1)
+    prompt = check_int(
+        "prompt", o["prompt"] if o["prompt"] is not None else min(2048, most - new), 1
+    )
+    if prompt + new > most:
+        refuse("prompt", prompt, f"at most max_context - new_tokens = {most - new:,}")
+    batches = o["batch"]
+    if isinstance(batches, int) and not isinstance(batches, bool):
+        batches = (batches,)
+    if batches is not None:
+        if not isinstance(batches, Sequence) or isinstance(batches, str) or not batches:
+            refuse("batch", batches, "a batch size, a list of them, or None (chosen)")
+        batches = tuple(sorted({check_int(f"batch[{i}]", b, 1) for i, b in enumerate(batches)}))
+    kv = o["kv_dtype"]
+    if kv is not None:
+        kv = check_choice("kv_dtype", kv, list(KV_WIDTHS))
+    chunk = o["prefill_chunk"] if o["prefill_chunk"] is not None else min(PREFILL_CHUNK, most)
+    return ServingOptions(
+        target=check_choice("target", o["target"], list(GPUS)),
+        max_context=most,
+        prompt=prompt,
+        new_tokens=new,
+        batches=batches,
+        kv_dtype=kv,
+        block_size=check_int("block_size", o["block_size"], 1),
+        utilization=check_number("memory_utilization", o["utilization"], 0.0, 1.0),
+        prefill_chunk=check_int("prefill_chunk", chunk, 1, most),
+        reserve=check_int("reserve_bytes", o["reserve"], 0),
+    )
+
+
+def kv_layers(driver: Driver, length: int, width: float) -> list[KVLayer]:
+    """Each layer's KV bytes per token (at ``width`` bytes an element, None: as stored)
+    and the most tokens it holds (None: every token; a sliding window: its window), read
+    from a cache the model filled to ``length`` tokens of one sequence on meta."""
+    facts = cache_facts(driver.fill(1, length))
+    layers = []
+    for size, tokens in zip(facts.self_bytes, facts.self_tokens, strict=True):
+        if not tokens:
+            continue
+        per_token = size / tokens
+        if width:
+            per_token *= width / _element_width(driver)
+        layers.append(KVLayer(per_token, tokens if tokens < length else None))
+    if not layers:
+        raise InvalidInputError(
+            f"{type(driver.model).__name__} filled no KV cache layer that layerscope can "
+            f"read ({'; '.join(facts.notices) or 'an empty cache'}): nothing to size"
+        )
+    return layers
+
+
+def _element_width(driver: Driver) -> int:
+    return torch.empty((), dtype=_floating_dtype(driver.model)).element_size()
+
+
+def workspace(driver: Driver, tokens: int) -> int:
+    """The peak bytes a prefill chunk of ``tokens`` tokens allocates (activations and
+    its own keys and values), analysed on meta with ``memory=True``."""
+    cache = driver.new_cache()
+    kwargs = {**driver.call, driver.cache_name: cache}
+    with torch.no_grad(), meta_values(), _eval_mode(driver.model):
+        prof = profile(
+            driver.model, driver.ids(1, tokens), kwargs=kwargs, target=driver.opts.target,
+            mode="eval", record_shapes=False, count_flops=False, count_bytes=False,
+            memory=True,
+        )  # fmt: skip
+    return int(prof.root.metrics.get(ms.PEAK_BYTES) or 0)
+
+
+def _batches(concurrency: int) -> tuple[int, ...]:
+    """The batches shown when none are given: 1, 8, 32, 128, 256 that fit, and the most
+    that fit at ``max_context``."""
+    chosen = [b for b in (1, 8, 32, 128, 256) if b <= concurrency]
+    if concurrency >= 1 and concurrency not in chosen:
+        chosen.append(concurrency)
+    return tuple(chosen) or (1,)
+
+
+def plan_serving(
+    model: nn.Module,
+    *,
+    target: str = "h100",
+    max_context: int | None = None,
+    prompt: int | None = None,
+    new_tokens: int = 256,
+    batch: int | Sequence[int] | None = None,
+    weights: str | None = None,
+    group_size: int = 128,
+    kv_dtype: str | None = None,
+    block_size: int = BLOCK_SIZE,
+    memory_utilization: float = 0.9,
+    prefill_chunk: int | None = None,
+    reserve_bytes: int = RESERVE_BYTES,
+    dtype: torch.dtype | str | None = None,
+) -> ServingPlan:
+    """How many sequences ``model`` serves on ``target``, and at what latency and
+    throughput per batch size (module doc, ``docs/generate.md``).
+
+    ``max_context``: the longest sequence (prompt and output) to serve (default: the
+    model's positions); ``prompt``/``new_tokens``: the request the latency rows are for;
+    ``batch``: batch sizes for those rows (default: 1, 8, 32, 128, 256 that fit and the
+    most that fit); ``weights``/``group_size``: the linears as deployed
+    (``generation.weights``); ``kv_dtype``: the KV cache's width ("fp8", "int8", "bf16",
+    "fp16", "fp32"; default the model's); ``block_size``: a paged cache's block in
+    tokens; ``memory_utilization``: the share of usable memory the server may take;
+    ``prefill_chunk``: the largest prefill run at once; ``reserve_bytes``: kept free;
+    ``dtype``: the compute dtype (default the model's). The model is never changed."""
+    if not isinstance(model, nn.Module):
+        refuse("model", model, "an nn.Module (a transformers decoder)")
+    so = _options(
+        model, target=target, max_context=max_context, prompt=prompt, new_tokens=new_tokens,
+        batch=batch, kv_dtype=kv_dtype, block_size=block_size,
+        utilization=memory_utilization, prefill_chunk=prefill_chunk, reserve=reserve_bytes,
+    )  # fmt: skip
+    scheme = check_scheme(weights, group_size)
+    # a dynamic cache for the fills: it holds what the model stores, no preallocation
+    eo = check_options(so.target, so.prompt, so.new_tokens, 1, "dynamic", dtype, None)
+    meta, not_run = meta_model(model, eo.dtype)
+    run_dtype = str(_floating_dtype(meta)).removeprefix("torch.")
+    driver = Driver(meta, eo, roof_of(eo.spec, run_dtype))
+    width = KV_WIDTHS[so.kv_dtype] if so.kv_dtype else 0
+    plan = ServingPlan(
+        model=type(model).__name__,
+        target=so.target,
+        device_label=eo.spec.label,
+        usable_bytes=eo.spec.usable_memory_bytes or eo.spec.memory_bytes or 0,
+        memory_utilization=so.utilization,
+        dtype=run_dtype,
+        weights=scheme.name if scheme else None,
+        kv_dtype=so.kv_dtype or run_dtype,
+        block_size=so.block_size,
+        max_context=so.max_context,
+        prompt=so.prompt,
+        new_tokens=so.new_tokens,
+        weight_bytes=stored_bytes(meta, scheme),
+        workspace_bytes=workspace(driver, so.prefill_chunk),
+        prefill_chunk=so.prefill_chunk,
+        reserve_bytes=so.reserve,
+        layers=kv_layers(driver, so.max_context, width),
+        notes=list(not_run),
+    )
+    if not plan.usable_bytes:
+        raise InvalidInputError(f"{so.target} states no memory: nothing to size")
+    batches = so.batches or _batches(plan.max_concurrency)
+    est = estimate_generate(
+        meta, target=so.target, prompt=so.prompt, new_tokens=so.new_tokens, batch=batches,
+        cache="static", weights=weights, group_size=group_size,
+    )  # fmt: skip
+    length = so.prompt + so.new_tokens
+    plan.rows = [
+        ServingRow(
+            batch=r.batch,
+            ttft=r.prefill_time,
+            tpot=r.decode_time_per_token,
+            tokens_per_s=r.tokens_per_s,
+            tokens_per_s_per_seq=r.tokens_per_s_per_sequence,
+            bound=r.bound,
+            kv_bytes=r.batch * plan.kv_bytes(length),
+            fits=r.batch * plan.kv_bytes(length) <= plan.kv_budget,
+        )
+        for r in est.sweep
+    ]
+    # the estimate's own "Fits" note holds its rows to the datasheet memory: the plan's
+    # KV budget replaces it
+    plan.estimate_notes = [n for n in est.notes if n != memory_note(est)]
+    return plan
+
+
+__all__ = ["BLOCK_SIZE", "KV_WIDTHS", "PREFILL_CHUNK", "RESERVE_BYTES", "plan_serving"]

@@ -1,0 +1,213 @@
+"""``ServingPlan``: what ``ls.plan_serving`` returns: the memory split, the KV cache's
+capacity, the concurrency at the longest context, and latency and throughput per batch
+size (``generation/serving.py``). ``to_dict()`` is its JSON data; ``render()``/``show()``
+draw it."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from typing import IO, Any
+
+from layerscope.generation.fields import SERVING_FIELDS
+
+
+@dataclass(frozen=True)
+class KVLayer:
+    """One layer of the KV cache: bytes per token, the most tokens it holds (None:
+    every token; a sliding window: its window)."""
+
+    bytes_per_token: float
+    cap: int | None = None
+
+
+@dataclass
+class ServingRow:
+    """One batch size: ``batch`` sequences served together (seconds, bytes)."""
+
+    batch: int
+    ttft: float
+    tpot: float
+    #: batch / tpot: output tokens per second, all sequences together
+    tokens_per_s: float
+    #: 1 / tpot: each sequence's output tokens per second
+    tokens_per_s_per_seq: float
+    bound: str
+    kv_bytes: int
+    fits: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.key: getattr(self, f.key) for f in SERVING_FIELDS}
+
+
+@dataclass
+class ServingPlan:
+    """How many sequences a model serves on one GPU, and how fast (module doc)."""
+
+    model: str
+    target: str
+    device_label: str
+    #: the target's usable memory (what an idle GPU reports)
+    usable_bytes: int
+    memory_utilization: float
+    dtype: str
+    #: the linears' storage ("int4", ...; None: the model's own)
+    weights: str | None
+    kv_dtype: str
+    block_size: int
+    max_context: int
+    prompt: int
+    new_tokens: int
+    weight_bytes: int
+    workspace_bytes: int
+    prefill_chunk: int
+    reserve_bytes: int
+    layers: list[KVLayer]
+    rows: list[ServingRow] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    estimate_notes: list[str] = field(default_factory=list)
+
+    @property
+    def budget(self) -> int:
+        """The memory the server may take: usable x memory_utilization."""
+        return int(self.usable_bytes * self.memory_utilization)
+
+    @property
+    def kv_budget(self) -> int:
+        """What is left for the KV cache (may be negative: the weights do not fit)."""
+        return self.budget - self.weight_bytes - self.workspace_bytes - self.reserve_bytes
+
+    @property
+    def kv_bytes_per_token(self) -> float:
+        """One token's keys and values in every layer."""
+        return sum(layer.bytes_per_token for layer in self.layers)
+
+    @property
+    def kv_tokens(self) -> int:
+        """Tokens the KV budget holds in every layer (a server's "KV cache size")."""
+        return max(int(self.kv_budget // self.kv_bytes_per_token), 0)
+
+    @property
+    def kv_blocks(self) -> int:
+        return self.kv_tokens // self.block_size
+
+    def kv_bytes(self, length: int) -> int:
+        """One sequence's KV cache at ``length`` tokens: each layer's tokens (at most its
+        window) rounded up to whole blocks."""
+        total = 0.0
+        for layer in self.layers:
+            held = length if layer.cap is None else min(length, layer.cap)
+            total += layer.bytes_per_token * (-(-held // self.block_size) * self.block_size)
+        return int(total)
+
+    @property
+    def max_concurrency(self) -> int:
+        """Sequences of ``max_context`` tokens whose caches fit together."""
+        return max(self.kv_budget // self.kv_bytes(self.max_context), 0)
+
+    def longest_context(self, batch: int) -> int:
+        """The longest context (at most ``max_context``) each of ``batch`` sequences can
+        hold at once; 0 when not even one token each fits."""
+        if batch < 1:
+            raise ValueError("batch must be >= 1")
+        lo, hi = 0, self.max_context
+        while lo < hi:  # the most L with batch x kv_bytes(L) within the budget
+            mid = (lo + hi + 1) // 2
+            if batch * self.kv_bytes(mid) <= self.kv_budget:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "target": self.target,
+            "device_label": self.device_label,
+            "dtype": self.dtype,
+            "weights": self.weights,
+            "kv_dtype": self.kv_dtype,
+            "block_size": self.block_size,
+            "max_context": self.max_context,
+            "prompt": self.prompt,
+            "new_tokens": self.new_tokens,
+            "lower_bound": True,
+            "memory": {
+                "usable_bytes": self.usable_bytes,
+                "memory_utilization": self.memory_utilization,
+                "budget_bytes": self.budget,
+                "weight_bytes": self.weight_bytes,
+                "workspace_bytes": self.workspace_bytes,
+                "prefill_chunk": self.prefill_chunk,
+                "reserve_bytes": self.reserve_bytes,
+                "kv_budget_bytes": self.kv_budget,
+            },
+            "kv": {
+                "bytes_per_token": self.kv_bytes_per_token,
+                "tokens": self.kv_tokens,
+                "blocks": self.kv_blocks,
+                "bytes_per_sequence": self.kv_bytes(self.max_context),
+                "layers": [asdict(layer) for layer in self.layers],
+            },
+            "max_concurrency": self.max_concurrency,
+            "rows": [r.to_dict() for r in self.rows],
+            "notes": [*self.notes_text(), *self.estimate_notes],
+        }
+
+    def notes_text(self) -> list[str]:
+        """The plan's own notes: the rules its memory follows."""
+        windows = sorted({layer.cap for layer in self.layers if layer.cap is not None})
+        said = [
+            f"Memory as a server sizes it: {self.usable_bytes:,} B usable x "
+            f"{self.memory_utilization:g}, less the weights, the peak of a "
+            f"{self.prefill_chunk:,}-token prefill chunk and a {self.reserve_bytes:,} B "
+            "reserve (stated, not measured); the rest holds the KV cache.",
+            f"KV cache paged in blocks of {self.block_size} tokens: each sequence's "
+            "tokens in each layer are rounded up to whole blocks.",
+        ]
+        if windows:
+            said.append(
+                f"Sliding-window layers hold at most {', '.join(map(str, windows))} tokens "
+                "of a sequence."
+            )
+        said.append(
+            "Latency rows: roofline lower bounds of ls.estimate_generate with a static "
+            "cache of prompt + new tokens (read whole at every step, as a paged cache is "
+            f"at the last token), the KV cache at {self.dtype}'s width."
+        )
+        return [*said, *self.notes]
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write ``to_dict()`` as JSON."""
+        from layerscope.export.files import write_text
+
+        write_text(os.fspath(path), json.dumps(self.to_dict(), indent=1, allow_nan=False) + "\n")
+
+    def export(self, path: str | os.PathLike[str], format: str | None = None) -> None:
+        """Write the plan as ``.json`` (``save``) or its text (``.txt``)."""
+        from layerscope.export.files import write_text
+        from layerscope.export.formats import export_document
+
+        def text(out: str | os.PathLike[str]) -> None:
+            write_text(os.fspath(out), self.render(width=100) + "\n")
+
+        export_document(path, format, {"json": self.save, "txt": text}, "a serving plan")
+
+    def render(self, *, width: int | None = None) -> str:
+        """The plan as plain text, ``width`` characters wide (default: the terminal's)."""
+        from layerscope.generation.serving_view import render_serving
+
+        return render_serving(self.to_dict(), width=width)
+
+    def show(self, *, width: int | None = None, file: IO[str] | None = None) -> None:
+        """Print the plan to the terminal (colours when it is one) or to ``file``."""
+        from layerscope.generation.serving_view import show_serving
+
+        show_serving(self.to_dict(), width=width, file=file)
+
+    def __str__(self) -> str:
+        return self.render()
+
+
+__all__ = ["KVLayer", "ServingPlan", "ServingRow"]

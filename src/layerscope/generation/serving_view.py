@@ -1,0 +1,96 @@
+"""The text of a serving plan (``ls.plan_serving(...).show()``), drawn from its JSON data
+alone (``ServingPlan.to_dict()``): the setting, the memory split, the KV cache's
+capacity and the concurrency, a row per batch size, then the notes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import IO, Any
+
+from layerscope.generation.estimate_view import sweep_table
+from layerscope.generation.fields import SERVING_FIELDS
+from layerscope.render import units
+from layerscope.render.layout import Line, plain_text, terminal_width, too_narrow, wrap_text
+from layerscope.render.terminal import check_file, print_lines
+from layerscope.validate import check_int, refuse
+
+__all__ = ["render_serving", "serving_lines", "show_serving"]
+
+
+def render_serving(data: Mapping[str, Any], *, width: int | None = None) -> str:
+    """The plan as plain text, ``width`` characters wide (default: the terminal's)."""
+    return plain_text(_builder(data, width)(width or terminal_width()))
+
+
+def show_serving(
+    data: Mapping[str, Any], *, width: int | None = None, file: IO[str] | None = None
+) -> None:
+    """Print the plan to the terminal (colours when it is one, at its width) or to
+    ``file``."""
+    check_file(file)
+    print_lines(_builder(data, width), width, file)
+
+
+def _builder(data: Mapping[str, Any], width: int | None) -> Callable[[int], list[Line]]:
+    if not isinstance(data, Mapping) or not isinstance(data.get("rows"), list):
+        refuse("data", data, "a serving plan's data (ServingPlan.to_dict())")
+    if width is not None:
+        check_int("width", width, 1)
+    return lambda w: too_narrow(w) or serving_lines(data, w)
+
+
+def _heading(d: Mapping[str, Any]) -> list[tuple[str, str]]:
+    m, kv = d["memory"], d["kv"]
+    weights = f", weights {d['weights']}" if d.get("weights") else ""
+    title = (
+        f"Serving {d['model']} on {d['target']} ({d['device_label']}), {d['dtype']}"
+        f"{weights}, KV cache {d['kv_dtype']} in blocks of {d['block_size']} tokens"
+    )
+    memory = (
+        f"Memory: {units.nbytes(m['usable_bytes'])} usable x {m['memory_utilization']:g} = "
+        f"{units.nbytes(m['budget_bytes'])}: weights {units.nbytes(m['weight_bytes'])}, "
+        f"workspace {units.nbytes(m['workspace_bytes'])} (a "
+        f"{units.count(m['prefill_chunk'])}-token prefill), reserve "
+        f"{units.nbytes(m['reserve_bytes'])}, KV cache {units.nbytes(m['kv_budget_bytes'])}."
+    )
+    capacity = (
+        f"KV cache: {units.nbytes(kv['bytes_per_token'])} per token; "
+        f"{units.count(kv['tokens'])} tokens ({units.count(kv['blocks'])} blocks); "
+        f"{units.nbytes(kv['bytes_per_sequence'])} per sequence of "
+        f"{units.count(d['max_context'])} tokens."
+    )
+    most = (
+        f"Max concurrency at {units.count(d['max_context'])} tokens: "
+        f"{units.plural(d['max_concurrency'], 'sequence')}."
+    )
+    return [(title, "layerscope.header"), (memory, ""), (capacity, ""), (most, "layerscope.header")]
+
+
+def serving_lines(data: Mapping[str, Any], width: int) -> list[Line]:
+    """The styled lines of a serving plan at ``width``: heading, rows, notes."""
+    fitted = sweep_table(SERVING_FIELDS, data["rows"], width)
+    legend = (
+        f"Rows: prompts of {units.count(data['prompt'])} tokens, "
+        f"{units.count(data['new_tokens'])} new tokens each. TTFT: the prefill of every "
+        "prompt at once; TPOT: one decode step; Tok/s = Batch / TPOT, Tok/s/seq = 1 / TPOT; "
+        "KV cache: at the last token; Fits: within the KV cache's budget."
+    )
+    texts = [(legend, "")]
+    if fitted.dropped:
+        texts.insert(0, (
+            f"Hidden to fit {width} columns: {', '.join(fitted.dropped)} (widen with "
+            "--width / width=).", "layerscope.hidden",
+        ))  # fmt: skip
+    notes = [(str(n), "") for n in data.get("notes", ())]
+    return [
+        *_sentences(_heading(data), width),
+        [],
+        *fitted.lines,
+        *_sentences(texts, width),
+        [],
+        *_sentences(notes, width),
+    ]
+
+
+def _sentences(texts: list[tuple[str, str]], width: int) -> list[Line]:
+    return [line for text, style in texts for line in wrap_text(text, style, width)]

@@ -1,0 +1,143 @@
+"""``ls.plan_serving``: the memory split, the paged KV cache's capacity, the concurrency
+and the latency rows, each held to arithmetic from the model's shapes."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
+
+import layerscope as ls
+from layerscope.cli import main
+from layerscope.generation.serving import plan_serving
+from layerscope.generation.serving_result import ServingPlan
+
+#: hidden 256, 2 layers, 4 heads of 64, 2 KV heads, MLP 512, vocab 1024, 4096 positions
+CONFIG: dict[str, Any] = {
+    "vocab_size": 1024, "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 4096,
+}  # fmt: skip
+#: per layer: q 256x256, k and v 128x256, o 256x256, gate and up 512x256, down 256x512
+LINEAR_ELEMENTS = 2 * (65_536 + 2 * 32_768 + 65_536 + 2 * 131_072 + 131_072)  # 1,179,648
+#: embeddings and lm_head 1024x256 each, the linears, 2 x 2 norms of 256 and the last one
+PARAMS = 2 * 262_144 + LINEAR_ELEMENTS + 2 * 512 + 256  # 1,705,216
+#: keys and values, 2 KV heads of 64, bfloat16, in each of 2 layers: 2 x 2 x 64 x 2 x 2
+KV_PER_TOKEN = 1024
+
+
+def llama() -> Any:
+    with torch.device("meta"):
+        model: Any = LlamaForCausalLM(LlamaConfig(**CONFIG))
+    return model.to(torch.bfloat16)
+
+
+@cache
+def plan() -> ServingPlan:
+    return plan_serving(
+        llama(), target="h100", max_context=4096, prompt=256, new_tokens=32, batch=[1, 8],
+        memory_utilization=0.9, reserve_bytes=2 * 1024**3,
+    )  # fmt: skip
+
+
+def test_the_memory_split_and_the_kv_capacity() -> None:
+    p = plan()
+    # the rotary buffers inv_freq and original_inv_freq: head dim 64 / 2, bfloat16 each
+    inv_freq = 2 * 32 * 2
+    assert p.weight_bytes == PARAMS * 2 + inv_freq
+    assert p.usable_bytes == 85_029_158_912  # the H100's usable memory (hardware table)
+    assert p.budget == int(85_029_158_912 * 0.9)
+    left = p.budget - p.weight_bytes - p.workspace_bytes - 2 * 1024**3
+    assert p.kv_budget == left and 0 < p.workspace_bytes < 64 * 1024**2
+    assert p.kv_bytes_per_token == KV_PER_TOKEN
+    assert p.kv_tokens == left // KV_PER_TOKEN and p.kv_blocks == p.kv_tokens // 16
+    # a sequence of 4,096 tokens: 256 whole blocks of 16, 4 MiB
+    assert p.kv_bytes(4096) == 4096 * KV_PER_TOKEN
+    assert p.max_concurrency == left // (4096 * KV_PER_TOKEN)
+
+
+def test_a_paged_cache_rounds_each_sequence_up_to_whole_blocks() -> None:
+    p = plan()
+    assert p.kv_bytes(16) == 16 * KV_PER_TOKEN
+    assert p.kv_bytes(17) == 32 * KV_PER_TOKEN  # 17 tokens take two blocks of 16
+    # the longest context 100,000 sequences can each hold: whole blocks within the budget
+    most = p.longest_context(100_000)
+    assert 100_000 * p.kv_bytes(most) <= p.kv_budget < 100_000 * p.kv_bytes(most + 1)
+    assert most == (p.kv_budget // 100_000 // KV_PER_TOKEN) // 16 * 16 < 4096
+    assert p.longest_context(1) == 4096  # one sequence: the whole context
+
+
+def test_the_rows_name_total_and_per_sequence_throughput_apart() -> None:
+    p = plan()
+    assert [r.batch for r in p.rows] == [1, 8]
+    for r in p.rows:
+        assert r.tokens_per_s == pytest.approx(r.batch / r.tpot)
+        assert r.tokens_per_s_per_seq == pytest.approx(1 / r.tpot)
+        assert r.kv_bytes == r.batch * 288 * KV_PER_TOKEN  # 256 + 32 tokens: 18 blocks
+        assert r.fits is True and r.ttft > 0
+    assert p.rows[1].tokens_per_s > p.rows[0].tokens_per_s
+
+
+def test_int4_weights_and_an_fp8_cache() -> None:
+    """int4 group 128: every linear but lm_head at 0.5 B a weight plus 2.5 B per group
+    (a float16 scale and a 4-bit zero); an fp8 cache: 1 byte an element."""
+    p = plan_serving(
+        llama(), target="h100", max_context=4096, prompt=64, new_tokens=8, batch=1,
+        weights="int4", kv_dtype="fp8",
+    )  # fmt: skip
+    # groups per layer: rows x in/128: q 512, k 256, v 256, o 512, gate 1024, up 1024,
+    # down 256 x 4 = 1024: 4,608, and 9,216 in both layers
+    int4 = LINEAR_ELEMENTS // 2 + 9_216 * 2.5  # 612,864
+    assert p.weight_bytes == plan().weight_bytes - (LINEAR_ELEMENTS * 2 - int4)
+    assert p.kv_bytes_per_token == KV_PER_TOKEN / 2
+    assert p.weights == "int4" and p.kv_dtype == "fp8"
+
+
+def test_a_sliding_window_caps_a_sequences_cache() -> None:
+    """Mistral with a 32-token window: each layer stores the last 31 tokens (transformers'
+    sliding layer keeps window - 1 and adds the new one), rounded up to 2 blocks."""
+    config = MistralConfig(
+        vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, sliding_window=32,
+        max_position_embeddings=256,
+    )  # fmt: skip
+    with torch.device("meta"):
+        model = MistralForCausalLM(config)
+    p = plan_serving(model, target="h100", max_context=128, prompt=16, new_tokens=8, batch=1)
+    per_token = 2 * 2 * 32 * 4  # keys and values, 2 KV heads of 32, float32: 512 B a layer
+    assert [(layer.bytes_per_token, layer.cap) for layer in p.layers] == [(per_token, 31)] * 2
+    assert p.kv_bytes(128) == 2 * per_token * 32 and p.kv_bytes(8) == 2 * per_token * 16
+
+
+def test_refusals() -> None:
+    with pytest.raises(ls.InvalidInputError, match="beyond LlamaForCausalLM's 4,096 positions"):
+        plan_serving(llama(), max_context=8192)
+    with pytest.raises(ls.InvalidInputError, match="kv_dtype must be one of"):
+        plan_serving(llama(), max_context=512, kv_dtype="int3")
+    with pytest.raises(ls.InvalidInputError, match="prompt"):
+        plan_serving(llama(), max_context=512, prompt=500, new_tokens=20)
+
+
+def test_json_text_and_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    p = plan()
+    data = p.to_dict()
+    assert data["max_concurrency"] == p.max_concurrency
+    assert data["kv"]["tokens"] == p.kv_tokens and data["rows"][1]["batch"] == 8
+    text = p.render(width=80)
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert f"Max concurrency at 4,096 tokens: {p.max_concurrency:,} sequences." in text.replace(
+        "\n  ", " "
+    )
+    p.export(tmp_path / "s.json")
+    assert (tmp_path / "s.json").read_text().startswith("{")
+    spec = tmp_path / "llama.json"
+    spec.write_text(LlamaConfig(**CONFIG).to_json_string())
+    args = ["serve", f"transformers:{spec}", "--target", "h100", "--max-context", "4096",
+            "--prompt", "256", "--new-tokens", "32", "--batch", "1,8", "--dtype", "bfloat16",
+            "--width", "80"]  # fmt: skip
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert f"{p.max_concurrency:,} sequences" in out.replace("\n  ", " ")
