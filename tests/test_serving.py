@@ -132,7 +132,15 @@ def test_json_text_and_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str
         "\n  ", " "
     )
     p.export(tmp_path / "s.json")
-    assert (tmp_path / "s.json").read_text().startswith("{")
+    loaded = ls.load_serving(tmp_path / "s.json")
+    assert loaded.to_dict() == data and loaded.render(width=80) == text
+    assert main(["show", str(tmp_path / "s.json"), "--width", "80"]) == 0
+    assert capsys.readouterr().out.rstrip("\n") == text.rstrip("\n")
+    damaged = {**data, "kv": {"layers": [{"bytes_per_token": "x", "cap": None}]}}
+    with pytest.raises(ls.SchemaError, match=r"\$\.kv\.layers\[0\]\.bytes_per_token"):
+        ls.ServingPlan.from_dict(damaged)
+    with pytest.raises(ls.SchemaError, match="at least one layer"):
+        ls.ServingPlan.from_dict({**data, "kv": {"layers": []}})
     spec = tmp_path / "llama.json"
     spec.write_text(LlamaConfig(**CONFIG).to_json_string())
     args = ["serve", f"transformers:{spec}", "--target", "h100", "--max-context", "4096",

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
         profile_generate,
     )
     from layerscope.generation.serving import plan_serving
-    from layerscope.generation.serving_result import ServingPlan
+    from layerscope.generation.serving_result import ServingPlan, load_serving
     from layerscope.generation.stages import cache_stage
     from layerscope.hardware import DeviceSpec, device_spec, register_device
     from layerscope.metrics.flops import Cost, register_flop_formula
@@ -94,6 +94,7 @@ _LAZY: dict[str, str] = {
     "profile_generate": "layerscope.generation.run",
     "plan_serving": "layerscope.generation.serving",
     "ServingPlan": "layerscope.generation.serving_result",
+    "load_serving": "layerscope.generation.serving_result",
     "cache_stage": "layerscope.generation.stages",
     "Plan": "layerscope.planning.result",
     "load_plan": "layerscope.planning.result",
@@ -184,6 +185,7 @@ __all__ = [
     "load_estimate",
     "load_generation",
     "load_plan",
+    "load_serving",
     "load_sweep",
     "max_batch_size",
     "plan",

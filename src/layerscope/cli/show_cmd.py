@@ -12,6 +12,7 @@ Examples:
   layerscope show p.json -o p.html
   layerscope show plan.json
   layerscope show gen.json
+  layerscope show serve.json
 """
 
 from __future__ import annotations
@@ -50,8 +51,8 @@ def _as_plan(args: argparse.Namespace) -> bool:
 
 
 def _subject(data: object) -> Any:
-    """The plan, generation, sweep or estimate a document holds, or None for a plain
-    profile."""
+    """The plan, generation, sweep, estimate or serving plan a document holds, or None
+    for a plain profile."""
     if not isinstance(data, dict):
         return None
     if "plan" in data:
@@ -64,6 +65,10 @@ def _subject(data: object) -> Any:
 
     if is_estimate(data):
         return GenerateEstimate.from_dict(data)
+    from layerscope.generation.serving_result import ServingPlan, is_serving
+
+    if is_serving(data):
+        return ServingPlan.from_dict(data)
     if "schema" not in data and isinstance(data.get("rows"), list) and "axes" in data:
         return Sweep.from_dict(data)
     return None

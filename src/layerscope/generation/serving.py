@@ -237,7 +237,6 @@ def plan_serving(
         prefill_chunk=so.prefill_chunk,
         reserve_bytes=so.reserve,
         layers=kv_layers(driver, so.max_context, width),
-        notes=list(not_run),
     )
     if not plan.usable_bytes:
         raise InvalidInputError(f"{so.target} states no memory: nothing to size")
@@ -262,7 +261,7 @@ def plan_serving(
     ]
     # the estimate's own "Fits" note holds its rows to the datasheet memory: the plan's
     # KV budget replaces it
-    plan.estimate_notes = [n for n in est.notes if n != memory_note(est)]
+    plan.notes = [*plan.rules(), *not_run, *(n for n in est.notes if n != memory_note(est))]
     return plan
 
 

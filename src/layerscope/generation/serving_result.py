@@ -65,8 +65,8 @@ class ServingPlan:
     reserve_bytes: int
     layers: list[KVLayer]
     rows: list[ServingRow] = field(default_factory=list)
+    #: the rules the numbers follow, then the latency estimate's notes
     notes: list[str] = field(default_factory=list)
-    estimate_notes: list[str] = field(default_factory=list)
 
     @property
     def budget(self) -> int:
@@ -152,10 +152,34 @@ class ServingPlan:
             },
             "max_concurrency": self.max_concurrency,
             "rows": [r.to_dict() for r in self.rows],
-            "notes": [*self.notes_text(), *self.estimate_notes],
+            "notes": list(self.notes),
         }
 
-    def notes_text(self) -> list[str]:
+    @classmethod
+    def from_dict(cls, data: Any, source: str | None = None) -> ServingPlan:
+        """A plan from ``to_dict``'s form, every field checked: ``SchemaError`` naming the
+        JSON path (after ``source``, the file, when given). The derived figures (budget,
+        capacity, concurrency) are computed again from what they derive from."""
+        from layerscope.errors import SchemaError
+        from layerscope.export.jsonread import checked_document
+        from layerscope.generation.serving_schema import SERVING
+
+        d = checked_document(data, SERVING, source)
+        if not d["kv"]["layers"]:
+            where = f"{source}: " if source else ""
+            raise SchemaError(f"{where}$.kv.layers: a serving plan has at least one layer")
+        m = d["memory"]
+        return cls(
+            d["model"], d["target"], d["device_label"], m["usable_bytes"],
+            m["memory_utilization"], d["dtype"], d["weights"], d["kv_dtype"],
+            d["block_size"], d["max_context"], d["prompt"], d["new_tokens"],
+            m["weight_bytes"], m["workspace_bytes"], m["prefill_chunk"], m["reserve_bytes"],
+            [KVLayer(x["bytes_per_token"], x["cap"]) for x in d["kv"]["layers"]],
+            [ServingRow(**{f.key: r[f.key] for f in SERVING_FIELDS}) for r in d["rows"]],
+            list(d["notes"]),
+        )  # fmt: skip
+
+    def rules(self) -> list[str]:
         """The plan's own notes: the rules its memory follows."""
         windows = sorted({layer.cap for layer in self.layers if layer.cap is not None})
         said = [
@@ -176,7 +200,7 @@ class ServingPlan:
             "cache of prompt + new tokens (read whole at every step, as a paged cache is "
             f"at the last token), the KV cache at {self.dtype}'s width."
         )
-        return [*said, *self.notes]
+        return said
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write ``to_dict()`` as JSON."""
@@ -210,4 +234,21 @@ class ServingPlan:
         return self.render()
 
 
-__all__ = ["KVLayer", "ServingPlan", "ServingRow"]
+def load_serving(path: str | os.PathLike[str]) -> ServingPlan:
+    """Read a plan written by ``ServingPlan.save`` or ``layerscope serve --json``
+    (``ls.load_serving``)."""
+    from layerscope.export.jsonread import read_document
+
+    return ServingPlan.from_dict(read_document(path), os.fspath(path))
+
+
+def is_serving(data: object) -> bool:
+    """Whether a JSON document is a serving plan (``ServingPlan.to_dict``)."""
+    return (
+        isinstance(data, dict)
+        and "schema" not in data
+        and {"max_concurrency", "kv", "rows"} <= set(data)
+    )
+
+
+__all__ = ["KVLayer", "ServingPlan", "ServingRow", "is_serving", "load_serving"]

@@ -1,0 +1,31 @@
+"""A saved ``ServingPlan``'s document (``ServingPlan.save``, ``layerscope serve
+--json``): every field ``from_dict`` reads, checked, so a plan that loads always renders.
+The derived figures (budget, KV budget, capacity, concurrency) are written, not read."""
+
+from __future__ import annotations
+
+from layerscope.export.jsoncheck import Arr, Bool, Check, Finite, Int, Obj, Opt, Str
+from layerscope.generation.fields import SERVING_FIELDS
+
+_TYPES: dict[str, Check] = {
+    "integer": Int(0), "number": Finite(), "string": Str(), "boolean": Bool(),
+}  # fmt: skip
+_ROW: dict[str, Check] = {f.key: _TYPES[f.json_type] for f in SERVING_FIELDS}
+_ROW["batch"] = Int(1)
+_MEMORY: dict[str, Check] = {
+    "usable_bytes": Int(0), "memory_utilization": Finite(), "weight_bytes": Int(0),
+    "workspace_bytes": Int(0), "prefill_chunk": Int(1), "reserve_bytes": Int(0),
+}  # fmt: skip
+_LAYER: dict[str, Check] = {"bytes_per_token": Finite(), "cap": Opt(Int(1))}
+_TOP: dict[str, Check] = {
+    "model": Str(), "target": Str(), "device_label": Str(), "dtype": Str(),
+    "weights": Opt(Str()), "kv_dtype": Str(), "block_size": Int(1), "max_context": Int(2),
+    "prompt": Int(1), "new_tokens": Int(1),
+    "memory": Obj(_MEMORY, required=tuple(_MEMORY)),
+    "kv": Obj({"layers": Arr(Obj(_LAYER, required=tuple(_LAYER)))}, required=("layers",)),
+    "rows": Arr(Obj(_ROW, required=tuple(_ROW))), "notes": Arr(Str()),
+}  # fmt: skip
+#: The serving plan's document.
+SERVING = Obj(_TOP, required=tuple(_TOP), description="ls.plan_serving's plan")
+
+__all__ = ["SERVING"]
