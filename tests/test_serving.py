@@ -12,6 +12,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
 
 import layerscope as ls
+from helpers.browser import embedded
 from layerscope.cli import main
 from layerscope.generation.serving import plan_serving
 from layerscope.generation.serving_result import ServingPlan
@@ -146,6 +147,24 @@ def test_json_text_and_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str
     args = ["serve", f"transformers:{spec}", "--target", "h100", "--max-context", "4096",
             "--prompt", "256", "--new-tokens", "32", "--batch", "1,8", "--dtype", "bfloat16",
             "--width", "80"]  # fmt: skip
-    assert main(args) == 0
+    assert main([*args, "--html", str(tmp_path / "c.html")]) == 0
     out = capsys.readouterr().out
     assert f"{p.max_concurrency:,} sequences" in out.replace("\n  ", " ")
+    assert 'id="ls-serve-data"' in (tmp_path / "c.html").read_text()
+
+
+def test_the_html_report(tmp_path: Path) -> None:
+    """The section's memory bar splits the usable memory whole (weights, workspace,
+    reserve, KV budget and what utilization leaves unused), its rows are the plan's; a
+    plan read back from JSON has no analysis to report under it."""
+    p = plan()
+    p.export(tmp_path / "s.html")
+    data = embedded((tmp_path / "s.html").read_text(), "ls-serve-data")
+    parts = dict(data["memory"])
+    assert parts["Not used"] == p.usable_bytes - p.budget
+    assert sum(parts.values()) == p.usable_bytes
+    assert parts["KV cache"] == p.kv_budget and data["cards"][0][1] == p.max_concurrency
+    assert [r[0] for r in data["rows"]] == [1, 8]
+    p.save(tmp_path / "s.json")
+    with pytest.raises(ls.ExportError, match="no analysis to report"):
+        ls.load_serving(tmp_path / "s.json").to_html(tmp_path / "t.html")

@@ -76,6 +76,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     out = p.add_argument_group("output")
     out.add_argument("--json", metavar="PATH", help="also save the plan as JSON")
     out.add_argument(
+        "--html", metavar="PATH",
+        help="also write the HTML report (.html): the plan above its first prefill's analysis",
+    )  # fmt: skip
+    out.add_argument(
         "-o", "--output", metavar="PATH", help="also write what is printed to a text file (.txt)"
     )
     out.add_argument("--width", type=int, default=None, help="console width in characters")
@@ -87,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
         check_int("--width", args.width, 1)
     if args.output is not None and not args.output.lower().endswith((".txt", ".text")):
         refuse("-o", args.output, "a path ending in .txt (the text that is printed)")
-    check_outputs(None, args.json, args.output)
+    check_outputs(args.html, args.json, args.output)
     dtype = parse_model_dtype(args.dtype) if args.dtype else None
     batches = parse_batches(args.batch) if args.batch else None
     model_args = parse_json_object(args.model_args, "--model-args") if args.model_args else None
@@ -103,6 +107,8 @@ def run(args: argparse.Namespace) -> int:
     plan.show(width=args.width)
     if args.json:
         plan.save(args.json)
+    if args.html:
+        plan.to_html(args.html)
     if args.output:
         write_text(args.output, plan.render(width=args.width) + "\n")
     return 0

@@ -262,6 +262,7 @@ def plan_serving(
     # the estimate's own "Fits" note holds its rows to the datasheet memory: the plan's
     # KV budget replaces it
     plan.notes = [*plan.rules(), *not_run, *(n for n in est.notes if n != memory_note(est))]
+    plan.analysis = est.analysis
     return plan
 
 

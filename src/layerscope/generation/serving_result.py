@@ -8,9 +8,12 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import asdict, dataclass, field
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from layerscope.generation.fields import SERVING_FIELDS
+
+if TYPE_CHECKING:
+    from layerscope.profile import Profile
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,9 @@ class ServingPlan:
     rows: list[ServingRow] = field(default_factory=list)
     #: the rules the numbers follow, then the latency estimate's notes
     notes: list[str] = field(default_factory=list)
+    #: the first batch's prefill, analysed on meta for the target: the report under the
+    #: plan in ``to_html`` (not in ``to_dict``: a plan loaded from JSON has none)
+    analysis: Profile | None = field(default=None, repr=False, compare=False)
 
     @property
     def budget(self) -> int:
@@ -208,15 +214,31 @@ class ServingPlan:
 
         write_text(os.fspath(path), json.dumps(self.to_dict(), indent=1, allow_nan=False) + "\n")
 
+    def to_html(self, path: str | os.PathLike[str]) -> None:
+        """The HTML report: the plan's section (capacity, the memory split, latency
+        against throughput, the rows, the notes) above the first batch's prefill analysis;
+        ``ExportError`` for a plan without its analysis (one loaded from JSON)."""
+        from layerscope.errors import ExportError
+        from layerscope.generation.serving_html import to_html
+
+        if self.analysis is None:
+            raise ExportError(
+                f"cannot write {os.fspath(path)}: the serving plan has no analysis to report "
+                "(a plan from ls.plan_serving has one; its JSON does not keep it)"
+            )
+        to_html(self.analysis, path, self.to_dict())
+
     def export(self, path: str | os.PathLike[str], format: str | None = None) -> None:
-        """Write the plan as ``.json`` (``save``) or its text (``.txt``)."""
+        """Write the plan as ``.json`` (``save``), its text (``.txt``) or its HTML report
+        (``.html``, ``to_html``)."""
         from layerscope.export.files import write_text
         from layerscope.export.formats import export_document
 
         def text(out: str | os.PathLike[str]) -> None:
             write_text(os.fspath(out), self.render(width=100) + "\n")
 
-        export_document(path, format, {"json": self.save, "txt": text}, "a serving plan")
+        writers = {"json": self.save, "txt": text, "html": self.to_html}
+        export_document(path, format, writers, "a serving plan")
 
     def render(self, *, width: int | None = None) -> str:
         """The plan as plain text, ``width`` characters wide (default: the terminal's)."""

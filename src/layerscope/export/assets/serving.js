@@ -1,0 +1,115 @@
+/* layerscope HTML report: the serving section (generation/serving_html.py). Reads
+   #ls-serve-data and draws it first on the page, above the prefill's analysis. Numbers use
+   the report's formats (window.lsFormat); every string reaches the DOM as textContent. */
+  var S = JSON.parse(document.getElementById("ls-serve-data").textContent);
+  var base = window.lsFormat, el = window.lsDom.el, sv = window.lsDom.sv;
+
+  function num(x) { return typeof x === "string" ? Number(x) : x; }
+  function fmt(x, kind) {
+    if (kind === "text") return x === null || x === undefined ? "" : String(x);
+    if (kind === "fits") return x === true ? "yes" : x === false ? "no" : "";
+    x = num(x);
+    if (x === null || x === undefined || isNaN(x)) return "";
+    if (kind === "si" && Math.abs(x) < 1000) return String(Number(x.toPrecision(3)));  // 689, 77.7
+    return base(x, kind);
+  }
+  function section(title, id, what) {
+    var s = el("section"); s.id = id;
+    var h = el("div", "head"); h.appendChild(el("h2", "", title));
+    if (what) h.appendChild(el("span", "note", what));
+    s.appendChild(h);
+    return s;
+  }
+
+  // ---- title and the capacity --------------------------------------------------------
+  var root = el("div"); root.id = "ls-serve";
+  root.appendChild(el("h2", "sv-title", S.title));
+  var cards = el("div", "cards"); cards.id = "ls-serve-cards";
+  S.cards.forEach(function (c) {
+    var d = el("div", "card");
+    d.appendChild(el("b", "", fmt(c[1], c[2]))); d.appendChild(el("span", "", c[0]));
+    d.title = c[3] + ": " + c[1];
+    cards.appendChild(d);
+  });
+  root.appendChild(cards);
+
+  // ---- the memory split: one bar over the usable memory -------------------------------
+  var ms = section("Memory", "ls-serve-memory", "The GPU's usable memory (" + fmt(S.usable, "bytes") +
+    "), as the server splits it; hover a part for its bytes.");
+  var bar = el("div", "sv-bar"), legend = el("div", "sv-legend"), usable = num(S.usable) || 1;
+  bar.id = "ls-serve-bar";
+  S.memory.forEach(function (p, k) {
+    var bytes = num(p[1]);
+    var part = el("i", "sv-p" + k);
+    part.style.width = (100 * bytes / usable) + "%";
+    part.title = p[0] + ": " + fmt(bytes, "bytes") + " (" + p[1] + " B)";
+    bar.appendChild(part);
+    var s = el("span"); s.appendChild(el("i", "sv-p" + k));
+    s.appendChild(document.createTextNode(p[0] + " ")); s.appendChild(el("b", "", fmt(bytes, "bytes")));
+    legend.appendChild(s);
+  });
+  ms.appendChild(bar); ms.appendChild(legend);
+  root.appendChild(ms);
+
+  // ---- latency against throughput over the batch sizes -------------------------------
+  var col = {};
+  S.columns.forEach(function (c, k) { col[c[0]] = k; });
+  var rs = section("Batches", "ls-serve-batches", "Time per output token against output tokens per " +
+    "second, all sequences together, one point per batch size (its label); roofline lower bounds.");
+  var svg = sv("svg", { id: "ls-serve-chart", role: "img", "aria-label": "time per output token against tokens per second" });
+  svg.style.width = "100%"; svg.style.height = "250px";
+  rs.appendChild(svg);
+  function draw() {
+    while (svg.firstChild) svg.removeChild(svg.firstChild);
+    var W = Math.max(svg.clientWidth || 600, 300), H = 250, L = 70, R = 50, T = 22, B = 40;
+    var xs = S.rows.map(function (r) { return num(r[col.tokens_per_s]); });
+    var ys = S.rows.map(function (r) { return num(r[col.tpot]); });
+    if (!xs.length) return;
+    var lx = Math.log10(Math.min.apply(null, xs)), hx = Math.log10(Math.max.apply(null, xs));
+    if (hx - lx < 1e-9) { lx -= 0.5; hx += 0.5; }
+    var hy = Math.max.apply(null, ys) * 1.1 || 1;
+    function px(x) { return L + (W - L - R) * (Math.log10(x) - lx) / (hx - lx); }
+    function py(y) { return T + (H - T - B) * (1 - y / hy); }
+    svg.setAttribute("viewBox", "0 0 " + W + " " + H);
+    [0, 0.5, 1].forEach(function (f) {
+      var y = py(hy * f);
+      svg.appendChild(sv("line", { x1: L, x2: W - R, y1: y, y2: y, "class": "sv-grid" }));
+      var t = sv("text", { x: L - 6, y: y + 4, "text-anchor": "end", "class": "sv-axis" });
+      t.textContent = fmt(hy * f, "seconds"); svg.appendChild(t);
+    });
+    var d = xs.map(function (x, i) { return (i ? "L" : "M") + px(x).toFixed(1) + " " + py(ys[i]).toFixed(1); }).join(" ");
+    svg.appendChild(sv("path", { d: d, "class": "sv-line" }));
+    xs.forEach(function (x, i) {
+      var c = sv("circle", { cx: px(x), cy: py(ys[i]), r: 4, "class": "sv-pt" });
+      var tip = sv("title", {}); tip.textContent = S.columns.map(function (c2, k) {
+        return c2[1] + " " + fmt(S.rows[i][k], c2[2]);
+      }).join("\n");
+      c.appendChild(tip); svg.appendChild(c);
+      var t = sv("text", { x: px(x), y: py(ys[i]) - 8, "text-anchor": "middle", "class": "sv-label" });
+      t.textContent = "batch " + S.rows[i][col.batch]; svg.appendChild(t);
+      var a = sv("text", { x: px(x), y: H - B + 16, "text-anchor": "middle", "class": "sv-axis" });
+      a.textContent = fmt(x, "si"); svg.appendChild(a);
+    });
+    var xl = sv("text", { x: (L + W - R) / 2, y: H - 6, "text-anchor": "middle", "class": "sv-axis" });
+    xl.textContent = "output tokens/s, all sequences (log scale)"; svg.appendChild(xl);
+  }
+  rs.appendChild(window.lsDom.sortableTable(S.columns, S.rows, "ls-serve-table", "gn-table", function (c, x) {
+    var cls = c[2] === "text" ? "txt" : c[2] === "fits" ? (x === false ? "gn-no" : x === true ? "gn-yes" : "") : "";
+    return [cls, fmt(x, c[2])];
+  }));
+  root.appendChild(rs);
+
+  // ---- notes and the setting ------------------------------------------------------------
+  var ns = section("Serving notes", "ls-serve-notes"), nl = el("ul", "facts");
+  S.notes.forEach(function (t) { nl.appendChild(el("li", "", t)); });
+  ns.appendChild(nl);
+  ns.appendChild(window.lsDom.factList(S.facts, "ls-serve-facts"));
+  root.appendChild(ns);
+
+  var divider = el("h2", "sv-divider", "The prefill's profile");
+  var dnote = el("div", "sub", "The prefill of the first batch, analysed on meta for the target, module by module.");
+  window.lsDom.placeFirst([root, divider, dnote]);
+  draw();
+  var timer = 0;
+  window.addEventListener("resize", function () { clearTimeout(timer); timer = setTimeout(draw, 150); });
+  root.dataset.ready = "1";
