@@ -75,8 +75,8 @@ def test_the_rows_name_total_and_per_sequence_throughput_apart() -> None:
     p = plan()
     assert [r.batch for r in p.rows] == [1, 8]
     for r in p.rows:
-        assert r.tokens_per_s == pytest.approx(r.batch / r.tpot)
-        assert r.tokens_per_s_per_seq == pytest.approx(1 / r.tpot)
+        assert r.tokens_per_s == r.batch / r.tpot
+        assert r.tokens_per_s_per_seq == 1 / r.tpot
         assert r.kv_bytes == r.batch * 288 * KV_PER_TOKEN  # 256 + 32 tokens: 18 blocks
         assert r.fits is True and r.ttft > 0
     assert p.rows[1].tokens_per_s > p.rows[0].tokens_per_s
@@ -168,3 +168,26 @@ def test_the_html_report(tmp_path: Path) -> None:
     p.save(tmp_path / "s.json")
     with pytest.raises(ls.ExportError, match="no analysis to report"):
         ls.load_serving(tmp_path / "s.json").to_html(tmp_path / "t.html")
+
+
+def test_a_decode_step_is_predicted_from_its_kernels_and_their_launches() -> None:
+    """Eager: every kernel of the step is one launch at the rates' launch cost; graphs:
+    one launch for the step. The step takes the longer of running and launching, and
+    never less than its roofline bound; the kernels are the same either way."""
+    from layerscope.analysis.rates import rates_of
+
+    launch = rates_of(ls.device_spec("h100")).launch
+    eager = plan()
+    graphs = plan_serving(
+        llama(), target="h100", max_context=4096, prompt=256, new_tokens=32, batch=[1, 8],
+        mode="graphs",
+    )  # fmt: skip
+    for e, g in zip(eager.rows, graphs.rows, strict=True):
+        assert e.kernels == g.kernels > 2 * 10  # at least a norm and a matmul a layer
+        assert e.launch_time == pytest.approx(e.kernels * launch) and g.launch_time == launch
+        assert e.tpot >= max(e.launch_time, e.tpot_bound) and g.tpot >= g.tpot_bound
+        assert e.tpot == max(e.launch_time, g.tpot)  # the same kernels run either way
+    # a tiny model's decode step is all launches when eager
+    assert eager.rows[0].bound == "launches" and eager.rows[0].tpot == eager.rows[0].launch_time
+    with pytest.raises(ls.InvalidInputError, match="mode must be one of"):
+        plan_serving(llama(), max_context=512, mode="compiled")

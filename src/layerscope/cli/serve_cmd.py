@@ -71,6 +71,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="the share of the GPU's usable memory the server takes (default 0.9)",
     )  # fmt: skip
     s.add_argument(
+        "--mode", default="eager", metavar="MODE",
+        help="how the host issues a decode step: eager (a launch per kernel; the default) or "
+        "graphs (CUDA graphs: one launch per step)",
+    )  # fmt: skip
+    s.add_argument(
         "--dtype", metavar="DTYPE", help="the compute dtype (e.g. bfloat16; default the model's)"
     )
     out = p.add_argument_group("output")
@@ -102,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         model, target=str(args.target).strip().lower(), max_context=args.max_context,
         prompt=args.prompt, new_tokens=args.new_tokens, batch=batches, weights=args.weights,
         group_size=args.group_size, kv_dtype=args.kv_dtype, block_size=args.block_size,
-        memory_utilization=args.memory_utilization, dtype=dtype,
+        memory_utilization=args.memory_utilization, mode=args.mode, dtype=dtype,
     )  # fmt: skip
     plan.show(width=args.width)
     if args.json:

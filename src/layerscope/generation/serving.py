@@ -18,21 +18,28 @@ Memory, as vLLM sizes its cache (``gpu_memory_utilization``):
 ``max_concurrency`` is the number of sequences of ``max_context`` tokens that fit;
 ``max_context(batch)`` the longest context ``batch`` sequences can each hold. Latency and
 throughput per batch size come from ``ls.estimate_generate`` at the same options: time to
-the first token is the prefill of ``batch`` prompts at once, time per output token a
-decode step at the mean cache length, both roofline lower bounds.
+the first token is the prefill of ``batch`` prompts at once (a roofline lower bound).
+Time per output token is predicted: one decode step at the mean cache length is analysed
+again with its kernels recorded (``planning.kernels``) and priced at the target's
+achievable rates (``analysis.rates``); the host launches them one by one (``mode="eager"``:
+each kernel costs the rates' launch time, and the GPU waits when launching is slower than
+running, so the step takes the larger of the two) or replays them as one CUDA graph
+(``mode="graphs"``: one launch per step). The roofline bound stays beside it
+(``tpot_bound``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 from torch import nn
 
 import layerscope.metricspec as ms
-from layerscope.analysis.roofline import roof_of
+from layerscope.analysis.rates import rates_of
+from layerscope.analysis.roofline import Roof, roof_of
 from layerscope.collect.hfmeta import meta_values
 from layerscope.errors import InvalidInputError
 from layerscope.generation.cache import cache_facts
@@ -45,9 +52,16 @@ from layerscope.generation.estimate import (
     meta_model,
 )
 from layerscope.generation.estimate_notes import memory_note
+from layerscope.generation.estimate_result import SweepRow
 from layerscope.generation.serving_result import KVLayer, ServingPlan, ServingRow
-from layerscope.generation.weights import check_scheme, stored_bytes
+from layerscope.generation.weights import (
+    WeightScheme,
+    check_scheme,
+    quantized_linears,
+    stored_bytes,
+)
 from layerscope.hardware import GPUS
+from layerscope.planning.kernels import KernelRecorder, Kernels, predict, record
 from layerscope.session.run import profile
 from layerscope.validate import check_choice, check_int, check_number, refuse
 
@@ -59,6 +73,8 @@ BLOCK_SIZE = 16
 #: The largest prefill chunk the server runs at once (its activation workspace), when
 #: ``prefill_chunk`` is not given: layerscope's stated default, at most ``max_context``.
 PREFILL_CHUNK = 2048
+#: How the host issues a decode step's kernels: one launch each, or one CUDA graph.
+MODES = ("eager", "graphs")
 #: Width in bytes of a KV cache stored at ``kv_dtype``.
 KV_WIDTHS = {"fp8": 1, "int8": 1, "bf16": 2, "fp16": 2, "fp32": 4}
 
@@ -75,6 +91,7 @@ class ServingOptions:
     utilization: float
     prefill_chunk: int
     reserve: int
+    mode: str
 
 
 def positions(model: nn.Module) -> int | None:
@@ -125,6 +142,7 @@ def _options(model: nn.Module, **o: Any) -> ServingOptions:
         utilization=check_number("memory_utilization", o["utilization"], 0.0, 1.0),
         prefill_chunk=check_int("prefill_chunk", chunk, 1, most),
         reserve=check_int("reserve_bytes", o["reserve"], 0),
+        mode=check_choice("mode", o["mode"], list(MODES)),
     )
 
 
@@ -167,6 +185,76 @@ def workspace(driver: Driver, tokens: int) -> int:
     return int(prof.root.metrics.get(ms.PEAK_BYTES) or 0)
 
 
+@dataclass(frozen=True)
+class Step:
+    """One decode step as the target would run it: its kernels, their predicted time on
+    the achievable rates (no launches), and the host's time to launch them."""
+
+    kernels: int
+    run: float
+    launch: float
+
+    @property
+    def time(self) -> float:
+        """The step: the GPU's work, or the host's launching when that is slower."""
+        return max(self.run, self.launch)
+
+
+def decode_step(
+    driver: Driver, batch: int, length: int, roof: Roof, mode: str, scheme: WeightScheme | None
+) -> Step:
+    """One decode step of ``batch`` sequences on a cache holding ``length`` tokens,
+    analysed with its kernels recorded and priced (module doc)."""
+    cache = driver.fill(batch, length)
+    recorder = KernelRecorder()
+    kwargs = {**driver.call, driver.cache_name: cache}
+    with torch.no_grad():
+        prof = profile(
+            driver.model, driver.ids(batch, 1), kwargs=kwargs, target=driver.opts.target,
+            mode="eval", record_shapes=False, observers=[recorder],
+        )  # fmt: skip
+    if scheme is not None:
+        _narrow_records(recorder.kernels, driver.model, scheme)
+    record(prof, recorder.kernels)
+    # a decode step's matmuls have a few rows: they run as GEMV or split-K kernels that do
+    # not pad the rows to a tile, so no tile or wave quantisation (stated)
+    rates = rates_of(driver.opts.spec)
+    run = predict(prof, replace(rates, launch=0.0, sms=None), roof.peak, roof.bandwidth)
+    count = recorder.kernels.count()
+    launches = count if mode == "eager" else 1
+    return Step(count, run.forward[id(prof.root)], launches * rates.launch)
+
+
+def _narrow_records(kernels: Kernels, model: nn.Module, scheme: WeightScheme) -> None:
+    """A quantized linear's matmul reads its weight at the scheme's width."""
+    for path, m in quantized_linears(model).items():
+        saved = round(m.weight.nbytes - scheme.bytes_of(*m.weight.shape))
+        for key, row in kernels.rows.items():
+            if key[0] == path and key[2] == "matmul":
+                row[2] = max(row[2] - saved * row[0], 0)
+                break
+
+
+def _row(r: SweepRow, step: Step, plan: ServingPlan, length: int) -> ServingRow:
+    """A batch's row: the estimate's bounds, the predicted step, the KV cache at the last
+    token against the plan's budget."""
+    tpot = max(step.time, r.decode_time_per_token)  # never below the bound
+    kv = r.batch * plan.kv_bytes(length)
+    return ServingRow(
+        batch=r.batch,
+        ttft=r.prefill_time,
+        tpot=tpot,
+        tpot_bound=r.decode_time_per_token,
+        launch_time=step.launch,
+        kernels=step.kernels,
+        tokens_per_s=r.batch / tpot,
+        tokens_per_s_per_seq=1 / tpot,
+        bound="launches" if step.launch > step.run else r.bound,
+        kv_bytes=kv,
+        fits=kv <= plan.kv_budget,
+    )
+
+
 def _batches(concurrency: int) -> tuple[int, ...]:
     """The batches shown when none are given: 1, 8, 32, 128, 256 that fit, and the most
     that fit at ``max_context``."""
@@ -191,6 +279,7 @@ def plan_serving(
     memory_utilization: float = 0.9,
     prefill_chunk: int | None = None,
     reserve_bytes: int = RESERVE_BYTES,
+    mode: str = "eager",
     dtype: torch.dtype | str | None = None,
 ) -> ServingPlan:
     """How many sequences ``model`` serves on ``target``, and at what latency and
@@ -204,6 +293,7 @@ def plan_serving(
     "fp16", "fp32"; default the model's); ``block_size``: a paged cache's block in
     tokens; ``memory_utilization``: the share of usable memory the server may take;
     ``prefill_chunk``: the largest prefill run at once; ``reserve_bytes``: kept free;
+    ``mode``: "eager" (a launch per kernel) or "graphs" (CUDA graphs: one per step);
     ``dtype``: the compute dtype (default the model's). The model is never changed."""
     if not isinstance(model, nn.Module):
         refuse("model", model, "an nn.Module (a transformers decoder)")
@@ -211,6 +301,7 @@ def plan_serving(
         model, target=target, max_context=max_context, prompt=prompt, new_tokens=new_tokens,
         batch=batch, kv_dtype=kv_dtype, block_size=block_size,
         utilization=memory_utilization, prefill_chunk=prefill_chunk, reserve=reserve_bytes,
+        mode=mode,
     )  # fmt: skip
     scheme = check_scheme(weights, group_size)
     # a dynamic cache for the fills: it holds what the model stores, no preallocation
@@ -236,6 +327,7 @@ def plan_serving(
         workspace_bytes=workspace(driver, so.prefill_chunk),
         prefill_chunk=so.prefill_chunk,
         reserve_bytes=so.reserve,
+        mode=so.mode,
         layers=kv_layers(driver, so.max_context, width),
     )
     if not plan.usable_bytes:
@@ -246,17 +338,11 @@ def plan_serving(
         cache="static", weights=weights, group_size=group_size,
     )  # fmt: skip
     length = so.prompt + so.new_tokens
+    # the rows' cache, static, as the estimate's: the step at the mean length is priced
+    static = Driver(meta, replace(eo, cache="static"), driver.roof)
+    middle = so.prompt + so.new_tokens // 2
     plan.rows = [
-        ServingRow(
-            batch=r.batch,
-            ttft=r.prefill_time,
-            tpot=r.decode_time_per_token,
-            tokens_per_s=r.tokens_per_s,
-            tokens_per_s_per_seq=r.tokens_per_s_per_sequence,
-            bound=r.bound,
-            kv_bytes=r.batch * plan.kv_bytes(length),
-            fits=r.batch * plan.kv_bytes(length) <= plan.kv_budget,
-        )
+        _row(r, decode_step(static, r.batch, middle, driver.roof, so.mode, scheme), plan, length)
         for r in est.sweep
     ]
     # the estimate's own "Fits" note holds its rows to the datasheet memory: the plan's

@@ -30,12 +30,22 @@ class ServingRow:
     """One batch size: ``batch`` sequences served together (seconds, bytes)."""
 
     batch: int
+    #: the prefill of every prompt at once, at the roofline (a lower bound)
     ttft: float
+    #: one decode step, predicted: its kernels at the achievable rates, or the host's
+    #: launches when they take longer
     tpot: float
+    #: one decode step at the roofline: the lower bound
+    tpot_bound: float
+    #: the host's time to launch the step's kernels (eager: each; graphs: one graph)
+    launch_time: float
+    #: kernels one decode step runs
+    kernels: int
     #: batch / tpot: output tokens per second, all sequences together
     tokens_per_s: float
     #: 1 / tpot: each sequence's output tokens per second
     tokens_per_s_per_seq: float
+    #: what limits a decode step: "memory", "compute" or "launches"
     bound: str
     kv_bytes: int
     fits: bool
@@ -66,6 +76,8 @@ class ServingPlan:
     workspace_bytes: int
     prefill_chunk: int
     reserve_bytes: int
+    #: "eager" (a launch per kernel) or "graphs" (one CUDA graph per decode step)
+    mode: str
     layers: list[KVLayer]
     rows: list[ServingRow] = field(default_factory=list)
     #: the rules the numbers follow, then the latency estimate's notes
@@ -138,7 +150,7 @@ class ServingPlan:
             "max_context": self.max_context,
             "prompt": self.prompt,
             "new_tokens": self.new_tokens,
-            "lower_bound": True,
+            "mode": self.mode,
             "memory": {
                 "usable_bytes": self.usable_bytes,
                 "memory_utilization": self.memory_utilization,
@@ -180,7 +192,7 @@ class ServingPlan:
             m["memory_utilization"], d["dtype"], d["weights"], d["kv_dtype"],
             d["block_size"], d["max_context"], d["prompt"], d["new_tokens"],
             m["weight_bytes"], m["workspace_bytes"], m["prefill_chunk"], m["reserve_bytes"],
-            [KVLayer(x["bytes_per_token"], x["cap"]) for x in d["kv"]["layers"]],
+            d["mode"], [KVLayer(x["bytes_per_token"], x["cap"]) for x in d["kv"]["layers"]],
             [ServingRow(**{f.key: r[f.key] for f in SERVING_FIELDS}) for r in d["rows"]],
             list(d["notes"]),
         )  # fmt: skip
@@ -201,10 +213,17 @@ class ServingPlan:
                 f"Sliding-window layers hold at most {', '.join(map(str, windows))} tokens "
                 "of a sequence."
             )
+        launching = (
+            "each kernel launched by the host (eager)"
+            if self.mode == "eager"
+            else "the step replayed as one CUDA graph (one launch)"
+        )
         said.append(
-            "Latency rows: roofline lower bounds of ls.estimate_generate with a static "
-            "cache of prompt + new tokens (read whole at every step, as a paged cache is "
-            f"at the last token), the KV cache at {self.dtype}'s width."
+            "Rows: a static cache of prompt + new tokens (read whole at every step, as a "
+            f"paged cache is at the last token), the KV cache at {self.dtype}'s width. TTFT "
+            "is the prefill's roofline bound; TPOT is predicted: the decode step's kernels "
+            f"at the target's achievable rates, {launching}, the larger of running and "
+            "launching; TPOT bound is its roofline."
         )
         return said
 

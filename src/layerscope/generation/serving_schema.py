@@ -20,7 +20,7 @@ _LAYER: dict[str, Check] = {"bytes_per_token": Finite(), "cap": Opt(Int(1))}
 _TOP: dict[str, Check] = {
     "model": Str(), "target": Str(), "device_label": Str(), "dtype": Str(),
     "weights": Opt(Str()), "kv_dtype": Str(), "block_size": Int(1), "max_context": Int(2),
-    "prompt": Int(1), "new_tokens": Int(1),
+    "prompt": Int(1), "new_tokens": Int(1), "mode": Str(),
     "memory": Obj(_MEMORY, required=tuple(_MEMORY)),
     "kv": Obj({"layers": Arr(Obj(_LAYER, required=tuple(_LAYER)))}, required=("layers",)),
     "rows": Arr(Obj(_ROW, required=tuple(_ROW))), "notes": Arr(Str()),
