@@ -49,7 +49,8 @@ def host_time(kernels: int, repeats: int = 30) -> None:
         hidden_size=64, num_attention_heads=4, num_key_value_heads=1, intermediate_size=128,
         vocab_size=128, **SHAPE,
     )  # fmt: skip
-    model = transformers.LlamaForCausalLM(config).eval()
+    model: Any = transformers.LlamaForCausalLM(config)
+    model.eval()
     with torch.no_grad():
         cache = model(torch.zeros(8, 512, dtype=torch.long), use_cache=True).past_key_values
         token = torch.zeros(8, 1, dtype=torch.long)
