@@ -176,7 +176,7 @@ def test_the_estimate_sweep() -> None:
     assert [c[:3] for c in est["cards"]] == [
         ["Prefill", 2.5e-05, "seconds"],
         ["Decode per token", 4e-06, "seconds"],
-        ["Tokens/s per sequence", 250_000, "si"],
+        ["Tokens/s per sequence", 250_000, "rate"],
     ]
     facts = dict(est["facts"])
     assert facts["device label"] == "NVIDIA H100 SXM5 80GB"

@@ -71,6 +71,9 @@ test("fmt by kind, empty for a missing value, and window.lsFormat is fmt", () =>
   assert.equal(u.fmt(1234567, "bytes"), "1.18 MiB");
   assert.equal(u.fmt(1234567, "count"), "1,234,567");
   assert.equal(u.fmt(1234567, "rate"), "1.23 M");
+  // a rate keeps 3 significant digits below 1000 too: not 230.436 tokens/s
+  assert.equal(u.fmt(230.436, "rate"), "230");
+  assert.equal(u.fmt(77.654, "rate"), "77.7");
   assert.equal(u.fmt(3.14159, "number"), "3.14");
   assert.equal(u.fmt("x", "text"), "x");
   assert.equal(u.fmt(5, "no such kind"), "5");

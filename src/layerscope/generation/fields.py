@@ -101,7 +101,7 @@ KV_FIELDS: tuple[tuple[str, str, str], ...] = (
 #: A sweep field's kind in the text view (``render.units``'s, "rate", "flag", "text").
 TextKind = Literal["count", "seconds", "rate", "bytes", "flag", "text"]
 #: A sweep field's kind in the HTML report's tables.
-HtmlKind = Literal["count", "seconds", "si", "bytes", "fits", "text"]
+HtmlKind = Literal["count", "seconds", "si", "rate", "bytes", "fits", "text"]
 
 
 @dataclass(frozen=True)
@@ -131,9 +131,9 @@ SWEEP_FIELDS: tuple[SweepField, ...] = (
                "the roofline time of the prefill", 60, 1),
     SweepField("decode_time_per_token", "Decode per token", "Decode", "seconds", "seconds",
                "the roofline time of one decode step, the mean over the steps", None, 2),
-    SweepField("tokens_per_s_per_sequence", "Tokens/s per sequence", "Tok/s/seq", "si",
+    SweepField("tokens_per_s_per_sequence", "Tokens/s per sequence", "Tok/s/seq", "rate",
                "rate", "each sequence's new tokens per second", 70, 3),
-    SweepField("tokens_per_s", "Tokens/s", "Tok/s", "si", "rate",
+    SweepField("tokens_per_s", "Tokens/s", "Tok/s", "rate", "rate",
                "new tokens per second, all sequences together", 80, 4),
     SweepField("bound", "Bound", "Bound", "text", "text",
                "what limits a decode step: memory or compute", 75, 5, "string"),
@@ -167,9 +167,9 @@ SERVING_FIELDS: tuple[SweepField, ...] = (
                "the host's time to launch one decode step's kernels", 45, 4),
     SweepField("kernels", "Kernels", None, "count", "count",
                "kernels one decode step runs", json_type="integer"),
-    SweepField("tokens_per_s", "Tokens/s", "Tok/s", "si", "rate",
+    SweepField("tokens_per_s", "Tokens/s", "Tok/s", "rate", "rate",
                "output tokens per second, all sequences together", 80, 5),
-    SweepField("tokens_per_s_per_seq", "Tokens/s per sequence", "Tok/s/seq", "si", "rate",
+    SweepField("tokens_per_s_per_seq", "Tokens/s per sequence", "Tok/s/seq", "rate", "rate",
                "each sequence's output tokens per second", 70, 6),
     SweepField("bound", "Bound", "Limit", "text", "text",
                "what limits a decode step: memory, compute or launches", 75, 7, "string"),
@@ -185,7 +185,7 @@ CARD_FIELDS: tuple[tuple[str, str, str, str], ...] = (
     ("prefill_time", "Prefill", "seconds", "the prompt's call, at the roofline"),
     ("decode_time_per_token", "Decode per token", "seconds",
      "one decode step (a token for every sequence), at the roofline"),
-    ("tokens_per_s", "Tokens/s per sequence", "si", "each sequence's new tokens per second"),
+    ("tokens_per_s", "Tokens/s per sequence", "rate", "each sequence's new tokens per second"),
 )  # fmt: skip
 
 

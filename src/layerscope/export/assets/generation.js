@@ -348,7 +348,7 @@
     if (E.cards.length) es.appendChild(ec);
     if (SW.rows.length && sc.batch !== undefined && sc.decode_time_per_token !== undefined) {
       var emetric = "decode_time_per_token", echoices = [["decode_time_per_token", "Decode per token", "seconds"]];
-      if (sc.tokens_per_s !== undefined) echoices.push(["tokens_per_s", "Tokens/s", "si"]);
+      if (sc.tokens_per_s !== undefined) echoices.push(["tokens_per_s", "Tokens/s", "rate"]);
       es.firstChild.appendChild(buttons("ls-gen-estimate-metric", echoices, emetric, function (k) { emetric = k; drawEstimate(); }));
       var esvg = sv("svg", { id: "ls-gen-batch-chart", role: "img", "aria-label": "estimated decode time against the batch" });
       var etip = plotOf(es, esvg), elg = el("div", "gn-legend");

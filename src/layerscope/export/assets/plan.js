@@ -70,8 +70,8 @@
     "attention (PaLM's convention): " + P.mfu : "model FLOPs utilisation, an upper bound: " + P.mfu);
   if (bounded && P.mfu_counted !== null) card(L.mfu_counted, fmt(P.mfu_counted, "ratio"),
     "the analysis's FLOPs over the predicted step at the peak: " + P.mfu_counted);
-  if (P.tokens_per_s !== null) card(L.tokens_per_s, fmt(P.tokens_per_s, "si"), fmt(P.tokens, "count") + " tokens per step: " + fmt(P.tokens_per_s, "si") + " tokens/s" +
-    (bounded && P.tokens_per_s_bound !== null ? ", at most " + fmt(P.tokens_per_s_bound, "si") : ""));
+  if (P.tokens_per_s !== null) card(L.tokens_per_s, fmt(P.tokens_per_s, "rate"), fmt(P.tokens, "count") + " tokens per step: " + fmt(P.tokens_per_s, "rate") + " tokens/s" +
+    (bounded && P.tokens_per_s_bound !== null ? ", at most " + fmt(P.tokens_per_s_bound, "rate") : ""));
   root.appendChild(cards);
 
   // ---- memory at the peak: a stacked bar ---------------------------------------------
@@ -296,7 +296,7 @@
   facts.push("Model FLOPs per step: " + fmt(P.model_flops, "si") + (P.mfu !== null ? "; MFU " + fmt(P.mfu, "ratio") +
     " of " + (DV.label || O.target || "the device") + "'s peak " +
     (P.time_bound ? "(6 N per token + attention)" : "(an upper bound)") : "") + "." +
-    (P.tokens ? " " + fmt(P.tokens, "count") + " tokens per step, " + fmt(P.tokens_per_s, "si") + " tokens/s." : ""));
+    (P.tokens ? " " + fmt(P.tokens, "count") + " tokens per step, " + fmt(P.tokens_per_s, "rate") + " tokens/s." : ""));
   if (P.checkpoint.length) {
     var cp = P.checkpoint, many = cp.length > 4;  // a long list: its ends, and how many
     facts.push("Checkpointed: " + (many ? cp.slice(0, 2).join(", ") + ", \u2026, " + cp[cp.length - 1] + " (" +

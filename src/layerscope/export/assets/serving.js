@@ -10,7 +10,6 @@
     if (kind === "fits") return x === true ? "yes" : x === false ? "no" : "";
     x = num(x);
     if (x === null || x === undefined || isNaN(x)) return "";
-    if (kind === "si" && Math.abs(x) < 1000) return String(Number(x.toPrecision(3)));  // 689, 77.7
     return base(x, kind);
   }
   function section(title, id, what) {
@@ -88,7 +87,7 @@
       var t = sv("text", { x: px(x), y: py(ys[i]) - 8, "text-anchor": "middle", "class": "sv-label" });
       t.textContent = "batch " + S.rows[i][col.batch]; svg.appendChild(t);
       var a = sv("text", { x: px(x), y: H - B + 16, "text-anchor": "middle", "class": "sv-axis" });
-      a.textContent = fmt(x, "si"); svg.appendChild(a);
+      a.textContent = fmt(x, "rate"); svg.appendChild(a);
     });
     var xl = sv("text", { x: (L + W - R) / 2, y: H - 6, "text-anchor": "middle", "class": "sv-axis" });
     xl.textContent = "output tokens/s, all sequences (log scale)"; svg.appendChild(xl);

@@ -43,8 +43,11 @@
     if (Math.abs(p) >= 0.1) return p.toFixed(1) + "%";
     return small(p) + "%";
   }
+  function rate(n) {  // per second, 3 significant digits at any size: 689, 77.7, 1.98 K
+    return Math.abs(n) < 1000 ? g(n, 3) : si(n);
+  }
   var FORMATS = {
-    count: count, si: si, bytes: nbytes, seconds: seconds, rate: si, pct: pct,
+    count: count, si: si, bytes: nbytes, seconds: seconds, rate: rate, pct: pct,
     number: function (x) { return g(x, 3); }, text: String
   };
   function fmt(x, kind) {
