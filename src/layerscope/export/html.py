@@ -533,7 +533,7 @@ ASSETS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "report": (("report.css",), _REPORT_JS),
     "plan": (("plan.css",), ("plan.js",)),
     "generation": (("generation.css",), ("generation.js",)),
-    "serving": (("generation.css", "serving.css"), ("serving.js",)),
+    "serving": (("serving.css",), ("serving.js",)),
 }
 
 

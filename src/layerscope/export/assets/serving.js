@@ -54,7 +54,8 @@
   var col = {};
   S.columns.forEach(function (c, k) { col[c[0]] = k; });
   var rs = section("Batches", "ls-serve-batches", "Time per output token against output tokens per " +
-    "second, all sequences together, one point per batch size (its label); roofline lower bounds.");
+    "second, all sequences together, one point per batch size (its label): predicted, the " +
+    "roofline bound and the launches in the table.");
   var svg = sv("svg", { id: "ls-serve-chart", role: "img", "aria-label": "time per output token against tokens per second" });
   svg.style.width = "100%"; svg.style.height = "250px";
   rs.appendChild(svg);
@@ -92,8 +93,8 @@
     var xl = sv("text", { x: (L + W - R) / 2, y: H - 6, "text-anchor": "middle", "class": "sv-axis" });
     xl.textContent = "output tokens/s, all sequences (log scale)"; svg.appendChild(xl);
   }
-  rs.appendChild(window.lsDom.sortableTable(S.columns, S.rows, "ls-serve-table", "gn-table", function (c, x) {
-    var cls = c[2] === "text" ? "txt" : c[2] === "fits" ? (x === false ? "gn-no" : x === true ? "gn-yes" : "") : "";
+  rs.appendChild(window.lsDom.sortableTable(S.columns, S.rows, "ls-serve-table", "sv-table", function (c, x) {
+    var cls = c[2] === "text" ? "txt" : c[2] === "fits" ? (x === false ? "sv-no" : x === true ? "sv-yes" : "") : "";
     return [cls, fmt(x, c[2])];
   }));
   root.appendChild(rs);
