@@ -7,7 +7,8 @@
 #     OUT=$OUT STEPS="tests check" bash bench/gpu_session.sh  # some of them
 #
 # Steps: tests (pytest -m cuda), check (bench/cuda_check.py), calibrate
-# (bench/calibrate_profiles.py), steps (bench/plan_vs_step.py). A device call is limited
+# (bench/calibrate_profiles.py), steps (bench/plan_vs_step.py), serving
+# (bench/serving_vs_decode.py: decode steps and a KV cache against plan_serving). A device call is limited
 # to 10 minutes: split the steps over two calls. Runs with the machine's own torch and
 # the sources of this tree (PYTHONPATH=src); a step that fails does not stop the others.
 set -u
@@ -26,7 +27,7 @@ try:
 except ImportError:
     print("transformers: not installed")
 PY
-STEPS="${STEPS:-tests check calibrate steps}"
+STEPS="${STEPS:-tests check calibrate steps serving}"
 for step in $STEPS; do
   case "$step" in
     tests) timeout 200 python -m pytest -q -m cuda -p no:cacheprovider tests \
@@ -35,6 +36,8 @@ for step in $STEPS; do
     calibrate) timeout 300 python bench/calibrate_profiles.py --out "$OUT" \
                  > "$OUT/calibrate.txt" 2>&1 ;;
     steps) timeout 400 python bench/plan_vs_step.py --out "$OUT" > "$OUT/plan_vs_step.txt" 2>&1 ;;
+    serving) timeout 300 python bench/serving_vs_decode.py --out "$OUT" \
+               > "$OUT/serving_vs_decode.txt" 2>&1 ;;
     *) echo "gpu_session: unknown step $step" >&2 ;;
   esac
 done
