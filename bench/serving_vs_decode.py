@@ -115,8 +115,10 @@ def measured_capacity(model: Any, context: int, device: str) -> dict[str, int]:
     per_seq = torch.cuda.memory_allocated() - before
     del cache
     budget = int(total * 0.9) - allocated - workspace - outside
-    return {"total": total, "weights": allocated, "workspace": workspace, "outside": outside,
-            "kv_per_seq_allocated": per_seq, "max_concurrency": max(budget // per_seq, 0)}  # fmt: skip
+    return {
+        "total": total, "weights": allocated, "workspace": workspace, "outside": outside,
+        "kv_per_seq_allocated": per_seq, "max_concurrency": max(budget // per_seq, 0),
+    }  # fmt: skip
 
 
 def main() -> int:
@@ -152,9 +154,9 @@ def main() -> int:
                          "ratio": measured / r.tpot})  # fmt: skip
     capacity = measured_capacity(model, args.context, device)
     print(f"{'mode':7s} {'batch':>5s} {'measured':>10s} {'predicted':>10s} {'bound':>10s} ratio")
-    for r in rows:
-        print(f"{r['mode']:7s} {r['batch']:5d} {r['measured'] * 1e3:9.3f}ms "
-              f"{r['predicted'] * 1e3:9.3f}ms {r['bound'] * 1e3:9.3f}ms {r['ratio']:.2f}")  # fmt: skip
+    for row in rows:
+        ms = [f"{row[k] * 1e3:9.3f}ms" for k in ("measured", "predicted", "bound")]
+        print(f"{row['mode']:7s} {row['batch']:5d} {' '.join(ms)} {row['ratio']:.2f}")
     planned = plan.max_concurrency
     if capacity:
         print(f"capacity at {args.context} tokens: measured {capacity['max_concurrency']}, "
