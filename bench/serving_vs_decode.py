@@ -139,7 +139,7 @@ def main() -> int:
         return 2
     model = build(shape, device)
     meta = build(shape, "meta")
-    rows = []
+    rows: list[dict[str, Any]] = []
     for mode, compiled in (("eager", False), ("graphs", True)):
         if compiled and args.smoke:
             continue  # CUDA graphs need a GPU
