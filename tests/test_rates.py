@@ -284,3 +284,50 @@ def test_the_a100_runs_flash_for_a_small_head_dim() -> None:
     kinds = {k[3] for k in rows.rows if k[2] == "attention"}
     # on sm80 torch tries flash first (cuDNN first on sm90, above): head dim 16, causal
     assert kinds == {("flash", 16, 128, True)}
+
+
+def test_compiled_kernels_fuse_each_modules_pointwise_ops() -> None:
+    """``torch.compile``'s rule (``kernels.fused``): a module's memory-class kernels of one
+    phase become one kernel moving the bytes of the largest (per kernel), with one launch;
+    matmuls stay."""
+    from layerscope.planning.kernels import Kernels, fused
+
+    k = Kernels(
+        {
+            ("norm", "forward", "memory", ("pow",)): [1, 10, 400, 0],
+            ("norm", "forward", "memory", ("mul",)): [2, 20, 1000, 0],  # 500 B each
+            ("norm", "backward", "memory", ("mul",)): [3, 0, 900, 0],
+            ("fc", "forward", "matmul", (1, 8, 32)): [1, 32768, 5632, 0],
+        }
+    )
+    out = fused(k).rows
+    assert out[("norm", "forward", "memory", ("fused",))] == [1, 30, 500, 0]
+    assert out[("norm", "backward", "memory", ("fused",))] == [1, 0, 300, 0]
+    assert out[("fc", "forward", "matmul", (1, 8, 32))] == [1, 32768, 5632, 0]
+    assert fused(k).count() == 3 and k.count() == 7
+
+
+def test_a_compiled_plan_launches_one_kernel_per_fused_group() -> None:
+    """An RMSNorm-like root (pow, mean, add, rsqrt, mul) before a linear: eager, 5 memory
+    kernels and the linear's matmul forward, its weight gradient's backward (the input
+    needs no gradient): 7; compiled, the root's 5 fuse into one: 3. The bound is the same,
+    the prediction lower, and the options say so."""
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(64, 64, bias=False)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+            return self.fc(y)
+
+    x = torch.randn(8, 64)
+    common: dict[str, Any] = {"target": "h100", "world_size": 1, "sharding": "none",
+                              "precision": "fp32"}  # fmt: skip
+    eager = ls.plan(Net(), x, **common)
+    compiled = ls.plan(Net(), x, **common, compile=True)
+    assert compiled.options["compile"] is True and "compile" not in eager.options
+    assert (eager.kernels, compiled.kernels) == (7, 3)
+    assert compiled.step_time < eager.step_time
+    assert compiled.step_time_bound == eager.step_time_bound

@@ -171,9 +171,10 @@ def test_the_html_report(tmp_path: Path) -> None:
 
 
 def test_a_decode_step_is_predicted_from_its_kernels_and_their_launches() -> None:
-    """Eager: every kernel of the step is one launch at the rates' launch cost; graphs:
+    """Eager: every kernel of the step is one launch at the rates' launch cost; graphs
+    (a compiled step in CUDA graphs): its pointwise kernels fused as a compiled plan's,
     one launch for the step. The step takes the longer of running and launching, and
-    never less than its roofline bound; the kernels are the same either way."""
+    never less than its roofline bound."""
     from layerscope.analysis.rates import rates_of
 
     launch = rates_of(ls.device_spec("h100")).launch
@@ -183,10 +184,12 @@ def test_a_decode_step_is_predicted_from_its_kernels_and_their_launches() -> Non
         mode="graphs",
     )  # fmt: skip
     for e, g in zip(eager.rows, graphs.rows, strict=True):
-        assert e.kernels == g.kernels > 2 * 10  # at least a norm and a matmul a layer
+        # 2 layers of 7 linears and SDPA, the embedding and the head at least: 17 that do
+        # not fuse, and fewer kernels compiled than eager
+        assert e.kernels > g.kernels >= 17
         assert e.launch_time == pytest.approx(e.kernels * launch) and g.launch_time == launch
         assert e.tpot >= max(e.launch_time, e.tpot_bound) and g.tpot >= g.tpot_bound
-        assert e.tpot == max(e.launch_time, g.tpot)  # the same kernels run either way
+        assert g.tpot < e.tpot
     # a tiny model's decode step is all launches when eager
     assert eager.rows[0].bound == "launches" and eager.rows[0].tpot == eager.rows[0].launch_time
     with pytest.raises(ls.InvalidInputError, match="mode must be one of"):

@@ -117,6 +117,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "precision, else the parameters')",
     )  # fmt: skip
     run.add_argument(
+        "--compile", action="store_true",
+        help="the model under torch.compile: each module's pointwise kernels fused, priced "
+        "as one (docs/plan.md)",
+    )  # fmt: skip
+    run.add_argument(
         "--hsdp", metavar="R,S",
         help="FSDP2 on a 2-D mesh: shard over groups of S GPUs, replicate over R of them "
         "(R x S = --world-size)",
@@ -272,6 +277,8 @@ def _options(args: argparse.Namespace, grid: dict[str, list[Any]]) -> dict[str, 
     if args.reserve is not None:
         opts["reserve_bytes"] = parse_size(args.reserve, "--reserve")
     opts |= _fsdp_options(args)
+    if args.compile:
+        opts["compile"] = True
     cluster = _cluster(args)
     if cluster:
         opts["cluster"] = cluster

@@ -61,7 +61,7 @@ from layerscope.generation.weights import (
     stored_bytes,
 )
 from layerscope.hardware import GPUS
-from layerscope.planning.kernels import KernelRecorder, Kernels, predict, record
+from layerscope.planning.kernels import KernelRecorder, Kernels, fused, predict, record
 from layerscope.session.run import profile
 from layerscope.validate import check_choice, check_int, check_number, refuse
 
@@ -215,14 +215,16 @@ def decode_step(
         )  # fmt: skip
     if scheme is not None:
         _narrow_records(recorder.kernels, driver.model, scheme)
-    record(prof, recorder.kernels)
+    # graphs: CUDA graphs of a compiled step (``torch.compile(mode="reduce-overhead")``),
+    # its pointwise kernels fused as a compiled plan's are (``kernels.fused``)
+    kernels = recorder.kernels if mode == "eager" else fused(recorder.kernels)
+    record(prof, kernels)
     # a decode step's matmuls have a few rows: they run as GEMV or split-K kernels that do
     # not pad the rows to a tile, so no tile or wave quantisation (stated)
     rates = rates_of(driver.opts.spec)
     run = predict(prof, replace(rates, launch=0.0, sms=None), roof.peak, roof.bandwidth)
-    count = recorder.kernels.count()
-    launches = count if mode == "eager" else 1
-    return Step(count, run.forward[id(prof.root)], launches * rates.launch)
+    launches = kernels.count() if mode == "eager" else 1
+    return Step(kernels.count(), run.forward[id(prof.root)], launches * rates.launch)
 
 
 def _narrow_records(kernels: Kernels, model: nn.Module, scheme: WeightScheme) -> None:

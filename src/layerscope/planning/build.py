@@ -262,15 +262,17 @@ def _time(work: Step, choice: CheckpointChoice) -> _Timed:
     fwd, bwd = roof_times(prof, roof, "forward"), roof_times(prof, roof, "backward")
     bound = _parts(work, choice, fwd, bwd, opts.target.bandwidth)
     rates = rates_of(opts.target)
-    predicted = predict(prof, rates, roof.peak, roof.bandwidth)
+    predicted = predict(prof, rates, roof.peak, roof.bandwidth, fuse=opts.compile)
     time = _parts(
         work, choice, predicted.forward, predicted.backward,
         opts.target.bandwidth * min(1.0, rates.bandwidth),
     )  # fmt: skip
     root = prof.root
     flops = int(root.metrics.get("flops", 0)) + int(root.metrics.get("backward_flops", 0))
-    return _Timed(time, bound, flops * opts.grad_accum, predicted, rates,
-                  _time_notes(rates, predicted))  # fmt: skip
+    notes = _time_notes(rates, predicted)
+    if opts.compile:
+        notes.append(COMPILED)
+    return _Timed(time, bound, flops * opts.grad_accum, predicted, rates, notes)
 
 
 def _parts(
@@ -300,6 +302,15 @@ def _parts(
         "optimizer": moved / bandwidth,
         "comm": total * accum,
     }
+
+
+#: What ``compile=True`` changes, in the plan's notes.
+COMPILED = (
+    "compiled (torch.compile): each module's pointwise and reduction kernels of a phase "
+    "are priced as one fused kernel that moves the bytes of the largest of them, with one "
+    "launch; matmuls and attention as they are; memory as in eager (Inductor's "
+    "recomputation in the backward is not counted)"
+)
 
 
 def _time_notes(rates: Rates, predicted: Predicted) -> list[str]:

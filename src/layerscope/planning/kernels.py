@@ -14,9 +14,16 @@ recorded by module, phase and class with what its rate depends on:
 
 ``predict`` prices the records on a device's achievable rates (``analysis.rates``): per
 kernel ``max(flops / achievable FLOP/s, bytes / achievable bandwidth) + launch``, summed
-per module like ``analysis.roofline.roof_times``. A profile without records (a given or
-loaded one) is priced per module: its own work at the large-matmul share of the peak and
-the achievable bandwidth, no launches (the plan's notes say so).
+per module like ``analysis.roofline.roof_times``. Compiled (``fused``: ``torch.compile``,
+whose Inductor fuses the pointwise and reduction ops between two matmuls into one
+kernel), a module's memory-class kernels of one phase run as one kernel that moves as
+many bytes as the largest of them (a fused chain reads its inputs and writes its outputs
+once, as one of its ops did alone) with one launch; matmuls and attention stay as they
+are (extern kernels). A stated rule: Inductor's fusions cross module boundaries, and its
+recomputation of pointwise ops in the backward (which saves activations) is not counted.
+A profile without records (a given or loaded one) is priced per module: its own work at
+the large-matmul share of the peak and the achievable bandwidth, no launches (the plan's
+notes say so).
 """
 
 from __future__ import annotations
@@ -36,7 +43,15 @@ from layerscope.analysis.roofline import work
 from layerscope.collect.observer import Observer
 from layerscope.profile import Node, Profile
 
-__all__ = ["KernelRecorder", "Kernels", "Predicted", "kernels_of", "predict", "record"]
+__all__ = [
+    "KernelRecorder",
+    "Kernels",
+    "Predicted",
+    "fused",
+    "kernels_of",
+    "predict",
+    "record",
+]
 
 _MATMULS = frozenset({"mm", "addmm", "bmm", "baddbmm", "_scaled_mm", "_int_mm"})
 _CONVOLUTIONS = frozenset({"convolution", "convolution_backward", "_convolution"})
@@ -169,6 +184,24 @@ class Predicted:
     recorded: bool
 
 
+def fused(kernels: Kernels) -> Kernels:
+    """The kernels as ``torch.compile`` runs them (module docstring): each module's
+    memory-class kernels of a phase one kernel, moving the bytes of the largest."""
+    out = Kernels()
+    groups: dict[tuple[str, str], list[int]] = {}
+    for key, row in kernels.rows.items():
+        if key[2] != "memory":
+            out.rows[key] = list(row)
+            continue
+        group = groups.setdefault((key[0], key[1]), [1, 0, 0, 0])
+        group[1] += row[1]
+        group[2] = max(group[2], row[2] // max(row[0], 1))
+        group[3] += row[3]
+    for (path, phase), row in groups.items():
+        out.rows[(path, phase, "memory", ("fused",))] = row
+    return out
+
+
 def _price(rates: Rates, peak: float, bandwidth: float, key: Key, row: list[int]) -> float:
     """Seconds of one record's kernels on the rates."""
     count, flops, nbytes = row[0], row[1], row[2]
@@ -184,10 +217,15 @@ def _price(rates: Rates, peak: float, bandwidth: float, key: Key, row: list[int]
     return fast + count * rates.launch
 
 
-def predict(prof: Profile, rates: Rates, peak: float, bandwidth: float) -> Predicted:
+def predict(
+    prof: Profile, rates: Rates, peak: float, bandwidth: float, fuse: bool = False
+) -> Predicted:
     """Each node's predicted forward and backward seconds on ``rates`` (module
-    docstring), ``peak`` and ``bandwidth`` the datasheet's for the compute dtype."""
+    docstring), ``peak`` and ``bandwidth`` the datasheet's for the compute dtype;
+    ``fuse``: as ``torch.compile`` runs the kernels (``fused``)."""
     kernels = kernels_of(prof)
+    if kernels is not None and fuse:
+        kernels = fused(kernels)
     own: dict[str, dict[str, float]] = {"forward": {}, "backward": {}}
     count = palm = 0
     if kernels is not None:

@@ -71,6 +71,8 @@ class Options:
     #: FSDP2's ``MixedPrecisionPolicy.reduce_dtype``: the dtype gradients are reduced in
     #: (None: float32 under mixed precision, else the parameters')
     reduce_dtype: str | None = None
+    #: the model under ``torch.compile``: pointwise kernels fused (``kernels.fused``)
+    compile: bool = False
 
     @property
     def shard_size(self) -> int:
@@ -151,6 +153,7 @@ class Options:
             "bucket_cap_mb": self.bucket_cap_mb,
             "hsdp": list(self.hsdp) if self.hsdp else None, "cluster": net.to_dict(),
             **({"reduce_dtype": self.reduce_dtype} if self.reduce_dtype else {}),
+            **({"compile": True} if self.compile else {}),
         }  # fmt: skip
 
 
@@ -160,7 +163,7 @@ DEFAULTS: dict[str, Any] = {
     "optimizer": "adamw", "grad_accum": 1, "budget": None, "reserve_bytes": RESERVE_BYTES,
     "rank": 0, "reshard_after_forward": True, "units": None,
     "inter_node_bandwidth": None, "bucket_cap_mb": 25, "hsdp": None,
-    "checkpoint": None, "cluster": None, "reduce_dtype": None,
+    "checkpoint": None, "cluster": None, "reduce_dtype": None, "compile": False,
 }  # fmt: skip
 
 NAMES = tuple(f.name for f in fields(Options))
@@ -226,6 +229,7 @@ def check_options(given: Mapping[str, Any]) -> Options:
         checkpoint=checkpoint,
         cluster=check_cluster(o["cluster"], spec),
         reduce_dtype=_reduce_dtype(o["reduce_dtype"], sharding),
+        compile=check_bool("compile", o["compile"]),
     )
 
 
