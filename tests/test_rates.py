@@ -320,7 +320,8 @@ def test_a_compiled_plan_launches_one_kernel_per_fused_group() -> None:
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
-            return self.fc(y)
+            out: torch.Tensor = self.fc(y)
+            return out
 
     x = torch.randn(8, 64)
     common: dict[str, Any] = {"target": "h100", "world_size": 1, "sharding": "none",
