@@ -332,3 +332,43 @@ def test_a_compiled_plan_launches_one_kernel_per_fused_group() -> None:
     assert (eager.kernels, compiled.kernels) == (7, 3)
     assert compiled.step_time < eager.step_time
     assert compiled.step_time_bound == eager.step_time_bound
+
+
+def test_float8_linears_by_hand() -> None:
+    """torchao's tensorwise float8 (``kernels.float8``) on a linear of 64 -> 32 features
+    over 8 rows: its forward matmul reads float8 operands and runs at twice the bf16
+    peak; the casts are charged as memory kernels."""
+    from layerscope.planning.kernels import Kernels, float8
+
+    k = Kernels(
+        {
+            # (8, 64) @ (64, 32): 2 * 8 * 64 * 32 = 32768 FLOPs, (512 + 2048 + 256) * 2 B
+            ("fc", "forward", "matmul", (1, 8, 32)): [1, 32768, 5632, 0],
+            ("fc", "backward", "matmul", (1, 32, 64)): [1, 32768, 5248, 0],
+            ("norm", "forward", "memory", ("mul",)): [1, 10, 100, 0],
+        }
+    )
+    rows = float8(k, frozenset({"fc"}), 2.0).rows
+    # written: 8 x 32 outputs at 2 B = 512; the operands' 5120 B at 1 byte: 2560
+    assert rows[("fc", "forward", "matmul", (1, 8, 32))] == [1, 16384, 512 + 2560, 0]
+    # the weight's gradient (32, 64): 4096 B written, (5248 - 4096) / 2 = 576 read
+    assert rows[("fc", "backward", "matmul", (1, 32, 64))] == [1, 16384, 4096 + 576, 0]
+    # K = 32768 / (2 * 8 * 32) = 64: input 8 x 64 = 512, weight 32 x 64 = 2048, output
+    # gradient 8 x 32 = 256 elements; 5 B an element cast, 2 B an element transposed
+    assert rows[("fc", "forward", "memory", ("float8_cast",))] == [4, 0, 5 * (512 + 2048), 0]
+    assert rows[("fc", "backward", "memory", ("float8_cast",))] == [
+        4, 0, 5 * 256 + 2 * (512 + 2048), 0,
+    ]  # fmt: skip
+    assert rows[("norm", "forward", "memory", ("mul",))] == [1, 10, 100, 0]
+
+
+def test_a_float8_plan_needs_float8_tensor_cores() -> None:
+    x = torch.randn(8, 64)
+    common: dict[str, Any] = {"world_size": 1, "sharding": "none", "precision": "bf16-mixed"}
+    plain = ls.plan(nn.Linear(64, 64), x, target="h100", **common)
+    fp8 = ls.plan(nn.Linear(64, 64), x, target="h100", float8=True, **common)
+    assert fp8.options["float8"] is True and fp8.step_time_bound == plain.step_time_bound
+    assert fp8.kernels is not None and plain.kernels is not None
+    assert fp8.kernels == plain.kernels + 8  # the casts: 4 forward, 4 backward
+    with pytest.raises(InvalidInputError, match="a100-80gb does not have"):
+        ls.plan(nn.Linear(64, 64), x, target="a100", float8=True, **common)

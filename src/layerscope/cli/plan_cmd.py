@@ -62,6 +62,22 @@ AXIS_FLAGS = {"world_size": "--world-size", "sharding": "--sharding", "checkpoin
 DEFAULTS = {a: OPTION_DEFAULTS[a] for a in AXIS_FLAGS}
 
 
+def _add_cluster_arguments(p: argparse.ArgumentParser) -> None:
+    net = p.add_argument_group("the cluster")
+    net.add_argument(
+        "--gpus-per-node", type=int, metavar="N",
+        help="GPUs per node (default: the target's reference system, 8)",
+    )  # fmt: skip
+    net.add_argument(
+        "--nics-per-node", type=int, metavar="N",
+        help="NICs per node that carry the collectives (default: 8, one per GPU)",
+    )  # fmt: skip
+    net.add_argument(
+        "--nic-gbps", type=float, metavar="GBPS",
+        help="one NIC's bandwidth in Gb/s (default: 400; 200 for the A100)",
+    )  # fmt: skip
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_model_arguments(p)
     inputs = p.add_argument_group("inputs (one GPU's micro-batch)")
@@ -122,26 +138,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "as one (docs/plan.md)",
     )  # fmt: skip
     run.add_argument(
+        "--float8", action="store_true",
+        help="the linears trained in float8 as torchao does (tensorwise scaling; a target "
+        "with float8 tensor cores)",
+    )  # fmt: skip
+    run.add_argument(
         "--hsdp", metavar="R,S",
         help="FSDP2 on a 2-D mesh: shard over groups of S GPUs, replicate over R of them "
         "(R x S = --world-size)",
     )  # fmt: skip
     run.add_argument(
-        "--gpus-per-node", type=int, metavar="N",
-        help="GPUs per node (default: the target's reference system, 8)",
-    )  # fmt: skip
-    run.add_argument(
-        "--nics-per-node", type=int, metavar="N",
-        help="NICs per node that carry the collectives (default: 8, one per GPU)",
-    )  # fmt: skip
-    run.add_argument(
-        "--nic-gbps", type=float, metavar="GBPS",
-        help="one NIC's bandwidth in Gb/s (default: 400; 200 for the A100)",
-    )  # fmt: skip
-    run.add_argument(
         "--device", default=None,
         help="where the model is analysed: meta, the only choice (a plan runs no kernels)",
     )  # fmt: skip
+    _add_cluster_arguments(p)
     out = p.add_argument_group("output")
     out.add_argument(
         "--sweep", nargs="+", metavar="AXIS=V,V",
@@ -279,6 +289,8 @@ def _options(args: argparse.Namespace, grid: dict[str, list[Any]]) -> dict[str, 
     opts |= _fsdp_options(args)
     if args.compile:
         opts["compile"] = True
+    if args.float8:
+        opts["float8"] = True
     cluster = _cluster(args)
     if cluster:
         opts["cluster"] = cluster

@@ -262,7 +262,8 @@ def _time(work: Step, choice: CheckpointChoice) -> _Timed:
     fwd, bwd = roof_times(prof, roof, "forward"), roof_times(prof, roof, "backward")
     bound = _parts(work, choice, fwd, bwd, opts.target.bandwidth)
     rates = rates_of(opts.target)
-    predicted = predict(prof, rates, roof.peak, roof.bandwidth, fuse=opts.compile)
+    fp8 = opts.target.peak("float8_e4m3fn") if opts.float8 else None
+    predicted = predict(prof, rates, roof.peak, roof.bandwidth, opts.compile, fp8)
     time = _parts(
         work, choice, predicted.forward, predicted.backward,
         opts.target.bandwidth * min(1.0, rates.bandwidth),
@@ -272,6 +273,8 @@ def _time(work: Step, choice: CheckpointChoice) -> _Timed:
     notes = _time_notes(rates, predicted)
     if opts.compile:
         notes.append(COMPILED)
+    if opts.float8:
+        notes.append(FLOAT8)
     return _Timed(time, bound, flops * opts.grad_accum, predicted, rates, notes)
 
 
@@ -310,6 +313,14 @@ COMPILED = (
     "are priced as one fused kernel that moves the bytes of the largest of them, with one "
     "launch; matmuls and attention as they are; memory as in eager (Inductor's "
     "recomputation in the backward is not counted)"
+)
+
+
+#: What ``float8=True`` changes, in the plan's notes.
+FLOAT8 = (
+    "float8 (torchao, tensorwise): every nn.Linear but the output projection runs its three "
+    "matmuls on float8 operands at the float8 peak, with each operand's amax and cast "
+    "charged; memory as in bfloat16 (the float8 copies and their savings are not counted)"
 )
 
 

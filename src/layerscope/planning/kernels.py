@@ -44,9 +44,11 @@ from layerscope.collect.observer import Observer
 from layerscope.profile import Node, Profile
 
 __all__ = [
+    "FLOAT8_SKIPPED",
     "KernelRecorder",
     "Kernels",
     "Predicted",
+    "float8",
     "fused",
     "kernels_of",
     "predict",
@@ -202,6 +204,53 @@ def fused(kernels: Kernels) -> Kernels:
     return out
 
 
+#: The output projection float8 training leaves in high precision (torchtitan's default
+#: ``filter_fqns``: ``output``; transformers names it ``lm_head``).
+FLOAT8_SKIPPED = ("output", "lm_head")
+
+
+def float8(kernels: Kernels, linears: frozenset[str], peak_ratio: float) -> Kernels:
+    """The kernels as torchao's float8 training runs them (tensorwise scaling: every
+    ``nn.Linear`` in ``linears`` has its three matmuls take float8 operands,
+    ``torch._scaled_mm``, and casts each operand with a dynamic per-tensor scale):
+
+    - a linear's matmul (forward, grad input, grad weight) reads its operands at 1 byte
+      instead of 2 and runs at the float8 peak: its bytes are the bfloat16 output plus
+      half the rest, its FLOPs divided by ``peak_ratio`` (float8 peak / compute peak), so
+      they price at the float8 peak;
+    - the casts, as memory kernels of the linear: forward, the input and the weight
+      (an amax read, a cast read and a float8 write: 2 + 2 + 1 bytes an element);
+      backward, the output's gradient likewise, and a float8 transpose (1 + 1) of the
+      saved input and weight for the gradients' matmuls.
+
+    Element counts come from the forward matmul's output ``(B, M, N)`` and FLOPs
+    (``K = FLOPs / (2 B M N)``): input ``B M K``, weight ``N K``, output gradient ``B M N``."""
+    out = Kernels()
+    forward: dict[str, tuple[int, int, int]] = {}
+    for key, row in kernels.rows.items():
+        path, phase, kind, detail = key
+        if kind != "matmul" or path not in linears or len(detail) != 3:
+            out.rows[key] = list(row)
+            continue
+        b, m, n = detail
+        count, flops, nbytes = row[0], row[1], row[2]
+        written = 2 * b * m * n * count
+        out.rows[key] = [count, round(flops / peak_ratio), written + (nbytes - written) // 2,
+                         row[3]]  # fmt: skip
+        if phase == "forward" and b * m * n:
+            k = flops // (2 * b * m * n * max(count, 1))
+            forward[path] = (b * m * k * count, n * k * count, b * m * n * count)
+    cast = 5  # bytes an element: amax read, cast read, float8 write
+    for path, (inputs, weights, grads) in forward.items():
+        # forward: an amax and a cast of the input and of the weight (4 kernels)
+        ahead = cast * (inputs + weights)
+        out.rows[(path, "forward", "memory", ("float8_cast",))] = [4, 0, ahead, 0]
+        # backward: the output gradient's amax and cast, the two transposes (4 kernels)
+        back = cast * grads + 2 * (inputs + weights)
+        out.rows[(path, "backward", "memory", ("float8_cast",))] = [4, 0, back, 0]
+    return out
+
+
 def _price(rates: Rates, peak: float, bandwidth: float, key: Key, row: list[int]) -> float:
     """Seconds of one record's kernels on the rates."""
     count, flops, nbytes = row[0], row[1], row[2]
@@ -218,12 +267,24 @@ def _price(rates: Rates, peak: float, bandwidth: float, key: Key, row: list[int]
 
 
 def predict(
-    prof: Profile, rates: Rates, peak: float, bandwidth: float, fuse: bool = False
+    prof: Profile,
+    rates: Rates,
+    peak: float,
+    bandwidth: float,
+    fuse: bool = False,
+    float8_peak: float | None = None,
 ) -> Predicted:
     """Each node's predicted forward and backward seconds on ``rates`` (module
     docstring), ``peak`` and ``bandwidth`` the datasheet's for the compute dtype;
-    ``fuse``: as ``torch.compile`` runs the kernels (``fused``)."""
+    ``fuse``: as ``torch.compile`` runs the kernels (``fused``); ``float8_peak``: the
+    linears in float8 at that peak (``float8``)."""
     kernels = kernels_of(prof)
+    if kernels is not None and float8_peak:
+        linears = frozenset(
+            n.path for n in prof.root.walk()
+            if n.type == "Linear" and n.path.rsplit(".", 1)[-1] not in FLOAT8_SKIPPED
+        )  # fmt: skip
+        kernels = float8(kernels, linears, float8_peak / peak)
     if kernels is not None and fuse:
         kernels = fused(kernels)
     own: dict[str, dict[str, float]] = {"forward": {}, "backward": {}}

@@ -73,6 +73,8 @@ class Options:
     reduce_dtype: str | None = None
     #: the model under ``torch.compile``: pointwise kernels fused (``kernels.fused``)
     compile: bool = False
+    #: the linears in float8 as torchao trains them (``kernels.float8``)
+    float8: bool = False
 
     @property
     def shard_size(self) -> int:
@@ -154,6 +156,7 @@ class Options:
             "hsdp": list(self.hsdp) if self.hsdp else None, "cluster": net.to_dict(),
             **({"reduce_dtype": self.reduce_dtype} if self.reduce_dtype else {}),
             **({"compile": True} if self.compile else {}),
+            **({"float8": True} if self.float8 else {}),
         }  # fmt: skip
 
 
@@ -164,6 +167,7 @@ DEFAULTS: dict[str, Any] = {
     "rank": 0, "reshard_after_forward": True, "units": None,
     "inter_node_bandwidth": None, "bucket_cap_mb": 25, "hsdp": None,
     "checkpoint": None, "cluster": None, "reduce_dtype": None, "compile": False,
+    "float8": False,
 }  # fmt: skip
 
 NAMES = tuple(f.name for f in fields(Options))
@@ -230,7 +234,18 @@ def check_options(given: Mapping[str, Any]) -> Options:
         cluster=check_cluster(o["cluster"], spec),
         reduce_dtype=_reduce_dtype(o["reduce_dtype"], sharding),
         compile=check_bool("compile", o["compile"]),
+        float8=_float8(o["float8"], spec),
     )
+
+
+def _float8(value: Any, spec: DeviceSpec) -> bool:
+    """``float8``: needs a target with float8 tensor cores."""
+    if check_bool("float8", value) and "float8_e4m3fn" not in spec.peak_flops:
+        raise InvalidInputError(
+            f"float8 trains the linears on float8 tensor cores, which {spec.name} does not "
+            "have (H100, H200, L4, L40S and newer do): drop float8 or pick such a target"
+        )
+    return bool(value)
 
 
 def _reduce_dtype(value: Any, sharding: str) -> str | None:
