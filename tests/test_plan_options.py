@@ -43,6 +43,7 @@ CASES: dict[str, dict[str, Any]] = {
     "checkpoint": {"checkpoint": "blocks"},
     "cluster": {"world_size": 16, "cluster": {"gpus_per_node": 4, "nics_per_node": 1}},
     "reduce_dtype": {"reduce_dtype": "bf16"},
+    "loss": {"loss": "fused"},
 }
 LIMIT = 16
 
@@ -123,6 +124,7 @@ def test_to_dict_is_every_option_in_plan_form() -> None:
         "reserve_bytes": RESERVE_BYTES, "rank": 0, "reshard_after_forward": True,
         "units": ["0"], "inter_node_bandwidth": None, "bucket_cap_mb": 25,
         "hsdp": [2, 4], "checkpoint": ["1"], "cluster": None, "reduce_dtype": None,
+        "loss": "plain",
     }  # fmt: skip
     custom = check_options({"target": TINY})
     assert custom.to_dict()["target"]["memory_bytes"] == 2_000_000

@@ -39,6 +39,7 @@ from layerscope.cli.inputs import (
 from layerscope.errors import InvalidInputError
 from layerscope.hardware import GPUS, device_spec, is_profile_path
 from layerscope.planning import plan, plan_sweep
+from layerscope.planning.loss import LOSSES
 from layerscope.planning.options import DEFAULTS as OPTION_DEFAULTS
 from layerscope.planning.options import check_options
 from layerscope.planning.states import OPTIMIZER_STATES, PRECISIONS
@@ -60,6 +61,12 @@ AXIS_FLAGS = {"world_size": "--world-size", "sharding": "--sharding", "checkpoin
               "grad_accum": "--grad-accum"}  # fmt: skip
 #: ``ls.plan``'s defaults of those options.
 DEFAULTS = {a: OPTION_DEFAULTS[a] for a in AXIS_FLAGS}
+
+
+LOSS_HELP = (
+    "plain (default: the model's logits and loss as analysed) or fused (a chunked fused "
+    "linear cross-entropy, as Liger's: no full-vocabulary logits held)"
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -111,6 +118,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     run.add_argument(
         "--units", metavar="PATH,...", help="FSDP2 units (default: the repeated blocks)"
     )
+    run.add_argument("--loss", metavar="KIND", help=LOSS_HELP)
     run.add_argument(
         "--reduce-dtype", metavar="DTYPE",
         help="FSDP2's reduce dtype: fp32, bf16 or fp16 (default: fp32 under mixed "
@@ -272,6 +280,8 @@ def _options(args: argparse.Namespace, grid: dict[str, list[Any]]) -> dict[str, 
     if args.reserve is not None:
         opts["reserve_bytes"] = parse_size(args.reserve, "--reserve")
     opts |= _fsdp_options(args)
+    if args.loss is not None:
+        opts["loss"] = check_choice("--loss", args.loss.strip().lower(), list(LOSSES))
     cluster = _cluster(args)
     if cluster:
         opts["cluster"] = cluster

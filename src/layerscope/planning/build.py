@@ -22,6 +22,7 @@ from layerscope.planning.checkpointing import (
 )
 from layerscope.planning.facts import CACHE_OFF, Param, check_paths, frozen, input_bytes, trainable
 from layerscope.planning.kernels import Predicted, predict
+from layerscope.planning.loss import loss_timeline
 from layerscope.planning.options import OUT_OF_SCOPE, Options
 from layerscope.planning.result import LOWER_BOUND, PREDICTED, Plan
 from layerscope.planning.states import OPTIMIZER_STATES, ModelStates
@@ -66,9 +67,7 @@ def _build(prof: Profile, opts: Options, choice: CheckpointChoice, asked: Any) -
     shapes = [p.shape for p in params]
     strategy = opts.strategy
     states = _states(opts, shapes, [p.shape for p in kept or ()])
-    # a profile without records of its frozen parameters: their bytes, as analysed
-    trained = sum(p.nbytes for p in params)
-    unrecorded = 0 if kept is not None else int(prof.root.metrics["param_bytes"]) - trained
+    unrecorded = _unrecorded(prof, params, kept)
     buffers = int(prof.root.metrics.get("buffer_bytes", 0))
     inputs, float_inputs, tokens = input_bytes(prof)
     mixed = opts.mixed
@@ -96,7 +95,8 @@ def _build(prof: Profile, opts: Options, choice: CheckpointChoice, asked: Any) -
     # the strategy's own temporaries of the step (ZeRO's float32 gradient partition), and
     # Adam's
     setup.optimizer_temp += local if opts.optimizer in ("adam", "adamw") else 0
-    points = tl.replay(setup, prof.memory["timeline"])
+    timeline, loss_notes = loss_timeline(prof, setup, opts.loss)
+    points = tl.replay(setup, timeline)
     top = max(points, key=lambda p: p.total)
     timed = _time(work, choice)
     time, bound, model_flops = timed.time, timed.bound, timed.model_flops
@@ -112,6 +112,7 @@ def _build(prof: Profile, opts: Options, choice: CheckpointChoice, asked: Any) -
         *timed.notes,
         *_notes(opts, choice, asked, unrecorded, strategy.notes(opts)),
         *_frozen_notes(kept, states.param_bytes, shapes, opts),
+        *loss_notes,
         *(n for n in prof.notices if n.startswith((NOT_RUN, CACHE_OFF))),
     ]
     if opts.autocast and not emulated:
@@ -199,6 +200,13 @@ def _notes(
             f"datasheet's {spec.memory_bytes:,}"
         )
     return notes
+
+
+def _unrecorded(prof: Profile, params: list[Param], kept: list[Param] | None) -> int:
+    """A profile without records of its frozen parameters: their bytes, as analysed."""
+    if kept is not None:
+        return 0
+    return int(prof.root.metrics["param_bytes"]) - sum(p.nbytes for p in params)
 
 
 def _states(

@@ -14,6 +14,7 @@ import torch
 from layerscope.errors import InvalidInputError
 from layerscope.hardware import BY_NAME, DeviceSpec, device_spec
 from layerscope.planning.cluster import Cluster, as_mapping, check_cluster, default_cluster
+from layerscope.planning.loss import LOSSES
 from layerscope.planning.states import OPTIMIZER_STATES, PRECISIONS, REDUCE_DTYPES
 from layerscope.planning.strategies import STRATEGIES
 from layerscope.planning.strategy import Strategy
@@ -71,6 +72,8 @@ class Options:
     #: FSDP2's ``MixedPrecisionPolicy.reduce_dtype``: the dtype gradients are reduced in
     #: (None: float32 under mixed precision, else the parameters')
     reduce_dtype: str | None = None
+    #: "plain" (the analysis's logits and loss) or "fused" (``planning.loss``)
+    loss: str = "plain"
 
     @property
     def shard_size(self) -> int:
@@ -151,6 +154,7 @@ class Options:
             "bucket_cap_mb": self.bucket_cap_mb,
             "hsdp": list(self.hsdp) if self.hsdp else None, "cluster": net.to_dict(),
             **({"reduce_dtype": self.reduce_dtype} if self.reduce_dtype else {}),
+            **({"loss": self.loss} if self.loss != "plain" else {}),
         }  # fmt: skip
 
 
@@ -160,7 +164,7 @@ DEFAULTS: dict[str, Any] = {
     "optimizer": "adamw", "grad_accum": 1, "budget": None, "reserve_bytes": RESERVE_BYTES,
     "rank": 0, "reshard_after_forward": True, "units": None,
     "inter_node_bandwidth": None, "bucket_cap_mb": 25, "hsdp": None,
-    "checkpoint": None, "cluster": None, "reduce_dtype": None,
+    "checkpoint": None, "cluster": None, "reduce_dtype": None, "loss": "plain",
 }  # fmt: skip
 
 NAMES = tuple(f.name for f in fields(Options))
@@ -199,6 +203,7 @@ def check_options(given: Mapping[str, Any]) -> Options:
             f"reserve_bytes ({reserve:,}) is not below the budget ({budget:,}): nothing would "
             "be left for the run; lower the reserve or raise the budget"
         )
+    check_choice("loss", o["loss"], list(LOSSES))
     checkpoint = o["checkpoint"]
     if checkpoint is not None and not isinstance(checkpoint, str):
         if not isinstance(checkpoint, list | tuple) or not all(
@@ -226,6 +231,7 @@ def check_options(given: Mapping[str, Any]) -> Options:
         checkpoint=checkpoint,
         cluster=check_cluster(o["cluster"], spec),
         reduce_dtype=_reduce_dtype(o["reduce_dtype"], sharding),
+        loss=str(o["loss"]),
     )
 
 

@@ -84,6 +84,7 @@ _OPTIONS = {
     "units": Opt(Arr(Str())), "fsdp_units": Arr(Str()),
     "inter_node_bandwidth": Opt(Finite()), "bucket_cap_mb": Finite(),
     "hsdp": Opt(Arr(Int(1), length=2)), "cluster": Obj({}), "reduce_dtype": Opt(Str()),
+    "loss": Str(),
 }  # fmt: skip
 
 
