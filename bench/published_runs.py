@@ -1,7 +1,7 @@
 """Published, measured training runs against their plans: predicted and bound tokens/s
 per GPU beside the measured ones, and whether the plan fits runs that ran.
 
-    python bench/published_runs.py [--only NAME] [--json OUT.json]
+    python bench/published_runs.py [--only NAME] [--loss fused] [--json OUT.json]
 
 The runs are MosaicML's MPT throughput benchmarks (llm-foundry,
 ``scripts/train/benchmarking/README.md``, tables "H100 80GB BF16 (Large Scale, >= 128
@@ -164,7 +164,7 @@ def build(run: Run) -> torch.nn.Module:
     return model.train()
 
 
-def plan_run(run: Run) -> dict[str, Any]:
+def plan_run(run: Run, loss: str = "plain") -> dict[str, Any]:
     model = build(run)
     ids = torch.zeros(run.micro_batch, run.seq, dtype=torch.long, device="meta")
     start = time.perf_counter()
@@ -172,7 +172,7 @@ def plan_run(run: Run) -> dict[str, Any]:
         model, kwargs={"input_ids": ids, "labels": ids}, target=TARGETS[run.gpu],
         world_size=run.gpus, sharding="fsdp", precision="bf16-mixed", optimizer="adamw",
         grad_accum=run.grad_accum, checkpoint="blocks" if run.checkpointing else None,
-        reshard_after_forward=run.sharding == "FULL_SHARD", progress=False,
+        reshard_after_forward=run.sharding == "FULL_SHARD", progress=False, loss=loss,
     )  # fmt: skip
     predicted = plan.tokens_per_s
     bound = getattr(plan, "tokens_per_s_bound", None) or predicted
@@ -188,13 +188,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", help="runs whose name contains this")
     parser.add_argument("--json", help="write the rows here")
+    parser.add_argument(
+        "--loss", default="plain", choices=["plain", "fused"],
+        help="ls.plan's loss= (llm-foundry's runs use a fused cross-entropy)",
+    )  # fmt: skip
     args = parser.parse_args()
     runs = [r for r in RUNS if not args.only or args.only in r.name]
     rows = []
     print(f"{'run':<30} {'measured':>9} {'predicted':>9} {'bound':>9} {'meas/pred':>9} "
           f"{'meas/bound':>10} {'fits':>5}")  # fmt: skip
     for run in runs:
-        row = plan_run(run)
+        row = plan_run(run, args.loss)
         rows.append(row)
         ratio = row["ratio"]
         print(f"{run.name:<30} {run.tokens_per_s_per_gpu:>9,} {row['predicted']:>9,.0f} "

@@ -146,6 +146,7 @@ BAD = [
      "1000000000, got " + "1" * 31),
     (["--nics-per-node", "0"], "--nics-per-node must be an int >= 1, got 0"),
     (["--nic-gbps", "-1"], "--nic-gbps must be"),
+    (["--loss", "chunked"], "--loss must be one of 'plain', 'fused', got 'chunked'"),
 ]  # fmt: skip
 
 
@@ -240,3 +241,18 @@ def test_the_cluster_flags_are_the_cluster_option(tmp_path: Path) -> None:
     assert loaded.options["cluster"] == json.loads(json.dumps(alone.options["cluster"]))
     assert loaded.options["cluster"]["nic_bandwidth"] == 100e9 / 8
     assert loaded.step_time == alone.step_time
+
+
+def test_the_loss_flag_is_the_loss_option(tmp_path: Path) -> None:
+    """--loss fused plans as ``loss="fused"`` does (``planning.loss``)."""
+    path = tmp_path / "plan.json"
+    code, _out, err = run("plan", *ARGS, "--loss", "fused", "--json", str(path))
+    assert code == 0, err
+    alone = ls.plan(
+        tiny_gpt(), input_shape=(2, 16), input_dtype=torch.long, target="h100", world_size=8,
+        sharding="fsdp", checkpoint="blocks", loss="fused",
+    )  # fmt: skip
+    loaded = ls.load_plan(path)
+    assert loaded.options["loss"] == "fused"
+    assert loaded.peak_bytes == alone.peak_bytes
+    assert "loss" in loaded.timeline["event"] and "loss" not in library_plan().timeline["event"]

@@ -45,6 +45,7 @@ CASES: dict[str, dict[str, Any]] = {
     "reduce_dtype": {"reduce_dtype": "bf16"},
     "compile": {"compile": True},
     "float8": {"float8": True},
+    "loss": {"loss": "fused"},
 }
 LIMIT = 16
 
@@ -125,7 +126,7 @@ def test_to_dict_is_every_option_in_plan_form() -> None:
         "reserve_bytes": RESERVE_BYTES, "rank": 0, "reshard_after_forward": True,
         "units": ["0"], "inter_node_bandwidth": None, "bucket_cap_mb": 25,
         "hsdp": [2, 4], "checkpoint": ["1"], "cluster": None, "reduce_dtype": None,
-        "compile": False, "float8": False,
+        "compile": False, "float8": False, "loss": "plain",
     }  # fmt: skip
     custom = check_options({"target": TINY})
     assert custom.to_dict()["target"]["memory_bytes"] == 2_000_000

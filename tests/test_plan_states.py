@@ -162,3 +162,45 @@ def test_training_footprint_is_the_plans_arithmetic(optimizer: OptimizerName) ->
                    optimizer=optimizer)  # fmt: skip
     assert mixed["optimizer_state_bytes"] == fsdp.states["optimizer_state_bytes"] == states
     assert mixed["master_weight_bytes"] == 808 * 4
+
+
+FROZEN = [(3000, 100)]  # 300,000 frozen elements (a LoRA-style base), one tensor
+
+
+def test_frozen_parameters() -> None:
+    """Frozen parameters (``requires_grad=False``): weights only, no gradient, no
+    optimizer state. FSDP2 shards them (padded like the others); one GPU, DDP and ZeRO
+    hold them whole in the weights' dtype (DeepSpeed partitions trainable parameters
+    only)."""
+
+    def states(sharding: str, precision: str, world: int = 8, rank: int = 0) -> ModelStates:
+        return model_states(
+            SHAPES, world_size=world, sharding=sharding, precision=precision, rank=rank,
+            frozen=FROZEN,
+        )  # fmt: skip
+
+    # one GPU, mixed: 2 B per frozen element beside the trainable 2 + 2 + 8 + 4 B
+    assert states("none", "bf16-mixed", 1) == ModelStates(
+        2 * (101_000 + 300_000), 202_000, 808_000 + 8, 404_000
+    )
+    # DDP under autocast: float32 weights, 4 B per frozen element
+    assert states("ddp", "bf16-mixed") == ModelStates(4 * 401_000, 404_000, 808_000 + 8, 0)
+    # FSDP2 on 8: 3000 rows, 375 each: 37,500 frozen elements per GPU, float32 at rest
+    # under mixed precision, beside the trainable 125 x 100 + 125
+    local = 125 * 100 + 125
+    assert states("fsdp", "bf16-mixed") == ModelStates(
+        4 * (local + 37_500), 4 * local, 8 * local + 8, 0
+    )
+    # on 7: 3000 rows chunk 429 (428 on the last), every shard padded to 429 rows; the
+    # trainable 1000 rows chunk 143 (142 on the last), bias alike
+    last = states("fsdp", "fp32", 7, 6)
+    assert last.param_bytes == 4 * (429 * 100 + 143 * 100 + 143)
+    assert last.grad_bytes == 4 * (142 * 100 + 142)
+    # ZeRO-1/2: frozen weights whole (bf16); the partitions cover the trainable only
+    z1 = states("zero1", "bf16-mixed")
+    assert z1 == ModelStates(2 * 401_000, 202_000, 8 * 12_625 + 8, 4 * 12_625)
+    assert states("zero2", "bf16-mixed").grad_bytes == 2 * 12_625
+    # without frozen parameters, as before
+    assert model_states(SHAPES, world_size=8, sharding="fsdp", precision="fp32", frozen=[]) == (
+        model_states(SHAPES, world_size=8, sharding="fsdp", precision="fp32")
+    )

@@ -13,6 +13,14 @@ the first chunk's size. On 2 ranks: weight 0 (7 rows) 4 + 3 rows, padded 4 x 64;
 all-gather input of 260 elements for unit 0 and 16 for unit 1. On 4 ranks: 7 rows chunk
 2, 2, 2, 1 (padded 2 x 64 + 2 = 130 elements), 3 rows chunk 1, 1, 1 and nothing for
 rank 3 (padded 1 x 7 + 1 = 8 elements).
+
+Frozen (``FROZEN``): the first weight (7 x 64, 448 elements) with ``requires_grad=False``,
+the other 31 elements trainable, under FSDP2 (each Linear a unit, float32) and DDP.
+FSDP2 shards the frozen weight like the others and gathers it, but gives it no
+gradient, no optimizer state and no reduce-scatter; DDP holds it whole. And under FSDP2
+the whole first Linear frozen (``fsdp_frozen_unit``): unit 0 has nothing to
+reduce-scatter, yet is gathered again in the backward (unit 1's backward prefetch) though
+no gradient reaches it.
 """
 
 from __future__ import annotations
@@ -37,6 +45,8 @@ from layerscope.planning.strategies import model_states
 
 TIME_LIMIT_S = 120.0
 STRATEGIES = ("ddp", "ddp_bf16", "fsdp_reshard", "fsdp_keep", "fsdp_bf16", "fsdp_root")
+#: the runs with the first weight frozen (module docstring)
+FROZEN = ("fsdp_frozen", "ddp_frozen", "fsdp_frozen_unit")
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
@@ -50,6 +60,10 @@ def _build(strategy: str) -> tuple[nn.Module, nn.Module]:
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(64, 7), nn.Linear(7, 3))
+    if "_frozen" in strategy:
+        model[0].weight.requires_grad_(False)
+    if strategy == "fsdp_frozen_unit":
+        model[0].bias.requires_grad_(False)
     if strategy.startswith("ddp"):
         ddp = DistributedDataParallel(model)
         return ddp, ddp
@@ -75,7 +89,7 @@ def _worker(rank: int, store: str, out: str, world: int) -> None:
         torch.set_num_threads(1)
         dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
         x = torch.randn(4, 64)
-        for strategy in STRATEGIES + (("hsdp",) if world == 4 else ()):
+        for strategy in STRATEGIES + FROZEN + (("hsdp",) if world == 4 else ()):
             call, profiled = _build(strategy)
             params = list(call.parameters())
             opt = torch.optim.AdamW(params, lr=0.01)
@@ -365,5 +379,76 @@ def test_plans_equal_the_runs(two: list[dict[str, Any]], four: list[dict[str, An
                 # unloaded, every strategy is within 0.7 % (most exact); on a loaded
                 # machine gloo's thread drops a small buffer late now and then (204 B
                 # once, the root-only unit on 4 ranks): 256 B of slack for that
+                slack = max(0.02 * measured, 256)
+                assert abs(planned - measured) <= slack, (where, planned, measured)
+
+
+#: trainable elements each rank holds, by run (``FROZEN``). The first weight frozen: 2
+#: ranks: bias 0 (4 + 3 rows), weight 1 (2 + 1 rows of 7), bias 1 (2 + 1): 4 + 14 + 2 = 20
+#: and 3 + 7 + 1 = 11; 4 ranks: bias 0 chunks 2, 2, 2, 1, weight 1 and bias 1 one row each
+#: on ranks 0 to 2: 2 + 7 + 1 = 10, rank 3 1. The first Linear frozen: those less bias
+#: 0's. DDP: all 31 on every rank.
+FROZEN_LOCAL = {
+    "fsdp_frozen": {2: (20, 11), 4: (10, 10, 10, 1)},
+    "fsdp_frozen_unit": {2: (16, 8), 4: (8, 8, 8, 0)},
+    "ddp_frozen": {2: (31, 31), 4: (31,) * 4},
+}
+#: the trainable parameters' padded shards of units 0 and 1 (elements): bias 0's 7 rows
+#: chunk 4 (2 ranks) or 2 (4 ranks); unit 1's as ``SHARD``; none in a frozen unit 0
+FROZEN_GRAD_SHARD = {
+    "fsdp_frozen": {2: (4, 16), 4: (2, 8)},
+    "fsdp_frozen_unit": {2: (0, 16), 4: (0, 8)},
+}
+#: trainable tensors (AdamW's 4-B step each)
+FROZEN_TENSORS = {"fsdp_frozen": 3, "fsdp_frozen_unit": 2, "ddp_frozen": 3}
+
+
+def test_frozen_parameters_plan_as_they_run(
+    two: list[dict[str, Any]], four: list[dict[str, Any]]
+) -> None:
+    """Frozen parameters: ``ls.plan`` gives every rank's parameters at rest, its
+    gradients, AdamW's states and its collectives by kind exactly as measured, and the
+    peak of the forward and backward as ``test_plans_equal_the_runs`` bounds it. By hand:
+    FSDP2 holds the padded shards of all 479 elements (``SHARD``), gradients of its
+    trainable elements only (``FROZEN_LOCAL``), AdamW two states of those and a step per
+    trainable tensor; unit 0 gathers 260 elements (2 ranks), in the forward and again in
+    the backward, but reduce-scatters only its trainable ones' padded shard (bias 0: 4
+    elements, 2 x 4 x 4 = 32 B on 2 ranks; none when the whole Linear is frozen). DDP
+    holds all 1,916 B, gradients of the 31 trainable elements (124 B) in one bucket."""
+    for world, ranks in ((2, two), (4, four)):
+        n = world
+        for rank, facts in enumerate(ranks):
+            for strategy in FROZEN:
+                torch.manual_seed(0)
+                model = nn.Sequential(nn.Linear(64, 7), nn.Linear(7, 3))
+                model[0].weight.requires_grad_(False)
+                model[0].bias.requires_grad_(strategy != "fsdp_frozen_unit")
+                x = torch.randn(4, 64)
+                f, where = facts[strategy], (world, rank, strategy)
+                fsdp = strategy.startswith("fsdp")
+                plan = ls.plan(
+                    model, x, world_size=world, rank=rank, sharding="fsdp" if fsdp else "ddp",
+                    precision="fp32", units=["0", "1"] if fsdp else [], reserve_bytes=0,
+                )  # fmt: skip
+                held = 4 * sum(SHARD[world]) if fsdp else PARAMS
+                trained = 4 * FROZEN_LOCAL[strategy][world][rank]
+                states = 2 * trained + 4 * FROZEN_TENSORS[strategy]
+                assert plan.states["param_bytes"] == f["memory"]["baseline"]["parameters"]
+                assert plan.states["param_bytes"] == held, where
+                assert plan.states["grad_bytes"] == f["local_grads"] == trained, where
+                assert plan.states["optimizer_state_bytes"] == f["states"] == states, where
+                assert _by_kind(plan.comm) == _by_kind(f["comm"]), where
+                if fsdp:
+                    grads = FROZEN_GRAD_SHARD[strategy][world]
+                    scatter = 4 * n * sum(grads)
+                    assert _by_kind(f["comm"])["reduce_scatter"]["bytes"] == scatter, where
+                    gathered = 4 * 2 * sum(SHARD[world])  # every unit, forward and backward
+                    assert _by_kind(f["comm"])["all_gather"]["bytes"] == gathered, where
+                planned = max(
+                    t
+                    for t, phase in zip(plan.timeline["total"], plan.timeline["phase"], strict=True)
+                    if phase != "optimizer"
+                )
+                measured = f["tracker_peak"] + (0 if fsdp else 4 * 31) + x.nbytes
                 slack = max(0.02 * measured, 256)
                 assert abs(planned - measured) <= slack, (where, planned, measured)

@@ -39,6 +39,7 @@ from layerscope.cli.inputs import (
 from layerscope.errors import InvalidInputError
 from layerscope.hardware import GPUS, device_spec, is_profile_path
 from layerscope.planning import plan, plan_sweep
+from layerscope.planning.loss import LOSSES
 from layerscope.planning.options import DEFAULTS as OPTION_DEFAULTS
 from layerscope.planning.options import check_options
 from layerscope.planning.states import OPTIMIZER_STATES, PRECISIONS
@@ -76,6 +77,12 @@ def _add_cluster_arguments(p: argparse.ArgumentParser) -> None:
         "--nic-gbps", type=float, metavar="GBPS",
         help="one NIC's bandwidth in Gb/s (default: 400; 200 for the A100)",
     )  # fmt: skip
+
+
+LOSS_HELP = (
+    "plain (default: the model's logits and loss as analysed) or fused (a chunked fused "
+    "linear cross-entropy, as Liger's: no full-vocabulary logits held)"
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -127,6 +134,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     run.add_argument(
         "--units", metavar="PATH,...", help="FSDP2 units (default: the repeated blocks)"
     )
+    run.add_argument("--loss", metavar="KIND", help=LOSS_HELP)
     run.add_argument(
         "--reduce-dtype", metavar="DTYPE",
         help="FSDP2's reduce dtype: fp32, bf16 or fp16 (default: fp32 under mixed "
@@ -291,6 +299,8 @@ def _options(args: argparse.Namespace, grid: dict[str, list[Any]]) -> dict[str, 
         opts["compile"] = True
     if args.float8:
         opts["float8"] = True
+    if args.loss is not None:
+        opts["loss"] = check_choice("--loss", args.loss.strip().lower(), list(LOSSES))
     cluster = _cluster(args)
     if cluster:
         opts["cluster"] = cluster

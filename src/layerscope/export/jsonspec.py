@@ -220,6 +220,10 @@ MEMORY = Obj(
             ),
             "parameter name -> its gradient",
         ),
+        "frozen": Map(
+            Obj({"shape": Arr(Int(0)), "dtype": Str(), "bytes": _BYTES, "module": Str()}),
+            "parameter name -> a parameter without requires_grad (absent when none)",
+        ),
         "params_by_dtype": Map(
             Counts(
                 {

@@ -20,11 +20,12 @@ from layerscope.planning.checkpointing import (
     choose_checkpoints,
     resolve,
 )
-from layerscope.planning.facts import CACHE_OFF, check_paths, input_bytes, trainable
+from layerscope.planning.facts import CACHE_OFF, Param, check_paths, frozen, input_bytes, trainable
 from layerscope.planning.kernels import Predicted, predict
+from layerscope.planning.loss import loss_timeline
 from layerscope.planning.options import OUT_OF_SCOPE, Options
 from layerscope.planning.result import LOWER_BOUND, PREDICTED, Plan
-from layerscope.planning.states import OPTIMIZER_STATES
+from layerscope.planning.states import OPTIMIZER_STATES, ModelStates
 from layerscope.planning.strategy import Step, Times
 from layerscope.profile import Profile
 
@@ -62,15 +63,11 @@ def _auto(prof: Profile, opts: Options) -> Plan:
 
 
 def _build(prof: Profile, opts: Options, choice: CheckpointChoice, asked: Any) -> Plan:
-    n = opts.shard_size
-    params = trainable(prof)
+    params, kept = trainable(prof), frozen(prof)
     shapes = [p.shape for p in params]
     strategy = opts.strategy
-    states = strategy.states(
-        shapes, world_size=n, precision=opts.precision, optimizer=opts.optimizer, rank=opts.rank
-    )
-    trainable_bytes = sum(p.nbytes for p in params)
-    frozen = max(0, int(prof.root.metrics.get("param_bytes", 0)) - trainable_bytes)
+    states = _states(opts, shapes, [p.shape for p in kept or ()])
+    unrecorded = _unrecorded(prof, params, kept)
     buffers = int(prof.root.metrics.get("buffer_bytes", 0))
     inputs, float_inputs, tokens = input_bytes(prof)
     mixed = opts.mixed
@@ -83,14 +80,14 @@ def _build(prof: Profile, opts: Options, choice: CheckpointChoice, asked: Any) -
     cast_input = float_inputs if mixed and not emulated else 0
     held_input = inputs + cast_input
     rest = {
-        "param_bytes": states.param_bytes + frozen,
+        "param_bytes": states.param_bytes + unrecorded,
         "optimizer_state_bytes": states.optimizer_state_bytes,
         "master_weight_bytes": states.master_weight_bytes,
         "other_bytes": held_input + buffers,
     }
     first = next((m.path for m in prof.nodes() if m.path and m.calls), "")
     setup = tl.Setup(rest, grads=grads_by_module, cast_input=cast_input, first_module=first)
-    work = Step(prof, opts, params, setup, strategy.grad_size(opts))
+    work = Step(prof, opts, params, setup, strategy.grad_size(opts), kept or ())
     prepared = strategy.prepare(work)
     units, unit_rows, comm = prepared.units, prepared.rows, prepared.comm
     _checkpoints(prof, choice, setup)
@@ -98,7 +95,8 @@ def _build(prof: Profile, opts: Options, choice: CheckpointChoice, asked: Any) -
     # the strategy's own temporaries of the step (ZeRO's float32 gradient partition), and
     # Adam's
     setup.optimizer_temp += local if opts.optimizer in ("adam", "adamw") else 0
-    points = tl.replay(setup, prof.memory["timeline"])
+    timeline, loss_notes = loss_timeline(prof, setup, opts.loss)
+    points = tl.replay(setup, timeline)
     top = max(points, key=lambda p: p.total)
     timed = _time(work, choice)
     time, bound, model_flops = timed.time, timed.bound, timed.model_flops
@@ -112,7 +110,9 @@ def _build(prof: Profile, opts: Options, choice: CheckpointChoice, asked: Any) -
     )
     notes = [
         *timed.notes,
-        *_notes(opts, choice, asked, frozen, strategy.notes(opts)),
+        *_notes(opts, choice, asked, unrecorded, strategy.notes(opts)),
+        *_frozen_notes(kept, states.param_bytes, shapes, opts),
+        *loss_notes,
         *(n for n in prof.notices if n.startswith((NOT_RUN, CACHE_OFF))),
     ]
     if opts.autocast and not emulated:
@@ -200,6 +200,37 @@ def _notes(
             f"datasheet's {spec.memory_bytes:,}"
         )
     return notes
+
+
+def _unrecorded(prof: Profile, params: list[Param], kept: list[Param] | None) -> int:
+    """A profile without records of its frozen parameters: their bytes, as analysed."""
+    if kept is not None:
+        return 0
+    return int(prof.root.metrics["param_bytes"]) - sum(p.nbytes for p in params)
+
+
+def _states(
+    opts: Options, shapes: list[tuple[int, ...]], frozen: list[tuple[int, ...]]
+) -> ModelStates:
+    """What one GPU holds at rest, by the strategy's rule."""
+    return opts.strategy.states(
+        shapes, world_size=opts.shard_size, precision=opts.precision,
+        optimizer=opts.optimizer, rank=opts.rank, frozen=frozen,
+    )  # fmt: skip
+
+
+def _frozen_notes(
+    kept: list[Param] | None, held: int, shapes: list[tuple[int, ...]], opts: Options
+) -> list[str]:
+    """The frozen parameters' bytes per GPU, beside the figures."""
+    if not kept:
+        return []
+    alone = _states(opts, shapes, []).param_bytes
+    elements = sum(prod(p.shape) for p in kept)
+    return [
+        f"{elements:,} frozen parameter elements (requires_grad=False): {held - alone:,} B "
+        "of parameters per GPU, no gradient and no optimizer state"
+    ]
 
 
 def _checkpoints(prof: Profile, choice: CheckpointChoice, setup: tl.Setup) -> None:

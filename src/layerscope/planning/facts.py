@@ -161,6 +161,22 @@ def trainable(prof: Profile) -> list[Param]:
     ]
 
 
+def frozen(prof: Profile) -> list[Param] | None:
+    """The frozen parameters (``requires_grad=False``, each tensor once) from the
+    analysis's records of them; None for a profile with frozen bytes but no records (one
+    made before they were recorded)."""
+    records = prof.memory.get("frozen")
+    if not isinstance(records, Mapping):
+        held = int(prof.root.metrics.get("param_bytes", 0))
+        grads = prof.memory.get("grads")
+        trained = sum(int(g["bytes"]) for g in grads.values()) if isinstance(grads, Mapping) else 0
+        return None if held > trained else []
+    return [
+        Param(name, tuple(int(d) for d in f["shape"]), str(f["module"]), int(f["bytes"]))
+        for name, f in records.items()
+    ]
+
+
 def input_bytes(prof: Profile) -> tuple[int, int, int | None]:
     """(all input bytes, float input bytes, tokens) of the analysed micro-batch: tokens
     are the elements of the first integer input (token ids), None without one."""
@@ -216,4 +232,12 @@ def owner_lookup(units: Iterable[str]) -> Callable[[str], str]:
     return find
 
 
-__all__ = ["Param", "analyse", "fsdp_units", "input_bytes", "owner_lookup", "trainable"]
+__all__ = [
+    "Param",
+    "analyse",
+    "frozen",
+    "fsdp_units",
+    "input_bytes",
+    "owner_lookup",
+    "trainable",
+]

@@ -309,6 +309,7 @@ EVENTS: dict[str, str] = {
     "prefetch": "prefetch all-gather for",
     "reduce_scatter": "reduce-scatter of",
     "recompute": "recompute",
+    "loss": "fused loss at",
     "step": "optimizer step",
 }
 

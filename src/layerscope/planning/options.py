@@ -14,6 +14,7 @@ import torch
 from layerscope.errors import InvalidInputError
 from layerscope.hardware import BY_NAME, DeviceSpec, device_spec
 from layerscope.planning.cluster import Cluster, as_mapping, check_cluster, default_cluster
+from layerscope.planning.loss import LOSSES
 from layerscope.planning.states import OPTIMIZER_STATES, PRECISIONS, REDUCE_DTYPES
 from layerscope.planning.strategies import STRATEGIES
 from layerscope.planning.strategy import Strategy
@@ -75,6 +76,8 @@ class Options:
     compile: bool = False
     #: the linears in float8 as torchao trains them (``kernels.float8``)
     float8: bool = False
+    #: "plain" (the analysis's logits and loss) or "fused" (``planning.loss``)
+    loss: str = "plain"
 
     @property
     def shard_size(self) -> int:
@@ -157,6 +160,7 @@ class Options:
             **({"reduce_dtype": self.reduce_dtype} if self.reduce_dtype else {}),
             **({"compile": True} if self.compile else {}),
             **({"float8": True} if self.float8 else {}),
+            **({"loss": self.loss} if self.loss != "plain" else {}),
         }  # fmt: skip
 
 
@@ -167,7 +171,7 @@ DEFAULTS: dict[str, Any] = {
     "rank": 0, "reshard_after_forward": True, "units": None,
     "inter_node_bandwidth": None, "bucket_cap_mb": 25, "hsdp": None,
     "checkpoint": None, "cluster": None, "reduce_dtype": None, "compile": False,
-    "float8": False,
+    "float8": False, "loss": "plain",
 }  # fmt: skip
 
 NAMES = tuple(f.name for f in fields(Options))
@@ -206,6 +210,7 @@ def check_options(given: Mapping[str, Any]) -> Options:
             f"reserve_bytes ({reserve:,}) is not below the budget ({budget:,}): nothing would "
             "be left for the run; lower the reserve or raise the budget"
         )
+    check_choice("loss", o["loss"], list(LOSSES))
     checkpoint = o["checkpoint"]
     if checkpoint is not None and not isinstance(checkpoint, str):
         if not isinstance(checkpoint, list | tuple) or not all(
@@ -235,6 +240,7 @@ def check_options(given: Mapping[str, Any]) -> Options:
         reduce_dtype=_reduce_dtype(o["reduce_dtype"], sharding),
         compile=check_bool("compile", o["compile"]),
         float8=_float8(o["float8"], spec),
+        loss=str(o["loss"]),
     )
 
 

@@ -49,7 +49,9 @@ def plan(
     ``cluster`` (the cluster the collectives run on: a mapping of
     ``planning.cluster.Cluster``'s fields or one; default the target's reference system),
     ``inter_node_bandwidth`` (NIC bytes/s per GPU; default the cluster's),
-    ``bucket_cap_mb`` (DDP's, 25). ``progress``: a status line on stderr once planning
+    ``bucket_cap_mb`` (DDP's, 25), ``reduce_dtype`` (FSDP2's), ``loss`` ("plain": the
+    analysis's logits and loss; "fused": a chunked fused linear cross-entropy,
+    ``planning.loss``). ``progress``: a status line on stderr once planning
     has taken 2 s, on a terminal (None), always (True), never (False), or a callable
     given each status text (``layerscope.busy``)."""
     progress = check_progress(progress)

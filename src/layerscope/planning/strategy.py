@@ -40,6 +40,8 @@ class Step:
     setup: Setup
     #: bytes per element of the gradients reduced and kept (``Strategy.grad_size``)
     grad_size: int
+    #: the frozen parameters (``requires_grad=False``): no gradient, no optimizer state
+    frozen: Sequence[Param] = ()
 
 
 @dataclass
@@ -92,8 +94,11 @@ class Strategy(ABC):
         precision: str,
         optimizer: str,
         rank: int,
+        frozen: Sequence[Sequence[int]] = (),
     ) -> ModelStates:
-        """What GPU ``rank`` holds at rest for trainable parameters of ``shapes``."""
+        """What GPU ``rank`` holds at rest for trainable parameters of ``shapes`` and
+        frozen ones (``requires_grad=False``) of ``frozen``: these have no gradient and
+        no optimizer state."""
 
     @abstractmethod
     def prepare(self, step: Step) -> Prepared:
@@ -118,23 +123,34 @@ def weight_size(precision: str) -> int:
 
 
 def replicated_states(
-    shapes: Sequence[Sequence[int]], precision: str, optimizer: str, size: int
+    shapes: Sequence[Sequence[int]],
+    precision: str,
+    optimizer: str,
+    size: int,
+    frozen: Sequence[Sequence[int]] = (),
 ) -> ModelStates:
     """Every GPU holds everything, ``size`` bytes per element (parameters, gradients,
-    states)."""
+    states; the ``frozen`` parameters' elements have parameters only)."""
     states, step = optimizer_bytes(shapes, optimizer)
     elements = sum(prod(s) for s in shapes)
-    return ModelStates(elements * size, elements * size, states * elements * size + step, 0)
+    held = (elements + sum(prod(s) for s in frozen)) * size
+    return ModelStates(held, elements * size, states * elements * size + step, 0)
 
 
 def master_states(
-    shapes: Sequence[Sequence[int]], precision: str, optimizer: str, part: int, grads: int
+    shapes: Sequence[Sequence[int]],
+    precision: str,
+    optimizer: str,
+    part: int,
+    grads: int,
+    frozen: Sequence[Sequence[int]] = (),
 ) -> ModelStates:
     """Weights and gradients in their dtype; under mixed precision a float32 master copy
     of ``part`` elements with float32 states (``part``: the elements whose states this
-    GPU keeps; ``grads``: whose gradients)."""
+    GPU keeps; ``grads``: whose gradients). The ``frozen`` parameters: weights only, in
+    the weights' dtype, on every GPU."""
     states, step = optimizer_bytes(shapes, optimizer)
-    elements = sum(prod(s) for s in shapes)
+    elements = sum(prod(s) for s in shapes) + sum(prod(s) for s in frozen)
     low = weight_size(precision)
     mixed = precision.endswith("-mixed")
     master = 4 * part if mixed else 0

@@ -208,9 +208,11 @@ def _heading(section: Mapping[str, Any], width: int) -> list[Line]:
     tokens = section.get(F.TOKENS)
     batch = f"{units.count(tokens)} tokens" if tokens else "without token ids"
     checkpointed = len(section.get("checkpoint", ()))
+    loss = f", loss {o['loss']}" if o.get("loss", "plain") != "plain" else ""
     text = (
         f"Sharding {sharding}, precision {o.get('precision', '?')}, optimizer "
-        f"{o.get('optimizer', '?')}; micro-batch {batch}, grad_accum {o.get('grad_accum', 1)}; "
+        f"{o.get('optimizer', '?')}{loss}; micro-batch {batch}, grad_accum "
+        f"{o.get('grad_accum', 1)}; "
         f"{checkpointing_words(o.get('checkpoint'), checkpointed)}; "
         f"rank {o.get('rank', 0)}."
     )

@@ -1,4 +1,5 @@
-"""Gradient bytes per module and trainable-parameter counts by dtype, each tensor once.
+"""Gradient bytes per module, the frozen parameters and trainable-parameter counts by
+dtype, each tensor once.
 
 A parameter held by several modules (tied weights) has one ``.grad``; it counts once, at
 the lowest common ancestor of its holders, exactly as ``metrics.params`` counts the
@@ -70,6 +71,31 @@ def fill_gradients(profile: Profile, owned: list[Owned], *, force: bool) -> None
                 entry["local_shape"] = list(shard.shape)
                 entry["local_bytes"] = n_local
     profile.memory["grads"] = grads
+
+
+def frozen_parameters(owned: list[Owned]) -> dict[str, dict[str, Any]]:
+    """``profile.memory["frozen"]``: each parameter without ``requires_grad`` by its first
+    qualified name, ``{"shape", "dtype", "bytes", "module"}`` as ``memory["grads"]``
+    has them. A plan shards these under FSDP2 (which needs each tensor's shape) and
+    gives them no gradient or optimizer state."""
+    out: dict[str, dict[str, Any]] = {}
+    for o in owned:
+        p = o.tensor
+        if not p.requires_grad:
+            out[o.names[0]] = {
+                "shape": list(p.shape),
+                "dtype": dtype_name(p.dtype),
+                "bytes": p.numel() * p.element_size(),
+                "module": o.owner.path,
+            }
+    return out
+
+
+def record_parameters(memory: dict[str, Any], owned: list[Owned]) -> None:
+    """``memory["params_by_dtype"]``, and ``memory["frozen"]`` when a parameter is."""
+    memory["params_by_dtype"] = params_by_dtype(owned)
+    if frozen := frozen_parameters(owned):
+        memory["frozen"] = frozen
 
 
 def params_by_dtype(owned: list[Owned]) -> dict[str, dict[str, int]]:

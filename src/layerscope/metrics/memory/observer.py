@@ -52,7 +52,7 @@ from layerscope.collect.tree import ModelTree
 from layerscope.errors import InvalidInputError
 from layerscope.metrics.memory.baseline import Baseline, OptimizerWatch
 from layerscope.metrics.memory.fsdp import CommBuffers, UnshardedParams
-from layerscope.metrics.memory.grads import fill_gradients, owned_parameters, params_by_dtype
+from layerscope.metrics.memory.grads import fill_gradients, owned_parameters, record_parameters
 from layerscope.metrics.memory.peaks import CudaAllocator, NestedPeaks, Scope
 from layerscope.metrics.memory.records import StorageRecords
 from layerscope.metrics.memory.saved import (
@@ -557,7 +557,7 @@ class MemoryObserver(Observer):
         if self._tree is not None:
             owned = owned_parameters(self._tree)
             fill_gradients(profile, owned, force=self.saw_backward)
-            mem["params_by_dtype"] = params_by_dtype(owned)
+            record_parameters(mem, owned)
         profile.notices.extend(self.notices)
 
     def _write_backward_peaks(self, profile: Profile, on_cuda: bool) -> None:

@@ -42,14 +42,16 @@ def model_states(
     precision: str,
     optimizer: str = "adamw",
     rank: int = 0,
+    frozen: Sequence[Sequence[int]] = (),
 ) -> ModelStates:
-    """What GPU ``rank`` holds at rest for trainable parameters of ``shapes`` (each
-    tensor once; tied weights are one tensor): the strategy's own rule
-    (its module here). Rank 0 holds the largest FSDP2 shards."""
+    """What GPU ``rank`` holds at rest for trainable parameters of ``shapes`` and frozen
+    ones of ``frozen`` (each tensor once; tied weights are one tensor): the strategy's
+    own rule (its module here). Rank 0 holds the largest FSDP2 shards."""
     _check(world_size, rank, sharding, precision, optimizer)
     return STRATEGIES[sharding].states(
-        shapes, world_size=world_size, precision=precision, optimizer=optimizer, rank=rank
-    )
+        shapes, world_size=world_size, precision=precision, optimizer=optimizer, rank=rank,
+        frozen=frozen,
+    )  # fmt: skip
 
 
 __all__ = ["SHARDINGS", "STRATEGIES", "model_states"]

@@ -1,8 +1,11 @@
 """FSDP2 (``"fsdp"``), and HSDP as FSDP2 on a 2-D mesh (``hsdp=(replicate, shard)``):
-each unit's parameters sharded over ``shard`` GPUs (``states.fsdp_shard``), gathered
-before its forward and backward and its gradients reduce-scattered after its backward
-(``comm.fsdp_collectives``); under HSDP each gradient shard is then all-reduced over
-the ``replicate`` groups. The overlap rule: ``timemodel.fsdp_exposed``."""
+each unit's parameters sharded over ``shard`` GPUs (``states.fsdp_shard``; frozen ones
+too, as ``FSDPParam`` in torch/distributed/fsdp/_fully_shard/_fsdp_param.py shards every
+parameter it is given, while ``FSDPParamGroup.post_backward`` reduce-scatters only
+those with a gradient), gathered before its forward and backward and its gradients
+reduce-scattered after its backward (``comm.fsdp_collectives``); under HSDP each
+gradient shard is then all-reduced over the ``replicate`` groups. The overlap rule:
+``timemodel.fsdp_exposed``."""
 
 from __future__ import annotations
 
@@ -42,12 +45,16 @@ class FSDP2(Strategy):
         precision: str,
         optimizer: str,
         rank: int,
+        frozen: Sequence[Sequence[int]] = (),
     ) -> ModelStates:
         states, step = optimizer_bytes(shapes, optimizer)
         local = padded = 0
         for shape in shapes:
             mine, pad = fsdp_shard(shape, world_size, rank)
             local, padded = local + mine, padded + pad
+        # frozen parameters are sharded like the others (FSDPParam shards every parameter
+        # of a group; requires_grad only decides which are reduce-scattered)
+        padded += sum(fsdp_shard(shape, world_size, rank)[1] for shape in frozen)
         size = 4 if precision.endswith("-mixed") else _weight_size(precision)
         return ModelStates(padded * size, local * size, states * local * size + step, 0)
 
@@ -57,25 +64,32 @@ class FSDP2(Strategy):
         n, low = opts.shard_size, opts.compute_dtype.itemsize
         units = fsdp_units(step.prof, opts)
         owned: dict[str, list[tuple[int, ...]]] = {u: [] for u in units}
+        still: dict[str, list[tuple[int, ...]]] = {u: [] for u in units}  # frozen ones
         owner = owner_lookup(units)
         for p in step.params:
             owned[owner(p.module)].append(p.shape)
-        shards = [Unit(u, sum(fsdp_shard(s, n, 0)[1] for s in owned[u])) for u in units]
+        for p in step.frozen:
+            still[owner(p.module)].append(p.shape)
+
+        def padded(shapes: Sequence[Sequence[int]]) -> int:
+            return sum(fsdp_shard(s, n, 0)[1] for s in shapes)
+
+        shards = [Unit(u, padded(owned[u]) + padded(still[u]), padded(owned[u])) for u in units]
         # gradients are reduced in the reduce dtype, then kept in the gradients' own
         reduce = REDUCE_DTYPES[opts.reduce_dtype] if opts.reduce_dtype else grad_size
         setup.events.append(FSDPEvents(
             n, shards, param_size=low, reduce_size=reduce, cast_gather=opts.mixed,
             reshard_after_forward=opts.reshard_after_forward, grad_size=grad_size,
         ))  # fmt: skip
-        setup.final_grads = sum(u.padded for u in shards) * grad_size
+        setup.final_grads = sum(u.trained for u in shards) * grad_size
         comm: dict[str, Any] = dict(fsdp_collectives(
             owned, world_size=n, param_bytes=low, reduce_bytes=reduce,
-            reshard_after_forward=opts.reshard_after_forward,
+            reshard_after_forward=opts.reshard_after_forward, frozen=still,
         ))  # fmt: skip
         if opts.replicas > 1:  # HSDP: each gradient shard all-reduced over the replicas
             for u in shards:
-                if u.path in comm:
-                    payload = u.padded * reduce
+                if u.trained and u.path in comm:
+                    payload = u.trained * reduce
                     wire = wire_bytes("all_reduce", payload, opts.replicas)
                     row = {"calls": 1, "bytes": payload, "wire_bytes": wire}
                     comm[u.path]["backward"]["all_reduce"] = row
@@ -111,9 +125,9 @@ class FSDP2(Strategy):
             own_b = bwd[id(node)] - sum(bwd[id(m)] for m in nested)
             own_b += sum(fwd[id(prof.node(p))] for p in recomputed[unit.path])
             works.append(UnitWork(unit.path, own_f, own_b, unit.padded * replay.param_size,
-                                  n * unit.padded * replay.reduce_size,
+                                  n * unit.trained * replay.reduce_size,
                                   opts.reshard_after_forward and unit.path != "",
-                                  unit.padded * replay.reduce_size))  # fmt: skip
+                                  unit.trained * replay.reduce_size))  # fmt: skip
         replicas = link(opts, opts.replicas, stride=n) if opts.replicas > 1 else None
         return fsdp_exposed(works, link(opts, n), replicas)
 
@@ -131,17 +145,25 @@ def fsdp_collectives(
     reduce_bytes: int = 4,
     reshard_after_forward: bool = True,
     root: str = "",
+    frozen: Mapping[str, Sequence[Sequence[int]]] | None = None,
 ) -> dict[str, Any]:
-    """Per unit path (its own parameters' shapes), by phase and kind; module doc.
-    ``param_bytes``/``reduce_bytes``: bytes per element gathered and reduced."""
+    """Per unit path (its own trainable parameters' shapes, and in ``frozen`` its frozen
+    ones'), by phase and kind; module doc. ``param_bytes``/``reduce_bytes``: bytes per
+    element gathered and reduced. Frozen parameters are gathered with the others but
+    not reduce-scattered (FSDP2's ``foreach_reduce`` takes the group's parameters with
+    a gradient only). A unit of frozen parameters only is gathered for the backward
+    too: the backward prefetch of the unit after it gathers it even when no gradient
+    reaches it."""
     out: dict[str, Any] = {}
-    for path, shapes in units.items():
-        padded = sum(fsdp_shard(shape, world_size, 0)[1] for shape in shapes)
+    for path in {**units, **(frozen or {})}:
+        trained = sum(fsdp_shard(shape, world_size, 0)[1] for shape in units.get(path, ()))
+        still = sum(fsdp_shard(shape, world_size, 0)[1] for shape in (frozen or {}).get(path, ()))
+        padded = trained + still
         if not padded:
             continue
         gather = _ring("all_gather", padded * param_bytes, world_size)
-        scatter = _ring("reduce_scatter", world_size * padded * reduce_bytes, world_size)
-        backward: dict[str, dict[str, Any]] = {"reduce_scatter": scatter}
+        scatter = _ring("reduce_scatter", world_size * trained * reduce_bytes, world_size)
+        backward: dict[str, dict[str, Any]] = {"reduce_scatter": scatter} if trained else {}
         if reshard_after_forward and path != root:
             backward = {"all_gather": dict(gather), **backward}
         out[path] = {"forward": {"all_gather": gather}, "backward": backward}
@@ -202,10 +224,17 @@ def fsdp_exposed(
 # ---- the replay's moments ------------------------------------------------------------
 @dataclass(frozen=True)
 class Unit:
-    """An FSDP2 unit: its path and its parameters' padded shard (elements per rank)."""
+    """An FSDP2 unit: its path, its parameters' padded shard (elements per rank), and of
+    that the trainable parameters' (the gradient shard; all of it when None)."""
 
     path: str
     padded: int
+    grad_padded: int | None = None
+
+    @property
+    def trained(self) -> int:
+        """Elements per rank of the trainable parameters' padded shard."""
+        return self.padded if self.grad_padded is None else self.grad_padded
 
 
 class FSDPEvents(Events):
@@ -220,7 +249,9 @@ class FSDPEvents(Events):
     unsharded parameters are freed, the previous unit's reduce-scatter input is freed,
     its own is allocated (``world_size`` padded shards in the reduce dtype), its
     unsharded gradients are freed and its sharded gradient (one padded shard, reduce
-    dtype) stays."""
+    dtype) stays. Frozen parameters are gathered with the unit's others; its
+    reduce-scatter and sharded gradient cover the trainable ones only (none in a unit of
+    frozen parameters only)."""
 
     def __init__(
         self,
@@ -344,17 +375,19 @@ class FSDPEvents(Events):
 
     def post_backward(self, r: Replay, unit: Unit) -> None:
         r.free(f"unsharded:{unit.path}")
+        self.open_units.remove(unit)
+        self.done.add(unit.path)
+        if not unit.trained:  # frozen parameters only: nothing to reduce
+            return
         if self.last_scatter is not None:
             r.free(f"scatter:{self.last_scatter.path}")
-        scatter = self.world_size * unit.padded * self.reduce_size
+        scatter = self.world_size * unit.trained * self.reduce_size
         r.alloc(f"scatter:{unit.path}", "comm_buffer_bytes", scatter)
         r.emit("reduce_scatter", unit.path)
         r.grads_reduced += self.unit_grads[unit.path]
-        r.alloc(f"grad:{unit.path}", "grad_bytes", unit.padded * self.grad_size)
+        r.alloc(f"grad:{unit.path}", "grad_bytes", unit.trained * self.grad_size)
         r.emit("reduce_scatter", unit.path)
         self.last_scatter = unit
-        self.open_units.remove(unit)
-        self.done.add(unit.path)
 
 
 __all__ = ["FSDP2", "FSDPEvents", "Unit", "UnitWork", "fsdp_collectives", "fsdp_exposed"]

@@ -109,11 +109,12 @@ class Single(Replicated):
         precision: str,
         optimizer: str,
         rank: int,
+        frozen: Sequence[Sequence[int]] = (),
     ) -> ModelStates:
         if precision.endswith("-mixed"):
             elements = sum(prod(s) for s in shapes)
-            return master_states(shapes, precision, optimizer, elements, elements)
-        return replicated_states(shapes, precision, optimizer, weight_size(precision))
+            return master_states(shapes, precision, optimizer, elements, elements, frozen)
+        return replicated_states(shapes, precision, optimizer, weight_size(precision), frozen)
 
 
 class DDP(Replicated):
@@ -134,8 +135,10 @@ class DDP(Replicated):
         precision: str,
         optimizer: str,
         rank: int,
+        frozen: Sequence[Sequence[int]] = (),
     ) -> ModelStates:
-        return replicated_states(shapes, precision, optimizer, AUTOCAST.state_size(precision))
+        size = AUTOCAST.state_size(precision)
+        return replicated_states(shapes, precision, optimizer, size, frozen)
 
     def prepare(self, step: Step) -> Prepared:
         step.setup.rest["comm_buffer_bytes"] = sum(self.buckets(step))

@@ -1,7 +1,11 @@
 """ZeRO-1 and ZeRO-2 (``"zero1"``, ``"zero2"``): DDP's bucket all-reduces, optimizer
 states (ZeRO-2: and gradients) and master weights split evenly over the GPUs as one
 flat buffer (ceil(elements / n) each), the updated parameters all-gathered after the
-step. Under mixed precision the optimizer step also holds the partition's gradients in
+step. Only trainable parameters are partitioned: ``DeepSpeedZeroOptimizer.__init__``
+takes ``[param for param in param_group['params'] if param.requires_grad]`` as each
+group's ``bit16_groups`` entry, so frozen parameters keep no gradient, master weight or
+state and stay whole on every GPU, in the weights' dtype. Under mixed precision the
+optimizer step also holds the partition's gradients in
 float32 (ceil(elements / n) x 4 B), as DeepSpeed does: ``DeepSpeedZeroOptimizer.step``
 in deepspeed/runtime/zero/stage_1_and_2.py (deepspeedai/DeepSpeed) flattens the
 partition's averaged gradients ``.to(self.single_partition_of_fp32_groups[i].dtype)``
@@ -42,11 +46,12 @@ class ZeRO(Replicated):
         precision: str,
         optimizer: str,
         rank: int,
+        frozen: Sequence[Sequence[int]] = (),
     ) -> ModelStates:
         elements = sum(prod(s) for s in shapes)
         part = -(-elements // world_size)
         grads = part if self.stage == 2 else elements
-        return master_states(shapes, precision, optimizer, part, grads)
+        return master_states(shapes, precision, optimizer, part, grads, frozen)
 
     def prepare(self, step: Step) -> Prepared:
         prepared = super().prepare(step)
