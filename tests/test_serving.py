@@ -194,3 +194,39 @@ def test_a_decode_step_is_predicted_from_its_kernels_and_their_launches() -> Non
     assert eager.rows[0].bound == "launches" and eager.rows[0].tpot == eager.rows[0].launch_time
     with pytest.raises(ls.InvalidInputError, match="mode must be one of"):
         plan_serving(llama(), max_context=512, mode="compiled")
+
+
+def test_the_report_in_the_browser(open_html: Any, tmp_path: Path) -> None:
+    """The serving section draws first, with no console error and no request: a card
+    per capacity figure, the memory bar's five parts in proportion to their bytes, a point
+    per batch, the rows' table; at 700 pixels nothing overflows the page."""
+    p = plan()
+    p.to_html(tmp_path / "s.html")
+    for width in (1400, 700):
+        page = open_html(
+            (tmp_path / "s.html").read_text(), width=width, ready="#ls-serve[data-ready]"
+        )
+        page.clean()
+        pg = page.page
+        order = pg.eval_on_selector_all("body > *", "es => es.map(e => e.id || e.className)")
+        assert order.index("ls-serve") < order.index("sv-divider") < order.index("cards")
+        cards = pg.eval_on_selector_all(
+            "#ls-serve-cards .card span", "es => es.map(e => e.textContent)"
+        )
+        assert cards == [
+            "Max concurrency",
+            "KV cache tokens",
+            "Blocks",
+            "KV per token",
+            "KV budget",
+        ]
+        shares = pg.eval_on_selector_all(
+            "#ls-serve-bar > i", "es => es.map(e => parseFloat(e.style.width))"
+        )
+        parts = [p.weight_bytes, p.workspace_bytes, p.reserve_bytes, p.kv_budget,
+                 p.usable_bytes - p.budget]  # fmt: skip
+        # the page carries bytes to 6 significant digits
+        assert shares == pytest.approx([100 * b / p.usable_bytes for b in parts], rel=1e-4)
+        assert pg.locator("#ls-serve-chart circle.sv-pt").count() == 2
+        assert pg.locator("#ls-serve-table tbody tr").count() == 2
+        assert pg.evaluate("document.documentElement.scrollWidth") <= width
