@@ -230,3 +230,16 @@ def test_the_report_in_the_browser(open_html: Any, tmp_path: Path) -> None:
         assert pg.locator("#ls-serve-chart circle.sv-pt").count() == 2
         assert pg.locator("#ls-serve-table tbody tr").count() == 2
         assert pg.evaluate("document.documentElement.scrollWidth") <= width
+
+
+def test_a_model_that_does_not_fit_says_so() -> None:
+    """A budget below the weights: nothing left for the cache, no sequence fits, and the
+    text says how over it is and what would help."""
+    p = plan_serving(
+        llama(), target="h100", max_context=4096, prompt=64, new_tokens=8, batch=1,
+        memory_utilization=0.00001,
+    )  # fmt: skip
+    assert p.kv_budget < 0 and p.max_concurrency == 0 and p.kv_tokens == 0
+    assert p.longest_context(1) == 0 and p.rows[0].fits is False
+    text = p.render(width=200)
+    assert "nothing left for the KV cache (over by" in text and "It does not fit" in text

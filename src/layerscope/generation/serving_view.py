@@ -46,12 +46,18 @@ def _heading(d: Mapping[str, Any]) -> list[tuple[str, str]]:
         f"Serving {d['model']} on {d['target']} ({d['device_label']}), {d['dtype']}"
         f"{weights}, KV cache {d['kv_dtype']} in blocks of {d['block_size']} tokens"
     )
+    left = m["kv_budget_bytes"]
     memory = (
         f"Memory: {units.nbytes(m['usable_bytes'])} usable x {m['memory_utilization']:g} = "
         f"{units.nbytes(m['budget_bytes'])}: weights {units.nbytes(m['weight_bytes'])}, "
         f"workspace {units.nbytes(m['workspace_bytes'])} (a "
         f"{units.count(m['prefill_chunk'])}-token prefill), reserve "
-        f"{units.nbytes(m['reserve_bytes'])}, KV cache {units.nbytes(m['kv_budget_bytes'])}."
+        f"{units.nbytes(m['reserve_bytes'])}, "
+        + (
+            f"KV cache {units.nbytes(left)}."
+            if left > 0
+            else f"nothing left for the KV cache (over by {units.nbytes(-left)})."
+        )
     )
     capacity = (
         f"KV cache: {units.nbytes(kv['bytes_per_token'])} per token; "
@@ -63,6 +69,12 @@ def _heading(d: Mapping[str, Any]) -> list[tuple[str, str]]:
         f"Max concurrency at {units.count(d['max_context'])} tokens: "
         f"{units.plural(d['max_concurrency'], 'sequence')}."
     )
+    if not d["max_concurrency"]:
+        most += (
+            " It does not fit: store the weights narrower (weights=int8 or int4), the cache "
+            "narrower (kv_dtype=fp8), serve a shorter context, or a GPU with more memory "
+            "(tensor-parallel serving over several is not planned yet)."
+        )
     return [(title, "layerscope.header"), (memory, ""), (capacity, ""), (most, "layerscope.header")]
 
 
