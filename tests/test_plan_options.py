@@ -46,6 +46,7 @@ CASES: dict[str, dict[str, Any]] = {
     "compile": {"compile": True},
     "float8": {"float8": True},
     "loss": {"loss": "fused"},
+    "mesh": {"mesh": {"dp_replicate": 2, "dp_shard": 4}},
 }
 LIMIT = 16
 
@@ -126,7 +127,7 @@ def test_to_dict_is_every_option_in_plan_form() -> None:
         "reserve_bytes": RESERVE_BYTES, "rank": 0, "reshard_after_forward": True,
         "units": ["0"], "inter_node_bandwidth": None, "bucket_cap_mb": 25,
         "hsdp": [2, 4], "checkpoint": ["1"], "cluster": None, "reduce_dtype": None,
-        "compile": False, "float8": False, "loss": "plain",
+        "compile": False, "float8": False, "loss": "plain", "mesh": None,
     }  # fmt: skip
     custom = check_options({"target": TINY})
     assert custom.to_dict()["target"]["memory_bytes"] == 2_000_000

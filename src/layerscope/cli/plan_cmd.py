@@ -40,6 +40,7 @@ from layerscope.errors import InvalidInputError
 from layerscope.hardware import GPUS, device_spec, is_profile_path
 from layerscope.planning import plan, plan_sweep
 from layerscope.planning.loss import LOSSES
+from layerscope.planning.mesh import parse_mesh
 from layerscope.planning.options import DEFAULTS as OPTION_DEFAULTS
 from layerscope.planning.options import check_options
 from layerscope.planning.states import OPTIMIZER_STATES, PRECISIONS
@@ -65,6 +66,11 @@ DEFAULTS = {a: OPTION_DEFAULTS[a] for a in AXIS_FLAGS}
 
 def _add_cluster_arguments(p: argparse.ArgumentParser) -> None:
     net = p.add_argument_group("the cluster")
+    net.add_argument(
+        "--mesh", metavar="AXIS=N,...",
+        help="the device mesh, torchtitan's axes (e.g. dp_replicate=2,dp_shard=8), instead "
+        "of --world-size/--sharding/--hsdp; tp, pp, cp and ep are not planned yet",
+    )  # fmt: skip
     net.add_argument(
         "--gpus-per-node", type=int, metavar="N",
         help="GPUs per node (default: the target's reference system, 8)",
@@ -294,13 +300,12 @@ def _options(args: argparse.Namespace, grid: dict[str, list[Any]]) -> dict[str, 
         opts["budget"] = parse_size(args.budget, "--budget")
     if args.reserve is not None:
         opts["reserve_bytes"] = parse_size(args.reserve, "--reserve")
-    opts |= _fsdp_options(args)
-    if args.compile:
-        opts["compile"] = True
-    if args.float8:
-        opts["float8"] = True
-    if args.loss is not None:
-        opts["loss"] = check_choice("--loss", args.loss.strip().lower(), list(LOSSES))
+    opts |= _fsdp_options(args) | _step_options(args)
+    if args.mesh is not None:
+        opts["mesh"] = parse_mesh(args.mesh)
+        for key in ("world_size", "sharding"):
+            if getattr(args, key) is None:
+                opts.pop(key)  # the mesh gives it
     cluster = _cluster(args)
     if cluster:
         opts["cluster"] = cluster
@@ -308,6 +313,18 @@ def _options(args: argparse.Namespace, grid: dict[str, list[Any]]) -> dict[str, 
         refuse("--device", args.device, "meta",
                why="a plan analyses a meta copy of the model, steered to --target's kernels; "
                "nothing runs on a device")  # fmt: skip
+    return opts
+
+
+def _step_options(args: argparse.Namespace) -> dict[str, Any]:
+    """How the step runs, from --compile, --float8 and --loss."""
+    opts: dict[str, Any] = {}
+    if args.compile:
+        opts["compile"] = True
+    if args.float8:
+        opts["float8"] = True
+    if args.loss is not None:
+        opts["loss"] = check_choice("--loss", args.loss.strip().lower(), list(LOSSES))
     return opts
 
 

@@ -182,6 +182,10 @@ def _notes(
 ) -> list[str]:
     """What the figures assume, beside them."""
     notes = [OUT_OF_SCOPE]
+    if opts.mesh is not None:
+        sizes = ", ".join(f"{a}={n}" for a, n in opts.mesh.to_dict().items() if n > 1)
+        where = opts.mesh.placement_words(opts.network.gpus_per_node)
+        notes.append(f"mesh {sizes or 'of one GPU'}: {where}")
     if choice.paths:
         notes.append(
             "recompute as torch's non-reentrant checkpoint with early stop off; with early "

@@ -15,6 +15,7 @@ from layerscope.errors import InvalidInputError
 from layerscope.hardware import BY_NAME, DeviceSpec, device_spec
 from layerscope.planning.cluster import Cluster, as_mapping, check_cluster, default_cluster
 from layerscope.planning.loss import LOSSES
+from layerscope.planning.mesh import Mesh, check_mesh
 from layerscope.planning.states import OPTIMIZER_STATES, PRECISIONS, REDUCE_DTYPES
 from layerscope.planning.strategies import STRATEGIES
 from layerscope.planning.strategy import Strategy
@@ -36,7 +37,7 @@ RESERVE_BYTES = 2 * 2**30
 #: direction (400 Gb/s: one NIC per GPU); ``inter_node_bandwidth=`` now defaults to the
 #: cluster's NICs (``planning.cluster``).
 INTER_NODE_BANDWIDTH = 400e9 / 8
-OUT_OF_SCOPE = "tensor, pipeline and context parallelism are not modelled"
+OUT_OF_SCOPE = "tensor, pipeline, context and expert parallelism are not modelled"
 
 _COMPUTE = {"fp32": torch.float32, "bf16": torch.bfloat16, "bf16-mixed": torch.bfloat16,
             "fp16-mixed": torch.float16}  # fmt: skip
@@ -78,6 +79,9 @@ class Options:
     float8: bool = False
     #: "plain" (the analysis's logits and loss) or "fused" (``planning.loss``)
     loss: str = "plain"
+    #: the device mesh the run was given as (``planning.mesh``; None: ``sharding``,
+    #: ``world_size`` and ``hsdp`` as given)
+    mesh: Mesh | None = None
 
     @property
     def shard_size(self) -> int:
@@ -128,6 +132,7 @@ class Options:
             if isinstance(out[key], tuple):
                 out[key] = list(out[key])
         out["cluster"] = as_mapping(self.cluster)
+        out["mesh"] = self.mesh.to_dict() if self.mesh else None
         return out
 
     @classmethod
@@ -161,6 +166,7 @@ class Options:
             **({"compile": True} if self.compile else {}),
             **({"float8": True} if self.float8 else {}),
             **({"loss": self.loss} if self.loss != "plain" else {}),
+            **({"mesh": self.mesh.to_dict()} if self.mesh else {}),
         }  # fmt: skip
 
 
@@ -171,7 +177,7 @@ DEFAULTS: dict[str, Any] = {
     "rank": 0, "reshard_after_forward": True, "units": None,
     "inter_node_bandwidth": None, "bucket_cap_mb": 25, "hsdp": None,
     "checkpoint": None, "cluster": None, "reduce_dtype": None, "compile": False,
-    "float8": False, "loss": "plain",
+    "float8": False, "loss": "plain", "mesh": None,
 }  # fmt: skip
 
 NAMES = tuple(f.name for f in fields(Options))
@@ -186,6 +192,9 @@ def check_options(given: Mapping[str, Any]) -> Options:
             f"unknown option {unknown[0]!r} for ls.plan; known: {', '.join(sorted(NAMES))}"
         )
     o = {**DEFAULTS, **given}
+    mesh = None if o["mesh"] is None else check_mesh(o["mesh"])
+    if mesh is not None:
+        o |= _from_mesh(mesh, given)
     spec = device_spec(o["target"])
     if spec.kind != "gpu":
         raise InvalidInputError(f"target must be a GPU spec, got {spec.name!r} ({spec.kind})")
@@ -241,7 +250,24 @@ def check_options(given: Mapping[str, Any]) -> Options:
         compile=check_bool("compile", o["compile"]),
         float8=_float8(o["float8"], spec),
         loss=str(o["loss"]),
+        mesh=mesh,
     )
+
+
+def _from_mesh(mesh: Mesh, given: Mapping[str, Any]) -> dict[str, Any]:
+    """The data-parallel options a mesh stands for (``Mesh.strategy``); one given beside
+    it must agree."""
+    derived = mesh.strategy()
+    for key, value in derived.items():
+        asked = given.get(key)
+        if asked is not None and (list(asked) if key == "hsdp" else asked) != (
+            list(value) if key == "hsdp" else value
+        ):
+            raise InvalidInputError(
+                f"mesh {mesh.to_dict()} means {key}={value!r}, but {key}={asked!r} was given: "
+                "give the mesh alone"
+            )
+    return derived
 
 
 def _float8(value: Any, spec: DeviceSpec) -> bool:

@@ -24,8 +24,8 @@ def plan(
     kwargs: dict[str, Any] | None = None,
     input_shape: Any = None,
     target: Any = "h100",
-    world_size: int = 8,
-    sharding: str = "fsdp",
+    world_size: int | None = None,
+    sharding: str | None = None,
     checkpoint: str | Sequence[str] | None = None,
     budget: int | None = None,
     optimizer: str = "adamw",
@@ -40,7 +40,9 @@ def plan(
     ``input_shape`` are one GPU's micro-batch, as in ``ls.profile``; one analysis on
     ``meta`` steered to ``target`` (a given profile is reused), then arithmetic.
 
-    ``sharding``: "none", "ddp", "fsdp" (FSDP2), "zero1", "zero2"; ``checkpoint``: None,
+    ``world_size``: GPUs in the run (8); ``sharding``: "none", "ddp", "fsdp" (FSDP2, the
+    default), "zero1", "zero2"; ``mesh``: both as a device mesh's axis sizes instead
+    (``{"dp_replicate": 2, "dp_shard": 4}``: ``planning.mesh``); ``checkpoint``: None,
     "blocks", "auto" or module paths; ``precision``: "fp32", "bf16", "bf16-mixed",
     "fp16-mixed"; ``optimizer``: "adamw", "adam", "sgd", "sgd_momentum"; ``budget``:
     bytes per GPU (default: the target's memory). Options: ``units`` (FSDP2 unit paths;
@@ -55,8 +57,9 @@ def plan(
     has taken 2 s, on a terminal (None), always (True), never (False), or a callable
     given each status text (``layerscope.busy``)."""
     progress = check_progress(progress)
+    given = {"world_size": world_size, "sharding": sharding}
     opts = check_options({
-        "target": target, "world_size": world_size, "sharding": sharding,
+        "target": target, **{k: v for k, v in given.items() if v is not None},
         "checkpoint": checkpoint, "budget": budget, "optimizer": optimizer,
         "precision": precision, "grad_accum": grad_accum, **options,
     })  # fmt: skip

@@ -85,7 +85,7 @@ _OPTIONS = {
     "inter_node_bandwidth": Opt(Finite()), "bucket_cap_mb": Finite(),
     "hsdp": Opt(Arr(Int(1), length=2)), "cluster": Obj({}), "reduce_dtype": Opt(Str()),
     "compile": Opt(Bool()), "float8": Opt(Bool()),
-    "loss": Str(),
+    "loss": Str(), "mesh": Opt(Map(Int(1))),
 }  # fmt: skip
 
 

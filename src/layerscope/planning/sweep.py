@@ -296,6 +296,8 @@ def plan_sweep(
                        if v is not None}  # fmt: skip
     source = Source(model, args, kwargs, input_shape, profile_options)
     defaults = {"micro_batch": None} | {a: DEFAULTS[a] for a in AXES if a != "micro_batch"}
+    if fixed.get("mesh") is not None:  # the mesh gives them, unless swept
+        defaults |= {"world_size": None, "sharding": None}
     grid = {a: _values(a, options.get(a, defaults[a])) for a in AXES}
     swept = [a for a in AXES if a in options and len(grid[a]) > 1]
     analyses: dict[tuple[Any, str], Profile] = {}
@@ -321,7 +323,8 @@ def _row(
 ) -> tuple[SweepRow, Options]:
     """One combination's row (and its options): its micro-batch analysed once per
     compute dtype, kept in ``analyses`` for the other rows."""
-    opts = check_options(fixed | {a: v for a, v in chosen.items() if a != "micro_batch"})
+    given = {a: v for a, v in chosen.items() if a != "micro_batch" and v is not None}
+    opts = check_options(fixed | given)  # an axis left None: its default, or the mesh's
     batch = chosen["micro_batch"]
     here = source.at(batch) if batch is not None else source
     key = (batch, str(opts.compute_dtype))
@@ -330,6 +333,7 @@ def _row(
                                 source.profile_options)  # fmt: skip
     result = build(analyses[key], opts)
     row = {a: chosen[a] for a in AXES}
+    row["world_size"], row["sharding"] = opts.world_size, opts.sharding
     row["micro_batch"] = batch if batch is not None else source.batch()
     row.update({f: getattr(result, f) for f in ROW_FIELDS})
     row[CHECKPOINTED] = len(result.checkpoint)
