@@ -298,7 +298,7 @@ def plan_sweep(
     defaults = {"micro_batch": None} | {a: DEFAULTS[a] for a in AXES if a != "micro_batch"}
     grid = {a: _values(a, options.get(a, defaults[a])) for a in AXES}
     swept = [a for a in AXES if a in options and len(grid[a]) > 1]
-    analyses: dict[tuple[Any, str], Profile] = {}
+    analyses: dict[tuple[Any, str, bool], Profile] = {}
     rows: list[SweepRow] = []
     combos = list(itertools.product(*grid.values()))
     with busy("layerscope: planning the sweep", progress) as status:
@@ -317,14 +317,14 @@ def _row(
     chosen: dict[str, Any],
     fixed: dict[str, Any],
     source: Source,
-    analyses: dict[tuple[Any, str], Profile],
+    analyses: dict[tuple[Any, str, bool], Profile],
 ) -> tuple[SweepRow, Options]:
     """One combination's row (and its options): its micro-batch analysed once per
     compute dtype, kept in ``analyses`` for the other rows."""
     opts = check_options(fixed | {a: v for a, v in chosen.items() if a != "micro_batch"})
     batch = chosen["micro_batch"]
     here = source.at(batch) if batch is not None else source
-    key = (batch, str(opts.compute_dtype))
+    key = (batch, str(opts.compute_dtype), opts.checkpoint == "op")  # "op": op records
     if key not in analyses:
         analyses[key] = analyse(source.model, here.args, here.kwargs, here.input_shape, opts,
                                 source.profile_options)  # fmt: skip
