@@ -308,7 +308,7 @@ def plan_sweep(
             rows.append(row)
     setting = {  # the same in every row's options (the last one checked)
         "target": opts.target.name, "device": opts.target.label, "budget": opts.budget,
-        "input": source.describe(),
+        "input": source.describe(), **({"loss": opts.loss} if opts.loss != "plain" else {}),
     }  # fmt: skip
     return Sweep(swept or ["world_size"], rows, setting)
 
