@@ -125,3 +125,65 @@ def test_refusals_and_the_flag() -> None:
         ls.plan(nn.Linear(4, 4), torch.randn(2, 4), checkpoint="op", world_size=1,
                 sharding="none")  # fmt: skip
     assert parse_checkpoint("op") == "op"
+
+
+def _torchtitan_policy(meta: dict[str, int]) -> Any:
+    """torchtitan's ``_custom_policy`` (torchtitan/distributed/activation_checkpoint.py)
+    over the ops its save list has that this model runs."""
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    mm = torch.ops.aten.mm.default
+
+    def policy(ctx: Any, func: Any, *args: Any, **kwargs: Any) -> CheckpointPolicy:
+        mode = "recompute" if ctx.is_recompute else "forward"
+        key = f"{mode}_mm_count"
+        if func == mm:
+            meta[key] = meta.get(key, 0) + 1
+        save = func in (mm, torch.ops.aten.max.default) and not (func == mm and meta[key] % 2 == 0)
+        return CheckpointPolicy.MUST_SAVE if save else CheckpointPolicy.PREFER_RECOMPUTE
+
+    return policy
+
+
+def test_the_peak_equals_a_real_selective_checkpoint_run() -> None:
+    """Each block under torch's selective checkpointing with torchtitan's policy, run on
+    the CPU (1,024 tokens: the activations set the peak) and profiled: the plan's peak
+    is the run's (its parameters, its measured session peak and the input; plain SGD
+    keeps no states), and below the plan without checkpointing."""
+    import copy
+    import functools
+
+    from torch.utils.checkpoint import (
+        checkpoint,
+        create_selective_checkpoint_contexts,
+        set_checkpoint_early_stop,
+    )
+
+    x = torch.randn(1024, H)
+    model = _model()
+    real = copy.deepcopy(model)
+    for block in real.children():
+        forward = block.forward
+
+        def run(*args: Any, _forward: Any = forward) -> Any:
+            contexts = functools.partial(
+                create_selective_checkpoint_contexts, _torchtitan_policy({})
+            )
+            return checkpoint(_forward, *args, use_reentrant=False, context_fn=contexts)
+
+        block.forward = run
+
+    def loss(o: torch.Tensor) -> torch.Tensor:
+        return o.float().pow(2).mean()
+
+    torch.manual_seed(1)
+    with set_checkpoint_early_stop(False):
+        mem = ls.profile(real.train(), x, backward=True, memory=True, loss_fn=loss).memory
+    plans = {}
+    for c in (None, "op"):
+        plans[c] = ls.plan(
+            model, x, world_size=1, sharding="none", precision="fp32", optimizer="sgd",
+            reserve_bytes=0, checkpoint=c, loss_fn=loss,
+        )  # fmt: skip
+    assert plans["op"].peak_bytes == mem["baseline_bytes"] + mem["session_peak_bytes"] + x.nbytes
+    assert plans["op"].peak_bytes < plans[None].peak_bytes

@@ -268,10 +268,14 @@ def _checkpoints(prof: Profile, choice: CheckpointChoice, setup: tl.Setup) -> No
         for i in set(outputs).intersection(path_at):
             if (held - {i}).intersection(inputs):
                 regenerated[path_at[i]] += int(nbytes)
-    for path, kept in choice.policy_kept.items():  # checkpoint="op": kept to the backward
+    # checkpoint="op": the kept outputs stay to the backward, and its recompute does not
+    # make them again
+    peaks = {p: int(prof.node(p).metrics.get("peak_bytes", 0)) for p in drops}
+    for path, kept in choice.policy_kept.items():
         drops[path] -= kept
+        peaks[path] = max(0, peaks[path] - kept)
     setup.drops = drops
-    setup.recompute_peak = {p: int(prof.node(p).metrics.get("peak_bytes", 0)) for p in drops}
+    setup.recompute_peak = peaks
     setup.regenerated.update(regenerated)
 
 

@@ -10,7 +10,8 @@ The plan's rule, from the analysis's op records (``memory["storages"]["ops"]``, 
 when a plan asks for them: ``metrics.memory.records.record_ops``): a block is
 checkpointed as with ``"blocks"`` (at its exit, what only it saved is dropped; before
 its backward its forward runs again, holding its forward peak), except that the saved
-ops' outputs stay from its forward to its backward: they are taken off what the block
+ops' outputs stay from its forward to its backward (and its recompute, which does not
+make them again, holds its forward peak less them): they are taken off what the block
 drops (the drop can turn into an addition: an output the analysis freed, such as the
 MLP's down projection's before the residual add, is kept). Its recompute is the block's
 forward less the saved ops' FLOPs, in time its forward's time scaled by that share."""
