@@ -15,8 +15,8 @@ Approximations, stated: 8 GPUs per node (the default A100 node); torchtitan's de
 mixed precision (bf16 parameters, fp32 reduce) as ``bf16-mixed``; AdamW; no
 ``torch.compile``; the loss as transformers computes it from ``labels``; "full" AC as
 every block checkpointed; "selective layer" AC (``ac_freq`` 2) as every second block
-(``model.layers.1``, ``.3``, ...). torchtitan's "selective op" AC (per-op policy) has no
-``checkpoint=`` form: those runs are listed as not expressible and not planned.
+(``model.layers.1``, ``.3``, ...); "selective op" AC (torchtitan's per-op policy) as
+``checkpoint="op"`` (every block under that policy: ``layerscope/planning/oppolicy.py``).
 """
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ SHAPES: dict[str, dict[str, Any]] = {
                        num_attention_heads=64, num_key_value_heads=8, vocab_size=32000),
 }  # fmt: skip
 SEQ = {"llama3": 8192, "llama2": 4096}
-NOT_EXPRESSIBLE = {"selective op": "per-op selective checkpointing has no checkpoint= form"}
+#: checkpointing a plan cannot express (none since ``checkpoint="op"``)
+NOT_EXPRESSIBLE: dict[str, str] = {}
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,7 @@ def checkpoint(run: Run) -> str | tuple[str, ...] | None:
     layers = int(SHAPES[run.model]["num_hidden_layers"])
     if run.checkpointing == "selective layer":
         return tuple(f"model.layers.{i}" for i in range(1, layers, 2))
-    return {"no": None, "full": "blocks"}[run.checkpointing]
+    return {"no": None, "full": "blocks", "selective op": "op"}[run.checkpointing]
 
 
 def plan_run(run: Run) -> dict[str, Any]:

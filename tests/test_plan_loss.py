@@ -127,3 +127,20 @@ def test_a_model_without_a_projection_is_refused() -> None:
     with pytest.raises(InvalidInputError, match="no module with matmuls"):
         ls.plan(nn.Sequential(nn.LayerNorm(4)), torch.randn(2, 4), loss="fused",
                 world_size=1, sharding="none")  # fmt: skip
+
+
+def test_a_sweep_says_its_loss() -> None:
+    torch.manual_seed(0)
+    sweep = ls.plan_sweep(
+        TinyLM(), IDS, sharding="none", precision="fp32", world_size=1, micro_batch=[1, 2],
+        loss="fused",
+    )  # fmt: skip
+    assert sweep.setting["loss"] == "fused"
+    assert "per GPU; loss fused." in sweep.render(width=100)
+    torch.manual_seed(0)
+    alone = ls.plan(TinyLM(), IDS, sharding="none", precision="fp32", world_size=1,
+                    loss="fused")  # fmt: skip
+    assert sweep.rows[0].peak_bytes == alone.peak_bytes
+    plain = ls.plan_sweep(TinyLM(), IDS, sharding="none", precision="fp32", world_size=1,
+                          micro_batch=[1, 2])  # fmt: skip
+    assert "loss" not in plain.setting and "loss" not in plain.render(width=100)

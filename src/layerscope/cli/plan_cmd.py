@@ -114,8 +114,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     run.add_argument("--sharding", metavar="KIND", help=f"{', '.join(SHARDINGS)} (fsdp: FSDP2)")
     run.add_argument(
         "--checkpoint", metavar="WHAT",
-        help="activation checkpointing: none (default), blocks (every repeated block), auto "
-        "(the least recompute that fits the budget) or module paths (a,b)",
+        help="activation checkpointing: none (default), blocks (every repeated block), op "
+        "(every block under torchtitan's per-op policy), auto (the least recompute that fits "
+        "the budget) or module paths (a,b)",
     )  # fmt: skip
     run.add_argument("--precision", metavar="P", help=f"{', '.join(PRECISIONS)} (bf16-mixed)")
     run.add_argument("--optimizer", metavar="OPT", help=f"{', '.join(OPTIMIZER_STATES)} (adamw)")
@@ -202,11 +203,11 @@ def parse_size(text: str, flag: str) -> int:
 
 
 def parse_checkpoint(text: str, flag: str = "--checkpoint") -> Any:
-    """none, blocks, auto, or module paths separated by commas."""
+    """none, blocks, op, auto, or module paths separated by commas."""
     word = text.strip()
     if word.lower() == "none":
         return None
-    if word in ("blocks", "auto"):
+    if word in ("blocks", "op", "auto"):
         return word
     paths = [p.strip() for p in word.split(",") if p.strip()]
     if not paths:

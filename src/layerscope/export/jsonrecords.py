@@ -46,6 +46,19 @@ STORAGES = _Storages(
             "one row per storage saved for backward or passed to a module",
         ),
         "dropped": Bool("the table was over its size limit and not kept (rows empty)"),
+        "ops": Arr(
+            Row(
+                (
+                    Int(0, description="the module the call ran in (an index into 'paths')"),
+                    Str("the op (aten.mm.default, an SDPA kernel, aten.max.default)"),
+                    Int(0, description="bytes of the storages its outputs made"),
+                    Int(0, description="its FLOPs"),
+                ),
+                "one call: [module, op, bytes, flops]",
+            ),
+            "the calls of the ops a selective-checkpointing policy saves, in call order "
+            "(recorded for checkpoint='op' plans only)",
+        ),
     },
     required=("paths", "rows", "dropped"),
     description="storages saved for backward and module inputs (docs/memory.md)",

@@ -194,6 +194,11 @@ def _notes(
     notes.extend(own)  # the strategy's
     if frozen:
         notes.append("frozen parameters are counted replicated, in the analysed dtype")
+    if asked == "op":
+        notes.append(
+            "checkpoint='op': torchtitan's per-op policy in every block: attention and every "
+            "other matmul's outputs kept to the backward, the rest recomputed"
+        )
     if asked == "auto" and not choice.fits:
         notes.append("checkpoint='auto': even every block checkpointed does not fit")
     spec = opts.target
@@ -267,8 +272,14 @@ def _checkpoints(prof: Profile, choice: CheckpointChoice, setup: tl.Setup) -> No
         for i in set(outputs).intersection(path_at):
             if (held - {i}).intersection(inputs):
                 regenerated[path_at[i]] += int(nbytes)
+    # checkpoint="op": the kept outputs stay to the backward, and its recompute does not
+    # make them again
+    peaks = {p: int(prof.node(p).metrics.get("peak_bytes", 0)) for p in drops}
+    for path, kept in choice.policy_kept.items():
+        drops[path] -= kept
+        peaks[path] = max(0, peaks[path] - kept)
     setup.drops = drops
-    setup.recompute_peak = {p: int(prof.node(p).metrics.get("peak_bytes", 0)) for p in drops}
+    setup.recompute_peak = peaks
     setup.regenerated.update(regenerated)
 
 
@@ -325,7 +336,7 @@ def _parts(
     prof, opts, setup = work.prof, work.opts, work.setup
     root = prof.root
     compute = fwd[id(root)] + bwd[id(root)]
-    recompute = sum(fwd[id(prof.node(p))] for p in choice.paths)
+    recompute = sum(fwd[id(prof.node(p))] * _share(prof, choice, p) for p in choice.paths)
     total, exposed = opts.strategy.comm_time(work, Times(fwd, bwd, choice.paths))
     st = setup.rest
     moved = (
@@ -357,6 +368,15 @@ FLOAT8 = (
     "matmuls on float8 operands at the float8 peak, with each operand's amax and cast "
     "charged; memory as in bfloat16 (the float8 copies and their savings are not counted)"
 )
+
+
+def _share(prof: Profile, choice: CheckpointChoice, path: str) -> float:
+    """The share of ``path``'s forward its recompute runs (all of it but under
+    ``checkpoint="op"``: its FLOPs less the saved ops')."""
+    if path not in choice.recomputed:
+        return 1.0
+    flops = int(prof.node(path).metrics.get("flops", 0))
+    return choice.recomputed[path] / flops if flops else 1.0
 
 
 def _time_notes(rates: Rates, predicted: Predicted) -> list[str]:
@@ -398,7 +418,7 @@ def _module_rows(
             continue
         checkpointed = node.path in kept
         if checkpointed:
-            mine = kept[node.path]
+            mine = kept[node.path] + choice.policy_kept.get(node.path, 0)
         elif node.path == "":
             mine = choice.kept_activation_bytes
         else:
@@ -414,7 +434,9 @@ def _module_rows(
             "activation_bytes": saved(node.path),
             "kept_activation_bytes": mine,
             "recompute_bytes": saved(node.path) if checkpointed else 0,
-            "recompute_flops": int(node.metrics.get("flops", 0)) if checkpointed else 0,
+            "recompute_flops": int(
+                choice.recomputed.get(node.path, node.metrics.get("flops", 0))
+            ) if checkpointed else 0,
             "shard_elements": units.get(node.path, {}).get("shard_elements", 0),
             "unsharded_bytes": units.get(node.path, {}).get("unsharded_bytes", 0),
             "gather_bytes": sum(ph.get("all_gather", {}).get("bytes", 0) for ph in phases.values()),

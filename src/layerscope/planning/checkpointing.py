@@ -15,8 +15,8 @@ ratio, so ties go to the earlier block: the first blocks are checkpointed first.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from layerscope.analysis.fold import REPEAT_TYPE, fold
@@ -53,24 +53,31 @@ class CheckpointChoice:
     recompute_flops: int
     #: whether ``kept_activation_bytes`` fits the budget it was chosen for
     fits: bool = True
+    #: ``checkpoint="op"`` (``planning.oppolicy``): per module, the bytes its policy
+    #: keeps from its forward to its backward, and the FLOPs its recompute runs
+    policy_kept: Mapping[str, int] = field(default_factory=dict)
+    recomputed: Mapping[str, int] = field(default_factory=dict)
 
 
 def resolve(prof: Profile, checkpoint: str | Sequence[str] | None) -> CheckpointChoice:
-    """``None`` (nothing), ``"blocks"`` (every repeated block) or module paths (none
+    """``None`` (nothing), ``"blocks"`` (every repeated block), ``"op"`` (every repeated
+    block under torchtitan's per-op policy: ``planning.oppolicy``) or module paths (none
     inside another), with their figures."""
     if checkpoint is None:
         paths: list[str] = []
-    elif checkpoint == "blocks":
+    elif checkpoint in ("blocks", "op"):
         paths = repeated_blocks(prof)
         if not paths:
             raise InvalidInputError(
-                "checkpoint='blocks': this model has no repeated blocks (no module repeated "
-                "in a ModuleList or numbered Sequential); give the module paths"
+                f"checkpoint={checkpoint!r}: this model has no repeated blocks (no module "
+                "repeated in a ModuleList or numbered Sequential); give the module paths"
             )
+        if checkpoint == "op":
+            return _op_choice(prof, paths)
     elif isinstance(checkpoint, str):
         raise InvalidInputError(
-            f"checkpoint must be None, 'blocks', 'auto' or a list of module paths, got "
-            f"{checkpoint!r}"
+            f"checkpoint must be None, 'blocks', 'op', 'auto' or a list of module paths, "
+            f"got {checkpoint!r}"
         )
     else:
         paths = list(checkpoint)
@@ -83,6 +90,20 @@ def _choice(prof: Profile, paths: Sequence[str], fits: bool = True) -> Checkpoin
         checkpointed_activation_bytes(prof, paths),
         recompute_flops(prof, paths) if paths else 0,
         fits,
+    )
+
+
+def _op_choice(prof: Profile, paths: list[str]) -> CheckpointChoice:
+    """Every block under the per-op policy: what the blocks keep, plus the policy's
+    saved outputs; the recompute less the saved ops' FLOPs."""
+    from layerscope.planning.oppolicy import op_policy
+
+    policy = op_policy(prof, paths)
+    flops = {p: int(prof.node(p).metrics.get("flops", 0)) for p in paths}
+    recomputed = {p: max(0, flops[p] - policy.saved_flops[p]) for p in paths}
+    kept = checkpointed_activation_bytes(prof, paths) + sum(policy.kept.values())
+    return CheckpointChoice(
+        tuple(paths), kept, sum(recomputed.values()), True, dict(policy.kept), recomputed
     )
 
 

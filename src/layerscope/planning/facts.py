@@ -100,11 +100,17 @@ def analyse(
 
     recorder = KernelRecorder()  # after the user's observers: it reads the counters'
     call["observers"] = [*call.get("observers", ()), recorder]
+    from contextlib import nullcontext
+
+    from layerscope.metrics.memory.records import record_ops
+
+    ops = record_ops() if opts.checkpoint == "op" else nullcontext()  # planning.oppolicy
     if not opts.autocast:
-        prof = profile(meta, backward=True, memory=True, target=target, **call)
+        with ops:
+            prof = profile(meta, backward=True, memory=True, target=target, **call)
     else:
         loss_fn = call.pop("loss_fn", None) or default_loss
-        with emulate_cuda_autocast(meta, opts.compute_dtype, loss_fn) as loss:
+        with ops, emulate_cuda_autocast(meta, opts.compute_dtype, loss_fn) as loss:
             prof = profile(meta, backward=True, memory=True, target=target, loss_fn=loss, **call)
         prof.model["autocast"] = want
     prof.notices.extend(not_run)

@@ -300,7 +300,7 @@ def plan_sweep(
         defaults |= {"world_size": None, "sharding": None}
     grid = {a: _values(a, options.get(a, defaults[a])) for a in AXES}
     swept = [a for a in AXES if a in options and len(grid[a]) > 1]
-    analyses: dict[tuple[Any, str], Profile] = {}
+    analyses: dict[tuple[Any, str, bool], Profile] = {}
     rows: list[SweepRow] = []
     combos = list(itertools.product(*grid.values()))
     with busy("layerscope: planning the sweep", progress) as status:
@@ -310,7 +310,7 @@ def plan_sweep(
             rows.append(row)
     setting = {  # the same in every row's options (the last one checked)
         "target": opts.target.name, "device": opts.target.label, "budget": opts.budget,
-        "input": source.describe(),
+        "input": source.describe(), **({"loss": opts.loss} if opts.loss != "plain" else {}),
     }  # fmt: skip
     return Sweep(swept or ["world_size"], rows, setting)
 
@@ -319,7 +319,7 @@ def _row(
     chosen: dict[str, Any],
     fixed: dict[str, Any],
     source: Source,
-    analyses: dict[tuple[Any, str], Profile],
+    analyses: dict[tuple[Any, str, bool], Profile],
 ) -> tuple[SweepRow, Options]:
     """One combination's row (and its options): its micro-batch analysed once per
     compute dtype, kept in ``analyses`` for the other rows."""
@@ -327,7 +327,7 @@ def _row(
     opts = check_options(fixed | given)  # an axis left None: its default, or the mesh's
     batch = chosen["micro_batch"]
     here = source.at(batch) if batch is not None else source
-    key = (batch, str(opts.compute_dtype))
+    key = (batch, str(opts.compute_dtype), opts.checkpoint == "op")  # "op": op records
     if key not in analyses:
         analyses[key] = analyse(source.model, here.args, here.kwargs, here.input_shape, opts,
                                 source.profile_options)  # fmt: skip

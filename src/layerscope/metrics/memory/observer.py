@@ -436,12 +436,14 @@ class MemoryObserver(Observer):
             if self._hooks is not None:
                 self._checkpoint_begun()
         self._ops += 1
+        live = self._table.live
         if isinstance(out, Tensor):
             self._output(func, out, args, kwargs)
         elif isinstance(out, tuple | list):
             for o in out:
                 if isinstance(o, Tensor):
                     self._output(func, o, args, kwargs)
+        self._records.op(func, node, args, kwargs, out, self._table.live - live, backward)
         self._comm.on_op(func, args, out)
         if self._cuda is None and self._table.live > self._timeline.high:
             # a new high since the last timeline event: kept if no event shows it

@@ -23,6 +23,12 @@ The table (``to_dict``), documented in ``docs/memory.md``::
   keyword) / outputs a tensor on it was, each once;
 - ``param``: a parameter's or buffer's storage (a saved ``W.t()``): never an activation.
 
+Asked for (``record_ops()``, as a plan with ``checkpoint="op"`` does), the table also
+has ``"ops"``: ``[[path index, op, bytes, flops], ...]``, each forward call of an op of
+``RECORDED_OPS`` (the ops a selective-checkpointing policy saves: torchtitan's) in
+call order, with its innermost module, the bytes of the storages its outputs made and
+its FLOPs (torch's ``flop_counter`` formulas; 0 for an op without one).
+
 A tensor without a storage (sparse, some subclasses) that is saved gets a row of its own
 bytes with no input or output modules. Only the forward pass is recorded: the module
 calls a checkpoint's recomputation runs in the backward are not (nor what they save, as
@@ -33,6 +39,9 @@ table what checkpointing a module would save.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import torch
@@ -42,6 +51,30 @@ from layerscope.collect.signature import iter_tensors
 from layerscope.metrics.memory.storages import StorageTable, storage_of
 from layerscope.profile import Node
 from layerscope.torchapi import current_autograd_node
+
+#: The ops whose calls ``record_ops()`` records: torchtitan's ``_op_sac_save_list``
+#: (torchtitan/distributed/activation_checkpoint.py and its models' parallelize.py) as
+#: aten ops: matmuls and every SDPA kernel; ``max`` (float8's scales).
+RECORDED_OPS = frozenset({
+    "aten.mm.default", "aten.max.default",
+    "aten._scaled_dot_product_flash_attention.default",
+    "aten._scaled_dot_product_efficient_attention.default",
+    "aten._scaled_dot_product_cudnn_attention.default",
+    "aten._scaled_dot_product_attention_math.default",
+    "aten._scaled_dot_product_fused_attention_overrideable.default",
+})  # fmt: skip
+_RECORD_OPS: ContextVar[bool] = ContextVar("layerscope_record_ops", default=False)
+
+
+@contextmanager
+def record_ops() -> Iterator[None]:
+    """Storage tables made inside also record the calls of ``RECORDED_OPS``."""
+    token = _RECORD_OPS.set(True)
+    try:
+        yield
+    finally:
+        _RECORD_OPS.reset(token)
+
 
 #: Most rows one profile keeps; past it the table is dropped (a notice says so), since a
 #: partial table would give wrong what-if figures. A 70B-parameter transformer's layers
@@ -72,6 +105,21 @@ class StorageRecords:
         # id(storage) -> path indices of the calls it left, while it has no row
         self._pending: dict[int, tuple[weakref.ref[torch.UntypedStorage], list[int]]] = {}
         self.dropped = False
+        #: the recorded op calls (module doc), None when not asked
+        self.ops: list[list[Any]] | None = [] if _RECORD_OPS.get() else None
+
+    def op(
+        self, func: Any, node: Node, args: Any, kwargs: Any, out: Any, made: int, backward: bool
+    ) -> None:
+        """A call of ``func`` in ``node`` whose outputs made ``made`` bytes of new storage:
+        recorded when asked, in the forward, for ``RECORDED_OPS``."""
+        if self.ops is None or backward or str(func) not in RECORDED_OPS:
+            return
+        from torch.utils.flop_counter import flop_registry
+
+        count = flop_registry.get(func.overloadpacket)
+        flops = int(count(*args, **kwargs, out_val=out)) if count is not None else 0
+        self.ops.append([self._index(node), str(func), made, flops])
 
     def _index(self, node: Node) -> int:
         i = self._paths.get(node.path)
@@ -168,7 +216,10 @@ class StorageRecords:
         if self.dropped:
             return {"paths": [], "rows": [], "dropped": True}
         rows = [[r.nbytes, r.savers, r.inputs, r.outputs, r.param] for r in self._rows]
-        return {"paths": list(self._paths), "rows": rows, "dropped": False}
+        out = {"paths": list(self._paths), "rows": rows, "dropped": False}
+        if self.ops is not None:
+            out["ops"] = self.ops
+        return out
 
     def notice(self) -> str | None:
         """What a dropped table means, for the profile's notices; None when it is whole."""

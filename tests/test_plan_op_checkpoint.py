@@ -1,0 +1,189 @@
+"""``checkpoint="op"``: torchtitan's per-op selective checkpointing of every repeated
+block (``planning.oppolicy``): every other matmul's output and every attention output
+kept, the rest recomputed; from the analysis's op records
+(``memory["storages"]["ops"]``)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import layerscope as ls
+from layerscope.cli.plan_cmd import parse_checkpoint
+from layerscope.errors import InvalidInputError
+
+N, H = 32, 64  # tokens, width
+
+
+class Block(nn.Module):
+    """Four bias-free Linears with a ReLU between each: four ``aten.mm`` calls."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mm = nn.ModuleList(nn.Linear(H, H, bias=False) for _ in range(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for i, layer in enumerate(self.mm):
+            x = layer(x) if i == 0 else layer(torch.relu(x))
+        return x
+
+
+def _model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(Block(), Block())
+
+
+X = torch.randn(N, H)
+
+
+def _storages(plan: ls.Plan) -> dict[str, Any]:
+    assert plan.analysis is not None
+    table: dict[str, Any] = plan.analysis.memory["storages"]
+    return table
+
+
+def _plan(checkpoint: str | None) -> ls.Plan:
+    return ls.plan(
+        _model(), X, world_size=1, sharding="none", precision="fp32", optimizer="sgd",
+        reserve_bytes=0, checkpoint=checkpoint,
+    )  # fmt: skip
+
+
+def test_the_analysis_records_the_policys_ops() -> None:
+    """Only a plan with ``checkpoint="op"`` records them: 8 matmuls, each N x H float32
+    out (8,192 B) and 2 N H H FLOPs (262,144)."""
+    op = _storages(_plan("op"))
+    paths = op["paths"]
+    assert [(paths[i], o, b, f) for i, o, b, f in op["ops"]] == [
+        (f"{k}.mm.{j}", "aten.mm.default", N * H * 4, 2 * N * H * H)
+        for k in range(2)
+        for j in range(4)
+    ]
+    assert "ops" not in _storages(_plan("blocks"))
+
+
+def test_every_other_matmul_is_kept() -> None:
+    """Per block the policy keeps the 1st and 3rd matmul's outputs (2 x 8,192 B) beside
+    what ``"blocks"`` keeps, and recomputes its forward less those two matmuls' FLOPs
+    (2 x 262,144)."""
+    blocks, op = _plan("blocks"), _plan("op")
+    assert op.checkpoint == blocks.checkpoint == ["0", "1"]
+    assert op.kept_activation_bytes - blocks.kept_activation_bytes == 2 * 2 * N * H * 4
+    assert blocks.recompute_flops - op.recompute_flops == 2 * 2 * 2 * N * H * H
+    rows = {r["path"]: r for r in op.modules}
+    block_rows = {r["path"]: r for r in blocks.modules}
+    for path in ("0", "1"):
+        kept = rows[path]["kept_activation_bytes"] - block_rows[path]["kept_activation_bytes"]
+        assert kept == 2 * N * H * 4
+        assert rows[path]["recompute_flops"] == block_rows[path]["recompute_flops"] - 2 * (
+            2 * N * H * H
+        )
+    # the kept outputs are held from each block's exit to its backward: at the model's
+    # exit 2 x 2 x 8,192 B more than under "blocks"
+    end = {}
+    for name, p in (("blocks", blocks), ("op", op)):
+        t = p.timeline
+        at = next(k for k, (e, q) in enumerate(zip(t["event"], t["path"], strict=True))
+                  if e == "exit" and q == "")  # fmt: skip
+        end[name] = t["total"][at]
+    assert end["op"] - end["blocks"] == 2 * 2 * N * H * 4
+    assert 0 < op.time["recompute"] < blocks.time["recompute"]
+
+
+def test_llama_blocks_keep_q_v_attention_gate_and_down() -> None:
+    """A Llama block's matmuls run q, k, v, o, gate, up, down: the policy keeps q, v,
+    gate and down (the odd ones) and the attention kernel's outputs."""
+    sys.path.insert(0, str(Path(__file__).parents[1] / "bench"))
+    from documents import llama  # the documents' 2-layer Llama: width 64, 2 KV heads
+
+    ids = torch.randint(0, 128, (2, 64), generator=torch.Generator().manual_seed(0))
+    blocks, op = (
+        ls.plan(llama().train(), ids, world_size=1, sharding="none", checkpoint=c)
+        for c in ("blocks", "op")
+    )
+    ops = _storages(op)["ops"]
+    names = [o[1].split(".")[1] for o in ops if o[0] != ops[-1][0]]  # less lm_head
+    assert names == ["mm", "mm", "mm", "_scaled_dot_product_cudnn_attention", *["mm"] * 4] * 2
+    # 2 x 64 tokens in bf16: q 64 wide, v 32 (2 KV heads of 16), gate 128, down 64
+    attention = ops[3][2]  # its output (bf16), log-sum-exp (float32) and 16 B more
+    assert attention == 2 * 4 * 64 * 16 * 2 + 2 * 4 * 64 * 4 + 16
+    per_block = 2 * 64 * 2 * (64 + 32 + 128 + 64) + attention
+    assert op.kept_activation_bytes - blocks.kept_activation_bytes == 2 * per_block
+
+
+def test_refusals_and_the_flag() -> None:
+    prof = _plan("blocks").analysis  # no op records
+    assert prof is not None
+    with pytest.raises(InvalidInputError, match="checkpoint='op' needs the analysis's op"):
+        ls.plan(prof, world_size=1, sharding="none", precision="fp32", checkpoint="op")
+    with pytest.raises(InvalidInputError, match="checkpoint='op': this model has no repeated"):
+        ls.plan(nn.Linear(4, 4), torch.randn(2, 4), checkpoint="op", world_size=1,
+                sharding="none")  # fmt: skip
+    assert parse_checkpoint("op") == "op"
+
+
+def _torchtitan_policy(meta: dict[str, int]) -> Any:
+    """torchtitan's ``_custom_policy`` (torchtitan/distributed/activation_checkpoint.py)
+    over the ops its save list has that this model runs."""
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    mm = torch.ops.aten.mm.default
+
+    def policy(ctx: Any, func: Any, *args: Any, **kwargs: Any) -> CheckpointPolicy:
+        mode = "recompute" if ctx.is_recompute else "forward"
+        key = f"{mode}_mm_count"
+        if func == mm:
+            meta[key] = meta.get(key, 0) + 1
+        save = func in (mm, torch.ops.aten.max.default) and not (func == mm and meta[key] % 2 == 0)
+        return CheckpointPolicy.MUST_SAVE if save else CheckpointPolicy.PREFER_RECOMPUTE
+
+    return policy
+
+
+def test_the_peak_equals_a_real_selective_checkpoint_run() -> None:
+    """Each block under torch's selective checkpointing with torchtitan's policy, run on
+    the CPU (1,024 tokens: the activations set the peak) and profiled: the plan's peak
+    is the run's (its parameters, its measured session peak and the input; plain SGD
+    keeps no states), and below the plan without checkpointing."""
+    import copy
+    import functools
+
+    from torch.utils.checkpoint import (
+        checkpoint,
+        create_selective_checkpoint_contexts,
+        set_checkpoint_early_stop,
+    )
+
+    x = torch.randn(1024, H)
+    model = _model()
+    real = copy.deepcopy(model)
+    for block in real.children():
+        forward = block.forward
+
+        def run(*args: Any, _forward: Any = forward) -> Any:
+            contexts = functools.partial(
+                create_selective_checkpoint_contexts, _torchtitan_policy({})
+            )
+            return checkpoint(_forward, *args, use_reentrant=False, context_fn=contexts)
+
+        block.forward = run
+
+    def loss(o: torch.Tensor) -> torch.Tensor:
+        return o.float().pow(2).mean()
+
+    torch.manual_seed(1)
+    with set_checkpoint_early_stop(False):
+        mem = ls.profile(real.train(), x, backward=True, memory=True, loss_fn=loss).memory
+    plans = {}
+    for c in (None, "op"):
+        plans[c] = ls.plan(
+            model, x, world_size=1, sharding="none", precision="fp32", optimizer="sgd",
+            reserve_bytes=0, checkpoint=c, loss_fn=loss,
+        )  # fmt: skip
+    assert plans["op"].peak_bytes == mem["baseline_bytes"] + mem["session_peak_bytes"] + x.nbytes
+    assert plans["op"].peak_bytes < plans[None].peak_bytes
