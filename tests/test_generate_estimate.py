@@ -192,7 +192,7 @@ def test_the_sweep_rows(dynamic: GenerateEstimate) -> None:
     first = dynamic.sweep[0]
     assert dynamic.prefill_time == first.prefill_time
     assert dynamic.decode_time_per_token == first.decode_time_per_token
-    assert dynamic.tokens_per_s == first.tokens_per_s_per_sequence
+    assert dynamic.tokens_per_s_per_seq == first.tokens_per_s_per_sequence
     assert dynamic.memory_bound and dynamic.crossover is None
     assert dynamic.notes[0].startswith("Decode stays memory-bound at every batch (1 and 2)")
     # 2 layers x (the prefill and 3 decode steps)

@@ -435,7 +435,7 @@ def test_a_real_estimate(open_page: Any, gen: Generation, tmp_path: Path) -> Non
     decode = [r.decode_time_per_token for r in est.sweep]
     assert [m[1] for m in marks] == pytest.approx(decode, rel=1e-5)  # 6 digits travel
     assert _texts(page, "#ls-gen-estimate-cards .card span") == [
-        "Prefill", "Decode per token", "Tokens/s per sequence",
+        "Prefill", "Decode per token", "Tokens/s per sequence", "Tokens/s",
     ]  # fmt: skip
     p.clean()
 

@@ -11,9 +11,10 @@ stage in any view.
 
 Examples:
   layerscope generate transformers:LlamaForCausalLM --dtype bfloat16 \\
+      --model-args '{"max_position_embeddings": 4096}' \\
       --input-shape 1,2048 --max-new-tokens 256 --batch 1,8,32,128
   layerscope generate transformers:LlamaForCausalLM --dtype bfloat16 \\
-      --input-shape 1,2048 --cache static --target h200 --json gen.json
+      --input-shape 1,1792 --cache static --target h200 --json gen.json
   layerscope generate transformers:LlamaForCausalLM --model-args \\
       '{"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128,
       "num_attention_heads": 4, "vocab_size": 128}' --device cpu \\

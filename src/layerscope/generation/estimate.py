@@ -37,6 +37,7 @@ from layerscope.generation.cache import CacheFacts, cache_facts
 from layerscope.generation.decodefit import AffineFit, Point, decode_lengths
 from layerscope.generation.estimate_notes import notes_for
 from layerscope.generation.estimate_result import GenerateEstimate, SweepRow
+from layerscope.generation.modelcheck import check_generative
 from layerscope.generation.weights import (
     WeightScheme,
     check_scheme,
@@ -306,6 +307,7 @@ def estimate_generate(
     opts = check_options(
         target, prompt, new_tokens, batch, cache, dtype, kwargs, weights, group_size
     )
+    check_generative(model, opts.prompt + opts.new_tokens)
     meta, not_run = meta_model(model, opts.dtype)
     run_dtype = str(_floating_dtype(meta)).removeprefix("torch.")
     roof = roof_of(opts.spec, run_dtype)
@@ -330,7 +332,7 @@ def estimate_generate(
         cache=opts.cache,
         prefill_time=first.prefill_time,
         decode_time_per_token=first.decode_time_per_token,
-        tokens_per_s=first.tokens_per_s_per_sequence,
+        tokens_per_s_per_seq=first.tokens_per_s_per_sequence,
         sweep=rows,
         fit=[a.fit for a in analyses],
         kernels=analyses[0].kernels,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import IO, TYPE_CHECKING, Any
@@ -46,6 +47,12 @@ class SweepRow:
     prefill_flops: float = 0.0
     prefill_bytes: float = 0.0
 
+    @property
+    def tokens_per_s_per_seq(self) -> float:
+        """Each sequence's new tokens per second (``tokens_per_s_per_sequence``), named as
+        ``ls.plan_serving``'s rows name it; ``tokens_per_s`` is all sequences together."""
+        return self.tokens_per_s_per_sequence
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -71,8 +78,9 @@ class GenerateEstimate:
     cache: str
     prefill_time: float
     decode_time_per_token: float
-    #: each sequence's new tokens per second at the first batch
-    tokens_per_s: float
+    #: each sequence's new tokens per second at the first batch (``tokens_per_s_total``:
+    #: all its sequences together; ``tokens_per_s``: this, deprecated)
+    tokens_per_s_per_seq: float
     sweep: list[SweepRow] = field(default_factory=list)
     #: the decode step's affine fit in the cache length, one per batch
     fit: list[AffineFit] = field(default_factory=list)
@@ -83,6 +91,24 @@ class GenerateEstimate:
     #: the first batch's prefill, analysed on meta for the target: the report under the
     #: estimate in ``to_html`` (not in ``to_dict``: an estimate loaded from JSON has none)
     analysis: Profile | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Deprecated: each sequence's new tokens per second at the first batch, as before
+        (a row's ``tokens_per_s`` is all sequences together); read ``tokens_per_s_per_seq``
+        or ``tokens_per_s_total``. Warns once."""
+        _deprecated(
+            "GenerateEstimate.tokens_per_s is per sequence, unlike a row's tokens_per_s "
+            "(the whole batch), and is deprecated: read tokens_per_s_per_seq (per sequence) "
+            "or tokens_per_s_total (all sequences of the first batch)"
+        )
+        return self.tokens_per_s_per_seq
+
+    @property
+    def tokens_per_s_total(self) -> float | None:
+        """New tokens per second of the first batch, all its sequences together (its row's
+        ``tokens_per_s``; None without rows)."""
+        return self.sweep[0].tokens_per_s if self.sweep else None
 
     @property
     def memory_bound(self) -> bool:
@@ -118,7 +144,10 @@ class GenerateEstimate:
             "lower_bound": True,
             "prefill_time": self.prefill_time,
             "decode_time_per_token": self.decode_time_per_token,
-            "tokens_per_s": self.tokens_per_s,
+            # per sequence, as it always was (deprecated); the two below name it apart
+            "tokens_per_s": self.tokens_per_s_per_seq,
+            "tokens_per_s_per_seq": self.tokens_per_s_per_seq,
+            "tokens_per_s_total": self.tokens_per_s_total,
             "memory_bound": self.memory_bound,
             "crossover_batch": self.crossover,
             "fit_held": self.fit_held,
@@ -140,8 +169,9 @@ class GenerateEstimate:
         return cls(
             d["model"], d["target"], dict(d["device"]), d["dtype"], d["prompt"],
             d["new_tokens"], d["cache"], d["prefill_time"], d["decode_time_per_token"],
-            d["tokens_per_s"], [SweepRow.from_dict(r) for r in d["sweep"]], fits,
-            list(d["notes"]), dict(d.get("kernels", {})),
+            d.get("tokens_per_s_per_seq", d["tokens_per_s"]),
+            [SweepRow.from_dict(r) for r in d["sweep"]], fits, list(d["notes"]),
+            dict(d.get("kernels", {})),
         )  # fmt: skip
 
     def save(self, path: str | os.PathLike[str]) -> None:
@@ -191,6 +221,16 @@ class GenerateEstimate:
 
     def __str__(self) -> str:
         return self.render()
+
+
+#: The deprecation messages already given in this process (each is given once).
+_WARNED: set[str] = set()
+
+
+def _deprecated(message: str) -> None:
+    if message not in _WARNED:
+        _WARNED.add(message)
+        warnings.warn(message, DeprecationWarning, stacklevel=3)
 
 
 def _fit(f: Mapping[str, Any]) -> AffineFit:

@@ -27,13 +27,17 @@ _TOP: dict[str, Check] = {
     "model": Str(), "target": Str(), "device": Obj(_DEVICE), "dtype": Str(), "prompt": Int(1),
     "new_tokens": Int(1), "cache": Str(), "prefill_time": Finite(),
     "decode_time_per_token": Finite(), "tokens_per_s": Finite(),
+    "tokens_per_s_per_seq": Finite(), "tokens_per_s_total": Opt(Finite()),
     "sweep": Arr(Obj(_ROW, required=tuple(_ROW)[:9])),
     "fit": Arr(Obj(_FIT, required=tuple(_FIT))), "notes": Arr(Str()),
     "kernels": Map(Map(Int(0))),
 }  # fmt: skip
+#: Keys an older document may lack: the per-sequence and total tokens/s named apart.
+_LATER = ("kernels", "tokens_per_s_per_seq", "tokens_per_s_total")
 #: The estimate's document: the keys ``to_dict`` writes (the figures derived from the
-#: rows, ``memory_bound``, ``crossover_batch``, ``fit_held``, are written, not read).
-ESTIMATE = Obj(_TOP, required=tuple(k for k in _TOP if k != "kernels"),
+#: rows, ``memory_bound``, ``crossover_batch``, ``fit_held``, ``tokens_per_s_total``, are
+#: written, not read; ``tokens_per_s`` is the per-sequence figure, deprecated).
+ESTIMATE = Obj(_TOP, required=tuple(k for k in _TOP if k not in _LATER),
                description="ls.estimate_generate's estimate")  # fmt: skip
 
 __all__ = ["ESTIMATE"]

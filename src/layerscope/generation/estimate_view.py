@@ -78,7 +78,7 @@ def _heading(data: Mapping[str, Any]) -> list[tuple[str, str]]:
     )
     rows = data["sweep"]
     first = rows[0] if rows else {}
-    per_s = data.get("tokens_per_s") or 0.0
+    per_s = data.get("tokens_per_s_per_seq", data.get("tokens_per_s")) or 0.0
     figures = (
         f"Batch {first.get('batch', '?')}: prefill {units.seconds(data.get('prefill_time', 0))}, "
         f"decode {units.seconds(data.get('decode_time_per_token', 0))} per token "

@@ -185,7 +185,9 @@ CARD_FIELDS: tuple[tuple[str, str, str, str], ...] = (
     ("prefill_time", "Prefill", "seconds", "the prompt's call, at the roofline"),
     ("decode_time_per_token", "Decode per token", "seconds",
      "one decode step (a token for every sequence), at the roofline"),
-    ("tokens_per_s", "Tokens/s per sequence", "rate", "each sequence's new tokens per second"),
+    ("tokens_per_s_per_seq", "Tokens/s per sequence", "rate",
+     "each sequence's new tokens per second"),
+    ("tokens_per_s_total", "Tokens/s", "rate", "new tokens per second, all sequences together"),
 )  # fmt: skip
 
 

@@ -55,7 +55,8 @@ ESTIMATE_COLUMNS: tuple[tuple[str, str, str], ...] = tuple(
 #: An estimate's headline figures (those of the sweep's first batch): key, card label,
 #: kind, what it is.
 ESTIMATE_CARDS = CARD_FIELDS
-_ESTIMATE_PARTS = {"sweep", "notes"} | {c[0] for c in ESTIMATE_CARDS}
+#: ``tokens_per_s`` is the per-sequence card's deprecated name
+_ESTIMATE_PARTS = {"sweep", "notes", "tokens_per_s"} | {c[0] for c in ESTIMATE_CARDS}
 
 
 def to_html(
@@ -187,6 +188,8 @@ def _estimate(estimate: Mapping[str, Any]) -> dict[str, Any]:
     """An estimate's cards, its other facts, its sweep as a table and its notes."""
     if not isinstance(estimate, Mapping):
         raise ExportError("the estimate is not an object (an estimate's to_dict())")
+    # an older estimate names the per-sequence figure tokens_per_s only
+    estimate = {"tokens_per_s_per_seq": estimate.get("tokens_per_s"), **estimate}
     cards = [
         [label, page_number(estimate[key]), kind, what]
         for key, label, kind, what in ESTIMATE_CARDS
