@@ -53,6 +53,7 @@ from layerscope.generation.estimate import (
 )
 from layerscope.generation.estimate_notes import memory_note
 from layerscope.generation.estimate_result import SweepRow
+from layerscope.generation.modelcheck import check_generative, positions
 from layerscope.generation.serving_result import KVLayer, ServingPlan, ServingRow
 from layerscope.generation.weights import (
     WeightScheme,
@@ -94,26 +95,18 @@ class ServingOptions:
     mode: str
 
 
-def positions(model: nn.Module) -> int | None:
-    """The most tokens the model's positions allow (its config's), None if it states none."""
-    config = getattr(model, "config", None)
-    for key in ("max_position_embeddings", "n_positions", "max_sequence_length"):
-        value = getattr(config, key, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    return None
-
-
 def _options(model: nn.Module, **o: Any) -> ServingOptions:
     limit = positions(model)
     if o["max_context"] is None and limit is None:
         refuse("max_context", None, "the longest context to serve (the model states none)")
-    most = check_int("max_context", o["max_context"] if o["max_context"] is not None else limit, 2)
-    if limit is not None and most > limit:
+    given = o["max_context"] if o["max_context"] is not None else limit and limit[0]
+    most = check_int("max_context", given, 2)
+    if limit is not None and most > limit[0]:
         raise InvalidInputError(
-            f"max_context {most:,} is beyond {type(model).__name__}'s {limit:,} positions "
-            "(its config's limit): give max_context <= that"
+            f"max_context {most:,} is beyond {type(model).__name__}'s {limit[0]:,} positions "
+            f"(config.{limit[1]}): give max_context <= {limit[0]:,}"
         )
+    check_generative(model, most)
     new = check_int("new_tokens", o["new_tokens"], 1, most - 1)
     prompt = check_int(
         "prompt", o["prompt"] if o["prompt"] is not None else min(2048, most - new), 1
@@ -354,4 +347,4 @@ def plan_serving(
     return plan
 
 
-__all__ = ["BLOCK_SIZE", "KV_WIDTHS", "PREFILL_CHUNK", "RESERVE_BYTES", "plan_serving"]
+__all__ = ["BLOCK_SIZE", "KV_WIDTHS", "MODES", "PREFILL_CHUNK", "RESERVE_BYTES", "plan_serving"]
