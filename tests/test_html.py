@@ -609,6 +609,40 @@ def test_roofline_chart_on_meta_sits_on_the_roof(open_report: Any) -> None:
     p.clean()
 
 
+def test_roofline_labels_overlap_nothing(open_report: Any) -> None:
+    """A Llama's blocks put their modules' points on the same spots: each spot is named
+    once at most, and no label's box meets another label or a point it does not name."""
+    import transformers
+
+    config = transformers.LlamaConfig(
+        vocab_size=1000, hidden_size=256, intermediate_size=512, num_hidden_layers=4,
+        num_attention_heads=4, num_key_value_heads=2,
+    )  # fmt: skip
+    with torch.device("meta"):
+        model: Any = transformers.LlamaForCausalLM(config)
+    ids = torch.zeros(2, 256, dtype=torch.long, device="meta")
+    prof = ls.profile(model.to(torch.bfloat16), ids, target="h100", backward=True)
+    p = open_report(prof, device="h100")
+    boxes = p.page.eval_on_selector_all(
+        "#ls-roofline-chart text.halo",
+        "ts => ts.map(t => { const b = t.getBBox(); return [b.x, b.y, b.width, b.height]; })",
+    )
+    dots = p.page.eval_on_selector_all(
+        "#ls-roofline-chart circle.rl-pt",
+        "cs => cs.map(c => [+c.getAttribute('cx'), +c.getAttribute('cy'), +c.getAttribute('r')])",
+    )
+    assert len(boxes) >= 3
+    for i, (x, y, w, h) in enumerate(boxes):
+        for x2, y2, w2, h2 in boxes[i + 1 :]:
+            assert x + w <= x2 or x2 + w2 <= x or y + h <= y2 or y2 + h2 <= y
+        hit = [
+            (cx, cy) for cx, cy, r in dots
+            if (max(x, min(cx, x + w)) - cx) ** 2 + (max(y, min(cy, y + h)) - cy) ** 2 < r * r
+        ]  # fmt: skip
+        assert len(set(hit)) <= 1  # at most its own spot (a label starts 8 px from it)
+    p.clean()
+
+
 # ==== memory cards, the timeline's highest point, and what fits a window ======================
 
 #: GPT-2's token embedding: 50,257 tokens x 768 float32 values (its weight and each of

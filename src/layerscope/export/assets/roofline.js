@@ -98,7 +98,7 @@
     var wmax = 0;
     pts.forEach(function (p) { if (p.w > wmax) wmax = p.w; });
     pts.sort(function (a, b) { return b.w - a.w; });  // small ones on top
-    var dots = sv("g", {});
+    var dots = sv("g", {}), circles = [];
     pts.forEach(function (p) {
       var r = wmax ? 3 + 11 * Math.sqrt(p.w / wmax) : 4, c = sv("circle", {
         "class": p.t ? "rl-pt" : "rl-pt est", cx: sx(p.x).toFixed(1), cy: sy(p.y).toFixed(1), r: r.toFixed(1),
@@ -113,18 +113,33 @@
       }
       c.dataset.tip = lines.join("\n");
       dots.appendChild(c);
+      circles.push([sx(p.x), sy(p.y), r]);
     });
     frag.appendChild(dots);
     var labels = sv("g", { "class": "axis" }), named = 0;
-    pts.forEach(function (p) {  // the five longest, where they do not overlap
-      if (named >= 5) return;
-      var lx = sx(p.x) + 8, ly = sy(p.y) - 8, text = label(p.i), wide = 6.2 * text.length;
-      if (lx + wide > W - Rm) lx = sx(p.x) - 8 - wide;
+    function clear(lx, ly, wide, cx, cy) {  // a label's box meets no label and no other point
       for (var q = 0; q < placed.length; q++) {
         var o = placed[q];
-        if (Math.abs(o[1] - ly) < 13 && lx < o[0] + o[2] + 8 && o[0] < lx + wide + 8) return;
+        if (Math.abs(o[1] - ly) < 13 && lx < o[0] + o[2] + 8 && o[0] < lx + wide + 8) return false;
       }
-      placed.push([lx, ly, wide]); named++;
+      for (var k = 0; k < circles.length; k++) {
+        var c = circles[k];
+        if (Math.abs(c[0] - cx) < 0.5 && Math.abs(c[1] - cy) < 0.5) continue;  // its own spot
+        var nx = Math.max(lx, Math.min(c[0], lx + wide)), ny = Math.max(ly - 10, Math.min(c[1], ly + 3));
+        if ((nx - c[0]) * (nx - c[0]) + (ny - c[1]) * (ny - c[1]) < c[2] * c[2]) return false;
+      }
+      return true;
+    }
+    var spots = {};  // a spot several modules share (a block's repeats) is named once
+    pts.forEach(function (p) {  // the five longest, where they overlap nothing
+      var spot = sx(p.x).toFixed(0) + "," + sy(p.y).toFixed(0);
+      if (named >= 5 || spots[spot]) return;
+      var ly = sy(p.y) - 8, text = label(p.i), wide = 6.2 * text.length;
+      var right = sx(p.x) + 8, left = sx(p.x) - 8 - wide;
+      var lx = right + wide <= W - Rm && clear(right, ly, wide, sx(p.x), sy(p.y)) ? right :
+        left >= 0 && clear(left, ly, wide, sx(p.x), sy(p.y)) ? left : null;
+      if (lx === null) return;
+      placed.push([lx, ly, wide]); named++; spots[spot] = true;
       var lt = sv("text", { x: lx.toFixed(1), y: ly.toFixed(1), "class": "halo" });
       lt.textContent = text; labels.appendChild(lt);
     });
