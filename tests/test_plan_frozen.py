@@ -101,3 +101,17 @@ def test_a_profile_without_frozen_records_plans_as_before() -> None:
     assert plan.states["param_bytes"] == 4 * TRAINED // 8
     assert plan.timeline["param_bytes"][0] == 4 * TRAINED // 8 + 2 * FROZEN
     assert "frozen parameters are counted replicated, in the analysed dtype" in plan.notes
+
+
+def test_mfu_counts_a_frozen_parameter_four_flops_a_token() -> None:
+    """6 N per token for a trained parameter (forward, input gradient, weight gradient),
+    4 for a frozen one (no weight gradient)."""
+    torch.manual_seed(0)
+    frozen = nn.Linear(32, 32).requires_grad_(False)
+    model = nn.Sequential(nn.Embedding(100, 32), frozen, nn.Linear(32, 100))
+    ids = torch.randint(0, 100, (2, 16))
+    plan = ls.plan(model, ids, world_size=1, sharding="none")
+    # trained: the embedding 100 x 32 and the head 32 x 100 + 100; frozen: 32 x 32 + 32;
+    # 2 x 16 = 32 tokens, no attention
+    trained, kept = 3_200 + 3_200 + 100, 1_024 + 32
+    assert plan.mfu_flops == (6 * trained + 4 * kept) * 32

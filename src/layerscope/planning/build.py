@@ -104,10 +104,12 @@ def _build(prof: Profile, opts: Options, choice: CheckpointChoice, asked: Any) -
     peak_flops = opts.target.peak(str(opts.compute_dtype).removeprefix("torch."))
     accum = opts.grad_accum
     n_params = sum(prod(p.shape) for p in params)
-    # the published convention (PaLM, Appendix B): 6 N per token plus attention
-    published = (
-        (6 * n_params * tokens + timed.predicted.attention_flops) * accum if tokens else None
-    )
+    n_frozen = sum(prod(p.shape) for p in kept or ())
+    # the published convention (PaLM, Appendix B): 6 N per token plus attention; a frozen
+    # parameter's weight gradient is never computed, so it counts 4 (forward, input
+    # gradient), not 6
+    per_token = 6 * n_params + 4 * n_frozen
+    published = (per_token * tokens + timed.predicted.attention_flops) * accum if tokens else None
     notes = [
         *timed.notes,
         *_notes(opts, choice, asked, unrecorded, strategy.notes(opts)),
