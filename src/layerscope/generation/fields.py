@@ -157,7 +157,9 @@ SERVING_FIELDS: tuple[SweepField, ...] = (
     SweepField("batch", "Batch", "Batch", "count", "count", "sequences served together",
                None, 0, "integer"),
     SweepField("ttft", "Time to first token", "TTFT", "seconds", "seconds",
-               "the prefill of every prompt of the batch at once, at the roofline", 60, 1),
+               "the prefill of every prompt of the batch at once, predicted", 60, 1),
+    SweepField("ttft_bound", "TTFT bound", None, "seconds", "seconds",
+               "the prefill at the roofline: the lower bound"),
     SweepField("tpot", "Time per output token", "TPOT", "seconds", "seconds",
                "one decode step, predicted: its kernels at the achievable rates, or the "
                "host's launches when slower", None, 2),

@@ -193,18 +193,26 @@ class Step:
         return max(self.run, self.launch)
 
 
-def decode_step(
-    driver: Driver, batch: int, length: int, roof: Roof, mode: str, scheme: WeightScheme | None
+def predicted_step(
+    driver: Driver,
+    batch: int,
+    length: int | None,
+    roof: Roof,
+    mode: str,
+    scheme: WeightScheme | None,
 ) -> Step:
-    """One decode step of ``batch`` sequences on a cache holding ``length`` tokens,
-    analysed with its kernels recorded and priced (module doc)."""
-    cache = driver.fill(batch, length)
+    """One model call analysed with its kernels recorded and priced (module doc): a decode
+    step of ``batch`` sequences on a cache holding ``length`` tokens, or (``length``
+    None) the prefill of ``batch`` prompts into an empty cache."""
+    prompt = length is None
+    cache = driver.new_cache() if length is None else driver.fill(batch, length)
     recorder = KernelRecorder()
     kwargs = {**driver.call, driver.cache_name: cache}
+    ids = driver.ids(batch, driver.opts.prompt if prompt else 1)
     with torch.no_grad():
         prof = profile(
-            driver.model, driver.ids(batch, 1), kwargs=kwargs, target=driver.opts.target,
-            mode="eval", record_shapes=False, observers=[recorder],
+            driver.model, ids, kwargs=kwargs, target=driver.opts.target, mode="eval",
+            record_shapes=False, observers=[recorder],
         )  # fmt: skip
     if scheme is not None:
         _narrow_records(recorder.kernels, driver.model, scheme)
@@ -212,10 +220,11 @@ def decode_step(
     # its pointwise kernels fused as a compiled plan's are (``kernels.fused``)
     kernels = recorder.kernels if mode == "eager" else fused(recorder.kernels)
     record(prof, kernels)
+    rates = rates_of(driver.opts.spec)
     # a decode step's matmuls have a few rows: they run as GEMV or split-K kernels that do
     # not pad the rows to a tile, so no tile or wave quantisation (stated)
-    rates = rates_of(driver.opts.spec)
-    run = predict(prof, replace(rates, launch=0.0, sms=None), roof.peak, roof.bandwidth)
+    running = replace(rates, launch=0.0) if prompt else replace(rates, launch=0.0, sms=None)
+    run = predict(prof, running, roof.peak, roof.bandwidth)
     launches = kernels.count() if mode == "eager" else 1
     return Step(kernels.count(), run.forward[id(prof.root)], launches * rates.launch)
 
@@ -230,14 +239,15 @@ def _narrow_records(kernels: Kernels, model: nn.Module, scheme: WeightScheme) ->
                 break
 
 
-def _row(r: SweepRow, step: Step, plan: ServingPlan, length: int) -> ServingRow:
-    """A batch's row: the estimate's bounds, the predicted step, the KV cache at the last
-    token against the plan's budget."""
+def _row(r: SweepRow, prefill: Step, step: Step, plan: ServingPlan, length: int) -> ServingRow:
+    """A batch's row: the predicted prefill and decode step beside the estimate's bounds,
+    the KV cache at the last token against the plan's budget."""
     tpot = max(step.time, r.decode_time_per_token)  # never below the bound
     kv = r.batch * plan.kv_bytes(length)
     return ServingRow(
         batch=r.batch,
-        ttft=r.prefill_time,
+        ttft=max(prefill.time, r.prefill_time),
+        ttft_bound=r.prefill_time,
         tpot=tpot,
         tpot_bound=r.decode_time_per_token,
         launch_time=step.launch,
@@ -337,7 +347,13 @@ def plan_serving(
     static = Driver(meta, replace(eo, cache="static"), driver.roof)
     middle = so.prompt + so.new_tokens // 2
     plan.rows = [
-        _row(r, decode_step(static, r.batch, middle, driver.roof, so.mode, scheme), plan, length)
+        _row(
+            r,
+            predicted_step(static, r.batch, None, driver.roof, so.mode, scheme),
+            predicted_step(static, r.batch, middle, driver.roof, so.mode, scheme),
+            plan,
+            length,
+        )
         for r in est.sweep
     ]
     # the estimate's own "Fits" note holds its rows to the datasheet memory: the plan's

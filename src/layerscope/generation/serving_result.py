@@ -30,8 +30,10 @@ class ServingRow:
     """One batch size: ``batch`` sequences served together (seconds, bytes)."""
 
     batch: int
-    #: the prefill of every prompt at once, at the roofline (a lower bound)
+    #: the prefill of every prompt at once, predicted as a decode step is
     ttft: float
+    #: the prefill at the roofline: the lower bound
+    ttft_bound: float
     #: one decode step, predicted: its kernels at the achievable rates, or the host's
     #: launches when they take longer
     tpot: float
@@ -221,9 +223,10 @@ class ServingPlan:
         said.append(
             "Rows: a static cache of prompt + new tokens (read whole at every step, as a "
             f"paged cache is at the last token), the KV cache at {self.dtype}'s width. TTFT "
-            "is the prefill's roofline bound; TPOT is predicted: the decode step's kernels "
-            f"at the target's achievable rates, {launching}, the larger of running and "
-            "launching; TPOT bound is its roofline."
+            "and TPOT are predicted: the prefill's and a decode step's kernels at the "
+            f"target's achievable rates, {launching}, the larger of running and launching "
+            "and never below their bounds, the rooflines (a decode step's matmuls without "
+            "tile quantisation: GEMV and split-K kernels)."
         )
         return said
 

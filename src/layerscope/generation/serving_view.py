@@ -84,7 +84,7 @@ def serving_lines(data: Mapping[str, Any], width: int) -> list[Line]:
     legend = (
         f"Rows: prompts of {units.count(data['prompt'])} tokens, "
         f"{units.count(data['new_tokens'])} new tokens each. TTFT: the prefill of every "
-        "prompt at once (a bound); TPOT: one decode step, predicted (Bound TPOT: its "
+        "prompt at once, predicted; TPOT: one decode step, predicted (Bound TPOT: its "
         "roofline; Launch: the host's launches); Tok/s = Batch / TPOT, Tok/s/seq = 1 / TPOT; "
         "KV cache: at the last token; Fits: within the KV cache's budget."
     )
