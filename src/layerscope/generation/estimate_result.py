@@ -91,6 +91,10 @@ class GenerateEstimate:
     #: the first batch's prefill, analysed on meta for the target: the report under the
     #: estimate in ``to_html`` (not in ``to_dict``: an estimate loaded from JSON has none)
     analysis: Profile | None = field(default=None, repr=False, compare=False)
+    #: the KV cache's width when given (None: the model's dtype)
+    kv_dtype: str | None = None
+    #: a paged cache's block in tokens (None: another cache)
+    block_size: int | None = None
 
     @property
     def tokens_per_s(self) -> float:
@@ -141,6 +145,8 @@ class GenerateEstimate:
             "prompt": self.prompt,
             "new_tokens": self.new_tokens,
             "cache": self.cache,
+            **({"block_size": self.block_size} if self.block_size is not None else {}),
+            **({"kv_dtype": self.kv_dtype} if self.kv_dtype is not None else {}),
             "lower_bound": True,
             "prefill_time": self.prefill_time,
             "decode_time_per_token": self.decode_time_per_token,
@@ -171,7 +177,7 @@ class GenerateEstimate:
             d["new_tokens"], d["cache"], d["prefill_time"], d["decode_time_per_token"],
             d.get("tokens_per_s_per_seq", d["tokens_per_s"]),
             [SweepRow.from_dict(r) for r in d["sweep"]], fits, list(d["notes"]),
-            dict(d.get("kernels", {})),
+            dict(d.get("kernels", {})), None, d.get("kv_dtype"), d.get("block_size"),
         )  # fmt: skip
 
     def save(self, path: str | os.PathLike[str]) -> None:
@@ -235,7 +241,10 @@ def _deprecated(message: str) -> None:
 
 def _fit(f: Mapping[str, Any]) -> AffineFit:
     points = [Point(p["length"], p["time"], p["flops"], p["macs"], p["bytes"]) for p in f["points"]]
-    return AffineFit(f["batch"], f["first_length"], f["last_length"], points, f["tolerance"])
+    return AffineFit(
+        f["batch"], f["first_length"], f["last_length"], points, f["tolerance"],
+        f.get("block_size", 0),
+    )  # fmt: skip
 
 
 def load_estimate(path: str | os.PathLike[str]) -> GenerateEstimate:
