@@ -46,6 +46,7 @@ from layerscope.generation.decodefit import AffineFit, Point, decode_lengths
 from layerscope.generation.estimate_notes import notes_for
 from layerscope.generation.estimate_result import GenerateEstimate, SweepRow
 from layerscope.generation.modelcheck import check_generative
+from layerscope.generation.moe import Routing, experts_kernel, moe_note, route, routing_of
 from layerscope.generation.weights import (
     WeightScheme,
     check_scheme,
@@ -162,6 +163,9 @@ class BatchAnalysis:
     fit: AffineFit
     kv: CacheFacts
     kernels: dict[str, Any]
+    #: a mixture of experts: the decode fit and the prefill time with every expert read
+    worst: AffineFit | None = None
+    prefill_worst: float | None = None
 
 
 class Driver:
@@ -189,6 +193,9 @@ class Driver:
         width = torch.empty((), dtype=_floating_dtype(model)).element_size()
         self.kv_ratio = KV_WIDTHS[opts.kv_dtype] / width if opts.kv_dtype else 1.0
         self.attention = attention_paths(model) if self.kv_ratio != 1.0 else {}
+        self.routing: Routing | None = routing_of(model, _floating_dtype(model))
+        #: a mixture of experts: each analysis's time and bytes with every expert read
+        self.worst: dict[int, tuple[float, float]] = {}
 
     def new_cache(self, held: int | None = None) -> Any:
         """A cache of ``cache=``'s kind for a call that leaves ``held`` tokens in it
@@ -209,7 +216,7 @@ class Driver:
     def analyse(self, ids: torch.Tensor, cache: Any) -> Profile:
         """One model call on ``cache``, analysed and steered to the target."""
         kwargs = {**self.call, self.cache_name: cache}
-        with torch.no_grad():
+        with torch.no_grad(), experts_kernel(self.model, self.routing):
             prof = profile(
                 self.model, ids, kwargs=kwargs, target=self.opts.target, mode="eval",
                 record_shapes=False,
@@ -219,7 +226,16 @@ class Driver:
         if self.kv_ratio != 1.0:
             facts = cache_facts(cache)
             narrow_kv(prof, self.attention, facts, self.opts.cache, ids.shape[1], self.kv_ratio)
+        if self.routing is not None:
+            self._route(prof, ids.numel(), self.routing)
         return prof
+
+    def _route(self, prof: Profile, tokens: int, routing: Routing) -> None:
+        """Every expert read (kept as the worst case), then the expected ones (``moe``)."""
+        route(prof, routing, routing.counted(tokens), routing.experts)
+        time = roof_times(prof, self.roof, "forward")[id(prof.root)]
+        self.worst[id(prof)] = (time, float(prof.root.metrics.get(ms.BYTES_ACCESSED) or 0))
+        route(prof, routing, routing.experts, routing.expected(tokens))
 
     def fill(self, batch: int, length: int) -> Any:
         """A new cache holding ``length`` tokens per row (room for one more): a plain
@@ -227,7 +243,12 @@ class Driver:
         cache = self.new_cache(length + 1)
         kwargs = {**self.call, self.cache_name: cache}
         try:
-            with torch.no_grad(), meta_values(), _eval_mode(self.model):
+            with (
+                torch.no_grad(),
+                meta_values(),
+                _eval_mode(self.model),
+                experts_kernel(self.model, self.routing),
+            ):
                 self.model(self.ids(batch, length), **kwargs)
         except LayerscopeError:
             raise
@@ -256,14 +277,22 @@ class Driver:
         kernels = _merge_kernels({}, prefill)
         block = o.block_size if o.cache == "paged" else 0
         fit = AffineFit(batch, o.prompt, o.prompt + o.new_tokens - 1, block=block)
+        worst = AffineFit(batch, o.prompt, o.prompt + o.new_tokens - 1, block=block)
         for length in decode_lengths(o.prompt, o.new_tokens):
             if length != o.prompt or block:
                 cache = self.fill(batch, length)
             step = self.analyse(self.ids(batch, 1), cache)
             kernels = _merge_kernels(kernels, step)
             fit.points.append(self.point(step, length))
+            if id(step) in self.worst:
+                time, nbytes = self.worst[id(step)]
+                p = fit.points[-1]
+                worst.points.append(Point(length, time, p.flops, p.macs, nbytes))
         prefill_time = roof_times(prefill, self.roof, "forward")[id(prefill.root)]
-        return BatchAnalysis(batch, prefill, prefill_time, fit, cache_facts(cache), kernels)
+        analysis = BatchAnalysis(batch, prefill, prefill_time, fit, cache_facts(cache), kernels)
+        if self.routing is not None:
+            analysis.worst, analysis.prefill_worst = worst, self.worst[id(prefill)][0]
+        return analysis
 
 
 def _merge_kernels(kernels: dict[str, Any], prof: Profile) -> dict[str, Any]:
@@ -276,13 +305,18 @@ def _merge_kernels(kernels: dict[str, Any], prof: Profile) -> dict[str, Any]:
 
 
 def _row(
-    a: BatchAnalysis, roof: Roof, weights: int, memory: int | None, kv_ratio: float = 1.0
+    a: BatchAnalysis,
+    roof: Roof,
+    weights: int,
+    memory: int | None,
+    kv_ratio: float = 1.0,
+    routing: Routing | None = None,
 ) -> SweepRow:
     per_token = a.fit.mean("time")
     kv = round(a.kv.total * kv_ratio)
     flops, nbytes = a.fit.mean("flops"), a.fit.mean("bytes")
     prefill = a.prefill.root.metrics
-    return SweepRow(
+    row = SweepRow(
         batch=a.batch,
         prefill_time=a.prefill_time,
         decode_time_per_token=per_token,
@@ -297,6 +331,12 @@ def _row(
         prefill_flops=float(prefill.get(ms.FLOPS) or 0),
         prefill_bytes=float(prefill.get(ms.BYTES_ACCESSED) or 0),
     )
+    if routing is not None and a.worst is not None:
+        row.experts_per_layer = routing.expected(a.batch)
+        row.decode_time_all_experts = a.worst.mean("time")
+        row.decode_bytes_all_experts = a.worst.mean("bytes")
+        row.prefill_time_all_experts = a.prefill_worst
+    return row
 
 
 def estimate_generate(
@@ -344,7 +384,10 @@ def estimate_generate(
     driver = Driver(meta, opts, roof)
     stored = stored_bytes(meta, opts.weights)
     analyses = [driver.batch(b) for b in opts.batches]
-    rows = [_row(a, roof, stored, opts.spec.memory_bytes, driver.kv_ratio) for a in analyses]
+    rows = [
+        _row(a, roof, stored, opts.spec.memory_bytes, driver.kv_ratio, driver.routing)
+        for a in analyses
+    ]
     first = rows[0]
     result = GenerateEstimate(
         model=type(model).__name__,
@@ -369,10 +412,13 @@ def estimate_generate(
         analysis=analyses[0].prefill,
         kv_dtype=opts.kv_dtype,
         block_size=opts.block_size if opts.cache == "paged" else None,
+        moe=driver.routing.to_dict() if driver.routing is not None else None,
     )
     result.notes = [*notes_for(result, [a.prefill for a in analyses], driver.keeps_one), *not_run]
     if opts.weights is not None:
         result.notes.append(weights_note(opts.weights, meta, driver.linears, stored))
+    if driver.routing is not None:
+        result.notes.insert(1, moe_note(driver.routing, rows))
     return result
 
 

@@ -19,6 +19,15 @@ if TYPE_CHECKING:
     from layerscope.profile import Profile
 
 
+#: A row's mixture-of-experts fields, written only for a model with experts.
+MOE_KEYS = (
+    "experts_per_layer",
+    "decode_time_all_experts",
+    "decode_bytes_all_experts",
+    "prefill_time_all_experts",
+)
+
+
 @dataclass
 class SweepRow:
     """One batch size: ``batch`` sequences generated together (seconds, bytes)."""
@@ -46,6 +55,13 @@ class SweepRow:
     decode_bytes: float = 0.0
     prefill_flops: float = 0.0
     prefill_bytes: float = 0.0
+    #: a mixture of experts (None: dense): the distinct experts a decode step reads per
+    #: layer, expected under uniform routing; the decode step and the prefill with every
+    #: expert read, the bound's other side
+    experts_per_layer: float | None = None
+    decode_time_all_experts: float | None = None
+    decode_bytes_all_experts: float | None = None
+    prefill_time_all_experts: float | None = None
 
     @property
     def tokens_per_s_per_seq(self) -> float:
@@ -54,7 +70,8 @@ class SweepRow:
         return self.tokens_per_s_per_sequence
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Every field; a dense model's row leaves out the experts' (``MOE_KEYS``)."""
+        return {k: v for k, v in asdict(self).items() if v is not None or k not in MOE_KEYS}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SweepRow:
@@ -95,6 +112,8 @@ class GenerateEstimate:
     kv_dtype: str | None = None
     #: a paged cache's block in tokens (None: another cache)
     block_size: int | None = None
+    #: a mixture of experts' routing (``moe.Routing.to_dict``; None: dense)
+    moe: dict[str, Any] | None = None
 
     @property
     def tokens_per_s(self) -> float:
@@ -147,6 +166,7 @@ class GenerateEstimate:
             "cache": self.cache,
             **({"block_size": self.block_size} if self.block_size is not None else {}),
             **({"kv_dtype": self.kv_dtype} if self.kv_dtype is not None else {}),
+            **({"moe": dict(self.moe)} if self.moe is not None else {}),
             "lower_bound": True,
             "prefill_time": self.prefill_time,
             "decode_time_per_token": self.decode_time_per_token,
@@ -178,6 +198,7 @@ class GenerateEstimate:
             d.get("tokens_per_s_per_seq", d["tokens_per_s"]),
             [SweepRow.from_dict(r) for r in d["sweep"]], fits, list(d["notes"]),
             dict(d.get("kernels", {})), None, d.get("kv_dtype"), d.get("block_size"),
+            d.get("moe"),
         )  # fmt: skip
 
     def save(self, path: str | os.PathLike[str]) -> None:
