@@ -117,7 +117,8 @@ def routing_of(model: nn.Module, dtype: torch.dtype) -> Routing | None:
             f"{', '.join(sorted(FAMILIES))} (experts and num_experts_per_tok from the config)"
         )
     layers = tuple(
-        (name, sum(p.nbytes for p in m.parameters()) / m.num_experts) for name, m in found
+        (name, sum(p.nbytes for p in m.parameters()) / int(getattr(m, "num_experts", 1)))
+        for name, m in found
     )
     shared = getattr(config, keys[1], None) if keys[1] else None
     impl = "grouped_mm" if dtype == GROUPED_DTYPE else "batched_mm"
