@@ -105,9 +105,12 @@ def memory_note(est: GenerateEstimate) -> str:
     if memory is None:
         return f"Weights {nbytes(weights)}; the target's memory is not known: fits not decided."
     over = [r.batch for r in est.sweep if r.fits is False]
+    tokens = est.prompt + est.new_tokens
+    if est.block_size:  # a paged cache holds whole blocks
+        tokens = -(-tokens // est.block_size) * est.block_size
     text = (
         f"Fits: the weights ({nbytes(weights)}) and the KV cache at "
-        f"{_count(est.prompt + est.new_tokens)} tokens within {est.target}'s "
+        f"{_count(tokens)} tokens within {est.target}'s "
         f"{nbytes(memory)}; activations, the CUDA context and workspaces are not counted."
     )
     if over:

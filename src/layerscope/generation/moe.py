@@ -32,6 +32,7 @@ from torch import nn
 import layerscope.metricspec as ms
 from layerscope.errors import InvalidInputError
 from layerscope.profile import Node, Profile
+from layerscope.render.units import seconds
 
 #: The families whose routing layerscope reads: model_type -> the config keys of the
 #: routed experts' count and of the shared experts (None: none), with top-k always
@@ -166,8 +167,8 @@ def moe_note(routing: Routing, rows: list[Any]) -> str:
     e, k = routing.experts, routing.top_k
     at = "; ".join(
         f"batch {r.batch}: {r.experts_per_layer:.2f} per layer, decode "
-        f"{r.decode_time_per_token * 1e3:.3g} ms per token (all {e}: "
-        f"{r.decode_time_all_experts * 1e3:.3g} ms)"
+        f"{seconds(r.decode_time_per_token)} per token (all {e}: "
+        f"{seconds(r.decode_time_all_experts)})"
         for r in rows
     )
     return (
