@@ -291,7 +291,7 @@ def test_a_fit_that_misses_uses_the_broken_line() -> None:
         ({"new_tokens": 0}, "new_tokens must be an int >= 1, got 0"),
         ({"batch": []}, "batch must be a batch size or a non-empty list of them"),
         ({"batch": [1, 0]}, "batch[1] must be an int >= 1, got 0"),
-        ({"cache": "paged"}, "cache must be one of 'dynamic', 'static', got 'paged'"),
+        ({"cache": "pagd"}, "cache must be one of 'dynamic', 'static', 'paged', got 'pagd'"),
         ({"target": "h100x"}, "target must be one of"),
         ({"target": "cpu"}, "target must be one of"),
         ({"dtype": "float33"}, "dtype must be a torch.dtype or a dtype name"),
@@ -348,7 +348,9 @@ def test_cli_takes_the_batch_from_the_input_shape(
     [
         (["--input-shape", "1,2,3"], "--input-shape must be BATCH,PROMPT"),
         (["--input-shape", "1,8", "--batch", "1,x"], "--batch must be batch sizes"),
-        (["--input-shape", "1,8", "--cache", "paged"], "--cache must be one of"),
+        (["--input-shape", "1,8", "--cache", "pagd"], "--cache must be one of"),
+        (["--input-shape", "1,8", "--kv-dtype", "fp4"], "--kv-dtype must be one of"),
+        (["--input-shape", "1,8", "--device", "cpu", "--cache", "paged"], "estimates' (on meta)"),
         (["--input-shape", "1,8", "--target", "h1000"], "--target must be one of"),
         (["--input-shape", "1,8", "--time"], "--time needs a real device"),
         (["--input-shape", "1,8", "--device", "cpu", "--batch", "1,2"], "--batch lists"),
@@ -361,6 +363,14 @@ def test_cli_refusals_are_one_line_and_exit_2(
     code = main([*SPEC, *flags])
     err = capsys.readouterr().err
     assert code == 2 and message in err and err.count("\n") == 1
+
+
+def test_cli_estimates_a_paged_fp8_cache(eighty: None, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main([*SPEC, "--input-shape", "1,8", "--max-new-tokens", "2", "--cache", "paged",
+                 "--block-size", "8", "--kv-dtype", "fp8", "--width", "200"])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "2 new tokens per sequence, paged cache (blocks of 8 tokens, KV at fp8)." in out
 
 
 def test_cli_measures_generate_on_a_real_device(

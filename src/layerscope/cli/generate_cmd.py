@@ -39,7 +39,8 @@ from layerscope.cli.common import (
 from layerscope.cli.inputs import parse_json_object, parse_model_dtype, parse_shape
 from layerscope.errors import InvalidInputError
 from layerscope.export.files import write_text
-from layerscope.generation.estimate import CACHES, estimate_generate
+from layerscope.generation.cachekinds import BLOCK_SIZE, CACHES, KV_WIDTHS
+from layerscope.generation.estimate import estimate_generate
 from layerscope.generation.result import STAGES
 from layerscope.hardware import GPUS
 from layerscope.render import config as display_config
@@ -68,8 +69,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     gen.add_argument(
         "--cache", default="dynamic", metavar="KIND",
-        help="the KV cache: dynamic (grown by torch.cat at every step; the default) or "
-        "static (preallocated for prompt + new tokens)",
+        help="the KV cache: dynamic (grown by torch.cat at every step; the default), "
+        "static (preallocated for prompt + new tokens) or, on meta, paged (a server's: "
+        "read in place once at the current length in whole blocks, written once)",
+    )  # fmt: skip
+    gen.add_argument(
+        "--block-size", type=int, default=BLOCK_SIZE, metavar="N",
+        help=f"with --cache paged, the block in tokens (default {BLOCK_SIZE})",
+    )  # fmt: skip
+    gen.add_argument(
+        "--kv-dtype", default=None, metavar="DTYPE",
+        help="on meta, the KV cache's width: fp8, int8, bf16, fp16 or fp32 (default the "
+        "model's dtype)",
     )  # fmt: skip
     gen.add_argument(
         "--dtype", metavar="DTYPE", help="cast the model first (e.g. bfloat16, float16)"
@@ -164,6 +175,9 @@ def _check_flags(args: argparse.Namespace) -> torch.device:
             refuse("--input-shape", args.input_shape, "BATCH,PROMPT (two numbers, e.g. 1,2048)")
     check_int("--max-new-tokens", args.max_new_tokens, 1)
     check_choice("--cache", args.cache, list(CACHES))
+    check_int("--block-size", args.block_size, 1)
+    if args.kv_dtype is not None:
+        check_choice("--kv-dtype", args.kv_dtype, list(KV_WIDTHS))
     if args.width is not None:
         check_int("--width", args.width, 1)
     if args.dtype:
@@ -174,6 +188,11 @@ def _check_flags(args: argparse.Namespace) -> torch.device:
         if args.time:
             raise InvalidInputError("--time needs a real device: nothing runs on meta")
     else:
+        if args.cache == "paged" or args.kv_dtype is not None:
+            raise InvalidInputError(
+                "--cache paged and --kv-dtype are estimates' (on meta); on a real device "
+                "generate() runs a dynamic or a static cache at the model's dtype"
+            )
         if args.batch:
             raise InvalidInputError(
                 "--batch lists batch sizes to estimate on meta; on a real device give one "
@@ -284,7 +303,7 @@ def run(args: argparse.Namespace) -> int:
         model, target=_target(args), prompt=prompt,
         new_tokens=args.max_new_tokens,
         batch=parse_batches(args.batch) if args.batch else [batch], cache=args.cache,
-        dtype=dtype,
+        dtype=dtype, block_size=args.block_size, kv_dtype=args.kv_dtype,
     )  # fmt: skip
     result.show(width=args.width)
     _write(args, result, result.render(width=args.width) if args.output else "")

@@ -9,6 +9,10 @@ decode step's, the middle one's, the last one's), the line is drawn through the 
 ends, and the middle is checked against it within ``TOLERANCE``. Where the check holds,
 the line's value at the mean cache length is the mean over the decode steps; where it
 does not, the mean of the broken line through the three points is used instead.
+
+On a paged cache (``block``), a step at cache length ``L`` reads ``L + 1`` tokens rounded
+up to whole blocks: its cost is a staircase in ``L``, affine in that rounded length. The
+line is drawn in the rounded length, and the mean is taken over every step's.
 """
 
 from __future__ import annotations
@@ -57,24 +61,36 @@ class AffineFit:
     last: int
     points: list[Point] = field(default_factory=list)
     tolerance: float = TOLERANCE
+    #: a paged cache's block in tokens (0: no blocks): the line is in ``reads(L)``
+    block: int = 0
 
     @property
     def mean_length(self) -> float:
         """The mean cache length over the decode steps ``first .. last``."""
         return (self.first + self.last) / 2
 
+    def reads(self, length: float) -> float:
+        """The line's abscissa for a step at cache length ``length``: ``length`` itself,
+        or on a paged cache the tokens it reads, ``length + 1`` rounded up to whole
+        blocks."""
+        if not self.block:
+            return length
+        return -(-(int(length) + 1) // self.block) * self.block
+
     def line(self, quantity: str) -> tuple[float, float]:
-        """``(a, b)`` of the line through the two end points (``b = 0`` with one point)."""
+        """``(a, b)`` of the line through the two end points (``b = 0`` with one point),
+        in ``reads(L)``."""
         lo, hi = self.points[0], self.points[-1]
-        if hi.length == lo.length:
+        x0, x1 = self.reads(lo.length), self.reads(hi.length)
+        if x1 == x0:
             return lo.value(quantity), 0.0
-        slope = (hi.value(quantity) - lo.value(quantity)) / (hi.length - lo.length)
-        return lo.value(quantity) - slope * lo.length, slope
+        slope = (hi.value(quantity) - lo.value(quantity)) / (x1 - x0)
+        return lo.value(quantity) - slope * x0, slope
 
     def at(self, quantity: str, length: float) -> float:
         """The line's value at cache length ``length``."""
         a, b = self.line(quantity)
-        return a + b * length
+        return a + b * self.reads(length)
 
     def errors(self) -> dict[str, float]:
         """Relative distance of each middle point from the line, per quantity (empty when
@@ -103,9 +119,21 @@ class AffineFit:
         """The mean of ``quantity`` over the decode steps: the line's value at the mean
         cache length when the check held (or could not be made), else the mean of the
         broken line through the points."""
+        if self.block:
+            return self._step_mean(quantity)
         if self.held is not False:
             return self.at(quantity, self.mean_length)
         return _broken_line_mean(self.points, quantity)
+
+    def _step_mean(self, quantity: str) -> float:
+        """A paged cache's mean over the steps: the line (or, where the check missed, the
+        broken line through the points) at every step's rounded length."""
+        xs = [self.reads(p.length) for p in self.points]
+        ys = [p.value(quantity) for p in self.points]
+        steps = range(self.first, self.last + 1)
+        if self.held is not False:
+            return sum(self.at(quantity, n) for n in steps) / len(steps)
+        return sum(_interpolate(xs, ys, self.reads(n)) for n in steps) / len(steps)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -120,6 +148,7 @@ class AffineFit:
             "errors": self.errors(),
             "tolerance": self.tolerance,
             "held": self.held,
+            **({"block_size": self.block} if self.block else {}),
         }
 
     @classmethod
@@ -128,8 +157,21 @@ class AffineFit:
         and check follow from them)."""
         points = [Point(p["length"], *(p[q] for q in QUANTITIES)) for p in data["points"]]
         return cls(
-            data["batch"], data["first_length"], data["last_length"], points, data["tolerance"]
+            data["batch"],
+            data["first_length"],
+            data["last_length"],
+            points,
+            data["tolerance"],
+            data.get("block_size", 0),
         )
+
+
+def _interpolate(xs: Sequence[float], ys: Sequence[float], x: float) -> float:
+    """The piecewise-linear curve through ``(xs, ys)`` (``xs`` ascending) at ``x``."""
+    for (x0, y0), (x1, y1) in pairwise(zip(xs, ys, strict=True)):
+        if x <= x1:
+            return y0 if x1 == x0 else y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    return ys[-1]
 
 
 def _broken_line_mean(points: Sequence[Point], quantity: str) -> float:

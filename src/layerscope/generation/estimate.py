@@ -34,10 +34,19 @@ from layerscope.collect.meta import meta_copy
 from layerscope.collect.target import parse_target
 from layerscope.errors import InvalidInputError, LayerscopeError, MissingDependencyError, ModelError
 from layerscope.generation.cache import CacheFacts, cache_facts
+from layerscope.generation.cachekinds import (
+    BLOCK_SIZE,
+    CACHES,
+    KV_WIDTHS,
+    attention_paths,
+    narrow_kv,
+    new_cache,
+)
 from layerscope.generation.decodefit import AffineFit, Point, decode_lengths
 from layerscope.generation.estimate_notes import notes_for
 from layerscope.generation.estimate_result import GenerateEstimate, SweepRow
 from layerscope.generation.modelcheck import check_generative
+from layerscope.generation.moe import Routing, experts_kernel, moe_note, route, routing_of
 from layerscope.generation.weights import (
     WeightScheme,
     check_scheme,
@@ -52,9 +61,6 @@ from layerscope.session.options import check_dtype
 from layerscope.session.run import profile
 from layerscope.validate import check_choice, check_instance, check_int, refuse
 
-#: The caches ``cache=`` names: transformers' ``DynamicCache`` and ``StaticCache``.
-CACHES = ("dynamic", "static")
-
 
 @dataclass(frozen=True)
 class Options:
@@ -68,6 +74,9 @@ class Options:
     kwargs: Mapping[str, Any]
     #: the quantized linears' storage (None: the model's own weights)
     weights: WeightScheme | None = None
+    #: a paged cache's block in tokens; the KV cache's width (None: the model's)
+    block_size: int = BLOCK_SIZE
+    kv_dtype: str | None = None
 
 
 def check_options(
@@ -80,6 +89,8 @@ def check_options(
     kwargs: Any,
     weights: Any = None,
     group_size: Any = 128,
+    block_size: Any = BLOCK_SIZE,
+    kv_dtype: Any = None,
 ) -> Options:
     """Every option of ``estimate_generate`` checked, before the model is touched."""
     name = target.strip().lower() if isinstance(target, str) else target
@@ -104,6 +115,8 @@ def check_options(
         dtype=None if dtype is None else check_dtype("dtype", dtype),
         kwargs=dict(kwargs or {}),
         weights=check_scheme(weights, group_size),
+        block_size=check_int("block_size", block_size, 1),
+        kv_dtype=None if kv_dtype is None else check_choice("kv_dtype", kv_dtype, list(KV_WIDTHS)),
     )
 
 
@@ -150,6 +163,9 @@ class BatchAnalysis:
     fit: AffineFit
     kv: CacheFacts
     kernels: dict[str, Any]
+    #: a mixture of experts: the decode fit and the prefill time with every expert read
+    worst: AffineFit | None = None
+    prefill_worst: float | None = None
 
 
 class Driver:
@@ -174,18 +190,25 @@ class Driver:
         if self.keeps_one:
             self.call["logits_to_keep"] = 1
         self.linears = quantized_linears(model) if opts.weights is not None else {}
+        width = torch.empty((), dtype=_floating_dtype(model)).element_size()
+        self.kv_ratio = KV_WIDTHS[opts.kv_dtype] / width if opts.kv_dtype else 1.0
+        self.attention = attention_paths(model) if self.kv_ratio != 1.0 else {}
+        self.routing: Routing | None = routing_of(model, _floating_dtype(model))
+        #: a mixture of experts: each analysis's time and bytes with every expert read
+        self.worst: dict[int, tuple[float, float]] = {}
 
-    def new_cache(self) -> Any:
+    def new_cache(self, held: int | None = None) -> Any:
+        """A cache of ``cache=``'s kind for a call that leaves ``held`` tokens in it
+        (default prompt + new tokens; only a paged cache's length depends on it)."""
         try:
             import transformers
         except ImportError as e:  # pragma: no cover - a test dependency
             raise MissingDependencyError(
                 "estimate_generate needs transformers: pip install transformers"
             ) from e
-        if self.opts.cache == "static":
-            length = self.opts.prompt + self.opts.new_tokens
-            return transformers.StaticCache(config=self.config, max_cache_len=length)
-        return transformers.DynamicCache(config=self.config)
+        o = self.opts
+        total = o.prompt + o.new_tokens
+        return new_cache(transformers, self.config, o.cache, total, held or total, o.block_size)
 
     def ids(self, batch: int, tokens: int) -> torch.Tensor:
         return torch.zeros(batch, tokens, dtype=torch.long, device="meta")
@@ -193,21 +216,39 @@ class Driver:
     def analyse(self, ids: torch.Tensor, cache: Any) -> Profile:
         """One model call on ``cache``, analysed and steered to the target."""
         kwargs = {**self.call, self.cache_name: cache}
-        with torch.no_grad():
+        with torch.no_grad(), experts_kernel(self.model, self.routing):
             prof = profile(
                 self.model, ids, kwargs=kwargs, target=self.opts.target, mode="eval",
                 record_shapes=False,
             )  # fmt: skip
         if self.opts.weights is not None:
             narrow(prof, self.linears, self.opts.weights)
+        if self.kv_ratio != 1.0:
+            facts = cache_facts(cache)
+            narrow_kv(prof, self.attention, facts, self.opts.cache, ids.shape[1], self.kv_ratio)
+        if self.routing is not None:
+            self._route(prof, ids.numel(), self.routing)
         return prof
 
+    def _route(self, prof: Profile, tokens: int, routing: Routing) -> None:
+        """Every expert read (kept as the worst case), then the expected ones (``moe``)."""
+        route(prof, routing, routing.counted(tokens), routing.experts)
+        time = roof_times(prof, self.roof, "forward")[id(prof.root)]
+        self.worst[id(prof)] = (time, float(prof.root.metrics.get(ms.BYTES_ACCESSED) or 0))
+        route(prof, routing, routing.experts, routing.expected(tokens))
+
     def fill(self, batch: int, length: int) -> Any:
-        """A new cache holding ``length`` tokens per row: a plain forward on meta."""
-        cache = self.new_cache()
+        """A new cache holding ``length`` tokens per row (room for one more): a plain
+        forward on meta."""
+        cache = self.new_cache(length + 1)
         kwargs = {**self.call, self.cache_name: cache}
         try:
-            with torch.no_grad(), meta_values(), _eval_mode(self.model):
+            with (
+                torch.no_grad(),
+                meta_values(),
+                _eval_mode(self.model),
+                experts_kernel(self.model, self.routing),
+            ):
                 self.model(self.ids(batch, length), **kwargs)
         except LayerscopeError:
             raise
@@ -231,18 +272,27 @@ class Driver:
     def batch(self, batch: int) -> BatchAnalysis:
         """The prefill and the decode steps at every cache length the fit needs."""
         o = self.opts
-        cache = self.new_cache()
+        cache = self.new_cache(o.prompt)
         prefill = self.analyse(self.ids(batch, o.prompt), cache)
         kernels = _merge_kernels({}, prefill)
-        fit = AffineFit(batch, o.prompt, o.prompt + o.new_tokens - 1)
+        block = o.block_size if o.cache == "paged" else 0
+        fit = AffineFit(batch, o.prompt, o.prompt + o.new_tokens - 1, block=block)
+        worst = AffineFit(batch, o.prompt, o.prompt + o.new_tokens - 1, block=block)
         for length in decode_lengths(o.prompt, o.new_tokens):
-            if length != o.prompt:
+            if length != o.prompt or block:
                 cache = self.fill(batch, length)
             step = self.analyse(self.ids(batch, 1), cache)
             kernels = _merge_kernels(kernels, step)
             fit.points.append(self.point(step, length))
+            if id(step) in self.worst:
+                time, nbytes = self.worst[id(step)]
+                p = fit.points[-1]
+                worst.points.append(Point(length, time, p.flops, p.macs, nbytes))
         prefill_time = roof_times(prefill, self.roof, "forward")[id(prefill.root)]
-        return BatchAnalysis(batch, prefill, prefill_time, fit, cache_facts(cache), kernels)
+        analysis = BatchAnalysis(batch, prefill, prefill_time, fit, cache_facts(cache), kernels)
+        if self.routing is not None:
+            analysis.worst, analysis.prefill_worst = worst, self.worst[id(prefill)][0]
+        return analysis
 
 
 def _merge_kernels(kernels: dict[str, Any], prof: Profile) -> dict[str, Any]:
@@ -254,11 +304,19 @@ def _merge_kernels(kernels: dict[str, Any], prof: Profile) -> dict[str, Any]:
     return out
 
 
-def _row(a: BatchAnalysis, roof: Roof, weights: int, memory: int | None) -> SweepRow:
+def _row(
+    a: BatchAnalysis,
+    roof: Roof,
+    weights: int,
+    memory: int | None,
+    kv_ratio: float = 1.0,
+    routing: Routing | None = None,
+) -> SweepRow:
     per_token = a.fit.mean("time")
+    kv = round(a.kv.total * kv_ratio)
     flops, nbytes = a.fit.mean("flops"), a.fit.mean("bytes")
     prefill = a.prefill.root.metrics
-    return SweepRow(
+    row = SweepRow(
         batch=a.batch,
         prefill_time=a.prefill_time,
         decode_time_per_token=per_token,
@@ -266,13 +324,19 @@ def _row(a: BatchAnalysis, roof: Roof, weights: int, memory: int | None) -> Swee
         tokens_per_s=a.batch / per_token,
         bound=roof.bound(flops, nbytes) or "memory",
         weight_bytes=weights,
-        kv_bytes=a.kv.total,
-        fits=None if memory is None else weights + a.kv.total <= memory,
+        kv_bytes=kv,
+        fits=None if memory is None else weights + kv <= memory,
         decode_flops=flops,
         decode_bytes=nbytes,
         prefill_flops=float(prefill.get(ms.FLOPS) or 0),
         prefill_bytes=float(prefill.get(ms.BYTES_ACCESSED) or 0),
     )
+    if routing is not None and a.worst is not None:
+        row.experts_per_layer = routing.expected(a.batch)
+        row.decode_time_all_experts = a.worst.mean("time")
+        row.decode_bytes_all_experts = a.worst.mean("bytes")
+        row.prefill_time_all_experts = a.prefill_worst
+    return row
 
 
 def estimate_generate(
@@ -287,6 +351,8 @@ def estimate_generate(
     kwargs: Mapping[str, Any] | None = None,
     weights: str | None = None,
     group_size: int = 128,
+    block_size: int = BLOCK_SIZE,
+    kv_dtype: str | None = None,
 ) -> GenerateEstimate:
     """Prefill and decode time of a decoder ``model`` on ``target`` (a GPU spec's name),
     per batch size: roofline lower bounds from analyses on ``meta`` steered to the
@@ -295,8 +361,11 @@ def estimate_generate(
     ``prompt``: tokens per sequence in the prompt; ``new_tokens``: tokens each sequence
     generates (decode steps at cache lengths ``prompt`` .. ``prompt + new_tokens - 1``);
     ``batch``: the batch sizes (sequences generated together); ``cache``: "dynamic"
-    (``DynamicCache``, grown by ``torch.cat`` at every step) or "static" (``StaticCache``
-    of ``prompt + new_tokens`` tokens, attended over whole); ``dtype``: the dtype to
+    (``DynamicCache``, grown by ``torch.cat`` at every step), "static" (``StaticCache``
+    of ``prompt + new_tokens`` tokens, attended over whole) or "paged" (a server's: read
+    in place once at the current length rounded up to blocks of ``block_size`` tokens,
+    written once; ``generation.cachekinds``); ``kv_dtype``: the KV cache's width ("fp8",
+    "int8", "bf16", "fp16", "fp32"; default the model's); ``dtype``: the dtype to
     estimate in (default: the model's; a meta copy is converted, the model is not), whose
     peak the roofline uses; ``kwargs``: more keyword inputs for every model call;
     ``weights``: the linears' weights as deployed, weight-only ("int4" with ``group_size``,
@@ -305,8 +374,9 @@ def estimate_generate(
     reach the original (``meta_copy``, named in the notes)."""
     check_instance("model", model, nn.Module, "an nn.Module (a transformers decoder)")
     opts = check_options(
-        target, prompt, new_tokens, batch, cache, dtype, kwargs, weights, group_size
-    )
+        target, prompt, new_tokens, batch, cache, dtype, kwargs, weights, group_size,
+        block_size, kv_dtype,
+    )  # fmt: skip
     check_generative(model, opts.prompt + opts.new_tokens)
     meta, not_run = meta_model(model, opts.dtype)
     run_dtype = str(_floating_dtype(meta)).removeprefix("torch.")
@@ -314,7 +384,10 @@ def estimate_generate(
     driver = Driver(meta, opts, roof)
     stored = stored_bytes(meta, opts.weights)
     analyses = [driver.batch(b) for b in opts.batches]
-    rows = [_row(a, roof, stored, opts.spec.memory_bytes) for a in analyses]
+    rows = [
+        _row(a, roof, stored, opts.spec.memory_bytes, driver.kv_ratio, driver.routing)
+        for a in analyses
+    ]
     first = rows[0]
     result = GenerateEstimate(
         model=type(model).__name__,
@@ -337,10 +410,15 @@ def estimate_generate(
         fit=[a.fit for a in analyses],
         kernels=analyses[0].kernels,
         analysis=analyses[0].prefill,
+        kv_dtype=opts.kv_dtype,
+        block_size=opts.block_size if opts.cache == "paged" else None,
+        moe=driver.routing.to_dict() if driver.routing is not None else None,
     )
     result.notes = [*notes_for(result, [a.prefill for a in analyses], driver.keeps_one), *not_run]
     if opts.weights is not None:
         result.notes.append(weights_note(opts.weights, meta, driver.linears, stored))
+    if driver.routing is not None:
+        result.notes.insert(1, moe_note(driver.routing, rows))
     return result
 
 

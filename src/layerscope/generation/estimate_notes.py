@@ -36,6 +36,15 @@ def bound_note(est: GenerateEstimate) -> str:
 
 def cache_note(est: GenerateEstimate) -> str:
     total = est.prompt + est.new_tokens
+    if est.cache == "paged":
+        block = est.block_size or 1
+        return (
+            f"Paged cache, blocks of {block} tokens: a decode step at cache length L writes "
+            f"its token in place and reads the cache once at L + 1 rounded up to whole "
+            f"blocks (analysed on a static cache of that length); the prefill holds the "
+            f"prompt rounded up likewise, and the cache ends at "
+            f"{_count(-(-total // block) * block)} tokens per sequence."
+        )
     if est.cache == "static":
         return (
             f"Static cache: it holds {_count(total)} tokens per sequence from the start and "
@@ -49,9 +58,26 @@ def cache_note(est: GenerateEstimate) -> str:
     )
 
 
+def kv_note(est: GenerateEstimate) -> str | None:
+    """What ``kv_dtype`` changed, when given."""
+    if est.kv_dtype is None:
+        return None
+    return (
+        f"KV cache at {est.kv_dtype}: held and moved at that width (scales not charged), "
+        f"the attention and the matmuls at {est.dtype}."
+    )
+
+
 def fit_note(est: GenerateEstimate) -> str:
     first, last = est.prompt, est.prompt + est.new_tokens - 1
     mean = (first + last) / 2
+    if est.cache == "paged":
+        return (
+            f"Decode time per token: the mean over the steps at {_count(first)} to "
+            f"{_count(last)} cached tokens of a + b·R, R the tokens a step reads (L + 1 "
+            f"rounded up to whole blocks), fitted from the first and the last steps"
+            + (" and checked at the middle one." if est.fit_held is not None else ".")
+        )
     head = (
         f"Decode time per token: one step's roofline at the mean cache length "
         f"({_count(mean)} tokens) of the steps at {_count(first)} to {_count(last)}"
@@ -79,9 +105,12 @@ def memory_note(est: GenerateEstimate) -> str:
     if memory is None:
         return f"Weights {nbytes(weights)}; the target's memory is not known: fits not decided."
     over = [r.batch for r in est.sweep if r.fits is False]
+    tokens = est.prompt + est.new_tokens
+    if est.block_size:  # a paged cache holds whole blocks
+        tokens = -(-tokens // est.block_size) * est.block_size
     text = (
         f"Fits: the weights ({nbytes(weights)}) and the KV cache at "
-        f"{_count(est.prompt + est.new_tokens)} tokens within {est.target}'s "
+        f"{_count(tokens)} tokens within {est.target}'s "
         f"{nbytes(memory)}; activations, the CUDA context and workspaces are not counted."
     )
     if over:
@@ -103,9 +132,9 @@ def kernel_note(est: GenerateEstimate) -> str | None:
 def notes_for(est: GenerateEstimate, prefills: Sequence[Profile], keeps_one: bool) -> list[str]:
     """Every note of ``est``, in the order they are shown."""
     notes = [bound_note(est), cache_note(est), fit_note(est), memory_note(est)]
-    kernels = kernel_note(est)
-    if kernels:
-        notes.append(kernels)
+    for extra in (kv_note(est), kernel_note(est)):
+        if extra:
+            notes.append(extra)
     if not keeps_one:
         notes.append(
             "The forward takes no logits_to_keep: the prefill's output (an LM head's too) "

@@ -19,6 +19,15 @@ if TYPE_CHECKING:
     from layerscope.profile import Profile
 
 
+#: A row's mixture-of-experts fields, written only for a model with experts.
+MOE_KEYS = (
+    "experts_per_layer",
+    "decode_time_all_experts",
+    "decode_bytes_all_experts",
+    "prefill_time_all_experts",
+)
+
+
 @dataclass
 class SweepRow:
     """One batch size: ``batch`` sequences generated together (seconds, bytes)."""
@@ -46,6 +55,13 @@ class SweepRow:
     decode_bytes: float = 0.0
     prefill_flops: float = 0.0
     prefill_bytes: float = 0.0
+    #: a mixture of experts (None: dense): the distinct experts a decode step reads per
+    #: layer, expected under uniform routing; the decode step and the prefill with every
+    #: expert read, the bound's other side
+    experts_per_layer: float | None = None
+    decode_time_all_experts: float | None = None
+    decode_bytes_all_experts: float | None = None
+    prefill_time_all_experts: float | None = None
 
     @property
     def tokens_per_s_per_seq(self) -> float:
@@ -54,7 +70,8 @@ class SweepRow:
         return self.tokens_per_s_per_sequence
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Every field; a dense model's row leaves out the experts' (``MOE_KEYS``)."""
+        return {k: v for k, v in asdict(self).items() if v is not None or k not in MOE_KEYS}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SweepRow:
@@ -91,6 +108,12 @@ class GenerateEstimate:
     #: the first batch's prefill, analysed on meta for the target: the report under the
     #: estimate in ``to_html`` (not in ``to_dict``: an estimate loaded from JSON has none)
     analysis: Profile | None = field(default=None, repr=False, compare=False)
+    #: the KV cache's width when given (None: the model's dtype)
+    kv_dtype: str | None = None
+    #: a paged cache's block in tokens (None: another cache)
+    block_size: int | None = None
+    #: a mixture of experts' routing (``moe.Routing.to_dict``; None: dense)
+    moe: dict[str, Any] | None = None
 
     @property
     def tokens_per_s(self) -> float:
@@ -141,6 +164,9 @@ class GenerateEstimate:
             "prompt": self.prompt,
             "new_tokens": self.new_tokens,
             "cache": self.cache,
+            **({"block_size": self.block_size} if self.block_size is not None else {}),
+            **({"kv_dtype": self.kv_dtype} if self.kv_dtype is not None else {}),
+            **({"moe": dict(self.moe)} if self.moe is not None else {}),
             "lower_bound": True,
             "prefill_time": self.prefill_time,
             "decode_time_per_token": self.decode_time_per_token,
@@ -171,7 +197,8 @@ class GenerateEstimate:
             d["new_tokens"], d["cache"], d["prefill_time"], d["decode_time_per_token"],
             d.get("tokens_per_s_per_seq", d["tokens_per_s"]),
             [SweepRow.from_dict(r) for r in d["sweep"]], fits, list(d["notes"]),
-            dict(d.get("kernels", {})),
+            dict(d.get("kernels", {})), None, d.get("kv_dtype"), d.get("block_size"),
+            d.get("moe"),
         )  # fmt: skip
 
     def save(self, path: str | os.PathLike[str]) -> None:
@@ -235,7 +262,10 @@ def _deprecated(message: str) -> None:
 
 def _fit(f: Mapping[str, Any]) -> AffineFit:
     points = [Point(p["length"], p["time"], p["flops"], p["macs"], p["bytes"]) for p in f["points"]]
-    return AffineFit(f["batch"], f["first_length"], f["last_length"], points, f["tolerance"])
+    return AffineFit(
+        f["batch"], f["first_length"], f["last_length"], points, f["tolerance"],
+        f.get("block_size", 0),
+    )  # fmt: skip
 
 
 def load_estimate(path: str | os.PathLike[str]) -> GenerateEstimate:

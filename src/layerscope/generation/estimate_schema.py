@@ -11,13 +11,16 @@ _ROW: dict[str, Check] = {
     "tokens_per_s_per_sequence": Finite(), "tokens_per_s": Finite(), "bound": Str(),
     "weight_bytes": Int(0), "kv_bytes": Int(0), "fits": Opt(Bool()),
     "decode_flops": Finite(), "decode_bytes": Finite(), "prefill_flops": Finite(),
-    "prefill_bytes": Finite(),
+    "prefill_bytes": Finite(), "experts_per_layer": Finite(),
+    "decode_time_all_experts": Finite(), "decode_bytes_all_experts": Finite(),
+    "prefill_time_all_experts": Finite(),
 }  # fmt: skip
 _POINT: dict[str, Check] = {q: Finite() for q in ("time", "flops", "macs", "bytes")}
 _POINT["length"] = Int(0)
 _FIT: dict[str, Check] = {
     "batch": Int(1), "first_length": Int(0), "last_length": Int(0),
     "points": Arr(Obj(_POINT, required=tuple(_POINT))), "tolerance": Finite(),
+    "block_size": Int(1),
 }  # fmt: skip
 _DEVICE: dict[str, Check] = {
     "name": Str(), "label": Str(), "bandwidth": Finite(), "peak_flops": Finite(),
@@ -29,11 +32,16 @@ _TOP: dict[str, Check] = {
     "decode_time_per_token": Finite(), "tokens_per_s": Finite(),
     "tokens_per_s_per_seq": Finite(), "tokens_per_s_total": Opt(Finite()),
     "sweep": Arr(Obj(_ROW, required=tuple(_ROW)[:9])),
-    "fit": Arr(Obj(_FIT, required=tuple(_FIT))), "notes": Arr(Str()),
-    "kernels": Map(Map(Int(0))),
+    "fit": Arr(Obj(_FIT, required=tuple(_FIT)[:5])), "notes": Arr(Str()),
+    "kernels": Map(Map(Int(0))), "block_size": Int(1), "kv_dtype": Str(),
+    "moe": Obj({"family": Str(), "experts": Int(1), "top_k": Int(1), "layers": Int(0),
+                "implementation": Str()}),
 }  # fmt: skip
-#: Keys an older document may lack: the per-sequence and total tokens/s named apart.
-_LATER = ("kernels", "tokens_per_s_per_seq", "tokens_per_s_total")
+#: Keys an older document may lack (the per-sequence and total tokens/s named apart) or
+#: that only a paged cache (``block_size``) or a KV width (``kv_dtype``) writes.
+_LATER = (
+    "kernels", "tokens_per_s_per_seq", "tokens_per_s_total", "block_size", "kv_dtype", "moe",
+)  # fmt: skip
 #: The estimate's document: the keys ``to_dict`` writes (the figures derived from the
 #: rows, ``memory_bound``, ``crossover_batch``, ``fit_held``, ``tokens_per_s_total``, are
 #: written, not read; ``tokens_per_s`` is the per-sequence figure, deprecated).

@@ -74,7 +74,7 @@ def _heading(data: Mapping[str, Any]) -> list[tuple[str, str]]:
     run = (
         f"{data.get('model', '?')}: prompt {units.plural(data.get('prompt', 0), 'token')}, "
         f"{units.count(data.get('new_tokens', 0))} new tokens per sequence, "
-        f"{data.get('cache', '?')} cache."
+        f"{data.get('cache', '?')} cache{_cache_words(data)}."
     )
     rows = data["sweep"]
     first = rows[0] if rows else {}
@@ -85,6 +85,16 @@ def _heading(data: Mapping[str, Any]) -> list[tuple[str, str]]:
         f"({_rate(per_s)} tokens/s per sequence)."
     )
     return [(title, "layerscope.header"), (run, ""), (figures, "")]
+
+
+def _cache_words(data: Mapping[str, Any]) -> str:
+    """A paged cache's block and the KV cache's width, when the estimate has them."""
+    words = []
+    if data.get("block_size"):
+        words.append(f"blocks of {units.count(data['block_size'])} tokens")
+    if data.get("kv_dtype"):
+        words.append(f"KV at {data['kv_dtype']}")
+    return f" ({', '.join(words)})" if words else ""
 
 
 def _rate(n: float) -> str:

@@ -150,6 +150,16 @@ SWEEP_FIELDS: tuple[SweepField, ...] = (
     SweepField("prefill_flops", "Prefill FLOPs", None, "si", "count", "the prefill's FLOPs"),
     SweepField("prefill_bytes", "Prefill bytes moved", None, "bytes", "bytes",
                "the prefill's bytes moved"),
+    # a mixture of experts' (absent for a dense model)
+    SweepField("experts_per_layer", "Experts read", None, "count", "count",
+               "distinct experts a decode step reads per layer, expected under uniform "
+               "routing"),
+    SweepField("decode_time_all_experts", "Decode, all experts", None, "seconds", "seconds",
+               "the decode step reading every expert: the bound's other side"),
+    SweepField("decode_bytes_all_experts", "Decode bytes, all experts", None, "bytes",
+               "bytes", "the decode step's bytes moved reading every expert"),
+    SweepField("prefill_time_all_experts", "Prefill, all experts", None, "seconds",
+               "seconds", "the prefill reading every expert"),
 )  # fmt: skip
 
 #: ``ls.plan_serving``'s rows (``ServingRow``): latency and throughput per batch size.

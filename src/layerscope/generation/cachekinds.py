@@ -1,0 +1,113 @@
+"""The KV cache a step of ``ls.estimate_generate`` runs on (``cache=``) and the width it
+is stored at (``kv_dtype=``), ``docs/generate.md`` "The cache model".
+
+- **dynamic**: ``transformers.DynamicCache``, grown by ``torch.cat`` at every step (reads
+  and writes the whole cache again besides attention's read).
+- **static**: ``transformers.StaticCache`` of ``prompt + new_tokens`` tokens, attended over
+  whole at every step.
+- **paged**: a server's cache of fixed blocks, read in place once at the current length
+  and written once. A call that leaves ``n`` tokens in the cache runs on a
+  ``StaticCache`` of ``n`` rounded up to whole blocks (``block_size``): it writes its own
+  tokens in place and attention reads the rounded length, once.
+
+``kv_dtype``: the cache held and moved at that width (``KV_WIDTHS``). A call's cache
+traffic per layer, from the cache after the call (``generation.cache``): a dynamic
+cache's three passes over it (attention's read, ``torch.cat``'s read and write), a
+static or paged cache's read of its whole length and its write of the tokens fed. Those
+bytes are scaled by the width's ratio to the model's, on the layer's attention module
+(the module that owns the layer's ``layer_idx`` and calls the cache) and its parents.
+Scales are not charged: vLLM's FP8 KV cache keeps per-tensor scales, one for a layer's
+keys and one for its values (vLLM docs, "Quantized KV Cache"); INT8 is charged the same
+way (an assumption, stated in the docs).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+import layerscope.metricspec as ms
+from layerscope.generation.cache import CacheFacts
+from layerscope.profile import Node, Profile
+
+#: The caches ``cache=`` names.
+CACHES = ("dynamic", "static", "paged")
+#: A paged cache's block in tokens when ``block_size`` is not given: vLLM's default
+#: (``--block-size``, 16 on CUDA; vLLM's engine arguments).
+BLOCK_SIZE = 16
+#: Bytes an element of the KV cache takes at ``kv_dtype``.
+KV_WIDTHS = {"fp8": 1, "int8": 1, "bf16": 2, "fp16": 2, "fp32": 4}
+
+
+def rounded(tokens: int, block: int) -> int:
+    """``tokens`` rounded up to whole blocks of ``block``."""
+    return -(-tokens // block) * block
+
+
+def new_cache(transformers: Any, config: Any, kind: str, total: int, held: int, block: int) -> Any:
+    """A cache of ``kind`` for a call that leaves ``held`` tokens in it; ``total``:
+    prompt + new tokens (a static cache's length)."""
+    if kind == "static":
+        return transformers.StaticCache(config=config, max_cache_len=total)
+    if kind == "paged":
+        return transformers.StaticCache(config=config, max_cache_len=rounded(held, block))
+    return transformers.DynamicCache(config=config)
+
+
+def attention_paths(model: nn.Module) -> dict[int, str]:
+    """Each layer's attention module (the module that owns its ``layer_idx``), by layer."""
+    out: dict[int, str] = {}
+    for name, m in model.named_modules():
+        index = getattr(m, "layer_idx", None)
+        if isinstance(index, int) and not isinstance(index, bool):
+            out[index] = name
+    return out
+
+
+def cache_traffic(facts: CacheFacts, kind: str, fed: int) -> list[float]:
+    """Bytes each layer's cache moves in a call that fed ``fed`` tokens per row (module
+    doc), from the cache after it."""
+    out = []
+    for size, tokens in zip(facts.self_bytes, facts.self_tokens, strict=True):
+        if not tokens:
+            out.append(0.0)
+        elif kind == "dynamic":
+            out.append(3.0 * size)
+        else:
+            out.append(size + min(fed, tokens) * size / tokens)
+    return out
+
+
+def narrow_kv(
+    prof: Profile, paths: dict[int, str], facts: CacheFacts, kind: str, fed: int, ratio: float
+) -> None:
+    """Make ``prof`` move its cache at ``ratio`` times the model's width (module doc)."""
+    for layer, moved in enumerate(cache_traffic(facts, kind, fed)):
+        path = paths.get(layer)
+        if path is None or not moved:
+            continue
+        try:
+            node = prof.node(path)
+        except KeyError:
+            continue
+        saved = round(moved * (1.0 - ratio))
+        if ms.BYTES_ACCESSED in node.self_metrics:
+            node.self_metrics[ms.BYTES_ACCESSED] -= saved
+        up: Node | None = node
+        while up is not None:
+            if ms.BYTES_ACCESSED in up.metrics:
+                up.metrics[ms.BYTES_ACCESSED] -= saved
+            up = up.parent
+
+
+__all__ = [
+    "BLOCK_SIZE",
+    "CACHES",
+    "KV_WIDTHS",
+    "attention_paths",
+    "cache_traffic",
+    "narrow_kv",
+    "new_cache",
+    "rounded",
+]

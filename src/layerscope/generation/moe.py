@@ -1,0 +1,191 @@
+"""Mixture of experts in ``ls.estimate_generate``: a step reads the experts its tokens
+are routed to, not every expert (``docs/generate.md`` "Mixture of experts").
+
+A step of ``T`` tokens (batch x tokens fed) in a layer of ``E`` experts, top ``k`` per
+token, touches under uniform routing ``E·(1 − (1 − k/E)^T)`` distinct experts on average
+(each expert is missed by one token with probability ``1 − k/E``); at worst all ``E``.
+The FLOPs are already the routed ones (``T·k`` token-expert products, as transformers'
+grouped and batched expert kernels compute them); the bytes are set to the expected
+experts' weights, and the worst case (all ``E``) is kept beside them.
+
+The families whose routing the config states (``FAMILIES``) are read; another model with
+transformers' fused experts is refused. transformers 5 runs the experts through
+``torch._grouped_mm`` (``config._experts_implementation="grouped_mm"``), which accepts
+bfloat16 only, also on meta; any other dtype is analysed with its ``"batched_mm"``
+kernel (every dtype), switched on for the analysis only and put back after. What each
+kernel is charged for the weights, as layerscope counts its ops: grouped reads every
+expert once, ``E·w``; batched gathers a copy of a token's experts (reads ``min(S, E)·w``,
+the whole tensor at most, writes ``S·w``) and its matmul reads the copy (``S·w``), for
+``S = T·k``. That is replaced by the expected experts' ``w`` each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+import layerscope.metricspec as ms
+from layerscope.errors import InvalidInputError
+from layerscope.profile import Node, Profile
+from layerscope.render.units import seconds
+
+#: The families whose routing layerscope reads: model_type -> the config keys of the
+#: routed experts' count and of the shared experts (None: none), with top-k always
+#: ``num_experts_per_tok`` (transformers' configs).
+FAMILIES: dict[str, tuple[str, str | None]] = {
+    "mixtral": ("num_local_experts", None),
+    "qwen2_moe": ("num_experts", "shared_expert_intermediate_size"),
+    "qwen3_moe": ("num_experts", None),
+    "olmoe": ("num_experts", None),
+    "deepseek_v2": ("n_routed_experts", "n_shared_experts"),
+    "deepseek_v3": ("n_routed_experts", "n_shared_experts"),
+}
+#: The only dtype transformers' grouped experts kernel takes (``torch._grouped_mm``).
+GROUPED_DTYPE = torch.bfloat16
+
+
+def expected_experts(experts: int, top_k: int, tokens: int) -> float:
+    """Distinct experts ``tokens`` tokens touch on average, each routed to ``top_k`` of
+    ``experts`` uniformly: ``E·(1 − (1 − k/E)^T)``."""
+    return experts * (1.0 - (1.0 - top_k / experts) ** tokens)
+
+
+@dataclass(frozen=True)
+class Routing:
+    """A model's experts: the family, ``E`` and ``k``, the layers' experts modules and
+    each one's bytes per expert, and the kernel analysed."""
+
+    family: str
+    experts: int
+    top_k: int
+    #: what the config says of shared experts (they run on every token, counted whole)
+    shared: Any
+    #: the experts modules' paths and bytes per expert (their parameters / E)
+    layers: tuple[tuple[str, float], ...]
+    implementation: str
+
+    def expected(self, tokens: int) -> float:
+        return expected_experts(self.experts, self.top_k, tokens)
+
+    def counted(self, tokens: int) -> float:
+        """Experts' weights the kernel is charged for in a call of ``tokens`` tokens (in
+        units of one expert's bytes; module doc)."""
+        if self.implementation == "grouped_mm":
+            return float(self.experts)
+        routed = tokens * self.top_k
+        return float(min(routed, self.experts) + 2 * routed)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "family": self.family,
+            "experts": self.experts,
+            "top_k": self.top_k,
+            "shared": self.shared,
+            "layers": len(self.layers),
+            "implementation": self.implementation,
+        }
+
+
+def _experts_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """transformers' fused experts modules (``use_experts_implementation``)."""
+    return [
+        (name, m)
+        for name, m in model.named_modules()
+        if isinstance(getattr(m, "num_experts", None), int) and hasattr(m, "has_gate")
+    ]
+
+
+def routing_of(model: nn.Module, dtype: torch.dtype) -> Routing | None:
+    """The model's routing (None: no experts), or ``InvalidInputError`` for a model with
+    experts whose routing layerscope does not read."""
+    found = _experts_modules(model)
+    config = getattr(model, "config", None)
+    kind = getattr(config, "model_type", None)
+    if not found:
+        return None
+    keys = FAMILIES.get(str(kind))
+    top_k = getattr(config, "num_experts_per_tok", None)
+    count = getattr(config, keys[0], None) if keys else None
+    if keys is None or not isinstance(top_k, int) or not isinstance(count, int):
+        raise InvalidInputError(
+            f"{type(model).__name__} ({kind}) has mixture-of-experts layers whose routing "
+            f"layerscope does not read: estimate_generate reads "
+            f"{', '.join(sorted(FAMILIES))} (experts and num_experts_per_tok from the config)"
+        )
+    layers = tuple(
+        (name, sum(p.nbytes for p in m.parameters()) / int(getattr(m, "num_experts", 1)))
+        for name, m in found
+    )
+    shared = getattr(config, keys[1], None) if keys[1] else None
+    impl = "grouped_mm" if dtype == GROUPED_DTYPE else "batched_mm"
+    return Routing(str(kind), count, top_k, shared, layers, impl)
+
+
+@contextmanager
+def experts_kernel(model: nn.Module, routing: Routing | None) -> Iterator[None]:
+    """The experts run with ``routing.implementation`` inside the block, as before after."""
+    configs = {id(c): c for _, m in _experts_modules(model) if (c := getattr(m, "config", None))}
+    saved = {k: getattr(c, "_experts_implementation", None) for k, c in configs.items()}
+    try:
+        if routing is not None:
+            for c in configs.values():
+                c._experts_implementation = routing.implementation
+        yield
+    finally:
+        for k, c in configs.items():
+            c._experts_implementation = saved[k]
+
+
+def _take(node: Node, saved: float) -> None:
+    if ms.BYTES_ACCESSED in node.self_metrics:
+        node.self_metrics[ms.BYTES_ACCESSED] -= saved
+    up: Node | None = node
+    while up is not None:
+        if ms.BYTES_ACCESSED in up.metrics:
+            up.metrics[ms.BYTES_ACCESSED] -= saved
+        up = up.parent
+
+
+def route(prof: Profile, routing: Routing, charged: float, experts: float) -> None:
+    """Make ``prof`` read ``experts`` experts' weights in every experts module call where
+    it reads ``charged`` (``Routing.counted``; module doc)."""
+    for path, per_expert in routing.layers:
+        try:
+            node = prof.node(path)
+        except KeyError:
+            continue
+        _take(node, (charged - experts) * per_expert * node.calls)
+
+
+def moe_note(routing: Routing, rows: list[Any]) -> str:
+    """The experts read per step, expected and at worst, and what the worst case costs."""
+    e, k = routing.experts, routing.top_k
+    at = "; ".join(
+        f"batch {r.batch}: {r.experts_per_layer:.2f} per layer, decode "
+        f"{seconds(r.decode_time_per_token)} per token (all {e}: "
+        f"{seconds(r.decode_time_all_experts)})"
+        for r in rows
+    )
+    return (
+        f"Mixture of experts ({routing.family}, {len(routing.layers)} layer(s) of {e} "
+        f"experts, top {k}): a step of T tokens reads the distinct experts they are routed "
+        f"to, E·(1 − (1 − k/E)^T) expected under uniform routing, and at worst all {e} "
+        f"(the bound's other side); the FLOPs are the routed tokens' ({k} experts each). "
+        f"Decode: {at}."
+    )
+
+
+__all__ = [
+    "FAMILIES",
+    "Routing",
+    "expected_experts",
+    "experts_kernel",
+    "moe_note",
+    "route",
+    "routing_of",
+]
