@@ -243,3 +243,26 @@ def test_a_model_that_does_not_fit_says_so() -> None:
     assert p.longest_context(1) == 0 and p.rows[0].fits is False
     text = p.render(width=200)
     assert "nothing left for the KV cache (over by" in text and "It does not fit" in text
+
+
+def test_a_mixture_of_experts_is_served_on_its_expected_experts() -> None:
+    """A float32 Mixtral-shaped model (8 experts, top 2) plans on meta; its rows' bounds
+    are the estimate's on the same paged cache, where a step reads the experts its tokens
+    are expected to reach (``generation.moe``), and the estimate's MoE note is kept."""
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    config = MixtralConfig(
+        vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, num_local_experts=8,
+        num_experts_per_tok=2, max_position_embeddings=1024,
+    )  # fmt: skip
+    with torch.device("meta"):
+        model = MixtralForCausalLM(config)
+    p = plan_serving(model, target="h100", max_context=1024, prompt=64, new_tokens=16,
+                     batch=[1, 8])  # fmt: skip
+    est = ls.estimate_generate(model, target="h100", prompt=64, new_tokens=16, batch=[1, 8],
+                               cache="paged")  # fmt: skip
+    assert [r.tpot_bound for r in p.rows] == [r.decode_time_per_token for r in est.sweep]
+    assert [r.ttft_bound for r in p.rows] == [r.prefill_time for r in est.sweep]
+    moe = [n for n in est.notes if "expert" in n.lower()]
+    assert moe and set(moe) <= set(p.notes)

@@ -31,6 +31,7 @@ import layerscope.metricspec as ms
 from layerscope.analysis.roofline import Roof, roof_of, roof_times
 from layerscope.collect.hfmeta import meta_values
 from layerscope.collect.meta import meta_copy
+from layerscope.collect.observer import Observer
 from layerscope.collect.target import parse_target
 from layerscope.errors import InvalidInputError, LayerscopeError, MissingDependencyError, ModelError
 from layerscope.generation.cache import CacheFacts, cache_facts
@@ -213,13 +214,14 @@ class Driver:
     def ids(self, batch: int, tokens: int) -> torch.Tensor:
         return torch.zeros(batch, tokens, dtype=torch.long, device="meta")
 
-    def analyse(self, ids: torch.Tensor, cache: Any) -> Profile:
-        """One model call on ``cache``, analysed and steered to the target."""
+    def analyse(self, ids: torch.Tensor, cache: Any, observers: Sequence[Observer] = ()) -> Profile:
+        """One model call on ``cache``, analysed and steered to the target (with
+        ``observers`` riding along), its weights, KV cache and experts as the options say."""
         kwargs = {**self.call, self.cache_name: cache}
         with torch.no_grad(), experts_kernel(self.model, self.routing):
             prof = profile(
                 self.model, ids, kwargs=kwargs, target=self.opts.target, mode="eval",
-                record_shapes=False,
+                record_shapes=False, observers=observers,
             )  # fmt: skip
         if self.opts.weights is not None:
             narrow(prof, self.linears, self.opts.weights)

@@ -39,10 +39,11 @@ from torch import nn
 
 import layerscope.metricspec as ms
 from layerscope.analysis.rates import rates_of
-from layerscope.analysis.roofline import Roof, roof_of
+from layerscope.analysis.roofline import roof_of
 from layerscope.collect.hfmeta import meta_values
 from layerscope.errors import InvalidInputError
 from layerscope.generation.cache import cache_facts
+from layerscope.generation.cachekinds import BLOCK_SIZE, KV_WIDTHS
 from layerscope.generation.estimate import (
     Driver,
     _eval_mode,
@@ -54,30 +55,25 @@ from layerscope.generation.estimate import (
 from layerscope.generation.estimate_notes import memory_note
 from layerscope.generation.estimate_result import SweepRow
 from layerscope.generation.modelcheck import check_generative, positions
+from layerscope.generation.moe import experts_kernel
 from layerscope.generation.serving_result import KVLayer, ServingPlan, ServingRow
 from layerscope.generation.weights import (
-    WeightScheme,
     check_scheme,
-    quantized_linears,
     stored_bytes,
 )
 from layerscope.hardware import GPUS
-from layerscope.planning.kernels import KernelRecorder, Kernels, fused, predict, record
+from layerscope.planning.kernels import KernelRecorder, Kernels, fused, predict
 from layerscope.session.run import profile
 from layerscope.validate import check_choice, check_int, check_number, refuse
 
 #: Bytes kept free below the budget: the CUDA context, cuBLAS/cuDNN workspaces and the
 #: caching allocator's slack. A stated default, not measured (the plan's reserve, too).
 RESERVE_BYTES = 2 * 1024**3
-#: Tokens a paged cache allocates at once per sequence and layer (vLLM's default block).
-BLOCK_SIZE = 16
 #: The largest prefill chunk the server runs at once (its activation workspace), when
 #: ``prefill_chunk`` is not given: layerscope's stated default, at most ``max_context``.
 PREFILL_CHUNK = 2048
 #: How the host issues a decode step's kernels: one launch each, or one CUDA graph.
 MODES = ("eager", "graphs")
-#: Width in bytes of a KV cache stored at ``kv_dtype``.
-KV_WIDTHS = {"fp8": 1, "int8": 1, "bf16": 2, "fp16": 2, "fp32": 4}
 
 
 @dataclass(frozen=True)
@@ -169,7 +165,8 @@ def workspace(driver: Driver, tokens: int) -> int:
     its own keys and values), analysed on meta with ``memory=True``."""
     cache = driver.new_cache()
     kwargs = {**driver.call, driver.cache_name: cache}
-    with torch.no_grad(), meta_values(), _eval_mode(driver.model):
+    model = driver.model
+    with torch.no_grad(), meta_values(), _eval_mode(model), experts_kernel(model, driver.routing):
         prof = profile(
             driver.model, driver.ids(1, tokens), kwargs=kwargs, target=driver.opts.target,
             mode="eval", record_shapes=False, count_flops=False, count_bytes=False,
@@ -193,50 +190,34 @@ class Step:
         return max(self.run, self.launch)
 
 
-def predicted_step(
-    driver: Driver,
-    batch: int,
-    length: int | None,
-    roof: Roof,
-    mode: str,
-    scheme: WeightScheme | None,
-) -> Step:
-    """One model call analysed with its kernels recorded and priced (module doc): a decode
-    step of ``batch`` sequences on a cache holding ``length`` tokens, or (``length``
-    None) the prefill of ``batch`` prompts into an empty cache."""
+def predicted_step(driver: Driver, batch: int, length: int | None, mode: str) -> Step:
+    """One model call analysed as the estimate's are (its weights, KV cache and experts as
+    the options say) with its kernels recorded, and priced (module doc): a decode step of
+    ``batch`` sequences on a cache holding ``length`` tokens, or (``length`` None) the
+    prefill of ``batch`` prompts into an empty cache."""
+    o = driver.opts
     prompt = length is None
-    cache = driver.new_cache() if length is None else driver.fill(batch, length)
+    cache = driver.new_cache(o.prompt) if length is None else driver.fill(batch, length)
     recorder = KernelRecorder()
-    kwargs = {**driver.call, driver.cache_name: cache}
-    ids = driver.ids(batch, driver.opts.prompt if prompt else 1)
-    with torch.no_grad():
-        prof = profile(
-            driver.model, ids, kwargs=kwargs, target=driver.opts.target, mode="eval",
-            record_shapes=False, observers=[recorder],
-        )  # fmt: skip
-    if scheme is not None:
-        _narrow_records(recorder.kernels, driver.model, scheme)
-    # graphs: CUDA graphs of a compiled step (``torch.compile(mode="reduce-overhead")``),
-    # its pointwise kernels fused as a compiled plan's are (``kernels.fused``)
-    kernels = recorder.kernels if mode == "eager" else fused(recorder.kernels)
-    record(prof, kernels)
-    rates = rates_of(driver.opts.spec)
-    # a decode step's matmuls have a few rows: they run as GEMV or split-K kernels that do
-    # not pad the rows to a tile, so no tile or wave quantisation (stated)
-    running = replace(rates, launch=0.0) if prompt else replace(rates, launch=0.0, sms=None)
-    run = predict(prof, running, roof.peak, roof.bandwidth)
-    launches = kernels.count() if mode == "eager" else 1
-    return Step(kernels.count(), run.forward[id(prof.root)], launches * rates.launch)
+    ids = driver.ids(batch, o.prompt if prompt else 1)
+    prof = driver.analyse(ids, cache, observers=[recorder])
+    # each module's own work at the achievable rates (``kernels.predict`` on a profile
+    # without records: it reads the metrics the options narrowed)
+    rates = rates_of(o.spec)
+    roof = driver.roof
+    run = predict(prof, replace(rates, launch=0.0), roof.peak, roof.bandwidth)
+    time = run.forward[id(prof.root)]
+    kernels = recorder.kernels
+    if mode == "graphs":  # CUDA graphs of a compiled step: its pointwise kernels fused
+        together = fused(kernels)
+        saved = _memory_bytes(kernels) - _memory_bytes(together)
+        time -= saved / (roof.bandwidth * min(1.0, rates.bandwidth))
+        return Step(together.count(), max(time, 0.0), rates.launch)
+    return Step(kernels.count(), time, kernels.count() * rates.launch)
 
 
-def _narrow_records(kernels: Kernels, model: nn.Module, scheme: WeightScheme) -> None:
-    """A quantized linear's matmul reads its weight at the scheme's width."""
-    for path, m in quantized_linears(model).items():
-        saved = round(m.weight.nbytes - scheme.bytes_of(*m.weight.shape))
-        for key, row in kernels.rows.items():
-            if key[0] == path and key[2] == "matmul":
-                row[2] = max(row[2] - saved * row[0], 0)
-                break
+def _memory_bytes(kernels: Kernels) -> int:
+    return sum(row[2] for key, row in kernels.rows.items() if key[2] == "memory")
 
 
 def _row(r: SweepRow, prefill: Step, step: Step, plan: ServingPlan, length: int) -> ServingRow:
@@ -340,17 +321,23 @@ def plan_serving(
     batches = so.batches or _batches(plan.max_concurrency)
     est = estimate_generate(
         meta, target=so.target, prompt=so.prompt, new_tokens=so.new_tokens, batch=batches,
-        cache="static", weights=weights, group_size=group_size,
+        cache="paged", weights=weights, group_size=group_size, block_size=so.block_size,
+        kv_dtype=so.kv_dtype,
     )  # fmt: skip
     length = so.prompt + so.new_tokens
-    # the rows' cache, static, as the estimate's: the step at the mean length is priced
-    static = Driver(meta, replace(eo, cache="static"), driver.roof)
+    # the rows' steps priced on the estimate's own options: a paged cache, the weights
+    # and the KV cache as deployed; the decode step at the mean cache length
+    paged = check_options(
+        so.target, so.prompt, so.new_tokens, 1, "paged", dtype, None, weights, group_size,
+        so.block_size, so.kv_dtype,
+    )  # fmt: skip
+    rows_driver = Driver(meta, paged, driver.roof)
     middle = so.prompt + so.new_tokens // 2
     plan.rows = [
         _row(
             r,
-            predicted_step(static, r.batch, None, driver.roof, so.mode, scheme),
-            predicted_step(static, r.batch, middle, driver.roof, so.mode, scheme),
+            predicted_step(rows_driver, r.batch, None, so.mode),
+            predicted_step(rows_driver, r.batch, middle, so.mode),
             plan,
             length,
         )

@@ -221,12 +221,13 @@ class ServingPlan:
             else "the step replayed as one CUDA graph (one launch)"
         )
         said.append(
-            "Rows: a static cache of prompt + new tokens (read whole at every step, as a "
-            f"paged cache is at the last token), the KV cache at {self.dtype}'s width. TTFT "
+            f"Rows: ls.estimate_generate's paged cache (read once at the current length "
+            f"rounded up to blocks of {self.block_size}), the weights and the KV cache as "
+            "deployed, a mixture of experts' expected experts per step. TTFT "
             "and TPOT are predicted: the prefill's and a decode step's kernels at the "
             f"target's achievable rates, {launching}, the larger of running and launching "
-            "and never below their bounds, the rooflines (a decode step's matmuls without "
-            "tile quantisation: GEMV and split-K kernels)."
+            "and never below their bounds, the rooflines (each module's own work at the "
+            "large-matmul share of the peak and the achievable bandwidth)."
         )
         return said
 
