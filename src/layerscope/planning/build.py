@@ -103,13 +103,7 @@ def _build(prof: Profile, opts: Options, choice: CheckpointChoice, asked: Any) -
     step, step_bound = _step(time), _step(bound)
     peak_flops = opts.target.peak(str(opts.compute_dtype).removeprefix("torch."))
     accum = opts.grad_accum
-    n_params = sum(prod(p.shape) for p in params)
-    n_frozen = sum(prod(p.shape) for p in kept or ())
-    # the published convention (PaLM, Appendix B): 6 N per token plus attention; a frozen
-    # parameter's weight gradient is never computed, so it counts 4 (forward, input
-    # gradient), not 6
-    per_token = 6 * n_params + 4 * n_frozen
-    published = (per_token * tokens + timed.predicted.attention_flops) * accum if tokens else None
+    published = _published(params, kept, tokens, timed.predicted.attention_flops, accum)
     notes = [
         *timed.notes,
         *_notes(opts, choice, asked, unrecorded, strategy.notes(opts)),
@@ -177,6 +171,18 @@ def _columns(points: list[tl.Point]) -> dict[str, list[Any]]:
     for part in tl.PARTS:
         columns[part] = [p.parts[part] for p in points]
     return columns
+
+
+def _published(
+    params: list[Param], kept: list[Param] | None, tokens: int | None, attention: int, accum: int
+) -> int | None:
+    """FLOPs per step in the published convention (PaLM, Appendix B): 6 N per token plus
+    attention; a frozen parameter's weight gradient never runs, so it counts 4 (forward,
+    input gradient), not 6. None without token ids."""
+    if not tokens:
+        return None
+    per_token = 6 * sum(prod(p.shape) for p in params) + 4 * sum(prod(p.shape) for p in kept or ())
+    return (per_token * tokens + attention) * accum
 
 
 def _notes(

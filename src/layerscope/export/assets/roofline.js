@@ -41,6 +41,38 @@
     return /[A-Z]$/.test(t) ? t + u : t + " " + u;
   }
   function modules(n) { return n + (n === 1 ? " module" : " modules"); }
+  // The five longest points named, each where its label meets no other label (placed:
+  // [x, y, width] boxes) and no other point (circles: [cx, cy, r]), right of its point or
+  // else left of it; a spot several modules share (a block's repeats) is named once.
+  function nameSpots(pts, placed, circles, edge, at) {
+    var labels = sv("g", { "class": "axis" }), named = 0, spots = {};
+    function clear(lx, ly, wide, cx, cy) {
+      for (var q = 0; q < placed.length; q++) {
+        var o = placed[q];
+        if (Math.abs(o[1] - ly) < 13 && lx < o[0] + o[2] + 8 && o[0] < lx + wide + 8) return false;
+      }
+      for (var k = 0; k < circles.length; k++) {
+        var c = circles[k];
+        if (Math.abs(c[0] - cx) < 0.5 && Math.abs(c[1] - cy) < 0.5) continue;  // its own spot
+        var nx = Math.max(lx, Math.min(c[0], lx + wide)), ny = Math.max(ly - 10, Math.min(c[1], ly + 3));
+        if ((nx - c[0]) * (nx - c[0]) + (ny - c[1]) * (ny - c[1]) < c[2] * c[2]) return false;
+      }
+      return true;
+    }
+    pts.forEach(function (p) {
+      var xy = at(p), spot = xy[0].toFixed(0) + "," + xy[1].toFixed(0);
+      if (named >= 5 || spots[spot]) return;
+      var ly = xy[1] - 8, text = label(p.i), wide = 6.2 * text.length;
+      var right = xy[0] + 8, left = xy[0] - 8 - wide;
+      var lx = right + wide <= edge && clear(right, ly, wide, xy[0], xy[1]) ? right :
+        left >= 0 && clear(left, ly, wide, xy[0], xy[1]) ? left : null;
+      if (lx === null) return;
+      placed.push([lx, ly, wide]); named++; spots[spot] = true;
+      var lt = sv("text", { x: lx.toFixed(1), y: ly.toFixed(1), "class": "halo" });
+      lt.textContent = text; labels.appendChild(lt);
+    });
+    return labels;
+  }
   function drawRoofline() {
     if (!rl) return;
     var P = RL.phases[rlPhase], R = RL.roof, pts = [], placed = [], k;
@@ -116,34 +148,7 @@
       circles.push([sx(p.x), sy(p.y), r]);
     });
     frag.appendChild(dots);
-    var labels = sv("g", { "class": "axis" }), named = 0;
-    function clear(lx, ly, wide, cx, cy) {  // a label's box meets no label and no other point
-      for (var q = 0; q < placed.length; q++) {
-        var o = placed[q];
-        if (Math.abs(o[1] - ly) < 13 && lx < o[0] + o[2] + 8 && o[0] < lx + wide + 8) return false;
-      }
-      for (var k = 0; k < circles.length; k++) {
-        var c = circles[k];
-        if (Math.abs(c[0] - cx) < 0.5 && Math.abs(c[1] - cy) < 0.5) continue;  // its own spot
-        var nx = Math.max(lx, Math.min(c[0], lx + wide)), ny = Math.max(ly - 10, Math.min(c[1], ly + 3));
-        if ((nx - c[0]) * (nx - c[0]) + (ny - c[1]) * (ny - c[1]) < c[2] * c[2]) return false;
-      }
-      return true;
-    }
-    var spots = {};  // a spot several modules share (a block's repeats) is named once
-    pts.forEach(function (p) {  // the five longest, where they overlap nothing
-      var spot = sx(p.x).toFixed(0) + "," + sy(p.y).toFixed(0);
-      if (named >= 5 || spots[spot]) return;
-      var ly = sy(p.y) - 8, text = label(p.i), wide = 6.2 * text.length;
-      var right = sx(p.x) + 8, left = sx(p.x) - 8 - wide;
-      var lx = right + wide <= W - Rm && clear(right, ly, wide, sx(p.x), sy(p.y)) ? right :
-        left >= 0 && clear(left, ly, wide, sx(p.x), sy(p.y)) ? left : null;
-      if (lx === null) return;
-      placed.push([lx, ly, wide]); named++; spots[spot] = true;
-      var lt = sv("text", { x: lx.toFixed(1), y: ly.toFixed(1), "class": "halo" });
-      lt.textContent = text; labels.appendChild(lt);
-    });
-    frag.appendChild(labels);
+    frag.appendChild(nameSpots(pts, placed, circles, W - Rm, function (p) { return [sx(p.x), sy(p.y)]; }));
     rl.replaceChildren(frag);
     rl.setAttribute("height", H);
     rl.setAttribute("viewBox", "0 0 " + W + " " + H);
