@@ -27,9 +27,9 @@ from typing import Any
 
 from torch import nn
 
-import layerscope.metricspec as ms
 from layerscope.generation.cache import CacheFacts
-from layerscope.profile import Node, Profile
+from layerscope.generation.narrowing import read_less
+from layerscope.profile import Profile
 
 #: The caches ``cache=`` names.
 CACHES = ("dynamic", "static", "paged")
@@ -87,18 +87,7 @@ def narrow_kv(
         path = paths.get(layer)
         if path is None or not moved:
             continue
-        try:
-            node = prof.node(path)
-        except KeyError:
-            continue
-        saved = round(moved * (1.0 - ratio))
-        if ms.BYTES_ACCESSED in node.self_metrics:
-            node.self_metrics[ms.BYTES_ACCESSED] -= saved
-        up: Node | None = node
-        while up is not None:
-            if ms.BYTES_ACCESSED in up.metrics:
-                up.metrics[ms.BYTES_ACCESSED] -= saved
-            up = up.parent
+        read_less(prof, path, round(moved * (1.0 - ratio)))
 
 
 __all__ = [

@@ -29,9 +29,9 @@ from typing import Any
 import torch
 from torch import nn
 
-import layerscope.metricspec as ms
 from layerscope.errors import InvalidInputError
-from layerscope.profile import Node, Profile
+from layerscope.generation.narrowing import read_less
+from layerscope.profile import Profile
 from layerscope.render.units import seconds
 
 #: The families whose routing layerscope reads: model_type -> the config keys of the
@@ -141,25 +141,15 @@ def experts_kernel(model: nn.Module, routing: Routing | None) -> Iterator[None]:
             c._experts_implementation = saved[k]
 
 
-def _take(node: Node, saved: float) -> None:
-    if ms.BYTES_ACCESSED in node.self_metrics:
-        node.self_metrics[ms.BYTES_ACCESSED] -= saved
-    up: Node | None = node
-    while up is not None:
-        if ms.BYTES_ACCESSED in up.metrics:
-            up.metrics[ms.BYTES_ACCESSED] -= saved
-        up = up.parent
-
-
 def route(prof: Profile, routing: Routing, charged: float, experts: float) -> None:
     """Make ``prof`` read ``experts`` experts' weights in every experts module call where
     it reads ``charged`` (``Routing.counted``; module doc)."""
     for path, per_expert in routing.layers:
         try:
-            node = prof.node(path)
+            calls = prof.node(path).calls
         except KeyError:
             continue
-        _take(node, (charged - experts) * per_expert * node.calls)
+        read_less(prof, path, (charged - experts) * per_expert * calls)
 
 
 def moe_note(routing: Routing, rows: list[Any]) -> str:

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 from torch import nn
 
-import layerscope.metricspec as ms
-from layerscope.profile import Node, Profile
+from layerscope.generation.narrowing import read_less
+from layerscope.profile import Profile
 from layerscope.validate import check_choice, check_int
 
 #: The schemes ``weights=`` names: bits per weight, scale bytes per group or row.
@@ -114,17 +114,10 @@ def narrow(prof: Profile, linears: dict[str, nn.Linear], scheme: WeightScheme) -
     so its bytes moved, and its parents', drop by the difference times its calls."""
     for path, m in linears.items():
         try:
-            node = prof.node(path)
+            calls = prof.node(path).calls
         except KeyError:
             continue  # not called in this analysis
-        saved = round(m.weight.nbytes - scheme.bytes_of(*m.weight.shape)) * node.calls
-        if ms.BYTES_ACCESSED in node.self_metrics:
-            node.self_metrics[ms.BYTES_ACCESSED] -= saved
-        up: Node | None = node
-        while up is not None:
-            if ms.BYTES_ACCESSED in up.metrics:
-                up.metrics[ms.BYTES_ACCESSED] -= saved
-            up = up.parent
+        read_less(prof, path, round(m.weight.nbytes - scheme.bytes_of(*m.weight.shape)) * calls)
 
 
 __all__ = [
