@@ -75,7 +75,25 @@
     if (!first) { document.body.appendChild(nodes[0]); return; }  // no report: the section alone
     nodes.forEach(function (n) { document.body.insertBefore(n, first); });
   }
-  window.lsDom = { el: el, sv: sv, sortableTable: sortableTable, factList: factList, placeFirst: placeFirst };
+  function notesSection(section, notes, facts, ids, liClass, empty) {  // the notes, then the settings
+    var nl = el("ul", "facts");
+    notes.forEach(function (t) { nl.appendChild(el("li", liClass || "", t)); });
+    if (!notes.length && empty) nl.appendChild(el("li", "", empty));
+    section.appendChild(nl);
+    section.appendChild(factList(facts, ids));
+    return section;
+  }
+  function settle(root, nodes, draw) {  // placed first, drawn, redrawn on resize, then ready
+    placeFirst([root].concat(nodes));
+    draw();
+    var timer = 0;
+    window.addEventListener("resize", function () { clearTimeout(timer); timer = setTimeout(draw, 150); });
+    root.dataset.ready = "1";
+  }
+  window.lsDom = {
+    el: el, sv: sv, sortableTable: sortableTable, factList: factList, placeFirst: placeFirst,
+    notesSection: notesSection, settle: settle
+  };
   function pressOnly(bar, field, value) {  // a segmented control: the button pressed
     Array.prototype.forEach.call(bar.children, function (b) {
       var on = b.dataset[field] === value;

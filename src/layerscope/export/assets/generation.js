@@ -379,12 +379,10 @@
   }
 
   // ---- notes and options ---------------------------------------------------------------
-  var ns = section("Generation notes", "ls-gen-notes"), nl = el("ul", "facts");
-  G.notes.forEach(function (t) { nl.appendChild(el("li", "notice", t)); });
-  if (!G.notes.length) nl.appendChild(el("li", "", "No notices."));
-  ns.appendChild(nl);
-  ns.appendChild(window.lsDom.factList(G.settings, "ls-gen-settings"));
-  if (G.measured) root.appendChild(ns);
+  if (G.measured) {
+    root.appendChild(window.lsDom.notesSection(section("Generation notes", "ls-gen-notes"), G.notes,
+      G.settings, "ls-gen-settings", "notice", "No notices."));
+  }
 
   // ---- placed first, above the profile of one stage (an estimate's: its prefill) ------
   var st = G.stage, divider = el("h2", "gn-divider", st ? "The " + st[0] + " stage's profile" :
@@ -393,10 +391,4 @@
   var dnote = el("div", "sub", st ? (st[1] > 1 ? "Its " + plural(st[1], "call") + " summed, module by module." :
     "Its call, module by module.") : G.measured ? "" : "The prefill of " + plural(first, "sequence") +
     ", analysed on meta for the target, module by module.");
-  window.lsDom.placeFirst([root, divider, dnote]);
-  redraw.forEach(function (f) { f(); });
-  var timer = 0;
-  window.addEventListener("resize", function () {
-    clearTimeout(timer); timer = setTimeout(function () { redraw.forEach(function (f) { f(); }); }, 150);
-  });
-  root.dataset.ready = "1";
+  window.lsDom.settle(root, [divider, dnote], function () { redraw.forEach(function (f) { f(); }); });

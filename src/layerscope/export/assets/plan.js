@@ -334,17 +334,9 @@
   }
 
   // ---- notes and options -------------------------------------------------------------
-  var ns = section("Plan notes", "ls-plan-notes"), nl = el("ul", "facts");
-  P.notes.forEach(function (t) { nl.appendChild(el("li", "", t)); });
-  ns.appendChild(nl);
-  ns.appendChild(window.lsDom.factList(P.settings, "ls-plan-settings"));
-  root.appendChild(ns);
+  root.appendChild(window.lsDom.notesSection(section("Plan notes", "ls-plan-notes"), P.notes, P.settings,
+    "ls-plan-settings"));
 
   // ---- placed first, above the analysis ----------------------------------------------
-  var divider = el("h2", "pl-divider", "The analysis behind the plan");
-  var dnote = el("div", "sub", "The profile of one micro-batch the plan's figures are computed from.");
-  window.lsDom.placeFirst([root, divider, dnote]);
-  drawTimeline();
-  var timer = 0;
-  window.addEventListener("resize", function () { clearTimeout(timer); timer = setTimeout(drawTimeline, 150); });
-  root.dataset.ready = "1";
+  window.lsDom.settle(root, [el("h2", "pl-divider", "The analysis behind the plan"), el("div", "sub",
+    "The profile of one micro-batch the plan's figures are computed from.")], drawTimeline);

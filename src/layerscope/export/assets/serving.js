@@ -100,16 +100,8 @@
   root.appendChild(rs);
 
   // ---- notes and the setting ------------------------------------------------------------
-  var ns = section("Serving notes", "ls-serve-notes"), nl = el("ul", "facts");
-  S.notes.forEach(function (t) { nl.appendChild(el("li", "", t)); });
-  ns.appendChild(nl);
-  ns.appendChild(window.lsDom.factList(S.facts, "ls-serve-facts"));
-  root.appendChild(ns);
+  root.appendChild(window.lsDom.notesSection(section("Serving notes", "ls-serve-notes"), S.notes, S.facts,
+    "ls-serve-facts"));
 
-  var divider = el("h2", "sv-divider", "The prefill's profile");
-  var dnote = el("div", "sub", "The prefill of the first batch, analysed on meta for the target, module by module.");
-  window.lsDom.placeFirst([root, divider, dnote]);
-  draw();
-  var timer = 0;
-  window.addEventListener("resize", function () { clearTimeout(timer); timer = setTimeout(draw, 150); });
-  root.dataset.ready = "1";
+  window.lsDom.settle(root, [el("h2", "sv-divider", "The prefill's profile"), el("div", "sub",
+    "The prefill of the first batch, analysed on meta for the target, module by module.")], draw);
