@@ -75,6 +75,13 @@
     if (!first) { document.body.appendChild(nodes[0]); return; }  // no report: the section alone
     nodes.forEach(function (n) { document.body.insertBefore(n, first); });
   }
+  function section(title, id, what) {  // a section with its heading and a note beside it
+    var s = el("section"); s.id = id;
+    var h = el("div", "head"); h.appendChild(el("h2", "", title));
+    if (what) h.appendChild(el("span", "note", what));
+    s.appendChild(h);
+    return s;
+  }
   function notesSection(section, notes, facts, ids, liClass, empty) {  // the notes, then the settings
     var nl = el("ul", "facts");
     notes.forEach(function (t) { nl.appendChild(el("li", liClass || "", t)); });
@@ -92,7 +99,7 @@
   }
   window.lsDom = {
     el: el, sv: sv, sortableTable: sortableTable, factList: factList, placeFirst: placeFirst,
-    notesSection: notesSection, settle: settle
+    section: section, notesSection: notesSection, settle: settle
   };
   function pressOnly(bar, field, value) {  // a segmented control: the button pressed
     Array.prototype.forEach.call(bar.children, function (b) {

@@ -14,13 +14,7 @@
   }
   function plural(n, word) { return fmt(n, "count") + " " + word + (n === 1 ? "" : "s"); }
   var el = window.lsDom.el, sv = window.lsDom.sv;
-  function section(title, id, what) {
-    var s = el("section"); s.id = id;
-    var h = el("div", "head"); h.appendChild(el("h2", "", title));
-    if (what) h.appendChild(el("span", "note", what));
-    s.appendChild(h);
-    return s;
-  }
+  var section = window.lsDom.section;
   function swatch(cls, label, value) {  // one legend entry
     var s = el("span");
     if (cls) s.appendChild(el("i", cls));

@@ -16,13 +16,7 @@
   function nbytes(x) { return fmt(x, "bytes"); }
   function pctOf(x, whole) { return whole > 0 ? base(100 * x / whole, "pct") : ""; }
   var el = window.lsDom.el, sv = window.lsDom.sv;
-  function section(title, id, what) {
-    var s = el("section"); s.id = id;
-    var h = el("div", "head"); h.appendChild(el("h2", "", title));
-    if (what) h.appendChild(el("span", "note", what));
-    s.appendChild(h);
-    return s;
-  }
+  var section = window.lsDom.section;
   function swatch(cls, label, value, note) {  // one legend entry
     var s = el("span");
     if (cls) s.appendChild(el("i", cls));

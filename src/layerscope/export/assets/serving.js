@@ -12,13 +12,7 @@
     if (x === null || x === undefined || isNaN(x)) return "";
     return base(x, kind);
   }
-  function section(title, id, what) {
-    var s = el("section"); s.id = id;
-    var h = el("div", "head"); h.appendChild(el("h2", "", title));
-    if (what) h.appendChild(el("span", "note", what));
-    s.appendChild(h);
-    return s;
-  }
+  var section = window.lsDom.section;
 
   // ---- title and the capacity --------------------------------------------------------
   var root = el("div"); root.id = "ls-serve";
