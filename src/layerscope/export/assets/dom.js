@@ -75,13 +75,6 @@
     if (!first) { document.body.appendChild(nodes[0]); return; }  // no report: the section alone
     nodes.forEach(function (n) { document.body.insertBefore(n, first); });
   }
-  function section(title, id, what) {  // a section with its heading and a note beside it
-    var s = el("section"); s.id = id;
-    var h = el("div", "head"); h.appendChild(el("h2", "", title));
-    if (what) h.appendChild(el("span", "note", what));
-    s.appendChild(h);
-    return s;
-  }
   function notesSection(section, notes, facts, ids, liClass, empty) {  // the notes, then the settings
     var nl = el("ul", "facts");
     notes.forEach(function (t) { nl.appendChild(el("li", liClass || "", t)); });
@@ -113,9 +106,10 @@
     sec.appendChild(plot);
     return tip;
   }
-  function section(title, id) {
+  function section(title, id, what) {  // a section with its heading (and a note beside it)
     var s = el("section"); s.id = id;
     var h = el("div", "head"); h.appendChild(el("h2", "", title));
+    if (what) h.appendChild(el("span", "note", what));
     s.appendChild(h);
     return s;
   }
