@@ -52,7 +52,19 @@ no learned positions). Mistral 7B (v0.1, its Hugging Face config.json: 32 layers
 wide, 14336 MLP, 32 heads, 8 KV heads, 32000 vocabulary) as a Llama of that shape: its
 4096-token sliding window is no shorter than any context here.
 
-Not expressed: vLLM, TGI and LMDeploy publish their serving benchmarks as figures or
+**LMDeploy v0.2.0** (https://github.com/InternLM/lmdeploy, docs/en/benchmark/a100_fp16.md
+at commit f44ba31cece50e28208c337238d9f903a4f66751, "Static Inference Benchmark", "FP16
+llama2-7b"): TurboMind on one A100-80G, ``batch`` requests run concurrently, each
+generating ``output_tokens`` after ``prompt_tokens``; ``benchmark/profile_generation.py``
+divides every generated token by the elapsed time (prefill included). Approximations: the
+A100 SXM4 80GB spec; float16 with a float16 cache; TurboMind is a C++ engine launching
+fused kernels asynchronously: ``mode="graphs"``; its paged cache is read at each
+sequence's length where the rows' static cache is read whole. The batch-64 rows with
+2,048-token prompts hold more cache than fits beside the weights (the table's mean first
+token latency, 6.6 s and 39 s, suggests requests queued): likely fewer than 64 ran at
+once.
+
+Not expressed: vLLM and TGI publish their serving benchmarks as figures or
 dashboards with no table of batch, lengths and tokens/s found; MLPerf Inference's
 Llama-2-70B results are whole multi-GPU systems on a dataset of varying lengths, their
 per-GPU batch not published; TensorRT-LLM's later tables (v0.10 on) measure in-flight
@@ -79,7 +91,16 @@ TRT_LLM = (
     "/docs/source/performance.md"
 )
 TRT_LLM_090 = "https://github.com/NVIDIA/TensorRT-LLM/blob/v0.9.0/docs/source/performance.md"
-SOURCES = {"gpt-fast": GPT_FAST, "trt-llm-0.6.1": TRT_LLM, "trt-llm-0.9.0": TRT_LLM_090}
+LMDEPLOY_020 = (
+    "https://github.com/InternLM/lmdeploy/blob/f44ba31cece50e28208c337238d9f903a4f66751"
+    "/docs/en/benchmark/a100_fp16.md"
+)
+SOURCES = {
+    "gpt-fast": GPT_FAST,
+    "trt-llm-0.6.1": TRT_LLM,
+    "trt-llm-0.9.0": TRT_LLM_090,
+    "lmdeploy-0.2.0": LMDEPLOY_020,
+}
 SHAPES: dict[str, tuple[type, dict[str, Any]]] = {
     "llama2-7b": (transformers.LlamaConfig, dict(
         hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
@@ -219,6 +240,17 @@ TRT_090 = (
     ("llama2-7b", "a100", 32, 2048, 128, 533),
     ("llama2-7b", "a100", 16, 2048, 2048, 603),
 )
+# LMDeploy's "FP16 llama2-7b" static inference table: (batch, input, output, tokens/s)
+LMDEPLOY = (
+    (1, 1, 128, 100.02), (1, 128, 128, 102.21), (1, 128, 2048, 98.92),
+    (1, 2048, 128, 86.1), (1, 2048, 2048, 93.78),
+    (16, 1, 128, 1504.72), (16, 128, 128, 1272.47), (16, 128, 2048, 1010.62),
+    (16, 2048, 128, 348.87), (16, 2048, 2048, 601.63),
+    (32, 1, 128, 2136.73), (32, 128, 128, 2125.47), (32, 128, 2048, 1462.12),
+    (32, 2048, 128, 450.43), (32, 2048, 2048, 733.34),
+    (64, 1, 128, 4154.81), (64, 128, 128, 3024.07), (64, 128, 2048, 1852.06),
+    (64, 2048, 128, 493.46), (64, 2048, 2048, 755.65),
+)  # fmt: skip
 RUNS = (
     _gpt_fast("llama2-7b", None, 128, 104.9),
     _gpt_fast("llama2-7b", "int8", 128, 155.58),
@@ -227,6 +259,10 @@ RUNS = (
     _gpt_fast("llama2-70b", "int4", 32, 25.25),
     *(_trt("trt-llm-0.6.1", *row) for row in TRT_061),
     *(_trt("trt-llm-0.9.0", *row) for row in TRT_090),
+    *(
+        Run("lmdeploy-0.2.0", "llama2-7b", "a100", None, b, i, o, m, dtype="float16")
+        for b, i, o, m in LMDEPLOY
+    ),
 )
 
 
@@ -281,13 +317,13 @@ def main() -> None:
     parser.add_argument("--json", help="also write the rows as JSON")
     args = parser.parse_args()
     rows = []
-    print(f"{'source':13s} {'model':10s} {'gpu':4s} {'weights':7s} {'batch':>5s} "
+    print(f"{'source':14s} {'model':10s} {'gpu':4s} {'weights':7s} {'batch':>5s} "
           f"{'in/out':>9s} {'measured':>9s} {'predicted':>9s} {'bound':>9s} "
           f"{'meas/pred':>9s} {'prefill':>7s}  bound holds")  # fmt: skip
     for run in RUNS:
         r = plan_run(run)
         rows.append(r)
-        print(f"{r['source']:13s} {r['model']:10s} {r['target']:4s} "
+        print(f"{r['source']:14s} {r['model']:10s} {r['target']:4s} "
               f"{r['weights'] or r['dtype'][:4]:7s} {r['batch']:5d} "
               f"{r['prompt']:>4d}/{r['new_tokens']:<4d} {r['measured']:9.1f} "
               f"{r['predicted']:9.1f} {r['bound']:9.1f} {r['ratio']:9.2f} "
@@ -296,6 +332,9 @@ def main() -> None:
     print(summary(rows, "all"))
     for source, url in SOURCES.items():
         print(summary([r for r in rows if r["source"] == source], source) + f"; {url}")
+    fp8 = [r for r in rows if r["kv_dtype"] == "fp8"]
+    print(summary(fp8, "FP8 engines (W8A8, FP8 cache)"))
+    print(summary([r for r in rows if r not in fp8], "16-bit and weight-only"))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
