@@ -4,7 +4,7 @@ output tokens/s beside the measured, and whether the bound holds.
     python bench/published_serving.py [--json OUT.json]
 
 Every row's throughput is its batch's output tokens over the whole generation, prefill
-included (what both sources time): predicted ``batch * new / (ttft + (new - 1) * tpot)``
+included (as every source times it): predicted ``batch * new / (ttft + (new - 1) * tpot)``
 and bound the same with ``tpot_bound`` (``ttft`` is already the prefill's roofline).
 
 **gpt-fast** (https://github.com/pytorch-labs/gpt-fast, README.md at commit 0f925b5,
