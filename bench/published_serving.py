@@ -69,6 +69,10 @@ dashboards with no table of batch, lengths and tokens/s found; MLPerf Inference'
 Llama-2-70B results are whole multi-GPU systems on a dataset of varying lengths, their
 per-GPU batch not published; TensorRT-LLM's later tables (v0.10 on) measure in-flight
 batching under maximum load without stating the batch a step runs.
+
+First-token latency: v0.9.0's "Low Latency" tables (batch 1, TP 1, 128 and 2048 input
+tokens, ``gptSessionBenchmark`` with one output token) against ``ttft``, a roofline
+lower bound: the measured should not be below it.
 """
 
 from __future__ import annotations
@@ -118,6 +122,7 @@ SHAPES: dict[str, tuple[type, dict[str, Any]]] = {
         n_embd=4096, n_layer=28, n_head=16, rotary_dim=64, vocab_size=50400,
         n_positions=4096)),
 }  # fmt: skip
+SHORT = {"float16": "fp16", "bfloat16": "bf16"}
 MODELS = {
     transformers.LlamaConfig: transformers.LlamaForCausalLM,
     transformers.GPTJConfig: transformers.GPTJForCausalLM,
@@ -251,6 +256,21 @@ LMDEPLOY = (
     (64, 1, 128, 4154.81), (64, 128, 128, 3024.07), (64, 128, 2048, 1852.06),
     (64, 2048, 128, 493.46), (64, 2048, 2048, 755.65),
 )  # fmt: skip
+# TensorRT-LLM v0.9.0's "Low Latency" tables, batch 1, TP 1: (model, GPU, input, ms)
+TRT_090_TTFT = (
+    ("gpt-j-6b", "h200", 128, 5.0), ("gpt-j-6b", "h200", 2048, 23.5),
+    ("mistral-7b", "h200", 128, 5.9), ("mistral-7b", "h200", 2048, 31.7),
+    ("llama2-7b", "h200", 128, 5.7), ("llama2-7b", "h200", 2048, 30.2),
+    ("gpt-j-6b", "h100", 128, 5.5), ("gpt-j-6b", "h100", 2048, 23.8),
+    ("mistral-7b", "h100", 128, 6.5), ("mistral-7b", "h100", 2048, 32.4),
+    ("llama2-7b", "h100", 128, 6.3), ("llama2-7b", "h100", 2048, 30.8),
+    ("gpt-j-6b", "l40s", 128, 12.4), ("gpt-j-6b", "l40s", 2048, 61.7),
+    ("mistral-7b", "l40s", 128, 15.4), ("mistral-7b", "l40s", 2048, 87.3),
+    ("llama2-7b", "l40s", 128, 14.1), ("llama2-7b", "l40s", 2048, 80.1),
+    ("gpt-j-6b", "a100", 128, 14.8), ("gpt-j-6b", "a100", 2048, 136.4),
+    ("mistral-7b", "a100", 128, 16.3), ("mistral-7b", "a100", 2048, 139.6),
+    ("llama2-7b", "a100", 128, 16.2), ("llama2-7b", "a100", 2048, 132.4),
+)  # fmt: skip
 RUNS = (
     _gpt_fast("llama2-7b", None, 128, 104.9),
     _gpt_fast("llama2-7b", "int8", 128, 155.58),
@@ -301,6 +321,22 @@ def plan_run(run: Run) -> dict[str, Any]:
     }
 
 
+def ttft_rows() -> list[dict[str, Any]]:
+    """TensorRT-LLM v0.9.0's first-token latencies against ``plan_serving``'s ``ttft``,
+    the prefill's roofline bound (as the throughput rows: FP8 engines priced at 16 bits)."""
+    rows = []
+    for model, gpu, prompt, ms in TRT_090_TTFT:
+        fp8 = gpu != "a100"
+        plan = ls.plan_serving(
+            meta_model(model, "float16"), target=gpu, max_context=4096, prompt=prompt,
+            new_tokens=1, batch=1, weights="fp8" if fp8 else None, mode="graphs",
+        )  # fmt: skip
+        bound = plan.rows[0].ttft * 1e3
+        rows.append(dict(model=model, target=gpu, prompt=prompt, measured_ms=ms,
+                         bound_ms=bound, ratio=ms / bound, bound_holds=ms >= bound))  # fmt: skip
+    return rows
+
+
 def summary(rows: list[dict[str, Any]], label: str) -> str:
     """The median, spread and bound count of ``rows``' measured/predicted."""
     ratios = [r["ratio"] for r in rows]
@@ -324,7 +360,7 @@ def main() -> None:
         r = plan_run(run)
         rows.append(r)
         print(f"{r['source']:14s} {r['model']:10s} {r['target']:4s} "
-              f"{r['weights'] or r['dtype'][:4]:7s} {r['batch']:5d} "
+              f"{r['weights'] or SHORT[r['dtype']]:7s} {r['batch']:5d} "
               f"{r['prompt']:>4d}/{r['new_tokens']:<4d} {r['measured']:9.1f} "
               f"{r['predicted']:9.1f} {r['bound']:9.1f} {r['ratio']:9.2f} "
               f"{r['prefill_share']:7.0%}  {'yes' if r['bound_holds'] else 'NO'}"
@@ -335,9 +371,21 @@ def main() -> None:
     fp8 = [r for r in rows if r["kv_dtype"] == "fp8"]
     print(summary(fp8, "FP8 engines (W8A8, FP8 cache)"))
     print(summary([r for r in rows if r not in fp8], "16-bit and weight-only"))
+    print(f'\nfirst-token latency, batch 1 ({TRT_LLM_090}, "Low Latency")')
+    print(f"{'model':10s} {'gpu':4s} {'input':>5s} {'measured ms':>11s} {'bound ms':>8s} "
+          f"{'meas/bound':>10s}  bound holds")  # fmt: skip
+    ttft = ttft_rows()
+    for t in ttft:
+        print(f"{t['model']:10s} {t['target']:4s} {t['prompt']:5d} {t['measured_ms']:11.1f} "
+              f"{t['bound_ms']:8.1f} {t['ratio']:10.2f}  "
+              f"{'yes' if t['bound_holds'] else 'NO'}")  # fmt: skip
+    ratios = [t["ratio"] for t in ttft]
+    print(f"first-token latency: measured/bound median {statistics.median(ratios):.2f} "
+          f"(min {min(ratios):.2f}, max {max(ratios):.2f}); bound held on "
+          f"{sum(t['bound_holds'] for t in ttft)} of {len(ttft)}")  # fmt: skip
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+            json.dump({"throughput": rows, "ttft": ttft}, f, indent=1)
 
 
 if __name__ == "__main__":
