@@ -183,6 +183,8 @@ class Step:
     kernels: int
     run: float
     launch: float
+    #: what fusing the step's pointwise kernels (graphs) takes off its roofline bound
+    fused_off: float = 0.0
 
     @property
     def time(self) -> float:
@@ -212,7 +214,7 @@ def predicted_step(driver: Driver, batch: int, length: int | None, mode: str) ->
         together = fused(kernels)
         saved = _memory_bytes(kernels) - _memory_bytes(together)
         time -= saved / (roof.bandwidth * min(1.0, rates.bandwidth))
-        return Step(together.count(), max(time, 0.0), rates.launch)
+        return Step(together.count(), max(time, 0.0), rates.launch, saved / roof.bandwidth)
     return Step(kernels.count(), time, kernels.count() * rates.launch)
 
 
@@ -223,14 +225,17 @@ def _memory_bytes(kernels: Kernels) -> int:
 def _row(r: SweepRow, prefill: Step, step: Step, plan: ServingPlan, length: int) -> ServingRow:
     """A batch's row: the predicted prefill and decode step beside the estimate's bounds,
     the KV cache at the last token against the plan's budget."""
-    tpot = max(step.time, r.decode_time_per_token)  # never below the bound
+    # the bounds of the calls as run: a fused kernel does not move what it fuses away
+    ttft_bound = max(r.prefill_time - prefill.fused_off, 0.0)
+    tpot_bound = max(r.decode_time_per_token - step.fused_off, 0.0)
+    tpot = max(step.time, tpot_bound)  # never below the bound
     kv = r.batch * plan.kv_bytes(length)
     return ServingRow(
         batch=r.batch,
-        ttft=max(prefill.time, r.prefill_time),
-        ttft_bound=r.prefill_time,
+        ttft=max(prefill.time, ttft_bound),
+        ttft_bound=ttft_bound,
         tpot=tpot,
-        tpot_bound=r.decode_time_per_token,
+        tpot_bound=tpot_bound,
         launch_time=step.launch,
         kernels=step.kernels,
         tokens_per_s=r.batch / tpot,
