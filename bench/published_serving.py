@@ -38,13 +38,13 @@ expressible on one GPU.
 Approximations, stated: the H100, H200 and L40S engines are FP8 (``--enable_fp8
 --fp8_kv_cache``; v0.9.0's ``quant_algo`` and ``kv_cache_quant_algo`` "FP8"): FP8 weights
 *and* FP8 matmuls (W8A8) with an FP8 KV cache. Here ``weights="fp8"`` is weight-only
-(matmuls at float16's peak, half the FP8 peak on Hopper and Ada) and ``kv_dtype="fp8"``
-sizes the cache's capacity only: the rows' decode steps read the KV cache at float16's
-width (``plan_serving`` prices its rows with ``estimate_generate``, which has no cache
-dtype). The rows' cache is a static one of prompt + output tokens attended whole at every
-step, where TensorRT-LLM's attention plugin reads each sequence's cache at its current
-length. All three make the prediction slower than the engine, so the bound can fail on
-those rows. The A100 rows are float16 with a float16 cache. TensorRT's C++ runtime
+(matmuls at float16's peak, half the FP8 peak on Hopper and Ada), which makes the
+prediction slower than the engine where the matmuls are compute-bound (large batches,
+long prompts), so the bound can fail on those rows; ``kv_dtype="fp8"`` holds and reads
+the cache at one byte. The rows' cache is ``plan_serving``'s paged one, read at each
+sequence's current length (rounded up to 16-token blocks) as TensorRT-LLM's attention
+plugin reads its contiguous per-sequence cache. The A100 rows are float16 with a float16
+cache. TensorRT's C++ runtime
 enqueues an engine's fused kernels without Python: ``mode="graphs"`` (one launch per
 step). GPT-J 6B's config (v0.9.0's): 28 layers, 4096 wide, 16 heads, rotary dimension
 64, 50400 vocabulary, its 2048 positions raised to 4096 for the 2048 + 2048 rows (rotary:
