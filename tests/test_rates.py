@@ -329,6 +329,10 @@ def test_a_compiled_plan_launches_one_kernel_per_fused_group() -> None:
     eager = ls.plan(Net(), x, **common)
     compiled = ls.plan(Net(), x, **common, compile=True)
     assert compiled.options["compile"] is True and "compile" not in eager.options
+    assert (
+        ", compiled;" in compiled.render(width=200)
+        and "compiled" not in eager.render(width=200).splitlines()[1]
+    )
     assert (eager.kernels, compiled.kernels) == (7, 3)
     assert compiled.step_time < eager.step_time
     assert compiled.step_time_bound == eager.step_time_bound

@@ -209,6 +209,8 @@ def _heading(section: Mapping[str, Any], width: int) -> list[Line]:
     batch = f"{units.count(tokens)} tokens" if tokens else "without token ids"
     checkpointed = len(section.get("checkpoint", ()))
     loss = f", loss {o['loss']}" if o.get("loss", "plain") != "plain" else ""
+    loss += ", compiled" if o.get("compile") else ""
+    loss += ", float8 linears" if o.get("float8") else ""
     text = (
         f"Sharding {sharding}, precision {o.get('precision', '?')}, optimizer "
         f"{o.get('optimizer', '?')}{loss}; micro-batch {batch}, grad_accum "
