@@ -379,3 +379,28 @@ def test_cli_measures_generate_on_a_real_device(
     code = main([*SPEC, "--device", "cpu", "--input-shape", "2,8", "--max-new-tokens", "3"])
     out = capsys.readouterr().out
     assert code == 0 and out.startswith("Generation: 2 prompts of 8 tokens, 3 new tokens")
+
+
+def test_each_row_predicts_its_calls_beside_the_bounds(
+    meta_llama: Any, dynamic: GenerateEstimate
+) -> None:
+    """Eager: the decode step's kernels each cost the rates' launch time; graphs (CUDA
+    graphs, pointwise kernels fused): one launch and fewer kernels. A predicted call is
+    never below its bound here (eager adds no fusion), and the prediction survives JSON."""
+    from layerscope.analysis.rates import rates_of
+
+    launch = rates_of(ls.device_spec("h100")).launch
+    graphs = estimate_generate(meta_llama, prompt=PROMPT, new_tokens=NEW, batch=(1, 2),
+                               mode="graphs")  # fmt: skip
+    assert dynamic.mode == "eager" and graphs.mode == "graphs"
+    for e, g in zip(dynamic.sweep, graphs.sweep, strict=True):
+        assert e.kernels is not None and g.kernels is not None and e.launch_time is not None
+        assert e.launch_time == pytest.approx(e.kernels * launch) and g.launch_time == launch
+        assert g.kernels < e.kernels
+        assert e.decode_time_predicted is not None and e.prefill_time_predicted is not None
+        assert e.decode_time_predicted >= max(e.decode_time_per_token, e.launch_time)
+        assert e.prefill_time_predicted >= e.prefill_time
+    loaded = GenerateEstimate.from_dict(json.loads(json.dumps(dynamic.to_dict())))
+    assert loaded.sweep == dynamic.sweep and loaded.mode == "eager"
+    with pytest.raises(InvalidInputError, match="mode must be one of 'eager', 'graphs'"):
+        estimate_generate(meta_llama, target="h100", prompt=16, new_tokens=4, mode="jit")

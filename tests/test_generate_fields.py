@@ -64,9 +64,10 @@ def test_stage_totals_chart_and_sweep_read_the_table() -> None:
     assert [f.key for f in SWEEP_FIELDS] == [f.name for f in dataclass_fields(SweepRow)]
     assert [c[0] for c in html.ESTIMATE_COLUMNS] == [f.key for f in SWEEP_FIELDS]
     assert html.ESTIMATE_CARDS is CARD_FIELDS
-    # the text view: 9 of the 13 columns, "Step bytes" between "Bound" and "KV cache"
+    # the text view: 10 of the columns, the predicted decode step beside its bound and
+    # "Step bytes" between "Bound" and "KV cache"
     assert [f.short for f in text_columns()] == [
-        "Batch", "Prefill", "Decode", "Tok/s/seq", "Tok/s", "Bound", "Step bytes",
+        "Batch", "Prefill", "Decode", "Pred.", "Tok/s/seq", "Tok/s", "Bound", "Step bytes",
         "KV cache", "Fits",
     ]  # fmt: skip
 

@@ -41,6 +41,7 @@ from layerscope.errors import InvalidInputError
 from layerscope.export.files import write_text
 from layerscope.generation.cachekinds import BLOCK_SIZE, CACHES, KV_WIDTHS
 from layerscope.generation.estimate import estimate_generate
+from layerscope.generation.predicted import MODES
 from layerscope.generation.result import STAGES
 from layerscope.hardware import GPUS
 from layerscope.render import config as display_config
@@ -76,6 +77,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     gen.add_argument(
         "--block-size", type=int, default=BLOCK_SIZE, metavar="N",
         help=f"with --cache paged, the block in tokens (default {BLOCK_SIZE})",
+    )  # fmt: skip
+    gen.add_argument(
+        "--mode", default="eager", metavar="MODE",
+        help="on meta, how the predicted calls are launched: eager (each kernel; the "
+        "default) or graphs (CUDA graphs, pointwise kernels fused)",
     )  # fmt: skip
     gen.add_argument(
         "--kv-dtype", default=None, metavar="DTYPE",
@@ -176,6 +182,7 @@ def _check_flags(args: argparse.Namespace) -> torch.device:
     check_int("--max-new-tokens", args.max_new_tokens, 1)
     check_choice("--cache", args.cache, list(CACHES))
     check_int("--block-size", args.block_size, 1)
+    check_choice("--mode", args.mode, list(MODES))
     if args.kv_dtype is not None:
         check_choice("--kv-dtype", args.kv_dtype, list(KV_WIDTHS))
     if args.width is not None:
@@ -303,7 +310,7 @@ def run(args: argparse.Namespace) -> int:
         model, target=_target(args), prompt=prompt,
         new_tokens=args.max_new_tokens,
         batch=parse_batches(args.batch) if args.batch else [batch], cache=args.cache,
-        dtype=dtype, block_size=args.block_size, kv_dtype=args.kv_dtype,
+        dtype=dtype, block_size=args.block_size, kv_dtype=args.kv_dtype, mode=args.mode,
     )  # fmt: skip
     result.show(width=args.width)
     _write(args, result, result.render(width=args.width) if args.output else "")

@@ -48,6 +48,7 @@ from layerscope.generation.estimate_notes import notes_for
 from layerscope.generation.estimate_result import GenerateEstimate, SweepRow
 from layerscope.generation.modelcheck import check_generative
 from layerscope.generation.moe import Routing, experts_kernel, moe_note, route, routing_of
+from layerscope.generation.predicted import MODES, Step, predicted_step
 from layerscope.generation.weights import (
     WeightScheme,
     check_scheme,
@@ -78,6 +79,8 @@ class Options:
     #: a paged cache's block in tokens; the KV cache's width (None: the model's)
     block_size: int = BLOCK_SIZE
     kv_dtype: str | None = None
+    #: how the host issues a call's kernels (``generation.predicted``)
+    mode: str = "eager"
 
 
 def check_options(
@@ -92,6 +95,7 @@ def check_options(
     group_size: Any = 128,
     block_size: Any = BLOCK_SIZE,
     kv_dtype: Any = None,
+    mode: Any = "eager",
 ) -> Options:
     """Every option of ``estimate_generate`` checked, before the model is touched."""
     name = target.strip().lower() if isinstance(target, str) else target
@@ -118,6 +122,7 @@ def check_options(
         weights=check_scheme(weights, group_size),
         block_size=check_int("block_size", block_size, 1),
         kv_dtype=None if kv_dtype is None else check_choice("kv_dtype", kv_dtype, list(KV_WIDTHS)),
+        mode=check_choice("mode", mode, list(MODES)),
     )
 
 
@@ -341,6 +346,17 @@ def _row(
     return row
 
 
+def predicted(row: SweepRow, prefill: Step, step: Step) -> SweepRow:
+    """``row`` with its predicted prefill and decode step (``generation.predicted``):
+    each never below its bound, less what fusing (graphs) does not move."""
+    prefill_bound = max(row.prefill_time - prefill.fused_off, 0.0)
+    step_bound = max(row.decode_time_per_token - step.fused_off, 0.0)
+    row.prefill_time_predicted = max(prefill.time, prefill_bound)
+    row.decode_time_predicted = max(step.time, step_bound)
+    row.launch_time, row.kernels = step.launch, step.kernels
+    return row
+
+
 def estimate_generate(
     model: nn.Module,
     *,
@@ -355,6 +371,7 @@ def estimate_generate(
     group_size: int = 128,
     block_size: int = BLOCK_SIZE,
     kv_dtype: str | None = None,
+    mode: str = "eager",
 ) -> GenerateEstimate:
     """Prefill and decode time of a decoder ``model`` on ``target`` (a GPU spec's name),
     per batch size: roofline lower bounds from analyses on ``meta`` steered to the
@@ -371,14 +388,22 @@ def estimate_generate(
     estimate in (default: the model's; a meta copy is converted, the model is not), whose
     peak the roofline uses; ``kwargs``: more keyword inputs for every model call;
     ``weights``: the linears' weights as deployed, weight-only ("int4" with ``group_size``,
-    "int8", "fp8", "bf16", "fp16"; ``generation.weights``), read at that width. A model
+    "int8", "fp8", "bf16", "fp16"; ``generation.weights``), read at that width;
+    ``mode``: how the predicted calls' kernels are launched, "eager" (each) or "graphs"
+    (CUDA graphs, pointwise kernels fused; ``generation.predicted``). A model
     with real weights is copied to meta first (``to_meta``), without the code that would
     reach the original (``meta_copy``, named in the notes)."""
     check_instance("model", model, nn.Module, "an nn.Module (a transformers decoder)")
     opts = check_options(
         target, prompt, new_tokens, batch, cache, dtype, kwargs, weights, group_size,
-        block_size, kv_dtype,
+        block_size, kv_dtype, mode,
     )  # fmt: skip
+    return estimated(model, opts)[0]
+
+
+def estimated(model: nn.Module, opts: Options) -> tuple[GenerateEstimate, list[tuple[Step, Step]]]:
+    """The estimate for checked options, with each batch's predicted prefill and decode
+    step (``ls.plan_serving`` reads their fused bytes)."""
     check_generative(model, opts.prompt + opts.new_tokens)
     meta, not_run = meta_model(model, opts.dtype)
     run_dtype = str(_floating_dtype(meta)).removeprefix("torch.")
@@ -386,9 +411,18 @@ def estimate_generate(
     driver = Driver(meta, opts, roof)
     stored = stored_bytes(meta, opts.weights)
     analyses = [driver.batch(b) for b in opts.batches]
-    rows = [
-        _row(a, roof, stored, opts.spec.memory_bytes, driver.kv_ratio, driver.routing)
+    middle = opts.prompt + opts.new_tokens // 2
+    steps = [
+        (predicted_step(driver, a.batch, None, opts.mode),
+         predicted_step(driver, a.batch, middle, opts.mode))
         for a in analyses
+    ]  # fmt: skip
+    rows = [
+        predicted(
+            _row(a, roof, stored, opts.spec.memory_bytes, driver.kv_ratio, driver.routing),
+            *step,
+        )
+        for a, step in zip(analyses, steps, strict=True)
     ]
     first = rows[0]
     result = GenerateEstimate(
@@ -415,13 +449,14 @@ def estimate_generate(
         kv_dtype=opts.kv_dtype,
         block_size=opts.block_size if opts.cache == "paged" else None,
         moe=driver.routing.to_dict() if driver.routing is not None else None,
+        mode=opts.mode,
     )
     result.notes = [*notes_for(result, [a.prefill for a in analyses], driver.keeps_one), *not_run]
     if opts.weights is not None:
         result.notes.append(weights_note(opts.weights, meta, driver.linears, stored))
     if driver.routing is not None:
         result.notes.insert(1, moe_note(driver.routing, rows))
-    return result
+    return result, steps
 
 
 def weights_note(
@@ -436,4 +471,4 @@ def weights_note(
     )
 
 
-__all__ = ["CACHES", "estimate_generate"]
+__all__ = ["CACHES", "estimate_generate", "estimated"]

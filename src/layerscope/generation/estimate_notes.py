@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from layerscope.generation.estimate_result import GenerateEstimate
 from layerscope.profile import Profile
-from layerscope.render.units import nbytes
+from layerscope.render.units import nbytes, seconds
 
 
 def _count(n: float) -> str:
@@ -151,7 +151,29 @@ def notes_for(est: GenerateEstimate, prefills: Sequence[Profile], keeps_one: boo
         "They leave out kernel efficiency, launch overhead (decode at small batch is "
         "launch-bound in practice), sampling and the tokenizer."
     )
+    predicted = predicted_note(est)
+    if predicted:
+        notes.append(predicted)
     return notes
+
+
+def predicted_note(est: GenerateEstimate) -> str | None:
+    """What the predicted column rests on (``generation.predicted``)."""
+    row = est.sweep[0] if est.sweep else None
+    if row is None or row.decode_time_predicted is None or row.launch_time is None:
+        return None
+    how = (
+        f"each of its {row.kernels} kernels launched by the host ({seconds(row.launch_time)} "
+        f"at batch {row.batch})"
+        if est.mode == "eager"
+        else "the step replayed as one CUDA graph, its pointwise kernels fused"
+    )
+    return (
+        "Pred.: a decode step predicted, not bounded: each module's own work at "
+        f"{est.target}'s achievable rates (uncalibrated unless a device profile says so), "
+        f"{how}; the larger of running and launching, never below the bound. "
+        "Sampling and the tokenizer are left out."
+    )
 
 
 __all__ = ["notes_for"]

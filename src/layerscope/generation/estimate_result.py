@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from layerscope.profile import Profile
 
 
+#: A row's predicted fields (an older estimate has none).
+PREDICTED_KEYS = ("prefill_time_predicted", "decode_time_predicted", "launch_time", "kernels")
 #: A row's mixture-of-experts fields, written only for a model with experts.
 MOE_KEYS = (
     "experts_per_layer",
@@ -62,6 +64,14 @@ class SweepRow:
     decode_time_all_experts: float | None = None
     decode_bytes_all_experts: float | None = None
     prefill_time_all_experts: float | None = None
+    #: predicted (``generation.predicted``; None: an older estimate): the prefill and a
+    #: decode step at the mean cache length, each the larger of its kernels' running and
+    #: the host's launching, never below its bound; the decode step's launch time and
+    #: kernels
+    prefill_time_predicted: float | None = None
+    decode_time_predicted: float | None = None
+    launch_time: float | None = None
+    kernels: int | None = None
 
     @property
     def tokens_per_s_per_seq(self) -> float:
@@ -71,7 +81,11 @@ class SweepRow:
 
     def to_dict(self) -> dict[str, Any]:
         """Every field; a dense model's row leaves out the experts' (``MOE_KEYS``)."""
-        return {k: v for k, v in asdict(self).items() if v is not None or k not in MOE_KEYS}
+        return {
+            k: v
+            for k, v in asdict(self).items()
+            if v is not None or k not in (*MOE_KEYS, *PREDICTED_KEYS)
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SweepRow:
@@ -114,6 +128,9 @@ class GenerateEstimate:
     block_size: int | None = None
     #: a mixture of experts' routing (``moe.Routing.to_dict``; None: dense)
     moe: dict[str, Any] | None = None
+    #: how the host issues the predicted calls' kernels: "eager" or "graphs" (None: an
+    #: older estimate, without predictions)
+    mode: str | None = None
 
     @property
     def tokens_per_s(self) -> float:
@@ -167,6 +184,7 @@ class GenerateEstimate:
             **({"block_size": self.block_size} if self.block_size is not None else {}),
             **({"kv_dtype": self.kv_dtype} if self.kv_dtype is not None else {}),
             **({"moe": dict(self.moe)} if self.moe is not None else {}),
+            **({"mode": self.mode} if self.mode is not None else {}),
             "lower_bound": True,
             "prefill_time": self.prefill_time,
             "decode_time_per_token": self.decode_time_per_token,
@@ -198,7 +216,7 @@ class GenerateEstimate:
             d.get("tokens_per_s_per_seq", d["tokens_per_s"]),
             [SweepRow.from_dict(r) for r in d["sweep"]], fits, list(d["notes"]),
             dict(d.get("kernels", {})), None, d.get("kv_dtype"), d.get("block_size"),
-            d.get("moe"),
+            d.get("moe"), d.get("mode"),
         )  # fmt: skip
 
     def save(self, path: str | os.PathLike[str]) -> None:

@@ -13,7 +13,8 @@ _ROW: dict[str, Check] = {
     "decode_flops": Finite(), "decode_bytes": Finite(), "prefill_flops": Finite(),
     "prefill_bytes": Finite(), "experts_per_layer": Finite(),
     "decode_time_all_experts": Finite(), "decode_bytes_all_experts": Finite(),
-    "prefill_time_all_experts": Finite(),
+    "prefill_time_all_experts": Finite(), "prefill_time_predicted": Finite(),
+    "decode_time_predicted": Finite(), "launch_time": Finite(), "kernels": Int(0),
 }  # fmt: skip
 _POINT: dict[str, Check] = {q: Finite() for q in ("time", "flops", "macs", "bytes")}
 _POINT["length"] = Int(0)
@@ -36,11 +37,13 @@ _TOP: dict[str, Check] = {
     "kernels": Map(Map(Int(0))), "block_size": Int(1), "kv_dtype": Str(),
     "moe": Obj({"family": Str(), "experts": Int(1), "top_k": Int(1), "layers": Int(0),
                 "implementation": Str()}),
+    "mode": Str(),
 }  # fmt: skip
 #: Keys an older document may lack (the per-sequence and total tokens/s named apart) or
 #: that only a paged cache (``block_size``) or a KV width (``kv_dtype``) writes.
 _LATER = (
     "kernels", "tokens_per_s_per_seq", "tokens_per_s_total", "block_size", "kv_dtype", "moe",
+    "mode",
 )  # fmt: skip
 #: The estimate's document: the keys ``to_dict`` writes (the figures derived from the
 #: rows, ``memory_bound``, ``crossover_batch``, ``fit_held``, ``tokens_per_s_total``, are

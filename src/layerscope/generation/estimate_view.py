@@ -145,7 +145,8 @@ def estimate_lines(data: Mapping[str, Any], width: int) -> list[Line]:
     """The styled lines of an estimate at ``width``: heading, sweep table, notes."""
     fitted = sweep_table(SWEEP_FIELDS, data["sweep"], width)
     legend = (
-        "Decode: one decode step, a new token for every sequence; Tok/s/seq = 1 / Decode, "
+        "Decode: one decode step, a new token for every sequence, at its bound; Pred.: the "
+        "same step predicted (kernels at achievable rates, launches); Tok/s/seq = 1 / Decode, "
         "Tok/s = Batch / Decode; Step bytes: one decode step's bytes moved; KV cache: at "
         "the last token; Fits: weights + KV cache within the memory."
     )

@@ -160,6 +160,16 @@ SWEEP_FIELDS: tuple[SweepField, ...] = (
                "bytes", "the decode step's bytes moved reading every expert"),
     SweepField("prefill_time_all_experts", "Prefill, all experts", None, "seconds",
                "seconds", "the prefill reading every expert"),
+    # predicted (``generation.predicted``; absent from an older estimate)
+    SweepField("prefill_time_predicted", "Prefill, predicted", None, "seconds", "seconds",
+               "the prefill's kernels at the achievable rates, or its launches when slower"),
+    SweepField("decode_time_predicted", "Decode, predicted", "Pred.", "seconds", "seconds",
+               "a decode step's kernels at the achievable rates, or its launches when "
+               "slower", 72, 2),
+    SweepField("launch_time", "Launch time", None, "seconds", "seconds",
+               "the host's time to launch a decode step's kernels"),
+    SweepField("kernels", "Kernels", None, "count", "count", "kernels a decode step runs",
+               json_type="integer"),
 )  # fmt: skip
 
 #: ``ls.plan_serving``'s rows (``ServingRow``): latency and throughput per batch size.

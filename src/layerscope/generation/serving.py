@@ -31,14 +31,13 @@ running, so the step takes the larger of the two) or replays them as one CUDA gr
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
 import layerscope.metricspec as ms
-from layerscope.analysis.rates import rates_of
 from layerscope.analysis.roofline import roof_of
 from layerscope.collect.hfmeta import meta_values
 from layerscope.errors import InvalidInputError
@@ -49,20 +48,20 @@ from layerscope.generation.estimate import (
     _eval_mode,
     _floating_dtype,
     check_options,
-    estimate_generate,
+    estimated,
     meta_model,
 )
 from layerscope.generation.estimate_notes import memory_note
 from layerscope.generation.estimate_result import SweepRow
 from layerscope.generation.modelcheck import check_generative, positions
 from layerscope.generation.moe import experts_kernel
+from layerscope.generation.predicted import MODES, Step
 from layerscope.generation.serving_result import KVLayer, ServingPlan, ServingRow
 from layerscope.generation.weights import (
     check_scheme,
     stored_bytes,
 )
 from layerscope.hardware import GPUS
-from layerscope.planning.kernels import KernelRecorder, Kernels, fused, predict
 from layerscope.session.run import profile
 from layerscope.validate import check_choice, check_int, check_number, refuse
 
@@ -72,8 +71,6 @@ RESERVE_BYTES = 2 * 1024**3
 #: The largest prefill chunk the server runs at once (its activation workspace), when
 #: ``prefill_chunk`` is not given: layerscope's stated default, at most ``max_context``.
 PREFILL_CHUNK = 2048
-#: How the host issues a decode step's kernels: one launch each, or one CUDA graph.
-MODES = ("eager", "graphs")
 
 
 @dataclass(frozen=True)
@@ -173,53 +170,6 @@ def workspace(driver: Driver, tokens: int) -> int:
             memory=True,
         )  # fmt: skip
     return int(prof.root.metrics.get(ms.PEAK_BYTES) or 0)
-
-
-@dataclass(frozen=True)
-class Step:
-    """One decode step as the target would run it: its kernels, their predicted time on
-    the achievable rates (no launches), and the host's time to launch them."""
-
-    kernels: int
-    run: float
-    launch: float
-    #: what fusing the step's pointwise kernels (graphs) takes off its roofline bound
-    fused_off: float = 0.0
-
-    @property
-    def time(self) -> float:
-        """The step: the GPU's work, or the host's launching when that is slower."""
-        return max(self.run, self.launch)
-
-
-def predicted_step(driver: Driver, batch: int, length: int | None, mode: str) -> Step:
-    """One model call analysed as the estimate's are (its weights, KV cache and experts as
-    the options say) with its kernels recorded, and priced (module doc): a decode step of
-    ``batch`` sequences on a cache holding ``length`` tokens, or (``length`` None) the
-    prefill of ``batch`` prompts into an empty cache."""
-    o = driver.opts
-    prompt = length is None
-    cache = driver.new_cache(o.prompt) if length is None else driver.fill(batch, length)
-    recorder = KernelRecorder()
-    ids = driver.ids(batch, o.prompt if prompt else 1)
-    prof = driver.analyse(ids, cache, observers=[recorder])
-    # each module's own work at the achievable rates (``kernels.predict`` on a profile
-    # without records: it reads the metrics the options narrowed)
-    rates = rates_of(o.spec)
-    roof = driver.roof
-    run = predict(prof, replace(rates, launch=0.0), roof.peak, roof.bandwidth)
-    time = run.forward[id(prof.root)]
-    kernels = recorder.kernels
-    if mode == "graphs":  # CUDA graphs of a compiled step: its pointwise kernels fused
-        together = fused(kernels)
-        saved = _memory_bytes(kernels) - _memory_bytes(together)
-        time -= saved / (roof.bandwidth * min(1.0, rates.bandwidth))
-        return Step(together.count(), max(time, 0.0), rates.launch, saved / roof.bandwidth)
-    return Step(kernels.count(), time, kernels.count() * rates.launch)
-
-
-def _memory_bytes(kernels: Kernels) -> int:
-    return sum(row[2] for key, row in kernels.rows.items() if key[2] == "memory")
 
 
 def _row(r: SweepRow, prefill: Step, step: Step, plan: ServingPlan, length: int) -> ServingRow:
@@ -324,29 +274,17 @@ def plan_serving(
     if not plan.usable_bytes:
         raise InvalidInputError(f"{so.target} states no memory: nothing to size")
     batches = so.batches or _batches(plan.max_concurrency)
-    est = estimate_generate(
-        meta, target=so.target, prompt=so.prompt, new_tokens=so.new_tokens, batch=batches,
-        cache="paged", weights=weights, group_size=group_size, block_size=so.block_size,
-        kv_dtype=so.kv_dtype,
+    # the rows: the estimate on a paged cache with the weights and the KV cache as
+    # deployed, its calls predicted (``generation.predicted``)
+    opts = check_options(
+        so.target, so.prompt, so.new_tokens, batches, "paged", dtype, None, weights,
+        group_size, so.block_size, so.kv_dtype, so.mode,
     )  # fmt: skip
+    est, steps = estimated(meta, opts)
     length = so.prompt + so.new_tokens
-    # the rows' steps priced on the estimate's own options: a paged cache, the weights
-    # and the KV cache as deployed; the decode step at the mean cache length
-    paged = check_options(
-        so.target, so.prompt, so.new_tokens, 1, "paged", dtype, None, weights, group_size,
-        so.block_size, so.kv_dtype,
-    )  # fmt: skip
-    rows_driver = Driver(meta, paged, driver.roof)
-    middle = so.prompt + so.new_tokens // 2
     plan.rows = [
-        _row(
-            r,
-            predicted_step(rows_driver, r.batch, None, so.mode),
-            predicted_step(rows_driver, r.batch, middle, so.mode),
-            plan,
-            length,
-        )
-        for r in est.sweep
+        _row(r, prefill, step, plan, length)
+        for r, (prefill, step) in zip(est.sweep, steps, strict=True)
     ]
     # the estimate's own "Fits" note holds its rows to the datasheet memory: the plan's
     # KV budget replaces it

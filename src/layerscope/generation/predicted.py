@@ -1,0 +1,78 @@
+"""A model call of an estimate predicted, not bounded: analysed again with its kernels
+recorded (``planning.kernels``) and priced at the target's achievable rates, with the
+host's launches (``docs/generate.md``, "Serving a model").
+
+Each module's own work is priced at the large-matmul share of the peak and the
+achievable share of the bandwidth (``kernels.predict`` on a profile without kernel
+records), on the bytes the estimate's options leave (quantized weights, the KV cache's
+width, the experts reached). The host launches the kernels: ``mode="eager"`` costs the
+rates' launch time per kernel; ``mode="graphs"`` (CUDA graphs of a compiled call,
+``torch.compile(mode="reduce-overhead")``) one launch per call, with the call's
+pointwise kernels fused as a compiled plan's are (``kernels.fused``), which also takes
+their bytes off the call's bound. The GPU waits when launching is slower than running,
+so a call takes the larger of the two.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from layerscope.analysis.rates import rates_of
+from layerscope.planning.kernels import KernelRecorder, Kernels, fused, predict
+
+if TYPE_CHECKING:
+    from layerscope.generation.estimate import Driver
+
+#: How the host issues a call's kernels: one launch each, or one CUDA graph.
+MODES = ("eager", "graphs")
+
+
+@dataclass(frozen=True)
+class Step:
+    """One call as the target would run it: its kernels, their predicted time on the
+    achievable rates (no launches), and the host's time to launch them."""
+
+    kernels: int
+    run: float
+    launch: float
+    #: what fusing the step's pointwise kernels (graphs) takes off its roofline bound
+    fused_off: float = 0.0
+
+    @property
+    def time(self) -> float:
+        """The call: the GPU's work, or the host's launching when that is slower."""
+        return max(self.run, self.launch)
+
+
+def predicted_step(driver: Driver, batch: int, length: int | None, mode: str) -> Step:
+    """One model call analysed as the estimate's are (its weights, KV cache and experts as
+    the options say) with its kernels recorded, and priced (module doc): a decode step of
+    ``batch`` sequences on a cache holding ``length`` tokens, or (``length`` None) the
+    prefill of ``batch`` prompts into an empty cache."""
+    o = driver.opts
+    prompt = length is None
+    cache = driver.new_cache(o.prompt) if length is None else driver.fill(batch, length)
+    recorder = KernelRecorder()
+    ids = driver.ids(batch, o.prompt if prompt else 1)
+    prof = driver.analyse(ids, cache, observers=[recorder])
+    # each module's own work at the achievable rates (``kernels.predict`` on a profile
+    # without records: it reads the metrics the options narrowed)
+    rates = rates_of(o.spec)
+    roof = driver.roof
+    run = predict(prof, replace(rates, launch=0.0), roof.peak, roof.bandwidth)
+    time = run.forward[id(prof.root)]
+    kernels = recorder.kernels
+    if mode == "graphs":  # CUDA graphs of a compiled step: its pointwise kernels fused
+        together = fused(kernels)
+        saved = _memory_bytes(kernels) - _memory_bytes(together)
+        time -= saved / (roof.bandwidth * min(1.0, rates.bandwidth))
+        return Step(together.count(), max(time, 0.0), rates.launch, saved / roof.bandwidth)
+    return Step(kernels.count(), time, kernels.count() * rates.launch)
+
+
+def _memory_bytes(kernels: Kernels) -> int:
+    return sum(row[2] for key, row in kernels.rows.items() if key[2] == "memory")
+
+
+__all__ = ["MODES", "Step", "predicted_step"]
