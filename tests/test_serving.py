@@ -266,3 +266,40 @@ def test_a_mixture_of_experts_is_served_on_its_expected_experts() -> None:
     assert [r.ttft_bound for r in p.rows] == [r.prefill_time for r in est.sweep]
     moe = [n for n in est.notes if "expert" in n.lower()]
     assert moe and set(moe) <= set(p.notes)
+
+
+def test_fp8_weights_run_their_matmuls_at_the_fp8_peak() -> None:
+    """weights="fp8" is W8A8 where the target has FP8 tensor cores: every quantized linear's
+    own work is priced at the FP8 peak (about twice bfloat16's on an H100), the rest at the
+    compute dtype's; on an A100 (no FP8) at bfloat16's. The prefill's bound, summed by hand
+    over its analysis's modules."""
+    from layerscope.analysis.roofline import roof_of, work
+
+    # hidden 2,048 over 2 x 512 tokens: each projection does ~680 FLOPs a byte, above
+    # the H100's FP8 ridge (1,979 T / 3.35 T = 591), so the FP8 peak is what sets it
+    config = LlamaConfig(
+        vocab_size=256, hidden_size=2048, intermediate_size=4096, num_hidden_layers=1,
+        num_attention_heads=16, num_key_value_heads=4, max_position_embeddings=1024,
+    )  # fmt: skip
+    with torch.device("meta"):
+        model: Any = LlamaForCausalLM(config)
+    model = model.to(torch.bfloat16)
+    # the H100's dense FP8 and bfloat16 peaks: 1,978.9 and 989.4 TFLOP/s (hardware table)
+    for target, scale in (("h100", 1978.9 / 989.4), ("a100", 1.0)):
+        est = ls.estimate_generate(model, target=target, prompt=512, new_tokens=4, batch=2,
+                                   weights="fp8")  # fmt: skip
+        int8 = ls.estimate_generate(model, target=target, prompt=512, new_tokens=4, batch=2,
+                                    weights="int8")  # fmt: skip
+        # the same bytes within a scale per row; on the H100 the FP8 matmuls are faster
+        assert (est.prefill_time < int8.prefill_time) is (scale > 1)
+        assert est.analysis is not None
+        roof = roof_of(target, "bfloat16")
+        expected = 0.0
+        for node in est.analysis.root.walk():
+            own = work(node.self_metrics, "forward")
+            if own is None:
+                continue
+            fast = scale if node.type == "Linear" and not node.path.endswith("lm_head") else 1
+            expected += max(own[0] / (roof.peak * fast), own[1] / roof.bandwidth)
+        assert est.prefill_time == pytest.approx(expected)
+        assert any("W8A8" in n for n in est.notes)

@@ -22,7 +22,7 @@ with peak ``P`` FLOP/s (for the profile's dtype) and memory bandwidth ``W`` byte
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -247,13 +247,20 @@ class Estimate:
         return self.render()
 
 
-def roof_times(profile: Profile, roof: Roof, phase: str) -> dict[int, float]:
+def roof_times(
+    profile: Profile, roof: Roof, phase: str, faster: Mapping[int, float] | None = None
+) -> dict[int, float]:
     """Inclusive roofline time (seconds, all calls) of every node, by ``id(node)``: the
-    roof of its own work plus its children's times. Nodes without bytes count 0."""
+    roof of its own work plus its children's times. Nodes without bytes count 0.
+    ``faster``: nodes (by ``id``) whose FLOPs run at that multiple of the peak (a float8
+    matmul on a bfloat16 roof)."""
     out: dict[int, float] = {}
     for node in reversed(list(profile.root.walk())):  # children before their parent
         own = work(node.self_metrics, phase)
-        t = roof.time(*own) if own is not None else 0.0
+        t = 0.0
+        if own is not None:
+            scale = faster.get(id(node), 1.0) if faster else 1.0
+            t = roof.time(own[0] / scale, own[1])
         out[id(node)] = t + sum(out.get(id(c), 0.0) for c in node.children)
     return out
 

@@ -196,6 +196,12 @@ class Driver:
         if self.keeps_one:
             self.call["logits_to_keep"] = 1
         self.linears = quantized_linears(model) if opts.weights is not None else {}
+        #: FP8 weights on a target with FP8 tensor cores: the linears' matmuls run at the
+        #: FP8 peak (W8A8), this multiple of the compute dtype's
+        self.fp8: float | None = None
+        scheme, spec = opts.weights, opts.spec
+        if scheme is not None and scheme.name == "fp8" and "float8_e4m3fn" in spec.peak_flops:
+            self.fp8 = spec.peak("float8_e4m3fn") / roof.peak
         width = torch.empty((), dtype=_floating_dtype(model)).element_size()
         self.kv_ratio = KV_WIDTHS[opts.kv_dtype] / width if opts.kv_dtype else 1.0
         self.attention = attention_paths(model) if self.kv_ratio != 1.0 else {}
@@ -240,9 +246,22 @@ class Driver:
     def _route(self, prof: Profile, tokens: int, routing: Routing) -> None:
         """Every expert read (kept as the worst case), then the expected ones (``moe``)."""
         route(prof, routing, routing.counted(tokens), routing.experts)
-        time = roof_times(prof, self.roof, "forward")[id(prof.root)]
+        time = roof_times(prof, self.roof, "forward", self.faster(prof))[id(prof.root)]
         self.worst[id(prof)] = (time, float(prof.root.metrics.get(ms.BYTES_ACCESSED) or 0))
         route(prof, routing, routing.experts, routing.expected(tokens))
+
+    def faster(self, prof: Profile) -> dict[int, float] | None:
+        """The analysis's nodes that run faster than the compute dtype's peak: the FP8
+        linears (None: none)."""
+        if self.fp8 is None:
+            return None
+        out = {}
+        for path in self.linears:
+            try:
+                out[id(prof.node(path))] = self.fp8
+            except KeyError:
+                continue
+        return out
 
     def fill(self, batch: int, length: int) -> Any:
         """A new cache holding ``length`` tokens per row (room for one more): a plain
@@ -270,7 +289,7 @@ class Driver:
         m = prof.root.metrics
         return Point(
             length=length,
-            time=roof_times(prof, self.roof, "forward")[id(prof.root)],
+            time=roof_times(prof, self.roof, "forward", self.faster(prof))[id(prof.root)],
             flops=float(m.get(ms.FLOPS) or 0),
             macs=float(m.get(ms.MACS) or 0),
             bytes=float(m.get(ms.BYTES_ACCESSED) or 0),
@@ -295,7 +314,8 @@ class Driver:
                 time, nbytes = self.worst[id(step)]
                 p = fit.points[-1]
                 worst.points.append(Point(length, time, p.flops, p.macs, nbytes))
-        prefill_time = roof_times(prefill, self.roof, "forward")[id(prefill.root)]
+        faster = self.faster(prefill)
+        prefill_time = roof_times(prefill, self.roof, "forward", faster)[id(prefill.root)]
         analysis = BatchAnalysis(batch, prefill, prefill_time, fit, cache_facts(cache), kernels)
         if self.routing is not None:
             analysis.worst, analysis.prefill_worst = worst, self.worst[id(prefill)][0]

@@ -60,7 +60,9 @@ def predicted_step(driver: Driver, batch: int, length: int | None, mode: str) ->
     # without records: it reads the metrics the options narrowed)
     rates = rates_of(o.spec)
     roof = driver.roof
-    run = predict(prof, replace(rates, launch=0.0), roof.peak, roof.bandwidth)
+    run = predict(
+        prof, replace(rates, launch=0.0), roof.peak, roof.bandwidth, faster=driver.faster(prof)
+    )
     time = run.forward[id(prof.root)]
     kernels = recorder.kernels
     if mode == "graphs":  # CUDA graphs of a compiled step: its pointwise kernels fused

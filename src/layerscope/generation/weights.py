@@ -15,10 +15,11 @@ width). Bytes per element of a quantized weight, with its scales:
   per-channel FP8 checkpoints): ``1`` byte, ``+ 4`` per row.
 - ``"bf16"``/``"fp16"``: 2 bytes, no scales (the model's width when it runs in one).
 
-The matmuls run at the model's compute dtype (weight-only: the weight is widened in the
-kernel, the activations are not quantized), so FLOPs and peaks are unchanged and a
-decode step reads each quantized weight once at its stored width; FP8 matmuls at the FP8
-peak (W8A8) are not modelled.
+A decode step reads each quantized weight once at its stored width. The int matmuls run
+at the model's compute dtype (weight-only: the weight is widened in the kernel, the
+activations are not quantized); FP8 ones run at the target's FP8 peak where it has one
+(W8A8, as FP8 serving engines do; the activations' casts are not charged), else at the
+compute dtype's. FLOPs are unchanged.
 """
 
 from __future__ import annotations
@@ -60,8 +61,8 @@ class WeightScheme:
             "int4": f"int4 weight-only, group {self.group_size} (AWQ/GPTQ-style: 4 bits a "
             "weight, a float16 scale and a 4-bit zero per group)",
             "int8": "int8 weight-only, a float16 scale per output channel",
-            "fp8": "float8 e4m3 weight-only, a float32 scale per output channel "
-            "(matmuls at the compute dtype: the FP8 peak is not used)",
+            "fp8": "float8 e4m3, a float32 scale per output channel (W8A8: the matmuls "
+            "at the target's FP8 peak where it has one, else at the compute dtype's)",
         }.get(self.name, f"{self.name}, no scales")
 
 

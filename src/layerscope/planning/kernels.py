@@ -273,11 +273,13 @@ def predict(
     bandwidth: float,
     fuse: bool = False,
     float8_peak: float | None = None,
+    faster: Mapping[int, float] | None = None,
 ) -> Predicted:
     """Each node's predicted forward and backward seconds on ``rates`` (module
     docstring), ``peak`` and ``bandwidth`` the datasheet's for the compute dtype;
     ``fuse``: as ``torch.compile`` runs the kernels (``fused``); ``float8_peak``: the
-    linears in float8 at that peak (``float8``)."""
+    linears in float8 at that peak (``float8``); ``faster``: on a profile without kernel
+    records, nodes (by ``id``) whose FLOPs run at that multiple of the peak."""
     kernels = kernels_of(prof)
     if kernels is not None and float8_peak:
         linears = frozenset(
@@ -307,7 +309,12 @@ def predict(
                 t = own[phase].get(node.path, 0.0)
             else:
                 w = work(node.self_metrics, phase)
-                t = max(w[0] / achievable[0], w[1] / achievable[1]) if w is not None else 0.0
+                scale = faster.get(id(node), 1.0) if faster else 1.0
+                t = (
+                    max(w[0] / (achievable[0] * scale), w[1] / achievable[1])
+                    if w is not None
+                    else 0.0
+                )
             out[id(node)] = t + sum(out.get(id(c), 0.0) for c in node.children)
         times[phase] = out
     # the convention counts the backward as twice the forward: 12 = 3 x 4 B H Sq Sk D
