@@ -37,11 +37,9 @@ expressible on one GPU.
 
 Approximations, stated: the H100, H200 and L40S engines are FP8 (``--enable_fp8
 --fp8_kv_cache``; v0.9.0's ``quant_algo`` and ``kv_cache_quant_algo`` "FP8"): FP8 weights
-*and* FP8 matmuls (W8A8) with an FP8 KV cache. Here ``weights="fp8"`` is weight-only
-(matmuls at float16's peak, half the FP8 peak on Hopper and Ada), which makes the
-prediction slower than the engine where the matmuls are compute-bound (large batches,
-long prompts), so the bound can fail on those rows; ``kv_dtype="fp8"`` holds and reads
-the cache at one byte. The rows' cache is ``plan_serving``'s paged one, read at each
+*and* FP8 matmuls (W8A8) with an FP8 KV cache: ``weights="fp8"`` (W8A8, the matmuls at
+the target's FP8 peak; the activations' casts not charged) and ``kv_dtype="fp8"`` (the
+cache held and read at one byte). The rows' cache is ``plan_serving``'s paged one, read at each
 sequence's current length (rounded up to 16-token blocks) as TensorRT-LLM's attention
 plugin reads its contiguous per-sequence cache. The A100 rows are float16 with a float16
 cache. TensorRT's C++ runtime
