@@ -48,7 +48,7 @@ from layerscope.generation.estimate_notes import notes_for
 from layerscope.generation.estimate_result import GenerateEstimate, SweepRow
 from layerscope.generation.modelcheck import check_generative
 from layerscope.generation.moe import Routing, experts_kernel, moe_note, route, routing_of
-from layerscope.generation.predicted import MODES, Step, predicted_step
+from layerscope.generation.predicted import MODES, Step, priced
 from layerscope.generation.weights import (
     WeightScheme,
     check_scheme,
@@ -57,6 +57,7 @@ from layerscope.generation.weights import (
     stored_bytes,
 )
 from layerscope.hardware import GPUS, DeviceSpec, device_spec
+from layerscope.planning.kernels import KernelRecorder
 from layerscope.profile import Profile
 from layerscope.render.units import nbytes
 from layerscope.session.options import check_dtype
@@ -169,6 +170,9 @@ class BatchAnalysis:
     fit: AffineFit
     kv: CacheFacts
     kernels: dict[str, Any]
+    #: the prefill and the decode step at the mean cache length, predicted
+    #: (``generation.predicted``)
+    predicted: tuple[Step, Step]
     #: a mixture of experts: the decode fit and the prefill time with every expert read
     worst: AffineFit | None = None
     prefill_worst: float | None = None
@@ -299,7 +303,10 @@ class Driver:
         """The prefill and the decode steps at every cache length the fit needs."""
         o = self.opts
         cache = self.new_cache(o.prompt)
-        prefill = self.analyse(self.ids(batch, o.prompt), cache)
+        recorder = KernelRecorder()
+        prefill = self.analyse(self.ids(batch, o.prompt), cache, [recorder])
+        prefill_step = priced(self, prefill, recorder.kernels, o.mode)
+        middle = o.prompt + o.new_tokens // 2  # one of the decode lengths
         kernels = _merge_kernels({}, prefill)
         block = o.block_size if o.cache == "paged" else 0
         fit = AffineFit(batch, o.prompt, o.prompt + o.new_tokens - 1, block=block)
@@ -307,7 +314,10 @@ class Driver:
         for length in decode_lengths(o.prompt, o.new_tokens):
             if length != o.prompt or block:
                 cache = self.fill(batch, length)
-            step = self.analyse(self.ids(batch, 1), cache)
+            recorder = KernelRecorder()
+            step = self.analyse(self.ids(batch, 1), cache, [recorder])
+            if length == middle:
+                decode_step = priced(self, step, recorder.kernels, o.mode)
             kernels = _merge_kernels(kernels, step)
             fit.points.append(self.point(step, length))
             if id(step) in self.worst:
@@ -316,7 +326,10 @@ class Driver:
                 worst.points.append(Point(length, time, p.flops, p.macs, nbytes))
         faster = self.faster(prefill)
         prefill_time = roof_times(prefill, self.roof, "forward", faster)[id(prefill.root)]
-        analysis = BatchAnalysis(batch, prefill, prefill_time, fit, cache_facts(cache), kernels)
+        analysis = BatchAnalysis(
+            batch, prefill, prefill_time, fit, cache_facts(cache), kernels,
+            (prefill_step, decode_step),
+        )  # fmt: skip
         if self.routing is not None:
             analysis.worst, analysis.prefill_worst = worst, self.worst[id(prefill)][0]
         return analysis
@@ -431,12 +444,7 @@ def estimated(model: nn.Module, opts: Options) -> tuple[GenerateEstimate, list[t
     driver = Driver(meta, opts, roof)
     stored = stored_bytes(meta, opts.weights)
     analyses = [driver.batch(b) for b in opts.batches]
-    middle = opts.prompt + opts.new_tokens // 2
-    steps = [
-        (predicted_step(driver, a.batch, None, opts.mode),
-         predicted_step(driver, a.batch, middle, opts.mode))
-        for a in analyses
-    ]  # fmt: skip
+    steps = [a.predicted for a in analyses]
     rows = [
         predicted(
             _row(a, roof, stored, opts.spec.memory_bytes, driver.kv_ratio, driver.routing),

@@ -1,5 +1,5 @@
-"""A model call of an estimate predicted, not bounded: analysed again with its kernels
-recorded (``planning.kernels``) and priced at the target's achievable rates, with the
+"""A model call of an estimate predicted, not bounded: its analysis, with its kernels
+recorded (``planning.kernels``), priced at the target's achievable rates, with the
 host's launches (``docs/generate.md``, "Serving a model").
 
 Each module's own work is priced at the large-matmul share of the peak and the
@@ -19,10 +19,11 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from layerscope.analysis.rates import rates_of
-from layerscope.planning.kernels import KernelRecorder, Kernels, fused, predict
+from layerscope.planning.kernels import Kernels, fused, predict
 
 if TYPE_CHECKING:
     from layerscope.generation.estimate import Driver
+    from layerscope.profile import Profile
 
 #: How the host issues a call's kernels: one launch each, or one CUDA graph.
 MODES = ("eager", "graphs")
@@ -45,27 +46,18 @@ class Step:
         return max(self.run, self.launch)
 
 
-def predicted_step(driver: Driver, batch: int, length: int | None, mode: str) -> Step:
-    """One model call analysed as the estimate's are (its weights, KV cache and experts as
-    the options say) with its kernels recorded, and priced (module doc): a decode step of
-    ``batch`` sequences on a cache holding ``length`` tokens, or (``length`` None) the
-    prefill of ``batch`` prompts into an empty cache."""
-    o = driver.opts
-    prompt = length is None
-    cache = driver.new_cache(o.prompt) if length is None else driver.fill(batch, length)
-    recorder = KernelRecorder()
-    ids = driver.ids(batch, o.prompt if prompt else 1)
-    prof = driver.analyse(ids, cache, observers=[recorder])
+def priced(driver: Driver, prof: Profile, kernels: Kernels, mode: str) -> Step:
+    """One call of the estimate's (``prof``, analysed with its ``kernels`` recorded, its
+    weights, KV cache and experts as the options say) priced as the module doc says."""
     # each module's own work at the achievable rates (``kernels.predict`` on a profile
     # without records: it reads the metrics the options narrowed)
-    rates = rates_of(o.spec)
+    rates = rates_of(driver.opts.spec)
     roof = driver.roof
     run = predict(
         prof, replace(rates, launch=0.0), roof.peak, roof.bandwidth, faster=driver.faster(prof)
     )
     time = run.forward[id(prof.root)]
-    kernels = recorder.kernels
-    if mode == "graphs":  # CUDA graphs of a compiled step: its pointwise kernels fused
+    if mode == "graphs":  # CUDA graphs of a compiled call: its pointwise kernels fused
         together = fused(kernels)
         saved = _memory_bytes(kernels) - _memory_bytes(together)
         time -= saved / (roof.bandwidth * min(1.0, rates.bandwidth))
@@ -77,4 +69,4 @@ def _memory_bytes(kernels: Kernels) -> int:
     return sum(row[2] for key, row in kernels.rows.items() if key[2] == "memory")
 
 
-__all__ = ["MODES", "Step", "predicted_step"]
+__all__ = ["MODES", "Step", "priced"]
