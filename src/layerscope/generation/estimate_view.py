@@ -23,7 +23,7 @@ from layerscope.render.layout import (
     plain_text,
     terminal_width,
     too_narrow,
-    wrap_text,
+    wrap_texts,
 )
 from layerscope.render.terminal import check_file, print_lines
 from layerscope.validate import check_int, refuse
@@ -32,6 +32,7 @@ __all__ = [
     "estimate_lines",
     "render_generate_estimate",
     "show_generate_estimate",
+    "sweep_page",
     "sweep_table",
 ]
 
@@ -57,10 +58,6 @@ def _builder(data: Mapping[str, Any], width: int | None) -> Callable[[int], list
     if width is not None:
         check_int("width", width, 1)
     return lambda w: too_narrow(w) or estimate_lines(data, w)
-
-
-def _sentences(texts: list[tuple[str, str]], width: int) -> list[Line]:
-    return [line for text, style in texts for line in wrap_text(text, style, width)]
 
 
 def _heading(data: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -141,15 +138,17 @@ def sweep_table(
     return fit_table(table, width)
 
 
-def estimate_lines(data: Mapping[str, Any], width: int) -> list[Line]:
-    """The styled lines of an estimate at ``width``: heading, sweep table, notes."""
-    fitted = sweep_table(SWEEP_FIELDS, data["sweep"], width)
-    legend = (
-        "Decode: one decode step, a new token for every sequence, at its bound; Pred.: the "
-        "same step predicted (kernels at achievable rates, launches); Tok/s/seq = 1 / Decode, "
-        "Tok/s = Batch / Decode; Step bytes: one decode step's bytes moved; KV cache: at "
-        "the last token; Fits: weights + KV cache within the memory."
-    )
+def sweep_page(
+    heading: list[tuple[str, str]],
+    fields: tuple[SweepField, ...],
+    data: Mapping[str, Any],
+    rows: str,
+    legend: str,
+    width: int,
+) -> list[Line]:
+    """A sweep's page at ``width``: the heading, ``data[rows]`` as a table of ``fields``
+    (a column it hides named), the legend, then ``data``'s notes."""
+    fitted = sweep_table(fields, data[rows], width)
     texts = [(legend, "")]
     if fitted.dropped:
         texts.insert(0, (
@@ -158,10 +157,21 @@ def estimate_lines(data: Mapping[str, Any], width: int) -> list[Line]:
         ))  # fmt: skip
     notes = [(str(n), "") for n in data.get("notes", ())]
     return [
-        *_sentences(_heading(data), width),
+        *wrap_texts(heading, width),
         [],
         *fitted.lines,
-        *_sentences(texts, width),
+        *wrap_texts(texts, width),
         [],
-        *_sentences(notes, width),
+        *wrap_texts(notes, width),
     ]
+
+
+def estimate_lines(data: Mapping[str, Any], width: int) -> list[Line]:
+    """The styled lines of an estimate at ``width``: heading, sweep table, notes."""
+    legend = (
+        "Decode: one decode step, a new token for every sequence, at its bound; Pred.: the "
+        "same step predicted (kernels at achievable rates, launches); Tok/s/seq = 1 / Decode, "
+        "Tok/s = Batch / Decode; Step bytes: one decode step's bytes moved; KV cache: at "
+        "the last token; Fits: weights + KV cache within the memory."
+    )
+    return sweep_page(_heading(data), SWEEP_FIELDS, data, "sweep", legend, width)

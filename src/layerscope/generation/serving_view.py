@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import IO, Any
 
-from layerscope.generation.estimate_view import sweep_table
+from layerscope.generation.estimate_view import sweep_page
 from layerscope.generation.fields import SERVING_FIELDS
 from layerscope.render import units
-from layerscope.render.layout import Line, plain_text, terminal_width, too_narrow, wrap_text
+from layerscope.render.layout import Line, plain_text, terminal_width, too_narrow
 from layerscope.render.terminal import check_file, print_lines
 from layerscope.validate import check_int, refuse
 
@@ -80,7 +80,6 @@ def _heading(d: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 def serving_lines(data: Mapping[str, Any], width: int) -> list[Line]:
     """The styled lines of a serving plan at ``width``: heading, rows, notes."""
-    fitted = sweep_table(SERVING_FIELDS, data["rows"], width)
     legend = (
         f"Rows: prompts of {units.count(data['prompt'])} tokens, "
         f"{units.count(data['new_tokens'])} new tokens each. TTFT: the prefill of every "
@@ -88,22 +87,4 @@ def serving_lines(data: Mapping[str, Any], width: int) -> list[Line]:
         "roofline; Launch: the host's launches); Tok/s = Batch / TPOT, Tok/s/seq = 1 / TPOT; "
         "KV cache: at the last token; Fits: within the KV cache's budget."
     )
-    texts = [(legend, "")]
-    if fitted.dropped:
-        texts.insert(0, (
-            f"Hidden to fit {width} columns: {', '.join(fitted.dropped)} (widen with "
-            "--width / width=).", "layerscope.hidden",
-        ))  # fmt: skip
-    notes = [(str(n), "") for n in data.get("notes", ())]
-    return [
-        *_sentences(_heading(data), width),
-        [],
-        *fitted.lines,
-        *_sentences(texts, width),
-        [],
-        *_sentences(notes, width),
-    ]
-
-
-def _sentences(texts: list[tuple[str, str]], width: int) -> list[Line]:
-    return [line for text, style in texts for line in wrap_text(text, style, width)]
+    return sweep_page(_heading(data), SERVING_FIELDS, data, "rows", legend, width)

@@ -29,6 +29,7 @@ from layerscope.render.layout import (
     terminal_width,
     too_narrow,
     wrap_text,
+    wrap_texts,
 )
 from layerscope.render.terminal import print_lines
 from layerscope.validate import check_bool, check_int, refuse
@@ -143,10 +144,6 @@ def _share(part: float, whole: float) -> str:
     return units.pct(100.0 * part / whole) if whole else "-"
 
 
-def _sentences(texts: Sequence[tuple[str, str]], width: int) -> list[Line]:
-    return [line for text, style in texts for line in wrap_text(text, style, width)]
-
-
 def _checkpoint_words(asked: Any, count: int) -> str:
     """What was asked of checkpointing and what it chose: ``blocks (2)``, ``none``."""
     if asked is None or (not count and not asked):
@@ -181,7 +178,7 @@ def plan_lines(
     ]
     notes = [(f"Note: {n}", "layerscope.notice") for n in section.get("notes", ())]
     if notes:
-        parts.append(_sentences(notes, width))
+        parts.append(wrap_texts(notes, width))
     out: list[Line] = []
     for n, lines in enumerate(p for p in parts if p):
         if n:
@@ -227,7 +224,7 @@ def _heading(section: Mapping[str, Any], width: int) -> list[Line]:
     facts = [(title, "layerscope.header"), (text, "")]
     if held:
         facts.append((f"Model states at rest on this GPU: {held}.", ""))
-    return _sentences(facts, width)
+    return wrap_texts(facts, width)
 
 
 def _memory(section: Mapping[str, Any], width: int) -> list[Line]:
@@ -255,7 +252,7 @@ def _memory(section: Mapping[str, Any], width: int) -> list[Line]:
         ),
         _budget(section),
     ]
-    return lines + _sentences(facts, width)
+    return lines + wrap_texts(facts, width)
 
 
 def _budget(section: Mapping[str, Any]) -> tuple[str, str]:
@@ -343,7 +340,7 @@ def _step(section: Mapping[str, Any], width: int) -> list[Line]:
         f"Activations kept for the backward: {units.nbytes(kept)}; recompute "
         f"{units.si(recompute)} FLOPs per step.", "",
     ))  # fmt: skip
-    return lines + _sentences(facts, width)
+    return lines + wrap_texts(facts, width)
 
 
 def _cell(kind: str, value: Any) -> str:
@@ -393,7 +390,7 @@ def _modules(
     legend = _legend([f for f in specs if f.header not in dropped])
     if legend:
         facts.append((legend, ""))
-    return lines + _sentences(facts, width)
+    return lines + wrap_texts(facts, width)
 
 
 def _folded(
@@ -518,7 +515,7 @@ def sweep_lines(sweep: Mapping[str, Any], width: int, max_rows: int | None = Non
     if len(listed) < len(rows):
         after.insert(0, (f"Showing {len(listed)} of {len(rows)} rows (max_rows {max_rows}).",
                          "layerscope.hidden"))  # fmt: skip
-    return _sentences(facts, width) + table + _sentences(after, width)
+    return wrap_texts(facts, width) + table + wrap_texts(after, width)
 
 
 def _sweep_note(dropped: Sequence[str] = (), bounded: bool = False) -> str:

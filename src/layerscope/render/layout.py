@@ -125,6 +125,11 @@ def wrap_text(text: str, style: str, width: int, indent: str = "  ") -> list[Lin
     return [[(line, style)] for line in lines] or [[("", style)]]
 
 
+def wrap_texts(texts: Sequence[tuple[str, str]], width: int) -> list[Line]:
+    """Sentences, each ``(text, style)``, word-wrapped one after another (``wrap_text``)."""
+    return [line for text, style in texts for line in wrap_text(text, style, width)]
+
+
 # ---- tables ------------------------------------------------------------------------
 
 
