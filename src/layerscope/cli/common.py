@@ -304,11 +304,25 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
-def check_outputs(html: str | None, *paths: str | None) -> None:
+def check_outputs(html: str | None, *paths: str | None, text: str | None = None) -> None:
     """The files a command will write, checked before its work, whose result would
-    otherwise be lost: ``--html`` ends in .html, and every path given can be written."""
+    otherwise be lost: ``--html`` ends in .html, ``text`` (``-o``, what is printed) in
+    .txt, and every path given can be written."""
+    if text is not None and not text.lower().endswith(_TEXT_EXTENSIONS):
+        refuse("-o", text, "a path ending in .txt (the text that is printed)")
     if html is not None and not html.lower().endswith((".html", ".htm")):
         refuse("--html", html, "a path ending in .html (the report is an HTML page)")
-    for path in (*paths, html):
+    for path in (*paths, text, html):
         if path:
             check_writable(path)
+
+
+def write_outputs(args: argparse.Namespace, result: Any, text: str) -> None:
+    """The files a result command was asked for: ``--json`` (``result.save``), ``-o``
+    (``text``, what was printed) and ``--html`` (``result.to_html``)."""
+    if args.json:
+        result.save(args.json)
+    if args.output:
+        write_text(args.output, text if text.endswith("\n") else text + "\n")
+    if args.html:
+        result.to_html(args.html)

@@ -35,10 +35,10 @@ from layerscope.cli.common import (
     check_outputs,
     flags_given,
     gpu_names,
+    write_outputs,
 )
 from layerscope.cli.inputs import parse_json_object, parse_model_dtype, parse_shape
 from layerscope.errors import InvalidInputError
-from layerscope.export.files import write_text
 from layerscope.generation.cachekinds import BLOCK_SIZE, CACHES, KV_WIDTHS
 from layerscope.generation.estimate import estimate_generate
 from layerscope.generation.predicted import MODES
@@ -210,27 +210,10 @@ def _check_flags(args: argparse.Namespace) -> torch.device:
     if args.batch:
         parse_batches(args.batch)
     _check_view_flags(args, device)
-    _check_outputs(args)
+    check_outputs(args.html, args.json, text=args.output)
     if args.config:
         display_config.load(args.config)
     return device
-
-
-def _check_outputs(args: argparse.Namespace) -> None:
-    """--json, -o and --html: their kind and that they can be written, before any work."""
-    if args.output is not None and not args.output.lower().endswith((".txt", ".text")):
-        refuse("-o", args.output, "a path ending in .txt (the text that is printed)")
-    check_outputs(args.html, args.json, args.output)
-
-
-def _write(args: argparse.Namespace, result: Any, text: str) -> None:
-    """The files asked for: --json, -o (the printed text) and --html."""
-    if args.json:
-        result.save(args.json)
-    if args.output:
-        write_text(args.output, text if text.endswith("\n") else text + "\n")
-    if args.html:
-        result.to_html(args.html)
 
 
 def _measure(model: nn.Module, args: argparse.Namespace, batch: int, prompt: int) -> int:
@@ -250,7 +233,7 @@ def _measure(model: nn.Module, args: argparse.Namespace, batch: int, prompt: int
         check_choice("--stage", args.stage, list(result.stages))
     result.show(stage=args.stage, **_view_options(args))
     text = result.render(stage=args.stage, **_view_options(args)) if args.output else ""
-    _write(args, result, text)
+    write_outputs(args, result, text)
     return 0
 
 
@@ -313,5 +296,5 @@ def run(args: argparse.Namespace) -> int:
         dtype=dtype, block_size=args.block_size, kv_dtype=args.kv_dtype, mode=args.mode,
     )  # fmt: skip
     result.show(width=args.width)
-    _write(args, result, result.render(width=args.width) if args.output else "")
+    write_outputs(args, result, result.render(width=args.width) if args.output else "")
     return 0

@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import argparse
 
-from layerscope.cli.common import add_model_arguments, check_outputs, gpu_names
+from layerscope.cli.common import add_model_arguments, check_outputs, gpu_names, write_outputs
 from layerscope.cli.generate_cmd import parse_batches
 from layerscope.cli.inputs import parse_json_object, parse_model_dtype
-from layerscope.export.files import write_text
 from layerscope.generation.serving import BLOCK_SIZE, KV_WIDTHS, plan_serving
 from layerscope.generation.weights import SCHEMES
 from layerscope.hardware import GPUS
-from layerscope.validate import check_choice, check_int, refuse
+from layerscope.validate import check_choice, check_int
 
 NAME = "serve"
 HELP = "how many sequences a decoder serves on a GPU, at what latency (docs/generate.md)"
@@ -94,9 +93,7 @@ def run(args: argparse.Namespace) -> int:
     check_choice("--target", str(args.target).strip().lower(), list(GPUS))
     if args.width is not None:
         check_int("--width", args.width, 1)
-    if args.output is not None and not args.output.lower().endswith((".txt", ".text")):
-        refuse("-o", args.output, "a path ending in .txt (the text that is printed)")
-    check_outputs(args.html, args.json, args.output)
+    check_outputs(args.html, args.json, text=args.output)
     dtype = parse_model_dtype(args.dtype) if args.dtype else None
     batches = parse_batches(args.batch) if args.batch else None
     model_args = parse_json_object(args.model_args, "--model-args") if args.model_args else None
@@ -110,10 +107,5 @@ def run(args: argparse.Namespace) -> int:
         memory_utilization=args.memory_utilization, mode=args.mode, dtype=dtype,
     )  # fmt: skip
     plan.show(width=args.width)
-    if args.json:
-        plan.save(args.json)
-    if args.html:
-        plan.to_html(args.html)
-    if args.output:
-        write_text(args.output, plan.render(width=args.width) + "\n")
+    write_outputs(args, plan, plan.render(width=args.width) if args.output else "")
     return 0
