@@ -132,8 +132,8 @@ def _options(model: nn.Module, **o: Any) -> ServingOptions:
     )
 
 
-def kv_layers(driver: Driver, length: int, width: float) -> list[KVLayer]:
-    """Each layer's KV bytes per token (at ``width`` bytes an element, None: as stored)
+def kv_layers(driver: Driver, length: int) -> list[KVLayer]:
+    """Each layer's KV bytes per token (at the options' ``kv_dtype``: ``Driver.kv_ratio``)
     and the most tokens it holds (None: every token; a sliding window: its window), read
     from a cache the model filled to ``length`` tokens of one sequence on meta."""
     facts = cache_facts(driver.fill(1, length))
@@ -141,9 +141,7 @@ def kv_layers(driver: Driver, length: int, width: float) -> list[KVLayer]:
     for size, tokens in zip(facts.self_bytes, facts.self_tokens, strict=True):
         if not tokens:
             continue
-        per_token = size / tokens
-        if width:
-            per_token *= width / _element_width(driver)
+        per_token = size / tokens * driver.kv_ratio
         layers.append(KVLayer(per_token, tokens if tokens < length else None))
     if not layers:
         raise InvalidInputError(
@@ -151,10 +149,6 @@ def kv_layers(driver: Driver, length: int, width: float) -> list[KVLayer]:
             f"read ({'; '.join(facts.notices) or 'an empty cache'}): nothing to size"
         )
     return layers
-
-
-def _element_width(driver: Driver) -> int:
-    return torch.empty((), dtype=_floating_dtype(driver.model)).element_size()
 
 
 def workspace(driver: Driver, tokens: int) -> int:
@@ -246,11 +240,12 @@ def plan_serving(
     )  # fmt: skip
     scheme = check_scheme(weights, group_size)
     # a dynamic cache for the fills: it holds what the model stores, no preallocation
-    eo = check_options(so.target, so.prompt, so.new_tokens, 1, "dynamic", dtype, None)
+    eo = check_options(
+        so.target, so.prompt, so.new_tokens, 1, "dynamic", dtype, None, kv_dtype=so.kv_dtype
+    )
     meta, not_run = meta_model(model, eo.dtype)
     run_dtype = str(_floating_dtype(meta)).removeprefix("torch.")
     driver = Driver(meta, eo, roof_of(eo.spec, run_dtype))
-    width = KV_WIDTHS[so.kv_dtype] if so.kv_dtype else 0
     plan = ServingPlan(
         model=type(model).__name__,
         target=so.target,
@@ -269,7 +264,7 @@ def plan_serving(
         prefill_chunk=so.prefill_chunk,
         reserve_bytes=so.reserve,
         mode=so.mode,
-        layers=kv_layers(driver, so.max_context, width),
+        layers=kv_layers(driver, so.max_context),
     )
     if not plan.usable_bytes:
         raise InvalidInputError(f"{so.target} states no memory: nothing to size")
