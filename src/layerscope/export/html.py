@@ -133,6 +133,18 @@ def page_text(
     )
 
 
+def reported(
+    analysis: Profile | None, path: str | os.PathLike[str], subject: str, where: str
+) -> Profile:
+    """The analysis a subject's section is written above (a plan's, an estimate's);
+    ``ExportError`` naming the file when there is none (``where``: which have one)."""
+    if analysis is None:
+        raise ExportError(
+            f"cannot write {os.fspath(path)}: the {subject} has no analysis to report ({where})"
+        )
+    return analysis
+
+
 def section_page(
     profile: Profile, device: DeviceLike | None, kind: str, data_id: str, section: Any
 ) -> str:

@@ -229,15 +229,14 @@ class GenerateEstimate:
         """The HTML report: the estimate's section (cards, the batch sweep as a chart and a
         table, the notes) above the first batch's prefill analysis; ``ExportError`` for an
         estimate without its analysis (one loaded from JSON)."""
-        from layerscope.errors import ExportError
+        from layerscope.export.html import reported
         from layerscope.generation.html import to_html
 
-        if self.analysis is None:
-            raise ExportError(
-                f"cannot write {os.fspath(path)}: the estimate has no analysis to report "
-                "(an estimate from ls.estimate_generate has one; its JSON does not keep it)"
-            )
-        to_html(self.analysis, path, {}, self.to_dict())
+        analysis = reported(
+            self.analysis, path, "estimate",
+            "an estimate from ls.estimate_generate has one; its JSON does not keep it",
+        )  # fmt: skip
+        to_html(analysis, path, {}, self.to_dict())
 
     def export(self, path: str | os.PathLike[str], format: str | None = None) -> None:
         """Write the estimate as ``.json`` (``save``), its text (``.txt``) or its HTML

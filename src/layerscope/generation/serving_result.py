@@ -241,15 +241,14 @@ class ServingPlan:
         """The HTML report: the plan's section (capacity, the memory split, latency
         against throughput, the rows, the notes) above the first batch's prefill analysis;
         ``ExportError`` for a plan without its analysis (one loaded from JSON)."""
-        from layerscope.errors import ExportError
+        from layerscope.export.html import reported
         from layerscope.generation.serving_html import to_html
 
-        if self.analysis is None:
-            raise ExportError(
-                f"cannot write {os.fspath(path)}: the serving plan has no analysis to report "
-                "(a plan from ls.plan_serving has one; its JSON does not keep it)"
-            )
-        to_html(self.analysis, path, self.to_dict())
+        analysis = reported(
+            self.analysis, path, "serving plan",
+            "a plan from ls.plan_serving has one; its JSON does not keep it",
+        )  # fmt: skip
+        to_html(analysis, path, self.to_dict())
 
     def export(self, path: str | os.PathLike[str], format: str | None = None) -> None:
         """Write the plan as ``.json`` (``save``), its text (``.txt``) or its HTML report

@@ -170,16 +170,15 @@ class Plan:
     def to_html(self, path: str | os.PathLike[str], sweep: Any = None) -> None:
         """The analysis's HTML report with the plan section first (``sweep``: a ``Sweep``
         or its ``to_dict()``, shown as a table); ``ExportError`` without an analysis."""
-        from layerscope.errors import ExportError
+        from layerscope.export.html import reported
         from layerscope.planning.html import to_html
 
-        if self.analysis is None:
-            raise ExportError(
-                f"cannot write {os.fspath(path)}: the plan has no analysis to report "
-                "(a plan from ls.plan, or a file that Plan.save wrote with it, has one)"
-            )
+        analysis = reported(
+            self.analysis, path, "plan",
+            "a plan from ls.plan, or a file that Plan.save wrote with it, has one",
+        )  # fmt: skip
         table = sweep.to_dict() if hasattr(sweep, "to_dict") else sweep
-        to_html(self.analysis, path, self.section(), table)
+        to_html(analysis, path, self.section(), table)
 
     def export(self, path: str | os.PathLike[str], format: str | None = None) -> None:
         """Write the plan in the format its extension names: ``.html`` (``to_html``) or
