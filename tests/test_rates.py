@@ -336,6 +336,10 @@ def test_a_compiled_plan_launches_one_kernel_per_fused_group() -> None:
     assert (eager.kernels, compiled.kernels) == (7, 3)
     assert compiled.step_time < eager.step_time
     assert compiled.step_time_bound == eager.step_time_bound
+    # a given profile has no kernel records to reprice: refused, not silently eager
+    prof = ls.profile(Net(), x, backward=True, memory=True)
+    with pytest.raises(InvalidInputError, match="compile reprices the analysis's kernels"):
+        ls.plan(prof, **common, compile=True)
 
 
 def test_float8_linears_by_hand() -> None:

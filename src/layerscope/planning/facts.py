@@ -134,6 +134,17 @@ def _checked(prof: Profile, opts: Options, want: str) -> Profile:
             "ls.plan needs a profile made with backward=True, memory=True (its storage "
             "records and backward); profile the model again, or pass the model"
         )
+    asked = [name for name, on in (("compile", opts.compile), ("float8", opts.float8)) if on]
+    if asked:
+        from layerscope.planning.kernels import kernels_of
+
+        if kernels_of(prof) is None:
+            raise InvalidInputError(
+                f"{' and '.join(asked)} {'reprices' if len(asked) == 1 else 'reprice'} the "
+                "analysis's kernels, which a given or "
+                "loaded profile has no records of: pass the model, whose analysis records "
+                "them"
+            )
     if opts.autocast and prof.model.get("autocast") == want:
         return prof
     if prof.model.get("dtype") != want or prof.model.get("autocast"):
