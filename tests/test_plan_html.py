@@ -533,6 +533,12 @@ def test_a_long_checkpoint_list_is_summarised(open_page: Any) -> None:
     p = open_page(plan_html_text(plan.analysis, plan.section()))
     sub = p.page.inner_text("#ls-plan .sub")
     assert sub.endswith(" \u00b7 checkpointing blocks: 6 modules"), sub
+    assert "compiled" not in sub
+    compiled = ls.plan(model, torch.randn(4, 8), checkpoint="blocks", precision="fp32",
+                       compile=True)  # fmt: skip
+    assert compiled.analysis is not None
+    q = open_page(plan_html_text(compiled.analysis, compiled.section()))
+    assert " \u00b7 compiled \u00b7 checkpointing" in q.page.inner_text("#ls-plan .sub")
     facts = [f for f in _texts(p.page, "#ls-plan .facts li") if f.startswith("Checkpointed")]
     words = "Checkpointed: 0, 1, \u2026, 5 (6 modules); activations kept "
     assert facts[0].startswith(words), facts

@@ -34,6 +34,8 @@
     (DV.label || O.target || "") + (O.world_size ? " \u00d7 " + O.world_size : ""),
     O.sharding, O.precision, O.optimizer,
     O.grad_accum > 1 ? "grad accum " + O.grad_accum : null,
+    O.loss && O.loss !== "plain" ? "loss " + O.loss : null,
+    O.compile ? "compiled" : null, O.float8 ? "float8 linears" : null,
     P.checkpointing
   ].filter(function (x) { return x; });
   root.appendChild(el("div", "sub", "Per GPU" + (O.rank ? " (rank " + O.rank + ")" : "") + ": " + said.join(" \u00b7 ")));
