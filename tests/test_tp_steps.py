@@ -1,0 +1,334 @@
+"""Tensor-parallel training steps on 2 and 4 ranks (gloo, CPU): one spawn per world size,
+every configuration inside it (``helpers.tp_runs``), the third step measured on every rank.
+
+The model: ``LlamaForCausalLM`` with hidden 64, intermediate 128, 2 layers, vocabulary
+128, 8 heads of 8 and 4 key/value heads (q_proj 64 x 64, k_proj and v_proj 32 x 64),
+batch 2 x 16 tokens, float32, AdamW. Its 21 parameter tensors, 90,432 elements:
+
+- per layer, the seven linears: q 4,096 + k 2,048 + v 2,048 + o 4,096 + gate 8,192 + up
+  8,192 + down 8,192 = 36,864 elements (``LINEARS``), split evenly over n ranks by
+  colwise (dim 0) and rowwise (dim 1) sharding; its two RMSNorm weights, 64 + 64;
+- the embedding and lm_head, 128 x 64 = 8,192 each (``VOCAB``); the final norm, 64.
+
+``llama_tp`` replicates the embedding, lm_head and norms; ``llama_sp`` and ``hf_plan``
+shard the embedding's and lm_head's 128 rows too (torch's ``RowwiseParallel`` on an
+embedding and transformers' ``embedding_rowwise`` are both vocabulary-parallel, and the
+lm_head is colwise in both). ``fsdp_tp`` is ``llama_tp`` at tensor parallel 2 with FSDP2
+over the other axis of a 2 x 2 mesh.
+
+Collectives are counted by a dispatch mode that hands DTensor's ops back to it and so
+sees its local ops and functional collectives, and checked against each process group's
+own count of the collectives it issued (its sequence number) and torch's
+``CommDebugMode``.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from helpers import tp_runs
+from helpers.distributed import spawn_ranks
+
+TIME_LIMIT_S = 300.0
+TP = tp_runs.CONFIGS  # llama_tp, llama_sp, hf_plan: on 2 and 4 ranks
+
+LINEARS = 4096 + 2048 + 2048 + 4096 + 8192 + 8192 + 8192  # 36,864 elements a layer
+NORMS = 64 + 64  # a layer's input_layernorm and post_attention_layernorm
+VOCAB = 128 * 64  # the embedding or the lm_head: 8,192 elements
+LAYERS = 2
+TENSORS = 1 + 9 * LAYERS + 1 + 1  # embedding, 9 a layer, final norm, lm_head: 21
+#: an activation between layers, [2, 16, 64] float32: 8,192 B
+ACT = 2 * 16 * 64 * 4
+#: the logits, [2, 16, 128] float32: 16,384 B
+LOGITS = 2 * 16 * 128 * 4
+
+
+def _spawn(world: int, tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    out: Path = tmp_path_factory.mktemp(f"tp{world}")
+    return spawn_ranks(functools.partial(tp_runs.worker, world=world), world, out, TIME_LIMIT_S)
+
+
+@pytest.fixture(scope="module")
+def two(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    """Each rank's facts on 2 ranks (about 8 s here, unloaded)."""
+    return _spawn(2, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def four(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    """Each rank's facts on 4 ranks, ``fsdp_tp`` among them (about 14 s here, unloaded)."""
+    return _spawn(4, tmp_path_factory)
+
+
+def _runs(
+    two: list[dict[str, Any]], four: list[dict[str, Any]]
+) -> list[tuple[int, int, str, dict[str, Any]]]:
+    """(world, rank, configuration, facts) of every run."""
+    return [
+        (world, rank, config, facts[config])
+        for world, ranks in ((2, two), (4, four))
+        for rank, facts in enumerate(ranks)
+        for config in (*TP, "fsdp_tp")
+        if config in facts
+    ]
+
+
+def tp_elements(n: int, vocab_sharded: bool) -> int:
+    """Elements a tensor-parallel rank of ``n`` holds: the layers' linears split n ways,
+    their norms and the final norm whole; the embedding and lm_head split or whole."""
+    vocab = VOCAB // n if vocab_sharded else VOCAB
+    return LAYERS * (LINEARS // n + NORMS) + 64 + 2 * vocab
+
+
+def fsdp_elements(shapes: list[tuple[int, ...]], n: int, rank: int) -> int:
+    """Elements FSDP2 leaves rank ``rank`` of ``n``: ``torch.chunk`` along dim 0, the
+    last chunks shorter or empty (what ``to_local()`` shows; at rest each is padded to
+    the first chunk's rows)."""
+    total = 0
+    for shape in shapes:
+        rest = 1
+        for d in shape[1:]:
+            rest *= d
+        chunk = -(-shape[0] // n)
+        total += max(0, min(chunk, shape[0] - rank * chunk)) * rest
+    return total
+
+
+#: the tensor-parallel-2 local shapes ``fsdp_tp`` shards: a layer's q 64/2 x 64, k and v
+#: 32/2 x 64, o 64 x 64/2, gate and up 128/2 x 64, down 64 x 128/2, its two norms 64
+LAYER_TP2 = [(32, 64), (16, 64), (16, 64), (64, 32), (64, 64), (64, 64), (64, 64), (64,), (64,)]
+#: the root's own: the embedding and lm_head 128 x 64, the final norm 64 (replicated by TP)
+ROOT_TP2 = [(128, 64), (128, 64), (64,)]
+
+
+def expected_params(config: str, n: int, rank: int) -> int:
+    """Bytes of this rank's parameters (``to_local()``)."""
+    if config == "fsdp_tp":  # the dp_shard coordinate of rank r is r // 2
+        return 4 * fsdp_elements(LAYER_TP2 * LAYERS + ROOT_TP2, 2, rank // 2)
+    return 4 * tp_elements(n, vocab_sharded=config != "llama_tp")
+
+
+def test_losses_equal_the_unparallelized_model(
+    two: list[dict[str, Any]], four: list[dict[str, Any]]
+) -> None:
+    """Each step's loss on every rank equals the plain model's, trained alike, to 1e-5
+    (under FSDP x TP: the plain model on both data-parallel batches at once, its loss
+    on this rank's batch), so each parallelization computes the same model; and the
+    observed steps agree in everything but their peaks."""
+    for world, rank, config, f in _runs(two, four):
+        where = (world, rank, config)
+        assert len(f["losses"]) == len(f["reference"]) == tp_runs.STEPS, where
+        for ours, plain in zip(f["losses"], f["reference"], strict=True):
+            assert abs(ours - plain) <= 1e-5, (where, f["losses"], f["reference"])
+        assert f["repeatable"], where
+
+
+def test_local_bytes_by_hand(two: list[dict[str, Any]], four: list[dict[str, Any]]) -> None:
+    """Parameters, gradients and AdamW's states each rank holds, by hand. DTensor gives
+    the vocabulary-parallel embedding (rows sharded) a whole, replicated gradient: its
+    backward makes the full 128 x 64 on every rank, so those runs hold VOCAB - VOCAB / n
+    more gradient elements than parameters."""
+    # the hand sums themselves: (8,192 + 2 (18,432 + 128) + 64 + 8,192) x 4 on 2 ranks
+    assert 4 * tp_elements(2, vocab_sharded=False) == 214_272
+    assert 4 * tp_elements(4, vocab_sharded=False) == 140_544  # 4 (8,192 + 2 x 9,344 + 64 + 8,192)
+    assert 4 * tp_elements(2, vocab_sharded=True) == 181_504  # 4 (4,096 + 37,120 + 64 + 4,096)
+    assert 4 * tp_elements(4, vocab_sharded=True) == 91_392  # 4 (2,048 + 18,688 + 64 + 2,048)
+    # fsdp_tp: every TP-2-local tensor has an even row count: halves, no padding
+    assert expected_params("fsdp_tp", 4, 0) == expected_params("fsdp_tp", 4, 3) == 107_136
+    for world, rank, config, f in _runs(two, four):
+        where = (world, rank, config)
+        params = expected_params(config, world, rank)
+        whole_embedding = config in ("llama_sp", "hf_plan")
+        grads = params + (4 * (VOCAB - VOCAB // world) if whole_embedding else 0)
+        assert f["params"] == params, where
+        assert f["grads"] == grads, where  # 197,888 B and 115,968 B when the embedding's
+        assert f["states"] == 2 * params, where  # exp_avg and exp_avg_sq, like the params
+        assert f["steps"] == 4 * TENSORS == 84, where  # a float32 step per tensor
+        # held before the step: those, the int64 ids and labels (2 x 16 x 8 B each) and
+        # the rotary embedding's two buffers of head_dim / 2 = 4 float32
+        assert f["baseline"] == params + 2 * params + 84 + 2 * 256 + 2 * 16, where
+
+
+def _row(calls: int, payload: int) -> dict[str, int]:
+    return {"calls": calls, "bytes": payload}
+
+
+def expected_phases(config: str, n: int) -> dict[str, dict[str, dict[str, int]]]:
+    """Collectives by phase and kind (payloads: an all-reduce's tensor, an all-gather's
+    shard, a reduce-scatter's whole input).
+
+    - Forward: a rowwise linear's partial output all-reduced (``[2, 16, 64]``), or
+      reduce-scattered along the sequence under SP; SP all-gathers the sequence shards
+      (``ACT / n``) before attention and the MLP; the vocabulary-parallel embedding's
+      partial lookup is all-reduced (reduce-scattered under SP); a colwise lm_head
+      gathers its logits (``LOGITS / n`` a rank), and under SP its input first.
+    - Backward: each colwise linear's input gradient is partial and all-reduced where
+      its input was replicated by ``from_local`` (q, k, v, gate, up: 5 a layer, and
+      hf_plan's lm_head); under SP DTensor sums the q/k/v (gate/up) gradients first and
+      reduce-scatters them once (attention, MLP, lm_head: 5), and all-gathers the output
+      gradient of each reduce-scatter (o, down, embedding: 5).
+    - Optimizer (SP only): a norm's weight gradient is partial (each rank saw its slice
+      of the sequence); DTensor reduces it inside AdamW each time the update reads it:
+      ``lerp_(grad)`` and ``addcmul_(grad, grad)``, 3 all-reduces of 64 x 4 B a norm, 5
+      norms.
+    """
+    rowwise = 2 * LAYERS  # o_proj and down_proj
+    colwise = 5 * LAYERS  # q, k, v, gate, up
+    if config == "llama_tp":
+        return {
+            "forward": {"all_reduce": _row(rowwise, rowwise * ACT)},
+            "backward": {"all_reduce": _row(colwise, colwise * ACT)},
+        }
+    if config == "hf_plan":
+        return {
+            "forward": {
+                "all_reduce": _row(rowwise + 1, (rowwise + 1) * ACT),  # + the embedding
+                "all_gather": _row(1, LOGITS // n),  # n=2: 8,192 B, n=4: 4,096 B
+            },
+            "backward": {"all_reduce": _row(colwise + 1, (colwise + 1) * ACT)},  # + lm_head
+        }
+    if config == "llama_sp":
+        return {
+            "forward": {
+                "reduce_scatter": _row(rowwise + 1, (rowwise + 1) * ACT),  # + embedding
+                # attention's and MLP's inputs, lm_head's input and logits: n=2 12,288 B
+                "all_gather": _row(rowwise + 2, rowwise * ACT // n + ACT // n + LOGITS // n),
+            },
+            "backward": {
+                "reduce_scatter": _row(rowwise + 1, (rowwise + 1) * ACT),
+                "all_gather": _row(rowwise + 1, (rowwise + 1) * ACT // n),
+            },
+            "optimizer": {"all_reduce": _row(3 * 5, 3 * 5 * 64 * 4)},  # 3,840 B
+        }
+    assert config == "fsdp_tp"
+    layer = 4 * fsdp_elements(LAYER_TP2, 2, 0)  # (1,024 + 512 x 2 + 1,024 + 2,048 x 3 + 64) 4
+    root = 4 * fsdp_elements(ROOT_TP2, 2, 0)  # (4,096 x 2 + 32) x 4
+    assert (layer, root) == (37_120, 32_896)
+    return {
+        "forward": {
+            "all_reduce": _row(rowwise, rowwise * ACT),  # tp, as llama_tp
+            "all_gather": _row(LAYERS + 1, LAYERS * layer + root),  # dp_shard: every unit
+        },
+        "backward": {
+            "all_reduce": _row(colwise, colwise * ACT),
+            # the layers gathered again (the root is not resharded after its forward);
+            # every unit's gradients reduce-scattered: 2 shards each
+            "all_gather": _row(LAYERS, LAYERS * layer),
+            "reduce_scatter": _row(LAYERS + 1, 2 * (LAYERS * layer + root)),  # 214,272 B
+        },
+    }
+
+
+def by_phase(comm: dict[str, Any]) -> dict[str, dict[str, dict[str, int]]]:
+    """``comm[module][phase][kind]`` summed over the modules."""
+    out: dict[str, dict[str, dict[str, int]]] = {}
+    for phases in comm.values():
+        for phase, kinds in phases.items():
+            for kind, row in kinds.items():
+                mine = out.setdefault(phase, {}).setdefault(kind, {"calls": 0, "bytes": 0})
+                mine["calls"] += row["calls"]
+                mine["bytes"] += row["bytes"]
+    return out
+
+
+def test_collectives_by_phase_and_kind(
+    two: list[dict[str, Any]], four: list[dict[str, Any]]
+) -> None:
+    """Every rank's collectives by phase and kind as ``expected_phases`` derives them
+    (llama_tp's forward on 2 ranks: 4 all-reduces of 8,192 B; backward: 10)."""
+    assert expected_phases("llama_tp", 2)["forward"] == {"all_reduce": _row(4, 32_768)}
+    assert expected_phases("llama_sp", 4)["forward"]["all_gather"] == _row(6, 14_336)
+    for world, rank, config, f in _runs(two, four):
+        assert by_phase(f["comm"]) == expected_phases(config, world), (world, rank, config)
+
+
+def expected_forward_modules(config: str, n: int) -> dict[str, dict[str, dict[str, int]]]:
+    """The forward's collectives by the innermost module running: a style's hooks
+    issue them in its module's forward (``PrepareModuleInput``'s in the attention's and
+    MLP's, FSDP2's all-gather in its unit's, ``""`` the root)."""
+    out: dict[str, dict[str, dict[str, int]]] = {}
+    sp = config == "llama_sp"
+    reduce = {"reduce_scatter" if sp else "all_reduce": _row(1, ACT)}
+    for i in range(LAYERS):
+        layer = f"model.layers.{i}"
+        out[f"{layer}.self_attn.o_proj"] = reduce
+        out[f"{layer}.mlp.down_proj"] = reduce
+        if sp:
+            out[f"{layer}.self_attn"] = {"all_gather": _row(1, ACT // n)}
+            out[f"{layer}.mlp"] = {"all_gather": _row(1, ACT // n)}
+        if config == "fsdp_tp":
+            out[layer] = {"all_gather": _row(1, 37_120)}
+    if config in ("llama_sp", "hf_plan"):
+        out["model.embed_tokens"] = reduce
+        gathers = 2 if sp else 1  # SP: the input's sequence shards, then the logits
+        out["lm_head"] = {"all_gather": _row(gathers, (ACT if sp else 0) // n + LOGITS // n)}
+    if config == "fsdp_tp":
+        out[""] = {"all_gather": _row(1, 32_896)}
+    return out
+
+
+def test_forward_collectives_by_module(
+    two: list[dict[str, Any]], four: list[dict[str, Any]]
+) -> None:
+    """Each forward collective on the module whose forward issued it."""
+    for world, rank, config, f in _runs(two, four):
+        forward = {m: p["forward"] for m, p in f["comm"].items() if "forward" in p}
+        assert forward == expected_forward_modules(config, world), (world, rank, config)
+
+
+def test_every_collective_is_seen(two: list[dict[str, Any]], four: list[dict[str, Any]]) -> None:
+    """The dispatch mode's count of a step's collectives equals what the process groups
+    say they issued (their sequence numbers: a count that owes nothing to dispatch) and,
+    for a whole step of llama_tp and llama_sp, ``CommDebugMode``'s counts."""
+    issued = {"llama_tp": 4 + 10, "llama_sp": 11 + 10 + 15, "hf_plan": 6 + 11}
+    for world, rank, config, f in _runs(two, four):
+        seen = sum(r["calls"] for kinds in by_phase(f["comm"]).values() for r in kinds.values())
+        assert sum(f["issued"].values()) == seen, (world, rank, config)
+        if config == "fsdp_tp":  # tp as llama_tp; dp_shard: 3 + 2 all-gathers, 3 scatters
+            assert f["issued"] == {"tp": 14, "dp_shard": 8}
+        else:
+            assert f["issued"] == {"tp": issued[config]}, (world, rank, config)
+    names = {"all_reduce": "all_reduce", "all_gather": "all_gather_into_tensor"}
+    names["reduce_scatter"] = "reduce_scatter_tensor"
+    for ranks in (two, four):
+        for facts in ranks:
+            for debug in facts["commdebug"].values():
+                theirs = {k: v for k, v in debug["theirs"].items() if v}
+                assert theirs == {
+                    f"c10d_functional.{names[k]}": v for k, v in debug["ours"].items()
+                }
+            assert facts["commdebug"]["llama_tp"]["ours"] == {"all_reduce": 14}
+            assert facts["commdebug"]["llama_sp"]["ours"] == {
+                "all_gather": 6 + 5, "reduce_scatter": 5 + 5, "all_reduce": 15,
+            }  # fmt: skip
+
+
+def peak(f: dict[str, Any]) -> int:
+    """The step's peak above its baseline: the least of the observed steps' (a
+    collective's buffer that gloo's thread frees late can only raise one: once 20,480
+    B, hf_plan's logits gather, on one rank of four)."""
+    return int(min(f["peaks"]))
+
+
+def test_peaks_are_consistent(two: list[dict[str, Any]], four: list[dict[str, Any]]) -> None:
+    """The peaks cannot be derived by hand; they are consistent: the same on every rank
+    (within 1 %: the vocabulary-parallel embedding's masked lookups vary by rank with
+    the tokens), no lower than what the forward leaves for the backward nor than the
+    gradients, and lower at tensor parallel 4 than at 2."""
+    for world, ranks in ((2, two), (4, four)):
+        for config in (*TP, "fsdp_tp"):
+            if config not in ranks[0]:
+                continue
+            peaks = [peak(facts[config]) for facts in ranks]
+            assert max(peaks) - min(peaks) <= 0.01 * min(peaks), (world, config, peaks)
+            for facts in ranks:
+                f = facts[config]
+                assert f["grads"] <= peak(f) and min(f["held"]) <= peak(f), (world, config)
+    for config in TP:
+        for r2, r4 in zip(two, four, strict=False):
+            assert peak(r4[config]) < peak(r2[config]), config
+            assert min(r4[config]["held"]) < min(r2[config]["held"]), config
