@@ -8,6 +8,15 @@ with the model's ``_tp_plan`` (``hf_plan``) and, on 4 ranks, ``llama_tp`` on the
 axis of a 2 x 2 mesh under FSDP2 on the ``dp_shard`` axis (``fsdp_tp``). The third step
 is measured: the bytes of the local parameters, gradients and optimizer states, every
 collective by phase, kind and module, and the live tensor storage over the step.
+
+Each rank's ``rank{r}.json``: ``{configuration: facts, "commdebug": ...}``, facts holding
+``params``, ``grads``, ``states`` (AdamW's two moments), ``steps`` (its ``step``
+tensors): bytes of ``to_local()``; ``comm[module][phase][kind] = {"calls", "bytes"}``
+(phases forward, backward, optimizer; module ``""`` outside the forward, or the root);
+``issued``: each mesh axis's count of collectives from its process group; ``baseline``:
+bytes alive before the step; ``peak`` and ``forward_held``: live bytes above it at the
+step's peak and at the forward's end, with ``peaks`` and ``held`` of every observed
+step; ``losses`` and the plain model's ``reference``.
 """
 
 from __future__ import annotations
