@@ -327,7 +327,7 @@ def measured_step(
     facts = {**states, "comm": seen.comm, "baseline": baseline, "peak": seen.peak}
     facts["forward_held"] = held
     facts["issued"] = {axis: after[axis] - before[axis] for axis in groups}
-    return float(loss), facts
+    return loss.item(), facts
 
 
 def reference_losses(fsdp: bool, dp: int) -> list[float]:
@@ -340,7 +340,7 @@ def reference_losses(fsdp: bool, dp: int) -> list[float]:
     out = []
     for _ in range(STEPS):
         losses = [loss_of(model, ids, labels) for ids, labels in halves]
-        out.append(float(losses[dp if fsdp else 0]))
+        out.append(losses[dp if fsdp else 0].item())
         (sum(losses) / len(losses)).backward()  # type: ignore[union-attr]
         opt.step()
         opt.zero_grad()
