@@ -57,7 +57,9 @@ def test_a_data_parallel_mesh_is_planned_as_its_strategy() -> None:
 
 def test_refusals() -> None:
     model, x = nn.Linear(16, 16), torch.randn(4, 16)
-    with pytest.raises(InvalidInputError, match=r"tp=8 \(tensor parallel\): not planned yet"):
+    with pytest.raises(InvalidInputError, match=r"pp=2 \(pipeline parallel\): not planned yet"):
+        ls.plan(model, x, mesh={"dp_shard": 4, "pp": 2})
+    with pytest.raises(InvalidInputError, match="tp=8: the model has no tensor-parallel plan"):
         ls.plan(model, x, mesh={"dp_shard": 4, "tp": 8})
     with pytest.raises(InvalidInputError, match="unknown axis 'dp'"):
         ls.plan(model, x, mesh={"dp": 4})
@@ -73,5 +75,5 @@ def test_the_cli_takes_a_mesh(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "hsdp" in out.lower() or "2 x 2" in out
-    assert main(["plan", "examples:tiny_gpt", "--mesh", "tp=2"]) == 2
+    assert main(["plan", "examples:tiny_gpt", "--mesh", "cp=2"]) == 2
     assert "not planned yet" in capsys.readouterr().err

@@ -24,6 +24,8 @@ TINY = {"name": "tiny", "bandwidth": 1e12, "peak_flops": {"bfloat16": 1e14, "flo
         "memory_bytes": 2_000_000, "interconnect": 1e11}  # fmt: skip
 #: the options all cases share: no reserve, a budget the defaults fit at a few sequences
 BASE: dict[str, Any] = {"reserve_bytes": 0, "budget": 1_500_000}
+#: each block's first Linear split by columns, its last by rows (``_model``)
+TP_PLAN = {"*.0": "colwise", "*.2": "rowwise"}
 #: for each option of ``Options``, a value other than the default (with what it needs)
 CASES: dict[str, dict[str, Any]] = {
     "target": {"target": TINY, "budget": None},
@@ -47,6 +49,12 @@ CASES: dict[str, dict[str, Any]] = {
     "float8": {"float8": True},
     "loss": {"loss": "fused"},
     "mesh": {"mesh": {"dp_replicate": 2, "dp_shard": 4}},
+    "tp_plan": {"mesh": {"dp_shard": 4, "tp": 2}, "tp_plan": TP_PLAN},
+    "sequence_parallel": {
+        "mesh": {"dp_shard": 4, "tp": 2},
+        "tp_plan": TP_PLAN,
+        "sequence_parallel": True,
+    },
 }
 LIMIT = 16
 
@@ -127,7 +135,8 @@ def test_to_dict_is_every_option_in_plan_form() -> None:
         "reserve_bytes": RESERVE_BYTES, "rank": 0, "reshard_after_forward": True,
         "units": ["0"], "inter_node_bandwidth": None, "bucket_cap_mb": 25,
         "hsdp": [2, 4], "checkpoint": ["1"], "cluster": None, "reduce_dtype": None,
-        "compile": False, "float8": False, "loss": "plain", "mesh": None,
+        "compile": False, "float8": False, "loss": "plain", "mesh": None, "tp_plan": None,
+        "sequence_parallel": False,
     }  # fmt: skip
     custom = check_options({"target": TINY})
     assert custom.to_dict()["target"]["memory_bytes"] == 2_000_000

@@ -39,6 +39,7 @@ from torch.utils._python_dispatch import (
     _push_mode,
 )
 
+from layerscope.collect.dtensors import state as shards
 from layerscope.collect.labels import ENTER_OP, EXIT_OP
 from layerscope.collect.observer import observer_error
 from layerscope.collect.scopes import ScopeTracker
@@ -191,6 +192,12 @@ class SessionMode(TorchDispatchMode):
     ) -> Any:
         if kwargs is None:
             kwargs = {}
+        dtensor = shards.dtensor  # one rank's work inside DTensor ops (``collect.dtensors``)
+        if dtensor is not None:
+            if shards.quiet:  # DTensor's sharding propagation
+                return func(*args, **kwargs)
+            if any(issubclass(t, dtensor) for t in types):
+                return NotImplemented
         plan = self._plans.get(id(func))
         if plan is None:
             plan = self._plans[id(func)] = (func, *decomposition_keys(func))

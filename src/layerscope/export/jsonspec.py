@@ -216,12 +216,24 @@ MEMORY = Obj(
                     "module": Str("the module path where it is counted"),
                     "local_shape": Arr(Int(0), "this rank's shard of a DTensor gradient"),
                     "local_bytes": _BYTES,
+                    "param_local_shape": Arr(
+                        Int(0), "this rank's shard of the parameter, where it differs"
+                    ),
                 }
             ),
             "parameter name -> its gradient",
         ),
         "frozen": Map(
-            Obj({"shape": Arr(Int(0)), "dtype": Str(), "bytes": _BYTES, "module": Str()}),
+            Obj(
+                {
+                    "shape": Arr(Int(0)),
+                    "dtype": Str(),
+                    "bytes": _BYTES,
+                    "module": Str(),
+                    "local_shape": Arr(Int(0), "this rank's shard of a DTensor parameter"),
+                    "local_bytes": _BYTES,
+                }
+            ),
             "parameter name -> a parameter without requires_grad (absent when none)",
         ),
         "params_by_dtype": Map(

@@ -20,6 +20,7 @@ from layerscope.planning.checkpointing import (
     choose_checkpoints,
     resolve,
 )
+from layerscope.planning.collectives import consecutive
 from layerscope.planning.facts import CACHE_OFF, Param, check_paths, frozen, input_bytes, trainable
 from layerscope.planning.kernels import Predicted, predict
 from layerscope.planning.loss import loss_timeline
@@ -27,6 +28,7 @@ from layerscope.planning.options import OUT_OF_SCOPE, Options
 from layerscope.planning.result import LOWER_BOUND, PREDICTED, Plan
 from layerscope.planning.states import OPTIMIZER_STATES, ModelStates
 from layerscope.planning.strategy import Step, Times
+from layerscope.planning.tensorparallel import comm_seconds, merge_comm, tp_notes
 from layerscope.profile import Profile
 
 
@@ -90,6 +92,8 @@ def _build(prof: Profile, opts: Options, choice: CheckpointChoice, asked: Any) -
     work = Step(prof, opts, params, setup, strategy.grad_size(opts), kept or ())
     prepared = strategy.prepare(work)
     units, unit_rows, comm = prepared.units, prepared.rows, prepared.comm
+    if opts.tp > 1:  # the analysis's own: tensor parallelism's (``planning.tensorparallel``)
+        comm = merge_comm(comm, prof.comm)
     _checkpoints(prof, choice, setup)
     local = states.optimizer_state_bytes // max(1, OPTIMIZER_STATES[opts.optimizer] or 1)
     # the strategy's own temporaries of the step (ZeRO's float32 gradient partition), and
@@ -103,7 +107,9 @@ def _build(prof: Profile, opts: Options, choice: CheckpointChoice, asked: Any) -
     step, step_bound = _step(time), _step(bound)
     peak_flops = opts.target.peak(str(opts.compute_dtype).removeprefix("torch."))
     accum = opts.grad_accum
-    published = _published(params, kept, tokens, timed.predicted.attention_flops, accum)
+    published = _published(params, kept, tokens, timed.predicted.attention_flops, accum, opts.tp)
+    # a tensor-parallel group's GPUs share one micro-batch: each GPU's share of its tokens
+    tokens_per_gpu = tokens / opts.tp if tokens else None
     notes = [
         *timed.notes,
         *_notes(opts, choice, asked, unrecorded, strategy.notes(opts)),
@@ -145,12 +151,14 @@ def _build(prof: Profile, opts: Options, choice: CheckpointChoice, asked: Any) -
         model_flops=model_flops,
         mfu=published / (step * peak_flops) if published is not None and step > 0 else None,
         tokens=tokens,
-        tokens_per_s=tokens * accum / step if tokens and step > 0 else None,
+        tokens_per_s=tokens_per_gpu * accum / step if tokens_per_gpu and step > 0 else None,
         modules=_module_rows(prof, choice, unit_rows, comm),
         comm=comm,
         notes=notes,
         step_time_bound=step_bound,
-        tokens_per_s_bound=tokens * accum / step_bound if tokens and step_bound > 0 else None,
+        tokens_per_s_bound=(
+            tokens_per_gpu * accum / step_bound if tokens_per_gpu and step_bound > 0 else None
+        ),
         time_bound=bound,
         mfu_counted=model_flops / (step * peak_flops) if step > 0 else None,
         mfu_flops=published,
@@ -174,15 +182,21 @@ def _columns(points: list[tl.Point]) -> dict[str, list[Any]]:
 
 
 def _published(
-    params: list[Param], kept: list[Param] | None, tokens: int | None, attention: int, accum: int
+    params: list[Param],
+    kept: list[Param] | None,
+    tokens: int | None,
+    attention: int,
+    accum: int,
+    tp: int = 1,
 ) -> int | None:
-    """FLOPs per step in the published convention (PaLM, Appendix B): 6 N per token plus
-    attention; a frozen parameter's weight gradient never runs, so it counts 4 (forward,
-    input gradient), not 6. None without token ids."""
+    """FLOPs per step and GPU in the published convention (PaLM, Appendix B): 6 N per
+    token plus attention; a frozen parameter's weight gradient never runs, so it counts 4
+    (forward, input gradient), not 6; a tensor-parallel group's ``tp`` GPUs share the
+    model's N (the attention FLOPs are this GPU's already). None without token ids."""
     if not tokens:
         return None
-    per_token = 6 * sum(prod(p.shape) for p in params) + 4 * sum(prod(p.shape) for p in kept or ())
-    return (per_token * tokens + attention) * accum
+    per_token = 6 * sum(p.elements for p in params) + 4 * sum(p.elements for p in kept or ())
+    return (per_token * tokens // tp + attention) * accum
 
 
 def _notes(
@@ -194,6 +208,8 @@ def _notes(
         sizes = ", ".join(f"{a}={n}" for a, n in opts.mesh.to_dict().items() if n > 1)
         where = opts.mesh.placement_words(opts.network.gpus_per_node)
         notes.append(f"mesh {sizes or 'of one GPU'}: {where}")
+    if opts.tp > 1:
+        notes.extend(tp_notes(opts.tp, opts.sequence_parallel, opts.tp_plan is None))
     if choice.paths:
         notes.append(
             "recompute as torch's non-reentrant checkpoint with early stop off; with early "
@@ -346,6 +362,9 @@ def _parts(
     compute = fwd[id(root)] + bwd[id(root)]
     recompute = sum(fwd[id(prof.node(p))] * _share(prof, choice, p) for p in choice.paths)
     total, exposed = opts.strategy.comm_time(work, Times(fwd, bwd, choice.paths))
+    if opts.tp > 1:  # tensor parallelism's collectives: on the critical path, none hidden
+        tp, again = comm_seconds(prof.comm, consecutive(opts.network, opts.tp), choice.paths)
+        total, exposed = total + tp + again, exposed + tp + again
     st = setup.rest
     moved = (
         2 * (st["param_bytes"] + st["optimizer_state_bytes"] + st["master_weight_bytes"])

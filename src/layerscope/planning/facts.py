@@ -67,6 +67,11 @@ def analyse(
     to the target, its kernels recorded (``planning.kernels``)."""
     want = str(opts.compute_dtype).removeprefix("torch.")
     if isinstance(model, Profile):
+        if opts.tp > 1:
+            raise InvalidInputError(
+                f"mesh tp={opts.tp}: tensor parallelism is planned from the model split by "
+                "its plan, which a given profile cannot be: pass the model"
+            )
         return _checked(model, opts, want)
     if not isinstance(model, nn.Module):
         raise InvalidInputError(f"ls.plan needs a model or a Profile, got {type(model).__name__}")
@@ -100,19 +105,31 @@ def analyse(
 
     recorder = KernelRecorder()  # after the user's observers: it reads the counters'
     call["observers"] = [*call.get("observers", ()), recorder]
-    from contextlib import nullcontext
+    from contextlib import AbstractContextManager, nullcontext
 
     from layerscope.metrics.memory.records import record_ops
+    from layerscope.planning.tensorparallel import Entry, parallelized, plan_words
 
     ops = record_ops() if opts.checkpoint == "op" else nullcontext()  # planning.oppolicy
-    if not opts.autocast:
-        with ops:
-            prof = profile(meta, backward=True, memory=True, target=target, **call)
-    else:
-        loss_fn = call.pop("loss_fn", None) or default_loss
-        with ops, emulate_cuda_autocast(meta, opts.compute_dtype, loss_fn) as loss:
-            prof = profile(meta, backward=True, memory=True, target=target, loss_fn=loss, **call)
-        prof.model["autocast"] = want
+    tp_plan = None if opts.tp_plan is None else dict(opts.tp_plan)
+    split: AbstractContextManager[list[Entry]] = (
+        parallelized(meta, opts.tp, tp_plan, opts.sequence_parallel)
+        if opts.tp > 1
+        else nullcontext([])
+    )
+    with split as entries:
+        if not opts.autocast:
+            with ops:
+                prof = profile(meta, backward=True, memory=True, target=target, **call)
+        else:
+            loss_fn = call.pop("loss_fn", None) or default_loss
+            with ops, emulate_cuda_autocast(meta, opts.compute_dtype, loss_fn) as loss:
+                prof = profile(
+                    meta, backward=True, memory=True, target=target, loss_fn=loss, **call
+                )
+            prof.model["autocast"] = want
+    if entries:
+        prof.model["tp_plan"] = plan_words(entries)
     prof.notices.extend(not_run)
     record(prof, recorder.kernels)
     if cache_off:
@@ -158,10 +175,29 @@ def _checked(prof: Profile, opts: Options, want: str) -> Profile:
 # ---- facts of the analysis -------------------------------------------------------------
 @dataclass(frozen=True)
 class Param:
+    """One parameter as this rank holds it: under tensor parallelism its shard
+    (``shape``, ``nbytes``) of the whole (``logical``)."""
+
     name: str
     shape: tuple[int, ...]
     module: str
     nbytes: int  # as analysed
+    logical: tuple[int, ...] = ()
+
+    @property
+    def elements(self) -> int:
+        """The whole parameter's elements (the published FLOPs' N)."""
+        return prod(self.logical or self.shape)
+
+
+def _param(name: str, record: Mapping[str, Any]) -> Param:
+    """A parameter from its record: a DTensor's local shard where it has one (the
+    parameter's, where its gradient has another layout)."""
+    logical = tuple(int(d) for d in record["shape"])
+    local = record.get("param_local_shape", record.get("local_shape"))
+    shape = logical if local is None else tuple(int(d) for d in local)
+    nbytes = int(record["bytes"] if local is None else record["local_bytes"])
+    return Param(name, shape, str(record["module"]), nbytes, logical)
 
 
 def trainable(prof: Profile) -> list[Param]:
@@ -172,10 +208,7 @@ def trainable(prof: Profile) -> list[Param]:
             "the profile records no gradients (memory['grads']): ls.plan plans training, "
             "so the model needs trainable parameters and the profile backward=True"
         )
-    return [
-        Param(name, tuple(int(d) for d in g["shape"]), str(g["module"]), int(g["bytes"]))
-        for name, g in grads.items()
-    ]
+    return [_param(name, g) for name, g in grads.items()]
 
 
 def frozen(prof: Profile) -> list[Param] | None:
@@ -188,10 +221,7 @@ def frozen(prof: Profile) -> list[Param] | None:
         grads = prof.memory.get("grads")
         trained = sum(int(g["bytes"]) for g in grads.values()) if isinstance(grads, Mapping) else 0
         return None if held > trained else []
-    return [
-        Param(name, tuple(int(d) for d in f["shape"]), str(f["module"]), int(f["bytes"]))
-        for name, f in records.items()
-    ]
+    return [_param(name, f) for name, f in records.items()]
 
 
 def input_bytes(prof: Profile) -> tuple[int, int, int | None]:

@@ -11,9 +11,9 @@ G // s)`` of them per node when ``s < G`` and one per node otherwise, and spans
 ``ceil(n / per_node)`` nodes: one node means its collectives run on the node's link,
 more mean they cross the network.
 
-Data parallelism is planned (``dp_shard``: FSDP2; ``dp_replicate``: DDP, or HSDP with
-both); tensor, pipeline, context and expert parallelism are refused until they are
-modelled (docs/plan.md).
+Data parallelism (``dp_shard``: FSDP2; ``dp_replicate``: DDP, or HSDP with both) and
+tensor parallelism (``tp``: ``planning.tensorparallel``) are planned; pipeline, context
+and expert parallelism are refused until they are modelled (docs/plan.md).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ AXES = {
     "ep": "expert parallel",
 }
 #: The axes a plan models today.
-PLANNED = ("dp_replicate", "dp_shard")
+PLANNED = ("dp_replicate", "dp_shard", "tp")
 
 
 @dataclass(frozen=True)
@@ -89,24 +89,24 @@ class Mesh:
         return asdict(self)
 
     def strategy(self) -> dict[str, Any]:
-        """The plan options of a data-parallel mesh: ``world_size``, ``sharding`` and
-        ``hsdp``; ``InvalidInputError`` naming an axis that is not planned yet."""
+        """The plan options of the mesh: ``world_size`` (every GPU), the data-parallel
+        axes' ``sharding`` and ``hsdp``; ``InvalidInputError`` naming an axis that is not
+        planned yet."""
         unplanned = [a for a in AXES if a not in PLANNED and getattr(self, a) > 1]
         if unplanned:
             named = ", ".join(f"{a}={getattr(self, a)} ({AXES[a]})" for a in unplanned)
             raise InvalidInputError(
                 f"mesh {named}: not planned yet; a plan models data parallelism over "
-                "dp_replicate and dp_shard only (docs/plan.md)"
+                "dp_replicate and dp_shard and tensor parallelism over tp (docs/plan.md)"
             )
-        replicate, shard = self.dp_replicate, self.dp_shard
+        replicate, shard, world = self.dp_replicate, self.dp_shard, self.world_size
         if replicate > 1 and shard > 1:
-            return {"world_size": replicate * shard, "sharding": "fsdp",
-                    "hsdp": (replicate, shard)}  # fmt: skip
+            return {"world_size": world, "sharding": "fsdp", "hsdp": (replicate, shard)}
         if replicate > 1:
-            return {"world_size": replicate, "sharding": "ddp"}
+            return {"world_size": world, "sharding": "ddp"}
         if shard > 1:
-            return {"world_size": shard, "sharding": "fsdp"}
-        return {"world_size": 1, "sharding": "none"}
+            return {"world_size": world, "sharding": "fsdp"}
+        return {"world_size": world, "sharding": "none"}
 
 
 def check_mesh(value: Any) -> Mesh:

@@ -37,7 +37,7 @@ RESERVE_BYTES = 2 * 2**30
 #: direction (400 Gb/s: one NIC per GPU); ``inter_node_bandwidth=`` now defaults to the
 #: cluster's NICs (``planning.cluster``).
 INTER_NODE_BANDWIDTH = 400e9 / 8
-OUT_OF_SCOPE = "tensor, pipeline, context and expert parallelism are not modelled"
+OUT_OF_SCOPE = "pipeline, context and expert parallelism are not modelled"
 
 _COMPUTE = {"fp32": torch.float32, "bf16": torch.bfloat16, "bf16-mixed": torch.bfloat16,
             "fp16-mixed": torch.float16}  # fmt: skip
@@ -82,11 +82,28 @@ class Options:
     #: the device mesh the run was given as (``planning.mesh``; None: ``sharding``,
     #: ``world_size`` and ``hsdp`` as given)
     mesh: Mesh | None = None
+    #: tensor parallelism's plan (``planning.tensorparallel``): (module path pattern,
+    #: style) pairs; None: the model's own
+    tp_plan: tuple[tuple[str, Any], ...] | None = None
+    #: sequence parallelism in the tensor-parallel blocks (``planning.tensorparallel``)
+    sequence_parallel: bool = False
+
+    @property
+    def tp(self) -> int:
+        """GPUs each tensor-parallel layer is split over (the mesh's ``tp``; 1: none)."""
+        return self.mesh.tp if self.mesh else 1
+
+    @property
+    def dp_size(self) -> int:
+        """GPUs data parallelism runs over: the world size over the tensor-parallel
+        groups."""
+        return self.world_size // self.tp
 
     @property
     def shard_size(self) -> int:
-        """GPUs a tensor is sharded over (FSDP2: all of them; HSDP: one shard group)."""
-        return self.hsdp[1] if self.hsdp else self.world_size
+        """GPUs a tensor is sharded over by data parallelism (FSDP2: all the
+        data-parallel ranks; HSDP: one shard group)."""
+        return self.hsdp[1] if self.hsdp else self.dp_size
 
     @property
     def replicas(self) -> int:
@@ -131,6 +148,7 @@ class Options:
         for key in ("units", "hsdp", "checkpoint"):
             if isinstance(out[key], tuple):
                 out[key] = list(out[key])
+        out["tp_plan"] = dict(self.tp_plan) if self.tp_plan is not None else None
         out["cluster"] = as_mapping(self.cluster)
         out["mesh"] = self.mesh.to_dict() if self.mesh else None
         return out
@@ -167,6 +185,7 @@ class Options:
             **({"float8": True} if self.float8 else {}),
             **({"loss": self.loss} if self.loss != "plain" else {}),
             **({"mesh": self.mesh.to_dict()} if self.mesh else {}),
+            **({"sequence_parallel": True} if self.sequence_parallel else {}),
         }  # fmt: skip
 
 
@@ -177,7 +196,8 @@ DEFAULTS: dict[str, Any] = {
     "rank": 0, "reshard_after_forward": True, "units": None,
     "inter_node_bandwidth": None, "bucket_cap_mb": 25, "hsdp": None,
     "checkpoint": None, "cluster": None, "reduce_dtype": None, "compile": False,
-    "float8": False, "loss": "plain", "mesh": None,
+    "float8": False, "loss": "plain", "mesh": None, "tp_plan": None,
+    "sequence_parallel": False,
 }  # fmt: skip
 
 NAMES = tuple(f.name for f in fields(Options))
@@ -199,17 +219,19 @@ def check_options(given: Mapping[str, Any]) -> Options:
     if spec.kind != "gpu":
         raise InvalidInputError(f"target must be a GPU spec, got {spec.name!r} ({spec.kind})")
     world = check_int("world_size", o["world_size"], 1)
+    tp = mesh.tp if mesh else 1
+    dp = world // tp
     sharding = o["sharding"]
     check_choice("sharding", sharding, list(STRATEGIES))
     check_choice("precision", o["precision"], list(PRECISIONS))
     check_choice("optimizer", o["optimizer"], list(OPTIMIZER_STATES))
-    STRATEGIES[sharding].check(world)
+    STRATEGIES[sharding].check(dp)
     units = o["units"]
     if units is not None:
         if not isinstance(units, list | tuple) or not all(isinstance(u, str) for u in units):
             refuse("units", units, "a list of module paths")
         units = tuple(units)
-    hsdp = _hsdp(o["hsdp"], sharding, world)
+    hsdp = _hsdp(o["hsdp"], sharding, dp)
     budget = o["budget"]
     # bytes as a saved plan holds them (``ls.load_plan`` reads the same range)
     budget = spec.budget_bytes if budget is None else check_int("budget", budget, 0, MAX_BYTES)
@@ -236,7 +258,7 @@ def check_options(given: Mapping[str, Any]) -> Options:
         grad_accum=check_int("grad_accum", o["grad_accum"], 1),
         budget=budget,
         reserve_bytes=reserve,
-        rank=check_int("rank", o["rank"], 0, (hsdp[1] if hsdp else world) - 1),
+        rank=check_int("rank", o["rank"], 0, (hsdp[1] if hsdp else dp) - 1),
         reshard_after_forward=check_bool("reshard_after_forward", o["reshard_after_forward"]),
         units=units,
         inter_node_bandwidth=None
@@ -251,7 +273,38 @@ def check_options(given: Mapping[str, Any]) -> Options:
         float8=_float8(o["float8"], spec),
         loss=str(o["loss"]),
         mesh=mesh,
+        tp_plan=_tp_plan(o["tp_plan"], tp),
+        sequence_parallel=_sequence_parallel(o["sequence_parallel"], tp),
     )
+
+
+def _tp_plan(value: Any, tp: int) -> tuple[tuple[str, Any], ...] | None:
+    """``tp_plan``: a mapping of module path patterns to styles, for a mesh with
+    ``tp`` above 1 (each style is checked against the model when it is applied)."""
+    if value is None:
+        return None
+    if tp == 1:
+        raise InvalidInputError(
+            "tp_plan is tensor parallelism's plan: give a mesh with tp above 1, e.g. "
+            "mesh={'dp_shard': 8, 'tp': 2}"
+        )
+    if not isinstance(value, Mapping) or not value:
+        refuse(
+            "tp_plan",
+            value,
+            "a mapping of module path patterns to styles, e.g. "
+            "{'layers.*.mlp.up_proj': 'colwise', 'layers.*.mlp.down_proj': 'rowwise'}",
+        )
+    return tuple(value.items())
+
+
+def _sequence_parallel(value: Any, tp: int) -> bool:
+    if check_bool("sequence_parallel", value) and tp == 1:
+        raise InvalidInputError(
+            "sequence_parallel shards activations over the tensor-parallel ranks: give a "
+            "mesh with tp above 1"
+        )
+    return bool(value)
 
 
 def _from_mesh(mesh: Mesh, given: Mapping[str, Any]) -> dict[str, Any]:

@@ -159,9 +159,11 @@ def master_states(
 
 
 def link(opts: Options, group: int, stride: int = 1) -> Link:
-    """Where a collective over ``group`` GPUs sits on the plan's cluster
+    """Where a data-parallel collective over ``group`` GPUs sits on the plan's cluster
     (``Options.network``): consecutive ranks, or ranks ``stride`` apart (an HSDP
-    replicate group, over shard groups of ``stride`` ranks)."""
+    replicate group, over shard groups of ``stride`` ranks), the distances times the
+    tensor-parallel group's size (its ranks sit inside the data-parallel ones)."""
+    stride *= opts.tp
     if stride > 1:
         return strided(opts.network, group, stride)
     return consecutive(opts.network, group)

@@ -40,8 +40,10 @@ def fill_gradients(profile: Profile, owned: list[Owned], *, force: bool) -> None
     backward ran) is false.
 
     A DTensor gradient (FSDP2, tensor parallel) has its logical shape and bytes there,
-    and ``local_shape`` and ``local_bytes``: this rank's shard; every node then also
-    gets ``local_grad_bytes`` (a plain gradient counts whole in it).
+    and ``local_shape`` and ``local_bytes``: this rank's shard (and ``param_local_shape``,
+    the parameter's, where DTensor gives the gradient another layout: a vocabulary-
+    parallel embedding's is replicated); every node then also gets ``local_grad_bytes``
+    (a plain gradient counts whole in it).
     """
     present = [o for o in owned if o.tensor.grad is not None]
     if not present and not force:
@@ -70,24 +72,32 @@ def fill_gradients(profile: Profile, owned: list[Owned], *, force: bool) -> None
             if shard is not g:
                 entry["local_shape"] = list(shard.shape)
                 entry["local_bytes"] = n_local
+                held = local(o.tensor).shape
+                if held != shard.shape:  # a gradient in another layout than its parameter
+                    entry["param_local_shape"] = list(held)
     profile.memory["grads"] = grads
 
 
 def frozen_parameters(owned: list[Owned]) -> dict[str, dict[str, Any]]:
     """``profile.memory["frozen"]``: each parameter without ``requires_grad`` by its first
     qualified name, ``{"shape", "dtype", "bytes", "module"}`` as ``memory["grads"]``
-    has them. A plan shards these under FSDP2 (which needs each tensor's shape) and
-    gives them no gradient or optimizer state."""
+    has them (a DTensor's ``local_shape`` and ``local_bytes`` too). A plan shards these
+    under FSDP2 (which needs each tensor's shape) and gives them no gradient or optimizer
+    state."""
     out: dict[str, dict[str, Any]] = {}
     for o in owned:
         p = o.tensor
         if not p.requires_grad:
-            out[o.names[0]] = {
+            out[o.names[0]] = entry = {
                 "shape": list(p.shape),
                 "dtype": dtype_name(p.dtype),
                 "bytes": p.numel() * p.element_size(),
                 "module": o.owner.path,
             }
+            shard = local(p)
+            if shard is not p:
+                entry["local_shape"] = list(shard.shape)
+                entry["local_bytes"] = shard.numel() * shard.element_size()
     return out
 
 

@@ -102,7 +102,7 @@ class FSDP2(Strategy):
 
     def comm_time(self, step: Step, times: Times) -> tuple[float, float]:
         opts, prof = step.opts, step.prof
-        if opts.world_size < 2:
+        if opts.dp_size < 2:
             return 0.0, 0.0
         replay = next(e for e in step.setup.events if isinstance(e, FSDPEvents))
         fwd, bwd = times.forward, times.backward

@@ -74,7 +74,7 @@ class Replicated(Strategy):
                            step.opts.bucket_cap_mb)  # fmt: skip
 
     def prepare(self, step: Step) -> Prepared:
-        n = step.opts.world_size
+        n = step.opts.dp_size
         comm = {}
         if n > 1:
             per_param = [(p.shape, step.grad_size) for p in step.params]
@@ -84,7 +84,7 @@ class Replicated(Strategy):
         return Prepared(comm)
 
     def comm_time(self, step: Step, times: Times) -> tuple[float, float]:
-        n = step.opts.world_size
+        n = step.opts.dp_size
         if n < 2:
             return 0.0, 0.0
         backward = times.backward[id(step.prof.root)]

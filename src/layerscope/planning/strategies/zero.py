@@ -55,19 +55,19 @@ class ZeRO(Replicated):
 
     def prepare(self, step: Step) -> Prepared:
         prepared = super().prepare(step)
-        part = -(-sum(prod(p.shape) for p in step.params) // step.opts.world_size)
+        part = -(-sum(prod(p.shape) for p in step.params) // step.opts.dp_size)
         if step.opts.mixed:  # DeepSpeed's float32 gradient partition, for the step only
             step.setup.optimizer_temp = 4 * part
         if self.stage == 2:  # each GPU keeps its partition, reduced module by module
             elements = sum(prod(p.shape) for p in step.params)
-            partition = -(-elements // step.opts.world_size) * step.grad_size
+            partition = -(-elements // step.opts.dp_size) * step.grad_size
             step.setup.final_grads = partition
             step.setup.events.append(PartitionEvents(partition))
         return prepared
 
     def comm_time(self, step: Step, times: Times) -> tuple[float, float]:
         total, exposed = super().comm_time(step, times)
-        n = step.opts.world_size
+        n = step.opts.dp_size
         if n < 2:
             return total, exposed
         # the updated parameters, gathered after the step

@@ -1,0 +1,453 @@
+"""Tensor and sequence parallelism in a plan (``mesh={"tp": N}``, ``tp_plan=``,
+``sequence_parallel=``): the model's parallel plan applied, with torch's own
+``parallelize_module``, to the analysis's meta copy over a fake process group of ``N``
+ranks, so the analysis sees one rank's work (``collect.dtensors.local_shards``): its
+shards of every parameter and gradient, its FLOPs and activations, and the collectives
+DTensor issues, forward and backward (``docs/plan.md``, "Tensor parallelism").
+
+A plan is keyed by module paths, ``*`` standing for one path segment
+(``"model.layers.*.self_attn.q_proj"``), as transformers' ``base_model_tp_plan`` and
+torchtitan's ``parallelize_module`` plans are; a value is a torch ``ParallelStyle`` or
+one of transformers' style names (``STYLES``). Without ``tp_plan=`` the model's own plan
+is used (a transformers model's ``_tp_plan``, or its config's ``base_model_tp_plan``).
+
+``sequence_parallel=True`` (a plan of style names) shards the activations between the
+tensor-parallel regions along the sequence (dimension 1), as Megatron-LM and torchtitan
+do, within the repeated blocks that hold the plan: the first block's input is split
+over the ranks, the norms in the blocks run on their shard (``SequenceParallel``), each
+module whose column-wise linears read the block's stream all-gathers it first, the
+row-wise linears reduce-scatter their outputs instead of all-reducing them, and the last
+block's output is all-gathered again (the final norm and the output head see the whole
+sequence, as without sequence parallelism).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from torch import Tensor, nn
+
+from layerscope.errors import InvalidInputError
+
+#: transformers' style names layerscope applies with torch's styles (transformers'
+#: ``distributed.tensor_parallel``: the same layouts); "replicate": left whole.
+STYLES = (
+    "colwise", "rowwise", "colwise_rep", "colwise_gather_output", "rowwise_rep",
+    "rowwise_split_input", "embedding_rowwise", "sequence_parallel", "replicate",
+)  # fmt: skip
+#: What ``sequence_parallel`` assumes of the activations' layout.
+SEQUENCE_DIM = 1
+
+
+def _torch_style(name: str) -> Any:
+    """torch's ``ParallelStyle`` for a style name (None: left whole)."""
+    from torch.distributed.tensor import Replicate
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        SequenceParallel,
+    )
+
+    if name == "colwise":
+        return ColwiseParallel()
+    if name == "rowwise":
+        return RowwiseParallel()
+    if name in ("colwise_rep", "colwise_gather_output"):
+        return ColwiseParallel(output_layouts=Replicate())
+    if name in ("rowwise_rep", "rowwise_split_input", "embedding_rowwise"):
+        return RowwiseParallel(input_layouts=Replicate())
+    if name == "sequence_parallel":
+        return SequenceParallel(use_local_output=True)
+    return None  # "replicate"
+
+
+def model_plan(model: nn.Module) -> dict[str, Any] | None:
+    """The model's own tensor-parallel plan: a transformers model's ``_tp_plan`` (its
+    head's entries and the base model's, prefixed), else its config's
+    ``base_model_tp_plan`` under the base model's attribute; None without one."""
+    own = getattr(model, "_tp_plan", None)
+    if isinstance(own, Mapping) and own:
+        return dict(own)
+    config = getattr(model, "config", None)
+    base = getattr(config, "base_model_tp_plan", None)
+    if not isinstance(base, Mapping) or not base:
+        return None
+    prefix = getattr(model, "base_model_prefix", "")
+    if prefix and isinstance(getattr(model, prefix, None), nn.Module):
+        return {f"{prefix}.{k}": v for k, v in base.items()}
+    return dict(base)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One module (or parameter) of the model and the style it gets."""
+
+    path: str
+    style: Any  # a ParallelStyle or a style name
+
+
+def expand(model: nn.Module, plan: Mapping[str, Any], given: bool) -> list[Entry]:
+    """The plan's patterns matched to the model's modules, in the model's order. A
+    pattern of a given plan that matches nothing is refused (a typo); the model's own
+    plan may name modules a configuration leaves out."""
+    names = [n for n, _ in model.named_modules() if n]
+    out: dict[str, Entry] = {}
+    for pattern, style in plan.items():
+        if not isinstance(pattern, str):
+            raise InvalidInputError(f"tp_plan: keys are module paths, got {pattern!r}")
+        _check_style(pattern, style)
+        rx = re.compile("".join("[^.]+" if p == "*" else re.escape(p) for p in _split(pattern)))
+        hits = [n for n in names if rx.fullmatch(n)]
+        if not hits and given:
+            raise InvalidInputError(
+                f"tp_plan: {pattern!r} matches no module of the model ('*' stands for one "
+                "path segment, e.g. 'layers.*.mlp.up_proj')"
+            )
+        for name in hits:
+            out[name] = Entry(name, style)
+    order = {n: i for i, n in enumerate(names)}
+    return sorted(out.values(), key=lambda e: order[e.path])
+
+
+def _split(pattern: str) -> list[str]:
+    return re.split(r"(\*)", pattern)
+
+
+def _check_style(path: str, style: Any) -> None:
+    if isinstance(style, str):
+        if style not in STYLES:
+            raise InvalidInputError(
+                f"tp_plan[{path!r}]: style {style!r} is not planned; known: "
+                f"{', '.join(STYLES)}, or a torch ParallelStyle"
+            )
+        return
+    from torch.distributed.tensor.parallel import ParallelStyle
+
+    if not isinstance(style, ParallelStyle):
+        raise InvalidInputError(
+            f"tp_plan[{path!r}]: a style name ({', '.join(STYLES)}) or a torch "
+            f"ParallelStyle, got {type(style).__name__}"
+        )
+
+
+def styles(model: nn.Module, entries: list[Entry], sequence: bool) -> dict[str, Any]:
+    """Each module's torch ``ParallelStyle`` (``sequence``: sequence parallelism's
+    additions, module doc)."""
+    out: dict[str, Any] = {}
+    for e in entries:
+        style = _torch_style(e.style) if isinstance(e.style, str) else e.style
+        if style is not None:
+            out[e.path] = style
+    if sequence:
+        if not all(isinstance(e.style, str) for e in entries):
+            raise InvalidInputError(
+                "sequence_parallel=True derives sequence parallelism from a plan of style "
+                "names; a plan of ParallelStyle objects states it itself (SequenceParallel, "
+                "PrepareModuleInput): drop sequence_parallel"
+            )
+        out.update(_sequence_styles(model, entries))
+    return out
+
+
+def _block_of(model: nn.Module, path: str) -> str | None:
+    """The repeated block that holds ``path``: the outermost member of an
+    ``nn.ModuleList`` on its way, else of an ``nn.Sequential``."""
+    parts = path.split(".") if path else []
+    for kind in (nn.ModuleList, nn.Sequential):
+        for i in range(len(parts)):
+            parent = model.get_submodule(".".join(parts[:i])) if i else model
+            if isinstance(parent, kind) and parts[i].isdecimal():
+                return ".".join(parts[: i + 1])
+    return None
+
+
+def _sequence_styles(model: nn.Module, entries: list[Entry]) -> dict[str, Any]:
+    """Sequence parallelism's styles (module doc): the stream between the tensor-parallel
+    regions a DTensor sharded along the sequence, from the embeddings' outputs (or the
+    first block's input) to the head's input (or the last block's output)."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        PrepareModuleOutput,
+        RowwiseParallel,
+        SequenceParallel,
+    )
+
+    seq = Shard(SEQUENCE_DIM)
+    planned = {e.path: e.style for e in entries}
+    gathered: dict[str, None] = {}
+    blocks: dict[str, None] = {}
+    out: dict[str, Any] = {}
+    for e in entries:
+        block = _block_of(model, e.path)
+        if block is not None and e.style == "colwise":
+            blocks[block] = None
+            parent = e.path.rpartition(".")[0]
+            if parent == block:  # a linear of the block's own: it gathers its input
+                out[e.path] = ColwiseParallel(input_layouts=seq)
+            gathered[parent if parent != block else e.path] = None
+    if not gathered:
+        raise InvalidInputError(
+            "sequence_parallel=True shards the stream between the repeated blocks' "
+            "column-wise linears, but no 'colwise' entry of the plan lies in a block of an "
+            "nn.ModuleList"
+        )
+    out.update((path, _Stream(gather=True)) for path in gathered if path not in out)
+
+    def inside(name: str) -> bool:
+        return any(name == g or name.startswith(g + ".") for g in gathered)
+
+    entered = False
+    for name, module in model.named_modules():
+        style = planned.get(name)
+        in_block = _block_of(model, name) is not None
+        if style == "rowwise" and in_block:
+            out[name] = RowwiseParallel(output_layouts=seq, use_local_output=False)
+        elif not name or inside(name) or (style is not None and style not in _EDGES):
+            continue
+        elif style == "embedding_rowwise" or (isinstance(module, nn.Embedding) and not in_block):
+            entered = True
+            out[name] = (
+                RowwiseParallel(input_layouts=Replicate(), output_layouts=seq,
+                                use_local_output=False)
+                if style else PrepareModuleOutput(output_layouts=Replicate(),
+                                                  desired_output_layouts=seq,
+                                                  use_local_output=False)
+            )  # fmt: skip
+        elif style is not None and not in_block:  # a column-wise head: gathers its input
+            out[name] = ColwiseParallel(input_layouts=seq, output_layouts=Replicate())
+        elif "Norm" in type(module).__name__:
+            out[name] = SequenceParallel()
+        elif isinstance(module, nn.Linear) and not in_block:  # a head of its own
+            out[name] = _Stream(gather=True, local=True)
+    first, last = next(iter(blocks)), list(blocks)[-1]
+    if not entered:  # no embeddings: the first block splits its input
+        out[first] = _Stream(split=True)
+    if not _follows(model, last):  # nothing after the blocks: the last one gathers
+        out[last] = _Stream(split=not entered and first == last, gather_output=True)
+    return out
+
+
+#: Style names outside the blocks that sequence parallelism changes (the edges).
+_EDGES = ("embedding_rowwise", "colwise_rep", "colwise_gather_output")
+
+
+def _follows(model: nn.Module, block: str) -> bool:
+    """Whether a module with parameters runs after ``block``'s container (registered
+    after it, outside it): a head or a final norm that reads the stream."""
+    container = block.rpartition(".")[0]
+    if not container:  # the model is its blocks
+        return False
+    seen = False
+    for name, module in model.named_modules():
+        if name == container:
+            seen = True
+        elif (
+            seen
+            and not name.startswith(container + ".")
+            and any(True for _ in module.parameters(recurse=False))
+        ):
+            return True
+    return False
+
+
+def _first_tensor(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[int | str, Tensor]:
+    """Where the module's stream comes in: its first tensor argument, positional or
+    ``hidden_states``."""
+    for i, a in enumerate(args):
+        if isinstance(a, Tensor):
+            return i, a
+    for k in ("hidden_states", *kwargs):
+        if isinstance(kwargs.get(k), Tensor):
+            return k, kwargs[k]
+    raise InvalidInputError("sequence_parallel: a module of the plan was called without a tensor")
+
+
+def _replace(args: tuple[Any, ...], kwargs: dict[str, Any], at: int | str, t: Tensor) -> Any:
+    if isinstance(at, int):
+        return (*args[:at], t, *args[at + 1 :]), kwargs
+    return args, {**kwargs, at: t}
+
+
+def _style_base() -> type:
+    from torch.distributed.tensor.parallel import ParallelStyle
+
+    return ParallelStyle
+
+
+class _Stream(_style_base()):  # type: ignore[misc]
+    """Where the sequence-sharded stream meets a module called with it positionally or as
+    ``hidden_states``: ``split`` (its input, whole on every rank, becomes this rank's
+    shard: no communication, an all-gather in the backward), ``gather`` (its input is
+    all-gathered on the way in, as torchtitan's ``PrepareModuleInput``; it stays a
+    DTensor, so its gradient comes back in the layout its users give it: one
+    reduce-scatter for all the column-wise linears that read it; ``local``: a plain
+    tensor), ``gather_output`` (its output, the last block's, gathered whole)."""
+
+    def __init__(
+        self,
+        split: bool = False,
+        gather: bool = False,
+        local: bool = False,
+        gather_output: bool = False,
+    ) -> None:
+        super().__init__()
+        self.split, self.gather, self.local = split, gather, local
+        self.gather_output = gather_output
+
+    def _apply(self, module: nn.Module, mesh: Any) -> nn.Module:
+        from torch.distributed.tensor import DTensor, Replicate, Shard
+
+        seq = Shard(SEQUENCE_DIM)
+
+        def pre(_m: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+            at, t = _first_tensor(args, kwargs)
+            if self.split:
+                t = DTensor.from_local(t, mesh, [Replicate()], run_check=False)
+                t = t.redistribute(mesh, [seq])
+            else:
+                if not isinstance(t, DTensor):
+                    t = DTensor.from_local(t, mesh, [seq], run_check=False)
+                t = t.redistribute(mesh, [Replicate()])
+                t = t.to_local() if self.local else t
+            return _replace(args, kwargs, at, t)
+
+        def post(_m: nn.Module, _args: Any, out: Any) -> Any:
+            first: Any = out if isinstance(out, Tensor) else out[0]
+            whole = first.redistribute(mesh, [Replicate()]).to_local()
+            return whole if isinstance(out, Tensor) else type(out)((whole, *out[1:]))
+
+        if self.split or self.gather:
+            module.register_forward_pre_hook(pre, with_kwargs=True)
+        if self.gather_output:
+            module.register_forward_hook(post)
+        return module
+
+
+@contextmanager
+def fake_mesh(size: int) -> Iterator[Any]:
+    """A 1-D device mesh of ``size`` ranks over a fake process group (no communication:
+    collectives return their input's shapes), this process rank 0; refused inside a
+    process that already has a process group."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        raise InvalidInputError(
+            "planning tensor parallelism sets up a process group of its own, but this "
+            "process already has one (torch.distributed is initialised): plan in a "
+            "process outside the distributed run"
+        )
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=size)
+    try:
+        yield init_device_mesh("cpu", (size,), mesh_dim_names=("tp",))
+    finally:
+        dist.destroy_process_group()
+
+
+@contextmanager
+def parallelized(
+    model: nn.Module, size: int, plan: Mapping[str, Any] | None, sequence: bool
+) -> Iterator[list[Entry]]:
+    """Inside: ``model`` (the analysis's meta copy) parallelized over ``size`` fake ranks
+    by ``plan`` (None: the model's own), sessions observing rank 0's local work; the
+    plan's entries."""
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    from layerscope.collect.dtensors import local_shards
+
+    given = plan is not None
+    chosen = dict(plan) if plan is not None else model_plan(model)
+    if not chosen:
+        raise InvalidInputError(
+            f"mesh tp={size}: the model has no tensor-parallel plan (a transformers "
+            "config's base_model_tp_plan): pass tp_plan={module path pattern: style}, e.g. "
+            "{'layers.*.mlp.up_proj': 'colwise', 'layers.*.mlp.down_proj': 'rowwise'}"
+        )
+    entries = expand(model, chosen, given)
+    with fake_mesh(size) as mesh:
+        parallelize_module(model, mesh, styles(model, entries, sequence))
+        with local_shards():
+            yield entries
+
+
+def comm_seconds(
+    comm: Mapping[str, Any], link: Any, within: Sequence[str] = ()
+) -> tuple[float, float]:
+    """(seconds of the analysis's collectives, of the forward ones in the modules
+    ``within`` (checkpointed: their recompute issues them again)) per micro-batch, each
+    call priced on ``link`` (``collectives.collective_time``)."""
+    from layerscope.planning.collectives import collective_time
+
+    total = again = 0.0
+    for path, phases in comm.items():
+        inside = any(path == p or path.startswith(p + ".") for p in within if p) or "" in within
+        for phase, kinds in phases.items():
+            for kind, row in kinds.items():
+                calls = int(row["calls"])
+                t = calls * collective_time(kind, int(row["bytes"]) // max(calls, 1), link)
+                total += t
+                again += t if inside and phase == "forward" else 0.0
+    return total, again
+
+
+def merge_comm(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
+    """Two sets of collectives in ``profile.comm``'s form, summed per module, phase and
+    kind."""
+    out: dict[str, Any] = {p: {ph: {k: dict(r) for k, r in ks.items()} for ph, ks in v.items()}
+                           for p, v in a.items()}  # fmt: skip
+    for path, phases in b.items():
+        for phase, kinds in phases.items():
+            mine = out.setdefault(path, {}).setdefault(phase, {})
+            for kind, row in kinds.items():
+                was = mine.setdefault(kind, {"calls": 0, "bytes": 0, "wire_bytes": 0})
+                for key in ("calls", "bytes", "wire_bytes"):
+                    was[key] += row[key]
+    return out
+
+
+def tp_notes(size: int, sequence: bool, own: bool) -> list[str]:
+    """What a tensor-parallel plan's figures rest on."""
+    whose = "the model's own tensor-parallel plan" if own else "the given tp_plan"
+    notes = [
+        f"tensor parallel {size}: {whose} applied by torch's parallelize_module to the "
+        f"analysis's meta copy over a fake process group of {size} ranks; the figures are "
+        "rank 0's shard (its parameters, gradients, FLOPs, activations and the collectives "
+        "DTensor issues), those collectives on the critical path, none hidden under compute"
+    ]
+    if sequence:
+        notes.append(
+            "sequence parallel: the blocks' norms and the stream between the "
+            f"tensor-parallel regions sharded along dimension {SEQUENCE_DIM}; the "
+            "embeddings, the final norm and the output head see the whole sequence"
+        )
+    return notes
+
+
+def plan_words(entries: list[Entry]) -> dict[str, str]:
+    """The plan in its plain form: each module's style name or style class."""
+    return {
+        e.path: e.style if isinstance(e.style, str) else type(e.style).__name__ for e in entries
+    }
+
+
+__all__ = [
+    "SEQUENCE_DIM",
+    "STYLES",
+    "Entry",
+    "comm_seconds",
+    "expand",
+    "fake_mesh",
+    "merge_comm",
+    "model_plan",
+    "parallelized",
+    "plan_words",
+    "styles",
+    "tp_notes",
+]
