@@ -332,3 +332,85 @@ def test_peaks_are_consistent(two: list[dict[str, Any]], four: list[dict[str, An
         for r2, r4 in zip(two, four, strict=False):
             assert peak(r4[config]) < peak(r2[config]), config
             assert min(r4[config]["held"]) < min(r2[config]["held"]), config
+
+
+#: a GPU spec without an arch: the analysis follows the CPU's kernels, the runs' (the
+#: attention kernel an H100 would run saves other tensors than the CPU's)
+CPU_KERNELS = {
+    "name": "cpu-kernels", "kind": "gpu", "bandwidth": 1e12, "memory_bytes": 2**30,
+    "peak_flops": {"float32": 1e13}, "interconnect": 1e11,
+}  # fmt: skip
+
+
+def _plan_of(config: str, world: int, rank: int) -> Any:
+    """``ls.plan`` of one configuration: the model on meta, the batch and loss of the
+    runs, float32, AdamW, no reserve; ``llama_tp`` and ``fsdp_tp`` with torch's styles as
+    the runs give them, ``llama_sp`` and ``hf_plan`` with the model's own plan (and
+    sequence parallelism)."""
+    import torch
+
+    import layerscope as ls
+
+    with torch.device("meta"):
+        model = tp_runs.llama()
+    ids, labels = tp_runs.batch(0)
+    mesh = {"dp_shard": 2, "tp": 2} if config == "fsdp_tp" else {"tp": world}
+    options: dict[str, Any] = {
+        "mesh": mesh, "precision": "fp32", "reserve_bytes": 0, "target": CPU_KERNELS,
+    }  # fmt: skip
+    if config in ("llama_tp", "fsdp_tp"):
+        options["tp_plan"] = {
+            f"model.layers.*.{path}": style for path, style in tp_runs.layer_styles(False).items()
+        }
+        options["rank"] = rank // 2 if config == "fsdp_tp" else 0
+    options["sequence_parallel"] = config == "llama_sp"
+
+    def loss(out: Any) -> torch.Tensor:
+        return tp_runs.loss_from(out, labels.to(out.logits.device))
+
+    positions = torch.arange(ids.shape[1]).unsqueeze(0)
+    return ls.plan(
+        model, kwargs={"input_ids": ids, "position_ids": positions}, loss_fn=loss, **options
+    )
+
+
+def _kinds(comm: dict[str, Any]) -> dict[tuple[str, str], tuple[int, int]]:
+    """(phase, kind) -> (calls, bytes), the forward and backward's."""
+    out: dict[tuple[str, str], tuple[int, int]] = {}
+    for phases in comm.values():
+        for phase, kinds in phases.items():
+            for kind, row in kinds.items():
+                if phase in ("forward", "backward"):
+                    calls, nbytes = out.get((phase, kind), (0, 0))
+                    out[phase, kind] = (calls + row["calls"], nbytes + row["bytes"])
+    return out
+
+
+def test_plans_equal_the_runs(two: list[dict[str, Any]], four: list[dict[str, Any]]) -> None:
+    """``ls.plan(mesh={"tp": n})`` from one analysis on meta: every rank's parameter,
+    gradient and optimizer bytes exactly as measured (AdamW's moments and its 4-B steps),
+    the collectives of the forward and backward by kind exactly (the runs' optimizer-
+    phase all-reduces of sequence parallelism's norm gradients are DTensor's, inside
+    ``opt.step()``, outside the analysis), and the peak of the forward and backward
+    within 2 % of the measured absolute peak (the baseline plus the step's peak above
+    it; the plan's optimizer step is a GPU's, with foreach temporaries the CPU's does
+    not allocate)."""
+    for world, ranks in ((2, two), (4, four)):
+        for config in (*TP, "fsdp_tp"):
+            if config not in ranks[0]:
+                continue
+            for rank in (0, 1) if config == "fsdp_tp" else (0,):
+                f, where = ranks[rank][config], (world, config, rank)
+                plan = _plan_of(config, world, rank)
+                assert plan.states["param_bytes"] == f["params"], where
+                assert plan.states["grad_bytes"] == f["grads"], where
+                assert plan.states["optimizer_state_bytes"] == f["states"] + f["steps"], where
+                assert _kinds(plan.comm) == _kinds(f["comm"]), where
+                timeline = plan.timeline
+                planned = max(
+                    total
+                    for total, phase in zip(timeline["total"], timeline["phase"], strict=True)
+                    if phase != "optimizer"
+                )
+                measured = f["baseline"] + peak(f)
+                assert abs(planned - measured) <= 0.02 * measured, (where, planned, measured)

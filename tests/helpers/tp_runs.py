@@ -83,16 +83,25 @@ def batch(seed: int, rows: int = BATCH) -> tuple[torch.Tensor, torch.Tensor]:
     return ids, torch.randint(0, CONFIG["vocab_size"], (rows, SEQ), generator=gen)
 
 
-def loss_of(model: nn.Module, ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy of the logits. The positions are passed: under sequence
-    parallelism the embedding's output is this rank's slice of the sequence, and the
-    model would number its positions from that shorter length."""
+def outputs(model: nn.Module, ids: torch.Tensor) -> Any:
+    """The model's output. The positions are passed: under sequence parallelism the
+    embedding's output is this rank's slice of the sequence, and the model would number
+    its positions from that shorter length."""
     positions = torch.arange(ids.shape[1]).unsqueeze(0)
-    logits = model(input_ids=ids, position_ids=positions).logits
+    return model(input_ids=ids, position_ids=positions)
+
+
+def loss_from(out: Any, labels: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy of the logits."""
+    logits = out.logits
     return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
 
 
-def _layer_styles(sequence: bool) -> dict[str, Any]:
+def loss_of(model: nn.Module, ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    return loss_from(outputs(model, ids), labels)
+
+
+def layer_styles(sequence: bool) -> dict[str, Any]:
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import (
         ColwiseParallel,
@@ -143,7 +152,7 @@ def torch_tp(model: nn.Module, mesh: Any, sequence: bool) -> None:
         plan["model.norm"] = SequenceParallel()
         plan["lm_head"] = ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate())
     for i in range(CONFIG["num_hidden_layers"]):
-        for path, style in _layer_styles(sequence).items():
+        for path, style in layer_styles(sequence).items():
             plan[f"model.layers.{i}.{path}"] = style
     parallelize_module(model, mesh, plan)
 
@@ -314,10 +323,13 @@ def measured_step(
     seen = StepObserver(model)
     try:
         with seen:
-            loss = loss_of(model, *batch)
+            # the output held to the end of the backward, as a loop that keeps it does
+            out = outputs(model, batch[0])
+            loss = loss_from(out, batch[1])
             held = seen.level
             seen.phase = "backward"
             loss.backward()  # type: ignore[no-untyped-call]
+            del out
             states = state_bytes(model, opt)
             seen.phase = "optimizer"
             opt.step()

@@ -7,7 +7,7 @@ rows."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import prod
 from typing import Any
 
@@ -68,7 +68,7 @@ def _build(prof: Profile, opts: Options, choice: CheckpointChoice, asked: Any) -
     params, kept = trainable(prof), frozen(prof)
     shapes = [p.shape for p in params]
     strategy = opts.strategy
-    states = _states(opts, shapes, [p.shape for p in kept or ()])
+    states = _whole_grads(_states(opts, shapes, [p.shape for p in kept or ()]), params, opts)
     unrecorded = _unrecorded(prof, params, kept)
     buffers = int(prof.root.metrics.get("buffer_bytes", 0))
     inputs, float_inputs, tokens = input_bytes(prof)
@@ -250,6 +250,18 @@ def _states(
         shapes, world_size=opts.shard_size, precision=opts.precision,
         optimizer=opts.optimizer, rank=opts.rank, frozen=frozen,
     )  # fmt: skip
+
+
+def _whole_grads(states: ModelStates, params: list[Param], opts: Options) -> ModelStates:
+    """DTensor gives some gradients another layout than their parameters' (a vocabulary-
+    parallel embedding's whole on every rank): their extra elements, held where the
+    strategy keeps gradients unsharded (FSDP2 and ZeRO-2 reduce-scatter them to the
+    parameters' shards)."""
+    extra = sum(p.grad_elements - prod(p.shape) for p in params if p.grad_elements)
+    if not extra or opts.sharding not in ("none", "ddp", "zero1"):
+        return states
+    per = states.grad_bytes // sum(prod(p.shape) for p in params)
+    return replace(states, grad_bytes=states.grad_bytes + extra * per)
 
 
 def _frozen_notes(

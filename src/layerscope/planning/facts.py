@@ -183,6 +183,8 @@ class Param:
     module: str
     nbytes: int  # as analysed
     logical: tuple[int, ...] = ()
+    #: this rank's elements of its gradient (0: as many as of the parameter)
+    grad_elements: int = 0
 
     @property
     def elements(self) -> int:
@@ -197,7 +199,9 @@ def _param(name: str, record: Mapping[str, Any]) -> Param:
     local = record.get("param_local_shape", record.get("local_shape"))
     shape = logical if local is None else tuple(int(d) for d in local)
     nbytes = int(record["bytes"] if local is None else record["local_bytes"])
-    return Param(name, shape, str(record["module"]), nbytes, logical)
+    grad = record.get("local_shape")
+    grad_elements = prod(int(d) for d in grad) if "param_local_shape" in record and grad else 0
+    return Param(name, shape, str(record["module"]), nbytes, logical, grad_elements)
 
 
 def trainable(prof: Profile) -> list[Param]:
