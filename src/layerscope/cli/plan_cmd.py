@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import json
 import re
 from decimal import Decimal
 from typing import Any
@@ -45,7 +46,7 @@ from layerscope.planning.options import DEFAULTS as OPTION_DEFAULTS
 from layerscope.planning.options import check_options
 from layerscope.planning.states import OPTIMIZER_STATES, PRECISIONS
 from layerscope.planning.strategies import SHARDINGS
-from layerscope.planning.sweep import AXES, Source, Sweep
+from layerscope.planning.sweep import AXES, Source, Sweep, row_options
 from layerscope.render import config as display_config
 from layerscope.validate import check_choice, check_int, check_number, refuse
 
@@ -68,8 +69,20 @@ def _add_cluster_arguments(p: argparse.ArgumentParser) -> None:
     net = p.add_argument_group("the cluster")
     net.add_argument(
         "--mesh", metavar="AXIS=N,...",
-        help="the device mesh, torchtitan's axes (e.g. dp_replicate=2,dp_shard=8), instead "
-        "of --world-size/--sharding/--hsdp; tp, pp, cp and ep are not planned yet",
+        help="the device mesh, torchtitan's axes (e.g. dp_shard=32,tp=8), instead of "
+        "--world-size/--sharding/--hsdp; pp, cp and ep are not planned yet",
+    )  # fmt: skip
+    net.add_argument(
+        "--tp-plan", metavar="JSON",
+        help="with tp in --mesh: the tensor-parallel plan, module path patterns to styles, "
+        "e.g. '{\"layers.*.mlp.up_proj\": \"colwise\", \"layers.*.mlp.down_proj\": "
+        "\"rowwise\"}' (default: the model's own, a transformers config's "
+        "base_model_tp_plan)",
+    )  # fmt: skip
+    net.add_argument(
+        "--sequence-parallel", action="store_true",
+        help="with tp in --mesh: shard the activations between the tensor-parallel regions "
+        "along the sequence, as torchtitan does",
     )  # fmt: skip
     net.add_argument(
         "--gpus-per-node", type=int, metavar="N",
@@ -226,7 +239,7 @@ def _check_paths(flag: str, paths: list[str], model: nn.Module) -> None:
 
 def _axis_value(axis: str, text: str) -> Any:
     label = f"--sweep {axis}"
-    if axis in ("micro_batch", "world_size", "grad_accum"):
+    if axis in ("micro_batch", "world_size", "grad_accum", "tp"):
         if not text.strip().isdecimal():
             refuse(label, text, "a whole number >= 1")
         return check_int(label, int(text), 1)
@@ -318,7 +331,8 @@ def _options(args: argparse.Namespace, grid: dict[str, list[Any]]) -> dict[str, 
 
 
 def _step_options(args: argparse.Namespace) -> dict[str, Any]:
-    """How the step runs, from --compile, --float8 and --loss."""
+    """How the step runs, from --compile, --float8, --loss, --sequence-parallel and
+    --tp-plan."""
     opts: dict[str, Any] = {}
     if args.compile:
         opts["compile"] = True
@@ -326,6 +340,14 @@ def _step_options(args: argparse.Namespace) -> dict[str, Any]:
         opts["float8"] = True
     if args.loss is not None:
         opts["loss"] = check_choice("--loss", args.loss.strip().lower(), list(LOSSES))
+    if args.sequence_parallel:
+        opts["sequence_parallel"] = True
+    if args.tp_plan is not None:
+        try:
+            opts["tp_plan"] = json.loads(args.tp_plan)
+        except json.JSONDecodeError as e:
+            refuse("--tp-plan", args.tp_plan, "a JSON object of module path patterns to styles",
+                   why=str(e))  # fmt: skip
     return opts
 
 
@@ -360,12 +382,12 @@ def _best_plan(sweep: Sweep, model: nn.Module, call: dict[str, Any], opts: dict[
     """The plan of the sweep's best row (``Sweep.best``), which the HTML report leads
     with; the row is named on the terminal."""
     row = sweep.best()
-    chosen = {a: row[a] for a in AXES if a != "micro_batch"}
+    chosen = row_options(row, opts)
     here = Source(model, call["args"], call["kwargs"] or None, None).at(row.micro_batch)
     words = ", ".join(f"{a} {row[a]}" for a in sweep.axes)
     why = "the most tokens/s that fits" if row.fits is not False else "none fits: the lowest peak"
     print(f"HTML report: the plan of the row {words} ({why}).")
-    return plan(model, *here.args, kwargs=here.kwargs, **(opts | chosen))
+    return plan(model, *here.args, kwargs=here.kwargs, **chosen)
 
 
 def _check_flags(args: argparse.Namespace) -> dict[str, list[Any]]:

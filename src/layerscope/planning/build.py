@@ -124,7 +124,9 @@ def _build(prof: Profile, opts: Options, choice: CheckpointChoice, asked: Any) -
             "autocast's rules"
         )
     return Plan(
-        options=opts.section(units),
+        options=opts.section(units) | (
+            {"tp_plan": prof.model["tp_plan"]} if "tp_plan" in prof.model else {}
+        ),
         device={
             "name": opts.target.name, "label": opts.target.label,
             "memory_bytes": opts.target.memory_bytes,

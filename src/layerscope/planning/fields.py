@@ -270,6 +270,8 @@ FIELDS: list[PlanField] = [
               json="text"),
     PlanField(_AXIS, "grad_accum", "count", "micro-batches per optimizer step", "Grad accum",
               priority=None),
+    PlanField(_AXIS, "tp", "count", "GPUs each tensor-parallel layer is split over",
+              "TP", priority=None, nullable=True, required=False),
     PlanField(_ROW, FITS, "fits", "peak + reserve <= budget", "Fits", priority=None,
               json="bool", nullable=True),
     PlanField(_ROW, PEAK_BYTES, "bytes", "the timeline's highest point", "Peak",

@@ -85,7 +85,8 @@ _OPTIONS = {
     "inter_node_bandwidth": Opt(Finite()), "bucket_cap_mb": Finite(),
     "hsdp": Opt(Arr(Int(1), length=2)), "cluster": Obj({}), "reduce_dtype": Opt(Str()),
     "compile": Opt(Bool()), "float8": Opt(Bool()),
-    "loss": Str(), "mesh": Opt(Map(Int(1))),
+    "loss": Str(), "mesh": Opt(Map(Int(1))), "sequence_parallel": Opt(Bool()),
+    "tp_plan": Opt(Map(Str())),
 }  # fmt: skip
 
 

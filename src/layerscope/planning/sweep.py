@@ -28,6 +28,7 @@ from layerscope.errors import InvalidInputError
 from layerscope.planning.build import build
 from layerscope.planning.facts import analyse
 from layerscope.planning.fields import CHECKPOINTED, keys
+from layerscope.planning.mesh import Mesh, check_mesh
 from layerscope.planning.options import DEFAULTS, Options, check_options
 from layerscope.planning.result import Plan
 from layerscope.profile import Profile
@@ -120,6 +121,8 @@ class SweepRow(Mapping[str, Any]):
     precision: str
     optimizer: str
     grad_accum: int
+    #: the mesh's tensor-parallel size (None: not tensor-parallel, nor swept over it)
+    tp: int | None = field(default=None, kw_only=True)
     fits: bool | None
     peak_bytes: int
     headroom_bytes: int | None
@@ -286,7 +289,8 @@ def plan_sweep(
 ) -> Sweep:
     """Plans over every combination of the options given as lists (``micro_batch``,
     ``world_size``, ``sharding``, ``checkpoint``, ``precision``, ``optimizer``,
-    ``grad_accum``); the rest as ``ls.plan``. One analysis per micro-batch and compute
+    ``grad_accum``, ``tp``: the mesh's tensor-parallel size, the data-parallel axis
+    giving way on the same GPUs); the rest as ``ls.plan``. One analysis per micro-batch and compute
     dtype; the rest is arithmetic. ``progress``: as ``ls.plan``'s."""
     progress = check_progress(progress)
     if not isinstance(model, nn.Module):
@@ -295,12 +299,14 @@ def plan_sweep(
     profile_options = {k: v for k, v in (("input_dtype", input_dtype), ("loss_fn", loss_fn))
                        if v is not None}  # fmt: skip
     source = Source(model, args, kwargs, input_shape, profile_options)
-    defaults = {"micro_batch": None} | {a: DEFAULTS[a] for a in AXES if a != "micro_batch"}
+    defaults = {"micro_batch": None, "tp": None} | {
+        a: DEFAULTS[a] for a in AXES if a not in ("micro_batch", "tp")
+    }
     if fixed.get("mesh") is not None:  # the mesh gives them, unless swept
         defaults |= {"world_size": None, "sharding": None}
     grid = {a: _values(a, options.get(a, defaults[a])) for a in AXES}
     swept = [a for a in AXES if a in options and len(grid[a]) > 1]
-    analyses: dict[tuple[Any, str, bool], Profile] = {}
+    analyses: dict[tuple[Any, ...], Profile] = {}
     rows: list[SweepRow] = []
     combos = list(itertools.product(*grid.values()))
     with busy("layerscope: planning the sweep", progress) as status:
@@ -319,25 +325,57 @@ def _row(
     chosen: dict[str, Any],
     fixed: dict[str, Any],
     source: Source,
-    analyses: dict[tuple[Any, str, bool], Profile],
+    analyses: dict[tuple[Any, ...], Profile],
 ) -> tuple[SweepRow, Options]:
     """One combination's row (and its options): its micro-batch analysed once per
     compute dtype, kept in ``analyses`` for the other rows."""
-    given = {a: v for a, v in chosen.items() if a != "micro_batch" and v is not None}
+    given = {a: v for a, v in chosen.items() if a not in ("micro_batch", "tp") and v is not None}
+    if chosen["tp"] is not None:
+        given = _tensor_parallel(fixed | given, chosen["tp"])
     opts = check_options(fixed | given)  # an axis left None: its default, or the mesh's
     batch = chosen["micro_batch"]
     here = source.at(batch) if batch is not None else source
-    key = (batch, str(opts.compute_dtype), opts.checkpoint == "op")  # "op": op records
+    # "op": op records; tensor parallelism: the model split by its plan
+    key = (batch, str(opts.compute_dtype), opts.checkpoint == "op", opts.tp,
+           opts.sequence_parallel)  # fmt: skip
     if key not in analyses:
         analyses[key] = analyse(source.model, here.args, here.kwargs, here.input_shape, opts,
                                 source.profile_options)  # fmt: skip
     result = build(analyses[key], opts)
     row = {a: chosen[a] for a in AXES}
     row["world_size"], row["sharding"] = opts.world_size, opts.sharding
+    row["tp"] = opts.tp if opts.tp > 1 or chosen["tp"] is not None else None
     row["micro_batch"] = batch if batch is not None else source.batch()
     row.update({f: getattr(result, f) for f in ROW_FIELDS})
     row[CHECKPOINTED] = len(result.checkpoint)
     return SweepRow.from_dict(row), opts
+
+
+def row_options(row: SweepRow, options: Mapping[str, Any]) -> dict[str, Any]:
+    """``ls.plan``'s options of a sweep's row: ``options`` (the sweep's fixed ones) with
+    the row's axes (``micro_batch`` aside: it is the input's)."""
+    chosen = {a: row[a] for a in AXES if a not in ("micro_batch", "tp")}
+    out = dict(options) | chosen
+    return _tensor_parallel(out, row.tp) if row.tp is not None else out
+
+
+def _tensor_parallel(options: dict[str, Any], tp: int) -> dict[str, Any]:
+    """A row's options at tensor parallel ``tp``: the same GPUs, the mesh's (or the
+    options') data-parallel axis giving way; refused where ``tp`` does not divide it."""
+    tp = check_int("tp", tp, 1)
+    mesh = dict(check_mesh(options["mesh"]).to_dict()) if options.get("mesh") else {}
+    world = Mesh(**mesh).world_size if mesh else int(options.get("world_size") or 8)
+    sharding = options.get("sharding") or DEFAULTS["sharding"]
+    dp = world // (mesh.get("pp", 1) * mesh.get("cp", 1) * tp)
+    replicate = mesh.get("dp_replicate", 1) if mesh else (dp if sharding == "ddp" else 1)
+    if dp * tp * mesh.get("pp", 1) * mesh.get("cp", 1) != world or dp % replicate:
+        raise InvalidInputError(
+            f"tp={tp} does not divide the {world} GPUs' data-parallel ranks: pick tensor-"
+            "parallel sizes that divide them"
+        )
+    mesh |= {"tp": tp, "dp_replicate": replicate, "dp_shard": dp // replicate}
+    rest = {k: v for k, v in options.items() if k not in ("world_size", "sharding", "hsdp")}
+    return rest | {"mesh": mesh}
 
 
 def max_micro_batch(plan: Plan, limit: int = 1024, *, progress: ProgressSetting = None) -> int:
@@ -411,4 +449,12 @@ def load_sweep(path: str | os.PathLike[str]) -> Sweep:
     return Sweep.from_dict(read_document(path), os.fspath(path))
 
 
-__all__ = ["Source", "Sweep", "SweepRow", "load_sweep", "max_micro_batch", "plan_sweep"]
+__all__ = [
+    "Source",
+    "Sweep",
+    "SweepRow",
+    "load_sweep",
+    "max_micro_batch",
+    "plan_sweep",
+    "row_options",
+]

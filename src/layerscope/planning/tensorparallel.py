@@ -11,14 +11,14 @@ torchtitan's ``parallelize_module`` plans are; a value is a torch ``ParallelStyl
 one of transformers' style names (``STYLES``). Without ``tp_plan=`` the model's own plan
 is used (a transformers model's ``_tp_plan``, or its config's ``base_model_tp_plan``).
 
-``sequence_parallel=True`` (a plan of style names) shards the activations between the
+``sequence_parallel=True`` (a plan of style names) shards the stream between the
 tensor-parallel regions along the sequence (dimension 1), as Megatron-LM and torchtitan
-do, within the repeated blocks that hold the plan: the first block's input is split
-over the ranks, the norms in the blocks run on their shard (``SequenceParallel``), each
-module whose column-wise linears read the block's stream all-gathers it first, the
-row-wise linears reduce-scatter their outputs instead of all-reducing them, and the last
-block's output is all-gathered again (the final norm and the output head see the whole
-sequence, as without sequence parallelism).
+do: a DTensor from the embeddings' outputs (or, without embeddings, the first block's
+input) to the output head's input (or the last block's output). The norms on it run on
+their shard (``SequenceParallel``); each module whose column-wise linears read it
+all-gathers it first (one reduce-scatter in the backward); the row-wise linears
+reduce-scatter their outputs instead of all-reducing them; a module of a block that the
+plan leaves whole gathers it and splits its output again.
 """
 
 from __future__ import annotations
@@ -88,6 +88,7 @@ class Entry:
 
     path: str
     style: Any  # a ParallelStyle or a style name
+    pattern: str = ""  # the plan's key that matched it
 
 
 def expand(model: nn.Module, plan: Mapping[str, Any], given: bool) -> list[Entry]:
@@ -108,7 +109,7 @@ def expand(model: nn.Module, plan: Mapping[str, Any], given: bool) -> list[Entry
                 "path segment, e.g. 'layers.*.mlp.up_proj')"
             )
         for name in hits:
-            out[name] = Entry(name, style)
+            out[name] = Entry(name, style, pattern)
     order = {n: i for i, n in enumerate(names)}
     return sorted(out.values(), key=lambda e: order[e.path])
 
@@ -169,16 +170,10 @@ def _sequence_styles(model: nn.Module, entries: list[Entry]) -> dict[str, Any]:
     """Sequence parallelism's styles (module doc): the stream between the tensor-parallel
     regions a DTensor sharded along the sequence, from the embeddings' outputs (or the
     first block's input) to the head's input (or the last block's output)."""
-    from torch.distributed.tensor import Replicate, Shard
-    from torch.distributed.tensor.parallel import (
-        ColwiseParallel,
-        PrepareModuleOutput,
-        RowwiseParallel,
-        SequenceParallel,
-    )
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel
 
     seq = Shard(SEQUENCE_DIM)
-    planned = {e.path: e.style for e in entries}
     gathered: dict[str, None] = {}
     blocks: dict[str, None] = {}
     out: dict[str, Any] = {}
@@ -197,17 +192,47 @@ def _sequence_styles(model: nn.Module, entries: list[Entry]) -> dict[str, Any]:
             "nn.ModuleList"
         )
     out.update((path, _Stream(gather=True)) for path in gathered if path not in out)
+    planned = {e.path: e.style for e in entries}
+    entered = _stream_styles(model, planned, gathered, out)
+    for block in blocks:  # a module of the block the plan leaves whole: runs on the whole
+        for child, module in model.get_submodule(block).named_children():
+            name = f"{block}.{child}"
+            if name not in out and name not in planned and any(True for _ in module.parameters()):
+                out[name] = _Stream(gather=True, local=True, split_output=True)
+    first, last = next(iter(blocks)), list(blocks)[-1]
+    if not entered:  # no embeddings: the first block splits its input
+        out[first] = _Stream(split=True)
+    if not _follows(model, last):  # nothing after the blocks: the last one gathers
+        out[last] = _Stream(split=not entered and first == last, gather_output=True)
+    return out
 
-    def inside(name: str) -> bool:
-        return any(name == g or name.startswith(g + ".") for g in gathered)
 
+def _stream_styles(
+    model: nn.Module, planned: Mapping[str, Any], gathered: Mapping[str, None], out: dict[str, Any]
+) -> bool:
+    """The styles of the modules on the stream (into ``out``): the row-wise linears'
+    reduce-scatter, the embeddings that start it, the norms that run on it, the heads
+    that gather it; whether an embedding starts it."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        PrepareModuleOutput,
+        RowwiseParallel,
+        SequenceParallel,
+    )
+
+    seq = Shard(SEQUENCE_DIM)
     entered = False
     for name, module in model.named_modules():
         style = planned.get(name)
         in_block = _block_of(model, name) is not None
         if style == "rowwise" and in_block:
             out[name] = RowwiseParallel(output_layouts=seq, use_local_output=False)
-        elif not name or inside(name) or (style is not None and style not in _EDGES):
+        elif (
+            not name
+            or any(name == g or name.startswith(g + ".") for g in gathered)
+            or (style is not None and style not in _EDGES)
+        ):
             continue
         elif style == "embedding_rowwise" or (isinstance(module, nn.Embedding) and not in_block):
             entered = True
@@ -224,12 +249,7 @@ def _sequence_styles(model: nn.Module, entries: list[Entry]) -> dict[str, Any]:
             out[name] = SequenceParallel()
         elif isinstance(module, nn.Linear) and not in_block:  # a head of its own
             out[name] = _Stream(gather=True, local=True)
-    first, last = next(iter(blocks)), list(blocks)[-1]
-    if not entered:  # no embeddings: the first block splits its input
-        out[first] = _Stream(split=True)
-    if not _follows(model, last):  # nothing after the blocks: the last one gathers
-        out[last] = _Stream(split=not entered and first == last, gather_output=True)
-    return out
+    return entered
 
 
 #: Style names outside the blocks that sequence parallelism changes (the edges).
@@ -286,7 +306,8 @@ class _Stream(_style_base()):  # type: ignore[misc]
     all-gathered on the way in, as torchtitan's ``PrepareModuleInput``; it stays a
     DTensor, so its gradient comes back in the layout its users give it: one
     reduce-scatter for all the column-wise linears that read it; ``local``: a plain
-    tensor), ``gather_output`` (its output, the last block's, gathered whole)."""
+    tensor), ``gather_output`` (its output, the last block's, gathered whole),
+    ``split_output`` (its output, whole, split again: a module the plan leaves whole)."""
 
     def __init__(
         self,
@@ -294,10 +315,11 @@ class _Stream(_style_base()):  # type: ignore[misc]
         gather: bool = False,
         local: bool = False,
         gather_output: bool = False,
+        split_output: bool = False,
     ) -> None:
         super().__init__()
         self.split, self.gather, self.local = split, gather, local
-        self.gather_output = gather_output
+        self.gather_output, self.split_output = gather_output, split_output
 
     def _apply(self, module: nn.Module, mesh: Any) -> nn.Module:
         from torch.distributed.tensor import DTensor, Replicate, Shard
@@ -318,12 +340,16 @@ class _Stream(_style_base()):  # type: ignore[misc]
 
         def post(_m: nn.Module, _args: Any, out: Any) -> Any:
             first: Any = out if isinstance(out, Tensor) else out[0]
-            whole = first.redistribute(mesh, [Replicate()]).to_local()
-            return whole if isinstance(out, Tensor) else type(out)((whole, *out[1:]))
+            if self.split_output:
+                first = DTensor.from_local(first, mesh, [Replicate()], run_check=False)
+                first = first.redistribute(mesh, [seq])
+            else:
+                first = first.redistribute(mesh, [Replicate()]).to_local()
+            return first if isinstance(out, Tensor) else type(out)((first, *out[1:]))
 
         if self.split or self.gather:
             module.register_forward_pre_hook(pre, with_kwargs=True)
-        if self.gather_output:
+        if self.gather_output or self.split_output:
             module.register_forward_hook(post)
         return module
 
@@ -368,13 +394,31 @@ def parallelized(
         raise InvalidInputError(
             f"mesh tp={size}: the model has no tensor-parallel plan (a transformers "
             "config's base_model_tp_plan): pass tp_plan={module path pattern: style}, e.g. "
-            "{'layers.*.mlp.up_proj': 'colwise', 'layers.*.mlp.down_proj': 'rowwise'}"
+            "{'layers.*.mlp.up_proj': 'colwise', 'layers.*.mlp.down_proj': 'rowwise'} (--tp-plan)"
         )
     entries = expand(model, chosen, given)
-    with fake_mesh(size) as mesh:
+    with fake_mesh(size) as mesh, _quiet_cpu_mesh():
         parallelize_module(model, mesh, styles(model, entries, sequence))
         with local_shards():
             yield entries
+
+
+@contextmanager
+def _quiet_cpu_mesh() -> Iterator[None]:
+    """torch's warnings about a CPU mesh (random ops, all-to-all through all-gather),
+    which concern running on it, not analysing a GPU run on it."""
+    import logging
+    import warnings
+
+    log = logging.getLogger("torch.distributed")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*cpu device mesh")
+            yield
+    finally:
+        log.setLevel(level)
 
 
 def comm_seconds(
@@ -423,17 +467,20 @@ def tp_notes(size: int, sequence: bool, own: bool) -> list[str]:
     ]
     if sequence:
         notes.append(
-            "sequence parallel: the blocks' norms and the stream between the "
-            f"tensor-parallel regions sharded along dimension {SEQUENCE_DIM}; the "
-            "embeddings, the final norm and the output head see the whole sequence"
+            "sequence parallel: the stream between the tensor-parallel regions, and the norms "
+            f"on it, sharded along dimension {SEQUENCE_DIM} from the embeddings' outputs (or "
+            "the first block's input) to the output head's input (or the last block's "
+            "output); a module of a block the plan leaves whole gathers it and runs on the "
+            "whole sequence"
         )
     return notes
 
 
 def plan_words(entries: list[Entry]) -> dict[str, str]:
-    """The plan in its plain form: each module's style name or style class."""
+    """The plan in its plain form: each pattern that matched a module, with its style's
+    name or class."""
     return {
-        e.path: e.style if isinstance(e.style, str) else type(e.style).__name__ for e in entries
+        e.pattern: e.style if isinstance(e.style, str) else type(e.style).__name__ for e in entries
     }
 
 

@@ -202,6 +202,10 @@ def _heading(section: Mapping[str, Any], width: int) -> list[Line]:
         hsdp = o.get("hsdp")
         mesh = f", hsdp: {hsdp[0]} replicas of {hsdp[1]}-way shards" if hsdp else ""
         sharding += f" ({units.plural(n_units, 'unit')}{reshard}{mesh})"
+    tp = (o.get("mesh") or {}).get("tp", 1)
+    if tp > 1:
+        sequence = " (sequence parallel)" if o.get("sequence_parallel") else ""
+        sharding += f" x tensor parallel {tp}{sequence}"
     tokens = section.get(F.TOKENS)
     batch = f"{units.count(tokens)} tokens" if tokens else "without token ids"
     checkpointed = len(section.get("checkpoint", ()))

@@ -32,7 +32,9 @@
   root.appendChild(el("h2", "pl-title", "Training plan"));
   var said = [
     (DV.label || O.target || "") + (O.world_size ? " \u00d7 " + O.world_size : ""),
-    O.sharding, O.precision, O.optimizer,
+    O.sharding, O.mesh && O.mesh.tp > 1 ? "tensor parallel " + O.mesh.tp +
+      (O.sequence_parallel ? " (sequence parallel)" : "") : null,
+    O.precision, O.optimizer,
     O.grad_accum > 1 ? "grad accum " + O.grad_accum : null,
     O.loss && O.loss !== "plain" ? "loss " + O.loss : null,
     O.compile ? "compiled" : null, O.float8 ? "float8 linears" : null,
