@@ -11,6 +11,15 @@ published configs (Llama 3 8B/70B: 8,192 tokens, vocab 128,256, 8 KV heads; Llam
 13B/70B: 4,096 tokens, vocab 32,000), built as transformers' ``LlamaForCausalLM`` on
 ``meta``.
 
+The norms are the ones torchtitan's configs of those runs set (``train_configs/*.toml``
+at the commit that published both tables, 1ea476e9f, 2024-04-24: ``norm_type``):
+``fused_rmsnorm`` for Llama 2 13B and Llama 3 8B, torchtitan's Triton RMSNorm, which
+saves its input, weight and per-row rstd for the backward (``torchtitan/models/norms.py``,
+``TritonFusedRMSNorm``: ``ctx.save_for_backward(x, weight, rstd)``), built here as
+``F.rms_norm`` (whose CUDA kernel, ``_fused_rms_norm``, saves the same); ``rmsnorm``
+for the 70B models, torchtitan's eager RMSNorm (``x.float()``, ``pow``, ``mean``,
+``rsqrt``, ``type_as``, ``* weight``: the ops of transformers' ``LlamaRMSNorm``, kept).
+
 Approximations, stated: 8 GPUs per node (the default A100 node); torchtitan's default
 mixed precision (bf16 parameters, fp32 reduce) as ``bf16-mixed``; AdamW; no
 ``torch.compile``; the loss as transformers computes it from ``labels``; "full" AC as
@@ -30,6 +39,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 import layerscope as ls
 
@@ -80,8 +90,24 @@ RUNS = [
 ]
 
 
+#: the models whose torchtitan config set ``norm_type = "fused_rmsnorm"`` (module doc)
+FUSED_NORM = frozenset({"llama2-13b", "llama3-8b"})
+
+
+class FusedRMSNorm(torch.nn.Module):
+    """torchtitan's ``fused_rmsnorm`` as ``F.rms_norm``: one kernel each way, saving the
+    input, the weight and the rstd (module doc)."""
+
+    def __init__(self, weight: torch.nn.Parameter, eps: float) -> None:
+        super().__init__()
+        self.weight, self.eps = weight, eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
+
+
 def build(run: Run) -> torch.nn.Module:
-    """The run's model on ``meta``, without a KV cache."""
+    """The run's model on ``meta``, without a KV cache, with its config's norm."""
     import transformers
 
     config = transformers.LlamaConfig(
@@ -90,6 +116,12 @@ def build(run: Run) -> torch.nn.Module:
     )  # fmt: skip
     with torch.device("meta"):
         model: torch.nn.Module = transformers.LlamaForCausalLM(config)
+    if run.model in FUSED_NORM:
+        for parent in list(model.modules()):
+            for name, child in list(parent.named_children()):
+                if type(child).__name__ == "LlamaRMSNorm":
+                    norm = FusedRMSNorm(child.weight, float(child.variance_epsilon))
+                    setattr(parent, name, norm)
     return model.train()
 
 
