@@ -150,7 +150,8 @@ def plan_run(run: Run) -> dict[str, Any]:
     return row | {
         "expressible": True, "seconds_to_plan": time.perf_counter() - start,
         "predicted": predicted, "bound": bound, "fits": plan.fits,
-        "peak_bytes": plan.peak_bytes, "budget": plan.budget,
+        "peak_bytes": plan.peak_bytes, "budget": plan.budget, "time": plan.time,
+        "time_bound": plan.time_bound, "step_time": plan.step_time, "kernels": plan.kernels,
         "ratio": run.tokens_per_s_per_gpu / predicted if predicted and run.ran else None,
     }  # fmt: skip
 
