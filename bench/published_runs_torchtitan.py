@@ -38,7 +38,7 @@ import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -126,7 +126,8 @@ def build(run: Run) -> torch.nn.Module:
         for parent in list(model.modules()):
             for name, child in list(parent.named_children()):
                 if type(child).__name__ == "LlamaRMSNorm":
-                    norm = FusedRMSNorm(child.weight, float(child.variance_epsilon))
+                    weight = cast(torch.nn.Parameter, child.weight)
+                    norm = FusedRMSNorm(weight, cast(float, child.variance_epsilon))
                     setattr(parent, name, norm)
     return model.train()
 
