@@ -22,15 +22,16 @@ layer, (vocab + seq) d, 2 d).
 Approximations, stated: Composer's FSDP ``FULL_SHARD`` is planned as FSDP2 (every block
 a unit), ``SHARD_GRAD_OP`` as FSDP2 with ``reshard_after_forward=False``; precision
 ``amp_bf16`` (mixed precision ``DEFAULT``) and ``bf16`` (``PURE``) both as
-``bf16-mixed``; attention as torch's flash backend, FlashAttention-2 (the runs set
-llm-foundry's ``attn_impl`` to ``flash``, flash-attn 2, or ``triton``, flash-attn's
-Triton kernel: ``scripts/train/benchmarking/sweep.py`` and ``submit_benchmarks.py``,
-whose default is ``triton``; no published rate of the Triton kernel was found, so it
-is priced as FlashAttention-2), not the target's default SDPA choice (cuDNN on the
-H100, which the runs did not use); activation checkpointing as every block
-checkpointed; the optimizer AdamW (decoupled AdamW in the runs). The A100 runs' cluster
-is the default A100 node (8 x 200 Gb/s = the tables' 1600 Gbps); the H100 runs' the
-default H100 node.
+``bf16-mixed`` (16-bit parameters: the LayerNorms run in 16 bits, as the runs'
+``low_precision_layernorm`` does, which ``submit_benchmarks.py`` sets); attention as
+torch's flash backend, FlashAttention-2 (the runs set llm-foundry's ``attn_impl`` to
+``flash``, flash-attn 2, or ``triton``, flash-attn's Triton kernel:
+``scripts/train/benchmarking/sweep.py`` and ``submit_benchmarks.py``, whose default is
+``triton``; no published rate of the Triton kernel was found, so it is priced as
+FlashAttention-2), not the target's default SDPA choice (cuDNN on the H100, which the
+runs did not use); activation checkpointing as every block checkpointed; the optimizer
+AdamW (decoupled AdamW in the runs). The A100 runs' cluster is the default A100 node (8
+x 200 Gb/s = the tables' 1600 Gbps); the H100 runs' the default H100 node.
 """
 
 from __future__ import annotations
