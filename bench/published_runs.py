@@ -22,11 +22,16 @@ layer, (vocab + seq) d, 2 d).
 Approximations, stated: Composer's FSDP ``FULL_SHARD`` is planned as FSDP2 (every block
 a unit), ``SHARD_GRAD_OP`` as FSDP2 with ``reshard_after_forward=False``; precision
 ``amp_bf16`` (mixed precision ``DEFAULT``) and ``bf16`` (``PURE``) both as
-``bf16-mixed``; the attention kernel is the target's SDPA choice (the runs used
-FlashAttention via triton or flash-attn); activation checkpointing as every block
-checkpointed; the optimizer AdamW (decoupled AdamW in the runs). The A100 runs' cluster
-is the default A100 node (8 x 200 Gb/s = the tables' 1600 Gbps); the H100 runs' the
-default H100 node.
+``bf16-mixed`` (16-bit parameters: the LayerNorms run in 16 bits, as the runs'
+``low_precision_layernorm`` does, which ``submit_benchmarks.py`` sets); attention as
+torch's flash backend, FlashAttention-2 (the runs set llm-foundry's ``attn_impl`` to
+``flash``, flash-attn 2, or ``triton``, flash-attn's Triton kernel:
+``scripts/train/benchmarking/sweep.py`` and ``submit_benchmarks.py``, whose default is
+``triton``; no published rate of the Triton kernel was found, so it is priced as
+FlashAttention-2), not the target's default SDPA choice (cuDNN on the H100, which the
+runs did not use); activation checkpointing as every block checkpointed; the optimizer
+AdamW (decoupled AdamW in the runs). The A100 runs' cluster is the default A100 node (8
+x 200 Gb/s = the tables' 1600 Gbps); the H100 runs' the default H100 node.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import layerscope as ls
 
@@ -168,18 +174,20 @@ def plan_run(run: Run, loss: str = "plain") -> dict[str, Any]:
     model = build(run)
     ids = torch.zeros(run.micro_batch, run.seq, dtype=torch.long, device="meta")
     start = time.perf_counter()
-    plan = ls.plan(
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):  # the runs' kernel (module doc)
+        plan = ls.plan(
         model, kwargs={"input_ids": ids, "labels": ids}, target=TARGETS[run.gpu],
-        world_size=run.gpus, sharding="fsdp", precision="bf16-mixed", optimizer="adamw",
-        grad_accum=run.grad_accum, checkpoint="blocks" if run.checkpointing else None,
-        reshard_after_forward=run.sharding == "FULL_SHARD", progress=False, loss=loss,
-    )  # fmt: skip
+            world_size=run.gpus, sharding="fsdp", precision="bf16-mixed", optimizer="adamw",
+            grad_accum=run.grad_accum, checkpoint="blocks" if run.checkpointing else None,
+            reshard_after_forward=run.sharding == "FULL_SHARD", progress=False, loss=loss,
+        )  # fmt: skip
     predicted = plan.tokens_per_s
     bound = getattr(plan, "tokens_per_s_bound", None) or predicted
     return {
         **asdict(run), "name": run.name, "seconds_to_plan": time.perf_counter() - start,
         "predicted": predicted, "bound": bound, "fits": plan.fits,
-        "peak_bytes": plan.peak_bytes, "budget": plan.budget,
+        "peak_bytes": plan.peak_bytes, "budget": plan.budget, "time": plan.time,
+        "time_bound": plan.time_bound, "step_time": plan.step_time, "kernels": plan.kernels,
         "ratio": run.tokens_per_s_per_gpu / predicted if predicted else None,
     }  # fmt: skip
 

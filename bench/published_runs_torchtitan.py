@@ -6,10 +6,21 @@ plans: predicted and bound tokens/s per GPU beside the measured, and fits.
 Source: https://github.com/pytorch/torchtitan/blob/main/docs/performance.md, tables
 "Llama 3 performance numbers" and "Llama 2 performance numbers" (WPS = tokens/s per GPU,
 MFU; 64 A100 80GB, FSDP2, local batch as given) and footnote 1 (Llama 2 70B at local
-batch 2 with selective op checkpointing ran out of memory). The shapes are Meta's
+batch 2 with selective op checkpointing ran out of memory); the file's first version
+(commit 395a52627) also lists Llama 2 70B at local batch 2 with selective layer
+checkpointing as out of memory. The shapes are Meta's
 published configs (Llama 3 8B/70B: 8,192 tokens, vocab 128,256, 8 KV heads; Llama 2
 13B/70B: 4,096 tokens, vocab 32,000), built as transformers' ``LlamaForCausalLM`` on
 ``meta``.
+
+The norms are the ones torchtitan's configs of those runs set (``train_configs/*.toml``
+at the commit that published both tables, 1ea476e9f, 2024-04-24: ``norm_type``):
+``fused_rmsnorm`` for Llama 2 13B and Llama 3 8B, torchtitan's Triton RMSNorm, which
+saves its input, weight and per-row rstd for the backward (``torchtitan/models/norms.py``,
+``TritonFusedRMSNorm``: ``ctx.save_for_backward(x, weight, rstd)``), built here as
+``F.rms_norm`` (whose CUDA kernel, ``_fused_rms_norm``, saves the same); ``rmsnorm``
+for the 70B models, torchtitan's eager RMSNorm (``x.float()``, ``pow``, ``mean``,
+``rsqrt``, ``type_as``, ``* weight``: the ops of transformers' ``LlamaRMSNorm``, kept).
 
 Approximations, stated: 8 GPUs per node (the default A100 node); torchtitan's default
 mixed precision (bf16 parameters, fp32 reduce) as ``bf16-mixed``; AdamW; no
@@ -27,9 +38,10 @@ import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
+import torch.nn.functional as F
 
 import layerscope as ls
 
@@ -67,6 +79,9 @@ class Run:
 
 
 _L3, _L2 = "Llama 3 performance numbers", "Llama 2 performance numbers"
+#: the file's first version (commit 395a52627, 2024-04-18), whose one table also listed
+#: 70B at local batch 2 with selective layer checkpointing as OOM
+_FIRST = "docs/performance.md at 395a52627, the 13B/70B table (OOM)"
 RUNS = [
     Run("llama3-8b", 1, "selective layer", 2904, 56.8, _L3),
     Run("llama3-8b", 1, "selective op", 2973, 58.2, _L3),
@@ -77,11 +92,28 @@ RUNS = [
     Run("llama2-70b", 1, "selective op", 355, 50.8, _L2),
     Run("llama2-70b", 2, "full", 353, 50.5, _L2),
     Run("llama2-70b", 2, "selective op", 0, 0.0, _L2 + ", footnote 1 (OOM)", ran=False),
+    Run("llama2-70b", 2, "selective layer", 0, 0.0, _FIRST, ran=False),
 ]
 
 
+#: the models whose torchtitan config set ``norm_type = "fused_rmsnorm"`` (module doc)
+FUSED_NORM = frozenset({"llama2-13b", "llama3-8b"})
+
+
+class FusedRMSNorm(torch.nn.Module):
+    """torchtitan's ``fused_rmsnorm`` as ``F.rms_norm``: one kernel each way, saving the
+    input, the weight and the rstd (module doc)."""
+
+    def __init__(self, weight: torch.nn.Parameter, eps: float) -> None:
+        super().__init__()
+        self.weight, self.eps = weight, eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
+
+
 def build(run: Run) -> torch.nn.Module:
-    """The run's model on ``meta``, without a KV cache."""
+    """The run's model on ``meta``, without a KV cache, with its config's norm."""
     import transformers
 
     config = transformers.LlamaConfig(
@@ -90,6 +122,13 @@ def build(run: Run) -> torch.nn.Module:
     )  # fmt: skip
     with torch.device("meta"):
         model: torch.nn.Module = transformers.LlamaForCausalLM(config)
+    if run.model in FUSED_NORM:
+        for parent in list(model.modules()):
+            for name, child in list(parent.named_children()):
+                if type(child).__name__ == "LlamaRMSNorm":
+                    weight = cast(torch.nn.Parameter, child.weight)
+                    norm = FusedRMSNorm(weight, cast(float, child.variance_epsilon))
+                    setattr(parent, name, norm)
     return model.train()
 
 
@@ -118,7 +157,8 @@ def plan_run(run: Run) -> dict[str, Any]:
     return row | {
         "expressible": True, "seconds_to_plan": time.perf_counter() - start,
         "predicted": predicted, "bound": bound, "fits": plan.fits,
-        "peak_bytes": plan.peak_bytes, "budget": plan.budget,
+        "peak_bytes": plan.peak_bytes, "budget": plan.budget, "time": plan.time,
+        "time_bound": plan.time_bound, "step_time": plan.step_time, "kernels": plan.kernels,
         "ratio": run.tokens_per_s_per_gpu / predicted if predicted and run.ran else None,
     }  # fmt: skip
 
