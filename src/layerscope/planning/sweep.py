@@ -330,9 +330,10 @@ def _row(
     """One combination's row (and its options): its micro-batch analysed once per
     compute dtype, kept in ``analyses`` for the other rows."""
     given = {a: v for a, v in chosen.items() if a not in ("micro_batch", "tp") and v is not None}
+    merged = fixed | given
     if chosen["tp"] is not None:
-        given = _tensor_parallel(fixed | given, chosen["tp"])
-    opts = check_options(fixed | given)  # an axis left None: its default, or the mesh's
+        merged = _tensor_parallel(merged, chosen["tp"])
+    opts = check_options(merged)  # an axis left None: its default, or the mesh's
     batch = chosen["micro_batch"]
     here = source.at(batch) if batch is not None else source
     # "op": op records; tensor parallelism: the model split by its plan
@@ -361,7 +362,8 @@ def row_options(row: SweepRow, options: Mapping[str, Any]) -> dict[str, Any]:
 
 def _tensor_parallel(options: dict[str, Any], tp: int) -> dict[str, Any]:
     """A row's options at tensor parallel ``tp``: the same GPUs, the mesh's (or the
-    options') data-parallel axis giving way; refused where ``tp`` does not divide it."""
+    options') data-parallel axis giving way (at 1, without the tensor-parallel plan);
+    refused where ``tp`` does not divide it."""
     tp = check_int("tp", tp, 1)
     mesh = dict(check_mesh(options["mesh"]).to_dict()) if options.get("mesh") else {}
     world = Mesh(**mesh).world_size if mesh else int(options.get("world_size") or 8)
@@ -374,8 +376,10 @@ def _tensor_parallel(options: dict[str, Any], tp: int) -> dict[str, Any]:
             "parallel sizes that divide them"
         )
     mesh |= {"tp": tp, "dp_replicate": replicate, "dp_shard": dp // replicate}
-    rest = {k: v for k, v in options.items() if k not in ("world_size", "sharding", "hsdp")}
-    return rest | {"mesh": mesh}
+    dropped = ("world_size", "sharding", "hsdp") + (
+        ("tp_plan", "sequence_parallel") if tp == 1 else ()  # no tensor parallelism
+    )
+    return {k: v for k, v in options.items() if k not in dropped} | {"mesh": mesh}
 
 
 def max_micro_batch(plan: Plan, limit: int = 1024, *, progress: ProgressSetting = None) -> int:

@@ -396,11 +396,27 @@ def parallelized(
             "config's base_model_tp_plan): pass tp_plan={module path pattern: style}, e.g. "
             "{'layers.*.mlp.up_proj': 'colwise', 'layers.*.mlp.down_proj': 'rowwise'} (--tp-plan)"
         )
+    _check_heads(model, size)
     entries = expand(model, chosen, given)
     with fake_mesh(size) as mesh, _quiet_cpu_mesh():
         parallelize_module(model, mesh, styles(model, entries, sequence))
         with local_shards():
             yield entries
+
+
+def _check_heads(model: nn.Module, size: int) -> None:
+    """A transformers model's attention heads split whole over the ranks (a rank's share
+    of a head's columns would not reshape into heads)."""
+    config = getattr(model, "config", None)
+    get_text = getattr(config, "get_text_config", None)
+    config = get_text() if callable(get_text) else config
+    for key in ("num_attention_heads", "num_key_value_heads"):
+        heads = getattr(config, key, None)
+        if isinstance(heads, int) and heads % size:
+            raise InvalidInputError(
+                f"mesh tp={size}: the model's {heads} {key.removeprefix('num_').replace('_', ' ')} "
+                f"do not split evenly over {size} ranks; pick a tp that divides {heads}"
+            )
 
 
 @contextmanager
