@@ -310,8 +310,10 @@ def test_compiled_kernels_fuse_each_modules_pointwise_ops() -> None:
 def test_a_compiled_plan_launches_one_kernel_per_fused_group() -> None:
     """An RMSNorm-like root (pow, mean, add, rsqrt, mul) before a linear: eager, 5 memory
     kernels and the linear's matmul forward, its weight gradient's backward (the input
-    needs no gradient): 7; compiled, the root's 5 fuse into one: 3. The bound is the same,
-    the prediction lower, and the options say so."""
+    needs no gradient): 7; compiled, the root's 5 fuse into one: 3. The prediction is
+    lower, and so is the bound, the fused kernels' own roofline (one memory kernel moves
+    the bytes of the largest of the five), never above the prediction; the options say
+    so."""
 
     class Net(nn.Module):
         def __init__(self) -> None:
@@ -335,7 +337,9 @@ def test_a_compiled_plan_launches_one_kernel_per_fused_group() -> None:
     )
     assert (eager.kernels, compiled.kernels) == (7, 3)
     assert compiled.step_time < eager.step_time
-    assert compiled.step_time_bound == eager.step_time_bound
+    assert compiled.step_time_bound is not None and eager.step_time_bound is not None
+    assert compiled.step_time_bound < eager.step_time_bound
+    assert compiled.step_time_bound <= compiled.step_time
     # a given profile has no kernel records to reprice: refused, not silently eager
     prof = ls.profile(Net(), x, backward=True, memory=True)
     with pytest.raises(InvalidInputError, match="compile reprices the analysis's kernels"):
@@ -375,7 +379,10 @@ def test_a_float8_plan_needs_float8_tensor_cores() -> None:
     common: dict[str, Any] = {"world_size": 1, "sharding": "none", "precision": "bf16-mixed"}
     plain = ls.plan(nn.Linear(64, 64), x, target="h100", **common)
     fp8 = ls.plan(nn.Linear(64, 64), x, target="h100", float8=True, **common)
-    assert fp8.options["float8"] is True and fp8.step_time_bound == plain.step_time_bound
+    assert fp8.options["float8"] is True
+    # the bound is the float8 kernels' roofline (the casts' bytes dominate so small a
+    # linear), never above the prediction
+    assert fp8.step_time_bound is not None and fp8.step_time_bound <= fp8.step_time
     assert fp8.kernels is not None and plain.kernels is not None
     assert fp8.kernels == plain.kernels + 8  # the casts: 4 forward, 4 backward
     with pytest.raises(InvalidInputError, match="a100-80gb does not have"):

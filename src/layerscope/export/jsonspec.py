@@ -42,6 +42,10 @@ from layerscope.export.jsontable import Range, Row
 from layerscope.export.subjects import section_check
 from layerscope.profile import DTYPE_KEYS, SCHEMA
 
+#: a parameter's (or its gradient's) record; ``local_*``: this rank's shard of a DTensor
+_PARAM = {"shape": Arr(Int(0)), "dtype": Str(), "bytes": _BYTES, "module": Str(),
+          "local_shape": Arr(Int(0)), "local_bytes": _BYTES}  # fmt: skip
+
 __all__ = [
     "COMM",
     "DIST",
@@ -209,31 +213,16 @@ MEMORY = Obj(
         ms.BACKWARD_PEAK_BYTES: _BYTES,
         "grads": Map(
             Obj(
-                {
-                    "shape": Arr(Int(0)),
-                    "dtype": Str(),
-                    "bytes": _BYTES,
+                _PARAM
+                | {
                     "module": Str("the module path where it is counted"),
-                    "local_shape": Arr(Int(0), "this rank's shard of a DTensor gradient"),
-                    "local_bytes": _BYTES,
-                    "param_local_shape": Arr(
-                        Int(0), "this rank's shard of the parameter, where it differs"
-                    ),
+                    "param_local_shape": Arr(Int(0), "the parameter's shard, where it differs"),
                 }
             ),
-            "parameter name -> its gradient",
+            "parameter name -> its gradient (local_*: this rank's shard of a DTensor's)",
         ),
         "frozen": Map(
-            Obj(
-                {
-                    "shape": Arr(Int(0)),
-                    "dtype": Str(),
-                    "bytes": _BYTES,
-                    "module": Str(),
-                    "local_shape": Arr(Int(0), "this rank's shard of a DTensor parameter"),
-                    "local_bytes": _BYTES,
-                }
-            ),
+            Obj(_PARAM),
             "parameter name -> a parameter without requires_grad (absent when none)",
         ),
         "params_by_dtype": Map(

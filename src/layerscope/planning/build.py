@@ -112,21 +112,13 @@ def _build(prof: Profile, opts: Options, choice: CheckpointChoice, asked: Any) -
     tokens_per_gpu = tokens / opts.tp if tokens else None
     notes = [
         *timed.notes,
-        *_notes(opts, choice, asked, unrecorded, strategy.notes(opts)),
+        *_notes(opts, choice, asked, unrecorded, strategy.notes(opts), emulated),
         *_frozen_notes(kept, states.param_bytes, shapes, opts),
         *loss_notes,
         *(n for n in prof.notices if n.startswith((NOT_RUN, CACHE_OFF))),
     ]
-    if opts.autocast and not emulated:
-        notes.append(
-            "the profile ran every op in 16 bits; autocast keeps norms, softmax, losses and "
-            "a float32 residual stream in float32: pass the model, whose analysis follows "
-            "autocast's rules"
-        )
     return Plan(
-        options=opts.section(units) | (
-            {"tp_plan": prof.model["tp_plan"]} if "tp_plan" in prof.model else {}
-        ),
+        options=opts.section(units, prof.model.get("tp_plan")),
         device={
             "name": opts.target.name, "label": opts.target.label,
             "memory_bytes": opts.target.memory_bytes,
@@ -202,9 +194,15 @@ def _published(
 
 
 def _notes(
-    opts: Options, choice: CheckpointChoice, asked: Any, frozen: int, own: list[str]
+    opts: Options,
+    choice: CheckpointChoice,
+    asked: Any,
+    frozen: int,
+    own: list[str],
+    emulated: bool,
 ) -> list[str]:
-    """What the figures assume, beside them."""
+    """What the figures assume, beside them (``emulated``: the analysis followed
+    autocast's rules)."""
     notes = [OUT_OF_SCOPE]
     if opts.mesh is not None:
         sizes = ", ".join(f"{a}={n}" for a, n in opts.mesh.to_dict().items() if n > 1)
@@ -233,6 +231,12 @@ def _notes(
             f"budget: the {spec.usable_memory_bytes:,} B a process can use on the "
             f"{spec.label} (the total torch.cuda.mem_get_info() reports), not the "
             f"datasheet's {spec.memory_bytes:,}"
+        )
+    if opts.autocast and not emulated:
+        notes.append(
+            "the profile ran every op in 16 bits; autocast keeps norms, softmax, losses and "
+            "a float32 residual stream in float32: pass the model, whose analysis follows "
+            "autocast's rules"
         )
     return notes
 
@@ -337,9 +341,15 @@ def _step(time: Mapping[str, float]) -> float:
     return sum(time[k] for k in ("compute", "recompute", "exposed_comm", "optimizer"))
 
 
+#: Every kernel at the datasheet's peak and bandwidth, without launches: the roofline of
+#: a compiled or float8 plan's own kernels.
+DATASHEET = Rates("datasheet", matmul=1.0, bandwidth=1.0, launch=0.0)
+
+
 def _time(work: Step, choice: CheckpointChoice) -> _Timed:
-    """The bound (roofline per module) and the prediction (achievable rates per kernel,
-    ``planning.kernels``), each with the strategy's collectives and overlap."""
+    """The bound (roofline per module; compiled or float8: of the kernels predicted) and
+    the prediction (achievable rates per kernel, ``planning.kernels``), each with the
+    strategy's collectives and overlap."""
     prof, opts = work.prof, work.opts
     dtype = str(opts.compute_dtype).removeprefix("torch.")
     roof = roof_of(opts.target, dtype)
@@ -348,6 +358,11 @@ def _time(work: Step, choice: CheckpointChoice) -> _Timed:
     rates = rates_of(opts.target)
     fp8 = opts.target.peak("float8_e4m3fn") if opts.float8 else None
     predicted = predict(prof, rates, roof.peak, roof.bandwidth, opts.compile, fp8)
+    if (opts.compile or opts.float8) and predicted.recorded:
+        # other kernels than the analysis's modules ran: the bound is the predicted
+        # kernels' own roofline (each at the datasheet's peak and bandwidth, no launch)
+        ideal = predict(prof, DATASHEET, roof.peak, roof.bandwidth, opts.compile, fp8)
+        bound = _parts(work, choice, ideal.forward, ideal.backward, opts.target.bandwidth)
     time = _parts(
         work, choice, predicted.forward, predicted.backward,
         opts.target.bandwidth * min(1.0, rates.bandwidth),

@@ -163,10 +163,12 @@ class Options:
         """These options with ``changes``, checked again together."""
         return check_options({**self.to_dict(), **changes})
 
-    def section(self, fsdp_units: list[str]) -> dict[str, Any]:
+    def section(
+        self, fsdp_units: list[str], tp_plan: Mapping[str, str] | None = None
+    ) -> dict[str, Any]:
         """The document's ``options`` section (``Plan.options``): the options in its keys
-        and order, with the FSDP2 units the plan used (budget and reserve are the plan's
-        own fields)."""
+        and order, with the FSDP2 units and the tensor-parallel plan (its patterns and
+        style names) the plan used (budget and reserve are the plan's own fields)."""
         asked = self.checkpoint
         net = self.network
         return {
@@ -186,6 +188,7 @@ class Options:
             **({"loss": self.loss} if self.loss != "plain" else {}),
             **({"mesh": self.mesh.to_dict()} if self.mesh else {}),
             **({"sequence_parallel": True} if self.sequence_parallel else {}),
+            **({"tp_plan": dict(tp_plan)} if tp_plan else {}),
         }  # fmt: skip
 
 

@@ -244,7 +244,8 @@ def _stream_styles(
                                                   use_local_output=False)
             )  # fmt: skip
         elif style is not None and not in_block:  # a column-wise head: gathers its input
-            out[name] = ColwiseParallel(input_layouts=seq, output_layouts=Replicate())
+            whole = Replicate() if style != "colwise" else Shard(-1)  # "colwise": loss-parallel
+            out[name] = ColwiseParallel(input_layouts=seq, output_layouts=whole)
         elif "Norm" in type(module).__name__:
             out[name] = SequenceParallel()
         elif isinstance(module, nn.Linear) and not in_block:  # a head of its own
@@ -253,7 +254,7 @@ def _stream_styles(
 
 
 #: Style names outside the blocks that sequence parallelism changes (the edges).
-_EDGES = ("embedding_rowwise", "colwise_rep", "colwise_gather_output")
+_EDGES = ("embedding_rowwise", "colwise", "colwise_rep", "colwise_gather_output")
 
 
 def _follows(model: nn.Module, block: str) -> bool:

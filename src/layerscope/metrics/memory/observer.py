@@ -338,11 +338,9 @@ class MemoryObserver(Observer):
             self._checkpoint(checkpoint, self._tracker)
 
     def _saved(self, t: Tensor, node: Node) -> None:
-        # a DTensor saved for the backward holds this rank's local tensor
-        t = getattr(t, "_local_tensor", t) if type(t) not in _PLAIN else t
+        t = t if type(t) in _PLAIN else getattr(t, "_local_tensor", t)  # a DTensor: its shard
         self._records.saved(t, node)
-        s = storage_of(t)
-        if s is None:  # no storage to share: count the tensor itself
+        if (s := storage_of(t)) is None:  # no storage to share: count the tensor itself
             n = t.numel() * t.element_size()
         else:
             ref = self._table.get(s)
