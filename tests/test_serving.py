@@ -303,3 +303,47 @@ def test_fp8_weights_run_their_matmuls_at_the_fp8_peak() -> None:
             expected += max(own[0] / (roof.peak * fast), own[1] / roof.bandwidth)
         assert est.prefill_time == pytest.approx(expected)
         assert any("W8A8" in n for n in est.notes)
+
+
+def test_tensor_parallel_serving_holds_one_gpus_share() -> None:
+    """``tp=2``: the model split by its own plan (transformers' ``base_model_tp_plan``,
+    the embedding vocabulary-parallel and the output projection column-wise): each GPU
+    stores half of every linear, of the embedding and of the output projection, the
+    norms and the rotary buffers whole, and half the keys and values (one KV head of
+    two). Each decode step and prefill adds DTensor's collectives: per layer the
+    row-wise o_proj's and down_proj's all-reduce, the embedding's, and the output
+    projection's all-gather of the logits."""
+    p = plan_serving(
+        llama(), target="h100", max_context=4096, prompt=256, new_tokens=32, batch=[1, 8],
+        memory_utilization=0.9, reserve_bytes=2 * 1024**3, tp=2,
+    )  # fmt: skip
+    inv_freq = 2 * 32 * 2
+    halves = 2 * 262_144 + LINEAR_ELEMENTS
+    assert p.weight_bytes == (halves // 2 + 2 * 512 + 256) * 2 + inv_freq
+    assert p.kv_bytes_per_token == KV_PER_TOKEN // 2
+    assert p.tp == 2 and p.max_concurrency > plan().max_concurrency
+    assert ServingPlan.from_dict(p.to_dict()).tp == 2 and "tp" not in plan().to_dict()
+    assert "x 2 (tensor parallel: memory per GPU, rows the 2 together)" in p.render(width=200)
+    assert p.analysis is not None
+    kinds = {
+        (path, kind): row["calls"]
+        for path, phases in p.analysis.comm.items()
+        for kind, row in phases["forward"].items()
+    }
+    assert kinds == {
+        **{(f"model.layers.{i}.{m}", "all_reduce"): 1 for i in (0, 1)
+           for m in ("self_attn.o_proj", "mlp.down_proj")},
+        ("model.embed_tokens", "all_reduce"): 1,
+        ("lm_head", "all_gather"): 1,
+    }  # fmt: skip
+    # the prefill of one 256-token prompt: the all-reduces carry [1, 256, 256] bfloat16
+    assert (
+        p.analysis.comm["model.layers.0.self_attn.o_proj"]["forward"]["all_reduce"]["bytes"]
+        == 256 * 256 * 2
+    )
+    single = plan().rows[0]
+    assert p.rows[0].tpot_bound > single.tpot_bound / 2  # half the work, plus collectives
+    with pytest.raises(ls.InvalidInputError, match="tp=16 spans more than one node of 8"):
+        plan_serving(llama(), target="h100", max_context=4096, tp=16)
+    with pytest.raises(ls.InvalidInputError, match="2 key value heads do not split evenly"):
+        plan_serving(llama(), target="h100", max_context=4096, tp=4)

@@ -77,6 +77,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument(
         "--dtype", metavar="DTYPE", help="the compute dtype (e.g. bfloat16; default the model's)"
     )
+    s.add_argument(
+        "--tp", type=int, default=1, metavar="N",
+        help="GPUs of one node the model is split over by its own tensor-parallel plan "
+        "(default 1): memory per GPU, latency and throughput of the N together",
+    )  # fmt: skip
     out = p.add_argument_group("output")
     out.add_argument("--json", metavar="PATH", help="also save the plan as JSON")
     out.add_argument(
@@ -104,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
         model, target=str(args.target).strip().lower(), max_context=args.max_context,
         prompt=args.prompt, new_tokens=args.new_tokens, batch=batches, weights=args.weights,
         group_size=args.group_size, kv_dtype=args.kv_dtype, block_size=args.block_size,
-        memory_utilization=args.memory_utilization, mode=args.mode, dtype=dtype,
+        memory_utilization=args.memory_utilization, mode=args.mode, dtype=dtype, tp=args.tp,
     )  # fmt: skip
     plan.show(width=args.width)
     write_outputs(args, plan, plan.render(width=args.width) if args.output else "")

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,7 +57,10 @@ from layerscope.generation.weights import (
     stored_bytes,
 )
 from layerscope.hardware import GPUS, DeviceSpec, device_spec
+from layerscope.planning.cluster import default_cluster
+from layerscope.planning.collectives import consecutive
 from layerscope.planning.kernels import KernelRecorder
+from layerscope.planning.tensorparallel import comm_seconds
 from layerscope.profile import Profile
 from layerscope.render.units import nbytes
 from layerscope.session.options import check_dtype
@@ -82,6 +85,8 @@ class Options:
     kv_dtype: str | None = None
     #: how the host issues a call's kernels (``generation.predicted``)
     mode: str = "eager"
+    #: GPUs each layer is split over by the model's tensor-parallel plan (1: none)
+    tp: int = 1
 
 
 def check_options(
@@ -97,6 +102,7 @@ def check_options(
     block_size: Any = BLOCK_SIZE,
     kv_dtype: Any = None,
     mode: Any = "eager",
+    tp: Any = 1,
 ) -> Options:
     """Every option of ``estimate_generate`` checked, before the model is touched."""
     name = target.strip().lower() if isinstance(target, str) else target
@@ -124,7 +130,19 @@ def check_options(
         block_size=check_int("block_size", block_size, 1),
         kv_dtype=None if kv_dtype is None else check_choice("kv_dtype", kv_dtype, list(KV_WIDTHS)),
         mode=check_choice("mode", mode, list(MODES)),
+        tp=_check_tp(tp, device_spec(name)),
     )
+
+
+def _check_tp(value: Any, spec: DeviceSpec) -> int:
+    """``tp``: GPUs of one node (tensor parallelism's collectives run on its link)."""
+    tp = check_int("tp", value, 1)
+    if tp > 1 and spec.node_size and tp > spec.node_size:
+        raise InvalidInputError(
+            f"tp={tp} spans more than one node of {spec.node_size} {spec.name} GPUs: "
+            f"tensor parallelism is planned within a node (tp <= {spec.node_size})"
+        )
+    return tp
 
 
 def _floating_dtype(model: nn.Module) -> torch.dtype:
@@ -136,16 +154,18 @@ def _floating_dtype(model: nn.Module) -> torch.dtype:
     return max(counts, key=lambda d: counts[d]) if counts else torch.get_default_dtype()
 
 
-def meta_model(model: nn.Module, dtype: torch.dtype | None) -> tuple[nn.Module, list[str]]:
-    """The model to analyse: itself when it is on meta in ``dtype``, else a meta copy
-    (``meta_copy``) in ``dtype``, with the notices of the code left out of the copy. The
-    user's model is never changed."""
+def meta_model(
+    model: nn.Module, dtype: torch.dtype | None, copy: bool = False
+) -> tuple[nn.Module, list[str]]:
+    """The model to analyse: itself when it is on meta in ``dtype`` (and not ``copy``:
+    tensor parallelism splits it), else a meta copy (``meta_copy``) in ``dtype``, with
+    the notices of the code left out of the copy. The user's model is never changed."""
     tensors = [*model.parameters(), *model.buffers()]
     on_meta = all(t.is_meta for t in tensors)
-    if on_meta and (dtype is None or _floating_dtype(model) == dtype):
+    if on_meta and not copy and (dtype is None or _floating_dtype(model) == dtype):
         return model, []
-    copy, not_run = meta_copy(model)
-    return (copy.to(dtype) if dtype is not None else copy), not_run
+    copied, not_run = meta_copy(model)
+    return (copied.to(dtype) if dtype is not None else copied), not_run
 
 
 @contextmanager
@@ -212,6 +232,13 @@ class Driver:
         self.routing: Routing | None = routing_of(model, _floating_dtype(model))
         #: a mixture of experts: each analysis's time and bytes with every expert read
         self.worst: dict[int, tuple[float, float]] = {}
+        #: tensor parallelism's group on the target's node (None: one GPU)
+        self.link = consecutive(default_cluster(opts.spec), opts.tp) if opts.tp > 1 else None
+
+    def comm(self, prof: Profile) -> float:
+        """Seconds of the analysis's collectives (tensor parallelism's, DTensor's) on the
+        group's link; none hidden under compute."""
+        return comm_seconds(prof.comm, self.link)[0] if self.link is not None else 0.0
 
     def new_cache(self, held: int | None = None) -> Any:
         """A cache of ``cache=``'s kind for a call that leaves ``held`` tokens in it
@@ -293,7 +320,8 @@ class Driver:
         m = prof.root.metrics
         return Point(
             length=length,
-            time=roof_times(prof, self.roof, "forward", self.faster(prof))[id(prof.root)],
+            time=roof_times(prof, self.roof, "forward", self.faster(prof))[id(prof.root)]
+            + self.comm(prof),
             flops=float(m.get(ms.FLOPS) or 0),
             macs=float(m.get(ms.MACS) or 0),
             bytes=float(m.get(ms.BYTES_ACCESSED) or 0),
@@ -326,6 +354,7 @@ class Driver:
                 worst.points.append(Point(length, time, p.flops, p.macs, nbytes))
         faster = self.faster(prefill)
         prefill_time = roof_times(prefill, self.roof, "forward", faster)[id(prefill.root)]
+        prefill_time += self.comm(prefill)
         analysis = BatchAnalysis(
             batch, prefill, prefill_time, fit, cache_facts(cache), kernels,
             (prefill_step, decode_step),
@@ -405,6 +434,7 @@ def estimate_generate(
     block_size: int = BLOCK_SIZE,
     kv_dtype: str | None = None,
     mode: str = "eager",
+    tp: int = 1,
 ) -> GenerateEstimate:
     """Prefill and decode time of a decoder ``model`` on ``target`` (a GPU spec's name),
     per batch size: roofline lower bounds from analyses on ``meta`` steered to the
@@ -423,13 +453,16 @@ def estimate_generate(
     ``weights``: the linears' weights as deployed, weight-only ("int4" with ``group_size``,
     "int8", "fp8", "bf16", "fp16"; ``generation.weights``), read at that width;
     ``mode``: how the predicted calls' kernels are launched, "eager" (each) or "graphs"
-    (CUDA graphs, pointwise kernels fused; ``generation.predicted``). A model
+    (CUDA graphs, pointwise kernels fused; ``generation.predicted``); ``tp``: GPUs of one
+    node each layer is split over by the model's own tensor-parallel plan (a transformers
+    config's ``base_model_tp_plan``; ``planning.tensorparallel``): every figure one
+    GPU's, each call's collectives priced on the node's link. A model
     with real weights is copied to meta first (``to_meta``), without the code that would
     reach the original (``meta_copy``, named in the notes)."""
     check_instance("model", model, nn.Module, "an nn.Module (a transformers decoder)")
     opts = check_options(
         target, prompt, new_tokens, batch, cache, dtype, kwargs, weights, group_size,
-        block_size, kv_dtype, mode,
+        block_size, kv_dtype, mode, tp,
     )  # fmt: skip
     return estimated(model, opts)[0]
 
@@ -438,12 +471,13 @@ def estimated(model: nn.Module, opts: Options) -> tuple[GenerateEstimate, list[t
     """The estimate for checked options, with each batch's predicted prefill and decode
     step (``ls.plan_serving`` reads their fused bytes)."""
     check_generative(model, opts.prompt + opts.new_tokens)
-    meta, not_run = meta_model(model, opts.dtype)
+    meta, not_run = meta_model(model, opts.dtype, copy=opts.tp > 1)
     run_dtype = str(_floating_dtype(meta)).removeprefix("torch.")
     roof = roof_of(opts.spec, run_dtype)
-    driver = Driver(meta, opts, roof)
-    stored = stored_bytes(meta, opts.weights)
-    analyses = [driver.batch(b) for b in opts.batches]
+    with split(meta, opts.tp):
+        driver = Driver(meta, opts, roof)
+        stored = stored_bytes(meta, opts.weights)
+        analyses = [driver.batch(b) for b in opts.batches]
     steps = [a.predicted for a in analyses]
     rows = [
         predicted(
@@ -484,7 +518,29 @@ def estimated(model: nn.Module, opts: Options) -> tuple[GenerateEstimate, list[t
         result.notes.append(weights_note(opts.weights, meta, driver.linears, stored))
     if driver.routing is not None:
         result.notes.insert(1, moe_note(driver.routing, rows))
+    if opts.tp > 1:
+        result.notes.append(tp_note(opts.tp, opts.spec.name))
     return result, steps
+
+
+def split(meta: nn.Module, tp: int) -> AbstractContextManager[Any]:
+    """Inside: ``meta`` (a meta copy) split by its own tensor-parallel plan over ``tp``
+    ranks, analyses observing one rank's work (``planning.tensorparallel``)."""
+    if tp == 1:
+        return nullcontext()
+    from layerscope.planning.tensorparallel import parallelized
+
+    return parallelized(meta, tp, None, False)
+
+
+def tp_note(tp: int, target: str) -> str:
+    """What a tensor-parallel estimate's figures are."""
+    return (
+        f"Tensor parallel {tp}: the model split by its own tensor-parallel plan (torch's "
+        f"parallelize_module on meta); weights, KV cache, FLOPs and bytes are one GPU's, "
+        f"and each call's collectives (DTensor's) are priced on {target}'s node link, "
+        "none hidden under compute."
+    )
 
 
 def weights_note(

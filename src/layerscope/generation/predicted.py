@@ -56,7 +56,7 @@ def priced(driver: Driver, prof: Profile, kernels: Kernels, mode: str) -> Step:
     run = predict(
         prof, replace(rates, launch=0.0), roof.peak, roof.bandwidth, faster=driver.faster(prof)
     )
-    time = run.forward[id(prof.root)]
+    time = run.forward[id(prof.root)] + driver.comm(prof)  # tensor parallelism's collectives
     if mode == "graphs":  # CUDA graphs of a compiled call: its pointwise kernels fused
         together = fused(kernels)
         saved = _memory_bytes(kernels) - _memory_bytes(together)

@@ -45,11 +45,13 @@ from layerscope.generation.cache import cache_facts
 from layerscope.generation.cachekinds import BLOCK_SIZE, KV_WIDTHS
 from layerscope.generation.estimate import (
     Driver,
+    Options,
     _eval_mode,
     _floating_dtype,
     check_options,
     estimated,
     meta_model,
+    split,
 )
 from layerscope.generation.estimate_notes import memory_note
 from layerscope.generation.estimate_result import SweepRow
@@ -86,6 +88,7 @@ class ServingOptions:
     prefill_chunk: int
     reserve: int
     mode: str
+    tp: int
 
 
 def _options(model: nn.Module, **o: Any) -> ServingOptions:
@@ -129,6 +132,7 @@ def _options(model: nn.Module, **o: Any) -> ServingOptions:
         prefill_chunk=check_int("prefill_chunk", chunk, 1, most),
         reserve=check_int("reserve_bytes", o["reserve"], 0),
         mode=check_choice("mode", o["mode"], list(MODES)),
+        tp=check_int("tp", o["tp"], 1),
     )
 
 
@@ -216,6 +220,7 @@ def plan_serving(
     reserve_bytes: int = RESERVE_BYTES,
     mode: str = "eager",
     dtype: torch.dtype | str | None = None,
+    tp: int = 1,
 ) -> ServingPlan:
     """How many sequences ``model`` serves on ``target``, and at what latency and
     throughput per batch size (module doc, ``docs/generate.md``).
@@ -229,25 +234,57 @@ def plan_serving(
     tokens; ``memory_utilization``: the share of usable memory the server may take;
     ``prefill_chunk``: the largest prefill run at once; ``reserve_bytes``: kept free;
     ``mode``: "eager" (a launch per kernel) or "graphs" (CUDA graphs: one per step);
-    ``dtype``: the compute dtype (default the model's). The model is never changed."""
+    ``dtype``: the compute dtype (default the model's); ``tp``: GPUs of one node the
+    model is split over by its own tensor-parallel plan (every figure one GPU's:
+    ``estimate_generate``'s ``tp``). The model is never changed."""
     if not isinstance(model, nn.Module):
         refuse("model", model, "an nn.Module (a transformers decoder)")
     so = _options(
         model, target=target, max_context=max_context, prompt=prompt, new_tokens=new_tokens,
         batch=batch, kv_dtype=kv_dtype, block_size=block_size,
         utilization=memory_utilization, prefill_chunk=prefill_chunk, reserve=reserve_bytes,
-        mode=mode,
+        mode=mode, tp=tp,
     )  # fmt: skip
     scheme = check_scheme(weights, group_size)
     # a dynamic cache for the fills: it holds what the model stores, no preallocation
     eo = check_options(
-        so.target, so.prompt, so.new_tokens, 1, "dynamic", dtype, None, kv_dtype=so.kv_dtype
-    )
-    meta, not_run = meta_model(model, eo.dtype)
+        so.target, so.prompt, so.new_tokens, 1, "dynamic", dtype, None, kv_dtype=so.kv_dtype,
+        tp=so.tp,
+    )  # fmt: skip
+    meta, not_run = meta_model(model, eo.dtype, copy=so.tp > 1)
     run_dtype = str(_floating_dtype(meta)).removeprefix("torch.")
+    with split(meta, so.tp):
+        plan = _sized(so, eo, meta, scheme, run_dtype, type(model).__name__)
+    if not plan.usable_bytes:
+        raise InvalidInputError(f"{so.target} states no memory: nothing to size")
+    batches = so.batches or _batches(plan.max_concurrency)
+    # the rows: the estimate on a paged cache with the weights and the KV cache as
+    # deployed, its calls predicted (``generation.predicted``)
+    opts = check_options(
+        so.target, so.prompt, so.new_tokens, batches, "paged", dtype, None, weights,
+        group_size, so.block_size, so.kv_dtype, so.mode, so.tp,
+    )  # fmt: skip
+    est, steps = estimated(meta if so.tp == 1 else model, opts)
+    length = so.prompt + so.new_tokens
+    plan.rows = [
+        _row(r, prefill, step, plan, length)
+        for r, (prefill, step) in zip(est.sweep, steps, strict=True)
+    ]
+    # the estimate's own "Fits" note holds its rows to the datasheet memory: the plan's
+    # KV budget replaces it
+    plan.notes = [*plan.rules(), *not_run, *(n for n in est.notes if n != memory_note(est))]
+    plan.analysis = est.analysis
+    return plan
+
+
+def _sized(
+    so: ServingOptions, eo: Options, meta: nn.Module, scheme: Any, run_dtype: str, name: str
+) -> ServingPlan:
+    """The plan's memory: the weights, the prefill chunk's workspace and each layer's KV
+    bytes per token, on one GPU."""
     driver = Driver(meta, eo, roof_of(eo.spec, run_dtype))
-    plan = ServingPlan(
-        model=type(model).__name__,
+    return ServingPlan(
+        model=name,
         target=so.target,
         device_label=eo.spec.label,
         usable_bytes=eo.spec.usable_memory_bytes or eo.spec.memory_bytes or 0,
@@ -265,27 +302,8 @@ def plan_serving(
         reserve_bytes=so.reserve,
         mode=so.mode,
         layers=kv_layers(driver, so.max_context),
+        tp=so.tp,
     )
-    if not plan.usable_bytes:
-        raise InvalidInputError(f"{so.target} states no memory: nothing to size")
-    batches = so.batches or _batches(plan.max_concurrency)
-    # the rows: the estimate on a paged cache with the weights and the KV cache as
-    # deployed, its calls predicted (``generation.predicted``)
-    opts = check_options(
-        so.target, so.prompt, so.new_tokens, batches, "paged", dtype, None, weights,
-        group_size, so.block_size, so.kv_dtype, so.mode,
-    )  # fmt: skip
-    est, steps = estimated(meta, opts)
-    length = so.prompt + so.new_tokens
-    plan.rows = [
-        _row(r, prefill, step, plan, length)
-        for r, (prefill, step) in zip(est.sweep, steps, strict=True)
-    ]
-    # the estimate's own "Fits" note holds its rows to the datasheet memory: the plan's
-    # KV budget replaces it
-    plan.notes = [*plan.rules(), *not_run, *(n for n in est.notes if n != memory_note(est))]
-    plan.analysis = est.analysis
-    return plan
 
 
 __all__ = ["BLOCK_SIZE", "KV_WIDTHS", "MODES", "PREFILL_CHUNK", "RESERVE_BYTES", "plan_serving"]

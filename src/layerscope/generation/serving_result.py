@@ -87,6 +87,9 @@ class ServingPlan:
     #: the first batch's prefill, analysed on meta for the target: the report under the
     #: plan in ``to_html`` (not in ``to_dict``: a plan loaded from JSON has none)
     analysis: Profile | None = field(default=None, repr=False, compare=False)
+    #: GPUs each layer is split over by the model's tensor-parallel plan (every figure
+    #: one GPU's)
+    tp: int = 1
 
     @property
     def budget(self) -> int:
@@ -153,6 +156,7 @@ class ServingPlan:
             "prompt": self.prompt,
             "new_tokens": self.new_tokens,
             "mode": self.mode,
+            **({"tp": self.tp} if self.tp > 1 else {}),
             "memory": {
                 "usable_bytes": self.usable_bytes,
                 "memory_utilization": self.memory_utilization,
@@ -196,7 +200,7 @@ class ServingPlan:
             m["weight_bytes"], m["workspace_bytes"], m["prefill_chunk"], m["reserve_bytes"],
             d["mode"], [KVLayer(x["bytes_per_token"], x["cap"]) for x in d["kv"]["layers"]],
             [ServingRow(**{f.key: r[f.key] for f in SERVING_FIELDS}) for r in d["rows"]],
-            list(d["notes"]),
+            list(d["notes"]), tp=d.get("tp") or 1,
         )  # fmt: skip
 
     def rules(self) -> list[str]:

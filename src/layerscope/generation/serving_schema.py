@@ -25,7 +25,7 @@ _TOP: dict[str, Check] = {
     "kv": Obj({"layers": Arr(Obj(_LAYER, required=tuple(_LAYER)))}, required=("layers",)),
     "rows": Arr(Obj(_ROW, required=tuple(_ROW))), "notes": Arr(Str()),
 }  # fmt: skip
-#: The serving plan's document.
-SERVING = Obj(_TOP, required=tuple(_TOP), description="ls.plan_serving's plan")
+#: The serving plan's document (``tp``: only when above 1).
+SERVING = Obj(_TOP | {"tp": Int(2)}, required=tuple(_TOP), description="ls.plan_serving's plan")
 
 __all__ = ["SERVING"]

@@ -42,8 +42,10 @@ def _builder(data: Mapping[str, Any], width: int | None) -> Callable[[int], list
 def _heading(d: Mapping[str, Any]) -> list[tuple[str, str]]:
     m, kv = d["memory"], d["kv"]
     weights = f", weights {d['weights']}" if d.get("weights") else ""
+    tp = d.get("tp") or 1
+    where = f" x {tp} (tensor parallel: memory per GPU, rows the {tp} together)" if tp > 1 else ""
     title = (
-        f"Serving {d['model']} on {d['target']} ({d['device_label']}), {d['dtype']}"
+        f"Serving {d['model']} on {d['target']} ({d['device_label']}){where}, {d['dtype']}"
         f"{weights}, KV cache {d['kv_dtype']} in blocks of {d['block_size']} tokens"
     )
     left = m["kv_budget_bytes"]
@@ -72,8 +74,8 @@ def _heading(d: Mapping[str, Any]) -> list[tuple[str, str]]:
     if not d["max_concurrency"]:
         most += (
             " It does not fit: store the weights narrower (weights=int8 or int4), the cache "
-            "narrower (kv_dtype=fp8), serve a shorter context, or a GPU with more memory "
-            "(tensor-parallel serving over several is not planned yet)."
+            "narrower (kv_dtype=fp8), serve a shorter context, split the model over more "
+            "GPUs (tp=), or a GPU with more memory."
         )
     return [(title, "layerscope.header"), (memory, ""), (capacity, ""), (most, "layerscope.header")]
 

@@ -95,16 +95,19 @@ def quantized_linears(model: nn.Module) -> dict[str, nn.Linear]:
 
 def stored_bytes(model: nn.Module, scheme: WeightScheme | None) -> int:
     """Bytes of the parameters and buffers as stored (each tensor once; tied weights
-    once): the quantized linears' weights at the scheme's width, the rest as they are."""
-    total = sum(t.nbytes for t in (*model.parameters(), *model.buffers()))
+    once): the quantized linears' weights at the scheme's width, the rest as they are; a
+    DTensor's (tensor parallelism) this GPU's shard."""
+    from layerscope.metrics.params import local
+
+    total = sum(local(t).nbytes for t in (*model.parameters(), *model.buffers()))
     if scheme is None:
         return total
     seen: set[int] = set()
     for m in quantized_linears(model).values():
-        w = m.weight
-        if id(w) in seen:
+        w = local(m.weight)
+        if id(m.weight) in seen:
             continue
-        seen.add(id(w))
+        seen.add(id(m.weight))
         total += round(scheme.bytes_of(*w.shape)) - w.nbytes
     return total
 
