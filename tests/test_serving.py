@@ -347,3 +347,13 @@ def test_tensor_parallel_serving_holds_one_gpus_share() -> None:
         plan_serving(llama(), target="h100", max_context=4096, tp=16)
     with pytest.raises(ls.InvalidInputError, match="2 key value heads do not split evenly"):
         plan_serving(llama(), target="h100", max_context=4096, tp=4)
+
+
+def test_a_tensor_parallel_estimate_keeps_its_tp() -> None:
+    """``estimate_generate(tp=2)``: one GPU's weights and KV cache, ``tp`` in the
+    document and read back (absent at 1)."""
+    one = ls.estimate_generate(llama(), target="h100", prompt=64, new_tokens=4, batch=1)
+    two = ls.estimate_generate(llama(), target="h100", prompt=64, new_tokens=4, batch=1, tp=2)
+    assert two.sweep[0].kv_bytes * 2 == one.sweep[0].kv_bytes
+    assert two.tp == 2 and ls.GenerateEstimate.from_dict(two.to_dict()).tp == 2
+    assert "tp" not in one.to_dict()

@@ -512,6 +512,7 @@ def estimated(model: nn.Module, opts: Options) -> tuple[GenerateEstimate, list[t
         block_size=opts.block_size if opts.cache == "paged" else None,
         moe=driver.routing.to_dict() if driver.routing is not None else None,
         mode=opts.mode,
+        tp=opts.tp,
     )
     result.notes = [*notes_for(result, [a.prefill for a in analyses], driver.keeps_one), *not_run]
     if opts.weights is not None:

@@ -131,6 +131,9 @@ class GenerateEstimate:
     #: how the host issues the predicted calls' kernels: "eager" or "graphs" (None: an
     #: older estimate, without predictions)
     mode: str | None = None
+    #: GPUs each layer is split over by the model's tensor-parallel plan (every figure
+    #: one GPU's; 1: one GPU)
+    tp: int = 1
 
     @property
     def tokens_per_s(self) -> float:
@@ -185,6 +188,7 @@ class GenerateEstimate:
             **({"kv_dtype": self.kv_dtype} if self.kv_dtype is not None else {}),
             **({"moe": dict(self.moe)} if self.moe is not None else {}),
             **({"mode": self.mode} if self.mode is not None else {}),
+            **({"tp": self.tp} if self.tp > 1 else {}),
             "lower_bound": True,
             "prefill_time": self.prefill_time,
             "decode_time_per_token": self.decode_time_per_token,
@@ -216,7 +220,7 @@ class GenerateEstimate:
             d.get("tokens_per_s_per_seq", d["tokens_per_s"]),
             [SweepRow.from_dict(r) for r in d["sweep"]], fits, list(d["notes"]),
             dict(d.get("kernels", {})), None, d.get("kv_dtype"), d.get("block_size"),
-            d.get("moe"), d.get("mode"),
+            d.get("moe"), d.get("mode"), d.get("tp", 1),
         )  # fmt: skip
 
     def save(self, path: str | os.PathLike[str]) -> None:

@@ -37,13 +37,13 @@ _TOP: dict[str, Check] = {
     "kernels": Map(Map(Int(0))), "block_size": Int(1), "kv_dtype": Str(),
     "moe": Obj({"family": Str(), "experts": Int(1), "top_k": Int(1), "layers": Int(0),
                 "implementation": Str()}),
-    "mode": Str(),
+    "mode": Str(), "tp": Int(2),
 }  # fmt: skip
 #: Keys an older document may lack (the per-sequence and total tokens/s named apart) or
 #: that only a paged cache (``block_size``) or a KV width (``kv_dtype``) writes.
 _LATER = (
     "kernels", "tokens_per_s_per_seq", "tokens_per_s_total", "block_size", "kv_dtype", "moe",
-    "mode",
+    "mode", "tp",
 )  # fmt: skip
 #: The estimate's document: the keys ``to_dict`` writes (the figures derived from the
 #: rows, ``memory_bound``, ``crossover_batch``, ``fit_held``, ``tokens_per_s_total``, are
