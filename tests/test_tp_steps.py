@@ -414,3 +414,24 @@ def test_plans_equal_the_runs(two: list[dict[str, Any]], four: list[dict[str, An
                 )
                 measured = f["baseline"] + peak(f)
                 assert abs(planned - measured) <= 0.02 * measured, (where, planned, measured)
+
+
+def test_a_real_ranks_local_profile_is_the_plans_analysis(
+    two: list[dict[str, Any]], four: list[dict[str, Any]]
+) -> None:
+    """``ls.profile(..., dtensor="local")`` on a real rank of the run and the plan's
+    analysis of the same configuration on meta (its fake process group): the same FLOPs
+    in every module, forward and backward, and the same collectives by module, phase and
+    kind (the plan's analysis follows the CPU's kernels here, as the run does). The
+    model's own ops (its attention mask, built from the real ids' values in the run and
+    answered for meta tensors in the analysis) are left out of the FLOPs compared."""
+    for world, ranks in ((2, two), (4, four)):
+        for config in ("llama_tp", "llama_sp"):
+            seen = ranks[0]["profiled"][config]
+            plan = _plan_of(config, world, 0)
+            assert plan.analysis is not None
+            for key in ("flops", "backward_flops"):
+                mine = {n.path: n.metrics.get(key) for n in plan.analysis.nodes()}
+                blocks = {p for p in mine if p.startswith("model.layers") or p == "lm_head"}
+                assert {p: seen[key][p] for p in blocks} == {p: mine[p] for p in blocks}
+            assert seen["comm"] == plan.analysis.comm, (world, config)

@@ -413,6 +413,24 @@ def commdebug_counts(config: str, world: int) -> dict[str, Any]:
     return {"ours": counts, "theirs": {str(k): v for k, v in theirs.get_comm_counts().items()}}
 
 
+def profiled(config: str, world: int) -> dict[str, Any]:
+    """One forward and backward of the parallelized model under ``ls.profile(...,
+    dtensor="local")``: this rank's FLOPs and collectives as layerscope observes them."""
+    import layerscope as ls
+
+    model, _, dp = build(config, world)
+    ids, labels = batch(dp)
+    prof = ls.profile(
+        model, kwargs={"input_ids": ids, "position_ids": torch.arange(SEQ).unsqueeze(0)},
+        backward=True, loss_fn=lambda out: loss_from(out, labels), dtensor="local",
+    )  # fmt: skip
+    return {
+        "flops": {n.path: n.metrics.get("flops") for n in prof.nodes()},
+        "backward_flops": {n.path: n.metrics.get("backward_flops") for n in prof.nodes()},
+        "comm": prof.comm,
+    }
+
+
 def worker(rank: int, store: str, out: str, world: int) -> None:
     """One rank: every configuration, its facts to ``rank{r}.json``."""
     facts: dict[str, Any] = {}
@@ -422,4 +440,5 @@ def worker(rank: int, store: str, out: str, world: int) -> None:
         for config in CONFIGS + (("fsdp_tp",) if world == 4 else ()):
             facts[config] = run(config, world)
         facts["commdebug"] = {c: commdebug_counts(c, world) for c in ("llama_tp", "llama_sp")}
+        facts["profiled"] = {c: profiled(c, world) for c in ("llama_tp", "llama_sp")}
         dist.barrier()

@@ -19,8 +19,9 @@ FSDP2's all-gathers and reduce-scatters are charged to the unit whose parameters
 gather or whose gradients they reduce (``metrics.fsdpunits``).
 
 Collectives that run below the dispatch mode are not seen: those a tensor subclass issues
-inside its own ``__torch_dispatch__`` (DTensor redistributions) and those of a backend
-called directly from C++ without the dispatcher.
+inside its own ``__torch_dispatch__`` (DTensor redistributions, unless the session
+observes DTensors' local work: ``dtensor="local"``, ``collect.dtensors``) and those of a
+backend called directly from C++ without the dispatcher.
 """
 
 from __future__ import annotations

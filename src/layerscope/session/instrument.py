@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from layerscope.collect.dispatch import SessionMode, remove_mode
+from layerscope.collect.dtensors import local_shards
 from layerscope.collect.inputs import model_device_dtype
 from layerscope.collect.labels import LabelRegions
 from layerscope.collect.observer import Observer
@@ -47,6 +48,7 @@ class AnalysisSession:
         notices: list[str],
         target: Target | None,
         tensors_on: str | None,
+        local_dtensors: bool = False,
     ) -> None:
         self.model = model
         self.record_shapes = record_shapes
@@ -65,6 +67,10 @@ class AnalysisSession:
         self._steering: AbstractContextManager[KernelLog] | None = None
         self._steered: Target | None = None
         self._kernels: KernelLog | None = None
+        #: ops on DTensors observed as this rank's local work (``collect.dtensors``)
+        self._shards: AbstractContextManager[None] | None = (
+            local_shards() if local_dtensors else None
+        )
 
     @property
     def tracker(self) -> ScopeTracker:
@@ -117,6 +123,8 @@ class AnalysisSession:
                 import torch._dynamo  # noqa: F401
 
                 self._mode = SessionMode(tracker, on_op, LabelRegions(tracker).on_label_op)
+                if self._shards is not None:
+                    self._shards.__enter__()
                 self._mode.__enter__()  # type: ignore[no-untyped-call]
             target = self._steer_to()
             if target is not None:
@@ -128,6 +136,7 @@ class AnalysisSession:
                 self._end_steering()
                 if self._mode is not None:
                     remove_mode(self._mode)
+                    self._end_shards()
                 _uninstall(installed)
             finally:
                 try:
@@ -143,6 +152,11 @@ class AnalysisSession:
         target = resolve_target(self.target, on)
         # inside an outer steer context (collect.target), that one steers
         return target if on == "meta" and not steering_active() else None
+
+    def _end_shards(self) -> None:
+        shards, self._shards = self._shards, None
+        if shards is not None:
+            shards.__exit__(None, None, None)
 
     def _end_steering(self) -> None:
         steering, self._steering = self._steering, None
@@ -174,6 +188,7 @@ class AnalysisSession:
                     # Its own mode, wherever it is on the stack: sessions may end in any
                     # order.
                     remove_mode(self._mode)
+                    self._end_shards()
         finally:
             self._mode = None
             try:

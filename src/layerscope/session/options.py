@@ -73,6 +73,13 @@ class SessionOptions:
     numerics: dict[str, Any] | None = None
     memory: bool = False
     observers: tuple[Observer, ...] = ()
+    #: how ops on DTensors are observed: "logical" (the op as written, logical shapes)
+    #: or "local" (this rank's local ops and DTensor's collectives: ``collect.dtensors``)
+    dtensor: str = "logical"
+
+
+#: ``dtensor=``'s choices.
+DTENSOR_VIEWS = ("logical", "local")
 
 
 def check_session(
@@ -85,6 +92,7 @@ def check_session(
     memory: object = False,
     observers: object = (),
     numerics_defaults: Mapping[str, Any] | None = None,
+    dtensor: object = "logical",
 ) -> SessionOptions:
     """The options ``Profiler`` takes, checked; ``numerics_defaults`` are the numerics
     options a string ``numerics=`` (and a mapping that leaves them out) gets."""
@@ -96,6 +104,7 @@ def check_session(
         numerics=check_numerics(numerics, **(numerics_defaults or {})),
         memory=check_bool("memory", memory),
         observers=check_observers(observers),
+        dtensor=check_choice("dtensor", dtensor, DTENSOR_VIEWS),
     )
 
 

@@ -103,6 +103,9 @@ class Profiler:
     one merged Profile per stage, ``p.calls`` a row per call, ``p.generation`` a
     ``Generation`` as ``ls.profile_generate`` gives, and ``p.profile`` every call
     together. Not with ``timing`` or ``schedule``. See ``docs/generate.md``.
+
+    ``dtensor="local"`` observes ops on DTensors as this rank runs them (its local ops
+    and DTensor's collectives), as ``ls.profile``'s.
     """
 
     def __init__(
@@ -123,6 +126,7 @@ class Profiler:
         target: str | Target | None = None,
         optimizer: Optimizer | Sequence[Optimizer] | None = None,
         stages: bool | Rule = False,
+        dtensor: str = "logical",
     ) -> None:
         self._watch = OptimizerWatch(check_optimizer(optimizer))
         self._facts = StepFacts(model, self._watch)
@@ -137,6 +141,7 @@ class Profiler:
             numerics=numerics,
             memory=memory,
             observers=observers,
+            dtensor=dtensor,
         )
         if rule is not None:  # every call as ls.profile(..., memory=True) analyses it
             self._options = dataclasses.replace(self._options, memory=True)
@@ -443,6 +448,7 @@ class Profiler:
             notices=self._notices,
             target=self._target,
             tensors_on=self._tensors_on,
+            local_dtensors=self._options.dtensor == "local",
         )
 
     def _open(self) -> None:

@@ -72,6 +72,7 @@ def profile(
     mode: Mode | None = None,
     target: str | Target | None = None,
     optimizer: Optimizer | Sequence[Optimizer] | None = None,
+    dtensor: str = "logical",
 ) -> Profile:
     """Run ``model`` once under instrumentation and return its Profile.
 
@@ -118,6 +119,10 @@ def profile(
       parameters count in ``profile.memory["baseline"]`` (the bytes live before the run).
     - ``observers`` adds measurements of your own (``layerscope.collect.observer``); an
       exception in one of their methods is raised as ``ObserverError``.
+    - ``dtensor="local"`` observes ops on DTensors (tensor parallelism) as this rank runs
+      them: its local ops, at its shards' shapes, and the collectives DTensor issues to
+      redistribute; ``"logical"`` (default) each op once, at the logical shapes
+      (``docs/distributed.md``).
 
     Calls of the model from other threads meanwhile are not counted; a ``profile`` of a
     model that another thread is profiling waits for it to finish.
@@ -150,6 +155,7 @@ def profile(
         grad_shapes=record_shapes is True and backward,
         target=target,
         optimizer=optimizer,
+        dtensor=dtensor,
     )
     # One session on a model at a time: another thread's waits here for this one to end.
     with claimed(model):
