@@ -92,6 +92,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--dtype", metavar="DTYPE", help="cast the model first (e.g. bfloat16, float16)"
     )
     gen.add_argument(
+        "--tp", type=int, default=1, metavar="N",
+        help="on meta, GPUs of one node the model is split over by its own tensor-parallel "
+        "plan (default 1): every figure one GPU's",
+    )  # fmt: skip
+    gen.add_argument(
         "--device", default="meta",
         help="meta (the default: estimate on --target, nothing runs), or cpu, cuda, cuda:N "
         "(run generate() there and measure it)",
@@ -195,10 +200,11 @@ def _check_flags(args: argparse.Namespace) -> torch.device:
         if args.time:
             raise InvalidInputError("--time needs a real device: nothing runs on meta")
     else:
-        if args.cache == "paged" or args.kv_dtype is not None:
+        if args.cache == "paged" or args.kv_dtype is not None or args.tp != 1:
             raise InvalidInputError(
-                "--cache paged and --kv-dtype are estimates' (on meta); on a real device "
-                "generate() runs a dynamic or a static cache at the model's dtype"
+                "--cache paged, --kv-dtype and --tp are estimates' (on meta); on a real "
+                "device generate() runs a dynamic or a static cache at the model's dtype, "
+                "on one GPU"
             )
         if args.batch:
             raise InvalidInputError(
@@ -294,6 +300,7 @@ def run(args: argparse.Namespace) -> int:
         new_tokens=args.max_new_tokens,
         batch=parse_batches(args.batch) if args.batch else [batch], cache=args.cache,
         dtype=dtype, block_size=args.block_size, kv_dtype=args.kv_dtype, mode=args.mode,
+        tp=args.tp,
     )  # fmt: skip
     result.show(width=args.width)
     write_outputs(args, result, result.render(width=args.width) if args.output else "")

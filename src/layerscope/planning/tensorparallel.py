@@ -393,9 +393,10 @@ def parallelized(
     chosen = dict(plan) if plan is not None else model_plan(model)
     if not chosen:
         raise InvalidInputError(
-            f"mesh tp={size}: the model has no tensor-parallel plan (a transformers "
-            "config's base_model_tp_plan): pass tp_plan={module path pattern: style}, e.g. "
-            "{'layers.*.mlp.up_proj': 'colwise', 'layers.*.mlp.down_proj': 'rowwise'} (--tp-plan)"
+            f"tp={size}: the model has no tensor-parallel plan (a transformers config's "
+            "base_model_tp_plan); ls.plan takes one as tp_plan={module path pattern: "
+            "style}, e.g. {'layers.*.mlp.up_proj': 'colwise', 'layers.*.mlp.down_proj': "
+            "'rowwise'} (--tp-plan)"
         )
     _check_heads(model, size)
     entries = expand(model, chosen, given)
