@@ -43,3 +43,14 @@ def test_an_explicit_cache_is_refused_with_the_fix() -> None:
     with pytest.raises(InvalidInputError, match="pass use_cache=False"):
         ls.plan(_gpt2(), torch.zeros(2, 8, dtype=torch.long), kwargs={"use_cache": True},
                 **ONE_GPU)  # fmt: skip
+
+
+def test_input_shape_with_the_cache_turned_off() -> None:
+    """Shapes instead of tensors: the plan draws the token ids itself, beside its
+    ``use_cache=False`` (``ls.profile`` takes shapes or keyword inputs, not both): the
+    same plan as with 2 x 8 token ids given."""
+    model = _gpt2()
+    drawn = ls.plan(model, input_shape=(2, 8), input_dtype=torch.long, **ONE_GPU)
+    given = ls.plan(model, torch.zeros(2, 8, dtype=torch.long), **ONE_GPU)
+    assert (drawn.tokens, drawn.peak_bytes, drawn.states) == (16, given.peak_bytes, given.states)
+    assert [n for n in drawn.notes if n.startswith(facts.CACHE_OFF)] != []

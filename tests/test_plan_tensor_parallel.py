@@ -173,3 +173,31 @@ def test_a_given_profile_and_uneven_heads_are_refused() -> None:
         llama = LlamaForCausalLM(config)
     with pytest.raises(InvalidInputError, match="2 key value heads do not split evenly over 4"):
         ls.plan(llama, input_shape=(1, 16), input_dtype=torch.long, mesh={"tp": 4})
+
+
+def test_tied_embeddings_stay_tied_and_replicated_norms_stay_whole() -> None:
+    """A transformers Llama with tied embeddings (hidden 64, MLP 128, 2 layers, 4 heads
+    of 16 and 2 key/value heads, vocabulary 128) at tensor parallel 2: the embedding's
+    and the output projection's one weight is split by rows once, not twice: per layer
+    the seven linears' (4,096 + 2,048 + 2,048 + 4,096 + 3 x 8,192) / 2 = 18,432 elements
+    and the two norms' 128 whole; the final norm's 64; the tied weight's 128 x 64 / 2 =
+    4,096: 2 x (18,432 + 128) + 64 + 4,096 = 41,280 elements, 165,120 B in float32.
+    Qwen3's plan keeps its per-head q_norm and k_norm whole
+    (``replicated_with_grad_allreduce``)."""
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+    shape: dict[str, Any] = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+             "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 128}  # fmt: skip
+    with torch.device("meta"):
+        llama = LlamaForCausalLM(LlamaConfig(**shape, tie_word_embeddings=True))
+    ids = torch.zeros(1, 16, dtype=torch.long)
+    plan = ls.plan(llama, ids, mesh={"tp": 2}, precision="fp32", reserve_bytes=0)
+    assert plan.states["param_bytes"] == 41_280 * 4
+    with torch.device("meta"):
+        qwen = Qwen3ForCausalLM(Qwen3Config(**shape, head_dim=16))
+    plan = ls.plan(qwen, ids, mesh={"tp": 2}, precision="fp32", reserve_bytes=0)
+    assert plan.options["tp_plan"]["model.layers.*.self_attn.q_norm"] == (
+        "replicated_with_grad_allreduce"
+    )
+    # q_norm and k_norm: 16 elements each, whole on each rank; untied embedding and head
+    assert plan.states["param_bytes"] == (2 * (18_432 + 128 + 32) + 64 + 2 * 4_096) * 4

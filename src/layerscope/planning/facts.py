@@ -99,7 +99,11 @@ def analyse(
     cache_off = _cache_off(model, kwargs)
     if cache_off:
         call["kwargs"] = {**call.get("kwargs", {}), "use_cache": False}
-    if input_shape is not None:
+    if input_shape is not None and cache_off:  # the inputs drawn here, beside the kwarg
+        from layerscope.collect.inputs import random_inputs
+
+        call["args"] = random_inputs(meta, input_shape, call.pop("input_dtype", None))
+    elif input_shape is not None:
         call["input_shape"] = input_shape
     from layerscope.planning.kernels import KernelRecorder, record
 

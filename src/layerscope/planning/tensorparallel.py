@@ -38,6 +38,7 @@ from layerscope.errors import InvalidInputError
 STYLES = (
     "colwise", "rowwise", "colwise_rep", "colwise_gather_output", "rowwise_rep",
     "rowwise_split_input", "embedding_rowwise", "sequence_parallel", "replicate",
+    "replicated_with_grad_allreduce",
 )  # fmt: skip
 #: What ``sequence_parallel`` assumes of the activations' layout.
 SEQUENCE_DIM = 1
@@ -62,7 +63,7 @@ def _torch_style(name: str) -> Any:
         return RowwiseParallel(input_layouts=Replicate())
     if name == "sequence_parallel":
         return SequenceParallel(use_local_output=True)
-    return None  # "replicate"
+    return None  # "replicate", "replicated_with_grad_allreduce": left whole
 
 
 def model_plan(model: nn.Module) -> dict[str, Any] | None:
@@ -193,12 +194,16 @@ def _sequence_styles(model: nn.Module, entries: list[Entry]) -> dict[str, Any]:
         )
     out.update((path, _Stream(gather=True)) for path in gathered if path not in out)
     planned = {e.path: e.style for e in entries}
-    entered = _stream_styles(model, planned, gathered, out)
-    for block in blocks:  # a module of the block the plan leaves whole: runs on the whole
-        for child, module in model.get_submodule(block).named_children():
-            name = f"{block}.{child}"
-            if name not in out and name not in planned and any(True for _ in module.parameters()):
-                out[name] = _Stream(gather=True, local=True, split_output=True)
+    whole = {  # a module of the block the plan leaves whole: runs on the whole sequence
+        f"{block}.{child}": None
+        for block in blocks
+        for child, module in model.get_submodule(block).named_children()
+        if f"{block}.{child}" not in out | planned
+        and "Norm" not in type(module).__name__
+        and any(True for _ in module.parameters())
+    }
+    out.update((path, _Stream(gather=True, local=True, split_output=True)) for path in whole)
+    entered = _stream_styles(model, planned, gathered | whole, out)
     first, last = next(iter(blocks)), list(blocks)[-1]
     if not entered:  # no embeddings: the first block splits its input
         out[first] = _Stream(split=True)
@@ -400,10 +405,40 @@ def parallelized(
         )
     _check_heads(model, size)
     entries = expand(model, chosen, given)
+    tied = _tied(model)
     with fake_mesh(size) as mesh, _quiet_cpu_mesh():
         parallelize_module(model, mesh, styles(model, entries, sequence))
+        _tie_again(model, tied)
         with local_shards():
             yield entries
+
+
+def _tied(model: nn.Module) -> list[list[tuple[str, str]]]:
+    """The (module path, name) pairs of each parameter shared by several modules (tied
+    embeddings)."""
+    holders: dict[int, list[tuple[str, str]]] = {}
+    for path, module in model.named_modules():
+        for name, p in module.named_parameters(recurse=False):
+            holders.setdefault(id(p), []).append((path, name))
+    return [h for h in holders.values() if len(h) > 1]
+
+
+def _tie_again(model: nn.Module, tied: list[list[tuple[str, str]]]) -> None:
+    """Each shared parameter shared again after the split: its holders' shards, when
+    they have one layout (an embedding split by rows and an output projection split by
+    columns both shard the [vocabulary, hidden] weight's rows), are one tensor, as a run
+    that ties them after ``parallelize_module`` holds it; otherwise left as the split
+    made them."""
+    for holders in tied:
+        modules = [model.get_submodule(path) for path, _ in holders]
+        params = [getattr(m, name) for m, (_, name) in zip(modules, holders, strict=True)]
+        first = params[0]
+        if all(
+            p.shape == first.shape and getattr(p, "placements", None)
+            == getattr(first, "placements", None) for p in params
+        ):  # fmt: skip
+            for m, (_, name) in zip(modules[1:], holders[1:], strict=True):
+                setattr(m, name, first)
 
 
 def _check_heads(model: nn.Module, size: int) -> None:
