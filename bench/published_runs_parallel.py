@@ -29,9 +29,6 @@ AdamW; full checkpointing as every block checkpointed.
 
 from __future__ import annotations
 
-import argparse
-import json
-import statistics
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -39,7 +36,9 @@ from typing import Any
 import torch
 
 import layerscope as ls
+import published
 
+SOURCE = "https://github.com/pytorch/torchtitan (docs/performance.md, benchmarks/)"
 SHAPES: dict[str, dict[str, Any]] = {
     "llama3.1-405b": dict(hidden_size=16384, intermediate_size=53248, num_hidden_layers=126,
                           num_attention_heads=128, num_key_value_heads=8, vocab_size=128256),
@@ -123,25 +122,16 @@ def _line(row: dict[str, Any]) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", help="runs whose name contains this")
-    parser.add_argument("--json", help="write the rows here")
-    args = parser.parse_args()
-    runs = [r for r in RUNS if not args.only or args.only in r.name]
-    print(f"{'run':<40} {'measured':>8} {'predicted':>9} {'bound':>8} {'meas/pred':>9} "
-          f"{'fits':>5} {'peak GiB':>8} {'run GiB':>8} {'plan s':>6}")  # fmt: skip
-    rows = []
-    for run in runs:
-        rows.append(plan_run(run))
-        print(_line(rows[-1]), flush=True)
+    args = published.arguments(__doc__)
+    header = (
+        f"{'run':<40} {'measured':>8} {'predicted':>9} {'bound':>8} {'meas/pred':>9} "
+        f"{'fits':>5} {'peak GiB':>8} {'run GiB':>8} {'plan s':>6}"
+    )
+    rows = published.table(RUNS, args.only, plan_run, _line, header)
     ratios = [r["ratio"] for r in rows if r["ratio"]]
     if ratios:
-        error = 100 * statistics.median(abs(x - 1) for x in ratios)
-        print(f"\nmedian measured / predicted {statistics.median(ratios):.2f}; "
-              f"median |error| {error:.1f} %")  # fmt: skip
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+        print("\n" + published.medians(ratios))
+    published.save(args.json, SOURCE, rows)
     return 0
 
 

@@ -32,9 +32,6 @@ every block checkpointed; "selective layer" AC (``ac_freq`` 2) as every second b
 
 from __future__ import annotations
 
-import argparse
-import json
-import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -44,6 +41,7 @@ import torch
 import torch.nn.functional as F
 
 import layerscope as ls
+import published
 
 SOURCE = "https://github.com/pytorch/torchtitan/blob/main/docs/performance.md"
 SHAPES: dict[str, dict[str, Any]] = {
@@ -176,29 +174,19 @@ def _line(row: dict[str, Any]) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", help="runs whose name contains this")
-    parser.add_argument("--json", help="write the rows here")
-    args = parser.parse_args()
-    runs = [r for r in RUNS if not args.only or args.only in r.name]
-    print(f"{'run':<34} {'measured':>9} {'predicted':>9} {'bound':>9} {'meas/pred':>9} "
-          f"{'meas/bound':>10} {'fits':>5} {'peak GiB':>8}")  # fmt: skip
-    rows = []
-    for run in runs:
-        rows.append(plan_run(run))
-        print(_line(rows[-1]), flush=True)
+    args = published.arguments(__doc__)
+    header = (
+        f"{'run':<34} {'measured':>9} {'predicted':>9} {'bound':>9} {'meas/pred':>9} "
+        f"{'meas/bound':>10} {'fits':>5} {'peak GiB':>8}"
+    )
+    rows = published.table(RUNS, args.only, plan_run, _line, header)
     ratios = [r["ratio"] for r in rows if r.get("ratio")]
     if ratios:
-        error = 100 * statistics.median(abs(x - 1) for x in ratios)
-        print(f"\n{len(ratios)} runs planned; median measured / predicted "
-              f"{statistics.median(ratios):.2f} ({min(ratios):.2f} to {max(ratios):.2f}); "
-              f"median |error| {error:.1f} %")  # fmt: skip
+        print("\n" + published.medians(ratios))
     wrong = [r["name"] for r in rows if r.get("fits") is not None and r["fits"] != r["ran"]]
     above = [r["name"] for r in rows if r.get("ratio") and r["tokens_per_s_per_gpu"] > r["bound"]]
     print(f"faster than the bound: {above or 'none'}; fit predicted wrongly: {wrong or 'none'}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"source": SOURCE, "torch": torch.__version__, "rows": rows}, f, indent=1)
+    published.save(args.json, SOURCE, rows)
     return 0
 
 
