@@ -136,7 +136,8 @@ def test_baseline_by_hand(two: list[dict[str, Any]], four: list[dict[str, Any]])
     """What is alive before the step (every tensor ``gc`` finds): the parameters,
     AdamW's states, the stage's receive buffers (an activation per microbatch on all
     but stage 0, a gradient per microbatch on all but the last), this rank's batch
-    ([2M, 16, 64]) and target ([2M, 16, 32]), and one 0-dim float32 tensor."""
+    ([2M, 16, 64]) and target ([2M, 16, 32]), and one 0-dim float32 tensor (torch's own
+    ``pipelining.microbatch.sum_reducer``'s initial value, made on import)."""
     for stages, stage, schedule, m, f, _ in _runs(two, four):
         elements, tensors = stage_elements(stages, stage)
         where = (stages, stage, schedule, m)

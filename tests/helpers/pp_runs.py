@@ -28,10 +28,11 @@ Each rank's ``rank{r}.json``: ``{"gpipe-4": facts, "gpipe-8": ..., "1f1b-4": ...
 - ``losses``: the last stage's microbatch losses of each step (``[]`` elsewhere);
   ``reference``: the unsplit model's loss on the whole batch over the same steps.
 
-``alone[str(stage)]`` (stage of the rank, at ``S`` stages): one microbatch run through
-the stage's module outside the pipeline: ``held``, the live bytes its forward leaves for
-its backward (the output and what autograd saved), and ``transient``, the backward's
-peak above that.
+``alone`` (this rank's stage, of ``world``): one microbatch run through the stage's
+module outside the pipeline, twice: ``held``, the live bytes its forward leaves for its
+backward (the output and what autograd saved); ``loss_held``, what the last stage's loss
+adds (the other stages: the output's gradient, as received); ``first`` and ``later``,
+the first and the second backward's peak above its start.
 """
 
 from __future__ import annotations
@@ -267,7 +268,7 @@ def measured_step(
     facts: dict[str, Any] = {"baseline": storage_bytes(alive)}
     facts["known"] = known_bytes(module, opt, stage, list(batch))
     facts["other"] = other_shapes(alive, module, opt, stage, list(batch))
-    seen, actions = P2PObserver(rank), []
+    seen, actions = P2PObserver(rank), list[list[Any]]()
     watch_actions(stage, seen, actions)
     with Wrapped() as wrapped, seen:
         losses = step_once(runner, rank, world, batch)
@@ -316,16 +317,16 @@ def run(config: str, rank: int, world: int) -> dict[str, Any]:
 
 def alone(rank: int, world: int) -> dict[str, int]:
     """One microbatch through this stage's module outside the pipeline, twice (its input
-    a leaf that requires a gradient, as a received activation is; the last stage's
-    loss taken): ``held``, the bytes the first forward leaves for its backward (the loss
-    and what it saved too on the last stage: ``loss_held``); ``first``, the first
-    backward's peak above its start (the gradients allocated in it) and ``later``, the
-    second's (adding into them); ``input_grad``, the bytes the backward leaves."""
+    a leaf that requires a gradient, as a received activation is): ``held``, the bytes
+    the forward leaves for its backward; ``loss_held``, the loss's (last stage) or the
+    output gradient's (the others: allocated before the backward, as a received one
+    is); ``first``, the first backward's peak above its start (the gradients allocated
+    in it) and ``later``, the second's (adding into them)."""
     module = stage_module(stack(), rank, world)
     x, target = data(1)
     if rank > 0:
         x = torch.randn(ROWS, SEQ, WIDTH).requires_grad_(True)
-    seen, facts = StorageTracker([]), {}
+    seen, facts = StorageTracker([]), dict[str, int]()
     with seen:
         for key in ("first", "later"):
             out = module(x)  # kept to the backward's end, as the pipeline keeps it
@@ -334,7 +335,7 @@ def alone(rank: int, world: int) -> dict[str, int]:
             loss = loss_fn(out, target) if grad is None else out
             facts.setdefault("loss_held", seen.level - facts["held"])
             start = seen.peak = seen.level
-            loss.backward(grad)  # type: ignore[no-untyped-call]
+            loss.backward(grad)
             facts[key] = seen.peak - start
             del out, grad, loss
             x.grad = None
