@@ -252,15 +252,19 @@ def predicted_peak(schedule: str, stages: int, stage: int, m: int, f: dict[str, 
 
 
 def test_peaks_follow_the_schedule(two: list[dict[str, Any]], four: list[dict[str, Any]]) -> None:
-    """Each stage's peak above the baseline within 2 % of ``predicted_peak`` (the
-    misses: whether a send's tensor the schedule has not yet dropped is still alive at
-    the peak, 8,192 B); the peak is the pipeline's (AdamW's step adds none above it);
-    and GPipe's peak grows with M by the extra microbatches' held bytes while 1F1B's
-    grows only by what the last stage keeps (and at most one send's tensor)."""
+    """Each stage's peak above the baseline is ``predicted_peak``: exactly under GPipe;
+    under 1F1B exactly or, on a stage that sends activations on, one activation more
+    (8,192 B: an output already backwarded that a send not yet waited on still holds,
+    as the peers' timing has it), within 2 % in all. The peak is the pipeline's
+    (AdamW's step adds none above it). GPipe's peak grows with M by the extra
+    microbatches' held bytes, 1F1B's only by what the last stage keeps (and at most
+    one sent activation)."""
     for stages, stage, schedule, m, f, alone in _runs(two, four):
         where = (stages, stage, schedule, m)
         predicted = predicted_peak(schedule, stages, stage, m, {**f, "alone": alone})
-        assert abs(predicted - f["peak"]) <= 0.02 * f["peak"], (where, predicted, f["peak"])
+        pending = (0, ACT) if schedule == "1f1b" and stage < stages - 1 else (0,)
+        assert f["peak"] - predicted in pending, (where, predicted, f["peak"])
+        assert abs(predicted - f["peak"]) <= 0.02 * f["peak"], where
         assert f["peak"] == f["pipeline_peak"], where
     for ranks in (two, four):
         stages = len(ranks)
