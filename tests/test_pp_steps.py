@@ -1,0 +1,281 @@
+"""Pipeline-parallel training steps on 2 and 4 ranks (gloo, CPU), one stage a rank: one
+spawn per world size, every schedule and microbatch count inside it (``helpers.pp_runs``),
+the third step measured on every rank.
+
+The model: a stem Linear(64, 64), 8 blocks LayerNorm(64), Linear(64, 256), GELU,
+Linear(256, 64) and a head Linear(64, 32), float32, AdamW; a microbatch is [2, 16, 64].
+Stage s of S holds 8 / S blocks, stage 0 the stem too and the last stage the head:
+
+- a block: LayerNorm 64 + 64, Linear 64 x 256 + 256, Linear 256 x 64 + 64 = 33,216
+  elements in 6 tensors; the stem 64 x 64 + 64 = 4,160 in 2; the head 64 x 32 + 32 =
+  2,080 in 2.
+- what one microbatch's forward leaves for its backward: a block saves its LayerNorm's
+  mean and rstd ([2, 16, 1], 128 B each) and output (8,192 B), the first Linear's
+  output (GELU's input, [2, 16, 256], 32,768 B), GELU's output (the second Linear's
+  input, 32,768 B) and the second Linear's output (the next block's input or the stage's
+  output, 8,192 B): 82,176 B; stage 0 adds the stem's output (8,192 B: the stem's input
+  is the batch, held before the step), the last stage the head's output ([2, 16, 32],
+  4,096 B); a received activation is the stage's persistent receive buffer, held before.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from helpers import pp_runs
+from helpers.distributed import spawn_ranks
+
+pytestmark = pytest.mark.slow
+
+TIME_LIMIT_S = 300.0
+F32 = 4
+BLOCK = (64 + 64) + (64 * 256 + 256) + (256 * 64 + 64)  # 33,216 elements, 6 tensors
+STEM = 64 * 64 + 64  # 4,160 elements, 2 tensors
+HEAD = 64 * 32 + 32  # 2,080 elements, 2 tensors
+ACT = 2 * 16 * 64 * F32  # a microbatch's activation or its gradient: 8,192 B
+OUT = 2 * 16 * 32 * F32  # a microbatch's output (the head's): 4,096 B
+#: a block's held bytes: LayerNorm mean, rstd and output, the first Linear's and GELU's
+#: outputs, the second Linear's output
+BLOCK_HELD = 2 * (2 * 16 * 1 * F32) + ACT + 2 * (2 * 16 * 256 * F32) + ACT  # 82,176 B
+#: mse_loss on CPU returns a 0-dim loss over a storage of the whole elementwise
+#: difference, [2, 16, 32]: each microbatch's loss holds 4,096 B, not 4
+LOSS = OUT
+
+
+def _spawn(world: int, tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    out: Path = tmp_path_factory.mktemp(f"pp{world}")
+    return spawn_ranks(functools.partial(pp_runs.worker, world=world), world, out, TIME_LIMIT_S)
+
+
+@pytest.fixture(scope="module")
+def two(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    """Each stage's facts on 2 ranks (about 8 s here, unloaded)."""
+    return _spawn(2, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def four(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    """Each stage's facts on 4 ranks (about 18 s here, unloaded)."""
+    return _spawn(4, tmp_path_factory)
+
+
+Run = tuple[int, int, str, int, dict[str, Any], dict[str, Any]]
+
+
+def _runs(two: list[dict[str, Any]], four: list[dict[str, Any]]) -> list[Run]:
+    """(stages, stage, schedule, microbatches, facts, the stage's ``alone``) of every run."""
+    return [
+        (
+            world,
+            rank,
+            config.partition("-")[0],
+            int(config.partition("-")[2]),
+            f[config],
+            f["alone"],
+        )
+        for world, ranks in ((2, two), (4, four))
+        for rank, f in enumerate(ranks)
+        for config in pp_runs.CONFIGS
+    ]
+
+
+def stage_elements(stages: int, stage: int) -> tuple[int, int]:
+    """(parameter elements, parameter tensors) of a stage."""
+    blocks = 8 // stages
+    elements, tensors = blocks * BLOCK, blocks * 6
+    if stage == 0:
+        elements, tensors = elements + STEM, tensors + 2
+    if stage == stages - 1:
+        elements, tensors = elements + HEAD, tensors + 2
+    return elements, tensors
+
+
+def held(stages: int, stage: int) -> int:
+    """Bytes one microbatch's forward leaves on a stage for its backward."""
+    out = (8 // stages) * BLOCK_HELD
+    return out + (ACT if stage == 0 else 0) + (OUT if stage == stages - 1 else 0)
+
+
+def test_losses_equal_the_unsplit_model(
+    two: list[dict[str, Any]], four: list[dict[str, Any]]
+) -> None:
+    """The last stage's microbatch losses average, step by step, to the unsplit model's
+    loss on the whole batch trained alike (to 1e-5): the split and the schedules
+    compute the same model. Other stages see no loss."""
+    for stages, stage, schedule, m, f, _ in _runs(two, four):
+        where = (stages, stage, schedule, m)
+        assert len(f["losses"]) == len(f["reference"]) == pp_runs.STEPS, where
+        if stage < stages - 1:
+            assert f["losses"] == [[]] * pp_runs.STEPS, where
+            continue
+        for mine, plain in zip(f["losses"], f["reference"], strict=True):
+            assert len(mine) == m, where
+            assert abs(sum(mine) / m - plain) <= 1e-5, (where, mine, plain)
+
+
+def test_stage_bytes_by_hand(two: list[dict[str, Any]], four: list[dict[str, Any]]) -> None:
+    """Parameters, gradients (after the step's backward), AdamW's moments and steps."""
+    assert stage_elements(2, 0) == (4_160 + 4 * 33_216, 26)  # 137,024: 548,096 B
+    assert stage_elements(2, 1) == (4 * 33_216 + 2_080, 26)  # 134,944: 539,776 B
+    assert stage_elements(4, 0)[0] * F32 == 282_368  # (4,160 + 2 x 33,216) x 4
+    assert stage_elements(4, 1)[0] * F32 == 265_728  # 2 x 33,216 x 4
+    assert stage_elements(4, 3)[0] * F32 == 274_048  # (2 x 33,216 + 2,080) x 4
+    for stages, stage, schedule, m, f, _ in _runs(two, four):
+        elements, tensors = stage_elements(stages, stage)
+        where = (stages, stage, schedule, m)
+        assert f["params"] == f["grads"] == F32 * elements, where
+        assert f["states"] == 2 * F32 * elements, where  # exp_avg and exp_avg_sq
+        assert f["steps"] == F32 * tensors, where  # a float32 step per tensor
+
+
+def test_baseline_by_hand(two: list[dict[str, Any]], four: list[dict[str, Any]]) -> None:
+    """What is alive before the step (every tensor ``gc`` finds): the parameters,
+    AdamW's states, the stage's receive buffers (an activation per microbatch on all
+    but stage 0, a gradient per microbatch on all but the last), this rank's batch
+    ([2M, 16, 64]) and target ([2M, 16, 32]), and one 0-dim float32 tensor (torch's own
+    ``pipelining.microbatch.sum_reducer``'s initial value, made on import)."""
+    for stages, stage, schedule, m, f, _ in _runs(two, four):
+        elements, tensors = stage_elements(stages, stage)
+        where = (stages, stage, schedule, m)
+        recv = m * ACT * ((stage > 0) + (stage < stages - 1))
+        assert f["known"] == {
+            "params": F32 * elements,
+            "optimizer": 2 * F32 * elements + F32 * tensors,
+            "recv_buffers": recv,  # 4 microbatches, a middle stage: 65,536 B
+            "batch": m * ACT + m * OUT,  # M x 8,192 + M x 4,096
+        }, where
+        assert f["other"] == [[]], where
+        assert f["baseline"] == sum(f["known"].values()) + F32, where
+
+
+def expected_p2p(stages: int, stage: int, m: int) -> dict[str, dict[str, dict[str, Any]]]:
+    """Every microbatch's activation [2, 16, 64] goes forward across each boundary and
+    its gradient back: a stage receives M activations from the previous stage and sends
+    it M gradients; it sends M activations to the next and receives M gradients."""
+    row = {"calls": m, "bytes": m * ACT, "shapes": [[2, 16, 64]]}
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    if stage > 0:
+        out.setdefault("forward", {})["received"] = row
+        out.setdefault("backward", {})["sent"] = row
+    if stage < stages - 1:
+        out.setdefault("forward", {})["sent"] = row
+        out.setdefault("backward", {})["received"] = row
+    return out
+
+
+def test_point_to_point_by_hand(two: list[dict[str, Any]], four: list[dict[str, Any]]) -> None:
+    """Every send and receive of the step (seen by dispatch, phase by peer) as
+    ``expected_p2p`` derives it, alike for GPipe and 1F1B; and the same totals counted
+    by wrapping ``dist.isend``/``irecv``."""
+    assert expected_p2p(4, 1, 8)["forward"]["received"]["bytes"] == 65_536  # 8 x 8,192
+    for stages, stage, schedule, m, f, _ in _runs(two, four):
+        where = (stages, stage, schedule, m)
+        expected = expected_p2p(stages, stage, m)
+        assert f["p2p"] == expected, where
+        totals: dict[str, dict[str, int]] = {}
+        for directions in expected.values():
+            for direction, row in directions.items():
+                mine = totals.setdefault(direction, {"calls": 0, "bytes": 0})
+                mine["calls"] += row["calls"]
+                mine["bytes"] += row["bytes"]
+        assert f["wrapped"] == totals, where
+
+
+def in_flight(actions: list[list[Any]]) -> int:
+    """The most microbatches forwarded and not yet backwarded at once."""
+    most = now = 0
+    for kind, *_ in actions:
+        now += 1 if kind == "F" else -1
+        most = max(most, now)
+    return most
+
+
+def test_held_and_in_flight(two: list[dict[str, Any]], four: list[dict[str, Any]]) -> None:
+    """Each forward leaves exactly a microbatch's held bytes (by hand, and as the stage
+    run alone leaves them); GPipe runs every microbatch's forward before any backward
+    (M in flight), 1F1B at most S - s on stage s."""
+    assert held(2, 0) == 8_192 + 4 * 82_176 == 336_896
+    assert held(4, 3) == 2 * 82_176 + 4_096 == 168_448
+    for stages, stage, schedule, m, f, alone in _runs(two, four):
+        where = (stages, stage, schedule, m)
+        assert alone["held"] == held(stages, stage), where
+        forwards = [a for a in f["actions"] if a[0] == "F"]
+        assert [a[1] for a in forwards] == list(range(m)), where
+        assert all(after - before == held(stages, stage) for _, _, before, after, _ in forwards)
+        rule = m if schedule == "gpipe" else min(m, stages - stage)
+        assert in_flight(f["actions"]) == rule, where
+
+
+def test_backward_transients(two: list[dict[str, Any]], four: list[dict[str, Any]]) -> None:
+    """A backward's peak above its start in the step equals the stage's run alone: the
+    first one's (which allocates the gradients) and every later one's (adding into
+    them)."""
+    for stages, stage, schedule, m, f, alone in _runs(two, four):
+        backwards = [a for a in f["actions"] if a[0] == "B"]
+        rises = [peak - before for _, _, before, _, peak in backwards]
+        assert rises == [alone["first"]] + [alone["later"]] * (m - 1), (stages, stage, schedule)
+
+
+def kept_per_done(schedule: str, stages: int, stage: int) -> int:
+    """Bytes a finished microbatch leaves until the step's end. GPipe keeps every send's
+    work, and with it the tensor sent: each output sent on (8,192 B) and each input
+    gradient sent back (8,192 B); 1F1B waits on and drops them as it goes. The last
+    stage keeps every output for the merged result (4,096 B), and every loss."""
+    kept = OUT if stage == stages - 1 else 0
+    if schedule == "gpipe":
+        kept += ACT * ((stage > 0) + (stage < stages - 1))
+    return kept
+
+
+def predicted_peak(schedule: str, stages: int, stage: int, m: int, f: dict[str, Any]) -> int:
+    """The schedule's rule: before backward k, ``n_k`` microbatches' held bytes (GPipe
+    M - k; 1F1B its min(M, S - s) warm-up forwards plus one a backward, less k), the
+    gradients once the first backward made them, what finished microbatches keep and
+    the last stage's losses; the peak, the worst of those plus that backward's rise
+    (measured alone: the first's, or a later one's)."""
+    alone, last = f["alone"], stage == stages - 1
+    warmup = m if schedule == "gpipe" else min(m, stages - stage)
+    one_grad = ACT if schedule == "1f1b" and stage > 0 else 0  # 1F1B's latest input grad
+    worst = 0
+    for k in range(m):
+        forwarded = m if schedule == "gpipe" else min(m, warmup + k)
+        level = (forwarded - k) * held(stages, stage)
+        level += k * kept_per_done(schedule, stages, stage) + (forwarded * LOSS if last else 0)
+        if k:
+            level += f["grads"] + one_grad
+        worst = max(worst, level + alone["later" if k else "first"])
+    return worst
+
+
+def test_peaks_follow_the_schedule(two: list[dict[str, Any]], four: list[dict[str, Any]]) -> None:
+    """Each stage's peak above the baseline is ``predicted_peak``: exactly under GPipe;
+    under 1F1B exactly or, on a stage that sends activations on, one activation more
+    (8,192 B: an output already backwarded that a send not yet waited on still holds,
+    as the peers' timing has it), within 2 % in all. The peak is the pipeline's
+    (AdamW's step adds none above it). GPipe's peak grows with M by the extra
+    microbatches' held bytes, 1F1B's only by what the last stage keeps (and at most
+    one sent activation)."""
+    for stages, stage, schedule, m, f, alone in _runs(two, four):
+        where = (stages, stage, schedule, m)
+        predicted = predicted_peak(schedule, stages, stage, m, {**f, "alone": alone})
+        pending = (0, ACT) if schedule == "1f1b" and stage < stages - 1 else (0,)
+        assert f["peak"] - predicted in pending, (where, predicted, f["peak"])
+        assert abs(predicted - f["peak"]) <= 0.02 * f["peak"], where
+        assert f["peak"] == f["pipeline_peak"], where
+    for ranks in (two, four):
+        stages = len(ranks)
+        for stage, facts in enumerate(ranks):
+            last = stage == stages - 1
+            # GPipe: 4 more microbatches held at once (and 4 more losses kept)
+            grown = facts["gpipe-8"]["peak"] - facts["gpipe-4"]["peak"]
+            assert grown == 4 * (held(stages, stage) + (LOSS if last else 0)), (stages, stage)
+            if stages - stage >= 4:  # 1F1B's warm-up is all 4 microbatches of 1f1b-4
+                continue
+            # 1F1B: the same in flight; the last stage keeps 4 more outputs and losses
+            grown = facts["1f1b-8"]["peak"] - facts["1f1b-4"]["peak"]
+            least = 4 * (OUT + LOSS) if last else 0
+            assert least <= grown <= least + ACT, (stages, stage, grown)
