@@ -357,3 +357,15 @@ def test_a_tensor_parallel_estimate_keeps_its_tp() -> None:
     assert two.sweep[0].kv_bytes * 2 == one.sweep[0].kv_bytes
     assert two.tp == 2 and ls.GenerateEstimate.from_dict(two.to_dict()).tp == 2
     assert "tp" not in one.to_dict()
+
+
+def test_quantized_weights_split_over_gpus_are_read_at_their_width() -> None:
+    """int4 weights at ``tp=2``: each GPU's decode step reads its shards of the
+    quantized linears at 4 bits (plus their scales) once, so at least its stored weights
+    but the embedding's rows a step does not look up (1,024 x 256 / 2 of them, bfloat16),
+    and less than the same shards in bfloat16 do."""
+    common: dict[str, Any] = {"target": "h100", "prompt": 64, "new_tokens": 4, "batch": 1}
+    int4 = ls.estimate_generate(llama(), weights="int4", tp=2, **common).sweep[0]
+    bf16 = ls.estimate_generate(llama(), tp=2, **common).sweep[0]
+    embedding = 1024 * 256 // 2 * 2
+    assert int4.weight_bytes - embedding <= int4.decode_bytes < bf16.decode_bytes

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from layerscope.generation.narrowing import read_less
+from layerscope.metrics.params import local
 from layerscope.profile import Profile
 from layerscope.validate import check_choice, check_int
 
@@ -97,8 +98,6 @@ def stored_bytes(model: nn.Module, scheme: WeightScheme | None) -> int:
     """Bytes of the parameters and buffers as stored (each tensor once; tied weights
     once): the quantized linears' weights at the scheme's width, the rest as they are; a
     DTensor's (tensor parallelism) this GPU's shard."""
-    from layerscope.metrics.params import local
-
     total = sum(local(t).nbytes for t in (*model.parameters(), *model.buffers()))
     if scheme is None:
         return total
@@ -121,7 +120,8 @@ def narrow(prof: Profile, linears: dict[str, nn.Linear], scheme: WeightScheme) -
             calls = prof.node(path).calls
         except KeyError:
             continue  # not called in this analysis
-        read_less(prof, path, round(m.weight.nbytes - scheme.bytes_of(*m.weight.shape)) * calls)
+        w = local(m.weight)  # tensor parallelism: this GPU's shard, as analysed
+        read_less(prof, path, round(w.nbytes - scheme.bytes_of(*w.shape)) * calls)
 
 
 __all__ = [
