@@ -478,7 +478,10 @@ def sweep_lines(sweep: Mapping[str, Any], width: int, max_rows: int | None = Non
     fixed = [
         f"{a} {_axis_cell(a, rows[0])}"
         for a in options
-        if a not in axes and rows and len({_axis_cell(a, r) for r in rows}) == 1
+        if a not in axes
+        and rows
+        and len({_axis_cell(a, r) for r in rows}) == 1
+        and rows[0].get(a) is not None  # an axis added later, which no row has
     ]
     title = f"Plan sweep: {units.plural(len(rows), 'plan')} over " + " × ".join(axes)
     facts = [(title, "layerscope.header")]
