@@ -18,8 +18,12 @@ says the bandwidth it reached was about 1,700 GB/s of the datasheet's 2,039);
 a bfloat16 scale per output channel (our ``int8``'s float16 one has the same width); its
 int4 stores a bfloat16 scale and zero per group of 32 (4 bytes a group) where our
 ``int4`` charges a float16 scale and a 4-bit zero (2.5 bytes); it also quantizes the
-output projection, which ours keeps at bfloat16 (about 2 % of Llama-2-7B's bytes). The
-tensor-parallel rows need the mesh layerscope does not plan yet.
+output projection, which ours keeps at bfloat16 (about 2 % of Llama-2-7B's bytes). Its
+"Tensor Parallelism" table (the same 8xA100-80GB node, "hybrid cube mesh" NVLink; bfloat16
+Llama-2-7B on 2, 4, 8 GPUs 168.84, 254.02, 328.43; Llama-2-70B 21.32, 38.01, 62.50) and
+"Tensor Parallelism + Quantization" (Llama-2-70B on 8 GPUs: 8-bit 80.44, 4-bit (G=32)
+90.77): ``tp`` GPUs, the model split by its transformers tensor-parallel plan, each call's
+collectives on the A100's NVLink.
 
 **TensorRT-LLM v0.6.1** (https://github.com/NVIDIA/TensorRT-LLM, docs/source/performance.md
 at commit 138f96d45f90b9667426f7c47297d8c06bafac73, "Peak Throughput": the tables "H100
@@ -31,9 +35,21 @@ the stated size, input and output lengths, run by ``gptSessionBenchmark`` (the w
 batch's output tokens over the generation, context phase included), float16 engines with
 a contiguous (not paged) KV cache per sequence; "LLaMA 7B" and "LLaMA 70B" are Llama 2
 (the files' build configs: 32 layers, 4096 wide, 11008 MLP; 80 layers, 8192 wide, 28672
-MLP, 8 KV heads; 32000 vocabulary). Only the TP 1 rows: the other LLaMA 70B rows, Mixtral
-and Falcon 180B (all TP 2 to 8) and the A100 v0.6.1 TP 2 rows are tensor-parallel, not
-expressible on one GPU.
+MLP, 8 KV heads; 32000 vocabulary). The tensor-parallel rows (LLaMA 70B at TP 2 to 8,
+v0.6.1's A100 GPT-J and LLaMA 7B at TP 2) are planned with ``tp`` (the L40S's collectives
+on PCIe, the others' on NVLink). The figures are output tokens/s *per GPU*: every v0.9.0
+table says so, and at 138f96d the H100 one (its L40S and A100 tables say "out tok/s"; the
+same tables at commit 77d24b5fa178f11ed7fafdd9833b7245e075f721 say "out tok/s/GPU"): a
+row's batch makes TP times its figure. Not expressed: Falcon 180B (transformers'
+``FalconConfig`` has no tensor-parallel plan) and Mixtral 8x7B (its plan shards the experts
+with the styles ``packed_colwise`` and ``moe_tp_experts``, which layerscope's tensor
+parallelism does not plan yet).
+
+The quantized tensor-parallel rows (``weights=`` "fp8", "int8", "int4" with ``tp`` > 1)
+are predicted too fast: such a plan does not charge the quantized linears' weights in
+full (``plan_serving`` of LLaMA 70B on an H200, FP8, TP 2, batch 1: ``tpot`` 2.58 ms where
+one GPU's 34.8 GB of weights take 7.24 ms at the datasheet bandwidth; gpt-fast's int8 and
+int4 rows at TP 8 are predicted alike). The 16-bit tensor-parallel rows are not affected.
 
 Approximations, stated: the H100, H200 and L40S engines are FP8 (``--enable_fp8
 --fp8_kv_cache``; v0.9.0's ``quant_algo`` and ``kv_cache_quant_algo`` "FP8"): FP8 weights
@@ -68,9 +84,9 @@ Llama-2-70B results are whole multi-GPU systems on a dataset of varying lengths,
 per-GPU batch not published; TensorRT-LLM's later tables (v0.10 on) measure in-flight
 batching under maximum load without stating the batch a step runs.
 
-First-token latency: v0.9.0's "Low Latency" tables (batch 1, TP 1, 128 and 2048 input
-tokens, ``gptSessionBenchmark`` with one output token) against ``ttft``, a roofline
-lower bound: the measured should not be below it.
+First-token latency: v0.9.0's "Low Latency" tables (batch 1, 128 and 2048 input tokens,
+``gptSessionBenchmark`` with one output token; the TP 1 rows and LLaMA 70B's at TP 4 and 8)
+against ``ttft``, a roofline lower bound: the measured should not be below it.
 """
 
 from __future__ import annotations
