@@ -18,8 +18,12 @@ says the bandwidth it reached was about 1,700 GB/s of the datasheet's 2,039);
 a bfloat16 scale per output channel (our ``int8``'s float16 one has the same width); its
 int4 stores a bfloat16 scale and zero per group of 32 (4 bytes a group) where our
 ``int4`` charges a float16 scale and a 4-bit zero (2.5 bytes); it also quantizes the
-output projection, which ours keeps at bfloat16 (about 2 % of Llama-2-7B's bytes). The
-tensor-parallel rows need the mesh layerscope does not plan yet.
+output projection, which ours keeps at bfloat16 (about 2 % of Llama-2-7B's bytes). Its
+"Tensor Parallelism" table (the same 8xA100-80GB node, "hybrid cube mesh" NVLink; bfloat16
+Llama-2-7B on 2, 4, 8 GPUs 168.84, 254.02, 328.43; Llama-2-70B 21.32, 38.01, 62.50) and
+"Tensor Parallelism + Quantization" (Llama-2-70B on 8 GPUs: 8-bit 80.44, 4-bit (G=32)
+90.77): ``tp`` GPUs, the model split by its transformers tensor-parallel plan, each call's
+collectives on the A100's NVLink.
 
 **TensorRT-LLM v0.6.1** (https://github.com/NVIDIA/TensorRT-LLM, docs/source/performance.md
 at commit 138f96d45f90b9667426f7c47297d8c06bafac73, "Peak Throughput": the tables "H100
@@ -31,9 +35,21 @@ the stated size, input and output lengths, run by ``gptSessionBenchmark`` (the w
 batch's output tokens over the generation, context phase included), float16 engines with
 a contiguous (not paged) KV cache per sequence; "LLaMA 7B" and "LLaMA 70B" are Llama 2
 (the files' build configs: 32 layers, 4096 wide, 11008 MLP; 80 layers, 8192 wide, 28672
-MLP, 8 KV heads; 32000 vocabulary). Only the TP 1 rows: the other LLaMA 70B rows, Mixtral
-and Falcon 180B (all TP 2 to 8) and the A100 v0.6.1 TP 2 rows are tensor-parallel, not
-expressible on one GPU.
+MLP, 8 KV heads; 32000 vocabulary). The tensor-parallel rows (LLaMA 70B at TP 2 to 8,
+v0.6.1's A100 GPT-J and LLaMA 7B at TP 2) are planned with ``tp`` (the L40S's collectives
+on PCIe, the others' on NVLink). The figures are output tokens/s *per GPU*: every v0.9.0
+table says so, and at 138f96d the H100 one (its L40S and A100 tables say "out tok/s"; the
+same tables at commit 77d24b5fa178f11ed7fafdd9833b7245e075f721 say "out tok/s/GPU"): a
+row's batch makes TP times its figure. Not expressed: Falcon 180B (transformers'
+``FalconConfig`` has no tensor-parallel plan) and Mixtral 8x7B (its plan shards the experts
+with the styles ``packed_colwise`` and ``moe_tp_experts``, which layerscope's tensor
+parallelism does not plan yet).
+
+The quantized tensor-parallel rows (``weights=`` "fp8", "int8", "int4" with ``tp`` > 1)
+are predicted too fast: such a plan does not charge the quantized linears' weights in
+full (``plan_serving`` of LLaMA 70B on an H200, FP8, TP 2, batch 1: ``tpot`` 2.58 ms where
+one GPU's 34.8 GB of weights take 7.24 ms at the datasheet bandwidth; gpt-fast's int8 and
+int4 rows at TP 8 are predicted alike). The 16-bit tensor-parallel rows are not affected.
 
 Approximations, stated: the H100, H200 and L40S engines are FP8 (``--enable_fp8
 --fp8_kv_cache``; v0.9.0's ``quant_algo`` and ``kv_cache_quant_algo`` "FP8"): FP8 weights
@@ -68,9 +84,9 @@ Llama-2-70B results are whole multi-GPU systems on a dataset of varying lengths,
 per-GPU batch not published; TensorRT-LLM's later tables (v0.10 on) measure in-flight
 batching under maximum load without stating the batch a step runs.
 
-First-token latency: v0.9.0's "Low Latency" tables (batch 1, TP 1, 128 and 2048 input
-tokens, ``gptSessionBenchmark`` with one output token) against ``ttft``, a roofline
-lower bound: the measured should not be below it.
+First-token latency: v0.9.0's "Low Latency" tables (batch 1, 128 and 2048 input tokens,
+``gptSessionBenchmark`` with one output token; the TP 1 rows and LLaMA 70B's at TP 4 and 8)
+against ``ttft``, a roofline lower bound: the measured should not be below it.
 """
 
 from __future__ import annotations
@@ -143,19 +159,29 @@ class Run:
     group_size: int = 128
     kv_dtype: str | None = None
     dtype: str = "bfloat16"
+    tp: int = 1
 
 
-def _gpt_fast(model: str, weights: str | None, group: int, measured: float) -> Run:
-    return Run("gpt-fast", model, "a100", weights, 1, 5, 200, measured, group)
+def _gpt_fast(model: str, weights: str | None, group: int, measured: float, tp: int = 1) -> Run:
+    return Run("gpt-fast", model, "a100", weights, 1, 5, 200, measured, group, tp=tp)
 
 
 def _trt(
-    source: str, model: str, gpu: str, batch: int, prompt: int, new: int, measured: float
+    source: str,
+    model: str,
+    gpu: str,
+    batch: int,
+    prompt: int,
+    new: int,
+    per_gpu: float,
+    tp: int = 1,
 ) -> Run:
+    """A TensorRT-LLM row; its tables state output tokens/s per GPU: the batch's are
+    ``tp`` times that (module doc)."""
     fp8 = gpu != "a100"  # the H100, H200 and L40S engines are FP8 (module doc)
     return Run(
-        source, model, gpu, "fp8" if fp8 else None, batch, prompt, new, measured,
-        kv_dtype="fp8" if fp8 else None, dtype="float16",
+        source, model, gpu, "fp8" if fp8 else None, batch, prompt, new, per_gpu * tp,
+        kv_dtype="fp8" if fp8 else None, dtype="float16", tp=tp,
     )  # fmt: skip
 
 
@@ -243,6 +269,37 @@ TRT_090 = (
     ("llama2-7b", "a100", 32, 2048, 128, 533),
     ("llama2-7b", "a100", 16, 2048, 2048, 603),
 )
+# Their tensor-parallel rows: (model, GPU, TP, batch, input, output, tokens/s per GPU)
+TRT_061_TP = (
+    # "H100 GPUs (FP8)"
+    ("llama2-70b", "h100", 2, 1024, 128, 128, 2_657),
+    ("llama2-70b", "h100", 4, 480, 128, 2048, 1_486),
+    ("llama2-70b", "h100", 2, 96, 2048, 128, 306),
+    ("llama2-70b", "h100", 2, 64, 2048, 2048, 547),
+    # "A100 GPUs (FP16)"
+    ("gpt-j-6b", "a100", 2, 120, 128, 2048, 2_192),
+    ("gpt-j-6b", "a100", 2, 64, 2048, 2048, 903),
+    ("llama2-7b", "a100", 2, 64, 2048, 2048, 782),
+    ("llama2-70b", "a100", 4, 1280, 128, 128, 670),
+    ("llama2-70b", "a100", 4, 240, 128, 2048, 525),
+    ("llama2-70b", "a100", 4, 120, 2048, 128, 79),
+)
+TRT_090_TP = (
+    # "H200 GPUs (FP8)", "H100 GPUs (FP8)", "L40S GPUs (FP8)", "A100 GPUs (FP16)"
+    ("llama2-70b", "h200", 2, 512, 128, 2048, 3_963),
+    ("llama2-70b", "h100", 2, 1024, 128, 128, 3_214),
+    ("llama2-70b", "h100", 4, 512, 128, 2048, 2_725),
+    ("llama2-70b", "h100", 2, 96, 2048, 128, 346),
+    ("llama2-70b", "h100", 2, 64, 2048, 2048, 1_011),
+    ("llama2-70b", "l40s", 2, 256, 128, 128, 562),
+    ("llama2-70b", "l40s", 4, 256, 128, 2048, 478),
+    ("llama2-70b", "l40s", 2, 16, 2048, 128, 49),
+    ("llama2-70b", "l40s", 4, 64, 2048, 2048, 185),
+    ("llama2-70b", "a100", 4, 1024, 128, 128, 686),
+    ("llama2-70b", "a100", 8, 512, 128, 2048, 684),
+    ("llama2-70b", "a100", 4, 96, 2048, 128, 80),
+    ("llama2-70b", "a100", 4, 64, 2048, 2048, 289),
+)
 # LMDeploy's "FP16 llama2-7b" static inference table: (batch, input, output, tokens/s)
 LMDEPLOY = (
     (1, 1, 128, 100.02), (1, 128, 128, 102.21), (1, 128, 2048, 98.92),
@@ -254,7 +311,7 @@ LMDEPLOY = (
     (64, 1, 128, 4154.81), (64, 128, 128, 3024.07), (64, 128, 2048, 1852.06),
     (64, 2048, 128, 493.46), (64, 2048, 2048, 755.65),
 )  # fmt: skip
-# TensorRT-LLM v0.9.0's "Low Latency" tables, batch 1, TP 1: (model, GPU, input, ms)
+# TensorRT-LLM v0.9.0's "Low Latency" tables, batch 1: (model, GPU, input, ms), TP 1
 TRT_090_TTFT = (
     ("gpt-j-6b", "h200", 128, 5.0), ("gpt-j-6b", "h200", 2048, 23.5),
     ("mistral-7b", "h200", 128, 5.9), ("mistral-7b", "h200", 2048, 31.7),
@@ -269,14 +326,32 @@ TRT_090_TTFT = (
     ("mistral-7b", "a100", 128, 16.3), ("mistral-7b", "a100", 2048, 139.6),
     ("llama2-7b", "a100", 128, 16.2), ("llama2-7b", "a100", 2048, 132.4),
 )  # fmt: skip
+# and LLaMA 70B's tensor-parallel rows: (model, GPU, input, ms, TP)
+TRT_090_TTFT_TP = (
+    ("llama2-70b", "h200", 128, 17.8, 4), ("llama2-70b", "h200", 2048, 103.0, 4),
+    ("llama2-70b", "h100", 128, 19.6, 4), ("llama2-70b", "h100", 2048, 85.1, 8),
+    ("llama2-70b", "l40s", 128, 70.4, 8), ("llama2-70b", "l40s", 2048, 673.3, 4),
+    ("llama2-70b", "a100", 128, 45.6, 4), ("llama2-70b", "a100", 2048, 249.2, 8),
+)  # fmt: skip
 RUNS = (
     _gpt_fast("llama2-7b", None, 128, 104.9),
     _gpt_fast("llama2-7b", "int8", 128, 155.58),
     _gpt_fast("llama2-7b", "int4", 32, 196.80),
     _gpt_fast("llama2-70b", "int8", 128, 19.13),
     _gpt_fast("llama2-70b", "int4", 32, 25.25),
+    # "Tensor Parallelism" and "Tensor Parallelism + Quantization"
+    _gpt_fast("llama2-7b", None, 128, 168.84, tp=2),
+    _gpt_fast("llama2-7b", None, 128, 254.02, tp=4),
+    _gpt_fast("llama2-7b", None, 128, 328.43, tp=8),
+    _gpt_fast("llama2-70b", None, 128, 21.32, tp=2),
+    _gpt_fast("llama2-70b", None, 128, 38.01, tp=4),
+    _gpt_fast("llama2-70b", None, 128, 62.50, tp=8),
+    _gpt_fast("llama2-70b", "int8", 128, 80.44, tp=8),
+    _gpt_fast("llama2-70b", "int4", 32, 90.77, tp=8),
     *(_trt("trt-llm-0.6.1", *row) for row in TRT_061),
     *(_trt("trt-llm-0.9.0", *row) for row in TRT_090),
+    *(_trt("trt-llm-0.6.1", m, g, b, i, o, t, tp) for m, g, tp, b, i, o, t in TRT_061_TP),
+    *(_trt("trt-llm-0.9.0", m, g, b, i, o, t, tp) for m, g, tp, b, i, o, t in TRT_090_TP),
     *(
         Run("lmdeploy-0.2.0", "llama2-7b", "a100", None, b, i, o, m, dtype="float16")
         for b, i, o, m in LMDEPLOY
@@ -298,7 +373,7 @@ def plan_run(run: Run) -> dict[str, Any]:
     plan = ls.plan_serving(
         meta_model(run.model, run.dtype), target=run.target, max_context=4096,
         prompt=run.prompt, new_tokens=run.new_tokens, batch=run.batch, weights=run.weights,
-        group_size=run.group_size, kv_dtype=run.kv_dtype, mode="graphs",
+        group_size=run.group_size, kv_dtype=run.kv_dtype, mode="graphs", tp=run.tp,
     )  # fmt: skip
     row = plan.rows[0]
     steps = run.new_tokens - 1
@@ -321,16 +396,16 @@ def plan_run(run: Run) -> dict[str, Any]:
 
 def ttft_rows() -> list[dict[str, Any]]:
     """TensorRT-LLM v0.9.0's first-token latencies against ``plan_serving``'s ``ttft``,
-    the prefill's roofline bound (as the throughput rows: FP8 engines priced at 16 bits)."""
+    the prefill's roofline bound (as the throughput rows: FP8 engines as W8A8)."""
     rows = []
-    for model, gpu, prompt, ms in TRT_090_TTFT:
+    for model, gpu, prompt, ms, tp in (*((*t, 1) for t in TRT_090_TTFT), *TRT_090_TTFT_TP):
         fp8 = gpu != "a100"
         plan = ls.plan_serving(
             meta_model(model, "float16"), target=gpu, max_context=4096, prompt=prompt,
-            new_tokens=1, batch=1, weights="fp8" if fp8 else None, mode="graphs",
+            new_tokens=1, batch=1, weights="fp8" if fp8 else None, mode="graphs", tp=tp,
         )  # fmt: skip
         bound = plan.rows[0].ttft * 1e3
-        rows.append(dict(model=model, target=gpu, prompt=prompt, measured_ms=ms,
+        rows.append(dict(model=model, target=gpu, prompt=prompt, tp=tp, measured_ms=ms,
                          bound_ms=bound, ratio=ms / bound, bound_holds=ms >= bound))  # fmt: skip
     return rows
 
@@ -351,13 +426,13 @@ def main() -> None:
     parser.add_argument("--json", help="also write the rows as JSON")
     args = parser.parse_args()
     rows = []
-    print(f"{'source':14s} {'model':10s} {'gpu':4s} {'weights':7s} {'batch':>5s} "
+    print(f"{'source':14s} {'model':10s} {'gpu':4s} {'tp':>2s} {'weights':7s} {'batch':>5s} "
           f"{'in/out':>9s} {'measured':>9s} {'predicted':>9s} {'bound':>9s} "
           f"{'meas/pred':>9s} {'prefill':>7s}  bound holds")  # fmt: skip
     for run in RUNS:
         r = plan_run(run)
         rows.append(r)
-        print(f"{r['source']:14s} {r['model']:10s} {r['target']:4s} "
+        print(f"{r['source']:14s} {r['model']:10s} {r['target']:4s} {r['tp']:2d} "
               f"{r['weights'] or SHORT[r['dtype']]:7s} {r['batch']:5d} "
               f"{r['prompt']:>4d}/{r['new_tokens']:<4d} {r['measured']:9.1f} "
               f"{r['predicted']:9.1f} {r['bound']:9.1f} {r['ratio']:9.2f} "
@@ -369,13 +444,15 @@ def main() -> None:
     fp8 = [r for r in rows if r["kv_dtype"] == "fp8"]
     print(summary(fp8, "FP8 engines (W8A8, FP8 cache)"))
     print(summary([r for r in rows if r not in fp8], "16-bit and weight-only"))
+    print(summary([r for r in rows if r["tp"] == 1], "one GPU"))
+    print(summary([r for r in rows if r["tp"] > 1], "tensor-parallel"))
     print(f'\nfirst-token latency, batch 1 ({TRT_LLM_090}, "Low Latency")')
-    print(f"{'model':10s} {'gpu':4s} {'input':>5s} {'measured ms':>11s} {'bound ms':>8s} "
-          f"{'meas/bound':>10s}  bound holds")  # fmt: skip
+    print(f"{'model':10s} {'gpu':4s} {'tp':>2s} {'input':>5s} {'measured ms':>11s} "
+          f"{'bound ms':>8s} {'meas/bound':>10s}  bound holds")  # fmt: skip
     ttft = ttft_rows()
     for t in ttft:
-        print(f"{t['model']:10s} {t['target']:4s} {t['prompt']:5d} {t['measured_ms']:11.1f} "
-              f"{t['bound_ms']:8.1f} {t['ratio']:10.2f}  "
+        print(f"{t['model']:10s} {t['target']:4s} {t['tp']:2d} {t['prompt']:5d} "
+              f"{t['measured_ms']:11.1f} {t['bound_ms']:8.1f} {t['ratio']:10.2f}  "
               f"{'yes' if t['bound_holds'] else 'NO'}")  # fmt: skip
     ratios = [t["ratio"] for t in ttft]
     print(f"first-token latency: measured/bound median {statistics.median(ratios):.2f} "
