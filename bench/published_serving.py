@@ -45,11 +45,8 @@ row's batch makes TP times its figure. Not expressed: Falcon 180B (transformers'
 with the styles ``packed_colwise`` and ``moe_tp_experts``, which layerscope's tensor
 parallelism does not plan yet).
 
-The quantized tensor-parallel rows (``weights=`` "fp8", "int8", "int4" with ``tp`` > 1)
-are predicted too fast: such a plan does not charge the quantized linears' weights in
-full (``plan_serving`` of LLaMA 70B on an H200, FP8, TP 2, batch 1: ``tpot`` 2.58 ms where
-one GPU's 34.8 GB of weights take 7.24 ms at the datasheet bandwidth; gpt-fast's int8 and
-int4 rows at TP 8 are predicted alike). The 16-bit tensor-parallel rows are not affected.
+A tensor-parallel row's plan is one GPU's share of the model (``plan_serving(tp=)``), its
+collectives on the node's link; its throughput the GPUs together.
 
 Approximations, stated: the H100, H200 and L40S engines are FP8 (``--enable_fp8
 --fp8_kv_cache``; v0.9.0's ``quant_algo`` and ``kv_cache_quant_algo`` "FP8"): FP8 weights
