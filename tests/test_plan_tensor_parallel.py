@@ -14,6 +14,7 @@ from torch import nn
 
 import layerscope as ls
 from layerscope.errors import InvalidInputError
+from layerscope.render.units import seconds
 
 PLAN = {"*.0": "colwise", "*.2": "rowwise"}
 #: the same blocks with a LayerNorm first: the linears are the block's 1 and 3
@@ -81,6 +82,8 @@ def test_the_collectives_dtensor_issues() -> None:
     expected |= {(f"{b}.0", "backward", "all_reduce"): (1, ACT) for b in (1, 2)}
     assert _by_module(plan.comm) == expected
     assert plan.time["exposed_comm"] == plan.time["comm"] > 0  # none hidden
+    said = f"tensor-parallel collectives: {seconds(plan.time['comm'])} per micro-batch over 2"
+    assert any(n.startswith(said) for n in plan.notes)
 
 
 def test_sequence_parallelism_shards_the_norms() -> None:

@@ -30,6 +30,7 @@ from layerscope.planning.states import OPTIMIZER_STATES, ModelStates
 from layerscope.planning.strategy import Step, Times
 from layerscope.planning.tensorparallel import comm_seconds, merge_comm, tp_notes
 from layerscope.profile import Profile
+from layerscope.render.units import seconds
 
 
 # ---- the plan ----------------------------------------------------------------------------
@@ -370,6 +371,14 @@ def _time(work: Step, choice: CheckpointChoice) -> _Timed:
     root = prof.root
     flops = int(root.metrics.get("flops", 0)) + int(root.metrics.get("backward_flops", 0))
     notes = _time_notes(rates, predicted)
+    if opts.tp > 1:
+        link = consecutive(opts.network, opts.tp)
+        tp, again = comm_seconds(prof.comm, link, choice.paths)
+        where = "inside a node" if link.nodes == 1 else f"across {link.nodes} nodes"
+        notes.append(
+            f"tensor-parallel collectives: {seconds(tp + again)} per micro-batch over "
+            f"{opts.tp} GPUs {where} ({seconds(again)} of it the recompute's), all exposed"
+        )
     if opts.compile:
         notes.append(COMPILED)
     if opts.float8:
