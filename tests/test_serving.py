@@ -369,3 +369,32 @@ def test_quantized_weights_split_over_gpus_are_read_at_their_width() -> None:
     bf16 = ls.estimate_generate(llama(), tp=2, **common).sweep[0]
     embedding = 1024 * 256 // 2 * 2
     assert int4.weight_bytes - embedding <= int4.decode_bytes < bf16.decode_bytes
+
+
+def test_a_mixture_of_experts_split_by_its_own_plan() -> None:
+    """Mixtral's plan at ``tp=2``: every expert split (its packed gate and up projection
+    by columns, its down projection by rows, transformers' ``packed_colwise`` and
+    ``moe_tp_experts`` as ``from_pretrained(tp_plan="auto")`` applies them), the
+    attention as Llama's, the router and the norms whole: hidden 256, 8 experts of MLP
+    512, 2 layers, 8 heads of 32 and 4 KV heads, vocabulary 1,000, bfloat16. Per layer:
+    q and o 256 x 256, k and v 128 x 256, experts 8 x (2 x 512 + 512) x 256, split in
+    two; the router's 8 x 256 and two norms of 256 whole; the embedding and the output
+    projection 1,000 x 256 each, split; the final norm whole."""
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    config = MixtralConfig(
+        hidden_size=256, intermediate_size=512, num_hidden_layers=2, num_attention_heads=8,
+        num_key_value_heads=4, vocab_size=1000, num_local_experts=8, num_experts_per_tok=2,
+        max_position_embeddings=4096,
+    )  # fmt: skip
+    with torch.device("meta"):
+        model: Any = MixtralForCausalLM(config)
+    model = model.to(torch.bfloat16)
+    p = plan_serving(model, target="h100", max_context=4096, prompt=64, new_tokens=4,
+                     batch=[1], tp=2)  # fmt: skip
+    split = 2 * (2 * 65_536 + 2 * 32_768 + 8 * 1536 * 256) + 2 * 256_000
+    whole = 2 * (8 * 256 + 2 * 256) + 256
+    inv_freq = 2 * 16 * 2  # rotary: head dim 32 / 2, bfloat16, two buffers
+    assert p.weight_bytes == (split // 2 + whole) * 2 + inv_freq
+    # one of the two KV heads' halves: 2 layers x 2 (K, V) x 2 heads x 32 x 2 B
+    assert p.kv_bytes_per_token == 2 * 2 * 2 * 32 * 2

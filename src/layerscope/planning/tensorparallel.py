@@ -40,6 +40,10 @@ STYLES = (
     "rowwise_split_input", "embedding_rowwise", "sequence_parallel", "replicate",
     "replicated_with_grad_allreduce",
 )  # fmt: skip
+#: transformers' style names applied with transformers' own styles (``hf_style``): the
+#: packed projections and a mixture of experts' experts, as ``apply_tensor_parallelism``
+#: applies them (a plan's parameter entries too: "rowwise" on an expert weight).
+HF_STYLES = ("packed_colwise", "packed_rowwise", "moe_tp_experts")
 #: What ``sequence_parallel`` assumes of the activations' layout.
 SEQUENCE_DIM = 1
 
@@ -93,10 +97,12 @@ class Entry:
 
 
 def expand(model: nn.Module, plan: Mapping[str, Any], given: bool) -> list[Entry]:
-    """The plan's patterns matched to the model's modules, in the model's order. A
-    pattern of a given plan that matches nothing is refused (a typo); the model's own
-    plan may name modules a configuration leaves out."""
+    """The plan's patterns matched to the model's modules (and, for transformers' own
+    styles, parameters: ``hf_style``), in the model's order. A pattern of a given plan
+    that matches nothing is refused (a typo); the model's own plan may name modules a
+    configuration leaves out."""
     names = [n for n, _ in model.named_modules() if n]
+    params = [n for n, _ in model.named_parameters()]
     out: dict[str, Entry] = {}
     for pattern, style in plan.items():
         if not isinstance(pattern, str):
@@ -104,6 +110,8 @@ def expand(model: nn.Module, plan: Mapping[str, Any], given: bool) -> list[Entry
         _check_style(pattern, style)
         rx = re.compile("".join("[^.]+" if p == "*" else re.escape(p) for p in _split(pattern)))
         hits = [n for n in names if rx.fullmatch(n)]
+        if not hits and isinstance(style, str):  # a parameter: transformers shards it
+            hits = [n for n in params if rx.fullmatch(n) and hf_style(style, True) is not None]
         if not hits and given:
             raise InvalidInputError(
                 f"tp_plan: {pattern!r} matches no module of the model ('*' stands for one "
@@ -111,8 +119,41 @@ def expand(model: nn.Module, plan: Mapping[str, Any], given: bool) -> list[Entry
             )
         for name in hits:
             out[name] = Entry(name, style, pattern)
-    order = {n: i for i, n in enumerate(names)}
+    order = {n: i for i, n in enumerate([*names, *params])}
     return sorted(out.values(), key=lambda e: order[e.path])
+
+
+def hf_style(name: str, param: bool = False) -> Any:
+    """transformers' own style of that name, for what torch's styles do not express (a
+    packed gate and up projection, a mixture of experts' experts; ``param``: any style,
+    to shard a parameter entry): None without transformers or such a style."""
+    if name not in HF_STYLES and not param:
+        return None
+    try:  # registered by transformers.distributed.tensor_parallel on import
+        import transformers.distributed.tensor_parallel  # noqa: F401
+        from transformers.distributed.parallel_utils import ALL_PARALLEL_STYLES
+    except ImportError:
+        return None
+    try:
+        return ALL_PARALLEL_STYLES[name]
+    except KeyError:
+        return None
+
+
+def _apply_hf(model: nn.Module, entries: list[Entry], mesh: Any) -> None:
+    """transformers' styles as its ``apply_tensor_parallelism`` applies them: a
+    parameter's shard, then a module's forward."""
+    modules = dict(model.named_modules())
+    params = {n for n, _ in model.named_parameters()}
+    for e in entries:
+        style = hf_style(e.style, e.path in params) if isinstance(e.style, str) else None
+        if style is None:
+            continue
+        if e.path in params:
+            owner, _, name = e.path.rpartition(".")
+            style.shard_param(modules[owner], name, mesh)
+        else:
+            style.install_forward(modules[e.path], mesh)
 
 
 def _split(pattern: str) -> list[str]:
@@ -121,7 +162,7 @@ def _split(pattern: str) -> list[str]:
 
 def _check_style(path: str, style: Any) -> None:
     if isinstance(style, str):
-        if style not in STYLES:
+        if style not in STYLES and hf_style(style) is None:
             raise InvalidInputError(
                 f"tp_plan[{path!r}]: style {style!r} is not planned; known: "
                 f"{', '.join(STYLES)}, or a torch ParallelStyle"
@@ -140,7 +181,10 @@ def styles(model: nn.Module, entries: list[Entry], sequence: bool) -> dict[str, 
     """Each module's torch ``ParallelStyle`` (``sequence``: sequence parallelism's
     additions, module doc)."""
     out: dict[str, Any] = {}
+    params = {n for n, _ in model.named_parameters()}
     for e in entries:
+        if e.path in params or (isinstance(e.style, str) and hf_style(e.style) is not None):
+            continue  # transformers' own (``_apply_hf``)
         style = _torch_style(e.style) if isinstance(e.style, str) else e.style
         if style is not None:
             out[e.path] = style
@@ -408,6 +452,7 @@ def parallelized(
     tied = _tied(model)
     with fake_mesh(size) as mesh, _quiet_cpu_mesh():
         parallelize_module(model, mesh, styles(model, entries, sequence))
+        _apply_hf(model, entries, mesh)
         _tie_again(model, tied)
         with local_shards():
             yield entries
