@@ -41,9 +41,8 @@ on PCIe, the others' on NVLink). The figures are output tokens/s *per GPU*: ever
 table says so, and at 138f96d the H100 one (its L40S and A100 tables say "out tok/s"; the
 same tables at commit 77d24b5fa178f11ed7fafdd9833b7245e075f721 say "out tok/s/GPU"): a
 row's batch makes TP times its figure. Not expressed: Falcon 180B (transformers'
-``FalconConfig`` has no tensor-parallel plan) and Mixtral 8x7B (its plan shards the experts
-with the styles ``packed_colwise`` and ``moe_tp_experts``, which layerscope's tensor
-parallelism does not plan yet).
+``FalconConfig`` has no tensor-parallel plan) and Mixtral 8x7B (FP8 engines, and
+``weights=`` narrows ``nn.Linear`` layers, not transformers' packed expert parameters).
 
 A tensor-parallel row's plan is one GPU's share of the model (``plan_serving(tp=)``), its
 collectives on the node's link; its throughput the GPUs together.
