@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
+import sys
 import time
 import traceback
 from collections.abc import Iterator
@@ -46,10 +48,15 @@ def spawn_ranks(worker: Any, world: int, out: Path, limit_s: float) -> list[dict
 
 
 @contextmanager
-def rank_output(rank: int, out: str, facts: dict[str, Any]) -> Iterator[None]:
+def rank_output(
+    rank: int, out: str, facts: dict[str, Any], exit_after: bool = False
+) -> Iterator[None]:
     """The body of a rank ``spawn_ranks`` started: a failure's traceback goes to
     ``rank{r}.error``, the process group (if any) is destroyed, and then ``facts`` go to
-    ``rank{r}.json``."""
+    ``rank{r}.json``. ``exit_after``: the process then ends at once (``os._exit(0)``), so
+    that a background thread of a process group built and dropped along the way cannot
+    abort it at interpreter shutdown once its facts are written (gloo's, seen as
+    "terminate called without an active exception" on a loaded machine)."""
     import torch.distributed as dist
 
     try:
@@ -61,3 +68,7 @@ def rank_output(rank: int, out: str, facts: dict[str, Any]) -> Iterator[None]:
         if dist.is_initialized():
             dist.destroy_process_group()
     Path(out, f"rank{rank}.json").write_text(json.dumps(facts), encoding="utf-8")
+    if exit_after:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
