@@ -192,12 +192,6 @@ class SessionMode(TorchDispatchMode):
     ) -> Any:
         if kwargs is None:
             kwargs = {}
-        dtensor = shards.dtensor  # one rank's work inside DTensor ops (``collect.dtensors``)
-        if dtensor is not None:
-            if shards.quiet:  # DTensor's sharding propagation
-                return func(*args, **kwargs)
-            if any(issubclass(t, dtensor) for t in types):
-                return NotImplemented
         plan = self._plans.get(id(func))
         if plan is None:
             plan = self._plans[id(func)] = (func, *decomposition_keys(func))
@@ -237,8 +231,30 @@ class SessionMode(TorchDispatchMode):
         return out
 
 
+class LocalSessionMode(SessionMode):  # type: ignore[no-untyped-call]
+    """A session's mode that observes one rank's work inside DTensor ops
+    (``collect.dtensors``, active while ``local_shards`` is): it declines an op on
+    DTensors, which DTensor then runs as local ops and collectives that reach it, and
+    runs DTensor's sharding propagation unobserved."""
+
+    def __torch_dispatch__(
+        self,
+        func: OpOverload,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        if shards.quiet:  # DTensor's sharding propagation, on fake tensors
+            return func(*args, **(kwargs or {}))
+        dtensor = shards.dtensor
+        if dtensor is not None and any(issubclass(t, dtensor) for t in types):
+            return NotImplemented
+        return super().__torch_dispatch__(func, types, args, kwargs)
+
+
 if _set_skip is not None:
     _set_skip(SessionMode.__torch_dispatch__.__code__)
+    _set_skip(LocalSessionMode.__torch_dispatch__.__code__)
 
 #: The per-mode bookkeeping ``TorchDispatchMode.__enter__`` pushes and ``__exit__`` pops.
 _FLAG_DEQUES = (

@@ -2,10 +2,12 @@
 
 A session's dispatch mode sees an op on DTensors before DTensor splits it: the logical
 shapes, and none of the collectives DTensor issues to redistribute (``docs/distributed.md``).
-Inside ``local_shards`` the mode declines such an op (its ``__torch_dispatch__`` returns
-``NotImplemented``), so torch hands it to DTensor's own ``__torch_dispatch__`` with the
-mode still active: the mode then sees what this rank runs, the ops on the local shards
-and the functional collectives (``_c10d_functional.all_reduce``, ...), each once.
+A session made with ``dtensor="local"`` runs inside ``local_shards`` with
+``collect.dispatch.LocalSessionMode``, which declines such an op (its
+``__torch_dispatch__`` returns ``NotImplemented``), so torch hands it to DTensor's own
+``__torch_dispatch__`` with the mode still active: the mode then sees what this rank
+runs, the ops on the local shards and the functional collectives
+(``_c10d_functional.all_reduce``, ...), each once.
 
 DTensor works out an op's output shape by running it on fake tensors first (its sharding
 propagation, cached per op and shapes); those ops are not this rank's work, so the mode
@@ -29,7 +31,7 @@ class _State(threading.local):
     quiet: int = 0
 
 
-#: this thread's state, read by the session's dispatch mode on every op
+#: this thread's state, read by ``LocalSessionMode`` on every op
 state = _State()
 
 
@@ -46,8 +48,8 @@ def _quietly(run: Callable[..., Any]) -> Callable[..., Any]:
 
 @contextmanager
 def local_shards() -> Iterator[None]:
-    """Inside (in this thread), sessions observe each rank's local work in DTensor ops
-    (module doc)."""
+    """Inside (in this thread), DTensor is known to ``LocalSessionMode`` and its sharding
+    propagation runs unobserved (module doc)."""
     from torch.distributed.tensor import DTensor
     from torch.distributed.tensor._sharding_prop import ShardingPropagator
 

@@ -232,8 +232,10 @@ class Driver:
         self.routing: Routing | None = routing_of(model, _floating_dtype(model))
         #: a mixture of experts: each analysis's time and bytes with every expert read
         self.worst: dict[int, tuple[float, float]] = {}
-        #: tensor parallelism's group on the target's node (None: one GPU)
+        #: tensor parallelism's group on the target's node (None: one GPU), and how its
+        #: analyses observe ops on DTensors (one GPU's work: ``collect.dtensors``)
         self.link = consecutive(default_cluster(opts.spec), opts.tp) if opts.tp > 1 else None
+        self.dtensor = "local" if opts.tp > 1 else "logical"
 
     def comm(self, prof: Profile) -> float:
         """Seconds of the analysis's collectives (tensor parallelism's, DTensor's) on the
@@ -263,7 +265,7 @@ class Driver:
         with torch.no_grad(), experts_kernel(self.model, self.routing):
             prof = profile(
                 self.model, ids, kwargs=kwargs, target=self.opts.target, mode="eval",
-                record_shapes=False, observers=observers,
+                record_shapes=False, observers=observers, dtensor=self.dtensor,
             )  # fmt: skip
         if self.opts.weights is not None:
             narrow(prof, self.linears, self.opts.weights)

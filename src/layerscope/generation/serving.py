@@ -165,7 +165,7 @@ def workspace(driver: Driver, tokens: int) -> int:
         prof = profile(
             driver.model, driver.ids(1, tokens), kwargs=kwargs, target=driver.opts.target,
             mode="eval", record_shapes=False, count_flops=False, count_bytes=False,
-            memory=True,
+            memory=True, dtensor=driver.dtensor,
         )  # fmt: skip
     return int(prof.root.metrics.get(ms.PEAK_BYTES) or 0)
 

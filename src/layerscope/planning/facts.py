@@ -121,16 +121,20 @@ def analyse(
         if opts.tp > 1
         else nullcontext([])
     )
+    view = "local" if opts.tp > 1 else "logical"  # tensor parallelism: rank 0's work
     with split as entries:
         if not opts.autocast:
             with ops:
-                prof = profile(meta, backward=True, memory=True, target=target, **call)
+                prof = profile(
+                    meta, backward=True, memory=True, target=target, dtensor=view, **call
+                )
         else:
             loss_fn = call.pop("loss_fn", None) or default_loss
             with ops, emulate_cuda_autocast(meta, opts.compute_dtype, loss_fn) as loss:
                 prof = profile(
-                    meta, backward=True, memory=True, target=target, loss_fn=loss, **call
-                )
+                    meta, backward=True, memory=True, target=target, loss_fn=loss,
+                    dtensor=view, **call,
+                )  # fmt: skip
             prof.model["autocast"] = want
     if entries:
         prof.model["tp_plan"] = plan_words(entries)

@@ -1,7 +1,8 @@
 """Tensor and sequence parallelism in a plan (``mesh={"tp": N}``, ``tp_plan=``,
 ``sequence_parallel=``): the model's parallel plan applied, with torch's own
 ``parallelize_module``, to the analysis's meta copy over a fake process group of ``N``
-ranks, so the analysis sees one rank's work (``collect.dtensors.local_shards``): its
+ranks, and analysed with ``dtensor="local"`` (``collect.dtensors``), which sees one
+rank's work: its
 shards of every parameter and gradient, its FLOPs and activations, and the collectives
 DTensor issues, forward and backward (``docs/plan.md``, "Tensor parallelism").
 
@@ -223,11 +224,9 @@ def parallelized(
     model: nn.Module, size: int, plan: Mapping[str, Any] | None, sequence: bool
 ) -> Iterator[list[Entry]]:
     """Inside: ``model`` (the analysis's meta copy) parallelized over ``size`` fake ranks
-    by ``plan`` (None: the model's own), sessions observing rank 0's local work; the
-    plan's entries."""
+    by ``plan`` (None: the model's own), rank 0 the process; the plan's entries. A
+    session observes that rank's work with ``dtensor="local"``."""
     from torch.distributed.tensor.parallel import parallelize_module
-
-    from layerscope.collect.dtensors import local_shards
 
     given = plan is not None
     chosen = dict(plan) if plan is not None else model_plan(model)
@@ -245,8 +244,7 @@ def parallelized(
         parallelize_module(model, mesh, styles(model, entries, sequence))
         _apply_hf(model, entries, mesh)
         _tie_again(model, tied)
-        with local_shards():
-            yield entries
+        yield entries
 
 
 def _tied(model: nn.Module) -> list[list[tuple[str, str]]]:

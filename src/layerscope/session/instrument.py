@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from layerscope.collect.dispatch import SessionMode, remove_mode
+from layerscope.collect.dispatch import LocalSessionMode, SessionMode, remove_mode
 from layerscope.collect.dtensors import local_shards
 from layerscope.collect.inputs import model_device_dtype
 from layerscope.collect.labels import LabelRegions
@@ -122,7 +122,8 @@ class AnalysisSession:
                 # (and the memory observer's storages live) while the GC is paused.
                 import torch._dynamo  # noqa: F401
 
-                self._mode = SessionMode(tracker, on_op, LabelRegions(tracker).on_label_op)
+                mode = SessionMode if self._shards is None else LocalSessionMode
+                self._mode = mode(tracker, on_op, LabelRegions(tracker).on_label_op)
                 if self._shards is not None:
                     self._shards.__enter__()
                 self._mode.__enter__()  # type: ignore[no-untyped-call]
