@@ -48,7 +48,7 @@ def merge_profiles(profiles: Sequence[Profile]) -> Profile:
         if prof is not last:
             _merge_unsupported(unsupported, prof.unsupported_ops)
             _merge_memory(last.memory, prof.memory)
-            _merge_comm(last.comm, prof.comm)
+            add_comm(last.comm, prof.comm)
         notices.extend(n for n in prof.notices if n not in notices)
     last.outside = outside
     last.notices = notices
@@ -62,9 +62,10 @@ def merge_profiles(profiles: Sequence[Profile]) -> Profile:
     return last
 
 
-def _merge_comm(into: dict[str, Any], earlier: Mapping[str, Any]) -> None:
-    """Collectives by module, phase and kind (``Profile.comm``): calls and bytes summed."""
-    for path, phases in earlier.items():
+def add_comm(into: dict[str, Any], more: Mapping[str, Any]) -> None:
+    """Collectives by module, phase and kind (``Profile.comm``'s form) added into
+    ``into``: calls and bytes summed, in new dicts."""
+    for path, phases in more.items():
         for phase, kinds in phases.items():
             mine = into.setdefault(path, {}).setdefault(phase, {})
             for kind, row in kinds.items():
@@ -128,4 +129,4 @@ def _merge_unsupported(into: dict[str, Any], earlier: Mapping[str, Any]) -> None
             mine.setdefault("error", entry["error"])
 
 
-__all__ = ["merge_profiles"]
+__all__ = ["add_comm", "merge_profiles"]

@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from math import prod
 from typing import Any
 
+from layerscope.analysis.merge import add_comm
 from layerscope.analysis.rates import Rates, rates_of
 from layerscope.analysis.roofline import roof_of, roof_times
 from layerscope.collect.meta import NOT_RUN
@@ -28,7 +29,7 @@ from layerscope.planning.options import OUT_OF_SCOPE, Options
 from layerscope.planning.result import LOWER_BOUND, PREDICTED, Plan
 from layerscope.planning.states import OPTIMIZER_STATES, ModelStates
 from layerscope.planning.strategy import Step, Times
-from layerscope.planning.tensorparallel import comm_seconds, merge_comm, tp_notes
+from layerscope.planning.tensorparallel import comm_seconds, tp_notes
 from layerscope.profile import Profile
 from layerscope.render.units import seconds
 
@@ -94,7 +95,9 @@ def _build(prof: Profile, opts: Options, choice: CheckpointChoice, asked: Any) -
     prepared = strategy.prepare(work)
     units, unit_rows, comm = prepared.units, prepared.rows, prepared.comm
     if opts.tp > 1:  # the analysis's own: tensor parallelism's (``planning.tensorparallel``)
-        comm = merge_comm(comm, prof.comm)
+        comm = {}
+        add_comm(comm, prepared.comm)
+        add_comm(comm, prof.comm)
     _checkpoints(prof, choice, setup)
     local = states.optimizer_state_bytes // max(1, OPTIMIZER_STATES[opts.optimizer] or 1)
     # the strategy's own temporaries of the step (ZeRO's float32 gradient partition), and
@@ -350,12 +353,14 @@ DATASHEET = Rates("datasheet", matmul=1.0, bandwidth=1.0, launch=0.0)
 def _time(work: Step, choice: CheckpointChoice) -> _Timed:
     """The bound (roofline per module; compiled or float8: of the kernels predicted) and
     the prediction (achievable rates per kernel, ``planning.kernels``), each with the
-    strategy's collectives and overlap."""
+    strategy's collectives and overlap, and tensor parallelism's collectives."""
     prof, opts = work.prof, work.opts
     dtype = str(opts.compute_dtype).removeprefix("torch.")
     roof = roof_of(opts.target, dtype)
+    notes: list[str] = []
+    tp = _tp_comm(work, choice, notes)
     fwd, bwd = roof_times(prof, roof, "forward"), roof_times(prof, roof, "backward")
-    bound = _parts(work, choice, fwd, bwd, opts.target.bandwidth)
+    bound = _parts(work, choice, fwd, bwd, opts.target.bandwidth, tp)
     rates = rates_of(opts.target)
     fp8 = opts.target.peak("float8_e4m3fn") if opts.float8 else None
     predicted = predict(prof, rates, roof.peak, roof.bandwidth, opts.compile, fp8)
@@ -363,27 +368,36 @@ def _time(work: Step, choice: CheckpointChoice) -> _Timed:
         # other kernels than the analysis's modules ran: the bound is the predicted
         # kernels' own roofline (each at the datasheet's peak and bandwidth, no launch)
         ideal = predict(prof, DATASHEET, roof.peak, roof.bandwidth, opts.compile, fp8)
-        bound = _parts(work, choice, ideal.forward, ideal.backward, opts.target.bandwidth)
+        bound = _parts(work, choice, ideal.forward, ideal.backward, opts.target.bandwidth, tp)
     time = _parts(
         work, choice, predicted.forward, predicted.backward,
-        opts.target.bandwidth * min(1.0, rates.bandwidth),
+        opts.target.bandwidth * min(1.0, rates.bandwidth), tp,
     )  # fmt: skip
     root = prof.root
     flops = int(root.metrics.get("flops", 0)) + int(root.metrics.get("backward_flops", 0))
-    notes = _time_notes(rates, predicted)
-    if opts.tp > 1:
-        link = consecutive(opts.network, opts.tp)
-        tp, again = comm_seconds(prof.comm, link, choice.paths)
-        where = "inside a node" if link.nodes == 1 else f"across {link.nodes} nodes"
-        notes.append(
-            f"tensor-parallel collectives: {seconds(tp + again)} per micro-batch over "
-            f"{opts.tp} GPUs {where} ({seconds(again)} of it the recompute's), all exposed"
-        )
+    notes[:0] = _time_notes(rates, predicted)
     if opts.compile:
         notes.append(COMPILED)
     if opts.float8:
         notes.append(FLOAT8)
     return _Timed(time, bound, flops * opts.grad_accum, predicted, rates, notes)
+
+
+def _tp_comm(work: Step, choice: CheckpointChoice, notes: list[str]) -> float:
+    """Seconds per micro-batch of tensor parallelism's collectives (the analysis's own,
+    DTensor's, and again in the checkpointed modules' recompute), on the critical path;
+    said in ``notes``. 0 without tensor parallelism."""
+    opts = work.opts
+    if opts.tp == 1:
+        return 0.0
+    link = consecutive(opts.network, opts.tp)
+    once, again = comm_seconds(work.prof.comm, link, choice.paths)
+    where = "inside a node" if link.nodes == 1 else f"across {link.nodes} nodes"
+    notes.append(
+        f"tensor-parallel collectives: {seconds(once + again)} per micro-batch over "
+        f"{opts.tp} GPUs {where} ({seconds(again)} of it the recompute's), all exposed"
+    )
+    return once + again
 
 
 def _parts(
@@ -392,17 +406,17 @@ def _parts(
     fwd: Mapping[int, float],
     bwd: Mapping[int, float],
     bandwidth: float,
+    tp: float = 0.0,
 ) -> dict[str, float]:
     """The step's parts from each node's forward and backward seconds: compute,
-    recompute, the strategy's collectives, the optimizer's bytes over ``bandwidth``."""
+    recompute, the strategy's collectives and ``tp``, tensor parallelism's (on the
+    critical path, none hidden), the optimizer's bytes over ``bandwidth``."""
     prof, opts, setup = work.prof, work.opts, work.setup
     root = prof.root
     compute = fwd[id(root)] + bwd[id(root)]
     recompute = sum(fwd[id(prof.node(p))] * _share(prof, choice, p) for p in choice.paths)
     total, exposed = opts.strategy.comm_time(work, Times(fwd, bwd, choice.paths))
-    if opts.tp > 1:  # tensor parallelism's collectives: on the critical path, none hidden
-        tp, again = comm_seconds(prof.comm, consecutive(opts.network, opts.tp), choice.paths)
-        total, exposed = total + tp + again, exposed + tp + again
+    total, exposed = total + tp, exposed + tp
     st = setup.rest
     moved = (
         2 * (st["param_bytes"] + st["optimizer_state_bytes"] + st["master_weight_bytes"])

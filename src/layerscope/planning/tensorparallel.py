@@ -328,21 +328,6 @@ def comm_seconds(
     return total, again
 
 
-def merge_comm(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
-    """Two sets of collectives in ``profile.comm``'s form, summed per module, phase and
-    kind."""
-    out: dict[str, Any] = {p: {ph: {k: dict(r) for k, r in ks.items()} for ph, ks in v.items()}
-                           for p, v in a.items()}  # fmt: skip
-    for path, phases in b.items():
-        for phase, kinds in phases.items():
-            mine = out.setdefault(path, {}).setdefault(phase, {})
-            for kind, row in kinds.items():
-                was = mine.setdefault(kind, {"calls": 0, "bytes": 0, "wire_bytes": 0})
-                for key in ("calls", "bytes", "wire_bytes"):
-                    was[key] += row[key]
-    return out
-
-
 def tp_notes(size: int, sequence: bool, own: bool) -> list[str]:
     """What a tensor-parallel plan's figures rest on."""
     whose = "the model's own tensor-parallel plan" if own else "the given tp_plan"
@@ -379,7 +364,6 @@ __all__ = [
     "comm_seconds",
     "expand",
     "fake_mesh",
-    "merge_comm",
     "model_plan",
     "parallelized",
     "plan_words",
