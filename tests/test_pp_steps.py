@@ -20,14 +20,12 @@ Stage s of S holds 8 / S blocks, stage 0 the stem too and the last stage the hea
 
 from __future__ import annotations
 
-import functools
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from helpers import pp_runs
-from helpers.distributed import spawn_ranks
+from helpers.distributed import spawn_world
 
 pytestmark = pytest.mark.slow
 
@@ -47,8 +45,7 @@ LOSS = OUT
 
 
 def _spawn(world: int, tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
-    out: Path = tmp_path_factory.mktemp(f"pp{world}")
-    return spawn_ranks(functools.partial(pp_runs.worker, world=world), world, out, TIME_LIMIT_S)
+    return spawn_world(pp_runs.worker, world, tmp_path_factory, "pp", TIME_LIMIT_S)
 
 
 @pytest.fixture(scope="module")

@@ -26,9 +26,7 @@ no gradient reaches it.
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -37,7 +35,7 @@ import torch.distributed as dist
 from torch import nn
 
 import layerscope as ls
-from helpers.distributed import rank_output, spawn_ranks
+from helpers.distributed import rank_output, spawn_world
 from helpers.records import StorageTracker
 from layerscope.metrics.fsdpunits import fsdp_param_groups
 from layerscope.planning.comm import ddp_collectives, fsdp_collectives
@@ -152,8 +150,7 @@ def _worker(rank: int, store: str, out: str, world: int) -> None:
 
 
 def _spawn(world: int, tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
-    out: Path = tmp_path_factory.mktemp(f"sharded{world}")
-    return spawn_ranks(functools.partial(_worker, world=world), world, out, TIME_LIMIT_S)
+    return spawn_world(_worker, world, tmp_path_factory, "sharded", TIME_LIMIT_S)
 
 
 @pytest.fixture(scope="module")

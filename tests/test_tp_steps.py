@@ -24,14 +24,12 @@ own count of the collectives it issued (its sequence number) and torch's
 
 from __future__ import annotations
 
-import functools
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from helpers import tp_runs
-from helpers.distributed import spawn_ranks
+from helpers.distributed import spawn_world
 
 TIME_LIMIT_S = 300.0
 TP = tp_runs.CONFIGS  # llama_tp, llama_sp, hf_plan: on 2 and 4 ranks
@@ -48,8 +46,7 @@ LOGITS = 2 * 16 * 128 * 4
 
 
 def _spawn(world: int, tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
-    out: Path = tmp_path_factory.mktemp(f"tp{world}")
-    return spawn_ranks(functools.partial(tp_runs.worker, world=world), world, out, TIME_LIMIT_S)
+    return spawn_world(tp_runs.worker, world, tmp_path_factory, "tp", TIME_LIMIT_S)
 
 
 @pytest.fixture(scope="module")

@@ -47,6 +47,17 @@ def spawn_ranks(worker: Any, world: int, out: Path, limit_s: float) -> list[dict
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(world)]
 
 
+def spawn_world(
+    worker: Any, world: int, tmp_path_factory: pytest.TempPathFactory, name: str, limit_s: float
+) -> list[dict[str, Any]]:
+    """``spawn_ranks`` of ``worker(rank, store, out, world=world)`` in a fresh directory
+    ``{name}{world}``: a module's facts on ``world`` ranks."""
+    import functools
+
+    out: Path = tmp_path_factory.mktemp(f"{name}{world}")
+    return spawn_ranks(functools.partial(worker, world=world), world, out, limit_s)
+
+
 @contextmanager
 def rank_output(
     rank: int, out: str, facts: dict[str, Any], exit_after: bool = False
