@@ -64,21 +64,33 @@ def analyse(
 ) -> Profile:
     """The one analysis a plan needs: the given profile (checked), or a meta copy of the
     model in the compute dtype, profiled with ``backward=True, memory=True`` and steered
-    to the target, its kernels recorded (``planning.kernels``)."""
+    to the target, its kernels recorded (``planning.kernels``). A pipeline's is the
+    first stage's (``analyse_stages``)."""
+    return analyse_stages(model, args, kwargs, input_shape, opts, profile_options)[0]
+
+
+def analyse_stages(
+    model: nn.Module | Profile,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any] | None,
+    input_shape: Any,
+    opts: Options,
+    profile_options: Mapping[str, Any],
+) -> list[Profile]:
+    """``analyse``'s analysis, one per pipeline stage (``planning.pipeline``; one without
+    a pipeline)."""
     want = str(opts.compute_dtype).removeprefix("torch.")
     if isinstance(model, Profile):
-        if opts.tp > 1:
-            raise InvalidInputError(
-                f"mesh tp={opts.tp}: tensor parallelism is planned from the model split by "
-                "its plan, which a given profile cannot be: pass the model"
-            )
-        return _checked(model, opts, want)
+        for axis, size in (("tp", opts.tp), ("pp", opts.pp)):
+            if size > 1:
+                raise InvalidInputError(
+                    f"mesh {axis}={size}: the plan analyses the model split as the run "
+                    "splits it, which a given profile cannot be: pass the model"
+                )
+        return [_checked(model, opts, want)]
     if not isinstance(model, nn.Module):
         raise InvalidInputError(f"ls.plan needs a model or a Profile, got {type(model).__name__}")
-    from layerscope.collect.autocast import emulate_cuda_autocast
-    from layerscope.collect.common import default_loss
     from layerscope.collect.meta import meta_copy
-    from layerscope.session.run import profile
 
     # under autocast the weights and the input stay float32 and each op runs in the
     # dtype autocast's rules give it; otherwise everything is in the compute dtype
@@ -99,52 +111,92 @@ def analyse(
     cache_off = _cache_off(model, kwargs)
     if cache_off:
         call["kwargs"] = {**call.get("kwargs", {}), "use_cache": False}
-    if input_shape is not None and cache_off:  # the inputs drawn here, beside the kwarg
+    if input_shape is not None and (cache_off or opts.pp > 1):  # drawn here, beside kwargs
         from layerscope.collect.inputs import random_inputs
 
         call["args"] = random_inputs(meta, input_shape, call.pop("input_dtype", None))
     elif input_shape is not None:
         call["input_shape"] = input_shape
-    from layerscope.planning.kernels import KernelRecorder, record
-
-    recorder = KernelRecorder()  # after the user's observers: it reads the counters'
-    call["observers"] = [*call.get("observers", ()), recorder]
     from contextlib import AbstractContextManager, nullcontext
 
-    from layerscope.metrics.memory.records import record_ops
     from layerscope.planning.tensorparallel import Entry, parallelized, plan_words
 
-    ops = record_ops() if opts.checkpoint == "op" else nullcontext()  # planning.oppolicy
     tp_plan = None if opts.tp_plan is None else dict(opts.tp_plan)
     split: AbstractContextManager[list[Entry]] = (
         parallelized(meta, opts.tp, tp_plan, opts.sequence_parallel)
         if opts.tp > 1
         else nullcontext([])
     )
-    view = "local" if opts.tp > 1 else "logical"  # tensor parallelism: rank 0's work
     with split as entries:
-        if not opts.autocast:
-            with ops:
-                prof = profile(
-                    meta, backward=True, memory=True, target=target, dtensor=view, **call
-                )
+        if opts.pp == 1:
+            profs = [_profiled(meta, call, opts, target, want)]
         else:
-            loss_fn = call.pop("loss_fn", None) or default_loss
-            with ops, emulate_cuda_autocast(meta, opts.compute_dtype, loss_fn) as loss:
-                prof = profile(
-                    meta, backward=True, memory=True, target=target, loss_fn=loss,
-                    dtensor=view, **call,
-                )  # fmt: skip
-            prof.model["autocast"] = want
-    if entries:
-        prof.model["tp_plan"] = plan_words(entries)
-    prof.notices.extend(not_run)
+            profs = _stages(meta, call, opts, target, want)
+    for prof in profs:
+        if entries:
+            prof.model["tp_plan"] = plan_words(entries)
+        prof.notices.extend(not_run)
+        if cache_off:
+            prof.notices.append(
+                f"{CACHE_OFF}: the model's config.use_cache would keep a KV cache alive to "
+                "the loss, which a training step never reads (pass use_cache=False in your "
+                "run too)"
+            )
+    return profs
+
+
+def _stages(
+    meta: nn.Module, call: dict[str, Any], opts: Options, target: Any, want: str
+) -> list[Profile]:
+    """Each pipeline stage's analysis, in order, a stage's input the previous one's
+    output (``planning.pipeline``)."""
+    from layerscope.planning import pipeline as pl
+
+    lay = pl.layout(meta)
+    cuts = pl.cut(lay, opts.pp, opts.pp_split)
+    profs: list[Profile] = []
+    received: torch.Tensor | None = None
+    for s, pieces in enumerate(cuts):
+        first, last = s == 0, s == len(cuts) - 1
+        mine = pl.stage_call(call, lay, s, last, received)
+        with pl.stage_view(meta, lay, pieces, first, last):
+            prof = _profiled(meta, mine, opts, target, want)
+        prof.model["stage"] = {"index": s, "pieces": list(pieces)}
+        profs.append(prof)
+        if not last:
+            received = pl.received(prof)
+    return profs
+
+
+def _profiled(
+    meta: nn.Module, call: dict[str, Any], opts: Options, target: Any, want: str
+) -> Profile:
+    """One analysis of ``meta`` with ``call`` (module doc), its kernels recorded."""
+    from contextlib import nullcontext
+
+    from layerscope.collect.autocast import emulate_cuda_autocast
+    from layerscope.collect.common import default_loss
+    from layerscope.metrics.memory.records import record_ops
+    from layerscope.planning.kernels import KernelRecorder, record
+    from layerscope.session.run import profile
+
+    call = dict(call)
+    recorder = KernelRecorder()  # after the user's observers: it reads the counters'
+    call["observers"] = [*call.get("observers", ()), recorder]
+    ops = record_ops() if opts.checkpoint == "op" else nullcontext()  # planning.oppolicy
+    view = "local" if opts.tp > 1 else "logical"  # tensor parallelism: rank 0's work
+    if not opts.autocast:
+        with ops:
+            prof = profile(meta, backward=True, memory=True, target=target, dtensor=view, **call)
+    else:
+        loss_fn = call.pop("loss_fn", None) or default_loss
+        with ops, emulate_cuda_autocast(meta, opts.compute_dtype, loss_fn) as loss:
+            prof = profile(
+                meta, backward=True, memory=True, target=target, loss_fn=loss,
+                dtensor=view, **call,
+            )  # fmt: skip
+        prof.model["autocast"] = want
     record(prof, recorder.kernels)
-    if cache_off:
-        prof.notices.append(
-            f"{CACHE_OFF}: the model's config.use_cache would keep a KV cache alive to the "
-            "loss, which a training step never reads (pass use_cache=False in your run too)"
-        )
     return prof
 
 

@@ -148,8 +148,13 @@ def _memory(key: str, header: str, description: str) -> PlanField:
     return PlanField("memory", key, "bytes", description, header)
 
 
-def _time(key: str, header: str, description: str, default: bool = True) -> PlanField:
-    return PlanField("time", key, "seconds", description, header, default=default, json="number")
+def _time(
+    key: str, header: str, description: str, default: bool = True, required: bool = True
+) -> PlanField:
+    return PlanField(
+        "time", key, "seconds", description, header, default=default, json="number",
+        required=required,
+    )  # fmt: skip
 
 
 def _plan(
@@ -210,6 +215,8 @@ FIELDS: list[PlanField] = [
           nullable=True, required=False),
     _plan("rates", "text", "the achievable rates the prediction used", "text",
           nullable=True, required=False),
+    _plan("pipeline", "data", "pipeline parallelism: the schedule, microbatches, the stage "
+          "planned and a row per stage, or null", "object", nullable=True, required=False),
     # ---- the parts of a GPU's memory ----
     _memory("param_bytes", "Params", "this GPU's parameters at rest (sharded or replicated)"),
     _memory("unsharded_param_bytes", "Unsharded params", "FSDP2 units' gathered parameters"),
@@ -226,6 +233,8 @@ FIELDS: list[PlanField] = [
     _time("compute", "Compute", "the forward and backward, each kernel at its achievable rate"),
     _time("recompute", "Recompute", "checkpointed modules' forwards, again"),
     _time("exposed_comm", "Exposed comm", "collectives that compute does not hide"),
+    _time("bubble", "Bubble", "a pipeline's idle slots: S - 1 microbatches of the slowest "
+          "stage, less this stage's own share of the step", required=False),
     _time("optimizer", "Optimizer", "the step's bytes over the achievable bandwidth"),
     _time("comm", "Comm", "every collective of the step, hidden or not", default=False),
     # ---- the per-module table ----

@@ -81,7 +81,11 @@ def plan_data(section: Mapping[str, Any], sweep: Mapping[str, Any] | None = None
     given = section.get("time_bound")
     bound = None
     if isinstance(given, Mapping):
-        bound = [[f.header, page_number(given.get(f.key, 0))] for f in fields("time") if f.default]
+        bound = [
+            [f.header, page_number(given.get(f.key, 0))]
+            for f in fields("time")
+            if f.default and (f.required or f.key in time)
+        ]
     return {
         "part_names": [f.header for f in fields("memory")],
         "labels": {f.key: f.header for f in fields("plan") if f.header},
@@ -105,7 +109,11 @@ def plan_data(section: Mapping[str, Any], sweep: Mapping[str, Any] | None = None
         F.KEPT_ACTIVATION_BYTES: figures[F.KEPT_ACTIVATION_BYTES],
         F.RECOMPUTE_FLOPS: figures[F.RECOMPUTE_FLOPS],
         "timeline": _timeline(_mapping(section, "timeline")),
-        "time": [[f.header, page_number(time.get(f.key, 0))] for f in fields("time") if f.default],
+        "time": [
+            [f.header, page_number(time.get(f.key, 0))]
+            for f in fields("time")
+            if f.default and (f.required or f.key in time)
+        ],
         "comm_time": page_number(time.get("comm")),
         "exposed_comm": page_number(time.get("exposed_comm")),
         **{k: figures[k] for k in (F.STEP_TIME, F.MODEL_FLOPS, F.MFU, F.TOKENS, F.TOKENS_PER_S)},

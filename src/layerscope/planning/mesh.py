@@ -11,9 +11,10 @@ G // s)`` of them per node when ``s < G`` and one per node otherwise, and spans
 ``ceil(n / per_node)`` nodes: one node means its collectives run on the node's link,
 more mean they cross the network.
 
-Data parallelism (``dp_shard``: FSDP2; ``dp_replicate``: DDP, or HSDP with both) and
-tensor parallelism (``tp``: ``planning.tensorparallel``) are planned; pipeline, context
-and expert parallelism are refused until they are modelled (docs/plan.md).
+Data parallelism (``dp_shard``: FSDP2; ``dp_replicate``: DDP, or HSDP with both), tensor
+parallelism (``tp``: ``planning.tensorparallel``) and pipeline parallelism (``pp``:
+``planning.pipeline``) are planned; context and expert parallelism are refused until
+they are modelled (docs/plan.md).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ AXES = {
     "ep": "expert parallel",
 }
 #: The axes a plan models today.
-PLANNED = ("dp_replicate", "dp_shard", "tp")
+PLANNED = ("dp_replicate", "dp_shard", "tp", "pp")
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,8 @@ class Mesh:
             named = ", ".join(f"{a}={getattr(self, a)} ({AXES[a]})" for a in unplanned)
             raise InvalidInputError(
                 f"mesh {named}: not planned yet; a plan models data parallelism over "
-                "dp_replicate and dp_shard and tensor parallelism over tp (docs/plan.md)"
+                "dp_replicate and dp_shard, tensor parallelism over tp and pipeline "
+                "parallelism over pp (docs/plan.md)"
             )
         replicate, shard, world = self.dp_replicate, self.dp_shard, self.world_size
         if replicate > 1 and shard > 1:

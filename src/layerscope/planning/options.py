@@ -37,7 +37,7 @@ RESERVE_BYTES = 2 * 2**30
 #: direction (400 Gb/s: one NIC per GPU); ``inter_node_bandwidth=`` now defaults to the
 #: cluster's NICs (``planning.cluster``).
 INTER_NODE_BANDWIDTH = 400e9 / 8
-OUT_OF_SCOPE = "pipeline, context and expert parallelism are not modelled"
+OUT_OF_SCOPE = "context and expert parallelism are not modelled"
 
 _COMPUTE = {"fp32": torch.float32, "bf16": torch.bfloat16, "bf16-mixed": torch.bfloat16,
             "fp16-mixed": torch.float16}  # fmt: skip
@@ -87,6 +87,13 @@ class Options:
     tp_plan: tuple[tuple[str, Any], ...] | None = None
     #: sequence parallelism in the tensor-parallel blocks (``planning.tensorparallel``)
     sequence_parallel: bool = False
+    #: pipeline parallelism (``planning.pipeline``): microbatches per step (None: as many
+    #: as stages), the schedule, the piece each later stage starts at (None: the blocks
+    #: split evenly), the stage planned (None: the one whose peak is highest)
+    microbatches: int | None = None
+    schedule: str = "1f1b"
+    pp_split: tuple[str, ...] | None = None
+    stage: int | None = None
 
     @property
     def tp(self) -> int:
@@ -94,10 +101,15 @@ class Options:
         return self.mesh.tp if self.mesh else 1
 
     @property
+    def pp(self) -> int:
+        """Pipeline stages (the mesh's ``pp``; 1: none)."""
+        return self.mesh.pp if self.mesh else 1
+
+    @property
     def dp_size(self) -> int:
         """GPUs data parallelism runs over: the world size over the tensor-parallel
-        groups."""
-        return self.world_size // self.tp
+        groups and the pipeline's stages."""
+        return self.world_size // (self.tp * self.pp)
 
     @property
     def shard_size(self) -> int:
@@ -145,7 +157,7 @@ class Options:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
         spec = self.target
         out["target"] = spec.name if BY_NAME.get(spec.name) == spec else spec.to_dict()
-        for key in ("units", "hsdp", "checkpoint"):
+        for key in ("units", "hsdp", "checkpoint", "pp_split"):
             if isinstance(out[key], tuple):
                 out[key] = list(out[key])
         out["tp_plan"] = dict(self.tp_plan) if self.tp_plan is not None else None
@@ -189,6 +201,9 @@ class Options:
             **({"mesh": self.mesh.to_dict()} if self.mesh else {}),
             **({"sequence_parallel": True} if self.sequence_parallel else {}),
             **({"tp_plan": dict(tp_plan)} if tp_plan else {}),
+            **({"microbatches": self.microbatches or self.pp, "schedule": self.schedule,
+                "pp_split": list(self.pp_split) if self.pp_split else None}
+               if self.pp > 1 else {}),
         }  # fmt: skip
 
 
@@ -200,7 +215,8 @@ DEFAULTS: dict[str, Any] = {
     "inter_node_bandwidth": None, "bucket_cap_mb": 25, "hsdp": None,
     "checkpoint": None, "cluster": None, "reduce_dtype": None, "compile": False,
     "float8": False, "loss": "plain", "mesh": None, "tp_plan": None,
-    "sequence_parallel": False,
+    "sequence_parallel": False, "microbatches": None, "schedule": "1f1b", "pp_split": None,
+    "stage": None,
 }  # fmt: skip
 
 NAMES = tuple(f.name for f in fields(Options))
@@ -223,7 +239,8 @@ def check_options(given: Mapping[str, Any]) -> Options:
         raise InvalidInputError(f"target must be a GPU spec, got {spec.name!r} ({spec.kind})")
     world = check_int("world_size", o["world_size"], 1)
     tp = mesh.tp if mesh else 1
-    dp = world // tp
+    pp = mesh.pp if mesh else 1
+    dp = world // (tp * pp)
     sharding = o["sharding"]
     check_choice("sharding", sharding, list(STRATEGIES))
     check_choice("precision", o["precision"], list(PRECISIONS))
@@ -278,7 +295,48 @@ def check_options(given: Mapping[str, Any]) -> Options:
         mesh=mesh,
         tp_plan=_tp_plan(o["tp_plan"], tp),
         sequence_parallel=_sequence_parallel(o["sequence_parallel"], tp),
+        **_pipeline(o, pp, sharding, checkpoint),
     )
+
+
+def _pipeline(o: Mapping[str, Any], pp: int, sharding: str, checkpoint: Any) -> dict[str, Any]:
+    """The pipeline's options, for a mesh with ``pp`` above 1 (``planning.pipeline``)."""
+    from layerscope.planning.pipeline import SCHEDULES
+
+    given = [k for k in ("microbatches", "pp_split", "stage") if o[k] is not None]
+    if o["schedule"] != "1f1b":
+        given.append("schedule")
+    if pp == 1:
+        if given:
+            raise InvalidInputError(
+                f"{given[0]} is pipeline parallelism's: give a mesh with pp above 1, e.g. "
+                "mesh={'dp_shard': 8, 'pp': 4}"
+            )
+        return {}
+    check_choice("schedule", o["schedule"], list(SCHEDULES))
+    if sharding == "zero2":
+        raise InvalidInputError(
+            "sharding='zero2' with a pipeline: DeepSpeed's pipeline engine runs ZeRO stage 1 "
+            "at most; use 'zero1', or 'fsdp' (FSDP2 under torch.distributed.pipelining)"
+        )
+    if checkpoint == "auto":
+        raise InvalidInputError(
+            "checkpoint='auto' chooses against one GPU's whole step, which a pipeline's "
+            "stages do not share yet: give 'blocks', 'op' or module paths with pp"
+        )
+    split = o["pp_split"]
+    if split is not None:
+        if not isinstance(split, list | tuple) or not all(isinstance(p, str) for p in split):
+            refuse("pp_split", split, "a list of module paths, each the first of a stage")
+        split = tuple(split)
+    micro = o["microbatches"]
+    stage = o["stage"]
+    return {
+        "microbatches": None if micro is None else check_int("microbatches", micro, 1),
+        "schedule": str(o["schedule"]),
+        "pp_split": split,
+        "stage": None if stage is None else check_int("stage", stage, 0, pp - 1),
+    }
 
 
 def _tp_plan(value: Any, tp: int) -> tuple[tuple[str, Any], ...] | None:

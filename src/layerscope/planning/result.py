@@ -82,6 +82,9 @@ class Plan:
     #: kernels launched per step (the analysis's), and the rates they were priced at
     kernels: int | None = None
     rates: str | None = None
+    #: pipeline parallelism (``planning.pipeline``): the schedule, the microbatches, the
+    #: stage this plan is of and one row per stage; None without a pipeline
+    pipeline: dict[str, Any] | None = None
     analysis: Profile | None = field(default=None, repr=False, compare=False)
     #: the model and input the plan was analysed from (``planning.sweep.Source``), to
     #: analyse other micro-batches; None for a plan from a profile or a file

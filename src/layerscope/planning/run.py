@@ -11,7 +11,7 @@ from torch import nn
 
 from layerscope.busy import ProgressSetting, busy, check_progress
 from layerscope.planning.build import build
-from layerscope.planning.facts import analyse
+from layerscope.planning.facts import analyse_stages
 from layerscope.planning.options import check_options
 from layerscope.planning.result import Plan
 from layerscope.planning.sweep import Source
@@ -69,9 +69,9 @@ def plan(
     if loss_fn is not None:
         profile_options["loss_fn"] = loss_fn
     with busy("layerscope: planning: analysing the model on meta", progress) as status:
-        prof = analyse(model_or_profile, args, kwargs, input_shape, opts, profile_options)
+        profs = analyse_stages(model_or_profile, args, kwargs, input_shape, opts, profile_options)
         status.update("layerscope: planning: the step's memory and time")
-        result = build(prof, opts)
+        result = build(profs, opts)
     if isinstance(model_or_profile, nn.Module):  # to analyse other micro-batches
         result.source = Source(model_or_profile, args, kwargs, input_shape, profile_options, opts)
     return result

@@ -86,7 +86,20 @@ _OPTIONS = {
     "hsdp": Opt(Arr(Int(1), length=2)), "cluster": Obj({}), "reduce_dtype": Opt(Str()),
     "compile": Opt(Bool()), "float8": Opt(Bool()),
     "loss": Str(), "mesh": Opt(Map(Int(1))), "sequence_parallel": Opt(Bool()),
-    "tp_plan": Opt(Map(Str())),
+    "tp_plan": Opt(Map(Str())), "microbatches": Opt(Int(1)), "schedule": Opt(Str()),
+    "pp_split": Opt(Arr(Str())),
+}  # fmt: skip
+#: A pipeline's stage row (``Plan.pipeline["stages"]``).
+_STAGE = {
+    "stage": Int(0), "first": Str(), "last": Str(), "pieces": Int(1), "params": Int(0),
+    "param_bytes": Int(0), "held_bytes": Int(0), "in_flight": Int(1),
+    "peak_bytes": Int(0), "fits": Opt(Bool()), "time": Finite(), "sent_bytes": Int(0),
+    "received_bytes": Int(0),
+}  # fmt: skip
+#: The pipeline section (``planning.pipeline``).
+_PIPELINE = {
+    "schedule": Str(), "microbatches": Int(1), "stages": Int(1), "stage": Int(0),
+    "chosen": Str(), "bubble": Finite(), "rows": Arr(Obj(_STAGE, required=tuple(_STAGE))),
 }  # fmt: skip
 
 
@@ -104,6 +117,7 @@ _SHAPES: dict[str, Callable[[PlanField], Check]] = {
     "modules": _modules,
     "comm": lambda f: Map(Map(Map(Map(Finite()))), f.description),
     "notes": lambda f: Arr(Str(), f.description),
+    "pipeline": lambda f: Opt(Obj(_PIPELINE, required=tuple(_PIPELINE), description=f.description)),
 }
 
 

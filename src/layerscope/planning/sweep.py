@@ -26,7 +26,7 @@ from torch.utils._pytree import tree_map_only
 from layerscope.busy import Busy, ProgressSetting, busy, check_progress
 from layerscope.errors import InvalidInputError
 from layerscope.planning.build import build
-from layerscope.planning.facts import analyse
+from layerscope.planning.facts import analyse_stages
 from layerscope.planning.fields import CHECKPOINTED, keys
 from layerscope.planning.mesh import Mesh, check_mesh
 from layerscope.planning.options import DEFAULTS, Options, check_options
@@ -306,7 +306,7 @@ def plan_sweep(
         defaults |= {"world_size": None, "sharding": None}
     grid = {a: _values(a, options.get(a, defaults[a])) for a in AXES}
     swept = [a for a in AXES if a in options and len(grid[a]) > 1]
-    analyses: dict[tuple[Any, ...], Profile] = {}
+    analyses: dict[tuple[Any, ...], list[Profile]] = {}
     rows: list[SweepRow] = []
     combos = list(itertools.product(*grid.values()))
     with busy("layerscope: planning the sweep", progress) as status:
@@ -325,7 +325,7 @@ def _row(
     chosen: dict[str, Any],
     fixed: dict[str, Any],
     source: Source,
-    analyses: dict[tuple[Any, ...], Profile],
+    analyses: dict[tuple[Any, ...], list[Profile]],
 ) -> tuple[SweepRow, Options]:
     """One combination's row (and its options): its micro-batch analysed once per
     compute dtype, kept in ``analyses`` for the other rows."""
@@ -338,10 +338,10 @@ def _row(
     here = source.at(batch) if batch is not None else source
     # "op": op records; tensor parallelism: the model split by its plan
     key = (batch, str(opts.compute_dtype), opts.checkpoint == "op", opts.tp,
-           opts.sequence_parallel)  # fmt: skip
+           opts.sequence_parallel, opts.pp, opts.pp_split)  # fmt: skip
     if key not in analyses:
-        analyses[key] = analyse(source.model, here.args, here.kwargs, here.input_shape, opts,
-                                source.profile_options)  # fmt: skip
+        analyses[key] = analyse_stages(source.model, here.args, here.kwargs, here.input_shape,
+                                       opts, source.profile_options)  # fmt: skip
     result = build(analyses[key], opts)
     row = {a: chosen[a] for a in AXES}
     row["world_size"], row["sharding"] = opts.world_size, opts.sharding
@@ -414,9 +414,9 @@ def _largest_fitting(plan: Plan, source: Source, opts: Options, limit: int, stat
     def fits(batch: int) -> bool:
         status.update(f"layerscope: the largest micro-batch that fits: trying {batch}")
         here = source.at(batch)
-        prof = analyse(source.model, here.args, here.kwargs, here.input_shape, opts,
-                       source.profile_options)  # fmt: skip
-        return bool(build(prof, opts).fits)
+        profs = analyse_stages(source.model, here.args, here.kwargs, here.input_shape, opts,
+                               source.profile_options)  # fmt: skip
+        return bool(build(profs, opts).fits)
 
     start = source.batch()
     low, high = 0, None

@@ -174,6 +174,7 @@ def plan_lines(
         _heading(section, width),
         _memory(section, width),
         _step(section, width),
+        _stages(section, width),
         _modules(section, width, max_rows, fold),
     ]
     notes = [(f"Note: {n}", "layerscope.notice") for n in section.get("notes", ())]
@@ -206,6 +207,13 @@ def _heading(section: Mapping[str, Any], width: int) -> list[Line]:
     if tp > 1:
         sequence = " (sequence parallel)" if o.get("sequence_parallel") else ""
         sharding += f" x tensor parallel {tp}{sequence}"
+    pipe = section.get("pipeline")
+    if isinstance(pipe, Mapping):
+        sharding += (
+            f" x pipeline {pipe['stages']} ({pipe['schedule']}, "
+            f"{pipe['microbatches']} microbatches; stage {pipe['stage']}, "
+            f"{pipe['chosen']})"
+        )
     tokens = section.get(F.TOKENS)
     batch = f"{units.count(tokens)} tokens" if tokens else "without token ids"
     checkpointed = len(section.get("checkpoint", ()))
@@ -321,7 +329,7 @@ def _step(section: Mapping[str, Any], width: int) -> list[Line]:
              _share(time.get(part.key, 0.0), step),
              *([units.seconds(bound.get(part.key, 0.0))] if bound is not None else []))
         for part in fields("time")
-        if part.default
+        if part.default and (part.required or part.key in time)
     ]  # fmt: skip
     total = _row("Step", units.seconds(step), _share(step, step),
                  *([units.seconds(section.get(F.STEP_TIME_BOUND) or 0.0)]
@@ -345,6 +353,40 @@ def _step(section: Mapping[str, Any], width: int) -> list[Line]:
         f"{units.si(recompute)} FLOPs per step.", "",
     ))  # fmt: skip
     return lines + wrap_texts(facts, width)
+
+
+def _stages(section: Mapping[str, Any], width: int) -> list[Line]:
+    """A pipeline's stages, one row each (none without a pipeline)."""
+    pipe = section.get("pipeline")
+    if not isinstance(pipe, Mapping):
+        return []
+    columns = [
+        TableColumn("stage", "Stage", "left", None, label=True, text=True),
+        TableColumn("modules", "Modules", "left", None, text=True),
+        TableColumn("states", "States", priority=20),
+        TableColumn("held", "Held/mb", priority=50),
+        TableColumn("flight", "In flight", priority=45),
+        TableColumn("peak", "Peak", priority=None),
+        TableColumn("time", "Time/mb", priority=60),
+    ]
+    rows = [
+        _row(
+            f"{r['stage']}{' *' if r['stage'] == pipe['stage'] else ''}",
+            r["first"] if r["first"] == r["last"] else f"{r['first']} .. {r['last']}",
+            units.nbytes(r["param_bytes"]),
+            units.nbytes(r["held_bytes"]),
+            units.count(r["in_flight"]),
+            units.nbytes(r["peak_bytes"]),
+            units.seconds(r["time"]),
+        )
+        for r in pipe["rows"]
+    ]
+    lines = _fitted(_table(columns, rows, None), width)[0]
+    said = (
+        f"* this plan's stage. Held/mb: what one microbatch's forward leaves for its "
+        f"backward; the bubble is {pipe['bubble']:.0%} of the slowest stage's step."
+    )
+    return lines + wrap_texts([(said, "")], width)
 
 
 def _cell(kind: str, value: Any) -> str:
