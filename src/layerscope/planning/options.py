@@ -295,11 +295,11 @@ def check_options(given: Mapping[str, Any]) -> Options:
         mesh=mesh,
         tp_plan=_tp_plan(o["tp_plan"], tp),
         sequence_parallel=_sequence_parallel(o["sequence_parallel"], tp),
-        **_pipeline(o, pp, sharding, checkpoint),
+        **_pipeline(o, pp, checkpoint),
     )
 
 
-def _pipeline(o: Mapping[str, Any], pp: int, sharding: str, checkpoint: Any) -> dict[str, Any]:
+def _pipeline(o: Mapping[str, Any], pp: int, checkpoint: Any) -> dict[str, Any]:
     """The pipeline's options, for a mesh with ``pp`` above 1 (``planning.pipeline``)."""
     from layerscope.planning.pipeline import SCHEDULES
 
@@ -314,11 +314,6 @@ def _pipeline(o: Mapping[str, Any], pp: int, sharding: str, checkpoint: Any) -> 
             )
         return {}
     check_choice("schedule", o["schedule"], list(SCHEDULES))
-    if sharding == "zero2":
-        raise InvalidInputError(
-            "sharding='zero2' with a pipeline: DeepSpeed's pipeline engine runs ZeRO stage 1 "
-            "at most; use 'zero1', or 'fsdp' (FSDP2 under torch.distributed.pipelining)"
-        )
     if checkpoint == "auto":
         raise InvalidInputError(
             "checkpoint='auto' chooses against one GPU's whole step, which a pipeline's "

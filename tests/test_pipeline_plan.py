@@ -1,0 +1,211 @@
+"""Pipeline parallelism in plans (``planning.pipeline``): the stages a model is cut
+into, the schedules' orders, the composition of a stage's step by hand, a transformers
+model's stages, the options' refusals and the document. The plans against real
+pipelined runs are ``test_pp_steps.py``'s."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import layerscope as ls
+from layerscope.errors import InvalidInputError
+from layerscope.planning import pipeline as pl
+from layerscope.planning.timeline import PARTS
+
+
+def stack(blocks: int = 8) -> nn.Sequential:
+    """A stem, ``blocks`` identical blocks and a head."""
+    parts: OrderedDict[str, nn.Module] = OrderedDict(stem=nn.Linear(8, 8))
+    for i in range(blocks):
+        parts[f"block{i}"] = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 8))
+    parts["head"] = nn.Linear(8, 4)
+    return nn.Sequential(parts)
+
+
+def test_stages_of_a_sequential() -> None:
+    """The blocks split evenly, the stem on the first stage and the head on the last;
+    10 blocks on 4 stages: 2, 3, 3, 2 (the extra ones to the middle stages)."""
+    lay = pl.layout(stack(8))
+    assert (lay.pre, lay.post, len(lay.blocks)) == (("stem",), ("head",), 8)
+    assert pl.cut(lay, 4, None) == [
+        ("stem", "block0", "block1"), ("block2", "block3"), ("block4", "block5"),
+        ("block6", "block7", "head"),
+    ]  # fmt: skip
+    sizes = [
+        len([p for p in c if p.startswith("block")]) for c in pl.cut(pl.layout(stack(10)), 4, None)
+    ]
+    assert sizes == [2, 3, 3, 2]
+    assert pl.cut(lay, 2, ["block1"]) == [
+        ("stem", "block0"),
+        ("block1", "block2", "block3", "block4", "block5", "block6", "block7", "head"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("split", "says"),
+    [
+        (["block1", "block2"], "names 2 module paths"),
+        (["nope"], "is not one of the pieces"),
+        (["stem"], "forward order"),
+    ],
+)
+def test_split_refused(split: list[str], says: str) -> None:
+    with pytest.raises(InvalidInputError, match=says):
+        pl.cut(pl.layout(stack(4)), 2, split)
+
+
+def test_too_many_stages_and_other_models_refused() -> None:
+    with pytest.raises(InvalidInputError, match="has 2 repeated blocks"):
+        pl.cut(pl.layout(stack(2)), 4, None)
+    with pytest.raises(InvalidInputError, match=r"nn\.Sequential's children or a transformers"):
+        pl.layout(nn.TransformerEncoderLayer(8, 2))
+
+
+def test_schedule_orders() -> None:
+    """GPipe: every forward, then every backward; 1F1B on stage s of S: min(M, S - s)
+    forwards, then a backward and a forward in turn, then the remaining backwards."""
+    assert pl.actions("gpipe", 4, 1, 3) == [
+        ("F", 0),
+        ("F", 1),
+        ("F", 2),
+        ("B", 0),
+        ("B", 1),
+        ("B", 2),
+    ]
+    assert pl.actions("1f1b", 4, 1, 4) == [
+        ("F", 0), ("F", 1), ("F", 2), ("B", 0), ("F", 3), ("B", 1), ("B", 2), ("B", 3)
+    ]  # fmt: skip
+    assert [pl.in_flight(pl.actions("1f1b", 4, s, 8)) for s in range(4)] == [4, 3, 2, 1]
+    assert pl.in_flight(pl.actions("gpipe", 4, 3, 8)) == 8
+    assert pl.bubble(4, 12) == 3 / 15
+
+
+def point(phase: str, event: str, act: int, grad: int = 0) -> tuple[str, str, str, dict[str, int]]:
+    parts = dict.fromkeys(PARTS, 0)
+    parts.update(param_bytes=1000, activation_bytes=act, grad_bytes=grad)
+    return (phase, event, "m", parts)
+
+
+#: one microbatch of a stage: its forward leaves 100 B; its backward rises 50 B above
+#: that while making 40 B of gradients, and ends with the activations freed
+ONE = [
+    point("forward", "enter", 0), point("forward", "exit", 100),
+    point("backward", "backward", 100), point("backward", "peak", 110, 40),
+    point("backward", "end", 0, 40), point("optimizer", "step", 0, 40),
+]  # fmt: skip
+
+
+def test_compose_by_hand() -> None:
+    """Stage 0 of 2, input 10 B, output 20 B, 3 microbatches. At rest: 1,000 B of
+    parameters and the receive buffers (3 output gradients: 60 B) and the batch's 2
+    other microbatches (20 B): 1,080 B.
+
+    GPipe: the three forwards leave 300 B; each finished microbatch keeps its sent output
+    (20 B) to the end. Backward 0 peaks at 300 + 10 + 40 = 350 above rest; backward k
+    adds into the 40 B of gradients, its own new 40 B a temporary: 300 - 100 k held,
+    20 k kept, 40 + 40 and 10: k = 1: 200 + 20 + 80 + 10 = 310; k = 2: 100 + 40 + 90 =
+    230. The peak: 1,080 + 350 = 1,430.
+
+    1F1B (2 - 0 = 2 warm-up forwards): F0 F1 B0 F2 B1 B2; nothing kept (the first stage
+    sends no gradient back); F2's exit: 100 (microbatch 1) + 100 + 40 gradients = 240;
+    B1 at its peak: 100 (microbatch 2) + 110 + 80 = 290; B0: 100 + 110 + 40 = 250.
+    The peak: 1,080 + 290 = 1,370."""
+    step = pl.StageStep(points=ONE, input_bytes=10, output_bytes=20)
+    gpipe = pl.compose(step, "gpipe", 2, 0, 3)
+    totals = [sum(p[3].values()) for p in gpipe]
+    assert totals[0] == 1_080  # the first forward's entry
+    backwards = [t for p, t in zip(gpipe, totals, strict=True) if p[1] == "peak"]
+    assert backwards == [1_080 + 350, 1_080 + 310, 1_080 + 230]
+    one_f_one_b = pl.compose(step, "1f1b", 2, 0, 3)
+    peaks = [sum(p[3].values()) for p in one_f_one_b if p[1] == "peak"]
+    assert peaks == [1_080 + 250, 1_080 + 290, 1_080 + 190]  # B2: 110 + 80
+    assert max(sum(p[3].values()) for p in one_f_one_b if p[0] != "optimizer") == 1_370
+    assert one_f_one_b[-1] == ONE[-1]  # the optimizer step as one microbatch's
+
+
+def llama(layers: int = 4) -> nn.Module:
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(config)
+
+
+#: a decoder layer: q and o 64 x 64, k and v 64 x 32, gate, up, down 64 x 128, two norms
+LAYER = 2 * 64 * 64 + 2 * 64 * 32 + 3 * 64 * 128 + 2 * 64  # 36,992
+EMBED = 256 * 64  # 16,384, the head's as much
+
+
+def test_transformers_stages() -> None:
+    """Llama on 2 stages from its _pp_plan: the embeddings and layers 0-1, then layers
+    2-3, the norm and the head; each stage's parameters by hand; the hidden states
+    [2, 32, 64] sent on and their gradients back, once per microbatch, in float32
+    (16,384 B: DDP's mixed precision is autocast, whose residual stream stays float32)."""
+    model = llama()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    plan = ls.plan(model, input_shape=(2, 32), mesh={"pp": 2, "dp_replicate": 2}, microbatches=4)
+    rows = plan.pipeline["rows"]
+    assert [(r["first"], r["last"], r["pieces"]) for r in rows] == [
+        ("model.embed_tokens", "model.layers.1", 3), ("model.layers.2", "lm_head", 4)
+    ]  # fmt: skip
+    assert [r["params"] for r in rows] == [EMBED + 2 * LAYER, 2 * LAYER + 64 + EMBED]
+    assert rows[0]["sent_bytes"] == rows[0]["received_bytes"] == 4 * 2 * 32 * 64 * 4
+    assert plan.comm[""]["forward"]["send"] == {"calls": 4, "bytes": 4 * 16_384}
+    assert [r["in_flight"] for r in rows] == [2, 1]
+    assert plan.pipeline["stage"] == max(range(2), key=lambda s: rows[s]["peak_bytes"])
+    # tokens/s per GPU: 4 microbatches of 64 tokens over the pipeline's 2 GPUs a step
+    assert plan.tokens_per_s == pytest.approx(4 * 64 / 2 / plan.step_time)
+    # the step: (M + S - 1) slots of the slower stage, then the collectives and optimizer
+    slowest = max(r["time"] for r in rows)
+    t = plan.time
+    assert t["compute"] + t["recompute"] + t["bubble"] <= 5 * slowest * (1 + 1e-9)
+    assert plan.step_time == pytest.approx(
+        t["compute"] + t["recompute"] + t["exposed_comm"] + t["bubble"] + t["optimizer"]
+    )
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert [m.device.type for m in model.parameters()] == ["cpu"] * len(before)
+
+
+def test_stage_asked_for_and_the_document(tmp_path: Path) -> None:
+    """stage=1 plans the last stage; the plan survives JSON and renders its stages."""
+    plan = ls.plan(
+        stack(), input_shape=(2, 8), precision="fp32", world_size=2, mesh={"pp": 2},
+        microbatches=4, schedule="gpipe", stage=1,
+    )  # fmt: skip
+    assert plan.pipeline["stage"] == 1 and plan.pipeline["chosen"] == "asked for"
+    assert plan.options["microbatches"] == 4 and plan.options["schedule"] == "gpipe"
+    path = tmp_path / "plan.json"
+    plan.save(path)
+    back = ls.load_plan(path)
+    assert back.pipeline == plan.pipeline and back.time == plan.time
+    text = back.render(width=80)
+    assert "x pipeline 2 (gpipe, 4 microbatches; stage 1, asked for)" in text.replace("\n  ", " ")
+    assert "block4 .. head" in text and "Bubble" in text
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ({"microbatches": 4}, "microbatches is pipeline parallelism's"),
+        ({"mesh": {"pp": 2}, "checkpoint": "auto"}, "checkpoint='auto'"),
+        ({"mesh": {"pp": 2}, "schedule": "zb"}, "schedule"),
+        ({"mesh": {"pp": 2}, "stage": 2}, "stage"),
+    ],
+)
+def test_options_refused(options: dict[str, Any], says: str) -> None:
+    with pytest.raises(InvalidInputError, match=says):
+        ls.plan(stack(), input_shape=(2, 8), **options)
+
+
+def test_a_profile_cannot_be_split() -> None:
+    prof = ls.profile(stack(), input_shape=(2, 8), backward=True, memory=True)
+    with pytest.raises(InvalidInputError, match="mesh pp=2"):
+        ls.plan(prof, mesh={"pp": 2}, precision="fp32")
