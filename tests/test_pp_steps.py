@@ -300,9 +300,10 @@ def test_plans_follow_the_runs(two: list[dict[str, Any]], four: list[dict[str, A
     loss and its gradient, 4 B each); the pipeline's peak above what is at rest within
     2 % of the measured one less CPU's loss storage, and exactly as measured but for
     two things the plan leaves out: CPU's mse_loss keeps the whole elementwise
-    difference under each of the M losses the last stage keeps (``LOSS``: a 4 B scalar on a GPU), and under 1F1B, at most one
-    activation sent on whose send the peers' timing has not waited on yet; the rest
-    is 64 B at most (the microbatches' 4 B losses and their gradients)."""
+    difference under each of the M losses the last stage keeps (``LOSS``: a 4 B
+    scalar on a GPU), and under 1F1B, at most one activation sent on whose send the
+    peers' timing has not waited on yet; the rest is 64 B at most (the microbatches'
+    4 B losses and their gradients)."""
     for stages, stage, schedule, m, f, alone in _runs(two, four):
         where = (stages, stage, schedule, m)
         plan = planned(stages, stage, schedule, m)
