@@ -136,7 +136,8 @@ def llama(layers: int = 4) -> nn.Module:
         num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
     )  # fmt: skip
     torch.manual_seed(0)
-    return transformers.LlamaForCausalLM(config)
+    model: nn.Module = transformers.LlamaForCausalLM(config)
+    return model
 
 
 #: a decoder layer: q and o 64 x 64, k and v 64 x 32, gate, up, down 64 x 128, two norms
@@ -152,6 +153,7 @@ def test_transformers_stages() -> None:
     model = llama()
     before = {k: v.clone() for k, v in model.state_dict().items()}
     plan = ls.plan(model, input_shape=(2, 32), mesh={"pp": 2, "dp_replicate": 2}, microbatches=4)
+    assert plan.pipeline is not None
     rows = plan.pipeline["rows"]
     assert [(r["first"], r["last"], r["pieces"]) for r in rows] == [
         ("model.embed_tokens", "model.layers.1", 3), ("model.layers.2", "lm_head", 4)
@@ -180,6 +182,7 @@ def test_stage_asked_for_and_the_document(tmp_path: Path) -> None:
         stack(), input_shape=(2, 8), precision="fp32", world_size=2, mesh={"pp": 2},
         microbatches=4, schedule="gpipe", stage=1,
     )  # fmt: skip
+    assert plan.pipeline is not None
     assert plan.pipeline["stage"] == 1 and plan.pipeline["chosen"] == "asked for"
     assert plan.options["microbatches"] == 4 and plan.options["schedule"] == "gpipe"
     path = tmp_path / "plan.json"
