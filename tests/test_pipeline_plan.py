@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 import layerscope as ls
+from layerscope.cli import main
 from layerscope.errors import InvalidInputError
 from layerscope.planning import pipeline as pl
 from layerscope.planning.timeline import PARTS
@@ -212,3 +213,25 @@ def test_a_profile_cannot_be_split() -> None:
     prof = ls.profile(stack(), input_shape=(2, 8), backward=True, memory=True)
     with pytest.raises(InvalidInputError, match="mesh pp=2"):
         ls.plan(prof, mesh={"pp": 2}, precision="fp32")
+
+
+def test_the_cli_plans_a_pipeline(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """--mesh with pp, --microbatches, --schedule, --pp-split and --stage; the JSON has
+    the stages; --microbatches without pp is refused with the fix."""
+    model = tmp_path / "stack.py"
+    model.write_text(
+        "from torch import nn\n"
+        "model = nn.Sequential(nn.Linear(8, 8), *[nn.Linear(8, 8) for _ in range(4)])\n"
+    )
+    out = tmp_path / "plan.json"
+    args = ["plan", f"{model}:model", "--input-shape", "2,8", "--mesh", "dp_shard=2,pp=2",
+            "--microbatches", "4", "--schedule", "gpipe", "--pp-split", "3", "--stage", "0",
+            "--json", str(out), "--width", "100"]  # fmt: skip
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "x pipeline 2 (gpipe, 4 microbatches; stage 0, asked for)" in text
+    plan = ls.load_plan(out)
+    assert plan.pipeline is not None
+    assert [(r["first"], r["last"]) for r in plan.pipeline["rows"]] == [("0", "2"), ("3", "4")]
+    assert main(["plan", f"{model}:model", "--input-shape", "2,8", "--microbatches", "4"]) == 2
+    assert "give a mesh with pp above 1" in capsys.readouterr().err

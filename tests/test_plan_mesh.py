@@ -57,8 +57,8 @@ def test_a_data_parallel_mesh_is_planned_as_its_strategy() -> None:
 
 def test_refusals() -> None:
     model, x = nn.Linear(16, 16), torch.randn(4, 16)
-    with pytest.raises(InvalidInputError, match=r"pp=2 \(pipeline parallel\): not planned yet"):
-        ls.plan(model, x, mesh={"dp_shard": 4, "pp": 2})
+    with pytest.raises(InvalidInputError, match=r"cp=2 \(context parallel\): not planned yet"):
+        ls.plan(model, x, mesh={"dp_shard": 4, "cp": 2})
     with pytest.raises(InvalidInputError, match="tp=8: the model has no tensor-parallel plan"):
         ls.plan(model, x, mesh={"dp_shard": 4, "tp": 8})
     with pytest.raises(InvalidInputError, match="unknown axis 'dp'"):

@@ -69,8 +69,27 @@ def _add_cluster_arguments(p: argparse.ArgumentParser) -> None:
     net = p.add_argument_group("the cluster")
     net.add_argument(
         "--mesh", metavar="AXIS=N,...",
-        help="the device mesh, torchtitan's axes (e.g. dp_shard=32,tp=8), instead of "
-        "--world-size/--sharding/--hsdp; pp, cp and ep are not planned yet",
+        help="the device mesh, torchtitan's axes (e.g. dp_shard=32,tp=8 or "
+        "dp_shard=4,pp=4), instead of --world-size/--sharding/--hsdp; cp and ep are not "
+        "planned yet",
+    )  # fmt: skip
+    net.add_argument(
+        "--microbatches", type=int, metavar="M",
+        help="with pp in --mesh: microbatches per step, each the input given (default: "
+        "as many as stages)",
+    )  # fmt: skip
+    net.add_argument(
+        "--schedule", metavar="NAME",
+        help="with pp in --mesh: the pipeline schedule, gpipe or 1f1b (default 1f1b)",
+    )  # fmt: skip
+    net.add_argument(
+        "--pp-split", metavar="PATH,...",
+        help="with pp in --mesh: the module each later stage starts at (default: the "
+        "repeated blocks split evenly)",
+    )  # fmt: skip
+    net.add_argument(
+        "--stage", type=int, metavar="S",
+        help="with pp in --mesh: the stage to plan (default: the one whose peak is highest)",
     )  # fmt: skip
     net.add_argument(
         "--tp-plan", metavar="JSON",
@@ -331,8 +350,8 @@ def _options(args: argparse.Namespace, grid: dict[str, list[Any]]) -> dict[str, 
 
 
 def _step_options(args: argparse.Namespace) -> dict[str, Any]:
-    """How the step runs, from --compile, --float8, --loss, --sequence-parallel and
-    --tp-plan."""
+    """How the step runs, from --compile, --float8, --loss, --sequence-parallel,
+    --tp-plan and the pipeline's --microbatches, --schedule, --pp-split and --stage."""
     opts: dict[str, Any] = {}
     if args.compile:
         opts["compile"] = True
@@ -342,6 +361,11 @@ def _step_options(args: argparse.Namespace) -> dict[str, Any]:
         opts["loss"] = check_choice("--loss", args.loss.strip().lower(), list(LOSSES))
     if args.sequence_parallel:
         opts["sequence_parallel"] = True
+    for key in ("microbatches", "schedule", "stage"):
+        if getattr(args, key) is not None:
+            opts[key] = getattr(args, key)
+    if args.pp_split is not None:
+        opts["pp_split"] = [p.strip() for p in args.pp_split.split(",") if p.strip()]
     if args.tp_plan is not None:
         try:
             opts["tp_plan"] = json.loads(args.tp_plan)
