@@ -55,6 +55,10 @@ CASES: dict[str, dict[str, Any]] = {
         "tp_plan": TP_PLAN,
         "sequence_parallel": True,
     },
+    "microbatches": {"mesh": {"dp_shard": 4, "pp": 2}, "microbatches": 4},
+    "schedule": {"mesh": {"dp_shard": 4, "pp": 2}, "schedule": "gpipe"},
+    "pp_split": {"mesh": {"dp_shard": 4, "pp": 2}, "pp_split": ["1"]},
+    "stage": {"mesh": {"dp_shard": 4, "pp": 2}, "stage": 1},
 }
 LIMIT = 16
 
@@ -136,7 +140,8 @@ def test_to_dict_is_every_option_in_plan_form() -> None:
         "units": ["0"], "inter_node_bandwidth": None, "bucket_cap_mb": 25,
         "hsdp": [2, 4], "checkpoint": ["1"], "cluster": None, "reduce_dtype": None,
         "compile": False, "float8": False, "loss": "plain", "mesh": None, "tp_plan": None,
-        "sequence_parallel": False,
+        "sequence_parallel": False, "microbatches": None, "schedule": "1f1b",
+        "pp_split": None, "stage": None,
     }  # fmt: skip
     custom = check_options({"target": TINY})
     assert custom.to_dict()["target"]["memory_bytes"] == 2_000_000

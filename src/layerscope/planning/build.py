@@ -40,7 +40,9 @@ def build(analysis: Profile | Sequence[Profile], opts: Options) -> Plan:
     included), or from a pipeline's, one per stage (``planning.pipeline``)."""
     if not isinstance(analysis, Profile):
         if len(analysis) > 1:
-            return _pipeline(list(analysis), opts)
+            from layerscope.planning.pipelineplan import pipeline_plan
+
+            return pipeline_plan(list(analysis), opts)
         analysis = analysis[0]
     prof = analysis
     checkpoint = opts.checkpoint
@@ -78,8 +80,7 @@ def _build(
     asked: Any,
     internals: dict[str, Any] | None = None,
 ) -> Plan:
-    """The plan of ``prof`` with ``choice`` checkpointed; ``internals`` (when given)
-    receives what a pipeline's composition reads besides the plan."""
+    """The plan of ``prof`` with ``choice``; ``internals`` gets what a pipeline reads."""
     params, kept = trainable(prof), frozen(prof)
     shapes = [p.shape for p in params]
     strategy = opts.strategy
@@ -122,8 +123,7 @@ def _build(
     timed = _time(work, choice)
     time, bound, model_flops = timed.time, timed.bound, timed.model_flops
     if internals is not None:
-        internals.update(tp_seconds=timed.tp, params=params, kept=kept or [],
-                         attention=timed.predicted.attention_flops, setup=setup)  # fmt: skip
+        internals.update(tp=timed.tp, params=params, kept=kept or [], timed=timed)
     step, step_bound = _step(time), _step(bound)
     peak_flops = opts.target.peak(str(opts.compute_dtype).removeprefix("torch."))
     accum = opts.grad_accum
@@ -548,184 +548,3 @@ def _module_rows(
 
 
 __all__ = ["build"]
-
-
-# ---- a pipeline ----------------------------------------------------------------------------
-def _pipeline(stages: list[Profile], opts: Options) -> Plan:
-    """A pipeline's plan (``planning.pipeline``): each stage's one-microbatch plan,
-    composed over the schedule; the plan of the stage asked for (``opts.stage``) or of
-    the one whose peak is highest, with a row per stage."""
-    from layerscope.planning import pipeline as pl
-
-    size, micro = len(stages), opts.microbatches or opts.pp
-    fsdp = opts.sharding == "fsdp"
-    # one microbatch of a stage: no accumulation, and under FSDP2 torch's pipeline rule
-    one = opts.replace(grad_accum=1, **({"reshard_after_forward": False} if fsdp else {}))
-    asked = opts.checkpoint
-    if asked is not None and not isinstance(asked, str):
-        everywhere = set().union(*(_paths(p) for p in stages))
-        check_paths(stages[0], "checkpoint", [c for c in asked if c not in everywhere])
-    stride = opts.world_size // size  # the pipeline axis is the outermost
-    link_args = (opts.network, size, stride)
-    made: list[tuple[Plan, dict[str, Any], list[tuple[str, str, str, dict[str, int]]]]] = []
-    tokens = input_bytes(stages[0])[2]
-    for s, prof in enumerate(stages):
-        mine = asked
-        if asked is not None and not isinstance(asked, str):
-            mine = tuple(c for c in asked if c in _paths(prof))
-        internals: dict[str, Any] = {}
-        choice = resolve(prof, mine)
-        mb = _build(prof, one.replace(checkpoint=mine), choice, mine, internals)
-        points = list(zip(mb.timeline["phase"], mb.timeline["event"], mb.timeline["path"],
-                          ({k: mb.timeline[k][i] for k in tl.PARTS}
-                           for i in range(len(mb.timeline["phase"]))), strict=True))  # fmt: skip
-        grad_size = opts.strategy.grad_size(opts)
-        step = pl.StageStep(
-            points=points,
-            input_bytes=input_bytes(prof)[0] if s == 0 else pl.spec_bytes(prof.root.inputs),
-            output_bytes=pl.spec_bytes(prof.root.outputs),
-            unsharded=max(p[3]["unsharded_param_bytes"] for p in points) if fsdp else 0,
-            unsharded_grads=sum(prod(p.shape) for p in internals["params"]) * grad_size
-            if fsdp else 0,
-        )  # fmt: skip
-        composed = pl.compose(step, opts.schedule, size, s, micro)
-        p2p = (step.input_bytes if s else 0) + (step.output_bytes if s < size - 1 else 0)
-        internals.update(step=step, p2p=pl.p2p_seconds(p2p, *link_args) if p2p else 0.0)
-        made.append((mb, internals, composed))
-
-    def per_micro(mb: Plan, internals: Mapping[str, Any], bound: bool = False) -> float:
-        t = mb.time_bound if bound and mb.time_bound else mb.time
-        return float(t["compute"] + t["recompute"] + internals["tp_seconds"] + internals["p2p"])
-
-    def peak(composed: Sequence[tuple[str, str, str, dict[str, int]]]) -> int:
-        return max(sum(p[3].values()) for p in composed)
-
-    peaks = [peak(c) for _, _, c in made]
-    chosen = opts.stage if opts.stage is not None else peaks.index(max(peaks))
-    mb, internals, composed = made[chosen]
-    slowest = max(per_micro(m, i) for m, i, _ in made)
-    slowest_bound = max(per_micro(m, i, True) for m, i, _ in made)
-    accum = opts.grad_accum
-
-    def step_parts(t: Mapping[str, float], worst: float, bound: bool) -> dict[str, float]:
-        """This stage's step by part: ``M`` microbatches of its own work, the bubble
-        (the pipeline's ``(M + S - 1) x`` the slowest stage less that), the data-parallel
-        collectives not hidden and the optimizer once."""
-        own = per_micro(mb, internals, bound)
-        sends = micro * (internals["tp_seconds"] + internals["p2p"])
-        dp_exposed = max(0.0, t["exposed_comm"] - internals["tp_seconds"])
-        dp_total = max(0.0, t["comm"] - internals["tp_seconds"])
-        return {
-            "compute": micro * t["compute"] * accum,
-            "recompute": micro * t["recompute"] * accum,
-            "exposed_comm": (sends + dp_exposed) * accum,
-            "bubble": ((micro + size - 1) * worst - micro * own) * accum,
-            "optimizer": t["optimizer"],
-            "comm": (sends + dp_total) * accum,
-        }
-
-    time = step_parts(mb.time, slowest, False)
-    bound = step_parts(mb.time_bound, slowest_bound, True) if mb.time_bound else None
-    step_s, step_b = _step(time), (_step(bound) if bound else None)
-    peak_flops = opts.target.peak(str(opts.compute_dtype).removeprefix("torch."))
-    # the published convention over the whole model, per GPU: every stage's share
-    published = (
-        sum(
-            _published(i["params"], i["kept"], tokens, i["attention"], 1, opts.tp) or 0
-            for _, i, _ in made
-        ) * micro * accum // size
-        if tokens else None
-    )  # fmt: skip
-    model_flops = mb.model_flops * micro * accum
-    tokens_per_gpu = tokens * micro * accum / (opts.tp * size) if tokens else None
-    top = max(composed, key=lambda p: sum(p[3].values()))
-    columns: dict[str, list[Any]] = {
-        "phase": [p[0] for p in composed], "event": [p[1] for p in composed],
-        "path": [p[2] for p in composed], "total": [sum(p[3].values()) for p in composed],
-    }  # fmt: skip
-    for part in tl.PARTS:
-        columns[part] = [p[3][part] for p in composed]
-    rows = []
-    for s, ((m, i, _), prof) in enumerate(zip(made, stages, strict=True)):
-        pieces = prof.model["stage"]["pieces"]
-        order = pl.actions(opts.schedule, size, s, micro)
-        st = i["step"]
-        rows.append({
-            "stage": s, "first": pieces[0], "last": pieces[-1], "pieces": len(pieces),
-            "params": sum(p.elements for p in i["params"]) + sum(p.elements for p in i["kept"]),
-            "param_bytes": sum(m.states.values()),  # the stage's model states at rest
-            "held_bytes": _held(st.points), "in_flight": pl.in_flight(order),
-            "peak_bytes": peaks[s],
-            "fits": None if opts.budget is None else opts.budget - opts.reserve_bytes >= peaks[s],
-            "time": per_micro(m, i),
-            "sent_bytes": micro * ((st.output_bytes if s < size - 1 else 0)
-                                   + (st.input_bytes if s else 0)),
-            "received_bytes": micro * ((st.input_bytes if s else 0)
-                                       + (st.output_bytes if s < size - 1 else 0)),
-        })  # fmt: skip
-    why = "asked for" if opts.stage is not None else "the highest peak"
-    notes = [
-        *mb.notes,
-        *pl.notes(opts.schedule, size, micro, chosen, why, fsdp, pl.bubble(size, micro)),
-    ]
-    comm = dict(mb.comm)
-    for phase, kinds in _p2p_comm(rows[chosen], made[chosen][1]["step"], size, micro).items():
-        comm.setdefault("", {}).setdefault(phase, {}).update(kinds)
-    return replace(
-        mb,
-        options=opts.section(mb.options["fsdp_units"], mb.options.get("tp_plan")),
-        peak_bytes=sum(top[3].values()),
-        memory=dict(top[3]),
-        peak_phase={"phase": top[0], "event": top[1], "path": top[2]},
-        budget=opts.budget,
-        recompute_flops=mb.recompute_flops * micro * accum,
-        timeline=columns,
-        time=time,
-        step_time=step_s,
-        model_flops=model_flops,
-        mfu=published / (step_s * peak_flops) if published and step_s > 0 else None,
-        tokens=tokens,
-        tokens_per_s=tokens_per_gpu / step_s if tokens_per_gpu and step_s > 0 else None,
-        comm=comm,
-        notes=notes,
-        step_time_bound=step_b,
-        tokens_per_s_bound=tokens_per_gpu / step_b if tokens_per_gpu and step_b else None,
-        time_bound=bound,
-        mfu_counted=model_flops / (step_s * peak_flops) if step_s > 0 else None,
-        mfu_flops=published,
-        kernels=(mb.kernels or 0) * micro * accum,
-        pipeline={
-            "schedule": opts.schedule, "microbatches": micro, "stages": size,
-            "stage": chosen, "chosen": why, "bubble": pl.bubble(size, micro), "rows": rows,
-        },
-    )  # fmt: skip
-
-
-def _paths(prof: Profile) -> set[str]:
-    return {n.path for n in prof.nodes()}
-
-
-def _held(points: Sequence[tuple[str, str, str, dict[str, int]]]) -> int:
-    """Bytes one microbatch's forward leaves for its backward (``planning.pipeline``)."""
-    fwd = next(p for p in points if p[0] == "forward")
-    bwd = next(p for p in points if p[0] == "backward")
-    return bwd[3]["activation_bytes"] - fwd[3]["activation_bytes"]
-
-
-def _p2p_comm(row: Mapping[str, Any], step: Any, size: int, micro: int) -> dict[str, Any]:
-    """A stage's sends and receives per step in ``profile.comm``'s form: forward, the
-    output sent on and the input received; backward, their gradients the other way."""
-    stage = row["stage"]
-    out: dict[str, dict[str, dict[str, int]]] = {}
-
-    def add(phase: str, kind: str, nbytes: int) -> None:
-        if nbytes:
-            out.setdefault(phase, {})[kind] = {"calls": micro, "bytes": micro * nbytes}
-
-    if stage < size - 1:
-        add("forward", "send", step.output_bytes)
-        add("backward", "recv", step.output_bytes)
-    if stage > 0:
-        add("forward", "recv", step.input_bytes)
-        add("backward", "send", step.input_bytes)
-    return out
