@@ -568,3 +568,26 @@ def test_columns_past_the_edge_are_counted_below_the_table(open_page: Any, real_
     page.wait_for_timeout(100)
     assert page.evaluate(f"() => {wrap}.nextSibling.hidden")
     p.clean()
+
+
+def test_a_pipeline_plan_in_the_page(open_page: Any) -> None:
+    """A pipeline's plan: the subtitle names the pipeline, the stages' table has a row
+    per stage with the plan's figures, and the time adds the bubble."""
+    model = torch.nn.Sequential(*(torch.nn.Linear(16, 16) for _ in range(4)))
+    plan = ls.plan(model, input_shape=(2, 16), mesh={"pp": 2, "dp_shard": 2}, microbatches=4)
+    assert plan.analysis is not None and plan.pipeline is not None
+    p = open_page(plan_html_text(plan.analysis, plan.section()))
+    page = p.page
+    assert "pipeline 2 (1f1b, 4 microbatches)" in (page.text_content("#ls-plan") or "")
+    said = page.text_content("#ls-plan-stages .note") or ""
+    assert "2 stages, 1f1b, 4 microbatches; this plan is stage" in said
+    headers = _texts(page, "#ls-plan-stages-table th")
+    assert headers[:3] == ["Stage", "First", "Last"]
+    cells = _texts(page, "#ls-plan-stages-table tbody tr:first-child td")
+    assert cells[:3] == ["0", "0", "1"]  # stage 0 runs Linears 0 and 1
+    peaks = [r["peak_bytes"] for r in plan.pipeline["rows"]]
+    assert _texts(page, "#ls-plan-stages-table tbody td:nth-child(9)") == [
+        units.nbytes(b) for b in peaks
+    ]
+    assert "Bubble" in (page.text_content("#ls-plan-time") or "")
+    p.clean()

@@ -19,6 +19,7 @@ Groups (``Group``), one per place a field appears:
 - ``module``: the per-module table's columns (``modules``' rows).
 - ``axis``: a sweep's options, ``row``: a sweep row's figures (``SweepRow``'s fields).
 - ``comm``: the HTML section's table of collectives.
+- ``stage``: a pipeline's row per stage (``pipeline``'s ``rows``).
 
 This module is on ``planning``'s floor: it imports nothing from layerscope but errors.
 Read the table through ``fields(group)`` at the time of use to see registered rows.
@@ -86,8 +87,10 @@ Unit = Literal[
     "bytes", "seconds", "count", "flops", "rate", "ratio", "flag", "fits", "text", "data"
 ]
 #: Where a field appears (module docstring).
-Group = Literal["plan", "memory", "time", "module", "axis", "row", "comm"]
-GROUPS: tuple[Group, ...] = ("plan", "memory", "time", "module", "axis", "row", "comm")
+Group = Literal["plan", "memory", "time", "module", "axis", "row", "comm", "stage"]
+GROUPS: tuple[Group, ...] = (
+    "plan", "memory", "time", "module", "axis", "row", "comm", "stage",
+)  # fmt: skip
 #: The JSON type of a value: an integer (``minimum`` or more), a number, a bool, a string,
 #: anything, a structure (``planning.schema`` says its shape).
 JsonType: TypeAlias = Literal["int", "number", "bool", "text", "any", "object", "array"]
@@ -307,6 +310,27 @@ FIELDS: list[PlanField] = [
     PlanField("comm", "calls", "count", "calls per step", "Calls"),
     PlanField("comm", "bytes", "bytes", "the payload of the calls", "Payload"),
     PlanField("comm", "wire_bytes", "bytes", "bytes each GPU sends", "Wire bytes"),
+    # ---- a pipeline's stages ----
+    PlanField("stage", "stage", "count", "the stage's index", "Stage", priority=None),
+    PlanField("stage", "first", "text", "its first piece (module path)", "First", json="text"),
+    PlanField("stage", "last", "text", "its last piece", "Last", json="text"),
+    PlanField("stage", "pieces", "count", "pieces it runs", "Pieces", minimum=1),
+    PlanField("stage", "params", "count", "its parameters (the whole tensors')", "Params"),
+    PlanField("stage", "state_bytes", "bytes", "its model states at rest on a GPU: "
+              "parameters, gradients, optimizer states", "States"),
+    PlanField("stage", "held_bytes", "bytes", "what one microbatch's forward leaves for "
+              "its backward", "Held/mb"),
+    PlanField("stage", "in_flight", "count", "the most microbatches forwarded and not yet "
+              "backwarded at once", "In flight", minimum=1),
+    PlanField("stage", PEAK_BYTES, "bytes", "the stage's peak over the step", "Peak"),
+    PlanField("stage", FITS, "fits", "peak + reserve <= budget", "Fits", json="bool",
+              nullable=True),
+    PlanField("stage", "time", "seconds", "seconds per microbatch: compute, recompute, "
+              "tensor-parallel collectives, sends", "Time/mb", json="number"),
+    PlanField("stage", "sent_bytes", "bytes", "bytes it sends per step (activations on, "
+              "gradients back)", "Sent"),
+    PlanField("stage", "received_bytes", "bytes", "bytes it receives per step",
+              "Received"),
 ]  # fmt: skip
 
 #: What each timeline event says before its module (``planning.timeline.Point.event``).

@@ -126,7 +126,25 @@ def plan_data(section: Mapping[str, Any], sweep: Mapping[str, Any] | None = None
         "comm_columns": [_column(f) for f in fields("comm")],
         "notes": [str(n) for n in section.get("notes") or []],
         "sweep": None if sweep is None else _sweep(sweep),
+        "stages": _stages(section.get("pipeline")),
     }
+
+
+def _stages(pipeline: Any) -> dict[str, Any] | None:
+    """A pipeline's table, a row per stage (None without a pipeline), and what it is."""
+    if not isinstance(pipeline, Mapping):
+        return None
+    cols = [_column(f) for f in fields("stage")]
+    rows = [r for r in pipeline.get("rows") or [] if isinstance(r, Mapping)]
+    cells = [[_text(r.get(k)) if kind == "text" else _cell(r.get(k)) for k, _, kind, _ in cols]
+             for r in rows]  # fmt: skip
+    said = (
+        f"{pipeline.get('stages')} stages, {pipeline.get('schedule')}, "
+        f"{pipeline.get('microbatches')} microbatches; this plan is stage "
+        f"{pipeline.get('stage')}'s ({pipeline.get('chosen')}); the bubble is "
+        f"{100 * float(pipeline.get('bubble') or 0):.0f} % of the slowest stage's step."
+    )
+    return {"columns": cols, "rows": cells, "said": said}
 
 
 def _column(f: PlanField) -> list[str]:

@@ -325,6 +325,14 @@ class StageStep:
     unsharded_grads: int = 0
 
 
+def held_bytes(points: Sequence[tuple[str, str, str, dict[str, int]]]) -> int:
+    """Bytes one microbatch's forward leaves for its backward: the activations at the
+    backward's first moment less those at the forward's."""
+    fwd = next(p for p in points if p[0] == "forward")
+    bwd = next(p for p in points if p[0] == "backward")
+    return bwd[3]["activation_bytes"] - fwd[3]["activation_bytes"]
+
+
 def compose(
     step: StageStep, schedule: str, stages: int, stage: int, microbatches: int
 ) -> list[tuple[str, str, str, dict[str, int]]]:
@@ -336,11 +344,8 @@ def compose(
     if not fwd or not bwd:
         raise InvalidInputError("mesh pp: a stage's analysis has no forward or no backward")
 
-    def act(point: tuple[str, str, str, dict[str, int]]) -> int:
-        return point[3]["activation_bytes"]
-
     first, last = stage == 0, stage == stages - 1
-    held = act(bwd[0]) - act(fwd[0])  # what one forward leaves for its backward
+    held = held_bytes(step.points)
     after = bwd[-1][3]["grad_bytes"]  # one backward's gradients, at its end
     fsdp = step.unsharded > 0
     whole = step.unsharded_grads if fsdp else after  # the gradients a backward adds into
@@ -438,6 +443,7 @@ __all__ = [
     "bubble",
     "compose",
     "cut",
+    "held_bytes",
     "in_flight",
     "layout",
     "notes",

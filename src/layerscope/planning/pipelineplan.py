@@ -4,7 +4,7 @@ with the bubble, and a row per stage."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import replace
 from math import prod
 from typing import Any
@@ -16,6 +16,9 @@ from layerscope.planning.facts import check_paths, input_bytes
 from layerscope.planning.options import Options
 from layerscope.planning.result import Plan
 from layerscope.profile import Profile
+
+#: A stage's one-microbatch plan, what composing it read, and its composed timeline.
+Made = tuple[Plan, dict[str, Any], list[tuple[str, str, str, dict[str, int]]]]
 
 
 def pipeline_plan(stages: list[Profile], opts: Options) -> Plan:
@@ -121,13 +124,6 @@ def _paths(prof: Profile) -> set[str]:
     return {n.path for n in prof.nodes()}
 
 
-def _held(points: Sequence[tuple[str, str, str, dict[str, int]]]) -> int:
-    """Bytes one microbatch's forward leaves for its backward (``planning.pipeline``)."""
-    fwd = next(p for p in points if p[0] == "forward")
-    bwd = next(p for p in points if p[0] == "backward")
-    return bwd[3]["activation_bytes"] - fwd[3]["activation_bytes"]
-
-
 def _p2p_comm(row: Mapping[str, Any], step: Any, size: int, micro: int) -> dict[str, Any]:
     """A stage's sends and receives per step in ``profile.comm``'s form: forward, the
     output sent on and the input received; backward, their gradients the other way."""
@@ -147,9 +143,6 @@ def _p2p_comm(row: Mapping[str, Any], step: Any, size: int, micro: int) -> dict[
     return out
 
 
-Made = tuple[Plan, dict[str, Any], list[tuple[str, str, str, dict[str, int]]]]
-
-
 def _stage_plans(
     stages: list[Profile], opts: Options, one: Options, size: int, micro: int
 ) -> list[Made]:
@@ -161,7 +154,8 @@ def _stage_plans(
     fsdp = opts.sharding == "fsdp"
     stride = opts.world_size // size  # the pipeline axis is the outermost
     link_args = (opts.network, size, stride)
-    made: list[tuple[Plan, dict[str, Any], list[tuple[str, str, str, dict[str, int]]]]] = []
+    grad_size = opts.strategy.grad_size(opts)
+    made: list[Made] = []
     for s, prof in enumerate(stages):
         mine = asked
         if asked is not None and not isinstance(asked, str):
@@ -172,7 +166,6 @@ def _stage_plans(
         points = list(zip(mb.timeline["phase"], mb.timeline["event"], mb.timeline["path"],
                           ({k: mb.timeline[k][i] for k in tl.PARTS}
                            for i in range(len(mb.timeline["phase"]))), strict=True))  # fmt: skip
-        grad_size = opts.strategy.grad_size(opts)
         step = pl.StageStep(
             points=points,
             input_bytes=input_bytes(prof)[0] if s == 0 else pl.spec_bytes(prof.root.inputs),
@@ -185,7 +178,6 @@ def _stage_plans(
         p2p = (step.input_bytes if s else 0) + (step.output_bytes if s < size - 1 else 0)
         internals.update(step=step, p2p=pl.p2p_seconds(p2p, *link_args) if p2p else 0.0)
         made.append((mb, internals, composed))
-
     return made
 
 
@@ -208,8 +200,8 @@ def _rows(
         rows.append({
             "stage": s, "first": pieces[0], "last": pieces[-1], "pieces": len(pieces),
             "params": sum(p.elements for p in i["params"]) + sum(p.elements for p in i["kept"]),
-            "param_bytes": sum(m.states.values()),  # the stage's model states at rest
-            "held_bytes": _held(st.points), "in_flight": pl.in_flight(order),
+            "state_bytes": sum(m.states.values()),
+            "held_bytes": pl.held_bytes(st.points), "in_flight": pl.in_flight(order),
             "peak_bytes": peaks[s],
             "fits": None if opts.budget is None else opts.budget - opts.reserve_bytes >= peaks[s],
             "time": _per_micro(m, i),

@@ -89,17 +89,11 @@ _OPTIONS = {
     "tp_plan": Opt(Map(Str())), "microbatches": Opt(Int(1)), "schedule": Opt(Str()),
     "pp_split": Opt(Arr(Str())),
 }  # fmt: skip
-#: A pipeline's stage row (``Plan.pipeline["stages"]``).
-_STAGE = {
-    "stage": Int(0), "first": Str(), "last": Str(), "pieces": Int(1), "params": Int(0),
-    "param_bytes": Int(0), "held_bytes": Int(0), "in_flight": Int(1),
-    "peak_bytes": Int(0), "fits": Opt(Bool()), "time": Finite(), "sent_bytes": Int(0),
-    "received_bytes": Int(0),
-}  # fmt: skip
 #: The pipeline section (``planning.pipeline``).
 _PIPELINE = {
     "schedule": Str(), "microbatches": Int(1), "stages": Int(1), "stage": Int(0),
-    "chosen": Str(), "bubble": Finite(), "rows": Arr(Obj(_STAGE, required=tuple(_STAGE))),
+    "chosen": Str(), "bubble": Finite(),
+    "rows": Arr(Obj({f.key: _cell(f) for f in fields("stage")}, required=keys("stage"))),
 }  # fmt: skip
 
 

@@ -360,20 +360,24 @@ def _stages(section: Mapping[str, Any], width: int) -> list[Line]:
     pipe = section.get("pipeline")
     if not isinstance(pipe, Mapping):
         return []
+
+    def head(key: str) -> str:
+        return field("stage", key).header
+
     columns = [
-        TableColumn("stage", "Stage", "left", None, label=True, text=True),
+        TableColumn("stage", head("stage"), "left", None, label=True, text=True),
         TableColumn("modules", "Modules", "left", None, text=True),
-        TableColumn("states", "States", priority=20),
-        TableColumn("held", "Held/mb", priority=50),
-        TableColumn("flight", "In flight", priority=45),
-        TableColumn("peak", "Peak", priority=None),
-        TableColumn("time", "Time/mb", priority=60),
+        TableColumn("states", head("state_bytes"), priority=20),
+        TableColumn("held", head("held_bytes"), priority=50),
+        TableColumn("flight", head("in_flight"), priority=45),
+        TableColumn("peak", head("peak_bytes"), priority=None),
+        TableColumn("time", head("time"), priority=60),
     ]
     rows = [
         _row(
             f"{r['stage']}{' *' if r['stage'] == pipe['stage'] else ''}",
             r["first"] if r["first"] == r["last"] else f"{r['first']} .. {r['last']}",
-            units.nbytes(r["param_bytes"]),
+            units.nbytes(r["state_bytes"]),
             units.nbytes(r["held_bytes"]),
             units.count(r["in_flight"]),
             units.nbytes(r["peak_bytes"]),

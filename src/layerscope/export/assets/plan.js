@@ -34,6 +34,8 @@
     (DV.label || O.target || "") + (O.world_size ? " \u00d7 " + O.world_size : ""),
     O.sharding, O.mesh && O.mesh.tp > 1 ? "tensor parallel " + O.mesh.tp +
       (O.sequence_parallel ? " (sequence parallel)" : "") : null,
+    O.mesh && O.mesh.pp > 1 ? "pipeline " + O.mesh.pp + " (" + O.schedule + ", " + O.microbatches +
+      " microbatches)" : null,
     O.precision, O.optimizer,
     O.grad_accum > 1 ? "grad accum " + O.grad_accum : null,
     O.loss && O.loss !== "plain" ? "loss " + O.loss : null,
@@ -309,13 +311,18 @@
   }
   root.appendChild(ss);
 
-  // ---- tables: the modules, the sweep ------------------------------------------------
+  // ---- tables: the stages, the modules, the sweep ------------------------------------------------
   function table(cols, rows, id) {
     return window.lsDom.sortableTable(cols, rows, id, "pl-table", function (c, x) {
       var cls = c[2] === "text" ? "txt" + (c[0] === "path" ? " pl-path" : "") : "";
       if (c[2] === "fits") cls = x === false ? "pl-no" : x === true ? "pl-yes" : "";
       return [cls, c[2] === "text" ? (x === null ? "" : String(x)) : fmt(x, c[2])];
     });
+  }
+  if (P.stages) {
+    var st = section("Pipeline stages", "ls-plan-stages", P.stages.said);
+    st.appendChild(table(P.stages.columns, P.stages.rows, "ls-plan-stages-table"));
+    root.appendChild(st);
   }
   var M = P.modules;
   if (M.rows.length) {
