@@ -6,7 +6,7 @@ rows."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from math import prod
 from typing import Any
@@ -35,16 +35,9 @@ from layerscope.render.units import seconds
 
 
 # ---- the plan ----------------------------------------------------------------------------
-def build(analysis: Profile | Sequence[Profile], opts: Options) -> Plan:
+def build(prof: Profile, opts: Options) -> Plan:
     """The plan from an analysis (``opts.checkpoint`` resolved here, ``"auto"``
-    included), or from a pipeline's, one per stage (``planning.pipeline``)."""
-    if not isinstance(analysis, Profile):
-        if len(analysis) > 1:
-            from layerscope.planning.pipelineplan import pipeline_plan
-
-            return pipeline_plan(list(analysis), opts)
-        analysis = analysis[0]
-    prof = analysis
+    included); a pipeline's: ``pipelineplan.build_plan``."""
     checkpoint = opts.checkpoint
     if checkpoint == "auto":
         return _auto(prof, opts)

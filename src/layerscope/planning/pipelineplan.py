@@ -4,13 +4,13 @@ with the bubble, and a row per stage."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from math import prod
 from typing import Any
 
 from layerscope.planning import timeline as tl
-from layerscope.planning.build import _build, _published, _step
+from layerscope.planning.build import _build, _published, _step, build
 from layerscope.planning.checkpointing import resolve
 from layerscope.planning.facts import check_paths, input_bytes
 from layerscope.planning.options import Options
@@ -19,6 +19,14 @@ from layerscope.profile import Profile
 
 #: A stage's one-microbatch plan, what composing it read, and its composed timeline.
 Made = tuple[Plan, dict[str, Any], list[tuple[str, str, str, dict[str, int]]]]
+
+
+def build_plan(analyses: Sequence[Profile], opts: Options) -> Plan:
+    """The plan from ``facts.analyse_stages``' analyses: one (``build.build``), or a
+    pipeline's, one per stage."""
+    if len(analyses) == 1:
+        return build(analyses[0], opts)
+    return pipeline_plan(list(analyses), opts)
 
 
 def pipeline_plan(stages: list[Profile], opts: Options) -> Plan:
@@ -220,4 +228,4 @@ def _per_micro(mb: Plan, internals: Mapping[str, Any], bound: bool = False) -> f
     return float(t["compute"] + t["recompute"] + internals["tp"] + internals["p2p"])
 
 
-__all__ = ["pipeline_plan"]
+__all__ = ["build_plan", "pipeline_plan"]

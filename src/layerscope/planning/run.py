@@ -10,9 +10,9 @@ from typing import Any
 from torch import nn
 
 from layerscope.busy import ProgressSetting, busy, check_progress
-from layerscope.planning.build import build
 from layerscope.planning.facts import analyse_stages
 from layerscope.planning.options import check_options
+from layerscope.planning.pipelineplan import build_plan
 from layerscope.planning.result import Plan
 from layerscope.planning.sweep import Source
 from layerscope.profile import Profile
@@ -71,7 +71,7 @@ def plan(
     with busy("layerscope: planning: analysing the model on meta", progress) as status:
         profs = analyse_stages(model_or_profile, args, kwargs, input_shape, opts, profile_options)
         status.update("layerscope: planning: the step's memory and time")
-        result = build(profs, opts)
+        result = build_plan(profs, opts)
     if isinstance(model_or_profile, nn.Module):  # to analyse other micro-batches
         result.source = Source(model_or_profile, args, kwargs, input_shape, profile_options, opts)
     return result

@@ -25,11 +25,11 @@ from torch.utils._pytree import tree_map_only
 
 from layerscope.busy import Busy, ProgressSetting, busy, check_progress
 from layerscope.errors import InvalidInputError
-from layerscope.planning.build import build
 from layerscope.planning.facts import analyse_stages
 from layerscope.planning.fields import CHECKPOINTED, keys
 from layerscope.planning.mesh import Mesh, check_mesh
 from layerscope.planning.options import DEFAULTS, Options, check_options
+from layerscope.planning.pipelineplan import build_plan
 from layerscope.planning.result import Plan
 from layerscope.profile import Profile
 from layerscope.validate import check_int
@@ -342,7 +342,7 @@ def _row(
     if key not in analyses:
         analyses[key] = analyse_stages(source.model, here.args, here.kwargs, here.input_shape,
                                        opts, source.profile_options)  # fmt: skip
-    result = build(analyses[key], opts)
+    result = build_plan(analyses[key], opts)
     row = {a: chosen[a] for a in AXES}
     row["world_size"], row["sharding"] = opts.world_size, opts.sharding
     row["tp"] = opts.tp if opts.tp > 1 or chosen["tp"] is not None else None
@@ -416,7 +416,7 @@ def _largest_fitting(plan: Plan, source: Source, opts: Options, limit: int, stat
         here = source.at(batch)
         profs = analyse_stages(source.model, here.args, here.kwargs, here.input_shape, opts,
                                source.profile_options)  # fmt: skip
-        return bool(build(profs, opts).fits)
+        return bool(build_plan(profs, opts).fits)
 
     start = source.batch()
     low, high = 0, None
