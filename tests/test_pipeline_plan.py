@@ -235,3 +235,26 @@ def test_the_cli_plans_a_pipeline(capsys: pytest.CaptureFixture[str], tmp_path: 
     assert [(r["first"], r["last"]) for r in plan.pipeline["rows"]] == [("0", "2"), ("3", "4")]
     assert main(["plan", f"{model}:model", "--input-shape", "2,8", "--microbatches", "4"]) == 2
     assert "give a mesh with pp above 1" in capsys.readouterr().err
+
+
+def test_tensor_and_sequence_parallel_stages() -> None:
+    """pp 2 x tp 2 with sequence parallelism: each stage is split by Llama's own plan,
+    and the stream between the stages is sent as this rank's half of the sequence: bf16
+    [2, 16, 64] = 4,096 B per microbatch (whole it would be [2, 32, 64]); the parameters
+    per GPU are the stage's tensor-parallel shards (q, k, v, gate, up by rows, o and down
+    by columns, embeddings and head by rows: half of every tensor but the norms')."""
+    model = llama()
+    plan = ls.plan(
+        model, input_shape=(2, 32), mesh={"pp": 2, "tp": 2, "dp_shard": 2}, microbatches=4,
+        sequence_parallel=True, checkpoint="blocks",
+    )  # fmt: skip
+    assert plan.pipeline is not None
+    rows = plan.pipeline["rows"]
+    assert [r["sent_bytes"] for r in rows] == [4 * 2 * 16 * 64 * 2] * 2
+    assert plan.comm[""]["backward"]["send"]["bytes"] == 4 * 4_096
+    norms = 2 * 64  # a layer's two norms stay whole
+    layer = (LAYER - norms) // 2 + norms  # 18,560 per GPU
+    stage1 = 2 * layer + 64 + EMBED // 2  # and the final norm, half the head
+    # FSDP2 over the 2 data-parallel ranks: half of those, bf16-mixed keeps them float32
+    assert plan.pipeline["stage"] == 1
+    assert plan.states["param_bytes"] == 4 * stage1 // 2

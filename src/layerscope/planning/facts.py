@@ -162,9 +162,11 @@ def _stages(
         with pl.stage_view(meta, lay, pieces, first, last):
             prof = _profiled(meta, mine, opts, target, want)
         prof.model["stage"] = {"index": s, "pieces": list(pieces)}
+        if received is not None:  # bytes received per microbatch (this rank's shard)
+            prof.model["stage"]["input_bytes"] = pl.local_bytes(received)
         profs.append(prof)
         if not last:
-            received = pl.received(prof)
+            received = pl.received(prof, meta, opts.sequence_parallel)
     return profs
 
 

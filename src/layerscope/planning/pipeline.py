@@ -258,20 +258,41 @@ def stage_call(
     return out
 
 
-def received(prof: Any) -> torch.Tensor:
+def received(prof: Any, model: nn.Module, sequence_parallel: bool) -> torch.Tensor:
     """The next stage's input: ``prof``'s first floating output, on meta, a leaf that
-    requires its gradient."""
+    requires its gradient. Under sequence parallelism the stream is sent sharded along
+    the sequence (as torchtitan sends it): the stage is given a DTensor ``Shard(1)`` over
+    ``model``'s tensor-parallel mesh whose local tensor is that leaf, so the stage's own
+    code (masks, positions) sees the whole sequence."""
     from layerscope.profile import TensorSpec
 
     for call in prof.root.outputs[:1]:
         for spec in call:
-            if isinstance(spec, TensorSpec):
-                dtype = getattr(torch, spec.dtype, None)
-                if isinstance(dtype, torch.dtype) and dtype.is_floating_point:
-                    return torch.empty(spec.shape, dtype=dtype, device="meta", requires_grad=True)
+            if not isinstance(spec, TensorSpec):
+                continue
+            dtype = getattr(torch, spec.dtype, None)
+            if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+                continue
+            if not sequence_parallel:
+                return torch.empty(spec.shape, dtype=dtype, device="meta", requires_grad=True)
+            from torch.distributed.tensor import DTensor, Shard
+
+            mesh = next(p.device_mesh for p in model.parameters() if isinstance(p, DTensor))
+            shape = list(spec.shape)
+            shape[1] //= mesh.size()
+            local = torch.empty(shape, dtype=dtype, device="meta", requires_grad=True)
+            return DTensor.from_local(local, mesh, [Shard(1)], run_check=False)
     raise InvalidInputError(
         "mesh pp: a stage's output has no floating tensor to send to the next stage"
     )
+
+
+def local_bytes(t: torch.Tensor) -> int:
+    """Bytes of ``t`` as one rank holds it (a DTensor's local shard)."""
+    from torch.distributed.tensor import DTensor
+
+    local = t.to_local() if isinstance(t, DTensor) else t
+    return local.numel() * local.element_size()
 
 
 def spec_bytes(signatures: Sequence[Any]) -> int:
@@ -446,6 +467,7 @@ __all__ = [
     "held_bytes",
     "in_flight",
     "layout",
+    "local_bytes",
     "notes",
     "p2p_seconds",
     "received",

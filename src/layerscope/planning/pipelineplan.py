@@ -176,8 +176,10 @@ def _stage_plans(
                            for i in range(len(mb.timeline["phase"]))), strict=True))  # fmt: skip
         step = pl.StageStep(
             points=points,
-            input_bytes=input_bytes(prof)[0] if s == 0 else pl.spec_bytes(prof.root.inputs),
-            output_bytes=pl.spec_bytes(prof.root.outputs),
+            input_bytes=int(prof.model["stage"]["input_bytes"]) if s else input_bytes(prof)[0],
+            # what the next stage receives (under sequence parallelism a shard of it)
+            output_bytes=int(stages[s + 1].model["stage"]["input_bytes"])
+            if s + 1 < size else pl.spec_bytes(prof.root.outputs),
             unsharded=max(p[3]["unsharded_param_bytes"] for p in points) if fsdp else 0,
             unsharded_grads=sum(prod(p.shape) for p in internals["params"]) * grad_size
             if fsdp else 0,
