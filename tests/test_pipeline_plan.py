@@ -258,3 +258,20 @@ def test_tensor_and_sequence_parallel_stages() -> None:
     # FSDP2 over the 2 data-parallel ranks: half of those, bf16-mixed keeps them float32
     assert plan.pipeline["stage"] == 1
     assert plan.states["param_bytes"] == 4 * stage1 // 2
+
+
+def test_the_last_stage_keeps_the_outputs_unless_told_not() -> None:
+    """The last stage of 2 under GPipe (input 10 B, output 20 B, 3 microbatches): each
+    finished microbatch keeps its output (20 B) for the merged result and its input's
+    gradient sent back (10 B) to the step's end; at backward 2's peak two have finished:
+    60 B, or 20 B with return_outputs=False (the sends only)."""
+    step = pl.StageStep(points=ONE, input_bytes=10, output_bytes=20)
+
+    def last_peak(keep: bool) -> int:
+        points = pl.compose(step, "gpipe", 2, 1, 3, return_outputs=keep)
+        return [sum(p[3].values()) for p in points if p[1] == "peak"][-1]
+
+    assert last_peak(True) - last_peak(False) == 2 * 20
+    # at rest: 1,000 B of parameters and 2 more microbatches' inputs (20 B); held: the
+    # third microbatch's 100 + 10 at the peak, 80 B of gradients, 2 x 10 B of sends
+    assert last_peak(False) == 1_000 + 20 + 110 + 80 + 2 * 10

@@ -59,6 +59,7 @@ CASES: dict[str, dict[str, Any]] = {
     "schedule": {"mesh": {"dp_shard": 4, "pp": 2}, "schedule": "gpipe"},
     "pp_split": {"mesh": {"dp_shard": 4, "pp": 2}, "pp_split": ["1"]},
     "stage": {"mesh": {"dp_shard": 4, "pp": 2}, "stage": 1},
+    "return_outputs": {"mesh": {"dp_shard": 4, "pp": 2}, "return_outputs": False},
 }
 LIMIT = 16
 
@@ -141,7 +142,7 @@ def test_to_dict_is_every_option_in_plan_form() -> None:
         "hsdp": [2, 4], "checkpoint": ["1"], "cluster": None, "reduce_dtype": None,
         "compile": False, "float8": False, "loss": "plain", "mesh": None, "tp_plan": None,
         "sequence_parallel": False, "microbatches": None, "schedule": "1f1b",
-        "pp_split": None, "stage": None,
+        "pp_split": None, "stage": None, "return_outputs": True,
     }  # fmt: skip
     custom = check_options({"target": TINY})
     assert custom.to_dict()["target"]["memory_bytes"] == 2_000_000

@@ -88,6 +88,11 @@ def _add_cluster_arguments(p: argparse.ArgumentParser) -> None:
         "repeated blocks split evenly)",
     )  # fmt: skip
     net.add_argument(
+        "--no-return-outputs", dest="return_outputs", action="store_false",
+        help="with pp in --mesh: the last stage does not keep the microbatches' outputs "
+        "(schedule.step(return_outputs=False), as torchtitan runs it)",
+    )  # fmt: skip
+    net.add_argument(
         "--stage", type=int, metavar="S",
         help="with pp in --mesh: the stage to plan (default: the one whose peak is highest)",
     )  # fmt: skip
@@ -364,6 +369,8 @@ def _step_options(args: argparse.Namespace) -> dict[str, Any]:
     for key in ("microbatches", "schedule", "stage"):
         if getattr(args, key) is not None:
             opts[key] = getattr(args, key)
+    if not args.return_outputs:
+        opts["return_outputs"] = False
     if args.pp_split is not None:
         opts["pp_split"] = [p.strip() for p in args.pp_split.split(",") if p.strip()]
     if args.tp_plan is not None:

@@ -94,6 +94,9 @@ class Options:
     schedule: str = "1f1b"
     pp_split: tuple[str, ...] | None = None
     stage: int | None = None
+    #: the last stage keeps each microbatch's output to return them merged (torch's
+    #: ``schedule.step(return_outputs=True)``, its default; torchtitan passes False)
+    return_outputs: bool = True
 
     @property
     def tp(self) -> int:
@@ -202,7 +205,8 @@ class Options:
             **({"sequence_parallel": True} if self.sequence_parallel else {}),
             **({"tp_plan": dict(tp_plan)} if tp_plan else {}),
             **({"microbatches": self.microbatches or self.pp, "schedule": self.schedule,
-                "pp_split": list(self.pp_split) if self.pp_split else None}
+                "pp_split": list(self.pp_split) if self.pp_split else None,
+                "return_outputs": self.return_outputs}
                if self.pp > 1 else {}),
         }  # fmt: skip
 
@@ -216,7 +220,7 @@ DEFAULTS: dict[str, Any] = {
     "checkpoint": None, "cluster": None, "reduce_dtype": None, "compile": False,
     "float8": False, "loss": "plain", "mesh": None, "tp_plan": None,
     "sequence_parallel": False, "microbatches": None, "schedule": "1f1b", "pp_split": None,
-    "stage": None,
+    "stage": None, "return_outputs": True,
 }  # fmt: skip
 
 NAMES = tuple(f.name for f in fields(Options))
@@ -304,8 +308,7 @@ def _pipeline(o: Mapping[str, Any], pp: int, checkpoint: Any) -> dict[str, Any]:
     from layerscope.planning.pipeline import SCHEDULES
 
     given = [k for k in ("microbatches", "pp_split", "stage") if o[k] is not None]
-    if o["schedule"] != "1f1b":
-        given.append("schedule")
+    given += [k for k, v in (("schedule", "1f1b"), ("return_outputs", True)) if o[k] != v]
     if pp == 1:
         if given:
             raise InvalidInputError(
@@ -331,6 +334,7 @@ def _pipeline(o: Mapping[str, Any], pp: int, checkpoint: Any) -> dict[str, Any]:
         "schedule": str(o["schedule"]),
         "pp_split": split,
         "stage": None if stage is None else check_int("stage", stage, 0, pp - 1),
+        "return_outputs": check_bool("return_outputs", o["return_outputs"]),
     }
 
 

@@ -28,10 +28,10 @@ holds then:
 - the microbatches forwarded and not yet backwarded, each the bytes one forward leaves
   for its backward (``held``: its saved tensors and its output);
 - what a finished microbatch keeps to the end of the step: the last stage's output
-  (the schedule merges the outputs), and under ``gpipe`` the tensors sent (the output
-  sent on, the input's gradient sent back: their sends are waited on at the end); under
-  ``1f1b`` the latest input gradient sent back (its send is waited on at the next
-  backward);
+  (the schedule merges the outputs; not with ``return_outputs=False``), and under
+  ``gpipe`` the tensors sent (the output sent on, the input's gradient sent back: their
+  sends are waited on at the end); under ``1f1b`` the latest input gradient sent back
+  (its send is waited on at the next backward);
 - gradients, from the first backward on: a later backward adds into them, so its own new
   gradients are a temporary (held until they are added) above the whole gradients;
 - the receive buffers (``M`` of the input's size on every stage but the first, ``M`` of
@@ -355,7 +355,12 @@ def held_bytes(points: Sequence[tuple[str, str, str, dict[str, int]]]) -> int:
 
 
 def compose(
-    step: StageStep, schedule: str, stages: int, stage: int, microbatches: int
+    step: StageStep,
+    schedule: str,
+    stages: int,
+    stage: int,
+    microbatches: int,
+    return_outputs: bool = True,
 ) -> list[tuple[str, str, str, dict[str, int]]]:
     """The stage's timeline over the pipeline's step (module doc): a point per point of
     each forward and backward the schedule runs, then the optimizer step."""
@@ -370,7 +375,7 @@ def compose(
     after = bwd[-1][3]["grad_bytes"]  # one backward's gradients, at its end
     fsdp = step.unsharded > 0
     whole = step.unsharded_grads if fsdp else after  # the gradients a backward adds into
-    kept = step.output_bytes if last else 0  # the merged output
+    kept = step.output_bytes if last and return_outputs else 0  # the merged output
     if schedule == "gpipe":  # the tensors sent, until their sends are waited on
         kept += (step.input_bytes if not first else 0) + (step.output_bytes if not last else 0)
     # 1F1B waits on a backward's send of the input's gradient at the next backward

@@ -184,7 +184,7 @@ def _stage_plans(
             unsharded_grads=sum(prod(p.shape) for p in internals["params"]) * grad_size
             if fsdp else 0,
         )  # fmt: skip
-        composed = pl.compose(step, opts.schedule, size, s, micro)
+        composed = pl.compose(step, opts.schedule, size, s, micro, opts.return_outputs)
         p2p = (step.input_bytes if s else 0) + (step.output_bytes if s < size - 1 else 0)
         internals.update(step=step, p2p=pl.p2p_seconds(p2p, *link_args) if p2p else 0.0)
         made.append((mb, internals, composed))

@@ -87,7 +87,7 @@ _OPTIONS = {
     "compile": Opt(Bool()), "float8": Opt(Bool()),
     "loss": Str(), "mesh": Opt(Map(Int(1))), "sequence_parallel": Opt(Bool()),
     "tp_plan": Opt(Map(Str())), "microbatches": Opt(Int(1)), "schedule": Opt(Str()),
-    "pp_split": Opt(Arr(Str())),
+    "pp_split": Opt(Arr(Str())), "return_outputs": Opt(Bool()),
 }  # fmt: skip
 #: The pipeline section (``planning.pipeline``).
 _PIPELINE = {
