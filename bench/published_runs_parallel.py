@@ -12,7 +12,12 @@ Sources (pytorch/torchtitan):
   ``norm_type = "rmsnorm"``;
 - ``benchmarks/llama3_h100_202412_torchtitan.md``, Table 4: Llama 3.1 70B on 256 H100
   (96 GB HBM2e, 500 W), FSDP 32 x TP 8, local batch 16, full activation checkpointing,
-  torch.compile and Float8: 829 tokens/s per GPU, 71.9 GiB of memory.
+  torch.compile and Float8: 829 tokens/s per GPU, 71.9 GiB of memory;
+- the same file, Table 5: Llama 3.1 405B on 512 H100, FSDP 8 x TP 8 x PP 8, local batch
+  32 (torchtitan's microbatch size 1: 32 microbatches a step), full activation
+  checkpointing, torch.compile, Float8 and asynchronous TP, schedule 1F1B: 100 tokens/s
+  per GPU, 82.5 GiB (the most of any rank); torchtitan's trainer calls the schedule's
+  ``step`` with ``return_outputs=False``.
 
 Built as transformers' ``LlamaForCausalLM`` on ``meta`` (Meta's published shapes) with
 its own tensor-parallel plan and sequence parallelism, as torchtitan's ``apply_tp``
@@ -64,19 +69,26 @@ class Run:
     memory_gib: float
     budget_gb: float
     source: str
+    #: pipeline stages and schedule (1: none); a pipeline's ``batch`` is its microbatches
+    #: of one sequence each
+    pp: int = 1
+    schedule: str = "1f1b"
 
     @property
     def name(self) -> str:
         extra = "+compile" * self.compile + "+float8" * self.float8
-        return f"{self.model} b{self.batch} fsdp{self.dp_shard}xtp{self.tp}{extra}"
+        pp = f"xpp{self.pp}-{self.schedule}" if self.pp > 1 else ""
+        return f"{self.model} b{self.batch} fsdp{self.dp_shard}xtp{self.tp}{pp}{extra}"
 
 
 _405 = "docs/performance.md at 3faaa1a0d, Llama 3.1 performance numbers"
 _70 = "benchmarks/llama3_h100_202412_torchtitan.md, Table 4"
+_405_PP = "benchmarks/llama3_h100_202412_torchtitan.md, Table 5"
 RUNS = [
     Run("llama3.1-405b", 2, 16, 8, False, False, 109, 0.0, 94.0, _405),
     Run("llama3.1-405b", 2, 16, 8, False, True, 177, 0.0, 94.0, _405),
     Run("llama3.1-70b", 16, 32, 8, True, True, 829, 71.9, 96.0, _70),
+    Run("llama3.1-405b", 32, 8, 8, True, True, 100, 82.5, 96.0, _405_PP, pp=8),
 ]
 
 
@@ -88,7 +100,12 @@ def plan_run(run: Run) -> dict[str, Any]:
     with torch.device("meta"):
         model = transformers.LlamaForCausalLM(config)
     tp_plan = dict(model._tp_plan) | {"lm_head": "colwise"}  # loss parallelism
-    ids = torch.zeros(run.batch, SEQ, dtype=torch.long, device="meta")
+    rows = 1 if run.pp > 1 else run.batch  # a pipeline's input is one microbatch
+    ids = torch.zeros(rows, SEQ, dtype=torch.long, device="meta")
+    pipeline: dict[str, Any] = (
+        {"microbatches": run.batch, "schedule": run.schedule, "return_outputs": False}
+        if run.pp > 1 else {}
+    )  # fmt: skip
     start = time.perf_counter()
 
     def loss(out: Any) -> torch.Tensor:  # on this rank's vocabulary shard
@@ -98,9 +115,9 @@ def plan_run(run: Run) -> dict[str, Any]:
 
     plan = ls.plan(
         model, kwargs={"input_ids": ids}, loss_fn=loss, target="h100",
-        mesh={"dp_shard": run.dp_shard, "tp": run.tp}, tp_plan=tp_plan,
+        mesh={"dp_shard": run.dp_shard, "tp": run.tp, "pp": run.pp}, tp_plan=tp_plan,
         sequence_parallel=True, checkpoint="blocks", compile=run.compile,
-        float8=run.float8, budget=int(run.budget_gb * USABLE), progress=False,
+        float8=run.float8, budget=int(run.budget_gb * USABLE), progress=False, **pipeline,
     )  # fmt: skip
     seconds = time.perf_counter() - start
     predicted = plan.tokens_per_s or 0.0
@@ -115,7 +132,7 @@ def plan_run(run: Run) -> dict[str, Any]:
 def _line(row: dict[str, Any]) -> str:
     memory = f"{row['memory_gib']:.1f}" if row["memory_gib"] else "-"
     return (
-        f"{row['name']:<40} {row['tokens_per_s_per_gpu']:>8,} {row['predicted']:>9,.0f} "
+        f"{row['name']:<50} {row['tokens_per_s_per_gpu']:>8,} {row['predicted']:>9,.0f} "
         f"{row['bound']:>8,.0f} {row['ratio']:>9.2f} {row['fits']!s:>5} "
         f"{row['peak_bytes'] / 2**30:>8.1f} {memory:>8} {row['seconds_to_plan']:>6.1f}"
     )
@@ -124,7 +141,7 @@ def _line(row: dict[str, Any]) -> str:
 def main() -> int:
     args = published.arguments(__doc__)
     header = (
-        f"{'run':<40} {'measured':>8} {'predicted':>9} {'bound':>8} {'meas/pred':>9} "
+        f"{'run':<50} {'measured':>8} {'predicted':>9} {'bound':>8} {'meas/pred':>9} "
         f"{'fits':>5} {'peak GiB':>8} {'run GiB':>8} {'plan s':>6}"
     )
     rows = published.table(RUNS, args.only, plan_run, _line, header)
