@@ -71,20 +71,50 @@ def test_too_many_stages_and_other_models_refused() -> None:
 def test_schedule_orders() -> None:
     """GPipe: every forward, then every backward; 1F1B on stage s of S: min(M, S - s)
     forwards, then a backward and a forward in turn, then the remaining backwards."""
-    assert pl.actions("gpipe", 4, 1, 3) == [
-        ("F", 0),
-        ("F", 1),
-        ("F", 2),
-        ("B", 0),
-        ("B", 1),
-        ("B", 2),
-    ]
-    assert pl.actions("1f1b", 4, 1, 4) == [
+    assert [(k, m) for k, _, m in pl.actions("gpipe", 4, 1, 3)] == [
+        ("F", 0), ("F", 1), ("F", 2), ("B", 0), ("B", 1), ("B", 2)
+    ]  # fmt: skip
+    assert [(k, m) for k, _, m in pl.actions("1f1b", 4, 1, 4)] == [
         ("F", 0), ("F", 1), ("F", 2), ("B", 0), ("F", 3), ("B", 1), ("B", 2), ("B", 3)
     ]  # fmt: skip
     assert [pl.in_flight(pl.actions("1f1b", 4, s, 8)) for s in range(4)] == [4, 3, 2, 1]
     assert pl.in_flight(pl.actions("gpipe", 4, 3, 8)) == 8
     assert pl.bubble(4, 12) == 3 / 15
+
+
+def test_interleaved_order_is_torchs() -> None:
+    """Interleaved 1F1B: rank 0 of 2, 2 stages a rank (its stages 0 and 2), 4
+    microbatches in 2 rounds of 2. Warm-up: a round (2) plus 2 x (2 - 1 - 0) = 4
+    forwards: chunk 0's microbatches 0, 1, then chunk 1's 0, 1; then a forward and a
+    backward in turn (forwards through the chunks in rounds, backwards from the last
+    chunk); then the last 4 backwards. The same as torch's ScheduleInterleaved1F1B orders
+    it, for every rank of several pipelines."""
+    assert pl.actions("interleaved_1f1b", 2, 0, 4, 2) == [
+        ("F", 0, 0), ("F", 0, 1), ("F", 1, 0), ("F", 1, 1),
+        ("F", 0, 2), ("B", 1, 0), ("F", 0, 3), ("B", 1, 1),
+        ("F", 1, 2), ("B", 0, 0), ("F", 1, 3), ("B", 0, 1),
+        ("B", 1, 2), ("B", 1, 3), ("B", 0, 2), ("B", 0, 3),
+    ]  # fmt: skip
+    assert pl.bubble(4, 8, 2) == 3 / 19
+    from torch.distributed.pipelining import schedules
+
+    class Orders(schedules.ScheduleInterleaved1F1B):
+        """torch's order alone (its attributes as its constructor sets them)."""
+
+        def __init__(self, stages: int, virtual: int, m: int) -> None:
+            self.pp_group_size, self.n_local_stages, self._n_microbatches = stages, virtual, m
+            self.number_of_rounds = max(1, m // stages)
+            self.microbatches_per_round = m // self.number_of_rounds
+
+    for stages, virtual, m in [(2, 2, 4), (4, 2, 8), (4, 3, 12), (8, 2, 32), (4, 2, 4)]:
+        for rank in range(stages):
+            torch_order = [
+                ("F" if a.computation_type.name == "FORWARD" else "B",
+                 a.stage_index // stages, a.microbatch_index)
+                for a in Orders(stages, virtual, m)._calculate_single_rank_operations(rank)
+                if a is not None
+            ]  # fmt: skip
+            assert pl.actions("interleaved_1f1b", stages, rank, m, virtual) == torch_order
 
 
 def point(phase: str, event: str, act: int, grad: int = 0) -> tuple[str, str, str, dict[str, int]]:
@@ -118,16 +148,17 @@ def test_compose_by_hand() -> None:
     B1 at its peak: 100 (microbatch 2) + 110 + 80 = 290; B0: 100 + 110 + 40 = 250.
     The peak: 1,080 + 290 = 1,370."""
     step = pl.StageStep(points=ONE, input_bytes=10, output_bytes=20)
-    gpipe = pl.compose(step, "gpipe", 2, 0, 3)
+    gpipe = pl.compose([step], "gpipe", 2, 0, 3)
     totals = [sum(p[3].values()) for p in gpipe]
     assert totals[0] == 1_080  # the first forward's entry
     backwards = [t for p, t in zip(gpipe, totals, strict=True) if p[1] == "peak"]
     assert backwards == [1_080 + 350, 1_080 + 310, 1_080 + 230]
-    one_f_one_b = pl.compose(step, "1f1b", 2, 0, 3)
+    one_f_one_b = pl.compose([step], "1f1b", 2, 0, 3)
     peaks = [sum(p[3].values()) for p in one_f_one_b if p[1] == "peak"]
     assert peaks == [1_080 + 250, 1_080 + 290, 1_080 + 190]  # B2: 110 + 80
     assert max(sum(p[3].values()) for p in one_f_one_b if p[0] != "optimizer") == 1_370
-    assert one_f_one_b[-1] == ONE[-1]  # the optimizer step as one microbatch's
+    # the optimizer step as one microbatch's, the receive buffers and batch still held
+    assert one_f_one_b[-1] == ("optimizer", "step", "", {**ONE[-1][3], "other_bytes": 80})
 
 
 def llama(layers: int = 4) -> nn.Module:
@@ -268,10 +299,28 @@ def test_the_last_stage_keeps_the_outputs_unless_told_not() -> None:
     step = pl.StageStep(points=ONE, input_bytes=10, output_bytes=20)
 
     def last_peak(keep: bool) -> int:
-        points = pl.compose(step, "gpipe", 2, 1, 3, return_outputs=keep)
+        points = pl.compose([step], "gpipe", 2, 1, 3, return_outputs=keep)
         return [sum(p[3].values()) for p in points if p[1] == "peak"][-1]
 
     assert last_peak(True) - last_peak(False) == 2 * 20
     # at rest: 1,000 B of parameters and 2 more microbatches' inputs (20 B); held: the
     # third microbatch's 100 + 10 at the peak, 80 B of gradients, 2 x 10 B of sends
     assert last_peak(False) == 1_000 + 20 + 110 + 80 + 2 * 10
+
+
+def test_interleaved_compose_by_hand() -> None:
+    """Rank 0 of 2 holding stages 0 and 2 of 4 (each the synthetic stage: input 10 B,
+    output 20 B), interleaved 1F1B, 2 microbatches: the warm-up is all 4 forwards, then
+    B(1, 0), B(1, 1), B(0, 0), B(0, 1). At rest: each stage's 1,000 B of parameters and
+    50 B of buffers (stage 0: the other microbatch's input, 10, and 2 output gradients,
+    40; stage 2: one input, 10, and 2 output gradients, 40). At B(1, 0)'s peak: stage 0
+    holds 2 x 100, stage 2 the other microbatch's 100 and its own peak, 110 and 40 B of
+    gradients: 2,100 + 200 + 100 + 150 = 2,550, the rank's peak."""
+    step = pl.StageStep(points=ONE, input_bytes=10, output_bytes=20)
+    points = pl.compose([step, step], "interleaved_1f1b", 2, 0, 2)
+    peaks = [sum(p[3].values()) for p in points if p[1] == "peak"]
+    # B(1, 1): stage 2's own 110 + 80 B of gradients, 10 B of its sent input gradient
+    # pending; B(0, 0): stage 2 done (40 B of gradients, the 10 B pending), stage 0's
+    # other microbatch 100 and its own 110 + 40; B(0, 1): its own 110 and 40 + 40
+    assert peaks == [2_550, 2_100 + 200 + 110 + 80 + 10, 2_100 + 50 + 100 + 150, 2_100 + 50 + 190]
+    assert max(sum(p[3].values()) for p in points if p[0] != "optimizer") == 2_550

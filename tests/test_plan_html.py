@@ -582,11 +582,11 @@ def test_a_pipeline_plan_in_the_page(open_page: Any) -> None:
     said = page.text_content("#ls-plan-stages .note") or ""
     assert "2 stages, 1f1b, 4 microbatches; this plan is stage" in said
     headers = _texts(page, "#ls-plan-stages-table th")
-    assert headers[:3] == ["Stage", "First", "Last"]
+    assert headers[:3] == ["Stage", "Modules", "Pieces"]
     cells = _texts(page, "#ls-plan-stages-table tbody tr:first-child td")
-    assert cells[:3] == ["0", "0", "1"]  # stage 0 runs Linears 0 and 1
+    assert cells[:3] == ["0", "0 .. 1", "2"]  # stage 0 runs Linears 0 and 1
     peaks = [r["peak_bytes"] for r in plan.pipeline["rows"]]
-    assert _texts(page, "#ls-plan-stages-table tbody td:nth-child(9)") == [
+    assert _texts(page, "#ls-plan-stages-table tbody td:nth-child(8)") == [
         units.nbytes(b) for b in peaks
     ]
     assert "Bubble" in (page.text_content("#ls-plan-time") or "")

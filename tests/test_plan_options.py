@@ -60,6 +60,12 @@ CASES: dict[str, dict[str, Any]] = {
     "pp_split": {"mesh": {"dp_shard": 4, "pp": 2}, "pp_split": ["1"]},
     "stage": {"mesh": {"dp_shard": 4, "pp": 2}, "stage": 1},
     "return_outputs": {"mesh": {"dp_shard": 4, "pp": 2}, "return_outputs": False},
+    # the model's 3 blocks make no 2 x 2 stages: interleaved with one stage a rank
+    "virtual_stages": {
+        "mesh": {"dp_shard": 4, "pp": 2},
+        "schedule": "interleaved_1f1b",
+        "virtual_stages": 1,
+    },
 }
 LIMIT = 16
 
@@ -142,7 +148,7 @@ def test_to_dict_is_every_option_in_plan_form() -> None:
         "hsdp": [2, 4], "checkpoint": ["1"], "cluster": None, "reduce_dtype": None,
         "compile": False, "float8": False, "loss": "plain", "mesh": None, "tp_plan": None,
         "sequence_parallel": False, "microbatches": None, "schedule": "1f1b",
-        "pp_split": None, "stage": None, "return_outputs": True,
+        "pp_split": None, "stage": None, "return_outputs": True, "virtual_stages": None,
     }  # fmt: skip
     custom = check_options({"target": TINY})
     assert custom.to_dict()["target"]["memory_bytes"] == 2_000_000

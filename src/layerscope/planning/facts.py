@@ -153,7 +153,7 @@ def _stages(
     from layerscope.planning import pipeline as pl
 
     lay = pl.layout(meta)
-    cuts = pl.cut(lay, opts.pp, opts.pp_split)
+    cuts = pl.cut(lay, opts.pp * opts.virtual, opts.pp_split)
     profs: list[Profile] = []
     received: torch.Tensor | None = None
     for s, pieces in enumerate(cuts):

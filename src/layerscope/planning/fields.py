@@ -314,6 +314,8 @@ FIELDS: list[PlanField] = [
     PlanField("stage", "stage", "count", "the stage's index", "Stage", priority=None),
     PlanField("stage", "first", "text", "its first piece (module path)", "First", json="text"),
     PlanField("stage", "last", "text", "its last piece", "Last", json="text"),
+    PlanField("stage", "modules", "text", "the pieces it runs, first .. last of each of its "
+              "stages", "Modules", json="text"),
     PlanField("stage", "pieces", "count", "pieces it runs", "Pieces", minimum=1),
     PlanField("stage", "params", "count", "its parameters (the whole tensors')", "Params"),
     PlanField("stage", "state_bytes", "bytes", "its model states at rest on a GPU: "

@@ -134,7 +134,8 @@ def _stages(pipeline: Any) -> dict[str, Any] | None:
     """A pipeline's table, a row per stage (None without a pipeline), and what it is."""
     if not isinstance(pipeline, Mapping):
         return None
-    cols = [_column(f) for f in fields("stage")]
+    # the pieces in words (Modules), not the first and last apart
+    cols = [_column(f) for f in fields("stage") if f.key not in ("first", "last")]
     rows = [r for r in pipeline.get("rows") or [] if isinstance(r, Mapping)]
     cells = [[_text(r.get(k)) if kind == "text" else _cell(r.get(k)) for k, _, kind, _ in cols]
              for r in rows]  # fmt: skip

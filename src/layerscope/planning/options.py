@@ -94,6 +94,8 @@ class Options:
     schedule: str = "1f1b"
     pp_split: tuple[str, ...] | None = None
     stage: int | None = None
+    #: ``interleaved_1f1b``: the model chunks (stages) each rank holds (None: 2)
+    virtual_stages: int | None = None
     #: the last stage keeps each microbatch's output to return them merged (torch's
     #: ``schedule.step(return_outputs=True)``, its default; torchtitan passes False)
     return_outputs: bool = True
@@ -107,6 +109,13 @@ class Options:
     def pp(self) -> int:
         """Pipeline stages (the mesh's ``pp``; 1: none)."""
         return self.mesh.pp if self.mesh else 1
+
+    @property
+    def virtual(self) -> int:
+        """Model chunks each pipeline rank holds (``interleaved_1f1b``: 2 unless given)."""
+        if self.schedule != "interleaved_1f1b":
+            return 1
+        return self.virtual_stages or 2
 
     @property
     def dp_size(self) -> int:
@@ -206,7 +215,7 @@ class Options:
             **({"tp_plan": dict(tp_plan)} if tp_plan else {}),
             **({"microbatches": self.microbatches or self.pp, "schedule": self.schedule,
                 "pp_split": list(self.pp_split) if self.pp_split else None,
-                "return_outputs": self.return_outputs}
+                "return_outputs": self.return_outputs, "virtual_stages": self.virtual}
                if self.pp > 1 else {}),
         }  # fmt: skip
 
@@ -220,7 +229,7 @@ DEFAULTS: dict[str, Any] = {
     "checkpoint": None, "cluster": None, "reduce_dtype": None, "compile": False,
     "float8": False, "loss": "plain", "mesh": None, "tp_plan": None,
     "sequence_parallel": False, "microbatches": None, "schedule": "1f1b", "pp_split": None,
-    "stage": None, "return_outputs": True,
+    "stage": None, "return_outputs": True, "virtual_stages": None,
 }  # fmt: skip
 
 NAMES = tuple(f.name for f in fields(Options))
@@ -307,7 +316,7 @@ def _pipeline(o: Mapping[str, Any], pp: int, checkpoint: Any) -> dict[str, Any]:
     """The pipeline's options, for a mesh with ``pp`` above 1 (``planning.pipeline``)."""
     from layerscope.planning.pipeline import SCHEDULES
 
-    given = [k for k in ("microbatches", "pp_split", "stage") if o[k] is not None]
+    given = [k for k in ("microbatches", "pp_split", "stage", "virtual_stages") if o[k] is not None]
     given += [k for k, v in (("schedule", "1f1b"), ("return_outputs", True)) if o[k] != v]
     if pp == 1:
         if given:
@@ -327,10 +336,28 @@ def _pipeline(o: Mapping[str, Any], pp: int, checkpoint: Any) -> dict[str, Any]:
         if not isinstance(split, list | tuple) or not all(isinstance(p, str) for p in split):
             refuse("pp_split", split, "a list of module paths, each the first of a stage")
         split = tuple(split)
-    micro = o["microbatches"]
+    micro = None if o["microbatches"] is None else check_int("microbatches", o["microbatches"], 1)
     stage = o["stage"]
+    virtual = o["virtual_stages"]
+    if virtual is not None:
+        virtual = check_int("virtual_stages", virtual, 1)
+        if o["schedule"] != "interleaved_1f1b" and virtual != 1:
+            raise InvalidInputError(
+                f"virtual_stages={virtual}: a rank holds several stages under "
+                "schedule='interleaved_1f1b' only"
+            )
+    if o["schedule"] == "interleaved_1f1b":
+        m = micro or pp
+        rounds = max(1, m // pp)
+        if m % rounds:
+            raise InvalidInputError(
+                f"microbatches={m}: interleaved 1F1B runs them in {rounds} rounds of "
+                f"{pp} or more (torch's ScheduleInterleaved1F1B), so it needs a multiple "
+                f"of {rounds}, e.g. {rounds * (m // rounds + 1)}"
+            )
     return {
-        "microbatches": None if micro is None else check_int("microbatches", micro, 1),
+        "microbatches": micro,
+        "virtual_stages": virtual,
         "schedule": str(o["schedule"]),
         "pp_split": split,
         "stage": None if stage is None else check_int("stage", stage, 0, pp - 1),

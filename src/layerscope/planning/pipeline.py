@@ -66,7 +66,7 @@ from layerscope.planning.collectives import collective_time, strided
 from layerscope.planning.timeline import PARTS
 
 #: ``schedule=``'s values.
-SCHEDULES = ("gpipe", "1f1b")
+SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b")
 
 
 # ---- the stages ------------------------------------------------------------------------
@@ -159,8 +159,9 @@ def cut(lay: Layout, stages: int, split: Sequence[str] | None) -> list[tuple[str
     if split is not None:
         if len(split) != stages - 1:
             raise InvalidInputError(
-                f"pp_split names {len(split)} module paths; pp={stages} stages start at "
-                f"{stages - 1} (each the first piece of a stage after the first)"
+                f"pp_split names {len(split)} module paths; {stages} stages (pp x "
+                f"virtual_stages) start at {stages - 1} (each the first piece of a stage "
+                "after the first)"
             )
         unknown = [p for p in split if p not in pieces]
         if unknown:
@@ -309,23 +310,61 @@ def spec_bytes(signatures: Sequence[Any]) -> int:
 
 
 # ---- the schedule ----------------------------------------------------------------------
-def actions(schedule: str, stages: int, stage: int, microbatches: int) -> list[tuple[str, int]]:
-    """Stage ``stage``'s forwards and backwards, in order (module doc)."""
+#: One forward (``"F"``) or backward (``"B"``) of a rank: (kind, its local chunk, the
+#: microbatch).
+Action = tuple[str, int, int]
+
+
+def actions(
+    schedule: str, stages: int, rank: int, microbatches: int, virtual: int = 1
+) -> list[Action]:
+    """Rank ``rank``'s forwards and backwards, in order (module doc): under
+    ``interleaved_1f1b`` over its ``virtual`` chunks, the stages ``rank``, ``rank +
+    stages``, ... of ``stages x virtual``."""
     m = microbatches
     if schedule == "gpipe":
-        return [("F", k) for k in range(m)] + [("B", k) for k in range(m)]
-    warmup = min(m, stages - stage)
-    out = [("F", k) for k in range(warmup)]
+        return [("F", 0, k) for k in range(m)] + [("B", 0, k) for k in range(m)]
+    if schedule == "interleaved_1f1b":
+        return _interleaved(stages, rank, m, virtual)
+    warmup = min(m, stages - rank)
+    out = [("F", 0, k) for k in range(warmup)]
     for k in range(m - warmup):
-        out += [("B", k), ("F", warmup + k)]
-    out += [("B", k) for k in range(m - warmup, m)]
+        out += [("B", 0, k), ("F", 0, warmup + k)]
+    out += [("B", 0, k) for k in range(m - warmup, m)]
     return out
 
 
-def in_flight(order: Sequence[tuple[str, int]]) -> int:
-    """The most microbatches forwarded and not yet backwarded at once."""
+def _interleaved(stages: int, rank: int, m: int, virtual: int) -> list[Action]:
+    """Interleaved 1F1B as torch's ``ScheduleInterleaved1F1B`` orders a rank's work
+    (Narayanan et al. 2021): the microbatches go in rounds of ``m / rounds`` (``rounds =
+    max(1, m // stages)``) through the chunks in turn; ``(virtual - 1) x`` a round plus
+    ``2 (stages - 1 - rank)`` forwards warm up (at most all ``m x virtual``), then a
+    forward and a backward in turn, the backwards through the chunks in reverse, then
+    the remaining backwards."""
+    per_round = m // max(1, m // stages)
+    total = virtual * m
+    warmup = min((virtual - 1) * per_round + 2 * (stages - 1 - rank), total)
+    done = {"F": [0] * virtual, "B": [0] * virtual}
+
+    def step(kind: str, op: int) -> Action:
+        turn = (op if kind == "F" else op - warmup) // per_round % virtual
+        chunk = turn if kind == "F" else virtual - 1 - turn
+        done[kind][chunk] += 1
+        return (kind, chunk, done[kind][chunk] - 1)
+
+    out: list[Action] = []
+    for op in range(total + warmup):
+        if op < total:
+            out.append(step("F", op))
+        if op >= warmup:
+            out.append(step("B", op))
+    return out
+
+
+def in_flight(order: Sequence[Action]) -> int:
+    """The most microbatches (of any chunk) forwarded and not yet backwarded at once."""
     most = now = 0
-    for kind, _ in order:
+    for kind, *_ in order:
         now += 1 if kind == "F" else -1
         most = max(most, now)
     return most
@@ -354,75 +393,144 @@ def held_bytes(points: Sequence[tuple[str, str, str, dict[str, int]]]) -> int:
     return bwd[3]["activation_bytes"] - fwd[3]["activation_bytes"]
 
 
-def compose(
-    step: StageStep,
-    schedule: str,
-    stages: int,
-    stage: int,
-    microbatches: int,
-    return_outputs: bool = True,
-) -> list[tuple[str, str, str, dict[str, int]]]:
-    """The stage's timeline over the pipeline's step (module doc): a point per point of
-    each forward and backward the schedule runs, then the optimizer step."""
-    fwd = [p for p in step.points if p[0] == "forward"]
-    bwd = [p for p in step.points if p[0] == "backward"]
-    opt = [p for p in step.points if p[0] == "optimizer"]
-    if not fwd or not bwd:
-        raise InvalidInputError("mesh pp: a stage's analysis has no forward or no backward")
+#: The parts of a chunk's memory held all step (its model states, inputs, buffers).
+_AT_REST = ("param_bytes", "optimizer_state_bytes", "master_weight_bytes", "other_bytes")
 
-    first, last = stage == 0, stage == stages - 1
-    held = held_bytes(step.points)
-    after = bwd[-1][3]["grad_bytes"]  # one backward's gradients, at its end
-    fsdp = step.unsharded > 0
-    whole = step.unsharded_grads if fsdp else after  # the gradients a backward adds into
-    kept = step.output_bytes if last and return_outputs else 0  # the merged output
-    if schedule == "gpipe":  # the tensors sent, until their sends are waited on
-        kept += (step.input_bytes if not first else 0) + (step.output_bytes if not last else 0)
-    # 1F1B waits on a backward's send of the input's gradient at the next backward
-    pending = step.input_bytes if schedule == "1f1b" and not first else 0
-    base = dict.fromkeys(PARTS, 0)
-    base["other_bytes"] = (microbatches - 1) * step.input_bytes + (
-        microbatches * step.output_bytes if not last else 0
-    )
-    gathered = step.unsharded
-    out: list[tuple[str, str, str, dict[str, int]]] = []
-    forwarded = backwarded = 0
-    for n, (kind, _) in enumerate(actions(schedule, stages, stage, microbatches)):
-        lift = dict(base)
-        lift["activation_bytes"] += (forwarded - backwarded) * held + backwarded * kept
-        lift["activation_bytes"] += pending if backwarded else 0
-        if kind == "F":
-            for phase, event, path, parts in fwd:
-                now = {k: parts[k] + lift[k] for k in PARTS}
-                now["grad_bytes"] += whole if backwarded else 0
-                if fsdp and n:  # gathered at the first forward, kept
-                    now["unsharded_param_bytes"] = max(now["unsharded_param_bytes"], gathered)
-                    now["comm_buffer_bytes"] = 0
-                out.append((phase, event, path, now))
-            forwarded += 1
-            continue
-        lift["activation_bytes"] -= held  # this microbatch's own, in its points
-        final = backwarded == microbatches - 1
+
+class _Chunk:
+    """One chunk of a rank as the schedule runs it: its one-microbatch timeline, what a
+    microbatch holds of it, and how many of its forwards and backwards have run."""
+
+    def __init__(
+        self, step: StageStep, first: bool, last: bool, schedule: str, m: int, keep: bool
+    ) -> None:
+        self.fwd = [p for p in step.points if p[0] == "forward"]
+        self.bwd = [p for p in step.points if p[0] == "backward"]
+        self.opt = [p for p in step.points if p[0] == "optimizer"]
+        if not self.fwd or not self.bwd:
+            raise InvalidInputError("mesh pp: a stage's analysis has no forward or no backward")
+        self.step, self.m, self.fsdp = step, m, step.unsharded > 0
+        self.held = held_bytes(step.points)
+        # the gradients a backward adds into: one backward's, or FSDP2's unsharded ones
+        self.after = self.bwd[-1][3]["grad_bytes"]
+        self.whole = step.unsharded_grads if self.fsdp else self.after
+        # what a finished microbatch keeps to the step's end: the merged output, and
+        # under GPipe the tensors sent (their sends are waited on at the end)
+        self.kept = step.output_bytes if last and keep else 0
+        if schedule == "gpipe":
+            self.kept += (0 if first else step.input_bytes) + (0 if last else step.output_bytes)
+        # 1F1B waits on a backward's send of the input's gradient at the next backward
+        self.pending = 0 if schedule == "gpipe" or first else step.input_bytes
+        # the receive buffers and, on the first stage, the batch's other microbatches
+        self.buffers = (m - 1) * step.input_bytes + (0 if last else m * step.output_bytes)
+        self.rest = {k: self.fwd[0][3][k] for k in _AT_REST}
+        self.forwarded = self.backwarded = 0
+
+    def level(self) -> dict[str, int]:
+        """What the chunk holds between its own forwards and backwards, by part."""
+        out = dict.fromkeys(PARTS, 0)
+        for k, v in self.rest.items():
+            out[k] += v
+        out["other_bytes"] += self.buffers
+        out["activation_bytes"] += self.lift()
+        done = self.backwarded == self.m  # FSDP2: reduce-scattered and resharded
+        out["grad_bytes"] += (self.after if done else self.whole) if self.backwarded else 0
+        if self.fsdp and self.forwarded and not done:
+            out["unsharded_param_bytes"] += self.step.unsharded
+        return out
+
+    def lift(self) -> int:
+        """Activation bytes of the microbatches in flight and of the finished ones."""
+        return (
+            (self.forwarded - self.backwarded) * self.held
+            + self.backwarded * self.kept
+            + (self.pending if self.backwarded else 0)
+        )
+
+    def forward(self, others: Mapping[str, int]) -> list[tuple[str, str, str, dict[str, int]]]:
+        out = []
+        for phase, event, path, parts in self.fwd:
+            now = {k: parts[k] + others[k] for k in PARTS}
+            now["other_bytes"] += self.buffers
+            now["activation_bytes"] += self.lift()
+            now["grad_bytes"] += self.whole if self.backwarded else 0
+            if self.fsdp and self.forwarded:  # gathered at the first forward, kept
+                now["unsharded_param_bytes"] = max(
+                    now["unsharded_param_bytes"], self.step.unsharded
+                )
+                now["comm_buffer_bytes"] = 0
+            out.append((phase, event, path, now))
+        self.forwarded += 1
+        return out
+
+    def backward(self, others: Mapping[str, int]) -> list[tuple[str, str, str, dict[str, int]]]:
+        final = self.backwarded == self.m - 1
+        lift = self.lift() - self.held  # this microbatch's own, in its points
+        out = []
         previous = own_base = 0
         last_path: str | None = None
-        for i, (phase, event, path, parts) in enumerate(bwd):
-            now = {k: parts[k] + lift[k] for k in PARTS}
+        for i, (phase, event, path, parts) in enumerate(self.bwd):
+            now = {k: parts[k] + others[k] for k in PARTS}
+            now["other_bytes"] += self.buffers
+            now["activation_bytes"] += lift
             g = parts["grad_bytes"]
             if path != last_path:  # the gradients counted before this module's backward
                 own_base, last_path = previous, path
             previous = g
             own = max(0, g - own_base)  # this module's new gradients
-            if fsdp and final:  # reduce-scattered as in one microbatch's backward
-                now["grad_bytes"] = (whole if backwarded else 0) + g
-            elif fsdp:  # kept gathered; the gradients accumulated unsharded
-                now["unsharded_param_bytes"] = max(now["unsharded_param_bytes"], gathered)
+            if self.fsdp and final:  # reduce-scattered as in one microbatch's backward
+                now["grad_bytes"] = (
+                    others["grad_bytes"] + (self.whole if self.backwarded else 0) + g
+                )
+            elif self.fsdp:  # kept gathered; the gradients accumulated unsharded
+                now["unsharded_param_bytes"] = max(
+                    now["unsharded_param_bytes"], self.step.unsharded
+                )
                 now["comm_buffer_bytes"] = 0  # no gather, no reduce-scatter
-                now["grad_bytes"] = whole + own if backwarded else whole * (i + 1) // len(bwd)
-            elif backwarded:  # added into the gradients: the module's new ones a temporary
-                now["grad_bytes"] = whole + own
+                mine = (
+                    self.whole + own if self.backwarded else self.whole * (i + 1) // len(self.bwd)
+                )
+                now["grad_bytes"] = others["grad_bytes"] + mine
+            elif self.backwarded:  # added into the gradients: the module's new ones a temporary
+                now["grad_bytes"] = others["grad_bytes"] + self.whole + own
             out.append((phase, event, path, now))
-        backwarded += 1
-    out.extend(opt)
+        self.backwarded += 1
+        return out
+
+
+def compose(
+    steps: Sequence[StageStep],
+    schedule: str,
+    stages: int,
+    rank: int,
+    microbatches: int,
+    return_outputs: bool = True,
+) -> list[tuple[str, str, str, dict[str, int]]]:
+    """Rank ``rank``'s timeline over the pipeline's step (module doc): a point per point
+    of each forward and backward the schedule runs on each of its chunks (``steps``: one
+    per chunk, the stages ``rank``, ``rank + stages``, ...), then the optimizer step of
+    them all."""
+    virtual = len(steps)
+    count = stages * virtual
+    chunks = [
+        _Chunk(step, v * stages + rank == 0, v * stages + rank == count - 1, schedule,
+               microbatches, return_outputs)
+        for v, step in enumerate(steps)
+    ]  # fmt: skip
+    out: list[tuple[str, str, str, dict[str, int]]] = []
+    for kind, v, _ in actions(schedule, stages, rank, microbatches, virtual):
+        others = dict.fromkeys(PARTS, 0)
+        for u, chunk in enumerate(chunks):
+            if u != v:
+                for k, n in chunk.level().items():
+                    others[k] += n
+        out += chunks[v].forward(others) if kind == "F" else chunks[v].backward(others)
+    step = dict.fromkeys(PARTS, 0)
+    for chunk in chunks:  # the optimizer step of every chunk at once
+        for k in PARTS:
+            step[k] += sum(p[3][k] for p in chunk.opt)
+        step["other_bytes"] += chunk.buffers
+    out.append(("optimizer", "step", "", step))
     return out
 
 
@@ -436,14 +544,15 @@ def p2p_seconds(nbytes: int, cluster: Any, stages: int, stride: int) -> float:
 
 
 def notes(
-    schedule: str, stages: int, micro: int, chosen: int, why: str, fsdp: bool, share: float
+    schedule: str, stages: int, virtual: int, micro: int, chosen: int, why: str, fsdp: bool
 ) -> list[str]:
     """What a pipeline's plan assumes, beside its figures."""
+    chunks = f", {virtual} stages a rank" if virtual > 1 else ""
     out = [
-        f"pipeline: {stages} stages, {schedule}, {micro} microbatches of the input given; "
-        f"this plan is stage {chosen}'s ({why}), every stage's in plan.pipeline",
-        f"bubble: {share:.0%} of the step, (S - 1) / (M + S - 1), at the slowest stage's "
-        "pace; the point-to-point sends are not hidden under compute",
+        f"pipeline: {stages} ranks{chunks}, {schedule}, {micro} microbatches of the input "
+        f"given; this plan is rank {chosen}'s ({why}), every rank's in plan.pipeline",
+        f"bubble: {bubble(stages, micro, virtual):.0%} of the step, (S - 1) / (V M + S - 1) "
+        "at the slowest stage's pace; the point-to-point sends are not hidden under compute",
     ]
     if fsdp:
         out.append(
@@ -456,9 +565,10 @@ def notes(
     return out
 
 
-def bubble(stages: int, microbatches: int) -> float:
-    """The share of the step the slowest stage idles: ``(S - 1) / (M + S - 1)``."""
-    return (stages - 1) / (microbatches + stages - 1)
+def bubble(stages: int, microbatches: int, virtual: int = 1) -> float:
+    """The share of a balanced pipeline's step its ranks idle: ``(S - 1) / (V M + S -
+    1)`` (``V`` stages a rank, each ``1 / V`` of its work)."""
+    return (stages - 1) / (virtual * microbatches + stages - 1)
 
 
 __all__ = [

@@ -1,14 +1,15 @@
 """A pipeline's plan (``mesh={"pp": S}``): each stage's one-microbatch plan
-(``planning.build``), composed over the schedule (``planning.pipeline``), the step time
-with the bubble, and a row per stage."""
+(``planning.build``), composed per rank over the schedule (``planning.pipeline``), the
+step time with the bubble, and a row per rank."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from math import prod
 from typing import Any
 
+from layerscope.planning import pipeline as pl
 from layerscope.planning import timeline as tl
 from layerscope.planning.build import _build, _published, _step, build
 from layerscope.planning.checkpointing import resolve
@@ -17,8 +18,7 @@ from layerscope.planning.options import Options
 from layerscope.planning.result import Plan
 from layerscope.profile import Profile
 
-#: A stage's one-microbatch plan, what composing it read, and its composed timeline.
-Made = tuple[Plan, dict[str, Any], list[tuple[str, str, str, dict[str, int]]]]
+Point = tuple[str, str, str, dict[str, int]]
 
 
 def build_plan(analyses: Sequence[Profile], opts: Options) -> Plan:
@@ -29,83 +29,130 @@ def build_plan(analyses: Sequence[Profile], opts: Options) -> Plan:
     return pipeline_plan(list(analyses), opts)
 
 
-def pipeline_plan(stages: list[Profile], opts: Options) -> Plan:
-    """A pipeline's plan (``planning.pipeline``): each stage's one-microbatch plan,
-    composed over the schedule; the plan of the stage asked for (``opts.stage``) or of
-    the one whose peak is highest, with a row per stage."""
-    from layerscope.planning import pipeline as pl
+@dataclass
+class _Stage:
+    """One stage (model chunk): its one-microbatch plan, what composing reads of it."""
 
-    size, micro = len(stages), opts.microbatches or opts.pp
-    fsdp = opts.sharding == "fsdp"
-    # one microbatch of a stage: no accumulation, and under FSDP2 torch's pipeline rule
-    one = opts.replace(grad_accum=1, **({"reshard_after_forward": False} if fsdp else {}))
+    plan: Plan
+    prof: Profile
+    step: pl.StageStep
+    #: seconds per microbatch: tensor parallelism's collectives, the sends
+    tp: float
+    p2p: float
+    #: the stage's parameters (the whole tensors'), and its FLOPs per microbatch in the
+    #: published convention (``build._published``)
+    params: int
+    published: int
+
+    def per_micro(self, bound: bool = False) -> float:
+        """Seconds per microbatch: compute, recompute, tensor-parallel collectives and
+        the sends."""
+        t = self.plan.time_bound if bound and self.plan.time_bound else self.plan.time
+        return float(t["compute"] + t["recompute"] + self.tp + self.p2p)
+
+
+@dataclass
+class _Rank:
+    """A pipeline rank: its stages (one, or ``virtual_stages`` interleaved) and its
+    composed timeline."""
+
+    index: int
+    stages: list[_Stage]
+    points: list[Point]
+
+    @property
+    def peak(self) -> int:
+        return max(sum(p[3].values()) for p in self.points)
+
+    def per_micro(self, bound: bool = False) -> float:
+        return sum(s.per_micro(bound) for s in self.stages)
+
+
+def pipeline_plan(profs: list[Profile], opts: Options) -> Plan:
+    """A pipeline's plan (``planning.pipeline``): each stage's one-microbatch plan,
+    composed per rank over the schedule; the plan of the rank asked for (``opts.stage``)
+    or of the one whose peak is highest, with a row per rank."""
+    size, virtual, micro = opts.pp, opts.virtual, opts.microbatches or opts.pp
     asked = opts.checkpoint
     if asked is not None and not isinstance(asked, str):
-        everywhere = set().union(*(_paths(p) for p in stages))
-        check_paths(stages[0], "checkpoint", [c for c in asked if c not in everywhere])
-    made = _stage_plans(stages, opts, one, size, micro)
-    tokens = input_bytes(stages[0])[2]
-
-    peaks = [max(sum(p[3].values()) for p in c) for _, _, c in made]
+        everywhere = set().union(*(_paths(p) for p in profs))
+        check_paths(profs[0], "checkpoint", [c for c in asked if c not in everywhere])
+    stages = _stage_plans(profs, opts, micro)
+    ranks = [
+        _Rank(r, mine, pl.compose([s.step for s in mine], opts.schedule, size, r, micro,
+                                  opts.return_outputs))
+        for r in range(size)
+        for mine in [stages[r::size]]
+    ]  # fmt: skip
+    peaks = [r.peak for r in ranks]
     chosen = opts.stage if opts.stage is not None else peaks.index(max(peaks))
-    mb, internals, composed = made[chosen]
-    slowest = max(_per_micro(m, i) for m, i, _ in made)
-    slowest_bound = max(_per_micro(m, i, True) for m, i, _ in made)
+    rank = ranks[chosen]
     accum = opts.grad_accum
 
-    def step_parts(t: Mapping[str, float], worst: float, bound: bool) -> dict[str, float]:
-        """This stage's step by part: ``M`` microbatches of its own work, the bubble
-        (the pipeline's ``(M + S - 1) x`` the slowest stage less that), the data-parallel
-        collectives not hidden and the optimizer once."""
-        own = _per_micro(mb, internals, bound)
-        sends = micro * (internals["tp"] + internals["p2p"])
-        dp_exposed = max(0.0, t["exposed_comm"] - internals["tp"])
-        dp_total = max(0.0, t["comm"] - internals["tp"])
+    def step_parts(bound: bool) -> dict[str, float] | None:
+        """This rank's step by part: ``M`` microbatches of its stages' work, the bubble
+        (the busiest rank's ``M`` microbatches and ``S - 1`` slots of the slowest stage,
+        less this rank's own work), the data-parallel collectives not hidden and the
+        optimizer, once."""
+        parts = [s.plan.time_bound if bound else s.plan.time for s in rank.stages]
+        if any(t is None for t in parts):
+            return None
+        times = [t for t in parts if t is not None]
+        busiest = max(micro * r.per_micro(bound) for r in ranks)
+        slot = max(s.per_micro(bound) for s in stages)
+        sends = micro * sum(s.tp + s.p2p for s in rank.stages)
         return {
-            "compute": micro * t["compute"] * accum,
-            "recompute": micro * t["recompute"] * accum,
-            "exposed_comm": (sends + dp_exposed) * accum,
-            "bubble": ((micro + size - 1) * worst - micro * own) * accum,
-            "optimizer": t["optimizer"],
-            "comm": (sends + dp_total) * accum,
-        }
+            "compute": micro * sum(t["compute"] for t in times) * accum,
+            "recompute": micro * sum(t["recompute"] for t in times) * accum,
+            "exposed_comm": (sends + sum(max(0.0, t["exposed_comm"] - s.tp)
+                                        for t, s in zip(times, rank.stages, strict=True))) * accum,
+            "bubble": (busiest + (size - 1) * slot - micro * rank.per_micro(bound)) * accum,
+            "optimizer": sum(t["optimizer"] for t in times),
+            "comm": (sends + sum(max(0.0, t["comm"] - s.tp)
+                                for t, s in zip(times, rank.stages, strict=True))) * accum,
+        }  # fmt: skip
 
-    time = step_parts(mb.time, slowest, False)
-    bound = step_parts(mb.time_bound, slowest_bound, True) if mb.time_bound else None
+    time, bound = step_parts(False), step_parts(True)
+    assert time is not None
     step_s, step_b = _step(time), (_step(bound) if bound else None)
     peak_flops = opts.target.peak(str(opts.compute_dtype).removeprefix("torch."))
+    tokens = input_bytes(profs[0])[2]
     # the published convention over the whole model, per GPU: every stage's share
-    shares = [
-        _published(i["params"], i["kept"], tokens, i["timed"].predicted.attention_flops, 1, opts.tp)
-        for _, i, _ in made
-    ]
-    published = sum(s or 0 for s in shares) * micro * accum // size if tokens else None
-    model_flops = mb.model_flops * micro * accum
+    published = sum(s.published for s in stages) * micro * accum // size if tokens else None
+    model_flops = sum(s.plan.model_flops for s in rank.stages) * micro * accum
     tokens_per_gpu = tokens * micro * accum / (opts.tp * size) if tokens else None
-    top = max(composed, key=lambda p: sum(p[3].values()))
+    top = max(rank.points, key=lambda p: sum(p[3].values()))
     columns: dict[str, list[Any]] = {
-        "phase": [p[0] for p in composed], "event": [p[1] for p in composed],
-        "path": [p[2] for p in composed], "total": [sum(p[3].values()) for p in composed],
+        "phase": [p[0] for p in rank.points], "event": [p[1] for p in rank.points],
+        "path": [p[2] for p in rank.points], "total": [sum(p[3].values()) for p in rank.points],
     }  # fmt: skip
     for part in tl.PARTS:
-        columns[part] = [p[3][part] for p in composed]
-    rows = _rows(made, stages, opts, size, micro, peaks)
+        columns[part] = [p[3][part] for p in rank.points]
     why = "asked for" if opts.stage is not None else "the highest peak"
+    first = rank.stages[0].plan
     notes = [
-        *mb.notes,
-        *pl.notes(opts.schedule, size, micro, chosen, why, fsdp, pl.bubble(size, micro)),
+        *first.notes,
+        *pl.notes(opts.schedule, size, virtual, micro, chosen, why, opts.sharding == "fsdp"),
     ]
-    comm = dict(mb.comm)
-    for phase, kinds in _p2p_comm(rows[chosen], made[chosen][1]["step"], size, micro).items():
+    comm: dict[str, Any] = {}
+    for s in rank.stages:
+        for path, phases in s.plan.comm.items():
+            for phase, kinds in phases.items():
+                comm.setdefault(path, {}).setdefault(phase, {}).update(kinds)
+    for phase, kinds in _p2p_comm(rank, size * virtual, micro).items():
         comm.setdefault("", {}).setdefault(phase, {}).update(kinds)
+    states = {k: sum(s.plan.states[k] for s in rank.stages) for k in first.states}
     return replace(
-        mb,
-        options=opts.section(mb.options["fsdp_units"], mb.options.get("tp_plan")),
+        first,
+        options=opts.section(first.options["fsdp_units"], first.options.get("tp_plan")),
+        states=states,
         peak_bytes=sum(top[3].values()),
         memory=dict(top[3]),
         peak_phase={"phase": top[0], "event": top[1], "path": top[2]},
         budget=opts.budget,
-        recompute_flops=mb.recompute_flops * micro * accum,
+        checkpoint=[c for s in rank.stages for c in s.plan.checkpoint],
+        kept_activation_bytes=sum(s.plan.kept_activation_bytes for s in rank.stages),
+        recompute_flops=sum(s.plan.recompute_flops for s in rank.stages) * micro * accum,
         timeline=columns,
         time=time,
         step_time=step_s,
@@ -113,6 +160,7 @@ def pipeline_plan(stages: list[Profile], opts: Options) -> Plan:
         mfu=published / (step_s * peak_flops) if published and step_s > 0 else None,
         tokens=tokens,
         tokens_per_s=tokens_per_gpu / step_s if tokens_per_gpu and step_s > 0 else None,
+        modules=[m for s in rank.stages for m in s.plan.modules],
         comm=comm,
         notes=notes,
         step_time_bound=step_b,
@@ -120,114 +168,117 @@ def pipeline_plan(stages: list[Profile], opts: Options) -> Plan:
         time_bound=bound,
         mfu_counted=model_flops / (step_s * peak_flops) if step_s > 0 else None,
         mfu_flops=published,
-        kernels=(mb.kernels or 0) * micro * accum,
+        kernels=sum(s.plan.kernels or 0 for s in rank.stages) * micro * accum,
         pipeline={
             "schedule": opts.schedule, "microbatches": micro, "stages": size,
-            "stage": chosen, "chosen": why, "bubble": pl.bubble(size, micro), "rows": rows,
+            "virtual_stages": virtual, "stage": chosen, "chosen": why,
+            "bubble": pl.bubble(size, micro, virtual),
+            "rows": [_row(r, opts, micro, size * virtual) for r in ranks],
         },
+        analysis=rank.stages[0].prof,
     )  # fmt: skip
 
 
-def _paths(prof: Profile) -> set[str]:
-    return {n.path for n in prof.nodes()}
-
-
-def _p2p_comm(row: Mapping[str, Any], step: Any, size: int, micro: int) -> dict[str, Any]:
-    """A stage's sends and receives per step in ``profile.comm``'s form: forward, the
-    output sent on and the input received; backward, their gradients the other way."""
-    stage = row["stage"]
-    out: dict[str, dict[str, dict[str, int]]] = {}
-
-    def add(phase: str, kind: str, nbytes: int) -> None:
-        if nbytes:
-            out.setdefault(phase, {})[kind] = {"calls": micro, "bytes": micro * nbytes}
-
-    if stage < size - 1:
-        add("forward", "send", step.output_bytes)
-        add("backward", "recv", step.output_bytes)
-    if stage > 0:
-        add("forward", "recv", step.input_bytes)
-        add("backward", "send", step.input_bytes)
-    return out
-
-
-def _stage_plans(
-    stages: list[Profile], opts: Options, one: Options, size: int, micro: int
-) -> list[Made]:
-    """Each stage's one-microbatch plan, what composing it reads, and its composed
-    timeline (``planning.pipeline``)."""
-    from layerscope.planning import pipeline as pl
-
-    asked = opts.checkpoint
+def _stage_plans(profs: list[Profile], opts: Options, micro: int) -> list[_Stage]:
+    """Each stage's one-microbatch plan (no accumulation; under FSDP2 torch's pipeline
+    rule, ``reshard_after_forward=False``) and what composing reads of it."""
     fsdp = opts.sharding == "fsdp"
-    stride = opts.world_size // size  # the pipeline axis is the outermost
-    link_args = (opts.network, size, stride)
+    one = opts.replace(grad_accum=1, **({"reshard_after_forward": False} if fsdp else {}))
+    asked, count = opts.checkpoint, len(profs)
+    link = (opts.network, opts.pp, opts.world_size // opts.pp)  # pp: the outermost axis
     grad_size = opts.strategy.grad_size(opts)
-    made: list[Made] = []
-    for s, prof in enumerate(stages):
+    tokens = input_bytes(profs[0])[2]
+    out: list[_Stage] = []
+    for s, prof in enumerate(profs):
         mine = asked
         if asked is not None and not isinstance(asked, str):
             mine = tuple(c for c in asked if c in _paths(prof))
         internals: dict[str, Any] = {}
-        choice = resolve(prof, mine)
-        mb = _build(prof, one.replace(checkpoint=mine), choice, mine, internals)
-        points = list(zip(mb.timeline["phase"], mb.timeline["event"], mb.timeline["path"],
-                          ({k: mb.timeline[k][i] for k in tl.PARTS}
-                           for i in range(len(mb.timeline["phase"]))), strict=True))  # fmt: skip
+        plan = _build(prof, one.replace(checkpoint=mine), resolve(prof, mine), mine, internals)
+        line = plan.timeline
+        points = [
+            (line["phase"][i], line["event"][i], line["path"][i],
+             {k: line[k][i] for k in tl.PARTS})
+            for i in range(len(line["phase"]))
+        ]  # fmt: skip
+        params, kept = internals["params"], internals["kept"]
         step = pl.StageStep(
             points=points,
             input_bytes=int(prof.model["stage"]["input_bytes"]) if s else input_bytes(prof)[0],
             # what the next stage receives (under sequence parallelism a shard of it)
-            output_bytes=int(stages[s + 1].model["stage"]["input_bytes"])
-            if s + 1 < size else pl.spec_bytes(prof.root.outputs),
+            output_bytes=int(profs[s + 1].model["stage"]["input_bytes"])
+            if s + 1 < count else pl.spec_bytes(prof.root.outputs),
             unsharded=max(p[3]["unsharded_param_bytes"] for p in points) if fsdp else 0,
-            unsharded_grads=sum(prod(p.shape) for p in internals["params"]) * grad_size
-            if fsdp else 0,
+            unsharded_grads=sum(prod(p.shape) for p in params) * grad_size if fsdp else 0,
         )  # fmt: skip
-        composed = pl.compose(step, opts.schedule, size, s, micro, opts.return_outputs)
-        p2p = (step.input_bytes if s else 0) + (step.output_bytes if s < size - 1 else 0)
-        internals.update(step=step, p2p=pl.p2p_seconds(p2p, *link_args) if p2p else 0.0)
-        made.append((mb, internals, composed))
-    return made
+        sent = (step.input_bytes if s else 0) + (step.output_bytes if s + 1 < count else 0)
+        attention = internals["timed"].predicted.attention_flops
+        out.append(_Stage(
+            plan, prof, step, internals["tp"], pl.p2p_seconds(sent, *link),
+            sum(p.elements for p in params) + sum(p.elements for p in kept),
+            _published(params, kept, tokens, attention, 1, opts.tp) or 0,
+        ))  # fmt: skip
+    return out
 
 
-def _rows(
-    made: list[Made],
-    stages: list[Profile],
-    opts: Options,
-    size: int,
-    micro: int,
-    peaks: list[int],
-) -> list[dict[str, Any]]:
-    """A row per stage (``Plan.pipeline["rows"]``)."""
-    from layerscope.planning import pipeline as pl
-
-    rows = []
-    for s, ((m, i, _), prof) in enumerate(zip(made, stages, strict=True)):
-        pieces = prof.model["stage"]["pieces"]
-        order = pl.actions(opts.schedule, size, s, micro)
-        st = i["step"]
-        rows.append({
-            "stage": s, "first": pieces[0], "last": pieces[-1], "pieces": len(pieces),
-            "params": sum(p.elements for p in i["params"]) + sum(p.elements for p in i["kept"]),
-            "state_bytes": sum(m.states.values()),
-            "held_bytes": pl.held_bytes(st.points), "in_flight": pl.in_flight(order),
-            "peak_bytes": peaks[s],
-            "fits": None if opts.budget is None else opts.budget - opts.reserve_bytes >= peaks[s],
-            "time": _per_micro(m, i),
-            "sent_bytes": micro * ((st.output_bytes if s < size - 1 else 0)
-                                   + (st.input_bytes if s else 0)),
-            "received_bytes": micro * ((st.input_bytes if s else 0)
-                                       + (st.output_bytes if s < size - 1 else 0)),
-        })  # fmt: skip
-    return rows
+def _row(rank: _Rank, opts: Options, micro: int, count: int) -> dict[str, Any]:
+    """A rank's row (``Plan.pipeline["rows"]``): its stages' pieces, parameters, model
+    states, held bytes per microbatch, the most microbatches in flight, its peak, its
+    time per microbatch and its sends."""
+    chunks = [s.prof.model["stage"]["pieces"] for s in rank.stages]
+    pieces = [p for c in chunks for p in c]
+    words = ", ".join(c[0] if len(c) == 1 else f"{c[0]} .. {c[-1]}" for c in chunks)
+    order = pl.actions(opts.schedule, opts.pp, rank.index, micro, opts.virtual)
+    sent, received = _sends(rank, count, micro)
+    fits = None if opts.budget is None else opts.budget - opts.reserve_bytes >= rank.peak
+    return {
+        "stage": rank.index, "first": pieces[0], "last": pieces[-1], "pieces": len(pieces),
+        "modules": words,
+        "params": sum(s.params for s in rank.stages),
+        "state_bytes": sum(sum(s.plan.states.values()) for s in rank.stages),
+        "held_bytes": sum(pl.held_bytes(s.step.points) for s in rank.stages),
+        "in_flight": pl.in_flight(order), "peak_bytes": rank.peak, "fits": fits,
+        "time": rank.per_micro(), "sent_bytes": sent, "received_bytes": received,
+    }  # fmt: skip
 
 
-def _per_micro(mb: Plan, internals: Mapping[str, Any], bound: bool = False) -> float:
-    """A stage's seconds per microbatch: compute, recompute, tensor-parallel collectives
-    and its sends."""
-    t = mb.time_bound if bound and mb.time_bound else mb.time
-    return float(t["compute"] + t["recompute"] + internals["tp"] + internals["p2p"])
+def _sends(rank: _Rank, count: int, micro: int) -> tuple[int, int]:
+    """Bytes a rank sends and receives per step: each stage's output on and its input's
+    gradient back, and the same received."""
+    sent = received = 0
+    for v, s in enumerate(rank.stages):
+        index = v * (count // len(rank.stages)) + rank.index
+        both = (s.step.input_bytes if index else 0) + (
+            s.step.output_bytes if index < count - 1 else 0
+        )
+        sent, received = sent + micro * both, received + micro * both
+    return sent, received
+
+
+def _p2p_comm(rank: _Rank, count: int, micro: int) -> dict[str, Any]:
+    """A rank's sends and receives per step in ``profile.comm``'s form: forward, the
+    output sent on and the input received; backward, their gradients the other way."""
+    out: dict[str, dict[str, dict[str, int]]] = {}
+
+    def add(phase: str, kind: str, nbytes: int) -> None:
+        if nbytes:
+            row = out.setdefault(phase, {}).setdefault(kind, {"calls": 0, "bytes": 0})
+            row["calls"] += micro
+            row["bytes"] += micro * nbytes
+
+    for v, s in enumerate(rank.stages):
+        index = v * (count // len(rank.stages)) + rank.index
+        if index < count - 1:
+            add("forward", "send", s.step.output_bytes)
+            add("backward", "recv", s.step.output_bytes)
+        if index > 0:
+            add("forward", "recv", s.step.input_bytes)
+            add("backward", "send", s.step.input_bytes)
+    return out
+
+
+def _paths(prof: Profile) -> set[str]:
+    return {n.path for n in prof.nodes()}
 
 
 __all__ = ["build_plan", "pipeline_plan"]

@@ -88,10 +88,12 @@ _OPTIONS = {
     "loss": Str(), "mesh": Opt(Map(Int(1))), "sequence_parallel": Opt(Bool()),
     "tp_plan": Opt(Map(Str())), "microbatches": Opt(Int(1)), "schedule": Opt(Str()),
     "pp_split": Opt(Arr(Str())), "return_outputs": Opt(Bool()),
+    "virtual_stages": Opt(Int(1)),
 }  # fmt: skip
 #: The pipeline section (``planning.pipeline``).
 _PIPELINE = {
     "schedule": Str(), "microbatches": Int(1), "stages": Int(1), "stage": Int(0),
+    "virtual_stages": Int(1),
     "chosen": Str(), "bubble": Finite(),
     "rows": Arr(Obj({f.key: _cell(f) for f in fields("stage")}, required=keys("stage"))),
 }  # fmt: skip

@@ -209,9 +209,12 @@ def _heading(section: Mapping[str, Any], width: int) -> list[Line]:
         sharding += f" x tensor parallel {tp}{sequence}"
     pipe = section.get("pipeline")
     if isinstance(pipe, Mapping):
+        virtual = int(pipe.get("virtual_stages", 1))
+        chunks = f", {virtual} stages a rank" if virtual > 1 else ""
+        who = "rank" if virtual > 1 else "stage"
         sharding += (
-            f" x pipeline {pipe['stages']} ({pipe['schedule']}, "
-            f"{pipe['microbatches']} microbatches; stage {pipe['stage']}, "
+            f" x pipeline {pipe['stages']} ({pipe['schedule']}{chunks}, "
+            f"{pipe['microbatches']} microbatches; {who} {pipe['stage']}, "
             f"{pipe['chosen']})"
         )
     tokens = section.get(F.TOKENS)
@@ -366,7 +369,7 @@ def _stages(section: Mapping[str, Any], width: int) -> list[Line]:
 
     columns = [
         TableColumn("stage", head("stage"), "left", None, label=True, text=True),
-        TableColumn("modules", "Modules", "left", None, text=True),
+        TableColumn("modules", head("modules"), "left", None, text=True),
         TableColumn("states", head("state_bytes"), priority=20),
         TableColumn("held", head("held_bytes"), priority=50),
         TableColumn("flight", head("in_flight"), priority=45),
@@ -376,7 +379,7 @@ def _stages(section: Mapping[str, Any], width: int) -> list[Line]:
     rows = [
         _row(
             f"{r['stage']}{' *' if r['stage'] == pipe['stage'] else ''}",
-            r["first"] if r["first"] == r["last"] else f"{r['first']} .. {r['last']}",
+            r["modules"],
             units.nbytes(r["state_bytes"]),
             units.nbytes(r["held_bytes"]),
             units.count(r["in_flight"]),
