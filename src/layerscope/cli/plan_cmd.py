@@ -80,7 +80,12 @@ def _add_cluster_arguments(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     net.add_argument(
         "--schedule", metavar="NAME",
-        help="with pp in --mesh: the pipeline schedule, gpipe or 1f1b (default 1f1b)",
+        help="with pp in --mesh: the pipeline schedule, gpipe, 1f1b (the default) or "
+        "interleaved_1f1b",
+    )  # fmt: skip
+    net.add_argument(
+        "--virtual-stages", type=int, metavar="V",
+        help="with --schedule interleaved_1f1b: the stages each rank holds (default 2)",
     )  # fmt: skip
     net.add_argument(
         "--pp-split", metavar="PATH,...",
@@ -356,7 +361,8 @@ def _options(args: argparse.Namespace, grid: dict[str, list[Any]]) -> dict[str, 
 
 def _step_options(args: argparse.Namespace) -> dict[str, Any]:
     """How the step runs, from --compile, --float8, --loss, --sequence-parallel,
-    --tp-plan and the pipeline's --microbatches, --schedule, --pp-split and --stage."""
+    --tp-plan and the pipeline's --microbatches, --schedule, --virtual-stages,
+    --pp-split, --no-return-outputs and --stage."""
     opts: dict[str, Any] = {}
     if args.compile:
         opts["compile"] = True
@@ -366,7 +372,7 @@ def _step_options(args: argparse.Namespace) -> dict[str, Any]:
         opts["loss"] = check_choice("--loss", args.loss.strip().lower(), list(LOSSES))
     if args.sequence_parallel:
         opts["sequence_parallel"] = True
-    for key in ("microbatches", "schedule", "stage"):
+    for key in ("microbatches", "schedule", "stage", "virtual_stages"):
         if getattr(args, key) is not None:
             opts[key] = getattr(args, key)
     if not args.return_outputs:
