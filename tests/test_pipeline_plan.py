@@ -324,3 +324,31 @@ def test_interleaved_compose_by_hand() -> None:
     # other microbatch 100 and its own 110 + 40; B(0, 1): its own 110 and 40 + 40
     assert peaks == [2_550, 2_100 + 200 + 110 + 80 + 10, 2_100 + 50 + 100 + 150, 2_100 + 50 + 190]
     assert max(sum(p[3].values()) for p in points if p[0] != "optimizer") == 2_550
+
+
+def test_a_sweep_over_pipeline_stages(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """pp=[1, 2, 4] on 8 GPUs: the data-parallel axis gives way (FSDP over 8, 4, 2), each
+    row is ls.plan with the row's options (a row without a pipeline drops the pipeline's
+    own options), and the CLI sweeps it too."""
+    from layerscope.planning.sweep import row_options
+
+    model = stack()
+    options: dict[str, Any] = {"world_size": 8, "microbatches": 4, "schedule": "gpipe"}
+    sweep = ls.plan_sweep(model, input_shape=(2, 8), pp=[1, 2, 4], **options)
+    assert [r.pp for r in sweep.rows] == [1, 2, 4]
+    for row in sweep.rows:
+        alone = ls.plan(model, input_shape=(2, 8), **row_options(row, options))
+        assert (row.peak_bytes, row.step_time) == (alone.peak_bytes, alone.step_time)
+        assert alone.options["mesh"]["dp_shard"] == 8 // (row.pp or 1)
+        assert (alone.pipeline is None) == (row.pp == 1)
+    with pytest.raises(InvalidInputError, match=r"tp=1 x pp=3 does not divide the 8 GPUs"):
+        ls.plan_sweep(model, input_shape=(2, 8), pp=[1, 3], world_size=8)
+    path = tmp_path / "stack.py"
+    path.write_text(
+        "from torch import nn\nmodel = nn.Sequential(*[nn.Linear(8, 8) for _ in range(4)])\n"
+    )
+    args = ["plan", f"{path}:model", "--input-shape", "2,8", "--sweep", "pp=1,2",
+            "--world-size", "4", "--width", "100"]  # fmt: skip
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "Plan sweep: 2 plans over pp" in out

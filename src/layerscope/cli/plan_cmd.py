@@ -268,7 +268,7 @@ def _check_paths(flag: str, paths: list[str], model: nn.Module) -> None:
 
 def _axis_value(axis: str, text: str) -> Any:
     label = f"--sweep {axis}"
-    if axis in ("micro_batch", "world_size", "grad_accum", "tp"):
+    if axis in ("micro_batch", "world_size", "grad_accum", "tp", "pp"):
         if not text.strip().isdecimal():
             refuse(label, text, "a whole number >= 1")
         return check_int(label, int(text), 1)

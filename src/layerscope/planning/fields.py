@@ -284,6 +284,8 @@ FIELDS: list[PlanField] = [
               priority=None),
     PlanField(_AXIS, "tp", "count", "GPUs each tensor-parallel layer is split over",
               "TP", priority=None, nullable=True, required=False),
+    PlanField(_AXIS, "pp", "count", "pipeline stages (ranks) the model is cut into", "PP",
+              priority=None, nullable=True, required=False),
     PlanField(_ROW, FITS, "fits", "peak + reserve <= budget", "Fits", priority=None,
               json="bool", nullable=True),
     PlanField(_ROW, PEAK_BYTES, "bytes", "the timeline's highest point", "Peak",

@@ -123,6 +123,8 @@ class SweepRow(Mapping[str, Any]):
     grad_accum: int
     #: the mesh's tensor-parallel size (None: not tensor-parallel, nor swept over it)
     tp: int | None = field(default=None, kw_only=True)
+    #: the mesh's pipeline stages (None: no pipeline, nor swept over it)
+    pp: int | None = field(default=None, kw_only=True)
     fits: bool | None
     peak_bytes: int
     headroom_bytes: int | None
@@ -289,8 +291,9 @@ def plan_sweep(
 ) -> Sweep:
     """Plans over every combination of the options given as lists (``micro_batch``,
     ``world_size``, ``sharding``, ``checkpoint``, ``precision``, ``optimizer``,
-    ``grad_accum``, ``tp``: the mesh's tensor-parallel size, the data-parallel axis
-    giving way on the same GPUs); the rest as ``ls.plan``. One analysis per micro-batch and compute
+    ``grad_accum``, ``tp`` and ``pp``: the mesh's tensor-parallel size and pipeline
+    stages, the data-parallel axis giving way on the same GPUs); the rest as
+    ``ls.plan``. One analysis per micro-batch and compute
     dtype; the rest is arithmetic. ``progress``: as ``ls.plan``'s."""
     progress = check_progress(progress)
     if not isinstance(model, nn.Module):
@@ -299,8 +302,8 @@ def plan_sweep(
     profile_options = {k: v for k, v in (("input_dtype", input_dtype), ("loss_fn", loss_fn))
                        if v is not None}  # fmt: skip
     source = Source(model, args, kwargs, input_shape, profile_options)
-    defaults = {"micro_batch": None, "tp": None} | {
-        a: DEFAULTS[a] for a in AXES if a not in ("micro_batch", "tp")
+    defaults = dict.fromkeys(_MESH_AXES, None) | {
+        a: DEFAULTS[a] for a in AXES if a not in _MESH_AXES
     }
     if fixed.get("mesh") is not None:  # the mesh gives them, unless swept
         defaults |= {"world_size": None, "sharding": None}
@@ -329,10 +332,10 @@ def _row(
 ) -> tuple[SweepRow, Options]:
     """One combination's row (and its options): its micro-batch analysed once per
     compute dtype, kept in ``analyses`` for the other rows."""
-    given = {a: v for a, v in chosen.items() if a not in ("micro_batch", "tp") and v is not None}
+    given = {a: v for a, v in chosen.items() if a not in _MESH_AXES and v is not None}
     merged = fixed | given
-    if chosen["tp"] is not None:
-        merged = _tensor_parallel(merged, chosen["tp"])
+    if chosen["tp"] is not None or chosen["pp"] is not None:
+        merged = _mesh_split(merged, chosen["tp"], chosen["pp"])
     opts = check_options(merged)  # an axis left None: its default, or the mesh's
     batch = chosen["micro_batch"]
     here = source.at(batch) if batch is not None else source
@@ -346,6 +349,7 @@ def _row(
     row = {a: chosen[a] for a in AXES}
     row["world_size"], row["sharding"] = opts.world_size, opts.sharding
     row["tp"] = opts.tp if opts.tp > 1 or chosen["tp"] is not None else None
+    row["pp"] = opts.pp if opts.pp > 1 or chosen["pp"] is not None else None
     row["micro_batch"] = batch if batch is not None else source.batch()
     row.update({f: getattr(result, f) for f in ROW_FIELDS})
     row[CHECKPOINTED] = len(result.checkpoint)
@@ -355,30 +359,39 @@ def _row(
 def row_options(row: SweepRow, options: Mapping[str, Any]) -> dict[str, Any]:
     """``ls.plan``'s options of a sweep's row: ``options`` (the sweep's fixed ones) with
     the row's axes (``micro_batch`` aside: it is the input's)."""
-    chosen = {a: row[a] for a in AXES if a not in ("micro_batch", "tp")}
+    chosen = {a: row[a] for a in AXES if a not in _MESH_AXES}
     out = dict(options) | chosen
-    return _tensor_parallel(out, row.tp) if row.tp is not None else out
+    return _mesh_split(out, row.tp, row.pp) if row.tp is not None or row.pp is not None else out
 
 
-def _tensor_parallel(options: dict[str, Any], tp: int) -> dict[str, Any]:
-    """A row's options at tensor parallel ``tp``: the same GPUs, the mesh's (or the
-    options') data-parallel axis giving way (at 1, without the tensor-parallel plan);
-    refused where ``tp`` does not divide it."""
-    tp = check_int("tp", tp, 1)
+#: The axes that are not ``ls.plan`` options of their own: the input's batch, and the
+#: mesh's tensor-parallel size and pipeline stages.
+_MESH_AXES = ("micro_batch", "tp", "pp")
+#: A pipeline's own options, dropped from a row without one.
+_PIPELINE = ("microbatches", "schedule", "pp_split", "stage", "return_outputs", "virtual_stages")
+
+
+def _mesh_split(options: dict[str, Any], tp: int | None, pp: int | None) -> dict[str, Any]:
+    """A row's options at tensor parallel ``tp`` and ``pp`` pipeline stages (None: the
+    mesh's): the same GPUs, the mesh's (or the options') data-parallel axis giving way
+    (at 1, without the tensor-parallel plan or the pipeline's options); refused where
+    they do not divide it."""
     mesh = dict(check_mesh(options["mesh"]).to_dict()) if options.get("mesh") else {}
+    tp = mesh.get("tp", 1) if tp is None else check_int("tp", tp, 1)
+    pp = mesh.get("pp", 1) if pp is None else check_int("pp", pp, 1)
     world = Mesh(**mesh).world_size if mesh else int(options.get("world_size") or 8)
     sharding = options.get("sharding") or DEFAULTS["sharding"]
-    dp = world // (mesh.get("pp", 1) * mesh.get("cp", 1) * tp)
+    dp = world // (pp * mesh.get("cp", 1) * tp)
     replicate = mesh.get("dp_replicate", 1) if mesh else (dp if sharding == "ddp" else 1)
-    if dp * tp * mesh.get("pp", 1) * mesh.get("cp", 1) != world or dp % replicate:
+    if dp * tp * pp * mesh.get("cp", 1) != world or dp % replicate:
         raise InvalidInputError(
-            f"tp={tp} does not divide the {world} GPUs' data-parallel ranks: pick tensor-"
-            "parallel sizes that divide them"
+            f"tp={tp} x pp={pp} does not divide the {world} GPUs' data-parallel ranks: pick "
+            "tensor-parallel sizes and pipeline stages that divide them"
         )
-    mesh |= {"tp": tp, "dp_replicate": replicate, "dp_shard": dp // replicate}
+    mesh |= {"tp": tp, "pp": pp, "dp_replicate": replicate, "dp_shard": dp // replicate}
     dropped = ("world_size", "sharding", "hsdp") + (
         ("tp_plan", "sequence_parallel") if tp == 1 else ()  # no tensor parallelism
-    )
+    ) + (_PIPELINE if pp == 1 else ())  # fmt: skip
     return {k: v for k, v in options.items() if k not in dropped} | {"mesh": mesh}
 
 
