@@ -121,7 +121,8 @@ BAD = [
     (["--sharding", "fdsp"], "--sharding must be one of 'none', 'ddp', 'fsdp', 'zero1', "
      "'zero2', got 'fdsp' (did you mean 'fsdp'?)"),
     (["--sweep", "world_size"], "--sweep must be AXIS=V1,V2,... with AXIS one of micro_batch, "
-     "world_size, sharding, checkpoint, precision, optimizer, grad_accum, tp, pp, got 'world_size'"),
+     "world_size, sharding, checkpoint, precision, optimizer, grad_accum, tp, pp, got "
+     "'world_size'"),
     (["--sweep", "gpus=8,16"], "--sweep must be AXIS=V1,V2,..."),
     (["--sweep", "world_size=8,x"], "--sweep world_size must be a whole number >= 1, got 'x'"),
     (["--sweep", "world_size=8", "world_size=16"], "--sweep lists world_size twice"),

@@ -319,10 +319,13 @@ def test_interleaved_compose_by_hand() -> None:
     step = pl.StageStep(points=ONE, input_bytes=10, output_bytes=20)
     points = pl.compose([step, step], "interleaved_1f1b", 2, 0, 2)
     peaks = [sum(p[3].values()) for p in points if p[1] == "peak"]
-    # B(1, 1): stage 2's own 110 + 80 B of gradients, 10 B of its sent input gradient
-    # pending; B(0, 0): stage 2 done (40 B of gradients, the 10 B pending), stage 0's
-    # other microbatch 100 and its own 110 + 40; B(0, 1): its own 110 and 40 + 40
-    assert peaks == [2_550, 2_100 + 200 + 110 + 80 + 10, 2_100 + 50 + 100 + 150, 2_100 + 50 + 190]
+    # what a finished microbatch keeps, its sends: stage 0 its output (20 B), stage 2 its
+    # output and its input's gradient (30 B). B(1, 1): stage 2's own 110 + 80 B of
+    # gradients, the other's 30 B kept; B(0, 0): stage 2 done (40 B of gradients, 60 B
+    # kept), stage 0's other microbatch 100 and its own 110 + 40; B(0, 1): its own 110,
+    # 40 + 40 B of gradients and 20 B kept
+    assert peaks == [2_550, 2_100 + 200 + 110 + 80 + 30, 2_100 + 100 + 100 + 150,
+                     2_100 + 100 + 190 + 20]  # fmt: skip
     assert max(sum(p[3].values()) for p in points if p[0] != "optimizer") == 2_550
 
 

@@ -4,9 +4,11 @@ A stack of an input Linear(64, 64) (``stem``), ``BLOCKS`` identical blocks
 ``LayerNorm(64), Linear(64, 256), GELU(), Linear(256, 64)`` and an output Linear(64, 32)
 (``head``), float32, seeded, cut by hand into one ``PipelineStage`` per rank (stage 0 the
 stem and the first ``BLOCKS / S`` blocks, the last stage the last blocks and the head),
-trained three AdamW steps by ``torch.distributed.pipelining``'s ``ScheduleGPipe`` and
-``Schedule1F1B`` with 4 and 8 microbatches of ``[ROWS, SEQ, WIDTH]`` on one seeded batch,
-mean squared error against a fixed random target. The third step is measured.
+trained three AdamW steps by ``torch.distributed.pipelining``'s ``ScheduleGPipe``,
+``Schedule1F1B`` and ``ScheduleInterleaved1F1B`` (each rank holding ``VIRTUAL`` stages of
+``S x VIRTUAL`` cut alike) with 4 and 8 microbatches of ``[ROWS, SEQ, WIDTH]`` on one
+seeded batch, mean squared error against a fixed random target. The third step is
+measured.
 
 Each rank's ``rank{r}.json``: ``{"gpipe-4": facts, "gpipe-8": ..., "1f1b-4": ...,
 "1f1b-8": ..., "alone": {...}}``. ``facts``:
@@ -53,9 +55,11 @@ from helpers.records import StorageTracker
 WIDTH, HIDDEN, OUT, BLOCKS = 64, 256, 32, 8
 ROWS, SEQ = 2, 16  # a microbatch: [2, 16, 64]
 STEPS = 3  # the last measured
-SCHEDULES = ("gpipe", "1f1b")
+SCHEDULES = ("gpipe", "1f1b", "interleaved")
 MICROBATCHES = (4, 8)
 CONFIGS = tuple(f"{s}-{m}" for s in SCHEDULES for m in MICROBATCHES)
+#: interleaved 1F1B: the stages a rank holds
+VIRTUAL = 2
 LR = 0.01
 
 
@@ -121,16 +125,16 @@ def state_bytes(module: nn.Module, opt: torch.optim.Optimizer) -> dict[str, int]
     }
 
 
-def recv_buffers(stage: Any) -> list[torch.Tensor]:
-    """The stage's persistent receive buffers: an activation's per microbatch (not on
+def recv_buffers(stages: list[Any]) -> list[torch.Tensor]:
+    """The stages' persistent receive buffers: an activation's per microbatch (not on
     stage 0) and a gradient's per microbatch (not on the last stage)."""
-    infos = [i for recv in stage.args_recv_info.values() for i in recv]
-    infos += [i for recv in stage.grad_recv_info.values() for i in recv]
+    infos = [i for stage in stages for recv in stage.args_recv_info.values() for i in recv]
+    infos += [i for stage in stages for recv in stage.grad_recv_info.values() for i in recv]
     return [i.buffer for i in infos if i.buffer is not None and not i.is_root_arg]
 
 
 def known_bytes(
-    module: nn.Module, opt: torch.optim.Optimizer, stage: Any, batch: list[torch.Tensor]
+    module: nn.Module, opt: torch.optim.Optimizer, stage: list[Any], batch: list[torch.Tensor]
 ) -> dict[str, int]:
     """The baseline's parts by name: parameters, AdamW's states, the stage's receive
     buffers and the batch and target this rank holds."""
@@ -143,8 +147,8 @@ def known_bytes(
 
 
 def other_shapes(
-    alive: list[torch.Tensor], module: nn.Module, opt: torch.optim.Optimizer, stage: Any,
-    batch: list[torch.Tensor],
+    alive: list[torch.Tensor], module: nn.Module, opt: torch.optim.Optimizer,
+    stage: list[Any], batch: list[torch.Tensor],
 ) -> list[list[int]]:  # fmt: skip
     """Shapes of the live storages the baseline holds beyond ``known_bytes``' parts."""
     known = list(module.parameters()) + recv_buffers(stage) + batch
@@ -214,8 +218,8 @@ class Wrapped:
         dist.isend, dist.irecv = c10d.isend, c10d.irecv = self._saved
 
 
-def watch_actions(stage: Any, seen: P2PObserver, actions: list[list[Any]]) -> None:
-    """Record, for each of the stage's forwards and backwards, the live bytes before and
+def watch_actions(stages: list[Any], seen: P2PObserver, actions: list[list[Any]]) -> None:
+    """Record, for each of the stages' forwards and backwards, the live bytes before and
     after it and their peak while it ran."""
 
     def watched(kind: str, fn: Any) -> Any:
@@ -229,19 +233,37 @@ def watch_actions(stage: Any, seen: P2PObserver, actions: list[list[Any]]) -> No
 
         return call
 
-    stage.forward_one_chunk = watched("F", stage.forward_one_chunk)
-    stage.backward_one_chunk = watched("B", stage.backward_one_chunk)
+    for stage in stages:
+        stage.forward_one_chunk = watched("F", stage.forward_one_chunk)
+        stage.backward_one_chunk = watched("B", stage.backward_one_chunk)
 
 
 def build(schedule: str, microbatches: int, rank: int, world: int) -> tuple[Any, ...]:
-    """(the stage's module, its ``PipelineStage``, the schedule, AdamW)."""
-    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+    """(the rank's module, its ``PipelineStage``s, the schedule, AdamW): one stage, or
+    under interleaved 1F1B ``VIRTUAL`` (the stages ``rank``, ``rank + world``, ... of
+    ``world x VIRTUAL``), their modules in one ``ModuleList``."""
+    from torch.distributed.pipelining import (
+        PipelineStage,
+        Schedule1F1B,
+        ScheduleGPipe,
+        ScheduleInterleaved1F1B,
+    )
 
-    module = stage_module(stack(), rank, world)
-    stage = PipelineStage(module, rank, world, torch.device("cpu"))
-    kind = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[schedule]
-    runner = kind(stage, n_microbatches=microbatches, loss_fn=loss_fn)
-    return module, stage, runner, torch.optim.AdamW(module.parameters(), lr=LR)
+    model, cpu = stack(), torch.device("cpu")
+    if schedule == "interleaved":
+        count = world * VIRTUAL
+        chunks = [stage_module(model, rank + v * world, count) for v in range(VIRTUAL)]
+        stages: list[Any] = [
+            PipelineStage(c, rank + v * world, count, cpu) for v, c in enumerate(chunks)
+        ]
+        runner: Any = ScheduleInterleaved1F1B(stages, n_microbatches=microbatches, loss_fn=loss_fn)
+        module: nn.Module = nn.ModuleList(chunks)
+    else:
+        module = stage_module(model, rank, world)
+        stages = [PipelineStage(module, rank, world, cpu)]
+        kind = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[schedule]
+        runner = kind(stages[0], n_microbatches=microbatches, loss_fn=loss_fn)
+    return module, stages, runner, torch.optim.AdamW(module.parameters(), lr=LR)
 
 
 def step_once(runner: Any, rank: int, world: int, batch: tuple[torch.Tensor, ...]) -> list[float]:
@@ -262,7 +284,8 @@ def measured_step(
 ) -> tuple[list[float], dict[str, Any]]:
     """One observed step: its losses and its figures."""
     module, stage, runner, opt = parts
-    stage.clear_runtime_states()  # as ``step`` does first: the last step's outputs go
+    for one in stage:  # as ``step`` does first: the last step's outputs go
+        one.clear_runtime_states()
     gc.collect()
     alive = live_tensors()
     facts: dict[str, Any] = {"baseline": storage_bytes(alive)}
@@ -275,7 +298,8 @@ def measured_step(
         facts.update(state_bytes(module, opt))
         facts["pipeline_peak"] = seen.peak
         opt.step()
-    del stage.forward_one_chunk, stage.backward_one_chunk
+    for one in stage:
+        del one.forward_one_chunk, one.backward_one_chunk
     facts.update(p2p=seen.p2p, wrapped=wrapped.counts, peak=seen.peak, actions=actions)
     return losses, facts
 

@@ -29,9 +29,9 @@ holds then:
   for its backward (``held``: its saved tensors and its output);
 - what a finished microbatch keeps to the end of the step: the last stage's output
   (the schedule merges the outputs; not with ``return_outputs=False``), and under
-  ``gpipe`` the tensors sent (the output sent on, the input's gradient sent back: their
-  sends are waited on at the end); under ``1f1b`` the latest input gradient sent back
-  (its send is waited on at the next backward);
+  ``gpipe`` and ``interleaved_1f1b`` the tensors sent (the output sent on, the input's
+  gradient sent back: torch waits on their sends at the step's end); under ``1f1b`` the
+  latest input gradient sent back (its send is waited on at the next backward);
 - gradients, from the first backward on: a later backward adds into them, so its own new
   gradients are a temporary (held until they are added) above the whole gradients;
 - the receive buffers (``M`` of the input's size on every stage but the first, ``M`` of
@@ -415,12 +415,13 @@ class _Chunk:
         self.after = self.bwd[-1][3]["grad_bytes"]
         self.whole = step.unsharded_grads if self.fsdp else self.after
         # what a finished microbatch keeps to the step's end: the merged output, and
-        # under GPipe the tensors sent (their sends are waited on at the end)
+        # under GPipe and interleaved 1F1B the tensors sent (torch waits on their sends
+        # at the step's end)
         self.kept = step.output_bytes if last and keep else 0
-        if schedule == "gpipe":
+        if schedule != "1f1b":
             self.kept += (0 if first else step.input_bytes) + (0 if last else step.output_bytes)
         # 1F1B waits on a backward's send of the input's gradient at the next backward
-        self.pending = 0 if schedule == "gpipe" or first else step.input_bytes
+        self.pending = step.input_bytes if schedule == "1f1b" and not first else 0
         # the receive buffers and, on the first stage, the batch's other microbatches
         self.buffers = (m - 1) * step.input_bytes + (0 if last else m * step.output_bytes)
         self.rest = {k: self.fwd[0][3][k] for k in _AT_REST}
