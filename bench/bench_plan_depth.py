@@ -1,5 +1,7 @@
 """How planning time grows with depth: FSDP2 over blocks of two Linears, every block a
-unit and checkpointed (also ``"auto"``), planned from one profile at 100 to 1,600 blocks.
+unit and checkpointed (also ``"auto"``, and ``"auto"`` under a budget nothing fits, so
+that its greedy search checkpoints every module it can), planned from one profile at 100
+to 1,600 blocks.
 
     python bench/bench_plan_depth.py [--blocks 100 200 400 800 1600] [--repeats 3]
 
@@ -44,7 +46,9 @@ def main() -> None:
     parser.add_argument("--blocks", type=int, nargs="+", default=[100, 200, 400, 800, 1600])
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    print(f"{'blocks':>6} {'profile s':>9} {'blocks s':>9} {'growth':>6} {'auto s':>8}")
+    print(f"{'blocks':>6} {'profile s':>9} {'blocks s':>9} {'growth':>6} {'auto s':>8} "
+          f"{'tight s':>8} {'growth':>6}")  # fmt: skip
+    tight_last = None
     last = None
     for n in args.blocks:
         model, x = Stack(n), torch.randn(4, 64)
@@ -52,17 +56,20 @@ def main() -> None:
         prof = ls.profile(model, x, memory=True, backward=True)
         profiled = time.perf_counter() - start
         best = {}
-        for checkpoint in ("blocks", "auto"):
+        for name, checkpoint, budget in (("blocks", "blocks", None), ("auto", "auto", None),
+                                         ("tight", "auto", 2**31)):  # fmt: skip
             times = []
             for _ in range(args.repeats):
                 start = time.perf_counter()
                 ls.plan(prof, sharding="fsdp", world_size=8, checkpoint=checkpoint,
-                        precision="fp32")  # fmt: skip
+                        precision="fp32", budget=budget)  # fmt: skip
                 times.append(time.perf_counter() - start)
-            best[checkpoint] = min(times)
+            best[name] = min(times)
         growth = f"{best['blocks'] / last:.2f}x" if last else ""
-        print(f"{n:>6} {profiled:>9.2f} {best['blocks']:>9.2f} {growth:>6} {best['auto']:>8.2f}")
-        last = best["blocks"]
+        tight = f"{best['tight'] / tight_last:.2f}x" if tight_last else ""
+        print(f"{n:>6} {profiled:>9.2f} {best['blocks']:>9.2f} {growth:>6} {best['auto']:>8.2f} "
+              f"{best['tight']:>8.2f} {tight:>6}")  # fmt: skip
+        last, tight_last = best["blocks"], best["tight"]
 
 
 if __name__ == "__main__":
