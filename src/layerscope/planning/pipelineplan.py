@@ -11,7 +11,7 @@ from typing import Any
 
 from layerscope.planning import pipeline as pl
 from layerscope.planning import timeline as tl
-from layerscope.planning.build import _build, _published, _step, build
+from layerscope.planning.build import _build, _columns, _published, _step, build
 from layerscope.planning.checkpointing import resolve
 from layerscope.planning.facts import check_paths, input_bytes
 from layerscope.planning.options import Options
@@ -89,30 +89,7 @@ def pipeline_plan(profs: list[Profile], opts: Options) -> Plan:
     rank = ranks[chosen]
     accum = opts.grad_accum
 
-    def step_parts(bound: bool) -> dict[str, float] | None:
-        """This rank's step by part: ``M`` microbatches of its stages' work, the bubble
-        (the busiest rank's ``M`` microbatches and ``S - 1`` slots of the slowest stage,
-        less this rank's own work), the data-parallel collectives not hidden and the
-        optimizer, once."""
-        parts = [s.plan.time_bound if bound else s.plan.time for s in rank.stages]
-        if any(t is None for t in parts):
-            return None
-        times = [t for t in parts if t is not None]
-        busiest = max(micro * r.per_micro(bound) for r in ranks)
-        slot = max(s.per_micro(bound) for s in stages)
-        sends = micro * sum(s.tp + s.p2p for s in rank.stages)
-        return {
-            "compute": micro * sum(t["compute"] for t in times) * accum,
-            "recompute": micro * sum(t["recompute"] for t in times) * accum,
-            "exposed_comm": (sends + sum(max(0.0, t["exposed_comm"] - s.tp)
-                                        for t, s in zip(times, rank.stages, strict=True))) * accum,
-            "bubble": (busiest + (size - 1) * slot - micro * rank.per_micro(bound)) * accum,
-            "optimizer": sum(t["optimizer"] for t in times),
-            "comm": (sends + sum(max(0.0, t["comm"] - s.tp)
-                                for t, s in zip(times, rank.stages, strict=True))) * accum,
-        }  # fmt: skip
-
-    time, bound = step_parts(False), step_parts(True)
+    time, bound = (_step_parts(rank, ranks, stages, opts, b) for b in (False, True))
     assert time is not None
     step_s, step_b = _step(time), (_step(bound) if bound else None)
     peak_flops = opts.target.peak(str(opts.compute_dtype).removeprefix("torch."))
@@ -121,13 +98,8 @@ def pipeline_plan(profs: list[Profile], opts: Options) -> Plan:
     published = sum(s.published for s in stages) * micro * accum // size if tokens else None
     model_flops = sum(s.plan.model_flops for s in rank.stages) * micro * accum
     tokens_per_gpu = tokens * micro * accum / (opts.tp * size) if tokens else None
-    top = max(rank.points, key=lambda p: sum(p[3].values()))
-    columns: dict[str, list[Any]] = {
-        "phase": [p[0] for p in rank.points], "event": [p[1] for p in rank.points],
-        "path": [p[2] for p in rank.points], "total": [sum(p[3].values()) for p in rank.points],
-    }  # fmt: skip
-    for part in tl.PARTS:
-        columns[part] = [p[3][part] for p in rank.points]
+    points = [tl.Point(*p) for p in rank.points]
+    top = max(points, key=lambda p: p.total)
     why = "asked for" if opts.stage is not None else "the highest peak"
     first = rank.stages[0].plan
     notes = [
@@ -146,14 +118,14 @@ def pipeline_plan(profs: list[Profile], opts: Options) -> Plan:
         first,
         options=opts.section(first.options["fsdp_units"], first.options.get("tp_plan")),
         states=states,
-        peak_bytes=sum(top[3].values()),
-        memory=dict(top[3]),
-        peak_phase={"phase": top[0], "event": top[1], "path": top[2]},
+        peak_bytes=top.total,
+        memory=dict(top.parts),
+        peak_phase={"phase": top.phase, "event": top.event, "path": top.path},
         budget=opts.budget,
         checkpoint=[c for s in rank.stages for c in s.plan.checkpoint],
         kept_activation_bytes=sum(s.plan.kept_activation_bytes for s in rank.stages),
         recompute_flops=sum(s.plan.recompute_flops for s in rank.stages) * micro * accum,
-        timeline=columns,
+        timeline=_columns(points),
         time=time,
         step_time=step_s,
         model_flops=model_flops,
@@ -177,6 +149,32 @@ def pipeline_plan(profs: list[Profile], opts: Options) -> Plan:
         },
         analysis=rank.stages[0].prof,
     )  # fmt: skip
+
+
+def _step_parts(
+    rank: _Rank, ranks: list[_Rank], stages: list[_Stage], opts: Options, bound: bool
+) -> dict[str, float] | None:
+    """A rank's step by part: ``M`` microbatches of its stages' work, the bubble (the
+    busiest rank's ``M`` microbatches and ``S - 1`` slots of the slowest stage, less
+    this rank's own work), the data-parallel collectives not hidden and the optimizer,
+    once; None for the bound where a stage has none."""
+    micro, size, accum = opts.microbatches or opts.pp, opts.pp, opts.grad_accum
+    parts = [s.plan.time_bound if bound else s.plan.time for s in rank.stages]
+    if any(t is None for t in parts):
+        return None
+    times = [t for t in parts if t is not None]
+    busiest = max(micro * r.per_micro(bound) for r in ranks)
+    slot = max(s.per_micro(bound) for s in stages)
+    sends = micro * sum(s.tp + s.p2p for s in rank.stages)
+    pairs = list(zip(times, rank.stages, strict=True))
+    return {
+        "compute": micro * sum(t["compute"] for t in times) * accum,
+        "recompute": micro * sum(t["recompute"] for t in times) * accum,
+        "exposed_comm": (sends + sum(max(0.0, t["exposed_comm"] - s.tp) for t, s in pairs)) * accum,
+        "bubble": (busiest + (size - 1) * slot - micro * rank.per_micro(bound)) * accum,
+        "optimizer": sum(t["optimizer"] for t in times),
+        "comm": (sends + sum(max(0.0, t["comm"] - s.tp) for t, s in pairs)) * accum,
+    }
 
 
 def _stage_plans(profs: list[Profile], opts: Options, micro: int) -> list[_Stage]:

@@ -16,15 +16,16 @@ from typing import IO, Any
 
 import layerscope.planning.fields as F
 from layerscope.planning.fields import PlanField, field, fields
-from layerscope.render import config as display_config
+from layerscope.planning.pipelineview import pipeline_words, stage_lines
+from layerscope.planning.viewtables import fitted as _fitted
+from layerscope.planning.viewtables import row as _row
+from layerscope.planning.viewtables import table as _table
 from layerscope.render import units
 from layerscope.render.layout import (
     Justify,
     Line,
-    Table,
     TableColumn,
     TableRow,
-    fit_table,
     plain_text,
     terminal_width,
     too_narrow,
@@ -37,7 +38,6 @@ from layerscope.validate import check_bool, check_int, refuse
 __all__ = ["plan_lines", "render_plan", "render_sweep", "show_plan", "show_sweep", "sweep_lines"]
 
 ROOT = "<root>"
-_WIDEN = "(widen with --width / width=)."
 
 
 # ---- entry points ----------------------------------------------------------------------
@@ -113,32 +113,6 @@ def _sweep_builder(
 
 
 # ---- pieces shared by both -------------------------------------------------------------
-def _table(columns: list[TableColumn], rows: list[TableRow], total: TableRow | None) -> Table:
-    """A table in the configured style (box, header style), as the other views draw."""
-    t = display_config.current().table
-    return Table(
-        columns=columns, rows=rows, total=total, box=t.box, show_edge=t.show_edge,
-        show_header=t.show_header, header_style=t.header_style, border_style=t.border_style,
-        row_styles=t.row_styles,
-    )  # fmt: skip
-
-
-def _row(*cells: str, style: str = "") -> TableRow:
-    """A row of plain cells (``style``: the whole row's)."""
-    return TableRow([[(c, "")] for c in cells], style)
-
-
-def _fitted(table: Table, width: int) -> tuple[list[Line], list[str]]:
-    """The table at ``width`` and, when columns had to go, the line that says which; and
-    the headers of the columns that went."""
-    fitted = fit_table(table, width)
-    lines = list(fitted.lines)
-    if fitted.dropped:
-        text = f"Hidden to fit {width} columns: {', '.join(fitted.dropped)} {_WIDEN}"
-        lines += wrap_text(text, "layerscope.hidden", width)
-    return lines, fitted.dropped
-
-
 def _share(part: float, whole: float) -> str:
     """``part`` as a percentage of ``whole``, as the views write them."""
     return units.pct(100.0 * part / whole) if whole else "-"
@@ -174,7 +148,7 @@ def plan_lines(
         _heading(section, width),
         _memory(section, width),
         _step(section, width),
-        _stages(section, width),
+        stage_lines(section, width),
         _modules(section, width, max_rows, fold),
     ]
     notes = [(f"Note: {n}", "layerscope.notice") for n in section.get("notes", ())]
@@ -209,14 +183,7 @@ def _heading(section: Mapping[str, Any], width: int) -> list[Line]:
         sharding += f" x tensor parallel {tp}{sequence}"
     pipe = section.get("pipeline")
     if isinstance(pipe, Mapping):
-        virtual = int(pipe.get("virtual_stages", 1))
-        chunks = f", {virtual} stages a rank" if virtual > 1 else ""
-        who = "rank" if virtual > 1 else "stage"
-        sharding += (
-            f" x pipeline {pipe['stages']} ({pipe['schedule']}{chunks}, "
-            f"{pipe['microbatches']} microbatches; {who} {pipe['stage']}, "
-            f"{pipe['chosen']})"
-        )
+        sharding += pipeline_words(pipe)
     tokens = section.get(F.TOKENS)
     batch = f"{units.count(tokens)} tokens" if tokens else "without token ids"
     checkpointed = len(section.get("checkpoint", ()))
@@ -356,44 +323,6 @@ def _step(section: Mapping[str, Any], width: int) -> list[Line]:
         f"{units.si(recompute)} FLOPs per step.", "",
     ))  # fmt: skip
     return lines + wrap_texts(facts, width)
-
-
-def _stages(section: Mapping[str, Any], width: int) -> list[Line]:
-    """A pipeline's stages, one row each (none without a pipeline)."""
-    pipe = section.get("pipeline")
-    if not isinstance(pipe, Mapping):
-        return []
-
-    def head(key: str) -> str:
-        return field("stage", key).header
-
-    columns = [
-        TableColumn("stage", head("stage"), "left", None, label=True, text=True),
-        TableColumn("modules", head("modules"), "left", None, text=True),
-        TableColumn("states", head("state_bytes"), priority=20),
-        TableColumn("held", head("held_bytes"), priority=50),
-        TableColumn("flight", head("in_flight"), priority=45),
-        TableColumn("peak", head("peak_bytes"), priority=None),
-        TableColumn("time", head("time"), priority=60),
-    ]
-    rows = [
-        _row(
-            f"{r['stage']}{' *' if r['stage'] == pipe['stage'] else ''}",
-            r["modules"],
-            units.nbytes(r["state_bytes"]),
-            units.nbytes(r["held_bytes"]),
-            units.count(r["in_flight"]),
-            units.nbytes(r["peak_bytes"]),
-            units.seconds(r["time"]),
-        )
-        for r in pipe["rows"]
-    ]
-    lines = _fitted(_table(columns, rows, None), width)[0]
-    said = (
-        f"* this plan's stage. Held/mb: what one microbatch's forward leaves for its "
-        f"backward; the bubble is {pipe['bubble']:.0%} of the slowest stage's step."
-    )
-    return lines + wrap_texts([(said, "")], width)
 
 
 def _cell(kind: str, value: Any) -> str:
