@@ -230,7 +230,6 @@ def test_stage_asked_for_and_the_document(tmp_path: Path) -> None:
     ("options", "says"),
     [
         ({"microbatches": 4}, "microbatches is pipeline parallelism's"),
-        ({"mesh": {"pp": 2}, "checkpoint": "auto"}, "checkpoint='auto'"),
         ({"mesh": {"pp": 2}, "schedule": "zb"}, "schedule"),
         ({"mesh": {"pp": 2}, "stage": 2}, "stage"),
     ],
@@ -355,3 +354,31 @@ def test_a_sweep_over_pipeline_stages(capsys: pytest.CaptureFixture[str], tmp_pa
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "Plan sweep: 2 plans over pp" in out
+
+
+def test_auto_checkpointing_over_a_pipeline() -> None:
+    """checkpoint="auto" with a pipeline: under a budget between the peak with every
+    block checkpointed and the peak without, it checkpoints some blocks and every rank
+    fits; with room for the whole step, none; under a budget nothing meets, every block
+    and a note saying so."""
+    blocks_ = [nn.Sequential(nn.Linear(8, 64), nn.GELU(), nn.Linear(64, 8)) for _ in range(8)]
+    model, shape = nn.Sequential(nn.Linear(8, 8), *blocks_, nn.Linear(8, 4)), (64, 8)
+    common: dict[str, Any] = {
+        "input_shape": shape, "precision": "fp32", "world_size": 2, "mesh": {"pp": 2},
+        "microbatches": 4, "reserve_bytes": 0,
+    }  # fmt: skip
+    plain = ls.plan(model, **common)
+    blocks = ls.plan(model, checkpoint="blocks", **common)
+    assert plain.pipeline is not None and blocks.pipeline is not None
+    worst = [max(r["peak_bytes"] for r in p.pipeline["rows"]) for p in (plain, blocks)]
+    assert worst[1] < worst[0]
+    budget = (worst[0] + worst[1]) // 2
+    auto = ls.plan(model, checkpoint="auto", budget=budget, **common)
+    assert auto.pipeline is not None
+    assert len(auto.checkpoint) > 0 and all(r["fits"] for r in auto.pipeline["rows"])
+    assert max(r["peak_bytes"] for r in auto.pipeline["rows"]) <= budget
+    roomy = ls.plan(model, checkpoint="auto", budget=worst[0], **common)
+    assert roomy.checkpoint == [] and roomy.peak_bytes == plain.peak_bytes
+    tight = ls.plan(model, checkpoint="auto", budget=1, **common)
+    assert tight.fits is False
+    assert any("even every block checkpointed does not fit" in n for n in tight.notes)

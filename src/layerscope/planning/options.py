@@ -308,11 +308,11 @@ def check_options(given: Mapping[str, Any]) -> Options:
         mesh=mesh,
         tp_plan=_tp_plan(o["tp_plan"], tp),
         sequence_parallel=_sequence_parallel(o["sequence_parallel"], tp),
-        **_pipeline(o, pp, checkpoint),
+        **_pipeline(o, pp),
     )
 
 
-def _pipeline(o: Mapping[str, Any], pp: int, checkpoint: Any) -> dict[str, Any]:
+def _pipeline(o: Mapping[str, Any], pp: int) -> dict[str, Any]:
     """The pipeline's options, for a mesh with ``pp`` above 1 (``planning.pipeline``)."""
     from layerscope.planning.pipeline import SCHEDULES
 
@@ -326,11 +326,6 @@ def _pipeline(o: Mapping[str, Any], pp: int, checkpoint: Any) -> dict[str, Any]:
             )
         return {}
     check_choice("schedule", o["schedule"], list(SCHEDULES))
-    if checkpoint == "auto":
-        raise InvalidInputError(
-            "checkpoint='auto' chooses against one GPU's whole step, which a pipeline's "
-            "stages do not share yet: give 'blocks', 'op' or module paths with pp"
-        )
     split = o["pp_split"]
     if split is not None:
         if not isinstance(split, list | tuple) or not all(isinstance(p, str) for p in split):

@@ -12,7 +12,7 @@ from typing import Any
 from layerscope.planning import pipeline as pl
 from layerscope.planning import timeline as tl
 from layerscope.planning.build import _build, _columns, _published, _step, build
-from layerscope.planning.checkpointing import resolve
+from layerscope.planning.checkpointing import CheckpointChoice, choose_checkpoints, resolve
 from layerscope.planning.facts import check_paths, input_bytes
 from layerscope.planning.options import Options
 from layerscope.planning.result import Plan
@@ -77,13 +77,7 @@ def pipeline_plan(profs: list[Profile], opts: Options) -> Plan:
     if asked is not None and not isinstance(asked, str):
         everywhere = set().union(*(_paths(p) for p in profs))
         check_paths(profs[0], "checkpoint", [c for c in asked if c not in everywhere])
-    stages = _stage_plans(profs, opts, micro)
-    ranks = [
-        _Rank(r, mine, pl.compose([s.step for s in mine], opts.schedule, size, r, micro,
-                                  opts.return_outputs))
-        for r in range(size)
-        for mine in [stages[r::size]]
-    ]  # fmt: skip
+    stages, ranks = _auto(profs, opts) if asked == "auto" else _ranks(profs, opts)
     peaks = [r.peak for r in ranks]
     chosen = opts.stage if opts.stage is not None else peaks.index(max(peaks))
     rank = ranks[chosen]
@@ -151,6 +145,53 @@ def pipeline_plan(profs: list[Profile], opts: Options) -> Plan:
     )  # fmt: skip
 
 
+def _ranks(
+    profs: list[Profile], opts: Options, choices: list[CheckpointChoice] | None = None
+) -> tuple[list[_Stage], list[_Rank]]:
+    """Each stage's plan, and each rank's stages and composed timeline."""
+    stages = _stage_plans(profs, opts, choices)
+    size, micro = opts.pp, opts.microbatches or opts.pp
+    ranks = [
+        _Rank(r, mine, pl.compose([s.step for s in mine], opts.schedule, size, r, micro,
+                                  opts.return_outputs))
+        for r in range(size)
+        for mine in [stages[r::size]]
+    ]  # fmt: skip
+    return stages, ranks
+
+
+def _auto(profs: list[Profile], opts: Options) -> tuple[list[_Stage], list[_Rank]]:
+    """``checkpoint="auto"`` over a pipeline: no checkpointing first; then, while a rank's
+    peak does not fit, each of its stages' kept activations lowered by the rank's
+    overshoot over the microbatches it holds at once (each holds a stage's kept bytes),
+    chosen by ``choose_checkpoints``' greedy rule, until every rank fits or checkpointing
+    more frees nothing."""
+    choices = [resolve(prof, None) for prof in profs]
+    stages, ranks = _ranks(profs, opts, choices)
+    if opts.budget is None:
+        return stages, ranks
+    room = opts.budget - opts.reserve_bytes
+    micro = opts.microbatches or opts.pp
+    for _ in range(16):
+        changed = False
+        for rank in ranks:
+            over = rank.peak - room
+            if over <= 0:
+                continue
+            order = pl.actions(opts.schedule, opts.pp, rank.index, micro, opts.virtual)
+            share = -(-over // max(1, pl.in_flight(order)))
+            for stage in rank.stages:
+                index = profs.index(stage.prof)
+                target = max(0, stage.plan.kept_activation_bytes - share)
+                choice = choose_checkpoints(stage.prof, target)
+                if choice.paths != choices[index].paths:
+                    choices[index], changed = choice, True
+        if not changed:
+            break
+        stages, ranks = _ranks(profs, opts, choices)
+    return stages, ranks
+
+
 def _step_parts(
     rank: _Rank, ranks: list[_Rank], stages: list[_Stage], opts: Options, bound: bool
 ) -> dict[str, float] | None:
@@ -177,9 +218,12 @@ def _step_parts(
     }
 
 
-def _stage_plans(profs: list[Profile], opts: Options, micro: int) -> list[_Stage]:
+def _stage_plans(
+    profs: list[Profile], opts: Options, choices: list[CheckpointChoice] | None = None
+) -> list[_Stage]:
     """Each stage's one-microbatch plan (no accumulation; under FSDP2 torch's pipeline
-    rule, ``reshard_after_forward=False``) and what composing reads of it."""
+    rule, ``reshard_after_forward=False``; ``choices``: each stage's checkpointed
+    modules, ``checkpoint="auto"``'s) and what composing reads of it."""
     fsdp = opts.sharding == "fsdp"
     one = opts.replace(grad_accum=1, **({"reshard_after_forward": False} if fsdp else {}))
     asked, count = opts.checkpoint, len(profs)
@@ -192,7 +236,8 @@ def _stage_plans(profs: list[Profile], opts: Options, micro: int) -> list[_Stage
         if asked is not None and not isinstance(asked, str):
             mine = tuple(c for c in asked if c in _paths(prof))
         internals: dict[str, Any] = {}
-        plan = _build(prof, one.replace(checkpoint=mine), resolve(prof, mine), mine, internals)
+        choice = choices[s] if choices is not None else resolve(prof, mine)
+        plan = _build(prof, one.replace(checkpoint=mine), choice, mine, internals)
         line = plan.timeline
         points = [
             (line["phase"][i], line["event"][i], line["path"][i],
