@@ -369,8 +369,9 @@ def test_auto_checkpointing_over_a_pipeline() -> None:
     }  # fmt: skip
     plain = ls.plan(model, **common)
     blocks = ls.plan(model, checkpoint="blocks", **common)
-    assert plain.pipeline is not None and blocks.pipeline is not None
-    worst = [max(r["peak_bytes"] for r in p.pipeline["rows"]) for p in (plain, blocks)]
+    worst = [
+        max(r["peak_bytes"] for r in (p.pipeline or {"rows": []})["rows"]) for p in (plain, blocks)
+    ]
     assert worst[1] < worst[0]
     budget = (worst[0] + worst[1]) // 2
     auto = ls.plan(model, checkpoint="auto", budget=budget, **common)
