@@ -231,6 +231,12 @@ def test_stage_asked_for_and_the_document(tmp_path: Path) -> None:
     [
         ({"microbatches": 4}, "microbatches is pipeline parallelism's"),
         ({"mesh": {"pp": 2}, "schedule": "zb"}, "schedule"),
+        ({"mesh": {"pp": 4}, "microbatches": 2}, "Schedule1F1B needs at least as many"),
+        ({"mesh": {"pp": 2}, "virtual_stages": 2}, "under schedule='interleaved_1f1b' only"),
+        (
+            {"mesh": {"pp": 2}, "schedule": "interleaved_1f1b", "microbatches": 5},
+            "runs them in 2 rounds",
+        ),
         ({"mesh": {"pp": 2}, "stage": 2}, "stage"),
     ],
 )
@@ -383,3 +389,17 @@ def test_auto_checkpointing_over_a_pipeline() -> None:
     tight = ls.plan(model, checkpoint="auto", budget=1, **common)
     assert tight.fits is False
     assert any("even every block checkpointed does not fit" in n for n in tight.notes)
+
+
+def test_gradient_accumulation_repeats_the_pipeline() -> None:
+    """grad_accum=2: the pipeline's step runs twice before the optimizer step (its parts
+    double but the optimizer's), so the tokens per second stay; the memory is one
+    pipeline step's."""
+    common: dict[str, Any] = {"input_shape": (2, 8), "mesh": {"pp": 2}, "microbatches": 4}
+    one = ls.plan(stack(), **common)
+    two = ls.plan(stack(), grad_accum=2, **common)
+    assert two.peak_bytes == one.peak_bytes
+    for part in ("compute", "recompute", "exposed_comm", "bubble"):
+        assert two.time[part] == pytest.approx(2 * one.time[part])
+    assert two.time["optimizer"] == one.time["optimizer"]
+    assert two.step_time == pytest.approx(2 * one.step_time - one.time["optimizer"])

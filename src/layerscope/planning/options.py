@@ -341,6 +341,11 @@ def _pipeline(o: Mapping[str, Any], pp: int) -> dict[str, Any]:
                 f"virtual_stages={virtual}: a rank holds several stages under "
                 "schedule='interleaved_1f1b' only"
             )
+    if o["schedule"] == "1f1b" and micro is not None and micro < pp:
+        raise InvalidInputError(
+            f"microbatches={micro}: torch's Schedule1F1B needs at least as many "
+            f"microbatches as stages ({pp}); give {pp} or more, or schedule='gpipe'"
+        )
     if o["schedule"] == "interleaved_1f1b":
         m = micro or pp
         rounds = max(1, m // pp)
