@@ -300,6 +300,19 @@ def planned(stages: int, stage: int, schedule: str, m: int, virtual: int | None 
     )  # fmt: skip
 
 
+def pipeline_peak(plan: Any) -> int:
+    """The plan's peak over the pipeline's forwards and backwards (the optimizer step's
+    is CUDA's foreach AdamW's, not the CPU run's), above what is at rest: the
+    parameters, the optimizer states, the receive buffers and the batch."""
+    line = plan.timeline
+    top = max(
+        (k for k, phase in enumerate(line["phase"]) if phase != "optimizer"),
+        key=lambda k: line["total"][k],
+    )
+    at_rest = sum(line[p][top] for p in ("param_bytes", "optimizer_state_bytes", "other_bytes"))
+    return int(line["total"][top] - at_rest)
+
+
 def test_plans_follow_the_runs(two: list[dict[str, Any]], four: list[dict[str, Any]]) -> None:
     """Each stage's plan against its run: the model states and every send and receive
     exactly; one microbatch's held bytes as the stage run alone leaves them (with the
@@ -326,15 +339,7 @@ def test_plans_follow_the_runs(two: list[dict[str, Any]], four: list[dict[str, A
                     "calls": c["calls"], "bytes": c["bytes"], "shapes": [[2, 16, 64]]
                 }  # fmt: skip
         assert sends == f["p2p"], where
-        # the pipeline's peak (the optimizer step's is CUDA's foreach AdamW's, not the
-        # CPU run's), above the parameters, optimizer states and receive buffers and batch
-        line = plan.timeline
-        top = max(
-            (k for k, phase in enumerate(line["phase"]) if phase != "optimizer"),
-            key=lambda k: line["total"][k],
-        )
-        at_rest = sum(line[p][top] for p in ("param_bytes", "optimizer_state_bytes", "other_bytes"))
-        above = line["total"][top] - at_rest
+        above = pipeline_peak(plan)
         measured = f["pipeline_peak"]
         cpu_losses = m * LOSS if stage == stages - 1 else 0
         gpu = measured - cpu_losses  # as a GPU would hold it
@@ -372,13 +377,7 @@ def test_interleaved_plans_follow_the_runs(
                 row["calls"] += c["calls"]
                 row["bytes"] += c["bytes"]
         assert totals == f["wrapped"], where
-        line = plan.timeline
-        top = max(
-            (k for k, phase in enumerate(line["phase"]) if phase != "optimizer"),
-            key=lambda k: line["total"][k],
-        )
-        at_rest = sum(line[p][top] for p in ("param_bytes", "optimizer_state_bytes", "other_bytes"))
-        above = line["total"][top] - at_rest
+        above = pipeline_peak(plan)
         gpu = f["pipeline_peak"] - (m * LOSS if rank == stages - 1 else 0)
         assert abs(above - gpu) <= 0.02 * gpu, (where, above, f["pipeline_peak"])
         assert 0 <= above - gpu <= 128, (where, above, f["pipeline_peak"])

@@ -54,21 +54,6 @@ def _cache_off(model: nn.Module, kwargs: dict[str, Any] | None) -> bool:
     return asked is None and bool(getattr(getattr(model, "config", None), "use_cache", False))
 
 
-def analyse(
-    model: nn.Module | Profile,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any] | None,
-    input_shape: Any,
-    opts: Options,
-    profile_options: Mapping[str, Any],
-) -> Profile:
-    """The one analysis a plan needs: the given profile (checked), or a meta copy of the
-    model in the compute dtype, profiled with ``backward=True, memory=True`` and steered
-    to the target, its kernels recorded (``planning.kernels``). A pipeline's is the
-    first stage's (``analyse_stages``)."""
-    return analyse_stages(model, args, kwargs, input_shape, opts, profile_options)[0]
-
-
 def analyse_stages(
     model: nn.Module | Profile,
     args: tuple[Any, ...],
@@ -77,8 +62,10 @@ def analyse_stages(
     opts: Options,
     profile_options: Mapping[str, Any],
 ) -> list[Profile]:
-    """``analyse``'s analysis, one per pipeline stage (``planning.pipeline``; one without
-    a pipeline)."""
+    """The analyses a plan needs: the given profile (checked), or a meta copy of the
+    model in the compute dtype, profiled with ``backward=True, memory=True`` and steered
+    to the target, its kernels recorded (``planning.kernels``); one, or one per stage of
+    a pipeline (``planning.pipeline``)."""
     want = str(opts.compute_dtype).removeprefix("torch.")
     if isinstance(model, Profile):
         for axis, size in (("tp", opts.tp), ("pp", opts.pp)):
@@ -347,7 +334,7 @@ def owner_lookup(units: Iterable[str]) -> Callable[[str], str]:
 
 __all__ = [
     "Param",
-    "analyse",
+    "analyse_stages",
     "frozen",
     "fsdp_units",
     "input_bytes",
