@@ -21,9 +21,11 @@ by the loss.
 **The schedule.** For each microbatch, stage ``s`` runs its forward (``F``) and later its
 backward (``B``), in torch.distributed.pipelining's orders: ``gpipe`` every forward, then
 every backward; ``1f1b`` ``min(M, S - s)`` forwards, then one backward and one forward
-alternately, then the rest of the backwards. The stage's memory over the step is its
-one-microbatch timeline repeated in that order, each point raised by what the schedule
-holds then:
+alternately, then the rest of the backwards; ``interleaved_1f1b`` over ``V`` stages a
+rank (rank ``r`` holds stages ``r, r + S, ...`` of ``S x V``), in
+``ScheduleInterleaved1F1B``'s order (``_interleaved``). A rank's memory over the step is
+its stages' one-microbatch timelines repeated in that order, each point raised by what
+the schedule holds then (of every stage of the rank):
 
 - the microbatches forwarded and not yet backwarded, each the bytes one forward leaves
   for its backward (``held``: its saved tensors and its output);
@@ -41,11 +43,12 @@ holds then:
   forward and not resharded until the last backward, and the gradients are accumulated
   unsharded in the reduce dtype and reduce-scattered in the last backward.
 
-**Time.** A stage's time per microbatch is its plan's compute and recompute, its tensor-
-parallel collectives and its point-to-point sends (the output on, the input's gradient
-back, over the pipeline axis's link). The pipeline's step is ``(M + S - 1) x`` the
-slowest stage's time (the schedules' bubble: ``S - 1`` microbatch slots), plus the
-data-parallel collectives not hidden and the optimizer step once.
+**Time** (``planning.pipelineplan``). A stage's time per microbatch is its plan's compute
+and recompute, its tensor-parallel collectives and its point-to-point sends (the output
+on, the input's gradient back, over the pipeline axis's link). The pipeline's step is
+the busiest rank's ``M`` microbatches of its stages plus ``S - 1`` slots of the slowest
+stage (the bubble: ``(S - 1) / (V M + S - 1)`` of a balanced step), plus the
+data-parallel collectives not hidden and the optimizer step, once.
 """
 
 from __future__ import annotations
@@ -259,33 +262,40 @@ def stage_call(
     return out
 
 
+def _first_float(signatures: Sequence[Any]) -> tuple[list[int], torch.dtype] | None:
+    """(shape, dtype) of the first floating tensor of the first call in ``signatures``
+    (a node's ``inputs`` or ``outputs``)."""
+    from layerscope.profile import TensorSpec
+
+    for call in signatures[:1]:
+        for spec in call:
+            if isinstance(spec, TensorSpec):
+                dtype = getattr(torch, spec.dtype, None)
+                if isinstance(dtype, torch.dtype) and dtype.is_floating_point:
+                    return list(spec.shape), dtype
+    return None
+
+
 def received(prof: Any, model: nn.Module, sequence_parallel: bool) -> torch.Tensor:
     """The next stage's input: ``prof``'s first floating output, on meta, a leaf that
     requires its gradient. Under sequence parallelism the stream is sent sharded along
     the sequence (as torchtitan sends it): the stage is given a DTensor ``Shard(1)`` over
     ``model``'s tensor-parallel mesh whose local tensor is that leaf, so the stage's own
     code (masks, positions) sees the whole sequence."""
-    from layerscope.profile import TensorSpec
+    found = _first_float(prof.root.outputs)
+    if found is None:
+        raise InvalidInputError(
+            "mesh pp: a stage's output has no floating tensor to send to the next stage"
+        )
+    shape, dtype = found
+    if not sequence_parallel:
+        return torch.empty(shape, dtype=dtype, device="meta", requires_grad=True)
+    from torch.distributed.tensor import DTensor, Shard
 
-    for call in prof.root.outputs[:1]:
-        for spec in call:
-            if not isinstance(spec, TensorSpec):
-                continue
-            dtype = getattr(torch, spec.dtype, None)
-            if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-                continue
-            if not sequence_parallel:
-                return torch.empty(spec.shape, dtype=dtype, device="meta", requires_grad=True)
-            from torch.distributed.tensor import DTensor, Shard
-
-            mesh = next(p.device_mesh for p in model.parameters() if isinstance(p, DTensor))
-            shape = list(spec.shape)
-            shape[1] //= mesh.size()
-            local = torch.empty(shape, dtype=dtype, device="meta", requires_grad=True)
-            return DTensor.from_local(local, mesh, [Shard(1)], run_check=False)
-    raise InvalidInputError(
-        "mesh pp: a stage's output has no floating tensor to send to the next stage"
-    )
+    mesh = next(p.device_mesh for p in model.parameters() if isinstance(p, DTensor))
+    shape[1] //= mesh.size()
+    local = torch.empty(shape, dtype=dtype, device="meta", requires_grad=True)
+    return DTensor.from_local(local, mesh, [Shard(1)], run_check=False)
 
 
 def local_bytes(t: torch.Tensor) -> int:
@@ -297,16 +307,9 @@ def local_bytes(t: torch.Tensor) -> int:
 
 
 def spec_bytes(signatures: Sequence[Any]) -> int:
-    """Bytes of the first floating tensor of the first call in ``signatures``."""
-    from layerscope.profile import TensorSpec
-
-    for call in signatures[:1]:
-        for spec in call:
-            if isinstance(spec, TensorSpec):
-                dtype = getattr(torch, spec.dtype, None)
-                if isinstance(dtype, torch.dtype) and dtype.is_floating_point:
-                    return prod(spec.shape) * dtype.itemsize
-    return 0
+    """Bytes of the first floating tensor of the first call in ``signatures`` (0: none)."""
+    found = _first_float(signatures)
+    return prod(found[0]) * found[1].itemsize if found else 0
 
 
 # ---- the schedule ----------------------------------------------------------------------
