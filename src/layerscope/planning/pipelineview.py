@@ -17,7 +17,7 @@ def pipeline_words(pipe: Mapping[str, Any]) -> str:
     highest peak)``."""
     virtual = int(pipe.get("virtual_stages", 1))
     chunks = f", {virtual} stages a rank" if virtual > 1 else ""
-    who = "rank" if virtual > 1 else "stage"
+    who = "pipeline rank" if virtual > 1 else "stage"
     return (
         f" x pipeline {pipe['stages']} ({pipe['schedule']}{chunks}, "
         f"{pipe['microbatches']} microbatches; {who} {pipe['stage']}, {pipe['chosen']})"
@@ -55,8 +55,9 @@ def stage_lines(section: Mapping[str, Any], width: int) -> list[Line]:
         for r in pipe["rows"]
     ]
     lines = fitted(table(columns, rows, None), width)[0]
+    who = "pipeline rank" if int(pipe.get("virtual_stages", 1)) > 1 else "stage"
     said = (
-        f"* this plan's stage. Held/mb: what one microbatch's forward leaves for its "
+        f"* this plan's {who}. Held/mb: what one microbatch's forward leaves for its "
         f"backward; the bubble is {pipe['bubble']:.0%} of the slowest stage's step."
     )
     return lines + wrap_texts([(said, "")], width)
