@@ -403,3 +403,25 @@ def test_gradient_accumulation_repeats_the_pipeline() -> None:
         assert two.time[part] == pytest.approx(2 * one.time[part])
     assert two.time["optimizer"] == one.time["optimizer"]
     assert two.step_time == pytest.approx(2 * one.step_time - one.time["optimizer"])
+
+
+def test_stages_are_cut_where_the_slowest_is_fastest() -> None:
+    """An output projection 512 blocks' worth of FLOPs (256 x 262,144 multiply-adds per
+    row against a block's 2 x 256 x 256): on 2 stages the even cut (4 blocks and the
+    head last) leaves the last stage the slowest, so the plan cuts again with the head
+    alone on it, says so, and keeps the cut in its options; a given pp_split is kept."""
+    with torch.device("meta"):
+        blocks_ = [nn.Sequential(nn.Linear(256, 256), nn.GELU(), nn.Linear(256, 256))
+                   for _ in range(8)]  # fmt: skip
+        model = nn.Sequential(nn.Linear(256, 256), *blocks_, nn.Linear(256, 262_144))
+    plan = ls.plan(model, input_shape=(8192, 256), mesh={"pp": 2}, world_size=2, microbatches=2)
+    assert plan.pipeline is not None
+    assert [(r["first"], r["last"]) for r in plan.pipeline["rows"]] == [("0", "8"), ("9", "9")]
+    assert plan.options["pp_split"] == ["9"]
+    assert any(n.startswith("stages cut where the slowest one's") for n in plan.notes)
+    given = ls.plan(model, input_shape=(8192, 256), mesh={"pp": 2}, world_size=2,
+                    microbatches=2, pp_split=["5"])  # fmt: skip
+    assert given.options["pp_split"] == ["5"]
+    assert not any(n.startswith("stages cut where") for n in given.notes)
+    assert pl.balanced([1.0] * 8, 4) == [2, 4, 6]
+    assert pl.balanced([5.0, 1, 1, 1, 1, 1, 1, 3], 2) == [3]  # 5 + 1 + 1 | 1 + ... + 3

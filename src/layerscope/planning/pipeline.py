@@ -6,7 +6,8 @@ the schedule (``docs/plan.md``, "Pipeline parallelism").
 transformers model's ``_pp_plan`` (``embed_tokens``, the decoder ``layers``, ``norm``,
 ``lm_head``). The repeated blocks (the longest run of children of one class; the decoder
 layers) are split evenly, the extra ones to the middle stages; the pieces before them run
-on the first stage, those after on the last. ``pp_split=[paths]`` names the piece each
+on the first stage, those after on the last; then balanced by each piece's predicted time
+(``balanced``, ``pipelineplan.balanced_split``). ``pp_split=[paths]`` names the piece each
 later stage starts at instead (torchtitan's ``pipeline_parallel_split_points``).
 
 **Each stage analysed.** The analysis's meta copy is shown as the stage only: the other
@@ -197,6 +198,30 @@ def cut(lay: Layout, stages: int, split: Sequence[str] | None) -> list[tuple[str
         done += size
         out.append((*(lay.pre if s == 0 else ()), *mine, *(lay.post if s == stages - 1 else ())))
     return out
+
+
+def balanced(seconds: Sequence[float], count: int) -> list[int]:
+    """Where groups 2 to ``count`` of a contiguous split of ``seconds`` start, so that
+    the largest group's sum is least (the linear partition problem, by dynamic
+    programming; of equal splits, the one whose groups end earliest)."""
+    n = len(seconds)
+    total = [0.0, *itertools.accumulate(seconds)]
+    inf = float("inf")
+    # cost[k][j]: the least largest sum of the first j pieces in k groups
+    cost = [[inf] * (n + 1) for _ in range(count + 1)]
+    back = [[0] * (n + 1) for _ in range(count + 1)]
+    cost[0][0] = 0.0
+    for k in range(1, count + 1):
+        for j in range(k, n - (count - k) + 1):
+            for i in range(k - 1, j):
+                worst = max(cost[k - 1][i], total[j] - total[i])
+                if worst < cost[k][j]:
+                    cost[k][j], back[k][j] = worst, i
+    starts, j = [], n
+    for k in range(count, 1, -1):
+        j = back[k][j]
+        starts.append(j)
+    return starts[::-1]
 
 
 def _few(paths: Sequence[str]) -> str:
@@ -580,6 +605,7 @@ __all__ = [
     "Layout",
     "StageStep",
     "actions",
+    "balanced",
     "bubble",
     "compose",
     "cut",

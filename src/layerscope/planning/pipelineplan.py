@@ -4,7 +4,7 @@ step time with the bubble, and a row per rank."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from math import prod
 from typing import Any
@@ -13,12 +13,51 @@ from layerscope.planning import pipeline as pl
 from layerscope.planning import timeline as tl
 from layerscope.planning.build import _build, _columns, _published, _step, build
 from layerscope.planning.checkpointing import CheckpointChoice, choose_checkpoints, resolve
-from layerscope.planning.facts import check_paths, input_bytes
+from layerscope.planning.facts import analyse_stages, check_paths, input_bytes
 from layerscope.planning.options import Options
 from layerscope.planning.result import Plan
 from layerscope.profile import Profile
 
 Point = tuple[str, str, str, dict[str, int]]
+
+
+def balanced_split(profs: list[Profile], opts: Options) -> tuple[str, ...] | None:
+    """The pieces the stages after the first start at so that the slowest stage is as
+    fast as it can be (each piece's predicted forward and backward, from the stages as
+    analysed), where that differs from the cut analysed; None where it does not."""
+    # "auto" chooses per cut: the cut is balanced without checkpointing
+    choices = [resolve(prof, None) for prof in profs] if opts.checkpoint == "auto" else None
+    stages = _stage_plans(profs, opts, choices)
+    seconds = {p: t for s in stages for p, t in s.pieces.items()}
+    pieces = [p for prof in profs for p in prof.model["stage"]["pieces"]]
+    starts = pl.balanced([seconds[p] for p in pieces], len(profs))
+    split = tuple(pieces[k] for k in starts)
+    analysed = tuple(prof.model["stage"]["pieces"][0] for prof in profs[1:])
+    return None if split == analysed else split
+
+
+def analysed(
+    model: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any] | None,
+    input_shape: Any,
+    opts: Options,
+    profile_options: Mapping[str, Any],
+) -> list[Profile]:
+    """``facts.analyse_stages``' analyses; a pipeline whose cut is not given is analysed
+    again cut where its slowest stage's predicted time is least (``balanced_split``),
+    when that is not the even cut of the blocks."""
+    profs = analyse_stages(model, args, kwargs, input_shape, opts, profile_options)
+    if opts.pp == 1 or opts.pp_split is not None:
+        return profs
+    split = balanced_split(profs, opts)
+    if split is None:
+        return profs
+    again = opts.replace(pp_split=list(split))
+    profs = analyse_stages(model, args, kwargs, input_shape, again, profile_options)
+    for prof in profs:
+        prof.model["stage"]["balanced"] = True
+    return profs
 
 
 def build_plan(analyses: Sequence[Profile], opts: Options) -> Plan:
@@ -43,6 +82,8 @@ class _Stage:
     #: published convention (``build._published``)
     params: int
     published: int
+    #: predicted seconds of each of its pieces' forward and backward, per microbatch
+    pieces: dict[str, float]
 
     def per_micro(self, bound: bool = False) -> float:
         """Seconds per microbatch: compute, recompute, tensor-parallel collectives and
@@ -96,10 +137,18 @@ def pipeline_plan(profs: list[Profile], opts: Options) -> Plan:
     top = max(points, key=lambda p: p.total)
     why = "asked for" if opts.stage is not None else "the highest peak"
     first = rank.stages[0].plan
+    split = [prof.model["stage"]["pieces"][0] for prof in profs[1:]]
     notes = [
         *first.notes,
         *pl.notes(opts.schedule, size, virtual, micro, chosen, why, opts.sharding == "fsdp"),
     ]
+    if profs[0].model["stage"].get("balanced"):
+        notes.append(
+            f"stages cut where the slowest one's predicted time is least, not evenly by "
+            f"blocks: pp_split={split} (give pp_split to cut elsewhere)"
+        )
+    options = opts.section(first.options["fsdp_units"], first.options.get("tp_plan"))
+    options["pp_split"] = split  # the cut planned
     comm: dict[str, Any] = {}
     for s in rank.stages:
         for path, phases in s.plan.comm.items():
@@ -110,7 +159,7 @@ def pipeline_plan(profs: list[Profile], opts: Options) -> Plan:
     states = {k: sum(s.plan.states[k] for s in rank.stages) for k in first.states}
     return replace(
         first,
-        options=opts.section(first.options["fsdp_units"], first.options.get("tp_plan")),
+        options=options,
         states=states,
         peak_bytes=top.total,
         memory=dict(top.parts),
@@ -255,11 +304,13 @@ def _stage_plans(
             unsharded_grads=sum(prod(p.shape) for p in params) * grad_size if fsdp else 0,
         )  # fmt: skip
         sent = (step.input_bytes if s else 0) + (step.output_bytes if s + 1 < count else 0)
-        attention = internals["timed"].predicted.attention_flops
+        predicted = internals["timed"].predicted
+        nodes = {p: prof.node(p) for p in prof.model["stage"]["pieces"]}
         out.append(_Stage(
             plan, prof, step, internals["tp"], pl.p2p_seconds(sent, *link),
             sum(p.elements for p in params) + sum(p.elements for p in kept),
-            _published(params, kept, tokens, attention, 1, opts.tp) or 0,
+            _published(params, kept, tokens, predicted.attention_flops, 1, opts.tp) or 0,
+            {p: predicted.forward[id(n)] + predicted.backward[id(n)] for p, n in nodes.items()},
         ))  # fmt: skip
     return out
 
@@ -324,4 +375,4 @@ def _paths(prof: Profile) -> set[str]:
     return {n.path for n in prof.nodes()}
 
 
-__all__ = ["build_plan", "pipeline_plan"]
+__all__ = ["balanced_split", "build_plan", "pipeline_plan"]

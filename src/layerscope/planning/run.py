@@ -10,9 +10,8 @@ from typing import Any
 from torch import nn
 
 from layerscope.busy import ProgressSetting, busy, check_progress
-from layerscope.planning.facts import analyse_stages
 from layerscope.planning.options import check_options
-from layerscope.planning.pipelineplan import build_plan
+from layerscope.planning.pipelineplan import analysed, build_plan
 from layerscope.planning.result import Plan
 from layerscope.planning.sweep import Source
 from layerscope.profile import Profile
@@ -72,7 +71,7 @@ def plan(
     if loss_fn is not None:
         profile_options["loss_fn"] = loss_fn
     with busy("layerscope: planning: analysing the model on meta", progress) as status:
-        profs = analyse_stages(model_or_profile, args, kwargs, input_shape, opts, profile_options)
+        profs = analysed(model_or_profile, args, kwargs, input_shape, opts, profile_options)
         status.update("layerscope: planning: the step's memory and time")
         result = build_plan(profs, opts)
     if isinstance(model_or_profile, nn.Module):  # to analyse other micro-batches

@@ -25,11 +25,10 @@ from torch.utils._pytree import tree_map_only
 
 from layerscope.busy import Busy, ProgressSetting, busy, check_progress
 from layerscope.errors import InvalidInputError
-from layerscope.planning.facts import analyse_stages
 from layerscope.planning.fields import CHECKPOINTED, keys
 from layerscope.planning.mesh import Mesh, check_mesh
 from layerscope.planning.options import DEFAULTS, Options, check_options
-from layerscope.planning.pipelineplan import build_plan
+from layerscope.planning.pipelineplan import analysed, build_plan
 from layerscope.planning.result import Plan
 from layerscope.profile import Profile
 from layerscope.validate import check_int
@@ -343,7 +342,7 @@ def _row(
     key = (batch, str(opts.compute_dtype), opts.checkpoint == "op", opts.tp,
            opts.sequence_parallel, opts.pp, opts.pp_split)  # fmt: skip
     if key not in analyses:
-        analyses[key] = analyse_stages(source.model, here.args, here.kwargs, here.input_shape,
+        analyses[key] = analysed(source.model, here.args, here.kwargs, here.input_shape,
                                        opts, source.profile_options)  # fmt: skip
     result = build_plan(analyses[key], opts)
     row = {a: chosen[a] for a in AXES}
@@ -427,7 +426,7 @@ def _largest_fitting(plan: Plan, source: Source, opts: Options, limit: int, stat
     def fits(batch: int) -> bool:
         status.update(f"layerscope: the largest micro-batch that fits: trying {batch}")
         here = source.at(batch)
-        profs = analyse_stages(source.model, here.args, here.kwargs, here.input_shape, opts,
+        profs = analysed(source.model, here.args, here.kwargs, here.input_shape, opts,
                                source.profile_options)  # fmt: skip
         return bool(build_plan(profs, opts).fits)
 
