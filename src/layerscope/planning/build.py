@@ -21,7 +21,7 @@ from layerscope.planning.checkpointing import (
     choose_checkpoints,
     resolve,
 )
-from layerscope.planning.collectives import consecutive
+from layerscope.planning.collectives import consecutive, strided
 from layerscope.planning.facts import CACHE_OFF, Param, check_paths, frozen, input_bytes, trainable
 from layerscope.planning.kernels import Predicted, predict
 from layerscope.planning.loss import loss_timeline
@@ -100,11 +100,7 @@ def _build(
     setup = tl.Setup(rest, grads=grads_by_module, cast_input=cast_input, first_module=first)
     work = Step(prof, opts, params, setup, strategy.grad_size(opts), kept or ())
     prepared = strategy.prepare(work)
-    units, unit_rows, comm = prepared.units, prepared.rows, prepared.comm
-    if opts.tp > 1:  # the analysis's own: tensor parallelism's (``planning.tensorparallel``)
-        comm = {}
-        add_comm(comm, prepared.comm)
-        add_comm(comm, prof.comm)
+    units, unit_rows, comm = prepared.units, prepared.rows, _comm(prepared.comm, prof, opts)
     _checkpoints(prof, choice, setup)
     local = states.optimizer_state_bytes // max(1, OPTIMIZER_STATES[opts.optimizer] or 1)
     # the strategy's own temporaries of the step (ZeRO's float32 gradient partition), and
@@ -370,7 +366,7 @@ def _time(work: Step, choice: CheckpointChoice) -> _Timed:
     dtype = str(opts.compute_dtype).removeprefix("torch.")
     roof = roof_of(opts.target, dtype)
     notes: list[str] = []
-    tp = _tp_comm(work, choice, notes)
+    tp = _tp_comm(work, choice, notes) + _ep_comm(work, choice, notes)
     fwd, bwd = roof_times(prof, roof, "forward"), roof_times(prof, roof, "backward")
     bound = _parts(work, choice, fwd, bwd, opts.target.bandwidth, tp)
     rates = rates_of(opts.target)
@@ -408,6 +404,49 @@ def _tp_comm(work: Step, choice: CheckpointChoice, notes: list[str]) -> float:
     notes.append(
         f"tensor-parallel collectives: {seconds(once + again)} per micro-batch over "
         f"{opts.tp} GPUs {where} ({seconds(again)} of it the recompute's), all exposed"
+    )
+    return once + again
+
+
+def _comm(strategy: dict[str, Any], prof: Profile, opts: Options) -> dict[str, Any]:
+    """The step's collectives: the strategy's, tensor parallelism's (the analysis's own,
+    DTensor's) and expert parallelism's all-to-alls."""
+    if opts.tp == 1 and opts.ep == 1:
+        return strategy
+    comm: dict[str, Any] = {}
+    for part in (strategy, prof.comm, _a2a(prof, opts)):
+        add_comm(comm, part)
+    return comm
+
+
+def _a2a(prof: Profile, opts: Options) -> dict[str, Any]:
+    """Expert parallelism's all-to-alls per micro-batch (none without)."""
+    if opts.ep == 1:
+        return {}
+    from layerscope.planning.expertparallel import a2a_comm
+
+    return a2a_comm(prof, list(prof.model.get("experts", ())), opts.ep)
+
+
+def _ep_comm(work: Step, choice: CheckpointChoice, notes: list[str]) -> float:
+    """Seconds per micro-batch of expert parallelism's all-to-alls (and again in the
+    checkpointed modules' recompute), on the critical path, on the expert-parallel
+    group's link (its ranks ``tp`` apart in ``dp_shard``); said in ``notes``. 0 without
+    expert parallelism."""
+    opts = work.opts
+    if opts.ep == 1:
+        return 0.0
+    from layerscope.planning.expertparallel import ep_notes
+
+    link = strided(opts.network, opts.ep, opts.tp)
+    once, again = comm_seconds(_a2a(work.prof, opts), link, choice.paths)
+    where = "inside a node" if link.nodes == 1 else f"across {link.nodes} nodes"
+    experts = len(work.prof.model.get("experts", ()))
+    dp_shard = opts.mesh.dp_shard if opts.mesh else opts.ep
+    notes.extend(ep_notes(opts.ep, dp_shard, experts))
+    notes.append(
+        f"expert-parallel all-to-alls: {seconds(once + again)} per micro-batch over "
+        f"{opts.ep} GPUs {where} ({seconds(again)} of it the recompute's), all exposed"
     )
     return once + again
 

@@ -119,9 +119,31 @@ def analyse_stages(
             profs = [_profiled(meta, call, opts, target, want)]
         else:
             profs = _stages(meta, call, opts, target, want)
+    _annotate(profs, meta, opts, plan_words(entries) if entries else None, not_run, cache_off)
+    return profs
+
+
+def _annotate(
+    profs: list[Profile],
+    meta: nn.Module,
+    opts: Options,
+    tp_plan: dict[str, str] | None,
+    not_run: list[str],
+    cache_off: bool,
+) -> None:
+    """What each analysis records beside its figures: the experts modules (expert
+    parallelism), the tensor-parallel plan used, the code left out, the cache turned
+    off."""
+    experts: list[str] = []
+    if opts.ep > 1:  # expert parallelism's units (``planning.expertparallel``)
+        from layerscope.planning.expertparallel import expert_paths
+
+        experts = expert_paths(meta)
     for prof in profs:
-        if entries:
-            prof.model["tp_plan"] = plan_words(entries)
+        if experts:
+            prof.model["experts"] = [p for p in experts if p in {n.path for n in prof.nodes()}]
+        if tp_plan:
+            prof.model["tp_plan"] = tp_plan
         prof.notices.extend(not_run)
         if cache_off:
             prof.notices.append(
@@ -129,7 +151,6 @@ def analyse_stages(
                 "the loss, which a training step never reads (pass use_cache=False in your "
                 "run too)"
             )
-    return profs
 
 
 def _stages(
@@ -304,6 +325,8 @@ def fsdp_units(prof: Profile, opts: Options) -> list[str]:
     root (always a unit: ``fully_shard(model)`` last)."""
     paths = list(opts.units) if opts.units is not None else repeated_blocks(prof)
     check_paths(prof, "units", paths)
+    if opts.ep > 1:  # each experts module a unit of its own (``planning.expertparallel``)
+        paths += [p for p in prof.model.get("experts", ()) if p not in paths]
     order = {n.path: i for i, n in enumerate(prof.nodes())}
     return ["", *sorted((p for p in set(paths) if p), key=order.__getitem__)]
 

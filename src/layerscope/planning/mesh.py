@@ -12,9 +12,10 @@ G // s)`` of them per node when ``s < G`` and one per node otherwise, and spans
 more mean they cross the network.
 
 Data parallelism (``dp_shard``: FSDP2; ``dp_replicate``: DDP, or HSDP with both), tensor
-parallelism (``tp``: ``planning.tensorparallel``) and pipeline parallelism (``pp``:
-``planning.pipeline``) are planned; context and expert parallelism are refused until
-they are modelled (docs/plan.md).
+parallelism (``tp``: ``planning.tensorparallel``), pipeline parallelism (``pp``:
+``planning.pipeline``) and expert parallelism (``ep``, within ``dp_shard``:
+``planning.expertparallel``) are planned; context parallelism is refused until it is
+modelled (docs/plan.md).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ AXES = {
     "ep": "expert parallel",
 }
 #: The axes a plan models today.
-PLANNED = ("dp_replicate", "dp_shard", "tp", "pp")
+PLANNED = ("dp_replicate", "dp_shard", "tp", "pp", "ep")
 
 
 @dataclass(frozen=True)
@@ -98,8 +99,14 @@ class Mesh:
             named = ", ".join(f"{a}={getattr(self, a)} ({AXES[a]})" for a in unplanned)
             raise InvalidInputError(
                 f"mesh {named}: not planned yet; a plan models data parallelism over "
-                "dp_replicate and dp_shard, tensor parallelism over tp and pipeline "
-                "parallelism over pp (docs/plan.md)"
+                "dp_replicate and dp_shard, tensor parallelism over tp, pipeline "
+                "parallelism over pp and expert parallelism over ep (docs/plan.md)"
+            )
+        if self.ep > 1 and self.dp_shard % self.ep:
+            raise InvalidInputError(
+                f"mesh ep={self.ep}: expert parallelism borrows its ranks from dp_shard "
+                f"(torchtitan's), so ep must divide dp_shard ({self.dp_shard}): e.g. "
+                f"dp_shard={self.ep * max(1, self.dp_shard // self.ep)}"
             )
         replicate, shard, world = self.dp_replicate, self.dp_shard, self.world_size
         if replicate > 1 and shard > 1:

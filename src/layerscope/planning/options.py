@@ -37,7 +37,7 @@ RESERVE_BYTES = 2 * 2**30
 #: direction (400 Gb/s: one NIC per GPU); ``inter_node_bandwidth=`` now defaults to the
 #: cluster's NICs (``planning.cluster``).
 INTER_NODE_BANDWIDTH = 400e9 / 8
-OUT_OF_SCOPE = "context and expert parallelism are not modelled"
+OUT_OF_SCOPE = "context parallelism is not modelled"
 
 _COMPUTE = {"fp32": torch.float32, "bf16": torch.bfloat16, "bf16-mixed": torch.bfloat16,
             "fp16-mixed": torch.float16}  # fmt: skip
@@ -109,6 +109,11 @@ class Options:
     def pp(self) -> int:
         """Pipeline stages (the mesh's ``pp``; 1: none)."""
         return self.mesh.pp if self.mesh else 1
+
+    @property
+    def ep(self) -> int:
+        """Ranks each MoE layer's experts are split over (the mesh's ``ep``; 1: none)."""
+        return self.mesh.ep if self.mesh else 1
 
     @property
     def virtual(self) -> int:

@@ -181,6 +181,9 @@ def _heading(section: Mapping[str, Any], width: int) -> list[Line]:
     if tp > 1:
         sequence = " (sequence parallel)" if o.get("sequence_parallel") else ""
         sharding += f" x tensor parallel {tp}{sequence}"
+    ep = (o.get("mesh") or {}).get("ep", 1)
+    if ep > 1:
+        sharding += f" x expert parallel {ep}"
     pipe = section.get("pipeline")
     if isinstance(pipe, Mapping):
         sharding += pipeline_words(pipe)

@@ -74,7 +74,13 @@ class FSDP2(Strategy):
         def padded(shapes: Sequence[Sequence[int]]) -> int:
             return sum(fsdp_shard(s, n, 0)[1] for s in shapes)
 
-        shards = [Unit(u, padded(owned[u]) + padded(still[u]), padded(owned[u])) for u in units]
+        # expert parallelism: an experts unit holds 1 / ep of the experts, sharded over
+        # the dp / ep ranks left (per rank as many elements as over dp)
+        experts = set(step.prof.model.get("experts", ())) if opts.ep > 1 else set()
+        worlds = {u: n // opts.ep if u in experts else n for u in units}
+        shards = [
+            Unit(u, padded(owned[u]) + padded(still[u]), padded(owned[u]), worlds[u]) for u in units
+        ]
         # gradients are reduced in the reduce dtype, then kept in the gradients' own
         reduce = REDUCE_DTYPES[opts.reduce_dtype] if opts.reduce_dtype else grad_size
         setup.events.append(FSDPEvents(
@@ -84,7 +90,7 @@ class FSDP2(Strategy):
         setup.final_grads = sum(u.trained for u in shards) * grad_size
         comm: dict[str, Any] = dict(fsdp_collectives(
             owned, world_size=n, param_bytes=low, reduce_bytes=reduce,
-            reshard_after_forward=opts.reshard_after_forward, frozen=still,
+            reshard_after_forward=opts.reshard_after_forward, frozen=still, worlds=worlds,
         ))  # fmt: skip
         if opts.replicas > 1:  # HSDP: each gradient shard all-reduced over the replicas
             for u in shards:
@@ -95,7 +101,7 @@ class FSDP2(Strategy):
                     comm[u.path]["backward"]["all_reduce"] = row
         rows = {
             u.path: {"unit": True, "shard_elements": u.padded,
-                     "unsharded_bytes": n * u.padded * low}
+                     "unsharded_bytes": u.world * u.padded * low}
             for u in shards
         }  # fmt: skip
         return Prepared(comm, units, rows)
@@ -125,7 +131,7 @@ class FSDP2(Strategy):
             own_b = bwd[id(node)] - sum(bwd[id(m)] for m in nested)
             own_b += sum(fwd[id(prof.node(p))] for p in recomputed[unit.path])
             works.append(UnitWork(unit.path, own_f, own_b, unit.padded * replay.param_size,
-                                  n * unit.trained * replay.reduce_size,
+                                  (unit.world or n) * unit.trained * replay.reduce_size,
                                   opts.reshard_after_forward and unit.path != "",
                                   unit.trained * replay.reduce_size))  # fmt: skip
         replicas = link(opts, opts.replicas, stride=n) if opts.replicas > 1 else None
@@ -146,6 +152,7 @@ def fsdp_collectives(
     reshard_after_forward: bool = True,
     root: str = "",
     frozen: Mapping[str, Sequence[Sequence[int]]] | None = None,
+    worlds: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
     """Per unit path (its own trainable parameters' shapes, and in ``frozen`` its frozen
     ones'), by phase and kind; module doc. ``param_bytes``/``reduce_bytes``: bytes per
@@ -153,7 +160,8 @@ def fsdp_collectives(
     not reduce-scattered (FSDP2's ``foreach_reduce`` takes the group's parameters with
     a gradient only). A unit of frozen parameters only is gathered for the backward
     too: the backward prefetch of the unit after it gathers it even when no gradient
-    reaches it."""
+    reaches it. ``worlds``: a unit's own GPUs where they are not ``world_size``'s (each
+    rank's shard counted over ``world_size`` all the same: ``planning.expertparallel``)."""
     out: dict[str, Any] = {}
     for path in {**units, **(frozen or {})}:
         trained = sum(fsdp_shard(shape, world_size, 0)[1] for shape in units.get(path, ()))
@@ -161,8 +169,9 @@ def fsdp_collectives(
         padded = trained + still
         if not padded:
             continue
-        gather = _ring("all_gather", padded * param_bytes, world_size)
-        scatter = _ring("reduce_scatter", world_size * trained * reduce_bytes, world_size)
+        group = (worlds or {}).get(path, world_size)
+        gather = _ring("all_gather", padded * param_bytes, group)
+        scatter = _ring("reduce_scatter", group * trained * reduce_bytes, group)
         backward: dict[str, dict[str, Any]] = {"reduce_scatter": scatter} if trained else {}
         if reshard_after_forward and path != root:
             backward = {"all_gather": dict(gather), **backward}
@@ -224,12 +233,15 @@ def fsdp_exposed(
 # ---- the replay's moments ------------------------------------------------------------
 @dataclass(frozen=True)
 class Unit:
-    """An FSDP2 unit: its path, its parameters' padded shard (elements per rank), and of
-    that the trainable parameters' (the gradient shard; all of it when None)."""
+    """An FSDP2 unit: its path, its parameters' padded shard (elements per rank), of
+    that the trainable parameters' (the gradient shard; all of it when None), and the
+    GPUs it is sharded over (0: the plan's; an experts unit under expert parallelism:
+    ``planning.expertparallel``)."""
 
     path: str
     padded: int
     grad_padded: int | None = None
+    world: int = 0
 
     @property
     def trained(self) -> int:
@@ -341,7 +353,7 @@ class FSDPEvents(Events):
 
     # ---- one unit --------------------------------------------------------------------
     def gather(self, r: Replay, unit: Unit, event: str) -> None:
-        out = self.world_size * unit.padded * self.param_size
+        out = (unit.world or self.world_size) * unit.padded * self.param_size
         if self.cast_gather:
             r.alloc("gather_in", "comm_buffer_bytes", unit.padded * self.param_size)
         r.alloc(f"gather:{unit.path}", "comm_buffer_bytes", out)
@@ -350,7 +362,7 @@ class FSDPEvents(Events):
             r.free("gather_in")
 
     def unshard(self, r: Replay, unit: Unit) -> None:
-        nbytes = self.world_size * unit.padded * self.param_size
+        nbytes = (unit.world or self.world_size) * unit.padded * self.param_size
         r.alloc(f"unsharded:{unit.path}", "unsharded_param_bytes", nbytes)
 
     def pre_forward(self, r: Replay, unit: Unit, previous: Unit | None) -> None:
@@ -381,7 +393,7 @@ class FSDPEvents(Events):
             return
         if self.last_scatter is not None:
             r.free(f"scatter:{self.last_scatter.path}")
-        scatter = self.world_size * unit.trained * self.reduce_size
+        scatter = (unit.world or self.world_size) * unit.trained * self.reduce_size
         r.alloc(f"scatter:{unit.path}", "comm_buffer_bytes", scatter)
         r.emit("reduce_scatter", unit.path)
         r.grads_reduced += self.unit_grads[unit.path]

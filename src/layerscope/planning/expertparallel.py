@@ -1,0 +1,103 @@
+"""Expert parallelism in plans (``mesh={"dp_shard": D, "ep": E}``), as torchtitan runs a
+mixture of experts: the experts of each MoE layer split over ``E`` of the data-parallel
+ranks (``ep`` borrows its ranks from ``dp_shard``: no GPUs of its own), each rank
+running its ``experts / E`` experts on the tokens routed to them from every rank of its
+group, the tokens sent there and their outputs back by two all-to-alls a layer
+(``docs/plan.md``, "Expert parallelism").
+
+A rule, not the real path: transformers' expert-parallel styles (``grouped_gemm``,
+``ep_dispatch_experts``) split the all-to-all by the routed tokens' counts, which a meta
+analysis cannot read. So the analysis runs the whole model, and the plan derives from it:
+
+- **routing balanced** (capacity factor 1): each expert gets ``T k / experts`` of the
+  group's tokens, so a rank's experts get ``T k`` token-expert pairs, as many as its
+  own tokens make without expert parallelism: the FLOPs and activations per rank are
+  the analysis's;
+- **the experts' states**: each experts module is an FSDP2 unit of its own
+  (torchtitan's ``fully_shard(moe.experts)``), its ``experts / E`` experts sharded over
+  the ``D / E`` ranks left: per rank the same elements as FSDP2 over ``D`` gives, but a
+  gather holds ``1 / E`` of the experts, and its collectives run over ``D / E`` ranks;
+- **the all-to-alls**: per MoE layer and micro-batch, dispatch and combine in the
+  forward and again in the backward (their gradients), each ``T k H`` elements of the
+  experts' input dtype (``T`` tokens, ``k`` experts each, hidden size ``H``, read from
+  the experts module's recorded input), on the expert-parallel group's link, on the
+  critical path; a checkpointed module's recompute runs the forward's again.
+
+Not modelled: the all-to-alls' own buffers, uneven routing, token dropping.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from math import prod
+from typing import Any
+
+import torch
+from torch import nn
+
+from layerscope.errors import InvalidInputError
+from layerscope.metrics.commkinds import wire_bytes
+from layerscope.profile import Profile, TensorSpec
+
+
+def expert_paths(model: nn.Module) -> list[str]:
+    """The experts modules of ``model``: its config's ``base_model_ep_plan`` entries
+    that name modules (``layers.*.mlp.experts``), under the base model; refused, with
+    the fix, for a model without."""
+    config = getattr(model, "config", None)
+    plan = getattr(config, "base_model_ep_plan", None)
+    if not isinstance(plan, Mapping) or not plan:
+        raise InvalidInputError(
+            f"mesh ep: {type(model).__name__} has no expert-parallel plan (a transformers "
+            "MoE config's base_model_ep_plan); expert parallelism needs a mixture of "
+            "experts: drop ep from the mesh"
+        )
+    prefix = getattr(model, "base_model_prefix", "")
+    if prefix and isinstance(getattr(model, prefix, None), nn.Module):
+        plan = {f"{prefix}.{k}": v for k, v in plan.items()}
+    modules = [n for n, _ in model.named_modules() if n]
+    out: list[str] = []
+    for pattern in plan:
+        rx = re.compile("".join("[^.]+" if p == "*" else re.escape(p)
+                                for p in re.split(r"(\*)", pattern)))  # fmt: skip
+        out += [n for n in modules if rx.fullmatch(n) and n not in out]
+    if not out:
+        raise InvalidInputError(
+            f"mesh ep: {type(model).__name__}'s base_model_ep_plan names no module of the model"
+        )
+    return out
+
+
+def a2a_comm(prof: Profile, paths: list[str], ep: int) -> dict[str, Any]:
+    """The all-to-alls of each experts module per micro-batch, in ``profile.comm``'s
+    form: dispatch and combine in the forward and in the backward (module doc)."""
+    out: dict[str, Any] = {}
+    for path in paths:
+        node = prof.node(path)
+        specs = [s for call in node.inputs[:1] for s in call if isinstance(s, TensorSpec)]
+        if len(specs) < 2:
+            continue
+        hidden, index = specs[0], specs[1]  # (hidden states, top-k expert indices)
+        dtype = getattr(torch, hidden.dtype, torch.float32)
+        tokens = prod(hidden.shape[:-1])
+        pairs = tokens * (index.shape[-1] if index.shape else 1)
+        payload = pairs * hidden.shape[-1] * dtype.itemsize
+        row = {"calls": 2, "bytes": 2 * payload,
+               "wire_bytes": 2 * wire_bytes("all_to_all", payload, ep)}  # fmt: skip
+        out[path] = {"forward": {"all_to_all": dict(row)}, "backward": {"all_to_all": row}}
+    return out
+
+
+def ep_notes(ep: int, dp_shard: int, experts: int) -> list[str]:
+    """What an expert-parallel plan assumes, beside its figures."""
+    return [
+        f"expert parallel {ep}: each of {experts} experts modules split over {ep} of the "
+        f"{dp_shard} data-parallel ranks, an FSDP2 unit sharded over the other "
+        f"{dp_shard // ep}; routing balanced (capacity factor 1), so each rank's experts "
+        "see as many token-expert pairs as its own tokens make; two all-to-alls a layer "
+        "forward and backward, on the critical path, their buffers not counted"
+    ]
+
+
+__all__ = ["a2a_comm", "ep_notes", "expert_paths"]
