@@ -89,6 +89,7 @@ def test_the_all_to_alls(plans: tuple[Any, Any]) -> None:
     [
         ({"dp_shard": 4, "ep": 3}, "ep must divide dp_shard"),
         ({"dp_replicate": 2, "ep": 2}, "ep must divide dp_shard"),
+        ({"dp_shard": 4, "ep": 2, "tp": 2}, "beside tensor parallelism"),
     ],
 )
 def test_ep_refused(mesh: dict[str, int], says: str) -> None:
@@ -104,3 +105,14 @@ def test_a_dense_model_has_no_experts() -> None:
     with pytest.raises(InvalidInputError, match="has no expert-parallel plan"):
         ls.plan(transformers.LlamaForCausalLM(config), input_shape=(2, 32),
                 mesh={"dp_shard": 4, "ep": 2})  # fmt: skip
+
+
+def test_experts_over_a_pipeline() -> None:
+    """ep 2 with pp 2: each stage's experts modules are its own units, the first
+    layer's on stage 0, the second's on stage 1, gathering half of the experts."""
+    plan = ls.plan(mixtral(), input_shape=(2, 32), mesh={"dp_shard": 4, "ep": 2, "pp": 2},
+                   microbatches=2, stage=1)  # fmt: skip
+    rows = {r["path"]: r for r in plan.modules}
+    assert rows["model.layers.1.mlp.experts"]["unsharded_bytes"] == EXPERTS // 2 * 2
+    assert "model.layers.0.mlp.experts" not in rows
+    assert plan.comm["model.layers.1.mlp.experts"]["forward"]["all_to_all"]["bytes"] == 2 * A2A

@@ -102,6 +102,12 @@ class Mesh:
                 "dp_replicate and dp_shard, tensor parallelism over tp, pipeline "
                 "parallelism over pp and expert parallelism over ep (docs/plan.md)"
             )
+        if self.ep > 1 and self.tp > 1:
+            raise InvalidInputError(
+                f"mesh ep={self.ep} with tp={self.tp}: expert parallelism beside tensor "
+                "parallelism (torchtitan's etp, the experts split both ways) is not planned "
+                "yet: plan ep without tp"
+            )
         if self.ep > 1 and self.dp_shard % self.ep:
             raise InvalidInputError(
                 f"mesh ep={self.ep}: expert parallelism borrows its ranks from dp_shard "
