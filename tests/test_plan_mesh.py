@@ -57,8 +57,8 @@ def test_a_data_parallel_mesh_is_planned_as_its_strategy() -> None:
 
 def test_refusals() -> None:
     model, x = nn.Linear(16, 16), torch.randn(4, 16)
-    with pytest.raises(InvalidInputError, match=r"cp=2 \(context parallel\): not planned yet"):
-        ls.plan(model, x, mesh={"dp_shard": 4, "cp": 2})
+    with pytest.raises(InvalidInputError, match="must split into 4 equal chunks"):
+        ls.plan(model, torch.randn(4, 6), mesh={"dp_shard": 4, "cp": 2})
     with pytest.raises(InvalidInputError, match="tp=8: the model has no tensor-parallel plan"):
         ls.plan(model, x, mesh={"dp_shard": 4, "tp": 8})
     with pytest.raises(InvalidInputError, match="unknown axis 'dp'"):
@@ -75,5 +75,5 @@ def test_the_cli_takes_a_mesh(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "hsdp" in out.lower() or "2 x 2" in out
-    assert main(["plan", "examples:tiny_gpt", "--mesh", "cp=2"]) == 2
-    assert "not planned yet" in capsys.readouterr().err
+    assert main(["plan", "examples:tiny_gpt", "--mesh", "dp_shard=3,ep=2"]) == 2
+    assert "ep must divide dp_shard" in capsys.readouterr().err

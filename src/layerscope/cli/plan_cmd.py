@@ -69,9 +69,8 @@ def _add_cluster_arguments(p: argparse.ArgumentParser) -> None:
     net = p.add_argument_group("the cluster")
     net.add_argument(
         "--mesh", metavar="AXIS=N,...",
-        help="the device mesh, torchtitan's axes (e.g. dp_shard=32,tp=8, dp_shard=4,pp=4 or "
-        "dp_shard=8,ep=4), instead of --world-size/--sharding/--hsdp; cp is not planned "
-        "yet",
+        help="the device mesh, torchtitan's axes (e.g. dp_shard=32,tp=8, dp_shard=4,pp=4, "
+        "dp_shard=8,cp=2 or dp_shard=8,ep=4), instead of --world-size/--sharding/--hsdp",
     )  # fmt: skip
     net.add_argument(
         "--microbatches", type=int, metavar="M",

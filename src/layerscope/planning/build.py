@@ -11,17 +11,16 @@ from dataclasses import dataclass, replace
 from math import prod
 from typing import Any
 
-from layerscope.analysis.merge import add_comm
 from layerscope.analysis.rates import Rates, rates_of
 from layerscope.analysis.roofline import roof_of, roof_times
 from layerscope.collect.meta import NOT_RUN
 from layerscope.planning import timeline as tl
+from layerscope.planning.axescomm import cp_seconds, ep_seconds, step_comm, tp_seconds
 from layerscope.planning.checkpointing import (
     CheckpointChoice,
     choose_checkpoints,
     resolve,
 )
-from layerscope.planning.collectives import consecutive, strided
 from layerscope.planning.facts import CACHE_OFF, Param, check_paths, frozen, input_bytes, trainable
 from layerscope.planning.kernels import Predicted, predict
 from layerscope.planning.loss import loss_timeline
@@ -29,9 +28,8 @@ from layerscope.planning.options import OUT_OF_SCOPE, Options
 from layerscope.planning.result import LOWER_BOUND, PREDICTED, Plan
 from layerscope.planning.states import OPTIMIZER_STATES, ModelStates
 from layerscope.planning.strategy import Step, Times
-from layerscope.planning.tensorparallel import comm_seconds, tp_notes
+from layerscope.planning.tensorparallel import tp_notes
 from layerscope.profile import Profile
-from layerscope.render.units import seconds
 
 
 # ---- the plan ----------------------------------------------------------------------------
@@ -100,7 +98,7 @@ def _build(
     setup = tl.Setup(rest, grads=grads_by_module, cast_input=cast_input, first_module=first)
     work = Step(prof, opts, params, setup, strategy.grad_size(opts), kept or ())
     prepared = strategy.prepare(work)
-    units, unit_rows, comm = prepared.units, prepared.rows, _comm(prepared.comm, prof, opts)
+    units, unit_rows, comm = prepared.units, prepared.rows, step_comm(prepared.comm, prof, opts)
     _checkpoints(prof, choice, setup)
     local = states.optimizer_state_bytes // max(1, OPTIMIZER_STATES[opts.optimizer] or 1)
     # the strategy's own temporaries of the step (ZeRO's float32 gradient partition), and
@@ -366,16 +364,21 @@ def _time(work: Step, choice: CheckpointChoice) -> _Timed:
     dtype = str(opts.compute_dtype).removeprefix("torch.")
     roof = roof_of(opts.target, dtype)
     notes: list[str] = []
-    tp = _tp_comm(work, choice, notes) + _ep_comm(work, choice, notes)
+    tp = sum(f(work, choice, notes) for f in (tp_seconds, ep_seconds, cp_seconds))
     fwd, bwd = roof_times(prof, roof, "forward"), roof_times(prof, roof, "backward")
     bound = _parts(work, choice, fwd, bwd, opts.target.bandwidth, tp)
     rates = rates_of(opts.target)
     fp8 = opts.target.peak("float8_e4m3fn") if opts.float8 else None
-    predicted = predict(prof, rates, roof.peak, roof.bandwidth, opts.compile, fp8)
-    if (opts.compile or opts.float8) and predicted.recorded:
+    scale = opts.cp  # context parallelism: a rank's queries meet the whole sequence
+    predicted = predict(
+        prof, rates, roof.peak, roof.bandwidth, opts.compile, fp8, attention_scale=scale
+    )
+    if (opts.compile or opts.float8 or scale > 1) and predicted.recorded:
         # other kernels than the analysis's modules ran: the bound is the predicted
         # kernels' own roofline (each at the datasheet's peak and bandwidth, no launch)
-        ideal = predict(prof, DATASHEET, roof.peak, roof.bandwidth, opts.compile, fp8)
+        ideal = predict(
+            prof, DATASHEET, roof.peak, roof.bandwidth, opts.compile, fp8, attention_scale=scale
+        )
         bound = _parts(work, choice, ideal.forward, ideal.backward, opts.target.bandwidth, tp)
     time = _parts(
         work, choice, predicted.forward, predicted.backward,
@@ -389,66 +392,6 @@ def _time(work: Step, choice: CheckpointChoice) -> _Timed:
     if opts.float8:
         notes.append(FLOAT8)
     return _Timed(time, bound, flops * opts.grad_accum, predicted, rates, notes, tp)
-
-
-def _tp_comm(work: Step, choice: CheckpointChoice, notes: list[str]) -> float:
-    """Seconds per micro-batch of tensor parallelism's collectives (the analysis's own,
-    DTensor's, and again in the checkpointed modules' recompute), on the critical path;
-    said in ``notes``. 0 without tensor parallelism."""
-    opts = work.opts
-    if opts.tp == 1:
-        return 0.0
-    link = consecutive(opts.network, opts.tp)
-    once, again = comm_seconds(work.prof.comm, link, choice.paths)
-    where = "inside a node" if link.nodes == 1 else f"across {link.nodes} nodes"
-    notes.append(
-        f"tensor-parallel collectives: {seconds(once + again)} per micro-batch over "
-        f"{opts.tp} GPUs {where} ({seconds(again)} of it the recompute's), all exposed"
-    )
-    return once + again
-
-
-def _comm(strategy: dict[str, Any], prof: Profile, opts: Options) -> dict[str, Any]:
-    """The step's collectives: the strategy's, tensor parallelism's (the analysis's own,
-    DTensor's) and expert parallelism's all-to-alls."""
-    if opts.tp == 1 and opts.ep == 1:
-        return strategy
-    comm: dict[str, Any] = {}
-    for part in (strategy, prof.comm, _a2a(prof, opts)):
-        add_comm(comm, part)
-    return comm
-
-
-def _a2a(prof: Profile, opts: Options) -> dict[str, Any]:
-    """Expert parallelism's all-to-alls per micro-batch (none without)."""
-    if opts.ep == 1:
-        return {}
-    from layerscope.planning.expertparallel import a2a_comm
-
-    return a2a_comm(prof, list(prof.model.get("experts", ())), opts.ep)
-
-
-def _ep_comm(work: Step, choice: CheckpointChoice, notes: list[str]) -> float:
-    """Seconds per micro-batch of expert parallelism's all-to-alls (and again in the
-    checkpointed modules' recompute), on the critical path, on the expert-parallel
-    group's link (its ranks ``tp`` apart in ``dp_shard``); said in ``notes``. 0 without
-    expert parallelism."""
-    opts = work.opts
-    if opts.ep == 1:
-        return 0.0
-    from layerscope.planning.expertparallel import ep_notes
-
-    link = strided(opts.network, opts.ep, opts.tp)
-    once, again = comm_seconds(_a2a(work.prof, opts), link, choice.paths)
-    where = "inside a node" if link.nodes == 1 else f"across {link.nodes} nodes"
-    experts = len(work.prof.model.get("experts", ()))
-    dp_shard = opts.mesh.dp_shard if opts.mesh else opts.ep
-    notes.extend(ep_notes(opts.ep, dp_shard, experts))
-    notes.append(
-        f"expert-parallel all-to-alls: {seconds(once + again)} per micro-batch over "
-        f"{opts.ep} GPUs {where} ({seconds(again)} of it the recompute's), all exposed"
-    )
-    return once + again
 
 
 def _parts(

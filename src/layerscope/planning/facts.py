@@ -87,6 +87,12 @@ def analyse_stages(
     target = spec_target(opts.target)
     call: dict[str, Any] = dict(profile_options)
 
+    whole = 0  # context parallelism: one rank's share of the sequence is analysed
+    if opts.cp > 1:
+        from layerscope.planning.contextparallel import local_inputs
+
+        args, kwargs, input_shape, whole = local_inputs(args, kwargs, input_shape, opts.cp)
+
     def on_meta(t: torch.Tensor) -> torch.Tensor:  # the micro-batch, as the GPU computes it
         cast = dtype if t.is_floating_point() else t.dtype
         return t.detach().to("meta", dtype=cast).requires_grad_(t.requires_grad)
@@ -120,6 +126,8 @@ def analyse_stages(
         else:
             profs = _stages(meta, call, opts, target, want)
     _annotate(profs, meta, opts, plan_words(entries) if entries else None, not_run, cache_off)
+    for prof in profs if whole else ():
+        prof.model["cp"] = {"whole": whole, "local": whole // opts.cp}
     return profs
 
 

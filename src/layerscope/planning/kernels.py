@@ -70,6 +70,9 @@ class Kernels:
     """An analysis's kernels: ``rows`` by (module path, phase, class, detail)."""
 
     rows: dict[Key, list[int]] = field(default_factory=dict)
+    #: bytes of the keys and values each module's forward attention kernels read (the
+    #: tensors context parallelism all-gathers: ``planning.contextparallel``)
+    kv: dict[str, int] = field(default_factory=dict)
 
     def count(self) -> int:
         return sum(r[0] for r in self.rows.values())
@@ -171,6 +174,10 @@ class KernelRecorder(Observer):
         row[1] += int(done)
         row[2] += int(moved)
         row[3] += palm
+        if kind == "attention" and not backward:
+            k, v = _arg(func, args, kwargs, "key"), _arg(func, args, kwargs, "value")
+            held = sum(t.numel() * t.element_size() for t in (k, v) if isinstance(t, Tensor))
+            self.kernels.kv[node.path] = self.kernels.kv.get(node.path, 0) + held
 
 
 @dataclass
@@ -274,12 +281,15 @@ def predict(
     fuse: bool = False,
     float8_peak: float | None = None,
     faster: Mapping[int, float] | None = None,
+    attention_scale: int = 1,
 ) -> Predicted:
     """Each node's predicted forward and backward seconds on ``rates`` (module
     docstring), ``peak`` and ``bandwidth`` the datasheet's for the compute dtype;
     ``fuse``: as ``torch.compile`` runs the kernels (``fused``); ``float8_peak``: the
     linears in float8 at that peak (``float8``); ``faster``: on a profile without kernel
-    records, nodes (by ``id``) whose FLOPs run at that multiple of the peak."""
+    records, nodes (by ``id``) whose FLOPs run at that multiple of the peak;
+    ``attention_scale``: the attention kernels' work that many times the analysis's
+    (context parallelism: a rank's queries against every rank's keys)."""
     kernels = kernels_of(prof)
     if kernels is not None and float8_peak:
         linears = frozenset(
@@ -297,6 +307,8 @@ def predict(
             path, phase = key[0], key[1]
             if path not in paths:
                 continue  # work outside the model (the loss): not in the bound either
+            if key[2] == "attention" and attention_scale != 1:
+                row = [row[0], *(attention_scale * x for x in row[1:])]
             own[phase][path] = own[phase].get(path, 0.0) + _price(rates, peak, bandwidth, key, row)
             count += row[0]
             palm += row[3]

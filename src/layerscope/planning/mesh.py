@@ -11,11 +11,11 @@ G // s)`` of them per node when ``s < G`` and one per node otherwise, and spans
 ``ceil(n / per_node)`` nodes: one node means its collectives run on the node's link,
 more mean they cross the network.
 
-Data parallelism (``dp_shard``: FSDP2; ``dp_replicate``: DDP, or HSDP with both), tensor
-parallelism (``tp``: ``planning.tensorparallel``), pipeline parallelism (``pp``:
-``planning.pipeline``) and expert parallelism (``ep``, within ``dp_shard``:
-``planning.expertparallel``) are planned; context parallelism is refused until it is
-modelled (docs/plan.md).
+Every axis is planned: data parallelism (``dp_shard``: FSDP2; ``dp_replicate``: DDP, or
+HSDP with both), tensor parallelism (``tp``: ``planning.tensorparallel``), pipeline
+parallelism (``pp``: ``planning.pipeline``), context parallelism (``cp``:
+``planning.contextparallel``) and expert parallelism (``ep``, within ``dp_shard``:
+``planning.expertparallel``) (docs/plan.md).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ AXES = {
     "ep": "expert parallel",
 }
 #: The axes a plan models today.
-PLANNED = ("dp_replicate", "dp_shard", "tp", "pp", "ep")
+PLANNED = ("dp_replicate", "dp_shard", "tp", "pp", "cp", "ep")
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,10 @@ RESERVE_BYTES = 2 * 2**30
 #: direction (400 Gb/s: one NIC per GPU); ``inter_node_bandwidth=`` now defaults to the
 #: cluster's NICs (``planning.cluster``).
 INTER_NODE_BANDWIDTH = 400e9 / 8
-OUT_OF_SCOPE = "context parallelism is not modelled"
+OUT_OF_SCOPE = (
+    "not modelled: asynchronous tensor parallelism, zero-bubble pipeline schedules, "
+    "uneven expert routing"
+)
 
 _COMPUTE = {"fp32": torch.float32, "bf16": torch.bfloat16, "bf16-mixed": torch.bfloat16,
             "fp16-mixed": torch.float16}  # fmt: skip
@@ -111,6 +114,11 @@ class Options:
         return self.mesh.pp if self.mesh else 1
 
     @property
+    def cp(self) -> int:
+        """Ranks the sequence is split over (the mesh's ``cp``; 1: none)."""
+        return self.mesh.cp if self.mesh else 1
+
+    @property
     def ep(self) -> int:
         """Ranks each MoE layer's experts are split over (the mesh's ``ep``; 1: none)."""
         return self.mesh.ep if self.mesh else 1
@@ -126,7 +134,7 @@ class Options:
     def dp_size(self) -> int:
         """GPUs data parallelism runs over: the world size over the tensor-parallel
         groups and the pipeline's stages."""
-        return self.world_size // (self.tp * self.pp)
+        return self.world_size // (self.tp * self.pp)  # FSDP2 over dp_shard x cp
 
     @property
     def shard_size(self) -> int:

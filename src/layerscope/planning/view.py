@@ -181,9 +181,9 @@ def _heading(section: Mapping[str, Any], width: int) -> list[Line]:
     if tp > 1:
         sequence = " (sequence parallel)" if o.get("sequence_parallel") else ""
         sharding += f" x tensor parallel {tp}{sequence}"
-    ep = (o.get("mesh") or {}).get("ep", 1)
-    if ep > 1:
-        sharding += f" x expert parallel {ep}"
+    for axis, words in (("cp", "context parallel"), ("ep", "expert parallel")):
+        size = (o.get("mesh") or {}).get(axis, 1)
+        sharding += f" x {words} {size}" if size > 1 else ""
     pipe = section.get("pipeline")
     if isinstance(pipe, Mapping):
         sharding += pipeline_words(pipe)

@@ -34,6 +34,7 @@
     (DV.label || O.target || "") + (O.world_size ? " \u00d7 " + O.world_size : ""),
     O.sharding, O.mesh && O.mesh.tp > 1 ? "tensor parallel " + O.mesh.tp +
       (O.sequence_parallel ? " (sequence parallel)" : "") : null,
+    O.mesh && O.mesh.cp > 1 ? "context parallel " + O.mesh.cp : null,
     O.mesh && O.mesh.ep > 1 ? "expert parallel " + O.mesh.ep : null,
     O.mesh && O.mesh.pp > 1 ? "pipeline " + O.mesh.pp + " (" + O.schedule + ", " + O.microbatches +
       " microbatches)" : null,
