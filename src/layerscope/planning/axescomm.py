@@ -20,7 +20,8 @@ from layerscope.render.units import seconds
 
 def step_comm(strategy: dict[str, Any], prof: Profile, opts: Options) -> dict[str, Any]:
     """The step's collectives: the strategy's, tensor parallelism's (the analysis's own,
-    DTensor's) and expert parallelism's all-to-alls."""
+    DTensor's), expert parallelism's all-to-alls and context parallelism's key and value
+    collectives."""
     if opts.tp == 1 and opts.ep == 1 and opts.cp == 1:
         return strategy
     comm: dict[str, Any] = {}
