@@ -10,7 +10,7 @@ from typing import Any
 
 from layerscope.analysis.merge import add_comm
 from layerscope.planning.checkpointing import CheckpointChoice
-from layerscope.planning.collectives import consecutive, strided
+from layerscope.planning.collectives import Link, consecutive, strided
 from layerscope.planning.options import Options
 from layerscope.planning.strategy import Step
 from layerscope.planning.tensorparallel import comm_seconds
@@ -48,65 +48,59 @@ def _a2a(prof: Profile, opts: Options) -> dict[str, Any]:
     return a2a_comm(prof, list(prof.model.get("experts", ())), opts.ep)
 
 
-def tp_seconds(work: Step, choice: CheckpointChoice, notes: list[str]) -> float:
-    """Seconds per micro-batch of tensor parallelism's collectives (the analysis's own,
-    DTensor's, and again in the checkpointed modules' recompute), on the critical path;
-    said in ``notes``. 0 without tensor parallelism."""
-    opts = work.opts
-    if opts.tp == 1:
-        return 0.0
-    link = consecutive(opts.network, opts.tp)
-    once, again = comm_seconds(work.prof.comm, link, choice.paths)
+def _exposed(
+    comm: Any, link: Link, what: str, size: int, choice: CheckpointChoice, notes: list[str]
+) -> float:
+    """Seconds per micro-batch of ``comm``'s collectives on ``link`` (and again in the
+    checkpointed modules' recompute), all on the critical path; said in ``notes``."""
+    once, again = comm_seconds(comm, link, choice.paths)
     where = "inside a node" if link.nodes == 1 else f"across {link.nodes} nodes"
     notes.append(
-        f"tensor-parallel collectives: {seconds(once + again)} per micro-batch over "
-        f"{opts.tp} GPUs {where} ({seconds(again)} of it the recompute's), all exposed"
+        f"{what}: {seconds(once + again)} per micro-batch over {size} GPUs {where} "
+        f"({seconds(again)} of it the recompute's), all exposed"
     )
     return once + again
 
 
+def tp_seconds(work: Step, choice: CheckpointChoice, notes: list[str]) -> float:
+    """Tensor parallelism's collectives (the analysis's own, DTensor's) on the group's
+    consecutive ranks (``_exposed``); 0 without tensor parallelism."""
+    opts = work.opts
+    if opts.tp == 1:
+        return 0.0
+    link = consecutive(opts.network, opts.tp)
+    return _exposed(work.prof.comm, link, "tensor-parallel collectives", opts.tp, choice, notes)
+
+
 def ep_seconds(work: Step, choice: CheckpointChoice, notes: list[str]) -> float:
-    """Seconds per micro-batch of expert parallelism's all-to-alls (and again in the
-    checkpointed modules' recompute), on the critical path, on the expert-parallel
-    group's link (its ranks ``tp`` apart in ``dp_shard``); said in ``notes``. 0 without
-    expert parallelism."""
+    """Expert parallelism's all-to-alls on the expert-parallel group's link (its ranks
+    ``tp`` apart in ``dp_shard``: ``_exposed``), after the rule's note; 0 without expert
+    parallelism."""
     opts = work.opts
     if opts.ep == 1:
         return 0.0
     from layerscope.planning.expertparallel import ep_notes
 
-    link = strided(opts.network, opts.ep, opts.tp)
-    once, again = comm_seconds(_a2a(work.prof, opts), link, choice.paths)
-    where = "inside a node" if link.nodes == 1 else f"across {link.nodes} nodes"
-    experts = len(work.prof.model.get("experts", ()))
     dp_shard = opts.mesh.dp_shard if opts.mesh else opts.ep
-    notes.extend(ep_notes(opts.ep, dp_shard, experts))
-    notes.append(
-        f"expert-parallel all-to-alls: {seconds(once + again)} per micro-batch over "
-        f"{opts.ep} GPUs {where} ({seconds(again)} of it the recompute's), all exposed"
-    )
-    return once + again
+    notes.extend(ep_notes(opts.ep, dp_shard, len(work.prof.model.get("experts", ()))))
+    link = strided(opts.network, opts.ep, opts.tp)
+    a2a = _a2a(work.prof, opts)
+    return _exposed(a2a, link, "expert-parallel all-to-alls", opts.ep, choice, notes)
 
 
 def cp_seconds(work: Step, choice: CheckpointChoice, notes: list[str]) -> float:
-    """Seconds per micro-batch of context parallelism's key and value collectives (and
-    again in the checkpointed modules' recompute), on the critical path, on the
-    context-parallel group's link (its ranks ``tp`` apart); said in ``notes``. 0
-    without context parallelism."""
+    """Context parallelism's key and value collectives on the context-parallel group's
+    link (its ranks ``tp`` apart: ``_exposed``), after the rule's note; 0 without
+    context parallelism."""
     opts = work.opts
     if opts.cp == 1:
         return 0.0
     from layerscope.planning.contextparallel import cp_notes
 
-    link = strided(opts.network, opts.cp, opts.tp)
-    once, again = comm_seconds(_kv(work.prof, opts), link, choice.paths)
-    where = "inside a node" if link.nodes == 1 else f"across {link.nodes} nodes"
     notes.extend(cp_notes(opts.cp, work.prof.model.get("cp")))
-    notes.append(
-        f"context-parallel collectives: {seconds(once + again)} per micro-batch over "
-        f"{opts.cp} GPUs {where} ({seconds(again)} of it the recompute's), all exposed"
-    )
-    return once + again
+    link = strided(opts.network, opts.cp, opts.tp)
+    kv = _kv(work.prof, opts)
+    return _exposed(kv, link, "context-parallel collectives", opts.cp, choice, notes)
 
 
 __all__ = ["cp_seconds", "ep_seconds", "step_comm", "tp_seconds"]
