@@ -368,17 +368,11 @@ def _time(work: Step, choice: CheckpointChoice) -> _Timed:
     fwd, bwd = roof_times(prof, roof, "forward"), roof_times(prof, roof, "backward")
     bound = _parts(work, choice, fwd, bwd, opts.target.bandwidth, tp)
     rates = rates_of(opts.target)
-    fp8 = opts.target.peak("float8_e4m3fn") if opts.float8 else None
-    scale = opts.cp  # context parallelism: a rank's queries meet the whole sequence
-    predicted = predict(
-        prof, rates, roof.peak, roof.bandwidth, opts.compile, fp8, attention_scale=scale
-    )
-    if (opts.compile or opts.float8 or scale > 1) and predicted.recorded:
+    predicted = price_kernels(prof, opts, rates)
+    if (opts.compile or opts.float8 or opts.cp > 1) and predicted.recorded:
         # other kernels than the analysis's modules ran: the bound is the predicted
         # kernels' own roofline (each at the datasheet's peak and bandwidth, no launch)
-        ideal = predict(
-            prof, DATASHEET, roof.peak, roof.bandwidth, opts.compile, fp8, attention_scale=scale
-        )
+        ideal = price_kernels(prof, opts, DATASHEET)
         bound = _parts(work, choice, ideal.forward, ideal.backward, opts.target.bandwidth, tp)
     time = _parts(
         work, choice, predicted.forward, predicted.backward,
@@ -392,6 +386,17 @@ def _time(work: Step, choice: CheckpointChoice) -> _Timed:
     if opts.float8:
         notes.append(FLOAT8)
     return _Timed(time, bound, flops * opts.grad_accum, predicted, rates, notes, tp)
+
+
+def price_kernels(prof: Profile, opts: Options, rates: Rates) -> Predicted:
+    """The analysis's kernels priced on ``rates`` (``planning.kernels``) at the target's
+    peak and bandwidth for the compute dtype, as ``compile`` and ``float8`` run them,
+    and under context parallelism with attention at its share of the whole sequence."""
+    roof = roof_of(opts.target, str(opts.compute_dtype).removeprefix("torch."))
+    fp8 = opts.target.peak("float8_e4m3fn") if opts.float8 else None
+    return predict(
+        prof, rates, roof.peak, roof.bandwidth, opts.compile, fp8, attention_scale=opts.cp
+    )
 
 
 def _parts(

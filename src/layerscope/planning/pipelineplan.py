@@ -9,9 +9,10 @@ from dataclasses import dataclass, replace
 from math import prod
 from typing import Any
 
+from layerscope.analysis.rates import rates_of
 from layerscope.planning import pipeline as pl
 from layerscope.planning import timeline as tl
-from layerscope.planning.build import _build, _columns, _published, _step, build
+from layerscope.planning.build import _build, _columns, _published, _step, build, price_kernels
 from layerscope.planning.checkpointing import CheckpointChoice, choose_checkpoints, resolve
 from layerscope.planning.facts import analyse_stages, check_paths, input_bytes
 from layerscope.planning.options import Options
@@ -25,10 +26,13 @@ def balanced_split(profs: list[Profile], opts: Options) -> tuple[str, ...] | Non
     """The pieces the stages after the first start at so that the slowest stage is as
     fast as it can be (each piece's predicted forward and backward, from the stages as
     analysed), where that differs from the cut analysed; None where it does not."""
-    # "auto" chooses per cut: the cut is balanced without checkpointing
-    choices = [resolve(prof, None) for prof in profs] if opts.checkpoint == "auto" else None
-    stages = _stage_plans(profs, opts, choices)
-    seconds = {p: t for s in stages for p, t in s.pieces.items()}
+    rates = rates_of(opts.target)
+    seconds: dict[str, float] = {}
+    for prof in profs:  # the kernels priced as the plan prices them
+        predicted = price_kernels(prof, opts, rates)
+        for path in prof.model["stage"]["pieces"]:
+            node = prof.node(path)
+            seconds[path] = predicted.forward[id(node)] + predicted.backward[id(node)]
     pieces = [p for prof in profs for p in prof.model["stage"]["pieces"]]
     starts = pl.balanced([seconds[p] for p in pieces], len(profs))
     split = tuple(pieces[k] for k in starts)
@@ -82,8 +86,6 @@ class _Stage:
     #: published convention (``build._published``)
     params: int
     published: int
-    #: predicted seconds of each of its pieces' forward and backward, per microbatch
-    pieces: dict[str, float]
 
     def per_micro(self, bound: bool = False) -> float:
         """Seconds per microbatch: compute, recompute, tensor-parallel collectives and
@@ -304,13 +306,11 @@ def _stage_plans(
             unsharded_grads=sum(prod(p.shape) for p in params) * grad_size if fsdp else 0,
         )  # fmt: skip
         sent = (step.input_bytes if s else 0) + (step.output_bytes if s + 1 < count else 0)
-        predicted = internals["timed"].predicted
-        nodes = {p: prof.node(p) for p in prof.model["stage"]["pieces"]}
+        attention = internals["timed"].predicted.attention_flops
         out.append(_Stage(
             plan, prof, step, internals["tp"], pl.p2p_seconds(sent, *link),
             sum(p.elements for p in params) + sum(p.elements for p in kept),
-            _published(params, kept, tokens, predicted.attention_flops, 1, opts.tp) or 0,
-            {p: predicted.forward[id(n)] + predicted.backward[id(n)] for p, n in nodes.items()},
+            _published(params, kept, tokens, attention, 1, opts.tp) or 0,
         ))  # fmt: skip
     return out
 
