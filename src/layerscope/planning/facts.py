@@ -149,7 +149,8 @@ def _annotate(
         experts = expert_paths(meta)
     for prof in profs:
         if experts:
-            prof.model["experts"] = [p for p in experts if p in {n.path for n in prof.nodes()}]
+            mine = {n.path for n in prof.nodes()}
+            prof.model["experts"] = [p for p in experts if p in mine]
         if tp_plan:
             prof.model["tp_plan"] = tp_plan
         prof.notices.extend(not_run)
