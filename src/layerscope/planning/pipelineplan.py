@@ -231,8 +231,8 @@ def _auto(profs: list[Profile], opts: Options) -> tuple[list[_Stage], list[_Rank
                 continue
             order = pl.actions(opts.schedule, opts.pp, rank.index, micro, opts.virtual)
             share = -(-over // max(1, pl.in_flight(order)))
-            for stage in rank.stages:
-                index = profs.index(stage.prof)
+            for v, stage in enumerate(rank.stages):
+                index = rank.index + v * opts.pp  # the rank's stages: r, r + S, ...
                 target = max(0, stage.plan.kept_activation_bytes - share)
                 choice = choose_checkpoints(stage.prof, target)
                 if choice.paths != choices[index].paths:
