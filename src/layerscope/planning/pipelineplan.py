@@ -323,7 +323,11 @@ def _row(rank: _Rank, opts: Options, micro: int, count: int) -> dict[str, Any]:
     pieces = [p for c in chunks for p in c]
     words = ", ".join(c[0] if len(c) == 1 else f"{c[0]} .. {c[-1]}" for c in chunks)
     order = pl.actions(opts.schedule, opts.pp, rank.index, micro, opts.virtual)
-    sent, received = _sends(rank, count, micro)
+    p2p = _p2p_comm(rank, count, micro)
+    sent, received = (
+        sum(kinds.get(kind, {}).get("bytes", 0) for kinds in p2p.values())
+        for kind in ("send", "recv")
+    )
     fits = None if opts.budget is None else opts.budget - opts.reserve_bytes >= rank.peak
     return {
         "stage": rank.index, "first": pieces[0], "last": pieces[-1], "pieces": len(pieces),
@@ -334,19 +338,6 @@ def _row(rank: _Rank, opts: Options, micro: int, count: int) -> dict[str, Any]:
         "in_flight": pl.in_flight(order), "peak_bytes": rank.peak, "fits": fits,
         "time": rank.per_micro(), "sent_bytes": sent, "received_bytes": received,
     }  # fmt: skip
-
-
-def _sends(rank: _Rank, count: int, micro: int) -> tuple[int, int]:
-    """Bytes a rank sends and receives per step: each stage's output on and its input's
-    gradient back, and the same received."""
-    sent = received = 0
-    for v, s in enumerate(rank.stages):
-        index = v * (count // len(rank.stages)) + rank.index
-        both = (s.step.input_bytes if index else 0) + (
-            s.step.output_bytes if index < count - 1 else 0
-        )
-        sent, received = sent + micro * both, received + micro * both
-    return sent, received
 
 
 def _p2p_comm(rank: _Rank, count: int, micro: int) -> dict[str, Any]:
