@@ -117,6 +117,64 @@ def test_interleaved_order_is_torchs() -> None:
             assert pl.actions("interleaved_1f1b", stages, rank, m, virtual) == torch_order
 
 
+def test_zero_bubble_order_is_torchs() -> None:
+    """Zero bubble, rank 1 of 2, 4 microbatches: no warm-up beyond 2 - 1 - 1 = 0
+    forwards; a forward and an input half in turn, each after the first (rank 1) followed
+    by the oldest weight half; then the last weight half. The same as torch's
+    ScheduleInterleavedZeroBubble orders it, for every rank of several pipelines, one
+    stage a rank and several."""
+    assert pl.actions("zero_bubble", 2, 1, 4) == [
+        ("F", 0, 0), ("I", 0, 0), ("F", 0, 1), ("I", 0, 1), ("W", 0, 0),
+        ("F", 0, 2), ("I", 0, 2), ("W", 0, 1), ("F", 0, 3), ("I", 0, 3), ("W", 0, 2),
+        ("W", 0, 3),
+    ]  # fmt: skip
+    assert pl.in_flight(pl.actions("zero_bubble", 2, 1, 4)) == 2  # F1 before W0
+    from torch.distributed.pipelining import schedules
+
+    class Orders(schedules.ScheduleInterleavedZeroBubble):
+        """torch's order alone (its attributes as its constructor sets them)."""
+
+        def __init__(self, stages: int, virtual: int, m: int) -> None:
+            self.pp_group_size, self.n_local_stages, self._n_microbatches = stages, virtual, m
+            self.number_of_rounds = max(1, m // stages)
+            self.microbatches_per_round = m // self.number_of_rounds
+
+    kinds = {"FORWARD": "F", "BACKWARD_INPUT": "I", "BACKWARD_WEIGHT": "W"}
+    shapes = [(2, 1, 4), (4, 1, 8), (4, 1, 4), (8, 1, 8), (3, 1, 5), (2, 2, 4), (4, 2, 8),
+              (4, 3, 12), (8, 2, 32)]  # fmt: skip
+    for stages, virtual, m in shapes:
+        for rank in range(stages):
+            torch_order = [
+                (kinds[a.computation_type.name], a.stage_index // stages, a.microbatch_index)
+                for a in Orders(stages, virtual, m)._calculate_single_rank_operations(rank)
+                if a is not None
+            ]
+            assert pl.actions("zero_bubble", stages, rank, m, virtual) == torch_order
+
+
+def test_simulated_spans() -> None:
+    """The schedules run on equal stages (forward 1 s, backward 2 s: an input half and a
+    weight half of 1 s each; the first stage's backward all weight half, as torch runs
+    it), 4 stages, 8 microbatches: GPipe and 1F1B take (M + S - 1)(F + B) = 11 x 3 = 33
+    s; interleaved 1F1B over 2 chunks a rank (each 0.5 s and 1 s) M (F + B) + (S - 1)(F
+    + B) / V = 24 + 4.5 = 28.5 s; zero bubble M (F + B) + (S - 1)(F + I - W) = 24 + 3 =
+    27 s (Qi et al.'s ZB-H1 bubble)."""
+
+    def span(schedule: str, virtual: int = 1) -> float:
+        seconds = {}
+        for g in range(4 * virtual):
+            weight = 2.0 if g == 0 else 1.0
+            times = {"F": 1.0, "B": 2.0, "I": 2.0 - weight, "W": weight}
+            seconds.update({(g, k): t / virtual for k, t in times.items()})
+        orders = [pl.actions(schedule, 4, r, 8, virtual) for r in range(4)]
+        return max(pl.simulate(4, virtual, orders, seconds))
+
+    assert span("gpipe") == span("1f1b") == 33.0
+    assert span("interleaved_1f1b", 2) == 28.5
+    assert span("zero_bubble") == 27.0
+    assert pl.bubble(4, 8) == 3 / 11 == (33 - 24) / 33
+
+
 def point(phase: str, event: str, act: int, grad: int = 0) -> tuple[str, str, str, dict[str, int]]:
     parts = dict.fromkeys(PARTS, 0)
     parts.update(param_bytes=1000, activation_bytes=act, grad_bytes=grad)
@@ -232,10 +290,17 @@ def test_stage_asked_for_and_the_document(tmp_path: Path) -> None:
         ({"microbatches": 4}, "microbatches is pipeline parallelism's"),
         ({"mesh": {"pp": 2}, "schedule": "zb"}, "schedule"),
         ({"mesh": {"pp": 4}, "microbatches": 2}, "Schedule1F1B needs at least as many"),
-        ({"mesh": {"pp": 2}, "virtual_stages": 2}, "under schedule='interleaved_1f1b' only"),
+        (
+            {"mesh": {"pp": 2}, "virtual_stages": 2},
+            "under schedule='interleaved_1f1b' or 'zero_bubble' only",
+        ),
         (
             {"mesh": {"pp": 2}, "schedule": "interleaved_1f1b", "microbatches": 5},
             "runs them in 2 rounds",
+        ),
+        (
+            {"mesh": {"pp": 2}, "schedule": "zero_bubble", "microbatches": 5},
+            r"2 rounds .* ScheduleInterleavedZeroBubble\), so it needs a multiple of 2, e.g. 6",
         ),
         ({"mesh": {"pp": 2}, "stage": 2}, "stage"),
     ],
@@ -311,6 +376,27 @@ def test_the_last_stage_keeps_the_outputs_unless_told_not() -> None:
     # at rest: 1,000 B of parameters and 2 more microbatches' inputs (20 B); held: the
     # third microbatch's 100 + 10 at the peak, 80 B of gradients, 2 x 10 B of sends
     assert last_peak(False) == 1_000 + 20 + 110 + 80 + 2 * 10
+
+
+def test_zero_bubble_compose_by_hand() -> None:
+    """The last stage of 2 under zero bubble (input 10 B, output 20 B, the modules that
+    hold parameters' output gradients 30 B), 2 microbatches, outputs not returned: F0
+    I0 F1 I1 W0 W1. At rest: 1,000 B of parameters and the other microbatch's input
+    (10 B). An input half keeps its microbatch's 100 B held and ends holding its 30 B of
+    output gradients and the input's 10 B gradient sent (40 B, growing by thirds over
+    its 3 points, each at least the 100 B held): 113, 136, 140. F1 on I0's 140: 140,
+    240. I1: 140 + 113, 136, 140. W0 holds microbatch 1's 140 and its own 40 fading
+    (26, 13, 0) over the backward's points (100, 110, 0) and their gradients (0, 40,
+    40): 266, 303, 180. W1: microbatch 0's sent 10 B kept, its gradients added into
+    the 40 B: 136 + 40, 133 + 80, 10 + 80. The peak is W0's: 1,010 + 303 = 1,313."""
+    step = pl.StageStep(points=ONE, input_bytes=10, output_bytes=20, wait_bytes=30)
+    points = pl.compose([step], "zero_bubble", 2, 1, 2, return_outputs=False)
+    above = [sum(p[3].values()) - 1_010 for p in points[:-1]]
+    assert above == [0, 100, 113, 136, 140, 140, 240, 253, 276, 280,
+                     266, 303, 180, 176, 213, 90]  # fmt: skip
+    # stage 0: no input half (torch runs the whole backward as the weight half)
+    first = pl.compose([step], "zero_bubble", 2, 0, 2)
+    assert [p[1] for p in first].count("peak") == 2
 
 
 def test_interleaved_compose_by_hand() -> None:
@@ -425,3 +511,28 @@ def test_stages_are_cut_where_the_slowest_is_fastest() -> None:
     assert not any(n.startswith("stages cut where") for n in given.notes)
     assert pl.balanced([1.0] * 8, 4) == [2, 4, 6]
     assert pl.balanced([5.0, 1, 1, 1, 1, 1, 1, 3], 2) == [3]  # 5 + 1 + 1 | 1 + ... + 3
+
+
+def test_zero_bubble_on_a_transformers_model(tmp_path: Path) -> None:
+    """Llama on 4 stages, 8 microbatches: zero bubble's step is 1F1B's less the weight
+    halves that fill its bubble, its memory above 1F1B's by what input halves keep; the
+    plan saves, loads and renders with its schedule; the CLI takes it."""
+    plans = {
+        schedule: ls.plan(llama(), input_shape=(2, 32), mesh={"pp": 4}, microbatches=8,
+                          schedule=schedule, return_outputs=False)
+        for schedule in ("1f1b", "zero_bubble")
+    }  # fmt: skip
+    one, zero = plans["1f1b"], plans["zero_bubble"]
+    assert one.pipeline is not None and zero.pipeline is not None
+    # the same work a microbatch on every stage; the busiest rank's step shorter
+    assert [r["time"] for r in zero.pipeline["rows"]] == [r["time"] for r in one.pipeline["rows"]]
+    assert zero.step_time < one.step_time
+    assert zero.pipeline["bubble"] < one.pipeline["bubble"]
+    for a, b in zip(zero.pipeline["rows"], one.pipeline["rows"], strict=True):
+        assert a["peak_bytes"] >= b["peak_bytes"] - 64, (a["stage"], a, b)
+    assert any("zero bubble: each backward split" in n for n in zero.notes)
+    path = tmp_path / "plan.json"
+    zero.save(path)
+    back = ls.load_plan(path)
+    assert back.pipeline == zero.pipeline
+    assert "zero_bubble, 8 microbatches" in back.render(width=80).replace("\n  ", " ")

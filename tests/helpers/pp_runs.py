@@ -6,9 +6,11 @@ A stack of an input Linear(64, 64) (``stem``), ``BLOCKS`` identical blocks
 stem and the first ``BLOCKS / S`` blocks, the last stage the last blocks and the head),
 trained three AdamW steps by ``torch.distributed.pipelining``'s ``ScheduleGPipe``,
 ``Schedule1F1B`` and ``ScheduleInterleaved1F1B`` (each rank holding ``VIRTUAL`` stages of
-``S x VIRTUAL`` cut alike) with 4 and 8 microbatches of ``[ROWS, SEQ, WIDTH]`` on one
-seeded batch, mean squared error against a fixed random target. The third step is
-measured.
+``S x VIRTUAL`` cut alike), and ``ScheduleInterleavedZeroBubble`` (``zb``: one stage a
+rank, ``zb2``: ``VIRTUAL``, both with ``return_outputs=False``; ``zbk``: one stage a rank,
+the outputs returned; its blocks ``Residual``, whose output is not a view) with 4 and 8
+microbatches of ``[ROWS, SEQ, WIDTH]`` on one seeded batch, mean squared error against a
+fixed random target. The third step is measured.
 
 Each rank's ``rank{r}.json``: ``{"gpipe-4": facts, "gpipe-8": ..., "1f1b-4": ...,
 "1f1b-8": ..., "alone": {...}}``. ``facts``:
@@ -25,8 +27,9 @@ Each rank's ``rank{r}.json``: ``{"gpipe-4": facts, "gpipe-8": ..., "1f1b-4": ...
   batch and the stage's receive buffers, by name;
 - ``peak``: live bytes above the baseline at the step's peak (forward, backward and the
   optimizer), ``pipeline_peak``: the same up to the end of the schedule's ``step``;
-- ``actions``: ``[kind, microbatch, live bytes above the baseline after it]`` for each
-  forward (``F``) and backward (``B``) the schedule ran, in order;
+- ``actions``: ``[kind, microbatch, live bytes above the baseline before and after it,
+  the peak while it ran]`` for each forward (``F``), backward (``B``), input half
+  (``I``) and weight half (``W``) the schedule ran, in order;
 - ``losses``: the last stage's microbatch losses of each step (``[]`` elsewhere);
   ``reference``: the unsplit model's loss on the whole batch over the same steps.
 
@@ -55,7 +58,10 @@ from helpers.records import StorageTracker
 WIDTH, HIDDEN, OUT, BLOCKS = 64, 256, 32, 8
 ROWS, SEQ = 2, 16  # a microbatch: [2, 16, 64]
 STEPS = 3  # the last measured
-SCHEDULES = ("gpipe", "1f1b", "interleaved")
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb", "zb2", "zbk")
+#: ``step(return_outputs=)``: the zero-bubble runs as torchtitan's (False), but ``zbk``
+RETURN_OUTPUTS = {"gpipe": True, "1f1b": True, "interleaved": True, "zb": False,
+                  "zb2": False, "zbk": True}  # fmt: skip
 MICROBATCHES = (4, 8)
 CONFIGS = tuple(f"{s}-{m}" for s in SCHEDULES for m in MICROBATCHES)
 #: interleaved 1F1B: the stages a rank holds
@@ -63,12 +69,24 @@ VIRTUAL = 2
 LR = 0.01
 
 
-def stack() -> nn.Sequential:
-    """The whole model, seeded: the same weights on every rank."""
+class Residual(nn.Sequential):
+    """A block with its input added to its output: ``x + block(x)``, an output that is not
+    a view (torch's zero-bubble schedules detach a stage's output in place, which a view
+    refuses)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = x + super().forward(x)  # type: ignore[no-untyped-call]
+        return out
+
+
+def stack(residual: bool = False) -> nn.Sequential:
+    """The whole model, seeded: the same weights on every rank; ``residual``: the blocks
+    are ``Residual``."""
     torch.manual_seed(0)
     parts: OrderedDict[str, nn.Module] = OrderedDict(stem=nn.Linear(WIDTH, WIDTH))
+    kind = Residual if residual else nn.Sequential
     for i in range(BLOCKS):
-        parts[f"block{i}"] = nn.Sequential(
+        parts[f"block{i}"] = kind(
             nn.LayerNorm(WIDTH), nn.Linear(WIDTH, HIDDEN), nn.GELU(), nn.Linear(HIDDEN, WIDTH)
         )
     parts["head"] = nn.Linear(WIDTH, OUT)
@@ -233,9 +251,21 @@ def watch_actions(stages: list[Any], seen: P2PObserver, actions: list[list[Any]]
 
         return call
 
+    def backward(stage: Any) -> Any:
+        full, partial = (
+            watched("B", stage.backward_one_chunk),
+            watched("I", stage.backward_one_chunk),
+        )
+
+        def call(chunk: int, *args: Any, **kwargs: Any) -> Any:
+            return (full if kwargs.get("full_backward", True) else partial)(chunk, *args, **kwargs)
+
+        return call
+
     for stage in stages:
         stage.forward_one_chunk = watched("F", stage.forward_one_chunk)
-        stage.backward_one_chunk = watched("B", stage.backward_one_chunk)
+        stage.backward_one_chunk = backward(stage)
+        stage.backward_weight_one_chunk = watched("W", stage.backward_weight_one_chunk)
 
 
 def build(schedule: str, microbatches: int, rank: int, world: int) -> tuple[Any, ...]:
@@ -247,16 +277,25 @@ def build(schedule: str, microbatches: int, rank: int, world: int) -> tuple[Any,
         Schedule1F1B,
         ScheduleGPipe,
         ScheduleInterleaved1F1B,
+        ScheduleInterleavedZeroBubble,
     )
 
-    model, cpu = stack(), torch.device("cpu")
-    if schedule == "interleaved":
-        count = world * VIRTUAL
-        chunks = [stage_module(model, rank + v * world, count) for v in range(VIRTUAL)]
+    MULTI = {
+        "interleaved": (ScheduleInterleaved1F1B, VIRTUAL),
+        "zb": (ScheduleInterleavedZeroBubble, 1),
+        "zb2": (ScheduleInterleavedZeroBubble, VIRTUAL),
+        "zbk": (ScheduleInterleavedZeroBubble, 1),
+    }
+
+    model, cpu = stack(schedule.startswith("zb")), torch.device("cpu")
+    if schedule in MULTI:
+        virtual = MULTI[schedule][1]
+        count = world * virtual
+        chunks = [stage_module(model, rank + v * world, count) for v in range(virtual)]
         stages: list[Any] = [
             PipelineStage(c, rank + v * world, count, cpu) for v, c in enumerate(chunks)
         ]
-        runner: Any = ScheduleInterleaved1F1B(stages, n_microbatches=microbatches, loss_fn=loss_fn)
+        runner: Any = MULTI[schedule][0](stages, n_microbatches=microbatches, loss_fn=loss_fn)
         module: nn.Module = nn.ModuleList(chunks)
     else:
         module = stage_module(model, rank, world)
@@ -266,21 +305,23 @@ def build(schedule: str, microbatches: int, rank: int, world: int) -> tuple[Any,
     return module, stages, runner, torch.optim.AdamW(module.parameters(), lr=LR)
 
 
-def step_once(runner: Any, rank: int, world: int, batch: tuple[torch.Tensor, ...]) -> list[float]:
+def step_once(
+    runner: Any, rank: int, world: int, batch: tuple[torch.Tensor, ...], schedule: str
+) -> list[float]:
     """One schedule step (forward and backward of every microbatch): the last stage's
     microbatch losses."""
     losses: list[torch.Tensor] = []
     if rank == 0:
         runner.step(batch[0])
     elif rank == world - 1:
-        runner.step(target=batch[1], losses=losses)
+        runner.step(target=batch[1], losses=losses, return_outputs=RETURN_OUTPUTS[schedule])
     else:
         runner.step()
     return [loss.item() for loss in losses]
 
 
 def measured_step(
-    parts: tuple[Any, ...], rank: int, world: int, batch: tuple[torch.Tensor, ...]
+    parts: tuple[Any, ...], rank: int, world: int, batch: tuple[torch.Tensor, ...], schedule: str
 ) -> tuple[list[float], dict[str, Any]]:
     """One observed step: its losses and its figures."""
     module, stage, runner, opt = parts
@@ -294,19 +335,19 @@ def measured_step(
     seen, actions = P2PObserver(rank), list[list[Any]]()
     watch_actions(stage, seen, actions)
     with Wrapped() as wrapped, seen:
-        losses = step_once(runner, rank, world, batch)
+        losses = step_once(runner, rank, world, batch, schedule)
         facts.update(state_bytes(module, opt))
         facts["pipeline_peak"] = seen.peak
         opt.step()
     for one in stage:
-        del one.forward_one_chunk, one.backward_one_chunk
+        del one.forward_one_chunk, one.backward_one_chunk, one.backward_weight_one_chunk
     facts.update(p2p=seen.p2p, wrapped=wrapped.counts, peak=seen.peak, actions=actions)
     return losses, facts
 
 
-def reference_losses(microbatches: int) -> list[float]:
+def reference_losses(microbatches: int, residual: bool) -> list[float]:
     """The unsplit model's loss on the whole batch over ``STEPS`` steps."""
-    model = stack()
+    model = stack(residual)
     opt = torch.optim.AdamW(model.parameters(), lr=LR)
     x, target = data(microbatches)
     out = []
@@ -327,14 +368,14 @@ def run(config: str, rank: int, world: int) -> dict[str, Any]:
     losses: list[list[float]] = []
     for step in range(STEPS):
         if step < STEPS - 1:
-            losses.append(step_once(parts[2], rank, world, batch))
+            losses.append(step_once(parts[2], rank, world, batch, schedule))
             parts[3].step()
         else:
-            last, facts = measured_step(parts, rank, world, batch)
+            last, facts = measured_step(parts, rank, world, batch, schedule)
             losses.append(last)
         parts[3].zero_grad(set_to_none=True)
     facts["losses"] = losses
-    facts["reference"] = reference_losses(int(count))
+    facts["reference"] = reference_losses(int(count), schedule.startswith("zb"))
     dist.barrier()
     return facts
 

@@ -79,12 +79,13 @@ def _add_cluster_arguments(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     net.add_argument(
         "--schedule", metavar="NAME",
-        help="with pp in --mesh: the pipeline schedule, gpipe, 1f1b (the default) or "
-        "interleaved_1f1b",
+        help="with pp in --mesh: the pipeline schedule, gpipe, 1f1b (the default), "
+        "interleaved_1f1b or zero_bubble",
     )  # fmt: skip
     net.add_argument(
         "--virtual-stages", type=int, metavar="V",
-        help="with --schedule interleaved_1f1b: the stages each rank holds (default 2)",
+        help="with --schedule interleaved_1f1b or zero_bubble: the stages each rank "
+        "holds (default 2 and 1)",
     )  # fmt: skip
     net.add_argument(
         "--pp-split", metavar="PATH,...",

@@ -236,8 +236,8 @@ FIELDS: list[PlanField] = [
     _time("compute", "Compute", "the forward and backward, each kernel at its achievable rate"),
     _time("recompute", "Recompute", "checkpointed modules' forwards, again"),
     _time("exposed_comm", "Exposed comm", "collectives that compute does not hide"),
-    _time("bubble", "Bubble", "a pipeline's idle slots: S - 1 microbatches of the slowest "
-          "stage, less this stage's own share of the step", required=False),
+    _time("bubble", "Bubble", "a pipeline's idle time: the schedule's span on the stages' "
+          "predicted times, less this stage's own share of it", required=False),
     _time("optimizer", "Optimizer", "the step's bytes over the achievable bandwidth"),
     _time("comm", "Comm", "every collective of the step, hidden or not", default=False),
     # ---- the per-module table ----

@@ -143,7 +143,7 @@ def _stages(pipeline: Any) -> dict[str, Any] | None:
         f"{pipeline.get('stages')} stages, {pipeline.get('schedule')}, "
         f"{pipeline.get('microbatches')} microbatches; this plan is stage "
         f"{pipeline.get('stage')}'s ({pipeline.get('chosen')}); the bubble is "
-        f"{100 * float(pipeline.get('bubble') or 0):.0f} % of the slowest stage's step."
+        f"{100 * float(pipeline.get('bubble') or 0):.0f} % of the step."
     )
     return {"columns": cols, "rows": cells, "said": said}
 

@@ -38,8 +38,8 @@ RESERVE_BYTES = 2 * 2**30
 #: cluster's NICs (``planning.cluster``).
 INTER_NODE_BANDWIDTH = 400e9 / 8
 OUT_OF_SCOPE = (
-    "not modelled: asynchronous tensor parallelism, zero-bubble pipeline schedules, "
-    "uneven expert routing"
+    "not modelled: asynchronous tensor parallelism, the V-shaped pipeline schedules "
+    "(ZBV, DualPipeV), uneven expert routing"
 )
 
 _COMPUTE = {"fp32": torch.float32, "bf16": torch.bfloat16, "bf16-mixed": torch.bfloat16,
@@ -125,10 +125,11 @@ class Options:
 
     @property
     def virtual(self) -> int:
-        """Model chunks each pipeline rank holds (``interleaved_1f1b``: 2 unless given)."""
-        if self.schedule != "interleaved_1f1b":
-            return 1
-        return self.virtual_stages or 2
+        """Model chunks each pipeline rank holds (``interleaved_1f1b``: 2 unless given;
+        ``zero_bubble``: 1 unless given)."""
+        if self.schedule == "interleaved_1f1b":
+            return self.virtual_stages or 2
+        return (self.virtual_stages or 1) if self.schedule == "zero_bubble" else 1
 
     @property
     def dp_size(self) -> int:
@@ -327,7 +328,7 @@ def check_options(given: Mapping[str, Any]) -> Options:
 
 def _pipeline(o: Mapping[str, Any], pp: int) -> dict[str, Any]:
     """The pipeline's options, for a mesh with ``pp`` above 1 (``planning.pipeline``)."""
-    from layerscope.planning.pipeline import SCHEDULES
+    from layerscope.planning.pipeline import MULTI_CHUNK, SCHEDULES
 
     given = [k for k in ("microbatches", "pp_split", "stage", "virtual_stages") if o[k] is not None]
     given += [k for k, v in (("schedule", "1f1b"), ("return_outputs", True)) if o[k] != v]
@@ -349,23 +350,26 @@ def _pipeline(o: Mapping[str, Any], pp: int) -> dict[str, Any]:
     virtual = o["virtual_stages"]
     if virtual is not None:
         virtual = check_int("virtual_stages", virtual, 1)
-        if o["schedule"] != "interleaved_1f1b" and virtual != 1:
+        if o["schedule"] not in MULTI_CHUNK and virtual != 1:
             raise InvalidInputError(
                 f"virtual_stages={virtual}: a rank holds several stages under "
-                "schedule='interleaved_1f1b' only"
+                "schedule='interleaved_1f1b' or 'zero_bubble' only"
             )
     if o["schedule"] == "1f1b" and micro is not None and micro < pp:
         raise InvalidInputError(
             f"microbatches={micro}: torch's Schedule1F1B needs at least as many "
             f"microbatches as stages ({pp}); give {pp} or more, or schedule='gpipe'"
         )
-    if o["schedule"] == "interleaved_1f1b":
+    if o["schedule"] in MULTI_CHUNK:
         m = micro or pp
         rounds = max(1, m // pp)
         if m % rounds:
+            name = {"interleaved_1f1b": "Interleaved1F1B"}.get(
+                o["schedule"], "InterleavedZeroBubble"
+            )
             raise InvalidInputError(
-                f"microbatches={m}: interleaved 1F1B runs them in {rounds} rounds of "
-                f"{pp} or more (torch's ScheduleInterleaved1F1B), so it needs a multiple "
+                f"microbatches={m}: {o['schedule']} runs them in {rounds} rounds of "
+                f"{pp} or more (torch's Schedule{name}), so it needs a multiple "
                 f"of {rounds}, e.g. {rounds * (m // rounds + 1)}"
             )
     return {

@@ -74,12 +74,14 @@ from layerscope.planning.pipelinecut import (
 from layerscope.planning.timeline import PARTS
 
 #: ``schedule=``'s values.
-SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b")
+SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b", "zero_bubble")
+#: The schedules that run several model chunks a rank when asked (``virtual_stages``).
+MULTI_CHUNK = ("interleaved_1f1b", "zero_bubble")
 
 
 # ---- the schedule ----------------------------------------------------------------------
-#: One forward (``"F"``) or backward (``"B"``) of a rank: (kind, its local chunk, the
-#: microbatch).
+#: One forward (``"F"``), backward (``"B"``), or under ``zero_bubble`` a backward's input
+#: (``"I"``) or weight (``"W"``) half, of a rank: (kind, its local chunk, the microbatch).
 Action = tuple[str, int, int]
 
 
@@ -94,6 +96,8 @@ def actions(
         return [("F", 0, k) for k in range(m)] + [("B", 0, k) for k in range(m)]
     if schedule == "interleaved_1f1b":
         return _interleaved(stages, rank, m, virtual)
+    if schedule == "zero_bubble":
+        return _zero_bubble(stages, rank, m, virtual)
     warmup = min(m, stages - rank)
     out = [("F", 0, k) for k in range(warmup)]
     for k in range(m - warmup):
@@ -129,11 +133,46 @@ def _interleaved(stages: int, rank: int, m: int, virtual: int) -> list[Action]:
     return out
 
 
+def _zero_bubble(stages: int, rank: int, m: int, virtual: int) -> list[Action]:
+    """Zero bubble (Qi et al. 2024, ZB-H1; interleaved over ``virtual`` chunks) as
+    torch's ``ScheduleInterleavedZeroBubble`` orders a rank's work: a backward split into
+    its input half (``I``: the input's gradient, sent back at once) and its weight half
+    (``W``: the weights' gradients, run later to fill the bubble). Rounds as interleaved
+    1F1B's; ``(virtual - 1) x`` a round plus ``stages - 1 - rank`` forwards warm up, then
+    a forward and an input half in turn, each followed, after the first ``rank`` of
+    them, by the oldest weight half waiting; then the remaining input and weight
+    halves alike, then the weight halves left."""
+    per_round = m // max(1, m // stages)
+    total = virtual * m
+    warmup = min((virtual - 1) * per_round + (stages - 1 - rank), total)
+    done = {"F": [0] * virtual, "I": [0] * virtual, "W": [0] * virtual}
+
+    def add(kind: str, chunk: int) -> None:
+        done[kind][chunk] += 1
+        out.append((kind, chunk, done[kind][chunk] - 1))
+
+    out: list[Action] = []
+    waiting: list[int] = []  # the chunks of the input halves run, oldest first
+    for op in range(total + warmup):
+        if op < total:
+            add("F", op // per_round % virtual)
+        if op >= warmup:
+            chunk = virtual - 1 - (op - warmup) // per_round % virtual
+            add("I", chunk)
+            waiting.append(chunk)
+            if op - warmup >= rank:
+                add("W", waiting.pop(0))
+    for chunk in waiting:
+        add("W", chunk)
+    return out
+
+
 def in_flight(order: Sequence[Action]) -> int:
-    """The most microbatches (of any chunk) forwarded and not yet backwarded at once."""
+    """The most microbatches (of any chunk) forwarded and not yet backwarded (under zero
+    bubble: their weight half not yet run) at once."""
     most = now = 0
     for kind, *_ in order:
-        now += 1 if kind == "F" else -1
+        now += {"F": 1, "I": 0}.get(kind, -1)
         most = max(most, now)
     return most
 
@@ -151,6 +190,11 @@ class StageStep:
     #: FSDP2: the units gathered whole, and the unsharded gradients, bytes
     unsharded: int = 0
     unsharded_grads: int = 0
+    #: zero bubble: the gradients of the outputs of the modules that hold parameters
+    #: (kept from a backward's input half to its weight half), and their inputs (what the
+    #: weight half frees of what the forward saved), bytes
+    wait_bytes: int = 0
+    weight_inputs: int = 0
 
 
 def held_bytes(points: Sequence[tuple[str, str, str, dict[str, int]]]) -> int:
@@ -179,6 +223,14 @@ class _Chunk:
             raise InvalidInputError("mesh pp: a stage's analysis has no forward or no backward")
         self.step, self.m, self.fsdp = step, m, step.unsharded > 0
         self.held = held_bytes(step.points)
+        # zero bubble: what a microbatch holds between its input and weight halves
+        # (none on the first stage, whose input half is empty: torch runs its whole
+        # backward as the weight half): the input's gradient sent, and the output
+        # gradients of the modules that hold parameters but the one received (the last
+        # such module's output gradient is the stage's, through a residual add or not)
+        zero_bubble = schedule == "zero_bubble" and not first
+        received = 0 if last else step.output_bytes
+        self.wait = max(0, step.wait_bytes - received) + step.input_bytes if zero_bubble else 0
         # the gradients a backward adds into: one backward's, or FSDP2's unsharded ones
         self.after = self.bwd[-1][3]["grad_bytes"]
         self.whole = step.unsharded_grads if self.fsdp else self.after
@@ -186,6 +238,12 @@ class _Chunk:
         # under GPipe and interleaved 1F1B the tensors sent (torch waits on their sends
         # at the step's end)
         self.kept = step.output_bytes if last and keep else 0
+        if last and keep and schedule == "zero_bubble":
+            # the output kept holds the graph: what the forward saved and the weight
+            # half did not free (the inputs of the modules that hold parameters, but the
+            # stage's own input, a receive buffer)
+            freed = max(0, step.weight_inputs - step.input_bytes)
+            self.kept = max(self.kept, self.held - freed)
         if schedule != "1f1b":
             self.kept += (0 if first else step.input_bytes) + (0 if last else step.output_bytes)
         # 1F1B waits on a backward's send of the input's gradient at the next backward
@@ -193,7 +251,8 @@ class _Chunk:
         # the receive buffers and, on the first stage, the batch's other microbatches
         self.buffers = (m - 1) * step.input_bytes + (0 if last else m * step.output_bytes)
         self.rest = {k: self.fwd[0][3][k] for k in _AT_REST}
-        self.forwarded = self.backwarded = 0
+        # forwards, input halves (zero bubble) and whole backwards (or weight halves) run
+        self.forwarded = self.inputs = self.backwarded = 0
 
     def level(self) -> dict[str, int]:
         """What the chunk holds between its own forwards and backwards, by part."""
@@ -212,6 +271,7 @@ class _Chunk:
         """Activation bytes of the microbatches in flight and of the finished ones."""
         return (
             (self.forwarded - self.backwarded) * self.held
+            + (self.inputs - self.backwarded) * self.wait
             + self.backwarded * self.kept
             + (self.pending if self.backwarded else 0)
         )
@@ -232,16 +292,49 @@ class _Chunk:
         self.forwarded += 1
         return out
 
+    def input_half(self, others: Mapping[str, int]) -> list[tuple[str, str, str, dict[str, int]]]:
+        """Zero bubble's input half of a backward (``torch.autograd.grad`` of the input,
+        the graph retained): the backward's points with what the forward saved kept
+        whole, the gradients of the outputs of the modules that hold parameters growing
+        to ``wait`` and no parameter's gradient made; none on the first stage."""
+        out = []
+        if self.wait:
+            lift, start, n = (
+                self.lift() - self.held,
+                self.bwd[0][3]["activation_bytes"],
+                len(self.bwd),
+            )
+            for i, (phase, event, path, parts) in enumerate(self.bwd):
+                now = {k: parts[k] + others[k] for k in PARTS}
+                now["other_bytes"] += self.buffers
+                now["activation_bytes"] = (
+                    others["activation_bytes"] + lift + max(parts["activation_bytes"], start)
+                    + self.wait * (i + 1) // n
+                )  # fmt: skip
+                now["grad_bytes"] = others["grad_bytes"] + (self.whole if self.backwarded else 0)
+                if self.fsdp:  # kept gathered; no gradient yet
+                    now["unsharded_param_bytes"] = max(
+                        now["unsharded_param_bytes"], self.step.unsharded
+                    )
+                    now["comm_buffer_bytes"] = 0
+                out.append((phase, event, path, now))
+        self.inputs += 1
+        return out
+
     def backward(self, others: Mapping[str, int]) -> list[tuple[str, str, str, dict[str, int]]]:
+        """A whole backward, or zero bubble's weight half (its input half's kept
+        gradients fading as it runs)."""
         final = self.backwarded == self.m - 1
-        lift = self.lift() - self.held  # this microbatch's own, in its points
+        lift = self.lift() - self.held - self.wait  # this microbatch's own, in its points
+        fading = self.wait if self.inputs > self.backwarded else 0
+        n = len(self.bwd)
         out = []
         previous = own_base = 0
         last_path: str | None = None
         for i, (phase, event, path, parts) in enumerate(self.bwd):
             now = {k: parts[k] + others[k] for k in PARTS}
             now["other_bytes"] += self.buffers
-            now["activation_bytes"] += lift
+            now["activation_bytes"] += lift + fading * (n - 1 - i) // n
             g = parts["grad_bytes"]
             if path != last_path:  # the gradients counted before this module's backward
                 own_base, last_path = previous, path
@@ -293,7 +386,8 @@ def compose(
             if u != v:
                 for k, n in chunk.level().items():
                     others[k] += n
-        out += chunks[v].forward(others) if kind == "F" else chunks[v].backward(others)
+        run = {"F": chunks[v].forward, "I": chunks[v].input_half}.get(kind, chunks[v].backward)
+        out += run(others)
     step = dict.fromkeys(PARTS, 0)
     for chunk in chunks:  # the optimizer step of every chunk at once
         for k in PARTS:
@@ -304,6 +398,45 @@ def compose(
 
 
 # ---- time ------------------------------------------------------------------------------
+def simulate(
+    stages: int,
+    virtual: int,
+    orders: Sequence[Sequence[Action]],
+    seconds: Mapping[tuple[int, str], float],
+) -> list[float]:
+    """When each rank ends its step: every rank runs its ``orders`` in turn, each action
+    as soon as the rank is free and what it needs has ended (a forward: the previous
+    stage's forward of its microbatch; a backward or input half: the next stage's, the
+    last stage's its own forward; a weight half: its input half). ``seconds[(stage,
+    kind)]``: an action's length on stage ``stage`` (rank ``stage % stages``, chunk
+    ``stage // stages``), its sends included."""
+    count = stages * virtual
+    ended: dict[tuple[str, int, int], float] = {}
+    free, at = [0.0] * stages, [0] * stages
+    moved = True
+    while moved:
+        moved = False
+        for r, order in enumerate(orders):
+            while at[r] < len(order):
+                kind, chunk, k = order[at[r]]
+                g = chunk * stages + r
+                if kind == "F":
+                    need = ("F", g - 1, k) if g else None
+                elif kind == "W":
+                    need = ("I", g, k)
+                else:
+                    need = (kind, g + 1, k) if g < count - 1 else ("F", g, k)
+                if need is not None and need not in ended:
+                    break
+                start = max(free[r], ended[need] if need else 0.0)
+                free[r] = ended[(kind, g, k)] = start + seconds[(g, kind)]
+                at[r] += 1
+                moved = True
+    if any(a < len(o) for a, o in zip(at, orders, strict=True)):
+        raise AssertionError("pipeline schedule deadlocks")  # torch's orders never do
+    return free
+
+
 def p2p_seconds(nbytes: int, cluster: Any, stages: int, stride: int) -> float:
     """Seconds of one send of ``nbytes`` between neighbouring stages (the pipeline axis's
     link: ranks ``stride`` apart)."""
@@ -313,16 +446,33 @@ def p2p_seconds(nbytes: int, cluster: Any, stages: int, stride: int) -> float:
 
 
 def notes(
-    schedule: str, stages: int, virtual: int, micro: int, chosen: int, why: str, fsdp: bool
+    schedule: str,
+    stages: int,
+    virtual: int,
+    micro: int,
+    chosen: int,
+    why: str,
+    fsdp: bool,
+    idle: float,
 ) -> list[str]:
-    """What a pipeline's plan assumes, beside its figures."""
+    """What a pipeline's plan assumes, beside its figures (``idle``: the bubble's share
+    of the step)."""
     chunks = f", {virtual} stages a rank" if virtual > 1 else ""
     out = [
         f"pipeline: {stages} ranks{chunks}, {schedule}, {micro} microbatches of the input "
         f"given; this plan is rank {chosen}'s ({why}), every rank's in plan.pipeline",
-        f"bubble: {bubble(stages, micro, virtual):.0%} of the step, (S - 1) / (V M + S - 1) "
-        "at the slowest stage's pace; the point-to-point sends are not hidden under compute",
+        f"bubble: {idle:.0%} of the step, the busiest rank's idle time as the schedule runs "
+        f"on each stage's predicted forward and backward ((S - 1) / (V M + S - 1) = "
+        f"{bubble(stages, micro, virtual):.0%} for 1F1B-like schedules on equal stages); "
+        "the point-to-point sends are not hidden under compute",
     ]
+    if schedule == "zero_bubble":
+        out.append(
+            "zero bubble: each backward split as torch.distributed.pipelining splits it, "
+            "the input's gradient first (the graph kept, with the gradients of the outputs "
+            "of the modules that hold parameters), the weights' later; a weight half "
+            "priced as those modules' forward (all of the first stage's backward)"
+        )
     if fsdp:
         out.append(
             "FSDP2 under a pipeline, as torch.distributed.pipelining runs it: a stage's units "
@@ -356,6 +506,7 @@ __all__ = [
     "notes",
     "p2p_seconds",
     "received",
+    "simulate",
     "spec_bytes",
     "stage_call",
     "stage_view",

@@ -86,12 +86,24 @@ class _Stage:
     #: published convention (``build._published``)
     params: int
     published: int
+    #: the shares of a microbatch's seconds its forward takes, and of its backward's the
+    #: weights' gradients take (zero bubble's weight half; ``_shares``)
+    forward_share: float = 0.5
+    weight_share: float = 0.5
 
     def per_micro(self, bound: bool = False) -> float:
         """Seconds per microbatch: compute, recompute, tensor-parallel collectives and
         the sends."""
         t = self.plan.time_bound if bound and self.plan.time_bound else self.plan.time
         return float(t["compute"] + t["recompute"] + self.tp + self.p2p)
+
+    def seconds(self, bound: bool = False) -> dict[str, float]:
+        """A microbatch's forward (``F``), backward (``B``) and the backward's input and
+        weight halves (``I``, ``W``), seconds."""
+        whole = self.per_micro(bound)
+        fwd = whole * self.forward_share
+        weight = (whole - fwd) * self.weight_share
+        return {"F": fwd, "B": whole - fwd, "I": whole - fwd - weight, "W": weight}
 
 
 @dataclass
@@ -140,10 +152,13 @@ def pipeline_plan(profs: list[Profile], opts: Options) -> Plan:
     why = "asked for" if opts.stage is not None else "the highest peak"
     first = rank.stages[0].plan
     split = [prof.model["stage"]["pieces"][0] for prof in profs[1:]]
+    span = _span(ranks, stages, opts, False)
+    idle = 1 - max(micro * r.per_micro() for r in ranks) / span if span > 0 else 0.0
     notes = [
         *first.notes,
-        *pl.notes(opts.schedule, size, virtual, micro, chosen, why, opts.sharding == "fsdp"),
-    ]
+        *pl.notes(opts.schedule, size, virtual, micro, chosen, why, opts.sharding == "fsdp",
+                  idle),
+    ]  # fmt: skip
     if profs[0].model["stage"].get("balanced"):
         notes.append(
             f"stages cut where the slowest one's predicted time is least, not evenly by "
@@ -189,7 +204,7 @@ def pipeline_plan(profs: list[Profile], opts: Options) -> Plan:
         pipeline={
             "schedule": opts.schedule, "microbatches": micro, "stages": size,
             "virtual_stages": virtual, "stage": chosen, "chosen": why,
-            "bubble": pl.bubble(size, micro, virtual),
+            "bubble": idle,
             "rows": [_row(r, opts, micro, size * virtual) for r in ranks],
         },
         analysis=rank.stages[0].prof,
@@ -247,26 +262,36 @@ def _step_parts(
     rank: _Rank, ranks: list[_Rank], stages: list[_Stage], opts: Options, bound: bool
 ) -> dict[str, float] | None:
     """A rank's step by part: ``M`` microbatches of its stages' work, the bubble (the
-    busiest rank's ``M`` microbatches and ``S - 1`` slots of the slowest stage, less
-    this rank's own work), the data-parallel collectives not hidden and the optimizer,
-    once; None for the bound where a stage has none."""
-    micro, size, accum = opts.microbatches or opts.pp, opts.pp, opts.grad_accum
+    schedule's span as ``pipeline.simulate`` runs it, less this rank's own work), the
+    data-parallel collectives not hidden and the optimizer, once; None for the bound
+    where a stage has none."""
+    micro, accum = opts.microbatches or opts.pp, opts.grad_accum
     parts = [s.plan.time_bound if bound else s.plan.time for s in rank.stages]
     if any(t is None for t in parts):
         return None
     times = [t for t in parts if t is not None]
-    busiest = max(micro * r.per_micro(bound) for r in ranks)
-    slot = max(s.per_micro(bound) for s in stages)
+    span = _span(ranks, stages, opts, bound)
     sends = micro * sum(s.tp + s.p2p for s in rank.stages)
     pairs = list(zip(times, rank.stages, strict=True))
     return {
         "compute": micro * sum(t["compute"] for t in times) * accum,
         "recompute": micro * sum(t["recompute"] for t in times) * accum,
         "exposed_comm": (sends + sum(max(0.0, t["exposed_comm"] - s.tp) for t, s in pairs)) * accum,
-        "bubble": (busiest + (size - 1) * slot - micro * rank.per_micro(bound)) * accum,
+        "bubble": (span - micro * rank.per_micro(bound)) * accum,
         "optimizer": sum(t["optimizer"] for t in times),
         "comm": (sends + sum(max(0.0, t["comm"] - s.tp) for t, s in pairs)) * accum,
     }
+
+
+def _span(ranks: list[_Rank], stages: list[_Stage], opts: Options, bound: bool) -> float:
+    """Seconds from the pipeline's first forward to its last rank's last backward, as
+    ``pipeline.simulate`` runs the schedule on the stages' predicted times."""
+    micro = opts.microbatches or opts.pp
+    seconds = {
+        (g, kind): t for g, stage in enumerate(stages) for kind, t in stage.seconds(bound).items()
+    }
+    orders = [pl.actions(opts.schedule, opts.pp, r.index, micro, opts.virtual) for r in ranks]
+    return max(pl.simulate(opts.pp, opts.virtual, orders, seconds))
 
 
 def _stage_plans(
@@ -305,14 +330,44 @@ def _stage_plans(
             unsharded=max(p[3]["unsharded_param_bytes"] for p in points) if fsdp else 0,
             unsharded_grads=sum(prod(p.shape) for p in params) * grad_size if fsdp else 0,
         )  # fmt: skip
+        step.wait_bytes, step.weight_inputs = _waits(prof, opts.schedule == "zero_bubble")
         sent = (step.input_bytes if s else 0) + (step.output_bytes if s + 1 < count else 0)
-        attention = internals["timed"].predicted.attention_flops
+        predicted = internals["timed"].predicted
         out.append(_Stage(
             plan, prof, step, internals["tp"], pl.p2p_seconds(sent, *link),
             sum(p.elements for p in params) + sum(p.elements for p in kept),
-            _published(params, kept, tokens, attention, 1, opts.tp) or 0,
+            _published(params, kept, tokens, predicted.attention_flops, 1, opts.tp) or 0,
+            *_shares(prof, predicted, first=s == 0),
         ))  # fmt: skip
     return out
+
+
+def _holders(prof: Profile) -> list[Any]:
+    """The modules that hold trainable parameters of their own."""
+    return [n for n in prof.nodes() if n.self_metrics.get("trainable_params", 0)]
+
+
+def _shares(prof: Profile, predicted: Any, first: bool) -> tuple[float, float]:
+    """(the forward's share of a microbatch's predicted seconds, the weights' gradients'
+    share of its backward): each module that holds parameters computes their gradients
+    at the cost of its forward (a matmul's weight gradient is the forward's size); all
+    of the first stage's backward (torch runs it whole as the weight half)."""
+    root = prof.root
+    fwd, bwd = predicted.forward[id(root)], predicted.backward[id(root)]
+    if fwd + bwd <= 0:
+        return 0.5, 0.5
+    weight = sum(predicted.forward[id(n)] for n in _holders(prof))
+    return fwd / (fwd + bwd), 1.0 if first or bwd <= 0 else min(1.0, weight / bwd)
+
+
+def _waits(prof: Profile, zero_bubble: bool) -> tuple[int, int]:
+    """Zero bubble: (the gradients of the outputs of the modules that hold parameters,
+    their inputs), bytes per microbatch, as each call of those modules made them."""
+    if not zero_bubble:
+        return 0, 0
+    holders = _holders(prof)
+    wait = sum(pl.spec_bytes(n.grad_outputs) * max(1, n.calls) for n in holders)
+    return wait, sum(pl.spec_bytes(n.inputs) * max(1, n.calls) for n in holders)
 
 
 def _row(rank: _Rank, opts: Options, micro: int, count: int) -> dict[str, Any]:

@@ -58,7 +58,7 @@ def stage_lines(section: Mapping[str, Any], width: int) -> list[Line]:
     who = "pipeline rank" if int(pipe.get("virtual_stages", 1)) > 1 else "stage"
     said = (
         f"* this plan's {who}. Held/mb: what one microbatch's forward leaves for its "
-        f"backward; the bubble is {pipe['bubble']:.0%} of the slowest stage's step."
+        f"backward; the bubble is {pipe['bubble']:.0%} of the step."
     )
     return lines + wrap_texts([(said, "")], width)
 
