@@ -24,7 +24,9 @@ backward (``B``), in torch.distributed.pipelining's orders: ``gpipe`` every forw
 every backward; ``1f1b`` ``min(M, S - s)`` forwards, then one backward and one forward
 alternately, then the rest of the backwards; ``interleaved_1f1b`` over ``V`` stages a
 rank (rank ``r`` holds stages ``r, r + S, ...`` of ``S x V``), in
-``ScheduleInterleaved1F1B``'s order (``_interleaved``). A rank's memory over the step is
+``ScheduleInterleaved1F1B``'s order (``_interleaved``); ``zero_bubble`` splits each
+backward into its input half (``I``) and weight half (``W``), in
+``ScheduleInterleavedZeroBubble``'s order (``_zero_bubble``). A rank's memory over the step is
 its stages' one-microbatch timelines repeated in that order, each point raised by what
 the schedule holds then (of every stage of the rank):
 
@@ -40,16 +42,22 @@ the schedule holds then (of every stage of the rank):
 - the receive buffers (``M`` of the input's size on every stage but the first, ``M`` of
   the output's gradient on every stage but the last) and the whole batch on the first
   stage, at rest all step;
+- under zero bubble, from a microbatch's input half to its weight half: its held bytes
+  (the graph is retained) and the gradients of the outputs of the modules that hold
+  parameters (``StageStep.wait_bytes``, less the one received) and the input's gradient
+  sent; on the last stage with the outputs returned, a finished microbatch's output
+  keeps its graph: the held bytes less the inputs of those modules;
 - under FSDP2, torch's rule for a pipeline: the stage's units are gathered at the first
   forward and not resharded until the last backward, and the gradients are accumulated
   unsharded in the reduce dtype and reduce-scattered in the last backward.
 
 **Time** (``planning.pipelineplan``). A stage's time per microbatch is its plan's compute
 and recompute, its tensor-parallel collectives and its point-to-point sends (the output
-on, the input's gradient back, over the pipeline axis's link). The pipeline's step is
-the busiest rank's ``M`` microbatches of its stages plus ``S - 1`` slots of the slowest
-stage (the bubble: ``(S - 1) / (V M + S - 1)`` of a balanced step), plus the
-data-parallel collectives not hidden and the optimizer step, once.
+on, the input's gradient back, over the pipeline axis's link), split into forward and
+backward (and zero bubble's halves) as its predicted kernels are. The pipeline's step is
+the schedule run on those times (``simulate``; on equal stages ``(S - 1) / (V M + S -
+1)`` of it idle under the 1F1B-like schedules), plus the data-parallel collectives not
+hidden and the optimizer step, once.
 """
 
 from __future__ import annotations
