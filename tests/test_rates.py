@@ -220,6 +220,32 @@ def test_the_bound_never_exceeds_the_prediction(sharding: str) -> None:
             assert plan.time_bound[part] <= plan.time[part]
 
 
+def test_hidden_collectives_slow_the_compute_they_overlap(tmp_path: Path) -> None:
+    """FSDP2 over 8 A100s: compute beside a hidden collective takes 1.189 times as long
+    (Lee et al.'s average), so each hidden second adds 1 - 1 / 1.189 = 0.159 s
+    (``contention``), part of the step; the bound has none. A device profile's own
+    ``overlap`` of 1 (no slowdown) drops the part, one below 1 is refused."""
+    example = EXAMPLES["tiny_gpt"]
+    model, ids = example.build(), example.example_input()
+    plan = ls.plan(model, ids, target="a100", world_size=8, sharding="fsdp")
+    t = plan.time
+    hidden = t["comm"] - t["exposed_comm"]
+    assert hidden > 0 and H100.overlap == 1.189
+    assert t["contention"] == pytest.approx(hidden * (1 - 1 / 1.189))
+    assert plan.step_time == pytest.approx(
+        t["compute"] + t["recompute"] + t["exposed_comm"] + t["contention"] + t["optimizer"]
+    )
+    assert plan.time_bound is not None and "contention" not in plan.time_bound
+    assert any("hidden collectives adds 0.159 s" in n for n in plan.notes)
+    path = tmp_path / "toy.json"
+    path.write_text(json.dumps({**TOY, "rates": {**TOY["rates"], "overlap": 1}}), "utf-8")
+    same = ls.plan(model, ids, target=str(path), world_size=8, sharding="fsdp")
+    assert same.time["comm"] > same.time["exposed_comm"]
+    assert "contention" not in same.time
+    with pytest.raises(InvalidInputError, match=r"overlap=0\.5: compute beside a collective"):
+        Rates.from_mapping({"overlap": 0.5})
+
+
 def test_layerscope_plan_takes_a_device_profile(tmp_path: Path) -> None:
     from layerscope.cli import main
 

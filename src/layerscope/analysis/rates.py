@@ -66,6 +66,14 @@ GENERIC_MATMUL = 0.8
 GENERIC_BANDWIDTH = 0.9
 #: Seconds per eager kernel launch: layerscope's stated default.
 GENERIC_LAUNCH = 4e-6
+#: How many times as long compute takes while a collective runs beside it (the two share
+#: the SMs and memory bandwidth): 1.189, the average computational slowdown of
+#: overlapped compute and communication Lee et al. measured over GPT and Llama training
+#: on A100, H100, MI250 and MI210 ("Characterizing Compute-Communication Overlap in
+#: GPU-Accelerated Distributed Deep Learning", arXiv 2507.03114, 2025: 18.9 % on
+#: average, at most 40 %); NCCL issue 1428 reports 1.76 for a GEMM beside an all-gather
+#: on an A100.
+GENERIC_OVERLAP = 1.189
 #: The output tiles a library picks from on sm80/sm90 (CUTLASS's usual threadblock
 #: shapes; an assumption, stated).
 TILES: tuple[tuple[int, int], ...] = ((128, 128), (128, 256), (256, 128))
@@ -85,6 +93,8 @@ class Rates:
     tiles: tuple[tuple[int, int], ...] = TILES
     bandwidth: float = GENERIC_BANDWIDTH
     launch: float = GENERIC_LAUNCH
+    #: compute beside a collective takes this many times as long (``GENERIC_OVERLAP``)
+    overlap: float = GENERIC_OVERLAP
     attention: AttentionTable = field(default_factory=dict)
     sources: tuple[str, ...] = ()
     notes: str = ""
@@ -135,6 +145,7 @@ class Rates:
             "tiles": [list(t) for t in self.tiles],
             "bandwidth": self.bandwidth,
             "launch": self.launch,
+            "overlap": self.overlap,
             "attention": {
                 kind: {
                     d: {c: {str(h): [list(p) for p in curve] for h, curve in by_h.items()}
@@ -163,11 +174,22 @@ class Rates:
             sms=sms,
             tiles=tiles,
             launch=check_number("rates launch", data.get("launch", GENERIC_LAUNCH)),
+            overlap=_overlap(data.get("overlap", GENERIC_OVERLAP)),
             attention=_attention_table(data.get("attention", {})),
             sources=tuple(str(s) for s in data.get("sources", ())),
             notes=str(data.get("notes", "")),
             **frac,
         )
+
+
+def _overlap(value: Any) -> float:
+    number = check_number("rates overlap", value, positive=True)
+    if number < 1:
+        raise InvalidInputError(
+            f"rates overlap={number}: compute beside a collective takes at least as long "
+            "as alone (1 or more)"
+        )
+    return float(number)
 
 
 def _fraction(name: str, value: Any) -> float:

@@ -347,8 +347,8 @@ class _Timed:
 
 
 def _step(time: Mapping[str, float]) -> float:
-    return sum(time.get(k, 0.0) for k in ("compute", "recompute", "exposed_comm", "bubble",
-                                           "optimizer"))  # fmt: skip
+    return sum(time.get(k, 0.0) for k in ("compute", "recompute", "exposed_comm", "contention",
+                                           "bubble", "optimizer"))  # fmt: skip
 
 
 #: Every kernel at the datasheet's peak and bandwidth, without launches: the roofline of
@@ -376,11 +376,18 @@ def _time(work: Step, choice: CheckpointChoice) -> _Timed:
         bound = _parts(work, choice, ideal.forward, ideal.backward, opts.target.bandwidth, tp)
     time = _parts(
         work, choice, predicted.forward, predicted.backward,
-        opts.target.bandwidth * min(1.0, rates.bandwidth), tp,
+        opts.target.bandwidth * min(1.0, rates.bandwidth), tp, rates.overlap,
     )  # fmt: skip
     root = prof.root
     flops = int(root.metrics.get("flops", 0)) + int(root.metrics.get("backward_flops", 0))
     notes[:0] = _time_notes(rates, predicted)
+    if time.get("contention"):
+        notes.append(
+            f"contention: compute beside a hidden collective takes {rates.overlap:g} times as "
+            "long (they share the SMs and memory bandwidth; 1.189: the average Lee et al. "
+            "measured on A100, H100, MI250 and MI210, arXiv 2507.03114), so each second of "
+            f"hidden collectives adds {1 - 1 / rates.overlap:.3f} s"
+        )
     if opts.compile:
         notes.append(COMPILED)
     if opts.float8:
@@ -406,10 +413,13 @@ def _parts(
     bwd: Mapping[int, float],
     bandwidth: float,
     tp: float = 0.0,
+    overlap: float = 1.0,
 ) -> dict[str, float]:
     """The step's parts from each node's forward and backward seconds: compute,
     recompute, the strategy's collectives and ``tp``, tensor parallelism's (on the
-    critical path, none hidden), the optimizer's bytes over ``bandwidth``."""
+    critical path, none hidden), the optimizer's bytes over ``bandwidth``; with
+    ``overlap`` above 1 (compute beside a collective takes that many times as long:
+    ``Rates.overlap``), ``contention``, what the hidden collectives slow compute by."""
     prof, opts, setup = work.prof, work.opts, work.setup
     root = prof.root
     compute = fwd[id(root)] + bwd[id(root)]
@@ -422,13 +432,18 @@ def _parts(
         + setup.final_grads
     )
     accum = opts.grad_accum
-    return {
+    parts = {
         "compute": compute * accum,
         "recompute": recompute * accum,
         "exposed_comm": exposed * accum,
         "optimizer": moved / bandwidth,
         "comm": total * accum,
     }
+    hidden = max(0.0, total - exposed)
+    if overlap > 1 and hidden > 0:
+        # compute worth h / overlap runs in the h seconds a hidden collective takes
+        parts["contention"] = hidden * (1 - 1 / overlap) * accum
+    return parts
 
 
 #: What ``compile=True`` changes, in the plan's notes.

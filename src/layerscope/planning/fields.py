@@ -236,6 +236,8 @@ FIELDS: list[PlanField] = [
     _time("compute", "Compute", "the forward and backward, each kernel at its achievable rate"),
     _time("recompute", "Recompute", "checkpointed modules' forwards, again"),
     _time("exposed_comm", "Exposed comm", "collectives that compute does not hide"),
+    _time("contention", "Contention", "compute slowed by the collectives it hides (they "
+          "share the SMs and memory bandwidth)", required=False),
     _time("bubble", "Bubble", "a pipeline's idle time: the schedule's span on the stages' "
           "predicted times, less this stage's own share of it", required=False),
     _time("optimizer", "Optimizer", "the step's bytes over the achievable bandwidth"),

@@ -273,6 +273,7 @@ def _step_parts(
     span = _span(ranks, stages, opts, bound)
     sends = micro * sum(s.tp + s.p2p for s in rank.stages)
     pairs = list(zip(times, rank.stages, strict=True))
+    contention = sum(t.get("contention", 0.0) for t in times) * accum
     return {
         "compute": micro * sum(t["compute"] for t in times) * accum,
         "recompute": micro * sum(t["recompute"] for t in times) * accum,
@@ -280,6 +281,7 @@ def _step_parts(
         "bubble": (span - micro * rank.per_micro(bound)) * accum,
         "optimizer": sum(t["optimizer"] for t in times),
         "comm": (sends + sum(max(0.0, t["comm"] - s.tp) for t, s in pairs)) * accum,
+        **({"contention": contention} if contention else {}),
     }
 
 
