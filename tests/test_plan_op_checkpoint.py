@@ -1,7 +1,7 @@
 """``checkpoint="op"``: torchtitan's per-op selective checkpointing of every repeated
 block (``planning.oppolicy``): every other matmul's output and every attention output
 kept, the rest recomputed; from the analysis's op records
-(``memory["storages"]["ops"]``)."""
+(``memory["storages"]["ops"]``). ``checkpoint=policy``: a policy function's."""
 
 from __future__ import annotations
 
@@ -187,3 +187,78 @@ def test_the_peak_equals_a_real_selective_checkpoint_run() -> None:
         )  # fmt: skip
     assert plans["op"].peak_bytes == mem["baseline_bytes"] + mem["session_peak_bytes"] + x.nbytes
     assert plans["op"].peak_bytes < plans[None].peak_bytes
+
+
+def _relus(ctx: Any, func: Any, *args: Any, **kwargs: Any) -> Any:
+    """A policy that saves the ReLUs' outputs (3 a block: before the 2nd, 3rd and 4th
+    matmul) and recomputes the rest, matmuls included."""
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    save = func == torch.ops.aten.relu.default
+    return CheckpointPolicy.MUST_SAVE if save else CheckpointPolicy.PREFER_RECOMPUTE
+
+
+def test_a_policy_function_in_every_block() -> None:
+    """``checkpoint=policy`` (as create_selective_checkpoint_contexts takes): the analysis
+    records the calls the policy saves, 3 ReLUs a block, each N x H float32 (8,192 B;
+    0 FLOPs: torch's counter has no ReLU formula). Each block keeps 3 x 8,192 B beside
+    what "blocks" keeps and recomputes all of its forward; the document names the
+    policy; a given profile is refused."""
+    blocks, mine = _plan("blocks"), ls.plan(
+        _model(), X, world_size=1, sharding="none", precision="fp32", optimizer="sgd",
+        reserve_bytes=0, checkpoint=_relus,
+    )  # fmt: skip
+    table = _storages(mine)
+    paths = table["paths"]
+    assert table["policy"] == "_relus"
+    assert [(paths[i], o, b, f) for i, o, b, f in table["ops"]] == [
+        (str(k), "aten.relu.default", N * H * 4, 0) for k in range(2) for _ in range(3)
+    ]
+    assert mine.checkpoint == ["0", "1"]
+    assert mine.kept_activation_bytes - blocks.kept_activation_bytes == 2 * 3 * N * H * 4
+    assert mine.recompute_flops == blocks.recompute_flops
+    assert mine.options["checkpoint"] == "policy _relus"
+    assert any(n.startswith("checkpoint=_relus: the policy in every block") for n in mine.notes)
+    assert "checkpointing policy _relus: 2 modules" in mine.render(width=100)
+    assert mine.analysis is not None
+    with pytest.raises(InvalidInputError, match="a checkpoint policy is called on each op"):
+        ls.plan(mine.analysis, world_size=1, sharding="none", precision="fp32",
+                checkpoint=_relus)  # fmt: skip
+    with pytest.raises(InvalidInputError, match="or a policy function"):
+        ls.plan(_model(), X, checkpoint=5)  # type: ignore[arg-type]
+
+
+def test_a_policy_function_equals_a_real_selective_checkpoint_run() -> None:
+    """Each block under torch's selective checkpointing with ``_relus``, run on the
+    CPU and profiled: the plan's peak is the run's, as for torchtitan's policy."""
+    import copy
+    import functools
+
+    from torch.utils.checkpoint import (
+        checkpoint,
+        create_selective_checkpoint_contexts,
+        set_checkpoint_early_stop,
+    )
+
+    x = torch.randn(1024, H)
+    model = _model()
+    real = copy.deepcopy(model)
+    for block in real.children():
+        forward = block.forward
+
+        def run(*args: Any, _forward: Any = forward) -> Any:
+            contexts = functools.partial(create_selective_checkpoint_contexts, _relus)
+            return checkpoint(_forward, *args, use_reentrant=False, context_fn=contexts)
+
+        block.forward = run
+
+    def loss(o: torch.Tensor) -> torch.Tensor:
+        return o.float().pow(2).mean()
+
+    with set_checkpoint_early_stop(False):
+        mem = ls.profile(real.train(), x, backward=True, memory=True, loss_fn=loss).memory
+    plan = ls.plan(
+        model, x, world_size=1, sharding="none", precision="fp32", optimizer="sgd",
+        reserve_bytes=0, checkpoint=_relus, loss_fn=loss,
+    )  # fmt: skip
+    assert plan.peak_bytes == mem["baseline_bytes"] + mem["session_peak_bytes"] + x.nbytes

@@ -57,7 +57,12 @@ STORAGES = _Storages(
                 "one call: [module, op, bytes, flops]",
             ),
             "the calls of the ops a selective-checkpointing policy saves, in call order "
-            "(recorded for checkpoint='op' plans only)",
+            "(recorded for checkpoint='op' plans only): torchtitan's ops, or those the "
+            "given policy saves",
+        ),
+        "policy": Str(
+            "the selective-checkpointing policy whose saved calls 'ops' holds "
+            "(absent: torchtitan's ops, all of them)"
         ),
     },
     required=("paths", "rows", "dropped"),

@@ -14,6 +14,7 @@ from typing import Any
 from layerscope.analysis.rates import Rates, rates_of
 from layerscope.analysis.roofline import roof_of, roof_times
 from layerscope.collect.meta import NOT_RUN
+from layerscope.metrics.memory.records import policy_name
 from layerscope.planning import timeline as tl
 from layerscope.planning.axescomm import cp_seconds, ep_seconds, step_comm, tp_seconds
 from layerscope.planning.checkpointing import (
@@ -39,7 +40,7 @@ def build(prof: Profile, opts: Options) -> Plan:
     checkpoint = opts.checkpoint
     if checkpoint == "auto":
         return _auto(prof, opts)
-    if checkpoint is not None and not isinstance(checkpoint, str):
+    if isinstance(checkpoint, tuple):
         check_paths(prof, "checkpoint", list(checkpoint))
     return _build(prof, opts, resolve(prof, checkpoint), checkpoint)
 
@@ -229,6 +230,13 @@ def _notes(
         notes.append(
             "checkpoint='op': torchtitan's per-op policy in every block: attention and every "
             "other matmul's outputs kept to the backward, the rest recomputed"
+        )
+    elif callable(asked):
+        notes.append(
+            f"checkpoint={policy_name(asked)}: the policy in every block, as "
+            "create_selective_checkpoint_contexts runs it: the outputs of the calls it saves "
+            "(called once after each forward op, in order, with is_recompute False) kept "
+            "to the backward, the rest recomputed (PREFER_CPU_OFFLOAD counted as recomputed)"
         )
     if asked == "auto" and not choice.fits:
         notes.append("checkpoint='auto': even every block checkpointed does not fit")

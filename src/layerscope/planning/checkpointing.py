@@ -60,20 +60,27 @@ class CheckpointChoice:
     recomputed: Mapping[str, int] = field(default_factory=dict)
 
 
-def resolve(prof: Profile, checkpoint: str | Sequence[str] | None) -> CheckpointChoice:
-    """``None`` (nothing), ``"blocks"`` (every repeated block), ``"op"`` (every repeated
-    block under torchtitan's per-op policy: ``planning.oppolicy``) or module paths (none
-    inside another), with their figures."""
+def per_op(checkpoint: Any) -> bool:
+    """Whether ``checkpoint`` checkpoints each block under a per-op policy: ``"op"``
+    (torchtitan's) or a policy function (``planning.oppolicy``)."""
+    return checkpoint == "op" or callable(checkpoint)
+
+
+def resolve(prof: Profile, checkpoint: Any) -> CheckpointChoice:
+    """``None`` (nothing), ``"blocks"`` (every repeated block), ``"op"`` or a policy
+    function (every repeated block under torchtitan's per-op policy or that one:
+    ``planning.oppolicy``) or module paths (none inside another), with their figures."""
     if checkpoint is None:
         paths: list[str] = []
-    elif checkpoint in ("blocks", "op"):
+    elif checkpoint == "blocks" or per_op(checkpoint):
         paths = repeated_blocks(prof)
         if not paths:
             raise InvalidInputError(
-                f"checkpoint={checkpoint!r}: this model has no repeated blocks (no module "
+                f"checkpoint={checkpoint if isinstance(checkpoint, str) else 'a policy'!r}: "
+                "this model has no repeated blocks (no module "
                 "repeated in a ModuleList or numbered Sequential); give the module paths"
             )
-        if checkpoint == "op":
+        if per_op(checkpoint):
             return _op_choice(prof, paths)
     elif isinstance(checkpoint, str):
         raise InvalidInputError(

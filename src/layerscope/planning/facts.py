@@ -15,9 +15,7 @@ from torch.utils._pytree import tree_map_only
 
 from layerscope.collect.target.spec import spec_target
 from layerscope.errors import InvalidInputError
-from layerscope.planning.checkpointing import (
-    repeated_blocks,
-)
+from layerscope.planning.checkpointing import per_op, repeated_blocks
 from layerscope.planning.timeline import enclosing
 from layerscope.profile import Profile, TensorSpec
 from layerscope.validate import close_matches
@@ -202,7 +200,8 @@ def _profiled(
     call = dict(call)
     recorder = KernelRecorder()  # after the user's observers: it reads the counters'
     call["observers"] = [*call.get("observers", ()), recorder]
-    ops = record_ops() if opts.checkpoint == "op" else nullcontext()  # planning.oppolicy
+    asked = opts.checkpoint  # planning.oppolicy: torchtitan's ops, or a policy's
+    ops = record_ops(asked if callable(asked) else None) if per_op(asked) else nullcontext()
     view = "local" if opts.tp > 1 else "logical"  # tensor parallelism: rank 0's work
     if not opts.autocast:
         with ops:
@@ -229,6 +228,11 @@ def _checked(prof: Profile, opts: Options, want: str) -> Profile:
         raise InvalidInputError(
             "ls.plan needs a profile made with backward=True, memory=True (its storage "
             "records and backward); profile the model again, or pass the model"
+        )
+    if callable(opts.checkpoint):
+        raise InvalidInputError(
+            "a checkpoint policy is called on each op of the model's analysis, which a "
+            "given or loaded profile has run already: pass the model"
         )
     asked = [name for name, on in (("compile", opts.compile), ("float8", opts.float8)) if on]
     if asked:

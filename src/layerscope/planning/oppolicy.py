@@ -14,7 +14,11 @@ ops' outputs stay from its forward to its backward (and its recompute, which doe
 make them again, holds its forward peak less them): they are taken off what the block
 drops (the drop can turn into an addition: an output the analysis freed, such as the
 MLP's down projection's before the residual add, is kept). Its recompute is the block's
-forward less the saved ops' FLOPs, in time its forward's time scaled by that share."""
+forward less the saved ops' FLOPs, in time its forward's time scaled by that share.
+
+``checkpoint=policy`` (a function as torch's ``create_selective_checkpoint_contexts``
+takes): the same in every repeated block, with the calls that policy saves, as the
+analysis recorded them by calling it on each forward op (``record_ops(policy)``)."""
 
 from __future__ import annotations
 
@@ -50,6 +54,7 @@ def op_policy(prof: Profile, blocks: list[str]) -> OpPolicy:
             "which this profile lacks: pass the model, whose analysis records them"
         )
     paths = table["paths"]
+    given = bool(table.get("policy"))  # every call recorded is one the policy saves
     kept, flops = dict.fromkeys(blocks, 0), dict.fromkeys(blocks, 0)
     counts = dict.fromkeys(blocks, 0)
     for index, op, nbytes, op_flops in ops:
@@ -58,7 +63,7 @@ def op_policy(prof: Profile, blocks: list[str]) -> OpPolicy:
             continue
         if op == MM:
             counts[block] += 1
-        if op in ALWAYS_SAVED or (op == MM and counts[block] % 2 == 1):
+        if given or op in ALWAYS_SAVED or (op == MM and counts[block] % 2 == 1):
             kept[block] += int(nbytes)
             flops[block] += int(op_flops)
     return OpPolicy(kept, flops)

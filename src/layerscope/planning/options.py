@@ -5,7 +5,7 @@ option is lost on the way."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -13,6 +13,7 @@ import torch
 
 from layerscope.errors import InvalidInputError
 from layerscope.hardware import BY_NAME, DeviceSpec, device_spec
+from layerscope.metrics.memory.records import policy_name
 from layerscope.planning.cluster import Cluster, as_mapping, check_cluster, default_cluster
 from layerscope.planning.loss import LOSSES
 from layerscope.planning.mesh import Mesh, check_mesh
@@ -69,8 +70,9 @@ class Options:
     bucket_cap_mb: float
     #: HSDP: (replicate, shard) group sizes, their product the world size; None: plain
     hsdp: tuple[int, int] | None = None
-    #: None, "blocks", "auto" or module paths (a tuple)
-    checkpoint: str | tuple[str, ...] | None = None
+    #: None, "blocks", "op", "auto", module paths (a tuple) or a selective-checkpointing
+    #: policy function (``planning.oppolicy``)
+    checkpoint: str | tuple[str, ...] | Callable[..., Any] | None = None
     #: the cluster the collectives run on (None: the target's reference system)
     cluster: Cluster | None = None
     #: FSDP2's ``MixedPrecisionPolicy.reduce_dtype``: the dtype gradients are reduced in
@@ -214,7 +216,7 @@ class Options:
             "sharding": self.sharding, "precision": self.precision,
             "optimizer": self.optimizer, "grad_accum": self.grad_accum, "rank": self.rank,
             "reshard_after_forward": self.reshard_after_forward,
-            "checkpoint": asked if isinstance(asked, str | type(None)) else list(asked),
+            "checkpoint": _checkpoint_words(asked),
             "units": list(self.units) if self.units is not None else None,
             "fsdp_units": fsdp_units,
             "inter_node_bandwidth": net.nics_per_node * net.nic_bandwidth / net.gpus_per_node,
@@ -290,11 +292,14 @@ def check_options(given: Mapping[str, Any]) -> Options:
         )
     check_choice("loss", o["loss"], list(LOSSES))
     checkpoint = o["checkpoint"]
-    if checkpoint is not None and not isinstance(checkpoint, str):
+    if checkpoint is not None and not isinstance(checkpoint, str) and not callable(checkpoint):
         if not isinstance(checkpoint, list | tuple) or not all(
             isinstance(c, str) for c in checkpoint
         ):
-            refuse("checkpoint", checkpoint, '"blocks", "auto", or a list of module paths')
+            refuse(
+                "checkpoint", checkpoint,
+                '"blocks", "op", "auto", a list of module paths or a policy function',
+            )  # fmt: skip
         checkpoint = tuple(checkpoint)
     return Options(
         target=spec,
@@ -324,6 +329,13 @@ def check_options(given: Mapping[str, Any]) -> Options:
         sequence_parallel=_sequence_parallel(o["sequence_parallel"], tp),
         **_pipeline(o, pp),
     )
+
+
+def _checkpoint_words(asked: Any) -> Any:
+    """``checkpoint`` as a document holds it: a policy function as ``"policy NAME"``."""
+    if callable(asked):
+        return f"policy {policy_name(asked)}"
+    return asked if isinstance(asked, str | type(None)) else list(asked)
 
 
 def _pipeline(o: Mapping[str, Any], pp: int) -> dict[str, Any]:

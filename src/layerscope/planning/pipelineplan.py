@@ -129,7 +129,7 @@ def pipeline_plan(profs: list[Profile], opts: Options) -> Plan:
     or of the one whose peak is highest, with a row per rank."""
     size, virtual, micro = opts.pp, opts.virtual, opts.microbatches or opts.pp
     asked = opts.checkpoint
-    if asked is not None and not isinstance(asked, str):
+    if isinstance(asked, tuple):
         everywhere = set().union(*(_paths(p) for p in profs))
         check_paths(profs[0], "checkpoint", [c for c in asked if c not in everywhere])
     stages, ranks = _auto(profs, opts) if asked == "auto" else _ranks(profs, opts)
@@ -311,7 +311,7 @@ def _stage_plans(
     out: list[_Stage] = []
     for s, prof in enumerate(profs):
         mine = asked
-        if asked is not None and not isinstance(asked, str):
+        if isinstance(asked, tuple):
             mine = tuple(c for c in asked if c in _paths(prof))
         internals: dict[str, Any] = {}
         choice = choices[s] if choices is not None else resolve(prof, mine)

@@ -4,7 +4,7 @@ here, by arithmetic over one analysis on ``meta`` steered to the target
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from torch import nn
@@ -25,7 +25,7 @@ def plan(
     target: Any = "h100",
     world_size: int | None = None,
     sharding: str | None = None,
-    checkpoint: str | Sequence[str] | None = None,
+    checkpoint: str | Sequence[str] | Callable[..., Any] | None = None,
     budget: int | None = None,
     optimizer: str = "adamw",
     precision: str = "bf16-mixed",
@@ -42,7 +42,9 @@ def plan(
     ``world_size``: GPUs in the run (8); ``sharding``: "none", "ddp", "fsdp" (FSDP2, the
     default), "zero1", "zero2"; ``mesh``: both as a device mesh's axis sizes instead
     (``{"dp_replicate": 2, "dp_shard": 4}``: ``planning.mesh``); ``checkpoint``: None,
-    "blocks", "auto" or module paths; ``precision``: "fp32", "bf16", "bf16-mixed",
+    "blocks", "op" (torchtitan's per-op policy), "auto", module paths, or a policy
+    function as ``create_selective_checkpoint_contexts`` takes (``planning.oppolicy``),
+    each block under it; ``precision``: "fp32", "bf16", "bf16-mixed",
     "fp16-mixed"; ``optimizer``: "adamw", "adam", "sgd", "sgd_momentum"; ``budget``:
     bytes per GPU (default: the target's memory). Options: ``units`` (FSDP2 unit paths;
     default the repeated blocks), ``reshard_after_forward`` (True), ``rank`` (0: the

@@ -25,6 +25,7 @@ from torch.utils._pytree import tree_map_only
 
 from layerscope.busy import Busy, ProgressSetting, busy, check_progress
 from layerscope.errors import InvalidInputError
+from layerscope.planning.checkpointing import per_op
 from layerscope.planning.fields import CHECKPOINTED, keys
 from layerscope.planning.mesh import Mesh, check_mesh
 from layerscope.planning.options import DEFAULTS, Options, check_options
@@ -338,9 +339,10 @@ def _row(
     opts = check_options(merged)  # an axis left None: its default, or the mesh's
     batch = chosen["micro_batch"]
     here = source.at(batch) if batch is not None else source
-    # "op": op records; tensor parallelism: the model split by its plan
-    key = (batch, str(opts.compute_dtype), opts.checkpoint == "op", opts.tp,
-           opts.sequence_parallel, opts.pp, opts.pp_split)  # fmt: skip
+    # "op" or a policy: its op records; tensor parallelism: the model split by its plan
+    ops = opts.checkpoint if per_op(opts.checkpoint) else None
+    key = (batch, str(opts.compute_dtype), ops, opts.tp, opts.sequence_parallel, opts.pp,
+           opts.pp_split)  # fmt: skip
     if key not in analyses:
         analyses[key] = analysed(source.model, here.args, here.kwargs, here.input_shape,
                                        opts, source.profile_options)  # fmt: skip

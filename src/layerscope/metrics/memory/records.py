@@ -27,7 +27,11 @@ Asked for (``record_ops()``, as a plan with ``checkpoint="op"`` does), the table
 has ``"ops"``: ``[[path index, op, bytes, flops], ...]``, each forward call of an op of
 ``RECORDED_OPS`` (the ops a selective-checkpointing policy saves: torchtitan's) in
 call order, with its innermost module, the bytes of the storages its outputs made and
-its FLOPs (torch's ``flop_counter`` formulas; 0 for an op without one).
+its FLOPs (torch's ``flop_counter`` formulas; 0 for an op without one). Asked for with
+a policy (``record_ops(policy)``: a function as torch's
+``create_selective_checkpoint_contexts`` takes), the calls of every op the policy saves
+instead (``MUST_SAVE`` or ``PREFER_SAVE``, or True; it is called after each forward op
+but ``SAC_IGNORED_OPS``, as torch calls it), and ``"policy"``: its name.
 
 A tensor without a storage (sparse, some subclasses) that is saved gets a row of its own
 bytes with no input or output modules. Only the forward pass is recorded: the module
@@ -39,7 +43,7 @@ table what checkpointing a module would save.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
@@ -63,13 +67,15 @@ RECORDED_OPS = frozenset({
     "aten._scaled_dot_product_attention_math.default",
     "aten._scaled_dot_product_fused_attention_overrideable.default",
 })  # fmt: skip
-_RECORD_OPS: ContextVar[bool] = ContextVar("layerscope_record_ops", default=False)
+#: None: no op records; True: ``RECORDED_OPS``'; a policy: the calls it saves
+_RECORD_OPS: ContextVar[Any] = ContextVar("layerscope_record_ops", default=None)
 
 
 @contextmanager
-def record_ops() -> Iterator[None]:
-    """Storage tables made inside also record the calls of ``RECORDED_OPS``."""
-    token = _RECORD_OPS.set(True)
+def record_ops(policy: Callable[..., Any] | None = None) -> Iterator[None]:
+    """Storage tables made inside also record the calls of ``RECORDED_OPS``, or of the
+    ops ``policy`` saves (module doc)."""
+    token = _RECORD_OPS.set(True if policy is None else policy)
     try:
         yield
     finally:
@@ -80,6 +86,34 @@ def record_ops() -> Iterator[None]:
 #: partial table would give wrong what-if figures. A 70B-parameter transformer's layers
 #: save some 20 storages each: a few thousand rows.
 MAX_ROWS = 200_000
+
+
+def policy_saves(policy: Callable[..., Any], func: Any, args: Any, kwargs: Any, out: Any) -> bool:
+    """Whether a selective-checkpointing ``policy`` saves this call's outputs: it is
+    called as torch calls it (after the op, with ``is_recompute`` False and the output),
+    but not for ``SAC_IGNORED_OPS``; ``MUST_SAVE``, ``PREFER_SAVE`` and True save."""
+    from torch.utils.checkpoint import (
+        SAC_IGNORED_OPS,
+        CheckpointPolicy,
+        SelectiveCheckpointContext,
+    )
+
+    if func in SAC_IGNORED_OPS:
+        return False
+    try:
+        ctx = SelectiveCheckpointContext(is_recompute=False, op_output=out)
+    except TypeError:  # a torch without op_output
+        ctx = SelectiveCheckpointContext(is_recompute=False)
+    decision = policy(ctx, func, *args, **(kwargs or {}))
+    if isinstance(decision, bool):
+        return decision
+    return decision in (CheckpointPolicy.MUST_SAVE, CheckpointPolicy.PREFER_SAVE)
+
+
+def policy_name(policy: Callable[..., Any]) -> str:
+    """A policy's name for documents: its function's qualified name."""
+    inner = getattr(policy, "func", policy)  # functools.partial
+    return str(getattr(inner, "__qualname__", None) or type(inner).__name__)
 
 
 class _Row:
@@ -105,15 +139,22 @@ class StorageRecords:
         # id(storage) -> path indices of the calls it left, while it has no row
         self._pending: dict[int, tuple[weakref.ref[torch.UntypedStorage], list[int]]] = {}
         self.dropped = False
-        #: the recorded op calls (module doc), None when not asked
-        self.ops: list[list[Any]] | None = [] if _RECORD_OPS.get() else None
+        #: the recorded op calls (module doc), None when not asked; the policy saving them
+        asked = _RECORD_OPS.get()
+        self.ops: list[list[Any]] | None = None if asked is None else []
+        self.policy: Callable[..., Any] | None = None if asked is True else asked
 
     def op(
         self, func: Any, node: Node, args: Any, kwargs: Any, out: Any, made: int, backward: bool
     ) -> None:
         """A call of ``func`` in ``node`` whose outputs made ``made`` bytes of new storage:
-        recorded when asked, in the forward, for ``RECORDED_OPS``."""
-        if self.ops is None or backward or str(func) not in RECORDED_OPS:
+        recorded when asked, in the forward, for ``RECORDED_OPS`` or what the policy saves."""
+        if self.ops is None or backward:
+            return
+        if self.policy is None:
+            if str(func) not in RECORDED_OPS:
+                return
+        elif not policy_saves(self.policy, func, args, kwargs, out):
             return
         from torch.utils.flop_counter import flop_registry
 
@@ -219,6 +260,8 @@ class StorageRecords:
         out = {"paths": list(self._paths), "rows": rows, "dropped": False}
         if self.ops is not None:
             out["ops"] = self.ops
+        if self.policy is not None:
+            out["policy"] = policy_name(self.policy)
         return out
 
     def notice(self) -> str | None:
