@@ -179,8 +179,14 @@ def test_the_document_section_is_the_options() -> None:
     [
         ({"units": 5}, "units must be a list of module paths, got 5"),
         ({"units": "0"}, "units must be a list of module paths, got '0'"),
-        ({"checkpoint": 5}, 'checkpoint must be "blocks", "auto", or a list of module paths'),
-        ({"checkpoint": [5]}, 'checkpoint must be "blocks", "auto", or a list of module paths'),
+        (
+            {"checkpoint": 5},
+            'checkpoint must be "blocks", "op", "auto", a list of module paths or a policy function',
+        ),
+        (
+            {"checkpoint": [5]},
+            'checkpoint must be "blocks", "op", "auto", a list of module paths or a policy function',
+        ),
     ],
 )
 def test_shapeless_options_are_refused(options: dict[str, Any], words: str) -> None:
