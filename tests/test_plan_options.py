@@ -181,11 +181,13 @@ def test_the_document_section_is_the_options() -> None:
         ({"units": "0"}, "units must be a list of module paths, got '0'"),
         (
             {"checkpoint": 5},
-            'checkpoint must be "blocks", "op", "auto", a list of module paths or a policy function',
+            'checkpoint must be "blocks", "op", "auto", a list of module paths or a policy '
+            "function",
         ),
         (
             {"checkpoint": [5]},
-            'checkpoint must be "blocks", "op", "auto", a list of module paths or a policy function',
+            'checkpoint must be "blocks", "op", "auto", a list of module paths or a policy '
+            "function",
         ),
     ],
 )
