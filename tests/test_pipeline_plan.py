@@ -152,6 +152,54 @@ def test_zero_bubble_order_is_torchs() -> None:
             assert pl.actions("zero_bubble", stages, rank, m, virtual) == torch_order
 
 
+def test_zbv_order_and_span_by_hand() -> None:
+    """ZB-V on 2 ranks (4 stages in a V: rank 0 holds stages 0 and 3, rank 1 stages 1
+    and 2), 2 microbatches; torch fills the pipe with max(2 x 2 - 1, 2) = 3 and drops
+    microbatch 2. Rank 0: 2 x 2 - 1 = 3 forwards of chunk 0 (two kept), no pairs, 2
+    rounds of chunk 1's F, I, W, then chunk 0's I and W twice. Rank 1: 1 forward of
+    chunk 0, 1 pair (chunk 1, chunk 0), 1 round of chunk 1's F, I, W, then chunk 0's I
+    and W, chunk 1's I and W, and chunk 0's I and W. The same as torch's
+    ScheduleZBVZeroBubble for every rank of several pipelines.
+
+    Run with every F, I and W 1 s (stage 0's I empty and its W 2 s): rank 0 runs F(0,
+    0) 0-1 and F(0, 1) 1-2; rank 1 F(1, 0) 1-2, F(2, 0) 2-3, F(1, 1) 3-4, F(2, 1) 4-5;
+    rank 0 F(3, 0) 3-4, I 4-5, W 5-6, F(3, 1) 6-7, I 7-8, W 8-9; rank 1 I(2, 0) 5-6, W
+    6-7, I(1, 0) 7-8, W 8-9, I(2, 1) 9-10, W 10-11, I(1, 1) 11-12, W 12-13; rank 0
+    I(0, 0) at 9 (empty), W 9-11, I(0, 1) at 12, W 12-14. The step: 14 s, 12 s of work
+    a rank."""
+    assert [pl.actions("zbv", 2, r, 2, 2) for r in range(2)] == [
+        [("F", 0, 0), ("F", 0, 1), ("F", 1, 0), ("I", 1, 0), ("W", 1, 0), ("F", 1, 1),
+         ("I", 1, 1), ("W", 1, 1), ("I", 0, 0), ("W", 0, 0), ("I", 0, 1), ("W", 0, 1)],
+        [("F", 0, 0), ("F", 1, 0), ("F", 0, 1), ("F", 1, 1), ("I", 1, 0), ("W", 1, 0),
+         ("I", 0, 0), ("W", 0, 0), ("I", 1, 1), ("W", 1, 1), ("I", 0, 1), ("W", 0, 1)],
+    ]  # fmt: skip
+    assert [pl.stage_of("zbv", 2, r, v) for r in range(2) for v in range(2)] == [0, 3, 1, 2]
+    assert [pl.rank_of("zbv", 2, g) for g in range(4)] == [0, 1, 1, 0]
+    seconds = {}
+    for g in range(4):
+        weight = 2.0 if g == 0 else 1.0
+        seconds.update({(g, "F"): 1.0, (g, "I"): 2.0 - weight, (g, "W"): weight})
+    orders = [pl.actions("zbv", 2, r, 2, 2) for r in range(2)]
+    assert pl.simulate(2, 2, orders, seconds, "zbv") == [14.0, 13.0]
+    from torch.distributed.pipelining import schedules
+
+    class Orders(schedules.ScheduleZBVZeroBubble):
+        """torch's order alone (its attributes as its constructor sets them)."""
+
+        def __init__(self, stages: int, m: int) -> None:
+            self.pp_group_size, self._n_microbatches, self.num_stages = stages, m, 2 * stages
+
+    kinds = {"FORWARD": "F", "BACKWARD_INPUT": "I", "BACKWARD_WEIGHT": "W"}
+    for stages, m in [(2, 4), (2, 1), (4, 3), (4, 8), (8, 32), (3, 5)]:
+        for rank in range(stages):
+            torch_order = [
+                (kinds[a.computation_type.name], int(a.stage_index != rank), a.microbatch_index)
+                for a in Orders(stages, m)._calculate_single_rank_operations(rank)
+                if a is not None
+            ]
+            assert pl.actions("zbv", stages, rank, m, 2) == torch_order
+
+
 def test_simulated_spans() -> None:
     """The schedules run on equal stages (forward 1 s, backward 2 s: an input half and a
     weight half of 1 s each; the first stage's backward all weight half, as torch runs
@@ -298,6 +346,7 @@ def test_stage_asked_for_and_the_document(tmp_path: Path) -> None:
             {"mesh": {"pp": 2}, "schedule": "interleaved_1f1b", "microbatches": 5},
             "runs them in 2 rounds",
         ),
+        ({"mesh": {"pp": 2}, "schedule": "zbv", "virtual_stages": 3}, "runs 2 stages a rank"),
         (
             {"mesh": {"pp": 2}, "schedule": "zero_bubble", "microbatches": 5},
             r"2 rounds .* ScheduleInterleavedZeroBubble\), so it needs a multiple of 2, e.g. 6",

@@ -301,7 +301,7 @@ def planned(
 
     target = torch.zeros(pp_runs.ROWS, pp_runs.SEQ, pp_runs.OUT, device="meta")
     return ls.plan(
-        pp_runs.stack(schedule == "zero_bubble"),
+        pp_runs.stack(schedule in ("zero_bubble", "zbv")),
         input_shape=(pp_runs.ROWS, pp_runs.SEQ, pp_runs.WIDTH),
         precision="fp32", sharding="none", world_size=stages, mesh={"pp": stages},
         microbatches=m, schedule=schedule, stage=stage, target="h100",
@@ -393,9 +393,12 @@ def test_interleaved_plans_follow_the_runs(
         assert 0 <= above - gpu <= 128, (where, above, f["pipeline_peak"])
 
 
-#: the zero-bubble runs (torch's ScheduleInterleavedZeroBubble, residual blocks): one
-#: stage a rank, two, and one with the outputs returned
-ZERO_BUBBLE = ("zb", "zb2", "zbk")
+#: the zero-bubble runs (residual blocks): torch's ScheduleInterleavedZeroBubble with one
+#: stage a rank, two, and one with the outputs returned; ScheduleZBVZeroBubble
+ZERO_BUBBLE = ("zb", "zb2", "zbk", "zbv")
+#: each run's schedule as ``ls.plan`` names it, and its stages a rank
+PLANNED = {"zb": ("zero_bubble", 1), "zb2": ("zero_bubble", pp_runs.VIRTUAL),
+           "zbk": ("zero_bubble", 1), "zbv": ("zbv", 2)}  # fmt: skip
 
 
 def wait_rise(stages: int, stage: int) -> int:
@@ -412,28 +415,29 @@ def wait_rise(stages: int, stage: int) -> int:
 
 
 def test_zero_bubble_runs(two: list[dict[str, Any]], four: list[dict[str, Any]]) -> None:
-    """Zero bubble: the losses are the unsplit model's; a rank runs its forwards, input
-    halves and weight halves in ``pipeline.actions``' order; the first stage's input
-    half runs nothing; another's leaves ``wait_rise`` (as derived there; the last
-    stage's less CPU's loss storage when its outputs are not returned)."""
+    """Zero bubble and ZB-V: the losses are the unsplit model's; a rank runs its
+    forwards, input halves and weight halves in ``pipeline.actions``' order; the first
+    stage's input half runs nothing; another's leaves ``wait_rise`` (as derived there;
+    the last stage's less CPU's loss storage when its outputs are not returned), ZB-V's
+    stage S - 1 too, whose output's gradient comes from its own rank's stage S."""
     import layerscope.planning.pipeline as pl
 
     assert wait_rise(4, 1) == 2 * 49_152 - 8_192 + 8_192 == 98_304
     assert wait_rise(2, 1) == 4 * 49_152 + 4_096 + 8_192 == 208_896
-    for stages, stage, schedule, m, f, _ in _runs(two, four, ZERO_BUBBLE):
-        where = (stages, stage, schedule, m)
-        if stage == stages - 1:
-            for mine, plain in zip(f["losses"], f["reference"], strict=True):
-                assert abs(sum(mine) / m - plain) <= 1e-5, (where, mine, plain)
-        if schedule != "zb2":  # one stage a rank: the microbatches tell the order
-            order = [(k, mb) for k, _, mb in pl.actions("zero_bubble", stages, stage, m)]
+    for stages, rank, schedule, m, f, _ in _runs(two, four, ZERO_BUBBLE):
+        where = (stages, rank, schedule, m)
+        name, virtual = PLANNED[schedule]
+        count = stages * virtual
+        mine = [pl.stage_of(name, stages, rank, v) for v in range(virtual)]
+        if count - 1 in mine:  # the last stage's rank
+            for losses, plain in zip(f["losses"], f["reference"], strict=True):
+                assert abs(sum(losses) / m - plain) <= 1e-5, (where, losses, plain)
+        if virtual == 1:  # one stage a rank: the microbatches tell the order
+            order = [(k, mb) for k, _, mb in pl.actions(name, stages, rank, m)]
             assert [(a[0], a[1]) for a in f["actions"]] == order, where
-        virtual = pp_runs.VIRTUAL if schedule == "zb2" else 1
-        count = stages * virtual  # the rank's stages: stage, stage + stages, ...
         lost = 0 if pp_runs.RETURN_OUTPUTS[schedule] else LOSS
         expected = {
-            0 if g == 0 else wait_rise(count, g) - (lost if g == count - 1 else 0)
-            for g in range(stage, count, stages)
+            0 if g == 0 else wait_rise(count, g) - (lost if g == count - 1 else 0) for g in mine
         }
         assert {a[3] - a[2] for a in f["actions"] if a[0] == "I"} == expected, where
 
@@ -441,16 +445,17 @@ def test_zero_bubble_runs(two: list[dict[str, Any]], four: list[dict[str, Any]])
 def test_zero_bubble_plans_follow_the_runs(
     two: list[dict[str, Any]], four: list[dict[str, Any]]
 ) -> None:
-    """Each zero-bubble rank's plan against its run: the model states and the sends and
-    receives exactly; the pipeline's peak above what is at rest within 2 % of the
-    measured one less CPU's loss storage (here within 0.8 %: the weight half's own
-    rise is the whole backward's, a little above the real one's, and the last stage's
-    kept graph, when the outputs are returned, is the forward's saved bytes less the
-    inputs of the modules that hold parameters)."""
+    """Each zero-bubble and ZB-V rank's plan against its run: the model states and the
+    sends and receives exactly (none between ZB-V's stages S - 1 and S, one rank's);
+    the pipeline's peak above what is at rest within 2 % of the measured one less CPU's
+    loss storage (here within 0.9 %: the weight half's own rise is the whole
+    backward's, a little above the real one's, and the last stage's kept graph, when
+    the outputs are returned, is the forward's saved bytes less the inputs of the
+    modules that hold parameters)."""
     for stages, rank, schedule, m, f, _ in _runs(two, four, ZERO_BUBBLE):
         where = (stages, rank, schedule, m)
-        virtual = pp_runs.VIRTUAL if schedule == "zb2" else 1
-        plan = planned(stages, rank, "zero_bubble", m, virtual,
+        name, virtual = PLANNED[schedule]
+        plan = planned(stages, rank, name, m, None if name == "zbv" else virtual,
                        return_outputs=pp_runs.RETURN_OUTPUTS[schedule])  # fmt: skip
         assert plan.states["param_bytes"] == plan.states["grad_bytes"] == f["params"], where
         assert plan.states["optimizer_state_bytes"] == f["states"] + f["steps"], where
@@ -463,5 +468,6 @@ def test_zero_bubble_plans_follow_the_runs(
                 row["bytes"] += c["bytes"]
         assert totals == f["wrapped"], where
         above = pipeline_peak(plan)
-        gpu = f["pipeline_peak"] - (m * LOSS if rank == stages - 1 else 0)
-        assert abs(above - gpu) <= 0.008 * gpu, (where, above, f["pipeline_peak"])
+        last = 0 if name == "zbv" else stages - 1  # the rank of the last stage
+        gpu = f["pipeline_peak"] - (m * LOSS if rank == last else 0)
+        assert abs(above - gpu) <= 0.009 * gpu, (where, above, f["pipeline_peak"])

@@ -8,7 +8,9 @@ trained three AdamW steps by ``torch.distributed.pipelining``'s ``ScheduleGPipe`
 ``Schedule1F1B`` and ``ScheduleInterleaved1F1B`` (each rank holding ``VIRTUAL`` stages of
 ``S x VIRTUAL`` cut alike), and ``ScheduleInterleavedZeroBubble`` (``zb``: one stage a
 rank, ``zb2``: ``VIRTUAL``, both with ``return_outputs=False``; ``zbk``: one stage a rank,
-the outputs returned; its blocks ``Residual``, whose output is not a view) with 4 and 8
+the outputs returned), and ``ScheduleZBVZeroBubble`` (``zbv``: stages ``r`` and ``2 S - 1
+- r`` on rank ``r``, the first and the last on rank 0; outputs not returned), the
+zero-bubble runs' blocks ``Residual`` (an output that is not a view), with 4 and 8
 microbatches of ``[ROWS, SEQ, WIDTH]`` on one seeded batch, mean squared error against a
 fixed random target. The third step is measured.
 
@@ -61,7 +63,7 @@ STEPS = 3  # the last measured
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb", "zb2", "zbk")
 #: ``step(return_outputs=)``: the zero-bubble runs as torchtitan's (False), but ``zbk``
 RETURN_OUTPUTS = {"gpipe": True, "1f1b": True, "interleaved": True, "zb": False,
-                  "zb2": False, "zbk": True}  # fmt: skip
+                  "zb2": False, "zbk": True, "zbv": False}  # fmt: skip
 MICROBATCHES = (4, 8)
 CONFIGS = tuple(f"{s}-{m}" for s in SCHEDULES for m in MICROBATCHES)
 #: interleaved 1F1B: the stages a rank holds
@@ -278,6 +280,7 @@ def build(schedule: str, microbatches: int, rank: int, world: int) -> tuple[Any,
         ScheduleGPipe,
         ScheduleInterleaved1F1B,
         ScheduleInterleavedZeroBubble,
+        ScheduleZBVZeroBubble,
     )
 
     MULTI = {
@@ -285,15 +288,18 @@ def build(schedule: str, microbatches: int, rank: int, world: int) -> tuple[Any,
         "zb": (ScheduleInterleavedZeroBubble, 1),
         "zb2": (ScheduleInterleavedZeroBubble, VIRTUAL),
         "zbk": (ScheduleInterleavedZeroBubble, 1),
+        "zbv": (ScheduleZBVZeroBubble, 2),
     }
 
     model, cpu = stack(schedule.startswith("zb")), torch.device("cpu")
     if schedule in MULTI:
         virtual = MULTI[schedule][1]
         count = world * virtual
-        chunks = [stage_module(model, rank + v * world, count) for v in range(virtual)]
+        # ZBV: stages rank and 2 world - 1 - rank (a V); the others rank, rank + world, ...
+        mine = [rank, count - 1 - rank] if schedule == "zbv" else range(rank, count, world)
+        chunks = [stage_module(model, s, count) for s in mine]
         stages: list[Any] = [
-            PipelineStage(c, rank + v * world, count, cpu) for v, c in enumerate(chunks)
+            PipelineStage(c, s, count, cpu) for s, c in zip(mine, chunks, strict=True)
         ]
         runner: Any = MULTI[schedule][0](stages, n_microbatches=microbatches, loss_fn=loss_fn)
         module: nn.Module = nn.ModuleList(chunks)
@@ -309,12 +315,15 @@ def step_once(
     runner: Any, rank: int, world: int, batch: tuple[torch.Tensor, ...], schedule: str
 ) -> list[float]:
     """One schedule step (forward and backward of every microbatch): the last stage's
-    microbatch losses."""
+    microbatch losses (under ZBV rank 0 holds the first and the last stage)."""
     losses: list[torch.Tensor] = []
-    if rank == 0:
+    keep = RETURN_OUTPUTS[schedule]
+    if schedule == "zbv" and rank == 0:
+        runner.step(batch[0], target=batch[1], losses=losses, return_outputs=keep)
+    elif rank == 0:
         runner.step(batch[0])
-    elif rank == world - 1:
-        runner.step(target=batch[1], losses=losses, return_outputs=RETURN_OUTPUTS[schedule])
+    elif rank == world - 1 and schedule != "zbv":
+        runner.step(target=batch[1], losses=losses, return_outputs=keep)
     else:
         runner.step()
     return [loss.item() for loss in losses]

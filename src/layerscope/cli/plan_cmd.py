@@ -80,7 +80,7 @@ def _add_cluster_arguments(p: argparse.ArgumentParser) -> None:
     net.add_argument(
         "--schedule", metavar="NAME",
         help="with pp in --mesh: the pipeline schedule, gpipe, 1f1b (the default), "
-        "interleaved_1f1b or zero_bubble",
+        "interleaved_1f1b, zero_bubble or zbv (ZB-V: 2 stages a rank in a V)",
     )  # fmt: skip
     net.add_argument(
         "--virtual-stages", type=int, metavar="V",

@@ -39,8 +39,8 @@ RESERVE_BYTES = 2 * 2**30
 #: cluster's NICs (``planning.cluster``).
 INTER_NODE_BANDWIDTH = 400e9 / 8
 OUT_OF_SCOPE = (
-    "not modelled: asynchronous tensor parallelism, the V-shaped pipeline schedules "
-    "(ZBV, DualPipeV), uneven expert routing"
+    "not modelled: asynchronous tensor parallelism, DualPipeV (overlapped forward and "
+    "backward pipeline steps), uneven expert routing"
 )
 
 _COMPUTE = {"fp32": torch.float32, "bf16": torch.bfloat16, "bf16-mixed": torch.bfloat16,
@@ -128,9 +128,11 @@ class Options:
     @property
     def virtual(self) -> int:
         """Model chunks each pipeline rank holds (``interleaved_1f1b``: 2 unless given;
-        ``zero_bubble``: 1 unless given)."""
+        ``zero_bubble``: 1 unless given; ``zbv``: 2)."""
         if self.schedule == "interleaved_1f1b":
             return self.virtual_stages or 2
+        if self.schedule == "zbv":
+            return 2
         return (self.virtual_stages or 1) if self.schedule == "zero_bubble" else 1
 
     @property
@@ -362,7 +364,12 @@ def _pipeline(o: Mapping[str, Any], pp: int) -> dict[str, Any]:
     virtual = o["virtual_stages"]
     if virtual is not None:
         virtual = check_int("virtual_stages", virtual, 1)
-        if o["schedule"] not in MULTI_CHUNK and virtual != 1:
+        if o["schedule"] == "zbv" and virtual != 2:
+            raise InvalidInputError(
+                f"virtual_stages={virtual}: schedule='zbv' runs 2 stages a rank (torch's "
+                "ScheduleZBVZeroBubble), in a V"
+            )
+        if o["schedule"] not in (*MULTI_CHUNK, "zbv") and virtual != 1:
             raise InvalidInputError(
                 f"virtual_stages={virtual}: a rank holds several stages under "
                 "schedule='interleaved_1f1b' or 'zero_bubble' only"

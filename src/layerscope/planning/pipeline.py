@@ -24,9 +24,11 @@ backward (``B``), in torch.distributed.pipelining's orders: ``gpipe`` every forw
 every backward; ``1f1b`` ``min(M, S - s)`` forwards, then one backward and one forward
 alternately, then the rest of the backwards; ``interleaved_1f1b`` over ``V`` stages a
 rank (rank ``r`` holds stages ``r, r + S, ...`` of ``S x V``), in
-``ScheduleInterleaved1F1B``'s order (``_interleaved``); ``zero_bubble`` splits each
-backward into its input half (``I``) and weight half (``W``), in
-``ScheduleInterleavedZeroBubble``'s order (``_zero_bubble``). A rank's memory over the step is
+``ScheduleInterleaved1F1B``'s order; ``zero_bubble`` splits each backward into its
+input half (``I``) and weight half (``W``), in ``ScheduleInterleavedZeroBubble``'s
+order; ``zbv`` likewise over two stages a rank in a V (rank ``r``: stages ``r`` and ``2 S
+- 1 - r``), in ``ScheduleZBVZeroBubble``'s (the orders: ``planning.pipelineorder``). A
+rank's memory over the step is
 its stages' one-microbatch timelines repeated in that order, each point raised by what
 the schedule holds then (of every stage of the rank):
 
@@ -79,110 +81,18 @@ from layerscope.planning.pipelinecut import (
     stage_call,
     stage_view,
 )
+from layerscope.planning.pipelineorder import (
+    MULTI_CHUNK,
+    SCHEDULES,
+    ZERO_BUBBLE,
+    Action,
+    actions,
+    in_flight,
+    rank_of,
+    simulate,
+    stage_of,
+)
 from layerscope.planning.timeline import PARTS
-
-#: ``schedule=``'s values.
-SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b", "zero_bubble")
-#: The schedules that run several model chunks a rank when asked (``virtual_stages``).
-MULTI_CHUNK = ("interleaved_1f1b", "zero_bubble")
-
-
-# ---- the schedule ----------------------------------------------------------------------
-#: One forward (``"F"``), backward (``"B"``), or under ``zero_bubble`` a backward's input
-#: (``"I"``) or weight (``"W"``) half, of a rank: (kind, its local chunk, the microbatch).
-Action = tuple[str, int, int]
-
-
-def actions(
-    schedule: str, stages: int, rank: int, microbatches: int, virtual: int = 1
-) -> list[Action]:
-    """Rank ``rank``'s forwards and backwards, in order (module doc): under
-    ``interleaved_1f1b`` over its ``virtual`` chunks, the stages ``rank``, ``rank +
-    stages``, ... of ``stages x virtual``."""
-    m = microbatches
-    if schedule == "gpipe":
-        return [("F", 0, k) for k in range(m)] + [("B", 0, k) for k in range(m)]
-    if schedule == "interleaved_1f1b":
-        return _interleaved(stages, rank, m, virtual)
-    if schedule == "zero_bubble":
-        return _zero_bubble(stages, rank, m, virtual)
-    warmup = min(m, stages - rank)
-    out = [("F", 0, k) for k in range(warmup)]
-    for k in range(m - warmup):
-        out += [("B", 0, k), ("F", 0, warmup + k)]
-    out += [("B", 0, k) for k in range(m - warmup, m)]
-    return out
-
-
-def _interleaved(stages: int, rank: int, m: int, virtual: int) -> list[Action]:
-    """Interleaved 1F1B as torch's ``ScheduleInterleaved1F1B`` orders a rank's work
-    (Narayanan et al. 2021): the microbatches go in rounds of ``m / rounds`` (``rounds =
-    max(1, m // stages)``) through the chunks in turn; ``(virtual - 1) x`` a round plus
-    ``2 (stages - 1 - rank)`` forwards warm up (at most all ``m x virtual``), then a
-    forward and a backward in turn, the backwards through the chunks in reverse, then
-    the remaining backwards."""
-    per_round = m // max(1, m // stages)
-    total = virtual * m
-    warmup = min((virtual - 1) * per_round + 2 * (stages - 1 - rank), total)
-    done = {"F": [0] * virtual, "B": [0] * virtual}
-
-    def step(kind: str, op: int) -> Action:
-        turn = (op if kind == "F" else op - warmup) // per_round % virtual
-        chunk = turn if kind == "F" else virtual - 1 - turn
-        done[kind][chunk] += 1
-        return (kind, chunk, done[kind][chunk] - 1)
-
-    out: list[Action] = []
-    for op in range(total + warmup):
-        if op < total:
-            out.append(step("F", op))
-        if op >= warmup:
-            out.append(step("B", op))
-    return out
-
-
-def _zero_bubble(stages: int, rank: int, m: int, virtual: int) -> list[Action]:
-    """Zero bubble (Qi et al. 2024, ZB-H1; interleaved over ``virtual`` chunks) as
-    torch's ``ScheduleInterleavedZeroBubble`` orders a rank's work: a backward split into
-    its input half (``I``: the input's gradient, sent back at once) and its weight half
-    (``W``: the weights' gradients, run later to fill the bubble). Rounds as interleaved
-    1F1B's; ``(virtual - 1) x`` a round plus ``stages - 1 - rank`` forwards warm up, then
-    a forward and an input half in turn, each followed, after the first ``rank`` of
-    them, by the oldest weight half waiting; then the remaining input and weight
-    halves alike, then the weight halves left."""
-    per_round = m // max(1, m // stages)
-    total = virtual * m
-    warmup = min((virtual - 1) * per_round + (stages - 1 - rank), total)
-    done = {"F": [0] * virtual, "I": [0] * virtual, "W": [0] * virtual}
-
-    def add(kind: str, chunk: int) -> None:
-        done[kind][chunk] += 1
-        out.append((kind, chunk, done[kind][chunk] - 1))
-
-    out: list[Action] = []
-    waiting: list[int] = []  # the chunks of the input halves run, oldest first
-    for op in range(total + warmup):
-        if op < total:
-            add("F", op // per_round % virtual)
-        if op >= warmup:
-            chunk = virtual - 1 - (op - warmup) // per_round % virtual
-            add("I", chunk)
-            waiting.append(chunk)
-            if op - warmup >= rank:
-                add("W", waiting.pop(0))
-    for chunk in waiting:
-        add("W", chunk)
-    return out
-
-
-def in_flight(order: Sequence[Action]) -> int:
-    """The most microbatches (of any chunk) forwarded and not yet backwarded (under zero
-    bubble: their weight half not yet run) at once."""
-    most = now = 0
-    for kind, *_ in order:
-        now += {"F": 1, "I": 0}.get(kind, -1)
-        most = max(most, now)
-    return most
 
 
 @dataclass
@@ -236,7 +146,7 @@ class _Chunk:
         # backward as the weight half): the input's gradient sent, and the output
         # gradients of the modules that hold parameters but the one received (the last
         # such module's output gradient is the stage's, through a residual add or not)
-        zero_bubble = schedule == "zero_bubble" and not first
+        zero_bubble = schedule in ZERO_BUBBLE and not first
         received = 0 if last else step.output_bytes
         self.wait = max(0, step.wait_bytes - received) + step.input_bytes if zero_bubble else 0
         # the gradients a backward adds into: one backward's, or FSDP2's unsharded ones
@@ -246,7 +156,7 @@ class _Chunk:
         # under GPipe and interleaved 1F1B the tensors sent (torch waits on their sends
         # at the step's end)
         self.kept = step.output_bytes if last and keep else 0
-        if last and keep and schedule == "zero_bubble":
+        if last and keep and schedule in ZERO_BUBBLE:
             # the output kept holds the graph: what the forward saved and the weight
             # half did not free (the inputs of the modules that hold parameters, but the
             # stage's own input, a receive buffer)
@@ -378,15 +288,15 @@ def compose(
 ) -> list[tuple[str, str, str, dict[str, int]]]:
     """Rank ``rank``'s timeline over the pipeline's step (module doc): a point per point
     of each forward and backward the schedule runs on each of its chunks (``steps``: one
-    per chunk, the stages ``rank``, ``rank + stages``, ...), then the optimizer step of
-    them all."""
+    per chunk, the stages ``stage_of`` its chunks), then the optimizer step of them
+    all."""
     virtual = len(steps)
     count = stages * virtual
+    at = [stage_of(schedule, stages, rank, v) for v in range(virtual)]
     chunks = [
-        _Chunk(step, v * stages + rank == 0, v * stages + rank == count - 1, schedule,
-               microbatches, return_outputs)
+        _Chunk(step, at[v] == 0, at[v] == count - 1, schedule, microbatches, return_outputs)
         for v, step in enumerate(steps)
-    ]  # fmt: skip
+    ]
     out: list[tuple[str, str, str, dict[str, int]]] = []
     for kind, v, _ in actions(schedule, stages, rank, microbatches, virtual):
         others = dict.fromkeys(PARTS, 0)
@@ -406,43 +316,6 @@ def compose(
 
 
 # ---- time ------------------------------------------------------------------------------
-def simulate(
-    stages: int,
-    virtual: int,
-    orders: Sequence[Sequence[Action]],
-    seconds: Mapping[tuple[int, str], float],
-) -> list[float]:
-    """When each rank ends its step: every rank runs its ``orders`` in turn, each action
-    as soon as the rank is free and what it needs has ended (a forward: the previous
-    stage's forward of its microbatch; a backward or input half: the next stage's, the
-    last stage's its own forward; a weight half: its input half). ``seconds[(stage,
-    kind)]``: an action's length on stage ``stage`` (rank ``stage % stages``, chunk
-    ``stage // stages``), its sends included."""
-    count = stages * virtual
-    ended: dict[tuple[str, int, int], float] = {}
-    free, at = [0.0] * stages, [0] * stages
-    moved = True
-    while moved:
-        moved = False
-        for r, order in enumerate(orders):
-            while at[r] < len(order):
-                kind, chunk, k = order[at[r]]
-                g = chunk * stages + r
-                if kind == "F":
-                    need = ("F", g - 1, k) if g else None
-                elif kind == "W":
-                    need = ("I", g, k)
-                else:
-                    need = (kind, g + 1, k) if g < count - 1 else ("F", g, k)
-                if need is not None and need not in ended:
-                    break
-                start = max(free[r], ended[need] if need else 0.0)
-                free[r] = ended[(kind, g, k)] = start + seconds[(g, kind)]
-                at[r] += 1
-                moved = True
-    if any(a < len(o) for a, o in zip(at, orders, strict=True)):
-        raise AssertionError("pipeline schedule deadlocks")  # torch's orders never do
-    return free
 
 
 def p2p_seconds(nbytes: int, cluster: Any, stages: int, stride: int) -> float:
@@ -474,7 +347,13 @@ def notes(
         f"{bubble(stages, micro, virtual):.0%} for 1F1B-like schedules on equal stages); "
         "the point-to-point sends are not hidden under compute",
     ]
-    if schedule == "zero_bubble":
+    if schedule == "zbv":
+        out.append(
+            f"ZB-V: rank r runs stages r and {2 * stages - 1} - r (a V): the first and the last "
+            f"on rank 0, stages {stages - 1} and {stages} on rank {stages - 1}, which pass "
+            "their activations and gradients without a send"
+        )
+    if schedule in ZERO_BUBBLE:
         out.append(
             "zero bubble: each backward split as torch.distributed.pipelining splits it, "
             "the input's gradient first (the graph kept, with the gradients of the outputs "
@@ -499,7 +378,10 @@ def bubble(stages: int, microbatches: int, virtual: int = 1) -> float:
 
 
 __all__ = [
+    "MULTI_CHUNK",
     "SCHEDULES",
+    "ZERO_BUBBLE",
+    "Action",
     "Layout",
     "StageStep",
     "actions",
@@ -513,9 +395,11 @@ __all__ = [
     "local_bytes",
     "notes",
     "p2p_seconds",
+    "rank_of",
     "received",
     "simulate",
     "spec_bytes",
     "stage_call",
+    "stage_of",
     "stage_view",
 ]

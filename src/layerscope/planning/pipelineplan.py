@@ -153,7 +153,7 @@ def pipeline_plan(profs: list[Profile], opts: Options) -> Plan:
     first = rank.stages[0].plan
     split = [prof.model["stage"]["pieces"][0] for prof in profs[1:]]
     span = _span(ranks, stages, opts, False)
-    idle = 1 - max(micro * r.per_micro() for r in ranks) / span if span > 0 else 0.0
+    idle = max(0.0, 1 - max(micro * r.per_micro() for r in ranks) / span) if span > 0 else 0.0
     notes = [
         *first.notes,
         *pl.notes(opts.schedule, size, virtual, micro, chosen, why, opts.sharding == "fsdp",
@@ -171,7 +171,7 @@ def pipeline_plan(profs: list[Profile], opts: Options) -> Plan:
         for path, phases in s.plan.comm.items():
             for phase, kinds in phases.items():
                 comm.setdefault(path, {}).setdefault(phase, {}).update(kinds)
-    for phase, kinds in _p2p_comm(rank, size * virtual, micro).items():
+    for phase, kinds in _p2p_comm(rank, opts, micro).items():
         comm.setdefault("", {}).setdefault(phase, {}).update(kinds)
     states = {k: sum(s.plan.states[k] for s in rank.stages) for k in first.states}
     return replace(
@@ -205,7 +205,7 @@ def pipeline_plan(profs: list[Profile], opts: Options) -> Plan:
             "schedule": opts.schedule, "microbatches": micro, "stages": size,
             "virtual_stages": virtual, "stage": chosen, "chosen": why,
             "bubble": idle,
-            "rows": [_row(r, opts, micro, size * virtual) for r in ranks],
+            "rows": [_row(r, opts, micro) for r in ranks],
         },
         analysis=rank.stages[0].prof,
     )  # fmt: skip
@@ -221,7 +221,7 @@ def _ranks(
         _Rank(r, mine, pl.compose([s.step for s in mine], opts.schedule, size, r, micro,
                                   opts.return_outputs))
         for r in range(size)
-        for mine in [stages[r::size]]
+        for mine in [[stages[g] for g in _held(opts, r)]]
     ]  # fmt: skip
     return stages, ranks
 
@@ -247,7 +247,7 @@ def _auto(profs: list[Profile], opts: Options) -> tuple[list[_Stage], list[_Rank
             order = pl.actions(opts.schedule, opts.pp, rank.index, micro, opts.virtual)
             share = -(-over // max(1, pl.in_flight(order)))
             for v, stage in enumerate(rank.stages):
-                index = rank.index + v * opts.pp  # the rank's stages: r, r + S, ...
+                index = _held(opts, rank.index)[v]
                 target = max(0, stage.plan.kept_activation_bytes - share)
                 choice = choose_checkpoints(stage.prof, target)
                 if choice.paths != choices[index].paths:
@@ -293,7 +293,7 @@ def _span(ranks: list[_Rank], stages: list[_Stage], opts: Options, bound: bool) 
         (g, kind): t for g, stage in enumerate(stages) for kind, t in stage.seconds(bound).items()
     }
     orders = [pl.actions(opts.schedule, opts.pp, r.index, micro, opts.virtual) for r in ranks]
-    return max(pl.simulate(opts.pp, opts.virtual, orders, seconds))
+    return max(pl.simulate(opts.pp, opts.virtual, orders, seconds, opts.schedule))
 
 
 def _stage_plans(
@@ -332,8 +332,11 @@ def _stage_plans(
             unsharded=max(p[3]["unsharded_param_bytes"] for p in points) if fsdp else 0,
             unsharded_grads=sum(prod(p.shape) for p in params) * grad_size if fsdp else 0,
         )  # fmt: skip
-        step.wait_bytes, step.weight_inputs = _waits(prof, opts.schedule == "zero_bubble")
-        sent = (step.input_bytes if s else 0) + (step.output_bytes if s + 1 < count else 0)
+        step.wait_bytes, step.weight_inputs = _waits(prof, opts.schedule in pl.ZERO_BUBBLE)
+        # what crosses to another rank (ZB-V's stages S - 1 and S share one)
+        sent = (step.input_bytes if s and not _local(opts, s - 1, s) else 0) + (
+            step.output_bytes if s + 1 < count and not _local(opts, s, s + 1) else 0
+        )
         predicted = internals["timed"].predicted
         out.append(_Stage(
             plan, prof, step, internals["tp"], pl.p2p_seconds(sent, *link),
@@ -372,7 +375,7 @@ def _waits(prof: Profile, zero_bubble: bool) -> tuple[int, int]:
     return wait, sum(pl.spec_bytes(n.inputs) * max(1, n.calls) for n in holders)
 
 
-def _row(rank: _Rank, opts: Options, micro: int, count: int) -> dict[str, Any]:
+def _row(rank: _Rank, opts: Options, micro: int) -> dict[str, Any]:
     """A rank's row (``Plan.pipeline["rows"]``): its stages' pieces, parameters, model
     states, held bytes per microbatch, the most microbatches in flight, its peak, its
     time per microbatch and its sends."""
@@ -380,7 +383,7 @@ def _row(rank: _Rank, opts: Options, micro: int, count: int) -> dict[str, Any]:
     pieces = [p for c in chunks for p in c]
     words = ", ".join(c[0] if len(c) == 1 else f"{c[0]} .. {c[-1]}" for c in chunks)
     order = pl.actions(opts.schedule, opts.pp, rank.index, micro, opts.virtual)
-    p2p = _p2p_comm(rank, count, micro)
+    p2p = _p2p_comm(rank, opts, micro)
     sent, received = (
         sum(kinds.get(kind, {}).get("bytes", 0) for kinds in p2p.values())
         for kind in ("send", "recv")
@@ -397,9 +400,20 @@ def _row(rank: _Rank, opts: Options, micro: int, count: int) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _p2p_comm(rank: _Rank, count: int, micro: int) -> dict[str, Any]:
+def _held(opts: Options, rank: int) -> list[int]:
+    """The stages a pipeline rank runs, in its chunks' order."""
+    return [pl.stage_of(opts.schedule, opts.pp, rank, v) for v in range(opts.virtual)]
+
+
+def _local(opts: Options, stage: int, other: int) -> bool:
+    """Whether two stages run on one rank (no send between them)."""
+    return pl.rank_of(opts.schedule, opts.pp, stage) == pl.rank_of(opts.schedule, opts.pp, other)
+
+
+def _p2p_comm(rank: _Rank, opts: Options, micro: int) -> dict[str, Any]:
     """A rank's sends and receives per step in ``profile.comm``'s form: forward, the
-    output sent on and the input received; backward, their gradients the other way."""
+    output sent on and the input received; backward, their gradients the other way (none
+    between two stages of the rank)."""
     out: dict[str, dict[str, dict[str, int]]] = {}
 
     def add(phase: str, kind: str, nbytes: int) -> None:
@@ -408,12 +422,12 @@ def _p2p_comm(rank: _Rank, count: int, micro: int) -> dict[str, Any]:
             row["calls"] += micro
             row["bytes"] += micro * nbytes
 
-    for v, s in enumerate(rank.stages):
-        index = v * (count // len(rank.stages)) + rank.index
-        if index < count - 1:
+    count = opts.pp * opts.virtual
+    for index, s in zip(_held(opts, rank.index), rank.stages, strict=True):
+        if index < count - 1 and not _local(opts, index, index + 1):
             add("forward", "send", s.step.output_bytes)
             add("backward", "recv", s.step.output_bytes)
-        if index > 0:
+        if index > 0 and not _local(opts, index - 1, index):
             add("forward", "recv", s.step.input_bytes)
             add("backward", "send", s.step.input_bytes)
     return out

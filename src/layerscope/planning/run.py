@@ -55,7 +55,7 @@ def plan(
     ``bucket_cap_mb`` (DDP's, 25), ``reduce_dtype`` (FSDP2's), ``loss`` ("plain": the
     analysis's logits and loss; "fused": a chunked fused linear cross-entropy,
     ``planning.loss``); with ``pp`` in the mesh, ``microbatches``, ``schedule``
-    ("gpipe", "1f1b", "interleaved_1f1b", "zero_bubble"), ``virtual_stages``,
+    ("gpipe", "1f1b", "interleaved_1f1b", "zero_bubble", "zbv"), ``virtual_stages``,
     ``pp_split``, ``stage`` and ``return_outputs`` (``planning.pipeline``).
     ``progress``: a status line on stderr once planning has taken 2 s, on a terminal
     (None), always (True), never (False), or a callable given each status text
