@@ -6,6 +6,7 @@ kept, the rest recomputed; from the analysis's op records
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -145,12 +146,18 @@ def _torchtitan_policy(meta: dict[str, int]) -> Any:
     return policy
 
 
-def test_the_peak_equals_a_real_selective_checkpoint_run() -> None:
-    """Each block under torch's selective checkpointing with torchtitan's policy, run on
-    the CPU (1,024 tokens: the activations set the peak) and profiled: the plan's peak
-    is the run's (its parameters, its measured session peak and the input; plain SGD
-    keeps no states), and below the plan without checkpointing."""
-    import copy
+X_RUN = torch.randn(1024, H)  # 1,024 tokens: the activations set the peak
+
+
+def _loss(o: torch.Tensor) -> torch.Tensor:
+    return o.float().pow(2).mean()
+
+
+def _measured_peak(policy: Callable[[], Any]) -> int:
+    """Each block of ``_model()`` under torch's selective checkpointing with a fresh
+    ``policy()`` a call (as a ``context_fn`` makes its contexts), run on the CPU on
+    ``X_RUN`` and profiled: its parameters, its measured session peak and the input
+    (plain SGD keeps no states)."""
     import functools
 
     from torch.utils.checkpoint import (
@@ -159,34 +166,34 @@ def test_the_peak_equals_a_real_selective_checkpoint_run() -> None:
         set_checkpoint_early_stop,
     )
 
-    x = torch.randn(1024, H)
-    model = _model()
-    real = copy.deepcopy(model)
+    real = _model()
     for block in real.children():
         forward = block.forward
 
         def run(*args: Any, _forward: Any = forward) -> Any:
-            contexts = functools.partial(
-                create_selective_checkpoint_contexts, _torchtitan_policy({})
-            )
+            contexts = functools.partial(create_selective_checkpoint_contexts, policy())
             return checkpoint(_forward, *args, use_reentrant=False, context_fn=contexts)
 
         block.forward = run
-
-    def loss(o: torch.Tensor) -> torch.Tensor:
-        return o.float().pow(2).mean()
-
     torch.manual_seed(1)
     with set_checkpoint_early_stop(False):
-        mem = ls.profile(real.train(), x, backward=True, memory=True, loss_fn=loss).memory
-    plans = {}
-    for c in (None, "op"):
-        plans[c] = ls.plan(
-            model, x, world_size=1, sharding="none", precision="fp32", optimizer="sgd",
-            reserve_bytes=0, checkpoint=c, loss_fn=loss,
-        )  # fmt: skip
-    assert plans["op"].peak_bytes == mem["baseline_bytes"] + mem["session_peak_bytes"] + x.nbytes
-    assert plans["op"].peak_bytes < plans[None].peak_bytes
+        mem = ls.profile(real.train(), X_RUN, backward=True, memory=True, loss_fn=_loss).memory
+    return int(mem["baseline_bytes"] + mem["session_peak_bytes"] + X_RUN.nbytes)
+
+
+def _planned(checkpoint: Any) -> ls.Plan:
+    return ls.plan(
+        _model(), X_RUN, world_size=1, sharding="none", precision="fp32", optimizer="sgd",
+        reserve_bytes=0, checkpoint=checkpoint, loss_fn=_loss,
+    )  # fmt: skip
+
+
+def test_the_peak_equals_a_real_selective_checkpoint_run() -> None:
+    """torchtitan's policy: the plan's peak is the run's (``_measured_peak``), and below
+    the plan without checkpointing."""
+    op = _planned("op")
+    assert op.peak_bytes == _measured_peak(lambda: _torchtitan_policy({}))
+    assert op.peak_bytes < _planned(None).peak_bytes
 
 
 def _relus(ctx: Any, func: Any, *args: Any, **kwargs: Any) -> Any:
@@ -229,36 +236,5 @@ def test_a_policy_function_in_every_block() -> None:
 
 
 def test_a_policy_function_equals_a_real_selective_checkpoint_run() -> None:
-    """Each block under torch's selective checkpointing with ``_relus``, run on the
-    CPU and profiled: the plan's peak is the run's, as for torchtitan's policy."""
-    import copy
-    import functools
-
-    from torch.utils.checkpoint import (
-        checkpoint,
-        create_selective_checkpoint_contexts,
-        set_checkpoint_early_stop,
-    )
-
-    x = torch.randn(1024, H)
-    model = _model()
-    real = copy.deepcopy(model)
-    for block in real.children():
-        forward = block.forward
-
-        def run(*args: Any, _forward: Any = forward) -> Any:
-            contexts = functools.partial(create_selective_checkpoint_contexts, _relus)
-            return checkpoint(_forward, *args, use_reentrant=False, context_fn=contexts)
-
-        block.forward = run
-
-    def loss(o: torch.Tensor) -> torch.Tensor:
-        return o.float().pow(2).mean()
-
-    with set_checkpoint_early_stop(False):
-        mem = ls.profile(real.train(), x, backward=True, memory=True, loss_fn=loss).memory
-    plan = ls.plan(
-        model, x, world_size=1, sharding="none", precision="fp32", optimizer="sgd",
-        reserve_bytes=0, checkpoint=_relus, loss_fn=loss,
-    )  # fmt: skip
-    assert plan.peak_bytes == mem["baseline_bytes"] + mem["session_peak_bytes"] + x.nbytes
+    """``_relus`` in every block: the plan's peak is the run's, as for torchtitan's."""
+    assert _planned(_relus).peak_bytes == _measured_peak(lambda: _relus)

@@ -185,6 +185,11 @@ class _Chunk:
             out["unsharded_param_bytes"] += self.step.unsharded
         return out
 
+    def _gathered(self, now: dict[str, int]) -> None:
+        """FSDP2 under a pipeline: the units stay gathered (no gather, no buffers)."""
+        now["unsharded_param_bytes"] = max(now["unsharded_param_bytes"], self.step.unsharded)
+        now["comm_buffer_bytes"] = 0
+
     def lift(self) -> int:
         """Activation bytes of the microbatches in flight and of the finished ones."""
         return (
@@ -202,10 +207,7 @@ class _Chunk:
             now["activation_bytes"] += self.lift()
             now["grad_bytes"] += self.whole if self.backwarded else 0
             if self.fsdp and self.forwarded:  # gathered at the first forward, kept
-                now["unsharded_param_bytes"] = max(
-                    now["unsharded_param_bytes"], self.step.unsharded
-                )
-                now["comm_buffer_bytes"] = 0
+                self._gathered(now)
             out.append((phase, event, path, now))
         self.forwarded += 1
         return out
@@ -231,10 +233,7 @@ class _Chunk:
                 )  # fmt: skip
                 now["grad_bytes"] = others["grad_bytes"] + (self.whole if self.backwarded else 0)
                 if self.fsdp:  # kept gathered; no gradient yet
-                    now["unsharded_param_bytes"] = max(
-                        now["unsharded_param_bytes"], self.step.unsharded
-                    )
-                    now["comm_buffer_bytes"] = 0
+                    self._gathered(now)
                 out.append((phase, event, path, now))
         self.inputs += 1
         return out
@@ -263,10 +262,7 @@ class _Chunk:
                     others["grad_bytes"] + (self.whole if self.backwarded else 0) + g
                 )
             elif self.fsdp:  # kept gathered; the gradients accumulated unsharded
-                now["unsharded_param_bytes"] = max(
-                    now["unsharded_param_bytes"], self.step.unsharded
-                )
-                now["comm_buffer_bytes"] = 0  # no gather, no reduce-scatter
+                self._gathered(now)  # no gather, no reduce-scatter
                 mine = (
                     self.whole + own if self.backwarded else self.whole * (i + 1) // len(self.bwd)
                 )
