@@ -8,7 +8,8 @@
 #
 # Steps: tests (pytest -m cuda), check (bench/cuda_check.py), calibrate
 # (bench/calibrate_profiles.py), steps (bench/plan_vs_step.py), serving
-# (bench/serving_vs_decode.py: decode steps and a KV cache against plan_serving). A device call is limited
+# (bench/serving_vs_decode.py: decode steps and a KV cache against plan_serving), matmuls
+# (bench/matmul_grid.py: matmul times by shape against the matmul model). A device call is limited
 # to 10 minutes: split the steps over two calls. Runs with the machine's own torch and
 # the sources of this tree (PYTHONPATH=src); a step that fails does not stop the others.
 set -u
@@ -27,7 +28,7 @@ try:
 except ImportError:
     print("transformers: not installed")
 PY
-STEPS="${STEPS:-tests check calibrate steps serving}"
+STEPS="${STEPS:-tests check calibrate steps serving matmuls}"
 for step in $STEPS; do
   case "$step" in
     tests) timeout 200 python -m pytest -q -m cuda -p no:cacheprovider tests \
@@ -38,6 +39,7 @@ for step in $STEPS; do
     steps) timeout 400 python bench/plan_vs_step.py --out "$OUT" > "$OUT/plan_vs_step.txt" 2>&1 ;;
     serving) timeout 300 python bench/serving_vs_decode.py --out "$OUT" \
                > "$OUT/serving_vs_decode.txt" 2>&1 ;;
+    matmuls) timeout 200 python bench/matmul_grid.py --out "$OUT" > "$OUT/matmul_grid.txt" 2>&1 ;;
     *) echo "gpu_session: unknown step $step" >&2 ;;
   esac
 done
