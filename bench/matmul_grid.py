@@ -7,8 +7,8 @@ sm_90 table).
     python bench/matmul_grid.py --table rows.json          # a measured table instead
 
 On a GPU it times ``torch.mm`` (B = 1) and ``torch.bmm`` (B = 4) in bfloat16 over M, N, K
-in 256 to 8,192 (the median of 5 after a warm-up, as ``layerscope calibrate`` times) and writes ``matmul_grid.json`` under
-``--out``: ``{"device", "torch", "rows": [[B, M, N, K, FLOP/s], ...]}``. ``--table``
+in 256 to 8,192 (the median of 5 after a warm-up, as ``layerscope calibrate`` times) and
+writes ``matmul_grid.json`` under ``--out``: ``{"device", "torch", "rows": [[B, M, N, K, FLOP/s], ...]}``. ``--table``
 reads rows in that form. Printed, for every row and for outputs of 1,024 x 1,024 and
 more: the median |log(predicted / measured)| and its signed median, for the model as
 the plan prices matmuls (``max(FLOPs / (peak x share x q), bytes / (bandwidth x b)) +
@@ -30,8 +30,8 @@ from pathlib import Path
 import torch
 
 from layerscope.analysis.rates import Rates, rates_of
-from layerscope.planning.calibrate import _timed as timed  # layerscope calibrate's timer
 from layerscope.hardware import device_spec
+from layerscope.planning.calibrate import _timed as timed  # layerscope calibrate's timer
 
 SIZES = (256, 512, 1024, 2048, 4096, 8192)
 Row = tuple[int, int, int, int, float]
