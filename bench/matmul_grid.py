@@ -8,13 +8,13 @@ sm_90 table).
 
 On a GPU it times ``torch.mm`` (B = 1) and ``torch.bmm`` (B = 4) in bfloat16 over M, N, K
 in 256 to 8,192 (the median of 5 after a warm-up, as ``layerscope calibrate`` times) and
-writes ``matmul_grid.json`` under ``--out``: ``{"device", "torch", "rows": [[B, M, N, K,
-FLOP/s], ...]}``. ``--table`` reads rows in that form. Printed, for every row and for outputs of 1,024 x 1,024 and
-more: the median |log(predicted / measured)| and its signed median, for the model as
-the plan prices matmuls (``max(FLOPs / (peak x share x q), bytes / (bandwidth x b)) +
-launch``) and for the candidate (``max(FLOPs / (peak x s x q), operand bytes /
-(bandwidth x b)) + output bytes / (bandwidth x b) + launch``) at the ``s`` whose signed
-median error on the large outputs is closest to 0.
+writes ``matmul_grid.json`` under ``--out``: ``{"device", "torch", "rows": [[B, M, N,
+K, FLOP/s], ...]}``; ``--table`` reads rows in that form. Printed, for every row and
+for outputs of 1,024 x 1,024 and more: the median |log(predicted / measured)| and its
+signed median, for the model as the plan prices matmuls (``max(FLOPs / (peak x share x
+q), bytes / (bandwidth x b)) + launch``) and for the candidate (``max(FLOPs / (peak x s
+x q), operand bytes / (bandwidth x b)) + output bytes / (bandwidth x b) + launch``) at
+the ``s`` whose signed median error on the large outputs is closest to 0.
 """
 
 from __future__ import annotations
