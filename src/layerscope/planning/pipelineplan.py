@@ -361,7 +361,10 @@ def _shares(prof: Profile, predicted: Any, first: bool) -> tuple[float, float]:
     fwd, bwd = predicted.forward[id(root)], predicted.backward[id(root)]
     if fwd + bwd <= 0:
         return 0.5, 0.5
-    weight = sum(predicted.forward[id(n)] for n in _holders(prof))
+    forward = predicted.forward  # a node's own: less its children's
+    weight = sum(
+        forward[id(n)] - sum(forward[id(c)] for c in n.children) for n in _holders(prof)
+    )
     return fwd / (fwd + bwd), 1.0 if first or bwd <= 0 else min(1.0, weight / bwd)
 
 
