@@ -362,9 +362,7 @@ def _shares(prof: Profile, predicted: Any, first: bool) -> tuple[float, float]:
     if fwd + bwd <= 0:
         return 0.5, 0.5
     forward = predicted.forward  # a node's own: less its children's
-    weight = sum(
-        forward[id(n)] - sum(forward[id(c)] for c in n.children) for n in _holders(prof)
-    )
+    weight = sum(forward[id(n)] - sum(forward[id(c)] for c in n.children) for n in _holders(prof))
     return fwd / (fwd + bwd), 1.0 if first or bwd <= 0 else min(1.0, weight / bwd)
 
 
