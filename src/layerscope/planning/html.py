@@ -84,7 +84,7 @@ def plan_data(section: Mapping[str, Any], sweep: Mapping[str, Any] | None = None
         bound = [
             [f.header, page_number(given.get(f.key, 0))]
             for f in fields("time")
-            if f.default and (f.required or f.key in time)
+            if f.default and (f.required or f.key in given)  # the bound's own parts
         ]
     return {
         "part_names": [f.header for f in fields("memory")],
