@@ -138,7 +138,9 @@ def pipeline_plan(profs: list[Profile], opts: Options) -> Plan:
     rank = ranks[chosen]
     accum = opts.grad_accum
 
-    time, bound = (_step_parts(rank, ranks, stages, opts, b) for b in (False, True))
+    # the schedule run once on the predicted times and once on the bounds
+    span, span_bound = (_span(ranks, stages, opts, b) for b in (False, True))
+    time, bound = _step_parts(rank, opts, False, span), _step_parts(rank, opts, True, span_bound)
     assert time is not None
     step_s, step_b = _step(time), (_step(bound) if bound else None)
     peak_flops = opts.target.peak(str(opts.compute_dtype).removeprefix("torch."))
@@ -152,7 +154,6 @@ def pipeline_plan(profs: list[Profile], opts: Options) -> Plan:
     why = "asked for" if opts.stage is not None else "the highest peak"
     first = rank.stages[0].plan
     split = [prof.model["stage"]["pieces"][0] for prof in profs[1:]]
-    span = _span(ranks, stages, opts, False)
     idle = max(0.0, 1 - max(micro * r.per_micro() for r in ranks) / span) if span > 0 else 0.0
     notes = [
         *first.notes,
@@ -258,19 +259,16 @@ def _auto(profs: list[Profile], opts: Options) -> tuple[list[_Stage], list[_Rank
     return stages, ranks
 
 
-def _step_parts(
-    rank: _Rank, ranks: list[_Rank], stages: list[_Stage], opts: Options, bound: bool
-) -> dict[str, float] | None:
+def _step_parts(rank: _Rank, opts: Options, bound: bool, span: float) -> dict[str, float] | None:
     """A rank's step by part: ``M`` microbatches of its stages' work, the bubble (the
-    schedule's span as ``pipeline.simulate`` runs it, less this rank's own work), the
-    data-parallel collectives not hidden and the optimizer, once; None for the bound
-    where a stage has none."""
+    schedule's ``span``, ``_span``, less this rank's own work), the data-parallel
+    collectives not hidden and the optimizer, once; None for the bound where a stage has
+    none."""
     micro, accum = opts.microbatches or opts.pp, opts.grad_accum
     parts = [s.plan.time_bound if bound else s.plan.time for s in rank.stages]
     if any(t is None for t in parts):
         return None
     times = [t for t in parts if t is not None]
-    span = _span(ranks, stages, opts, bound)
     sends = micro * sum(s.tp + s.p2p for s in rank.stages)
     pairs = list(zip(times, rank.stages, strict=True))
     contention = sum(t.get("contention", 0.0) for t in times) * accum
