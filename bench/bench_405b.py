@@ -1,10 +1,13 @@
 """The memory and backward analysis of a Llama-3.1-405B-shaped model on ``meta`` against
-a forward pass under torch's ``FlopCounterMode``, at two depths (same run, best of 2).
+torch's ``FlopCounterMode`` and the bare passes, at two depths (same run, best of 2).
 
     python bench/bench_405b.py [--layers 32 126] [--tokens 2048]
 
-Prints, per depth, both times and their ratio: a ratio that grows with the depth means
-work that is super-linear in the model's size; an equal ratio, a constant factor.
+Prints, per depth, the analysis's time over: a forward under ``FlopCounterMode``; a
+forward and backward under it (the same work the analysis observes); and a bare forward
+and backward on meta with no mode at all, the floor of anything that runs the backward.
+A ratio that grows with the depth means work that is super-linear in the model's size;
+an equal ratio, a constant factor.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
@@ -48,20 +52,34 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=2048)
     args = parser.parse_args()
     for layers in args.layers:
-        fcm, analysis = measure(llama_405b(layers), args.tokens)
-        print(f"{layers:>4} layers: FlopCounterMode forward {fcm:.2f} s, memory + backward "
-              f"analysis {analysis:.2f} s, ratio {analysis / fcm:.2f}", flush=True)  # fmt: skip
+        times = measure(llama_405b(layers), args.tokens)
+        analysis = times.pop("analysis")
+        print(f"{layers:>4} layers: memory + backward analysis {analysis:.2f} s", flush=True)
+        for name, t in times.items():
+            print(f"      {name:<34} {t:.2f} s, analysis / it {analysis / t:.2f}", flush=True)
 
 
-def measure(model: torch.nn.Module, tokens: int) -> tuple[float, float]:
-    """(FlopCounterMode's forward, layerscope's memory + backward analysis), seconds."""
+def measure(model: torch.nn.Module, tokens: int) -> dict[str, float]:
+    """Seconds of layerscope's memory + backward analysis ("analysis") and of the passes
+    it is compared with."""
     ids = torch.zeros(1, tokens, dtype=torch.long, device="meta")
 
-    def theirs() -> None:
-        with meta_values(), FlopCounterMode(display=False):
-            model(ids)
+    def forward(counted: bool, backward: bool) -> Callable[[], None]:
+        def run() -> None:
+            with meta_values(), FlopCounterMode(display=False) if counted else nullcontext():
+                out = model(ids).logits
+                if backward:
+                    out.sum().backward()
+            model.zero_grad(set_to_none=True)
 
-    return best(theirs), best(lambda: ls.profile(model, ids, memory=True, backward=True))
+        return run
+
+    return {
+        "analysis": best(lambda: ls.profile(model, ids, memory=True, backward=True)),
+        "FlopCounterMode forward": best(forward(True, False)),
+        "FlopCounterMode forward + backward": best(forward(True, True)),
+        "bare forward + backward": best(forward(False, True)),
+    }
 
 
 if __name__ == "__main__":
