@@ -42,6 +42,7 @@ table what checkpointing a module would save.
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -92,22 +93,35 @@ def policy_saves(policy: Callable[..., Any], func: Any, args: Any, kwargs: Any, 
     """Whether a selective-checkpointing ``policy`` saves this call's outputs: it is
     called as torch calls it (after the op, with ``is_recompute`` False and the output),
     but not for ``SAC_IGNORED_OPS``; ``MUST_SAVE``, ``PREFER_SAVE`` and True save."""
+    ignored, saving, context = _checkpoint_api()
+    if func in ignored:
+        return False
+    decision = policy(context(out), func, *args, **(kwargs or {}))
+    if isinstance(decision, bool):
+        return decision
+    return decision in saving
+
+
+@functools.cache
+def _checkpoint_api() -> tuple[Any, tuple[Any, ...], Callable[[Any], Any]]:
+    """torch's ignored ops, the policies that save, and a context for an op's output
+    (a torch whose ``SelectiveCheckpointContext`` takes no ``op_output``: without it)."""
     from torch.utils.checkpoint import (
         SAC_IGNORED_OPS,
         CheckpointPolicy,
         SelectiveCheckpointContext,
     )
 
-    if func in SAC_IGNORED_OPS:
-        return False
+    saving = (CheckpointPolicy.MUST_SAVE, CheckpointPolicy.PREFER_SAVE)
     try:
-        ctx = SelectiveCheckpointContext(is_recompute=False, op_output=out)
-    except TypeError:  # a torch without op_output
-        ctx = SelectiveCheckpointContext(is_recompute=False)
-    decision = policy(ctx, func, *args, **(kwargs or {}))
-    if isinstance(decision, bool):
-        return decision
-    return decision in (CheckpointPolicy.MUST_SAVE, CheckpointPolicy.PREFER_SAVE)
+        SelectiveCheckpointContext(is_recompute=False, op_output=None)
+    except TypeError:
+        return SAC_IGNORED_OPS, saving, lambda out: SelectiveCheckpointContext(is_recompute=False)
+    return (
+        SAC_IGNORED_OPS,
+        saving,
+        lambda out: SelectiveCheckpointContext(is_recompute=False, op_output=out),
+    )
 
 
 def policy_name(policy: Callable[..., Any]) -> str:
