@@ -159,6 +159,11 @@ def test_round_trip_and_refusals(tmp_path: Path) -> None:
     assert loaded.stages["decode"].root.metrics == gen.stages["decode"].root.metrics
     assert ls.load(tmp_path / "g.json").root.metrics == gen.stages["prefill"].root.metrics
     assert loaded.render(width=80) == gen.render(width=80)
+    # the load lets each parsed module go once read; from_dict leaves the caller's data be
+    data = json.loads((tmp_path / "g.json").read_text())
+    again = ls.Generation.from_dict(data)
+    assert json.loads((tmp_path / "g.json").read_text()) == data
+    assert again.to_dict() == loaded.to_dict() == gen.to_dict()
     assert all(len(line) <= 80 for line in gen.render(width=80).splitlines())
     with pytest.raises(InvalidInputError, match="a model with generate"):
         ls.profile_generate(torch.nn.Linear(2, 2), ids)

@@ -22,8 +22,11 @@ from torch import nn
 import layerscope as ls
 from layerscope.analysis.fold import fold
 from layerscope.cli import main
+from layerscope.export import jsonread
 from layerscope.export.formats import FORMATS, export_text
 from layerscope.export.json import MAX_BYTES, MAX_DEPTH, MAX_NESTING, comparable
+from layerscope.export.jsonread import MEMORY_FACTOR, available_memory, default_max_bytes
+from layerscope.render.units import nbytes
 
 VIEWS = ("table", "tree", "repr", "top", "ops")
 
@@ -450,6 +453,39 @@ def test_the_size_limit_on_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     with pytest.raises(ls.InvalidInputError) as bad:
         ls.load(file, max_bytes=0)
     assert str(bad.value) == "max_bytes must be an int >= 1, got 0"
+
+
+def test_the_default_limit_is_a_share_of_the_memory_available(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert MEMORY_FACTOR == 12
+    assert default_max_bytes(None) == MAX_BYTES  # unknown: 1 GiB
+    assert default_max_bytes(12 * 2**30) == MAX_BYTES  # 12 GiB / 12 = 1 GiB, the cap
+    assert default_max_bytes(13 * 2**30) == MAX_BYTES
+    assert default_max_bytes(12 * 2**30 - 12) == 2**30 - 1
+    assert default_max_bytes(6 * 2**30) == 2**29  # 6 GiB / 12 = 512 MiB
+    assert default_max_bytes(0) == 1
+    available = available_memory()
+    assert available is None or available > 0
+    file = tmp_path / "p.json"
+    file.write_text(json.dumps(small()))
+    size = file.stat().st_size
+    # 12 x (size - 1) bytes available: the default limit is size - 1 bytes
+    monkeypatch.setattr(jsonread, "available_memory", lambda: 12 * (size - 1))
+    with pytest.raises(ls.SchemaError) as info:
+        ls.load(file)
+    assert str(info.value) == (
+        f"cannot read {file}: it holds more than {size - 1:,} bytes, the most ls.load "
+        f"reads with {nbytes(12 * (size - 1))} of memory available (1/12 of it: a document "
+        "takes up to 12 times its size to load and show) (raise it with max_bytes= or "
+        "$LAYERSCOPE_MAX_BYTES)"
+    )
+    assert ls.load(file, max_bytes=size).root.type == "Sequential"  # the keyword wins
+    monkeypatch.setenv("LAYERSCOPE_MAX_BYTES", str(size))
+    assert ls.load(file).root.type == "Sequential"  # and the environment
+    monkeypatch.delenv("LAYERSCOPE_MAX_BYTES")
+    monkeypatch.setattr(jsonread, "available_memory", lambda: 12 * size)
+    assert ls.load(file).root.type == "Sequential"  # exactly the limit
 
 
 def test_a_utf8_bom_is_accepted(tmp_path: Path) -> None:

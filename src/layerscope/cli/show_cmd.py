@@ -52,15 +52,15 @@ def _as_plan(args: argparse.Namespace) -> bool:
 
 def _subject(data: object) -> Any:
     """The plan, generation, sweep, estimate or serving plan a document holds, or None
-    for a plain profile."""
+    for a plain profile (left whole: only a subject found consumes ``data``)."""
     if not isinstance(data, dict):
         return None
     if "plan" in data:
-        return Plan.from_dict(data)
+        return Plan.from_dict(data, consume=True)
     if "generation" in data:
         from layerscope.generation.result import Generation
 
-        return Generation.from_dict(data)
+        return Generation.from_dict(data, consume=True)
     from layerscope.generation.estimate_result import GenerateEstimate, is_estimate
 
     if is_estimate(data):

@@ -345,7 +345,8 @@ def load(path: str | os.PathLike[str], *, max_bytes: int | None = None) -> Profi
     """Read a profile saved with ``Profile.save`` (``ls.load``), every known key checked.
 
     At most ``max_bytes`` bytes are read (default: ``$LAYERSCOPE_MAX_BYTES``, else
-    ``MAX_BYTES``), so a device or a huge file cannot exhaust memory.
+    ``MAX_BYTES`` or less: a twelfth of the memory available, ``jsonread.MEMORY_FACTOR``),
+    so a device or a huge file cannot exhaust memory.
     ``FileNotFoundError`` when there is no such file; ``SchemaError`` for anything else
     that is not a readable ``layerscope/1`` profile (naming the file and the JSON path)."""
     return profile_from_dict(read_document(path, max_bytes=max_bytes), os.fspath(path),

@@ -4,6 +4,7 @@ parsed but not yet checked against the schema (``export.json`` checks a profile,
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from typing import Any
@@ -13,19 +14,24 @@ from layerscope.export.files import read_at_most
 from layerscope.export.jsoncheck import NONFINITE, Check, Invalid, json_path
 from layerscope.export.jsonspec import MAX_DEPTH
 from layerscope.gcpause import gc_paused
+from layerscope.render.units import nbytes
 from layerscope.validate import check_int
 
 #: The most bytes ``load`` reads by default (1 GiB): a profile of a million modules is
 #: a few hundred MB.
 MAX_BYTES = 1 << 30
-#: The environment variable that overrides ``MAX_BYTES`` (``layerscope show`` too).
+#: The environment variable that overrides the default limit (``layerscope show`` too).
 MAX_BYTES_ENV = "LAYERSCOPE_MAX_BYTES"
+#: How many times its size a document may take in memory while it loads and shows
+#: (measured, docs/json.md: up to 10.8 for a generation saved again as JSON, 8.2 for a
+#: view): by default a load reads at most the memory available over this.
+MEMORY_FACTOR = 12
 
 
 def read_document(path: str | os.PathLike[str], *, max_bytes: int | None = None) -> Any:
     """The parsed JSON of a layerscope file, read as ``load`` reads it (size limit,
     UTF-8, non-finite numbers), not yet checked against the schema."""
-    limit = _max_bytes(max_bytes)
+    limit, why = _max_bytes(max_bytes)
     source = os.fspath(path)
     if os.path.isdir(source):
         raise SchemaError(f"cannot read {source}: it is a directory")
@@ -39,7 +45,7 @@ def read_document(path: str | os.PathLike[str], *, max_bytes: int | None = None)
     if raw is None:
         raise SchemaError(
             f"cannot read {source}: it holds more than {limit:,} bytes, the most ls.load "
-            f"reads (raise it with max_bytes= or ${MAX_BYTES_ENV})"
+            f"reads{why} (raise it with max_bytes= or ${MAX_BYTES_ENV})"
         )
     try:
         text = raw.decode("utf-8-sig")
@@ -73,19 +79,63 @@ def checked_document(data: Any, spec: Check, source: str | None = None) -> Any:
         raise SchemaError(f"{where}{json_path(e.where)}: {e.problem}") from None
 
 
-def _max_bytes(max_bytes: int | None) -> int:
-    """The size limit in force: ``max_bytes``, else the environment variable's, else
-    ``MAX_BYTES``."""
+def _max_bytes(max_bytes: int | None) -> tuple[int, str]:
+    """The size limit in force and why, when it is not the one asked for: ``max_bytes``,
+    else the environment variable's, else ``default_max_bytes()``."""
     if max_bytes is not None:
-        return check_int("max_bytes", max_bytes, 1)
+        return check_int("max_bytes", max_bytes, 1), ""
     text = os.environ.get(MAX_BYTES_ENV, "").strip()
     if not text:
-        return MAX_BYTES
+        available = available_memory()
+        limit = default_max_bytes(available)
+        if limit == MAX_BYTES or available is None:
+            return limit, ""
+        return limit, (
+            f" with {nbytes(available)} of memory available (1/{MEMORY_FACTOR} of it: a "
+            f"document takes up to {MEMORY_FACTOR} times its size to load and show)"
+        )
     try:
         value: object = int(text.replace("_", ""))
     except ValueError:
         value = text
-    return check_int(f"${MAX_BYTES_ENV}", value, 1)
+    return check_int(f"${MAX_BYTES_ENV}", value, 1), ""
 
 
-__all__ = ["MAX_BYTES", "MAX_BYTES_ENV", "checked_document", "read_document"]
+def default_max_bytes(available: int | None) -> int:
+    """The default limit: ``MAX_BYTES``, or less where the memory ``available`` (bytes,
+    None: unknown) is under ``MEMORY_FACTOR`` times that."""
+    if available is None:
+        return MAX_BYTES
+    return max(1, min(MAX_BYTES, available // MEMORY_FACTOR))
+
+
+def available_memory() -> int | None:
+    """Bytes of memory this process can still take: the system's available memory
+    (``MemAvailable`` in ``/proc/meminfo``, else ``sysconf``'s free pages), less where
+    a cgroup v2 limit leaves less; None where neither is known."""
+    found: list[int] = []
+    with contextlib.suppress(OSError, ValueError, IndexError), open("/proc/meminfo") as f:
+        found += [int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:")]
+    if not found:
+        with contextlib.suppress(AttributeError, OSError, ValueError):
+            found.append(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    with (
+        contextlib.suppress(OSError, ValueError),
+        open("/sys/fs/cgroup/memory.max") as cap,
+        open("/sys/fs/cgroup/memory.current") as used,
+    ):
+        limit = cap.read().strip()
+        if limit != "max":
+            found.append(max(0, int(limit) - int(used.read().strip())))
+    return min(found) if found else None
+
+
+__all__ = [
+    "MAX_BYTES",
+    "MAX_BYTES_ENV",
+    "MEMORY_FACTOR",
+    "available_memory",
+    "checked_document",
+    "default_max_bytes",
+    "read_document",
+]

@@ -115,8 +115,11 @@ class Generation:
         export_document(path, format, {"html": self.to_html, "json": self.save}, "a generation")
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Generation:
-        """A generation from ``to_dict``'s form; ``SchemaError`` naming what is wrong."""
+    def from_dict(cls, data: dict[str, Any], *, consume: bool = False) -> Generation:
+        """A generation from ``to_dict``'s form; ``SchemaError`` naming what is wrong.
+        ``consume``: ``data`` is the caller's no more, and each module's object is let go
+        once read (a file's load: the parsed trees and the stages' are not both whole)."""
+        from layerscope.export.json import profile_from_dict
         from layerscope.export.jsoncheck import checked_section
         from layerscope.generation.schema import GENERATION
 
@@ -129,9 +132,9 @@ class Generation:
         section = checked_section(data, "generation", GENERATION, missing)
         stages: dict[str, Profile] = {}
         if section["first_stage"] is not None:
-            stages[section["first_stage"]] = Profile.from_dict(data)
+            stages[section["first_stage"]] = profile_from_dict(data, consume=consume)
         for name, doc in section["stages"].items():
-            stages[name] = Profile.from_dict(doc)
+            stages[name] = profile_from_dict(doc, consume=consume)
         return cls(
             stages,
             [CallRow.from_dict(r) for r in section["calls"]],
@@ -204,7 +207,7 @@ def load_generation(path: str | os.PathLike[str]) -> Generation:
     """Read a generation written by ``Generation.save`` (``ls.load_generation``)."""
     from layerscope.export.jsonread import read_document
 
-    return Generation.from_dict(read_document(path))
+    return Generation.from_dict(read_document(path), consume=True)
 
 
 __all__ = ["STAGES", "CallRow", "Generation", "load_generation"]
