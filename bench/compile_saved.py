@@ -52,7 +52,8 @@ def eager_saved(model: Any, ids: torch.Tensor, params: set[int]) -> int:
 
 
 def compiled_saved(model: Any, ids: torch.Tensor, params: set[int]) -> int:
-    out = torch.compile(model)(ids).logits
+    compiled: Any = torch.compile(model)
+    out = compiled(ids).logits
     seen: dict[int, int] = {}
     stack, visited = [out.grad_fn], set()
     while stack:
