@@ -52,20 +52,18 @@ CASES: tuple[tuple[str, list[str]], ...] = (
 LOADERS = {"profile": "load", "plan": "load_plan", "generation": "load_generation"}
 
 
-def write_documents(layers: int, folder: Path) -> dict[str, Path]:
+def write_documents(layers: int, paths: dict[str, Path]) -> None:
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
     config = GPT2Config(n_layer=layers, n_embd=16, n_head=2, vocab_size=64, n_positions=64)
     model = GPT2LMHeadModel(config).train(False)
     ids = torch.randint(0, 64, (1, 8))
-    paths = {kind: folder / f"{kind}-{layers}.json" for kind in LOADERS}
     ls.profile(model, ids).save(paths["profile"])
     ls.profile_generate(model, ids, max_new_tokens=4).save(paths["generation"])
     with torch.device("meta"):
         meta = GPT2LMHeadModel(config)
     ls.plan(meta, ids.to("meta"), target="h100").save(paths["plan"])
-    return paths
 
 
 def peak(args: list[str]) -> int:
@@ -84,7 +82,7 @@ def main() -> None:
     folder.mkdir(parents=True, exist_ok=True)
     paths = {kind: folder / f"{kind}-{args.layers}.json" for kind in LOADERS}
     if not all(p.exists() for p in paths.values()):
-        paths = write_documents(args.layers, folder)
+        write_documents(args.layers, paths)
     print(f"{'document':<12}{'MB':>8}  " + "  ".join(f"{name:>10}" for name, _ in CASES))
     for kind, path in paths.items():
         size = os.path.getsize(path)

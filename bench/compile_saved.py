@@ -37,13 +37,18 @@ def llama(hidden: int, intermediate: int, layers: int) -> Any:
     return LlamaForCausalLM(config).train()
 
 
+def count(seen: dict[int, int], t: torch.Tensor, params: set[int]) -> None:
+    """Note ``t``'s storage and its bytes in ``seen``, unless it is a parameter's."""
+    s = t.untyped_storage()
+    if s.data_ptr() not in params:
+        seen[s.data_ptr()] = s.nbytes()
+
+
 def eager_saved(model: Any, ids: torch.Tensor, params: set[int]) -> int:
     seen: dict[int, int] = {}
 
     def pack(t: torch.Tensor) -> torch.Tensor:
-        s = t.untyped_storage()
-        if s.data_ptr() not in params:
-            seen[s.data_ptr()] = s.nbytes()
+        count(seen, t, params)
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
@@ -63,9 +68,7 @@ def compiled_saved(model: Any, ids: torch.Tensor, params: set[int]) -> int:
         visited.add(id(fn))
         if "Compiled" in type(fn).__name__:
             for t in fn.saved_tensors:
-                s = t.untyped_storage()
-                if s.data_ptr() not in params:
-                    seen[s.data_ptr()] = s.nbytes()
+                count(seen, t, params)
         stack.extend(f for f, _ in fn.next_functions)
     out.sum().backward()
     return sum(seen.values())
