@@ -23,8 +23,8 @@ MAX_BYTES = 1 << 30
 #: The environment variable that overrides the default limit (``layerscope show`` too).
 MAX_BYTES_ENV = "LAYERSCOPE_MAX_BYTES"
 #: How many times its size a document may take in memory while it loads and shows
-#: (measured, docs/json.md: at most 10.8, a generation written again as JSON; 8.2 for a
-#: view): by default a load reads at most the memory available over this.
+#: (measured, docs/json.md: at most 11.1, a small generation written again as JSON; 8.2
+#: for a view): by default a load reads at most the memory available over this.
 MEMORY_FACTOR = 12
 
 
