@@ -59,15 +59,13 @@ def spawn_world(
 
 
 @contextmanager
-def rank_output(
-    rank: int, out: str, facts: dict[str, Any], exit_after: bool = False
-) -> Iterator[None]:
+def rank_output(rank: int, out: str, facts: dict[str, Any]) -> Iterator[None]:
     """The body of a rank ``spawn_ranks`` started: a failure's traceback goes to
-    ``rank{r}.error``, the process group (if any) is destroyed, and then ``facts`` go to
-    ``rank{r}.json``. ``exit_after``: the process then ends at once (``os._exit(0)``), so
-    that a background thread of a process group built and dropped along the way cannot
-    abort it at interpreter shutdown once its facts are written (gloo's, seen as
-    "terminate called without an active exception" on a loaded machine)."""
+    ``rank{r}.error``, the process group (if any) is destroyed, ``facts`` go to
+    ``rank{r}.json``, and the process then ends at once (``os._exit(0)``), so that a
+    background thread of a process group built and dropped along the way cannot abort it
+    at interpreter shutdown once its facts are written (gloo's, seen as "terminate called
+    without an active exception" on a loaded machine)."""
     import torch.distributed as dist
 
     try:
@@ -79,7 +77,6 @@ def rank_output(
         if dist.is_initialized():
             dist.destroy_process_group()
     Path(out, f"rank{rank}.json").write_text(json.dumps(facts), encoding="utf-8")
-    if exit_after:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

@@ -434,7 +434,7 @@ def profiled(config: str, world: int) -> dict[str, Any]:
 def worker(rank: int, store: str, out: str, world: int) -> None:
     """One rank: every configuration, its facts to ``rank{r}.json``."""
     facts: dict[str, Any] = {}
-    with rank_output(rank, out, facts, exit_after=True):
+    with rank_output(rank, out, facts):
         torch.set_num_threads(1)
         dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
         for config in CONFIGS + (("fsdp_tp",) if world == 4 else ()):
