@@ -24,6 +24,13 @@ class _Storages(Obj):
                     if index >= paths:
                         at = ((((where, "rows"), i), col), j)
                         fail(at, f"an index into 'paths' (an integer below {paths})", index)
+        for i, (index, _) in enumerate(out.get("compiled", ())):
+            if index >= paths:
+                fail(
+                    (((where, "compiled"), i), 0),
+                    f"an index into 'paths' (an integer below {paths})",
+                    index,
+                )
         return out
 
 
@@ -63,6 +70,17 @@ STORAGES = _Storages(
         "policy": Str(
             "the selective-checkpointing policy whose saved calls 'ops' holds "
             "(absent: torchtitan's ops, all of them)"
+        ),
+        "compiled": Arr(
+            Row(
+                (
+                    Int(0, description="the module it counts in (an index into 'paths')"),
+                    Int(0, description="the storage's bytes"),
+                ),
+                "one storage: [module, bytes]",
+            ),
+            "the storages torch.compile's partitioner would save for the backward, by "
+            "layerscope's rule (recorded for compile=True plans only; docs/memory.md)",
         ),
     },
     required=("paths", "rows", "dropped"),

@@ -22,6 +22,7 @@ from layerscope.planning.checkpointing import (
     choose_checkpoints,
     resolve,
 )
+from layerscope.planning.compiled import compiled_memory
 from layerscope.planning.facts import CACHE_OFF, Param, check_paths, frozen, input_bytes, trainable
 from layerscope.planning.kernels import Predicted, predict
 from layerscope.planning.loss import loss_timeline
@@ -101,6 +102,7 @@ def _build(
     prepared = strategy.prepare(work)
     units, unit_rows, comm = prepared.units, prepared.rows, step_comm(prepared.comm, prof, opts)
     _checkpoints(prof, choice, setup)
+    compiled, uncompiled = compiled_memory(prof, choice, setup) if opts.compile else ("", 0)
     local = states.optimizer_state_bytes // max(1, OPTIMIZER_STATES[opts.optimizer] or 1)
     # the strategy's own temporaries of the step (ZeRO's float32 gradient partition), and
     # Adam's
@@ -123,6 +125,7 @@ def _build(
         *_notes(opts, choice, asked, unrecorded, strategy.notes(opts), emulated),
         *_frozen_notes(kept, states.param_bytes, shapes, opts),
         *loss_notes,
+        *([compiled] if compiled else []),
         *(n for n in prof.notices if n.startswith((NOT_RUN, CACHE_OFF))),
     ]
     return Plan(
@@ -145,7 +148,7 @@ def _build(
         budget=opts.budget,
         reserve_bytes=opts.reserve_bytes,
         checkpoint=list(choice.paths),
-        kept_activation_bytes=choice.kept_activation_bytes,
+        kept_activation_bytes=choice.kept_activation_bytes - uncompiled,
         recompute_flops=choice.recompute_flops * opts.grad_accum,
         timeline=_columns(points),
         time=time,
@@ -458,8 +461,7 @@ def _parts(
 COMPILED = (
     "compiled (torch.compile): each module's pointwise and reduction kernels of a phase "
     "are priced as one fused kernel that moves the bytes of the largest of them, with one "
-    "launch; matmuls and attention as they are; memory as in eager (Inductor's "
-    "recomputation in the backward is not counted)"
+    "launch; matmuls and attention as they are"
 )
 
 

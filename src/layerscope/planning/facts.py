@@ -193,6 +193,7 @@ def _profiled(
 
     from layerscope.collect.autocast import emulate_cuda_autocast
     from layerscope.collect.common import default_loss
+    from layerscope.metrics.memory.opgraph import record_graph
     from layerscope.metrics.memory.records import record_ops
     from layerscope.planning.kernels import KernelRecorder, record
     from layerscope.session.run import profile
@@ -202,13 +203,14 @@ def _profiled(
     call["observers"] = [*call.get("observers", ()), recorder]
     asked = opts.checkpoint  # planning.oppolicy: torchtitan's ops, or a policy's
     ops = record_ops(asked if callable(asked) else None) if per_op(asked) else nullcontext()
+    graph = record_graph() if opts.compile else nullcontext()  # metrics.memory.remat
     view = "local" if opts.tp > 1 else "logical"  # tensor parallelism: rank 0's work
     if not opts.autocast:
-        with ops:
+        with ops, graph:
             prof = profile(meta, backward=True, memory=True, target=target, dtensor=view, **call)
     else:
         loss_fn = call.pop("loss_fn", None) or default_loss
-        with ops, emulate_cuda_autocast(meta, opts.compute_dtype, loss_fn) as loss:
+        with ops, graph, emulate_cuda_autocast(meta, opts.compute_dtype, loss_fn) as loss:
             prof = profile(
                 meta, backward=True, memory=True, target=target, loss_fn=loss,
                 dtensor=view, **call,

@@ -339,10 +339,11 @@ def _row(
     opts = check_options(merged)  # an axis left None: its default, or the mesh's
     batch = chosen["micro_batch"]
     here = source.at(batch) if batch is not None else source
-    # "op" or a policy: its op records; tensor parallelism: the model split by its plan
+    # "op" or a policy: its op records; compile: its op graph; tensor parallelism: the
+    # model split by its plan
     ops = opts.checkpoint if per_op(opts.checkpoint) else None
-    key = (batch, str(opts.compute_dtype), ops, opts.tp, opts.sequence_parallel, opts.pp,
-           opts.pp_split)  # fmt: skip
+    key = (batch, str(opts.compute_dtype), ops, opts.compile, opts.tp,
+           opts.sequence_parallel, opts.pp, opts.pp_split)  # fmt: skip
     if key not in analyses:
         analyses[key] = analysed(source.model, here.args, here.kwargs, here.input_shape,
                                        opts, source.profile_options)  # fmt: skip

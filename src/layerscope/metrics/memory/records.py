@@ -53,6 +53,7 @@ import torch
 from torch import Tensor
 
 from layerscope.collect.signature import iter_tensors
+from layerscope.metrics.memory.opgraph import OpGraph, graph_asked
 from layerscope.metrics.memory.storages import StorageTable, storage_of
 from layerscope.profile import Node
 from layerscope.torchapi import current_autograd_node
@@ -157,13 +158,20 @@ class StorageRecords:
         asked = _RECORD_OPS.get()
         self.ops: list[list[Any]] | None = None if asked is None else []
         self.policy: Callable[..., Any] | None = None if asked is True else asked
+        #: the forward's op graph (``opgraph``), when ``record_graph()`` asks for it
+        self.graph = OpGraph(table) if graph_asked() else None
 
     def op(
         self, func: Any, node: Node, args: Any, kwargs: Any, out: Any, made: int, backward: bool
     ) -> None:
         """A call of ``func`` in ``node`` whose outputs made ``made`` bytes of new storage:
-        recorded when asked, in the forward, for ``RECORDED_OPS`` or what the policy saves."""
-        if self.ops is None or backward:
+        recorded when asked, in the forward, for ``RECORDED_OPS`` or what the policy saves
+        (and in the op graph when it is asked for)."""
+        if backward:
+            return
+        if self.graph is not None:
+            self.graph.op(func, self._index(node), args, kwargs, out)
+        if self.ops is None:
             return
         if self.policy is None:
             if str(func) not in RECORDED_OPS:
@@ -223,6 +231,8 @@ class StorageRecords:
             i = self._index(node)
             if i not in row.savers:
                 row.savers.append(i)
+            if self.graph is not None:
+                self.graph.saved(t, i)
 
     def inputs(self, node: Node, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """A call of ``node`` with these arguments (not kept for a call the backward
@@ -276,6 +286,9 @@ class StorageRecords:
             out["ops"] = self.ops
         if self.policy is not None:
             out["policy"] = policy_name(self.policy)
+        if self.graph is not None:
+            out["compiled"] = self.graph.compiled()
+            self.graph = None
         return out
 
     def notice(self) -> str | None:

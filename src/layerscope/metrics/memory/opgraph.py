@@ -1,0 +1,103 @@
+"""The forward's op graph, for what ``torch.compile`` would save (``remat``): asked for
+by ``record_graph()`` (a plan with ``compile=True`` analyses its model inside), a
+storage table then also has ``"compiled"``: ``[[path index, bytes], ...]``, one per
+storage the partitioner's rule saves for the backward (parameters and buffers left
+out), with the module it counts in: the first module that saved it, as in ``rows``,
+for a storage eager autograd saved too, else the module whose op made it (an input:
+whose op first read it).
+
+Nodes are the session's storages (``StorageTable``'s records: a storage freed and
+another made at the same address are two nodes) and those it read without knowing them
+(the inputs: held until the table is made)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from layerscope.collect.signature import iter_tensors
+from layerscope.metrics.memory.remat import OpCall, compiled_saves, is_recomputable
+from layerscope.metrics.memory.storages import StorageTable, storage_of
+
+_RECORD_GRAPH: ContextVar[bool] = ContextVar("layerscope_record_graph", default=False)
+
+
+@contextmanager
+def record_graph() -> Iterator[None]:
+    """Storage tables made inside also have ``"compiled"`` (module doc)."""
+    token = _RECORD_GRAPH.set(True)
+    try:
+        yield
+    finally:
+        _RECORD_GRAPH.reset(token)
+
+
+def graph_asked() -> bool:
+    return _RECORD_GRAPH.get()
+
+
+class OpGraph:
+    """The forward ops of one session over the storages of its ``StorageTable``."""
+
+    def __init__(self, table: StorageTable) -> None:
+        self._table = table
+        self._index: dict[int, int] = {}  # id(StorageRef), or id(storage) -> node
+        self._held: list[object] = []  # so that their ids stay theirs
+        self.nbytes: list[int] = []
+        self.free: set[int] = set()
+        self.ops: list[OpCall] = []
+        self.maker: dict[int, int] = {}  # node -> path index of the op that made it
+        self.saver: dict[int, int] = {}  # node -> path index of its first saver
+        self.reader: dict[int, int] = {}  # node -> path index of the first op reading it
+
+    def _node(self, t: Tensor) -> int | None:
+        s = storage_of(t)
+        if s is None:
+            return None
+        ref = self._table.get(s)
+        held: object = s if ref is None else ref  # one made outside the session: held
+        i = self._index.get(id(held))
+        if i is None:
+            i = self._index[id(held)] = len(self.nbytes)
+            self._held.append(held)
+            self.nbytes.append(s.nbytes())
+            if ref is not None and ref.param:
+                self.free.add(i)
+        return i
+
+    def op(self, func: Any, path: int, args: Any, kwargs: Any, out: Any) -> None:
+        """A forward call of ``func`` in the module of index ``path``."""
+        reads = self._nodes((*iter_tensors(args), *iter_tensors(kwargs or {})))
+        outs = [out] if isinstance(out, Tensor) else iter_tensors(out)
+        makes = tuple(i for i in self._nodes(outs) if i not in reads)
+        for i in makes:
+            self.maker.setdefault(i, path)
+        for i in reads:
+            self.reader.setdefault(i, path)
+        pointwise = torch.Tag.pointwise in getattr(func, "tags", ())
+        self.ops.append(OpCall(reads, makes, is_recomputable(str(func), pointwise)))
+
+    def saved(self, t: Tensor, path: int) -> None:
+        """A tensor eager autograd saved, by the module of index ``path``."""
+        i = self._node(t)
+        if i is not None:
+            self.saver.setdefault(i, path)
+
+    def compiled(self) -> list[list[int]]:
+        """``[[path index, bytes], ...]``: what the partitioner's rule saves (module doc)."""
+        chosen = compiled_saves(self.nbytes, self.ops, self.saver, self.free)
+        out = []
+        for i in sorted(chosen - self.free):
+            path = self.saver.get(i, self.maker.get(i, self.reader.get(i)))
+            if path is not None:
+                out.append([path, self.nbytes[i]])
+        return out
+
+    def _nodes(self, tensors: Any) -> tuple[int, ...]:
+        found = (self._node(t) for t in tensors)
+        return tuple(dict.fromkeys(i for i in found if i is not None))

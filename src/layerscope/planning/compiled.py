@@ -1,0 +1,66 @@
+"""``compile=True``'s memory: what AOTAutograd's partitioner saves for the backward
+instead of what eager autograd saves (``metrics.memory.remat``'s rule, over the op graph
+the analysis recorded: ``memory["storages"]["compiled"]``).
+
+Per repeated block that is not checkpointed (and once for everything outside the
+blocks, as the root), the bytes eager autograd saved there less those the rule saves
+there are dropped at its forward's exit and made again before its backward, as a
+checkpointed module's are (``planning.timeline``): the compiled forward frees what it
+does not save once its last forward use is over, and the compiled backward recomputes
+it where it is needed. A block's forward peak and its backward are eager's; the
+recomputation's time is not charged (fused pointwise work in the backward's kernels).
+"""
+
+from __future__ import annotations
+
+from layerscope.planning import timeline as tl
+from layerscope.planning.checkpointing import CheckpointChoice, repeated_blocks
+from layerscope.profile import Profile
+
+#: The note of a compiled plan whose profile has no op graph.
+NO_GRAPH = (
+    "compiled: memory as in eager (the profile has no op graph of its forward, which the "
+    "partitioner's rule reads: pass the model)"
+)
+#: The note of a compiled plan's memory rule.
+RULE = (
+    "compiled memory: the partitioner's min-cut (tensors recomputable by pointwise ops, "
+    "views, reductions and casts made again in the backward; matmul and attention outputs "
+    "and what they read kept), {saved:,} B saved for the backward where eager saves "
+    "{eager:,} B"
+)
+
+
+def compiled_memory(prof: Profile, choice: CheckpointChoice, setup: tl.Setup) -> tuple[str, int]:
+    """Add the compiled run's drops to ``setup`` (module doc); the plan's note and the
+    bytes saved for the backward that the compiled run does not keep."""
+    table = prof.memory.get("storages") or {}
+    compiled = table.get("compiled")
+    if compiled is None:
+        return NO_GRAPH, 0
+    paths = table["paths"]
+    held = set(choice.paths)
+    units = [b for b in repeated_blocks(prof) if not any(tl.inside(b, c) for c in held)]
+
+    def unit(index: int) -> str | None:
+        path = paths[index]
+        if any(tl.inside(path, c) for c in held):
+            return None  # a checkpointed module's: it keeps its inputs only
+        return next((b for b in units if tl.inside(path, b)), "")
+
+    eager = dict.fromkeys([*units, ""], 0)
+    saved = dict(eager)
+    for nbytes, savers, _, _, param in table["rows"]:
+        if savers and not param and (u := unit(savers[0])) is not None:
+            eager[u] += int(nbytes)
+    for index, nbytes in compiled:
+        if (u := unit(index)) is not None:
+            saved[u] += int(nbytes)
+    for u, nbytes in eager.items():
+        if nbytes != saved[u]:
+            setup.drops[u] = setup.drops.get(u, 0) + nbytes - saved[u]
+    less = sum(eager.values()) - sum(saved.values())
+    return RULE.format(saved=sum(saved.values()), eager=sum(eager.values())), less
+
+
+__all__ = ["NO_GRAPH", "RULE", "compiled_memory"]

@@ -1,0 +1,183 @@
+"""``compile=True``'s memory: what AOTAutograd's partitioner saves for the backward
+(``metrics.memory.remat``'s min-cut over the op graph ``metrics.memory.opgraph``
+records), checked by hand and against torch's own partitioner, and the plan that drops
+the rest at each block's exit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import layerscope as ls
+from layerscope.metrics.memory.opgraph import record_graph
+from layerscope.metrics.memory.remat import OpCall, compiled_saves, min_cut
+
+
+class Block(nn.Module):
+    """An RMSNorm (no eps module: its ops inline) and a gated MLP, residual: a Llama
+    block without attention."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.ones(8))
+        self.gate = nn.Linear(8, 16, bias=False)
+        self.up = nn.Linear(8, 16, bias=False)
+        self.down = nn.Linear(16, 8, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))
+        out: torch.Tensor = x + self.down(nn.functional.silu(self.gate(y)) * self.up(y))
+        return out
+
+
+def _model() -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(Block(), Block())
+
+
+X = torch.randn(2, 4, 8)  # (2, 4, 8) float32: 256 B; the MLP's (2, 4, 16): 512 B
+
+
+def _loss(out: torch.Tensor) -> torch.Tensor:
+    return out.sum()
+
+
+# ---- the min-cut -------------------------------------------------------------------
+def test_the_cut_saves_the_cheapest_set_the_backward_can_be_made_from() -> None:
+    """p (a matmul's output, 100 B) -> q (pointwise, 10 B) -> r, s (pointwise, 40 B
+    each, both read by the backward). Saving r and s costs 2 x 40 x 2 (nothing in the
+    forward reads them: a fused kernel would not write them), saving p 100 x 1.1 ** 3
+    (three ops from the backward), saving q 2 x 10 x 1.1 ** 2 = 24: q is saved."""
+    ops = [
+        OpCall((), (0,), False),  # p = mm(...)
+        OpCall((0,), (1,), True),  # q = relu(p)
+        OpCall((1,), (2,), True),  # r = exp(q)
+        OpCall((1,), (3,), True),  # s = sin(q)
+    ]
+    assert compiled_saves([100, 10, 40, 40], ops, saved={2, 3}) == {1}
+    # r and s both 4 B: saving them (2 x 4 x 1.1 x 2 = 17) beats q
+    assert compiled_saves([100, 10, 4, 4], ops, saved={2, 3}) == {2, 3}
+
+
+def test_a_reduction_and_what_cannot_be_recomputed_are_kept() -> None:
+    """p (an input, 1,000 B) -> x = relu(p) (64 B) -> m = mean(x) (8 B: under a quarter
+    of x, so never recomputed) -> r = rsqrt(m) (8 B); y = exp(x) (64 B); the backward
+    reads r and y. Weights: x 2 x int(64 x 1.1 ** 2) = 154 (two ops from the backward,
+    read only by recomputable ops), y 2 x int(64 x 1.1) = 140, r 2 x int(8 x 1.1) = 16,
+    m 2 x int(8 x 1.1 ** 2) = 18. Without the reduction's ban x alone (154) would do;
+    with it x needs m or r beside it (170), so y and r (156) are saved. A node a matmul
+    made that the backward reads is kept whatever it costs, and a free one (a
+    parameter) is taken at no cost."""
+    ops = [
+        OpCall((0,), (1,), True),  # x = relu(p)
+        OpCall((1,), (2,), True),  # m = mean(x)
+        OpCall((2,), (3,), True),  # r = rsqrt(m)
+        OpCall((1,), (4,), True),  # y = exp(x)
+    ]
+    assert compiled_saves([1000, 64, 8, 8, 64], ops, saved={3, 4}) == {3, 4}
+    ops = [OpCall((0, 1), (2,), False)]  # h = mm(x, W)
+    assert compiled_saves([64, 4, 256], ops, saved={0, 1, 2}, free={1}) == {0, 1, 2}
+    assert min_cut([5, 1], [(0, 1)], fixed={0}, needed={1}) == {1}
+    assert min_cut([1, 5], [(0, 1)], fixed={0}, needed={1}) == {0}
+
+
+# ---- against torch's partitioner -----------------------------------------------------
+def _graph_saved(model: nn.Module) -> tuple[int, int, dict[str, Any]]:
+    with record_graph():
+        prof = ls.profile(model, X, memory=True, backward=True, loss_fn=_loss)
+    table = prof.memory["storages"]
+    eager = sum(r[0] for r in table["rows"] if r[1] and not r[4])
+    return eager, sum(b for _, b in table["compiled"]), table
+
+
+def _partitioned_saved(model: nn.Module) -> int:
+    """What the backward of ``torch.compile(model)`` holds (AOTAutograd's min-cut
+    partitioner, with torch's decompositions, no code generation), parameters aside."""
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    torch._dynamo.reset()
+    compiled: Any = torch.compile(model, backend="aot_eager_decomp_partition")
+    out = _loss(compiled(X))
+    seen: dict[int, int] = {}
+    stack, visited = [out.grad_fn], set()
+    while stack:
+        fn = stack.pop()
+        if fn is None or id(fn) in visited:
+            continue
+        visited.add(id(fn))
+        if "Compiled" in type(fn).__name__:
+            for t in fn.saved_tensors:
+                s = t.untyped_storage()
+                if s.data_ptr() not in params:
+                    seen[s.data_ptr()] = s.nbytes()
+        stack.extend(f for f, _ in fn.next_functions)
+    out.backward()
+    torch._dynamo.reset()
+    return sum(seen.values())
+
+
+def test_the_rule_saves_what_torchs_partitioner_saves() -> None:
+    """Eager, block 0 (its input needs no gradient: the norm's ops save nothing until the
+    weight's multiply): the normalised x (256), the norm's output (256), gate, silu(gate),
+    up, their product (512 each) = 2,560; block 1 also its input and rsqrt's output
+    (256 + 32): 2,848; 5,408 in all. Compiled, per block: the input (256), the mean
+    (32: a reduction, kept), the norm's output, the three MLP matmuls' inputs and outputs
+    but silu's (256 + 3 x 512): 2,080; 4,160 in all, what torch's partitioner saves."""
+    eager, compiled, table = _graph_saved(_model())
+    assert eager == 2560 + 2848 == 5408
+    assert compiled == 2 * (256 + 32 + 256 + 3 * 512) == 4160
+    assert _partitioned_saved(_model()) == 4160
+    paths = table["paths"]
+    by_block = [sum(b for i, b in table["compiled"] if paths[i].startswith(k)) for k in "01"]
+    assert by_block == [2080, 2080]
+
+
+# ---- the plan --------------------------------------------------------------------------
+COMMON: dict[str, Any] = {"target": "h100", "world_size": 1, "sharding": "none",
+                          "precision": "fp32", "loss_fn": _loss}  # fmt: skip
+
+
+def test_a_compiled_plan_drops_what_the_partitioner_recomputes() -> None:
+    """Eager keeps 5,408 B for the backward, compiled 4,160: block 0 drops 2,560 - 2,080
+    = 480 B at its exit, block 1 2,848 - 2,080 = 768; both come back before their
+    backward. The forward's last moment holds 1,248 B less, and the note says how much
+    is saved."""
+    eager = ls.plan(_model(), X, **COMMON)
+    compiled = ls.plan(_model(), X, **COMMON, compile=True)
+    assert eager.kept_activation_bytes - compiled.kept_activation_bytes == 1248
+    assert compiled.kept_activation_bytes == 4160
+
+    def at(plan: ls.Plan, event: str, path: str) -> int:
+        t = plan.timeline
+        rows = zip(t["phase"], t["event"], t["path"], t["activation_bytes"], strict=True)
+        return [b for ph, e, p, b in rows if ph == "forward" and (e, p) == (event, path)][-1]
+
+    assert at(eager, "exit", "0") - at(compiled, "exit", "0") == 0  # before its drop
+    assert at(eager, "enter", "1") - at(compiled, "enter", "1") == 480
+    assert at(eager, "exit", "") - at(compiled, "exit", "") == 480 + 768
+    assert compiled.peak_bytes <= eager.peak_bytes
+    note = next(n for n in compiled.notes if n.startswith("compiled memory"))
+    assert "4,160 B saved for the backward where eager saves 5,408 B" in note
+
+
+def test_a_compiled_plan_from_a_profile_without_its_graph_says_memory_is_eagers() -> None:
+    """An analysis made for an eager plan has no op graph: compiled, its memory stays
+    eager's, and the note says why."""
+    eager = ls.plan(_model(), X, **COMMON)
+    assert eager.analysis is not None
+    again = ls.plan(eager.analysis, compile=True, target="h100", world_size=1,
+                    sharding="none", precision="fp32")  # fmt: skip
+    assert again.kept_activation_bytes == eager.kept_activation_bytes
+    assert any("memory as in eager (the profile has no op graph" in n for n in again.notes)
+
+
+@pytest.mark.parametrize("checkpoint", ["blocks", ["0"]])
+def test_checkpointed_blocks_keep_their_checkpoint_drop(checkpoint: Any) -> None:
+    """A checkpointed block keeps only its input: compile changes nothing there, and a
+    block left eager still drops what the partitioner recomputes (block 1: 768 B)."""
+    eager = ls.plan(_model(), X, **COMMON, checkpoint=checkpoint)
+    compiled = ls.plan(_model(), X, **COMMON, checkpoint=checkpoint, compile=True)
+    less = 0 if checkpoint == "blocks" else 768
+    assert eager.kept_activation_bytes - compiled.kept_activation_bytes == less
