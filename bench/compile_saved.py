@@ -6,9 +6,18 @@ instead of saving them), for a few shapes.
 
 Eager: every tensor a saved-tensor hook packs, by storage, parameters left out.
 Compiled: the tensors each compiled region's backward node holds (``saved_tensors``),
-by storage, parameters left out. The plan charges eager's figure under ``compile=True``
-(docs/plan.md, "Compiled"); the ratio printed is what a rule for the partitioner's
-recomputation would have to reproduce. Needs a C++ compiler for Inductor's CPU kernels.
+by storage, parameters left out. Rule: what a plan with ``compile=True`` charges
+(``layerscope.metrics.memory.remat``: the partitioner's min-cut over the analysed
+forward's op graph).
+
+The rule classes each op as the analysis sees it. Inductor on the CPU lowers a few
+things differently before partitioning, and "explained" adds them back, by hand:
+its attention takes a materialised float32 causal mask (batch x tokens x tokens x 4 B,
+saved once) and the key and value expanded to every query head (saved per layer:
+2 x batch x (heads - kv heads) x tokens x 64 x 4 B more), and it rewrites the rotary
+embedding's one-column matmul as a pointwise product, so it keeps ``inv_freq`` (128 B)
+instead of the rotary table (batch x tokens x 64 x 4 B). Needs a C++ compiler for
+Inductor's CPU kernels.
 """
 
 from __future__ import annotations
@@ -74,20 +83,49 @@ def compiled_saved(model: Any, ids: torch.Tensor, params: set[int]) -> int:
     return sum(seen.values())
 
 
+def rule_saved(model: Any, ids: torch.Tensor) -> tuple[int, int]:
+    """Eager's saved bytes and the rule's, from one analysis."""
+    import layerscope as ls
+    from layerscope.metrics.memory.opgraph import record_graph
+
+    with record_graph():
+        prof = ls.profile(
+            model, ids, memory=True, backward=True, loss_fn=lambda out: out.logits.sum()
+        )
+    table = prof.memory["storages"]
+    eager = sum(r[0] for r in table["rows"] if r[1] and not r[4])
+    return eager, sum(nbytes for _, nbytes in table["compiled"])
+
+
+def lowering(model: Any, batch: int, tokens: int) -> int:
+    """What Inductor's CPU lowering saves beside the rule (module doc)."""
+    c = model.config
+    heads: int = c.num_attention_heads
+    kv: int = c.num_key_value_heads
+    layers: int = c.num_hidden_layers
+    mask = batch * tokens * tokens * 4
+    expanded = layers * 2 * batch * (heads - kv) * tokens * 64 * 4
+    return mask + expanded - tokens * 64 * 4 + 128
+
+
 def main() -> None:
     argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     print(f"torch {torch.__version__}, float32 on the CPU")
-    print(f"{'hidden':>7}{'inter':>7}{'layers':>7}{'batch':>6}{'tokens':>7}"
-          f"{'eager B':>12}{'compiled B':>12}{'ratio':>7}")  # fmt: skip
+    print(f"{'hidden':>7}{'layers':>7}{'batch':>6}{'tokens':>7}{'eager B':>12}{'compiled B':>12}"
+          f"{'ratio':>7}{'rule B':>12}{'ratio':>7}{'explained B':>13}")  # fmt: skip
     for hidden, inter, layers, batch, tokens in SHAPES:
         model = llama(hidden, inter, layers)
         params = {p.untyped_storage().data_ptr() for p in model.parameters()}
         ids = torch.randint(0, 1024, (batch, tokens))
         eager = eager_saved(model, ids, params)
+        analysed, rule = rule_saved(model, ids)
+        assert analysed == eager, (analysed, eager)
+        explained = rule + lowering(model, batch, tokens)
         torch._dynamo.reset()
         compiled = compiled_saved(model, ids, params)
-        print(f"{hidden:>7}{inter:>7}{layers:>7}{batch:>6}{tokens:>7}"
-              f"{eager:>12,}{compiled:>12,}{compiled / eager:>7.3f}", flush=True)  # fmt: skip
+        print(f"{hidden:>7}{layers:>7}{batch:>6}{tokens:>7}{eager:>12,}{compiled:>12,}"
+              f"{compiled / eager:>7.3f}{rule:>12,}{rule / eager:>7.3f}{explained:>13,}",
+              flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

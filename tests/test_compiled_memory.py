@@ -101,7 +101,8 @@ def _partitioned_saved(model: nn.Module) -> int:
     compiled: Any = torch.compile(model, backend="aot_eager_decomp_partition")
     out = _loss(compiled(X))
     seen: dict[int, int] = {}
-    stack, visited = [out.grad_fn], set()
+    stack: list[Any] = [out.grad_fn]
+    visited: set[int] = set()
     while stack:
         fn = stack.pop()
         if fn is None or id(fn) in visited:
@@ -113,7 +114,7 @@ def _partitioned_saved(model: nn.Module) -> int:
                 if s.data_ptr() not in params:
                     seen[s.data_ptr()] = s.nbytes()
         stack.extend(f for f, _ in fn.next_functions)
-    out.backward()
+    out.backward()  # type: ignore[no-untyped-call]
     torch._dynamo.reset()
     return sum(seen.values())
 
@@ -152,7 +153,7 @@ def test_a_compiled_plan_drops_what_the_partitioner_recomputes() -> None:
     def at(plan: ls.Plan, event: str, path: str) -> int:
         t = plan.timeline
         rows = zip(t["phase"], t["event"], t["path"], t["activation_bytes"], strict=True)
-        return [b for ph, e, p, b in rows if ph == "forward" and (e, p) == (event, path)][-1]
+        return int([b for ph, e, p, b in rows if ph == "forward" and (e, p) == (event, path)][-1])
 
     assert at(eager, "exit", "0") - at(compiled, "exit", "0") == 0  # before its drop
     assert at(eager, "enter", "1") - at(compiled, "enter", "1") == 480

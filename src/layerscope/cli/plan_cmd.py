@@ -192,7 +192,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     run.add_argument(
         "--compile", action="store_true",
         help="the model under torch.compile: each module's pointwise kernels fused, priced "
-        "as one (docs/plan.md)",
+        "as one, and what its partitioner recomputes not kept for the backward "
+        "(docs/plan.md)",
     )  # fmt: skip
     run.add_argument(
         "--float8", action="store_true",
