@@ -65,11 +65,16 @@ def eager_saved(model: Any, ids: torch.Tensor, params: set[int]) -> int:
     return sum(seen.values())
 
 
-def compiled_saved(model: Any, ids: torch.Tensor, params: set[int]) -> int:
-    compiled: Any = torch.compile(model)
-    out = compiled(ids).logits
+def compiled_saved(model: Any, x: torch.Tensor, params: set[int], backend: str = "inductor") -> int:
+    """Bytes the backward of ``torch.compile(model, backend=backend)`` holds, by storage,
+    parameters aside, with the loss ``out.sum()`` (``out.logits.sum()`` for a
+    transformers model)."""
+    compiled: Any = torch.compile(model, backend=backend)
+    out = compiled(x)
+    out = getattr(out, "logits", out)
     seen: dict[int, int] = {}
-    stack, visited = [out.grad_fn], set()
+    stack: list[Any] = [out.grad_fn]
+    visited: set[int] = set()
     while stack:
         fn = stack.pop()
         if fn is None or id(fn) in visited:

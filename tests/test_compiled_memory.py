@@ -5,6 +5,8 @@ the rest at each block's exit."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -96,27 +98,15 @@ def _graph_saved(model: nn.Module) -> tuple[int, int, dict[str, Any]]:
 def _partitioned_saved(model: nn.Module) -> int:
     """What the backward of ``torch.compile(model)`` holds (AOTAutograd's min-cut
     partitioner, with torch's decompositions, no code generation), parameters aside."""
+    sys.path.insert(0, str(Path(__file__).parents[1] / "bench"))
+    from compile_saved import compiled_saved
+
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     torch._dynamo.reset()
-    compiled: Any = torch.compile(model, backend="aot_eager_decomp_partition")
-    out = _loss(compiled(X))
-    seen: dict[int, int] = {}
-    stack: list[Any] = [out.grad_fn]
-    visited: set[int] = set()
-    while stack:
-        fn = stack.pop()
-        if fn is None or id(fn) in visited:
-            continue
-        visited.add(id(fn))
-        if "Compiled" in type(fn).__name__:
-            for t in fn.saved_tensors:
-                s = t.untyped_storage()
-                if s.data_ptr() not in params:
-                    seen[s.data_ptr()] = s.nbytes()
-        stack.extend(f for f, _ in fn.next_functions)
-    out.backward()  # type: ignore[no-untyped-call]
-    torch._dynamo.reset()
-    return sum(seen.values())
+    try:
+        return compiled_saved(model, X, params, backend="aot_eager_decomp_partition")
+    finally:
+        torch._dynamo.reset()
 
 
 def test_the_rule_saves_what_torchs_partitioner_saves() -> None:
