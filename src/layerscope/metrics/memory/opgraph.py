@@ -79,8 +79,10 @@ class OpGraph:
             self.maker.setdefault(i, path)
         for i in reads:
             self.reader.setdefault(i, path)
-        pointwise = torch.Tag.pointwise in getattr(func, "tags", ())
-        self.ops.append(OpCall(reads, makes, is_recomputable(str(func), pointwise)))
+        tags = getattr(func, "tags", ())
+        random = torch.Tag.nondeterministic_seeded in tags  # never recomputed
+        recomputable = not random and is_recomputable(str(func), torch.Tag.pointwise in tags)
+        self.ops.append(OpCall(reads, makes, recomputable))
 
     def saved(self, t: Tensor, path: int) -> None:
         """A tensor eager autograd saved, by the module of index ``path``."""
