@@ -140,7 +140,7 @@ def others() -> None:
     generation (``backend="aot_eager_decomp_partition"``)."""
     from transformers import BertConfig, BertForMaskedLM, GPT2Config, GPT2LMHeadModel
 
-    models = {
+    models: dict[str, Any] = {
         "gpt2": lambda: GPT2LMHeadModel(GPT2Config(
             n_embd=128, n_layer=2, n_head=2, vocab_size=1024, resid_pdrop=0.0,
             embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)),
