@@ -153,6 +153,16 @@ def test_a_compiled_plan_drops_what_the_partitioner_recomputes() -> None:
     assert "4,160 B saved for the backward where eager saves 5,408 B" in note
 
 
+def test_a_model_without_repeated_blocks_is_one_unit() -> None:
+    """One block as the whole model (nothing repeats): the root drops 2,560 - 2,080 =
+    480 B at its exit."""
+    torch.manual_seed(0)
+    eager = ls.plan(Block(), X, **COMMON)
+    torch.manual_seed(0)
+    compiled = ls.plan(Block(), X, **COMMON, compile=True)
+    assert eager.kept_activation_bytes - compiled.kept_activation_bytes == 480
+
+
 def test_a_compiled_plan_from_a_profile_without_its_graph_says_memory_is_eagers() -> None:
     """An analysis made for an eager plan has no op graph: compiled, its memory stays
     eager's, and the note says why."""

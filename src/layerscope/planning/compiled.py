@@ -2,17 +2,20 @@
 instead of what eager autograd saves (``metrics.memory.remat``'s rule, over the op graph
 the analysis recorded: ``memory["storages"]["compiled"]``).
 
-Per repeated block that is not checkpointed (and once for everything outside the
-blocks, as the root), the bytes eager autograd saved there less those the rule saves
-there are dropped at its forward's exit and made again before its backward, as a
-checkpointed module's are (``planning.timeline``): the compiled forward frees what it
-does not save once its last forward use is over, and the compiled backward recomputes
-it where it is needed. A block's forward peak and its backward are eager's; the
-recomputation's time is not charged (fused pointwise work in the backward's kernels).
+Per repeated block that is not checkpointed, the bytes eager autograd saved there less
+those the rule saves there are dropped at its forward's exit and made again before its
+backward, as a checkpointed module's are (``planning.timeline``): the compiled forward
+frees what it does not save once its last forward use is over, and the compiled
+backward recomputes it where it is needed. A block's forward peak and its backward are
+eager's; the recomputation's time is not charged (fused pointwise work in the
+backward's kernels). Outside the blocks memory is eager's, as when each block is
+compiled on its own (torchtitan's way); a model without repeated blocks is one unit,
+the root. What the loss saves, after the model's exit, is eager's either way.
 """
 
 from __future__ import annotations
 
+from layerscope.analysis.whatif import OUTSIDE
 from layerscope.planning import timeline as tl
 from layerscope.planning.checkpointing import CheckpointChoice, repeated_blocks
 from layerscope.profile import Profile
@@ -40,15 +43,16 @@ def compiled_memory(prof: Profile, choice: CheckpointChoice, setup: tl.Setup) ->
         return NO_GRAPH, 0
     paths = table["paths"]
     held = set(choice.paths)
-    units = [b for b in repeated_blocks(prof) if not any(tl.inside(b, c) for c in held)]
+    blocks = repeated_blocks(prof)
+    units = [b for b in blocks if not any(tl.inside(b, c) for c in held)] if blocks else [""]
 
     def unit(index: int) -> str | None:
         path = paths[index]
-        if any(tl.inside(path, c) for c in held):
-            return None  # a checkpointed module's: it keeps its inputs only
-        return next((b for b in units if tl.inside(path, b)), "")
+        if path == OUTSIDE or any(tl.inside(path, c) for c in held):
+            return None  # the loss's (after the model's exit), a checkpointed module's
+        return next((u for u in units if tl.inside(path, u)), None)
 
-    eager = dict.fromkeys([*units, ""], 0)
+    eager = dict.fromkeys(units, 0)
     saved = dict(eager)
     for nbytes, savers, _, _, param in table["rows"]:
         if savers and not param and (u := unit(savers[0])) is not None:
