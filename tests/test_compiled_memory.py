@@ -182,3 +182,17 @@ def test_checkpointed_blocks_keep_their_checkpoint_drop(checkpoint: Any) -> None
     compiled = ls.plan(_model(), X, **COMMON, checkpoint=checkpoint, compile=True)
     less = 0 if checkpoint == "blocks" else 768
     assert eager.kept_activation_bytes - compiled.kept_activation_bytes == less
+
+
+def test_a_compiled_sweep_says_so_and_its_rows_are_the_plans(tmp_path: Path) -> None:
+    """A sweep with compile=True: its setting and header say so, a saved sweep loads
+    with it, and each row's peak is the compiled plan's."""
+    sweep = ls.plan_sweep(_model(), X, micro_batch=[1, 2], compile=True, **COMMON)
+    assert sweep.setting["compile"] is True and "float8" not in sweep.setting
+    assert "per GPU; compiled." in sweep.render(width=100)
+    sweep.save(tmp_path / "s.json")
+    assert ls.load_sweep(tmp_path / "s.json").setting == sweep.setting
+    alone = ls.plan(_model(), X, compile=True, **COMMON)
+    eager = ls.plan(_model(), X, **COMMON)
+    row = next(r for r in sweep.rows if r.micro_batch == 2)  # X's batch of 2
+    assert row.peak_bytes == alone.peak_bytes <= eager.peak_bytes

@@ -138,7 +138,7 @@ def sweep_spec() -> Obj:
     cells = {f.key: OneOf(Str(), Arr(Str())) if f.json == "any" else _cell(f) for f in row}
     cells["checkpoint"] = Opt(OneOf(Str(), Arr(Str())))
     setting = Obj({"target": Str(), "device": Str(), "budget": Opt(Int(0)), "input": Str(),
-                   "loss": Str()})  # fmt: skip
+                   "loss": Str(), "compile": Bool(), "float8": Bool()})  # fmt: skip
     return Obj(
         {"axes": Arr(Str()), "setting": setting,
          "rows": Arr(Obj(cells, required=tuple(f.key for f in row if f.required)))},

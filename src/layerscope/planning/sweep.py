@@ -320,6 +320,8 @@ def plan_sweep(
     setting = {  # the same in every row's options (the last one checked)
         "target": opts.target.name, "device": opts.target.label, "budget": opts.budget,
         "input": source.describe(), **({"loss": opts.loss} if opts.loss != "plain" else {}),
+        **({"compile": True} if opts.compile else {}),
+        **({"float8": True} if opts.float8 else {}),
     }  # fmt: skip
     return Sweep(swept or ["world_size"], rows, setting)
 

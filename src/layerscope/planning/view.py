@@ -473,7 +473,9 @@ def sweep_lines(sweep: Mapping[str, Any], width: int, max_rows: int | None = Non
             f"On {setting.get('device')} ({setting.get('target')}), budget "
             + (units.nbytes(budget) if isinstance(budget, int | float) else "none")
             + f"; input {setting.get('input')} per GPU"
-            + (f"; loss {setting['loss']}." if setting.get("loss") else "."), "",
+            + (f"; loss {setting['loss']}" if setting.get("loss") else "")
+            + ("; compiled" if setting.get("compile") else "")
+            + ("; float8" if setting.get("float8") else "") + ".", "",
         ))  # fmt: skip
     if fixed:
         facts.append(("The same in every plan: " + ", ".join(fixed) + ".", ""))
