@@ -196,3 +196,23 @@ def test_a_compiled_sweep_says_so_and_its_rows_are_the_plans(tmp_path: Path) -> 
     eager = ls.plan(_model(), X, **COMMON)
     row = next(r for r in sweep.rows if r.micro_batch == 2)  # X's batch of 2
     assert row.peak_bytes == alone.peak_bytes <= eager.peak_bytes
+
+
+def test_auto_checkpointing_of_a_compiled_plan_targets_its_own_bytes() -> None:
+    """Six blocks on 16 x 32 tokens, a budget 1 B under the compiled plan's need without
+    checkpointing: compiled, one block checkpointed fits (the greedy's first, block 1:
+    block 0's input needs no gradient, so it saves less); eager holds more and needs
+    two. Each block's recompute is its forward, 512 tokens: 3 matmuls of 2 x 512 x 8 x 16
+    = 393,216 FLOPs; elementwise, pow (4,096), mean (4,096 + 512), the eps add and rsqrt
+    (512 each), two multiplies (4,096 each), silu and the gate product (8,192 each), the
+    residual add (4,096): 46,592; 439,808 in all."""
+    torch.manual_seed(0)
+    model = nn.Sequential(*(Block() for _ in range(6)))
+    x = torch.randn(16, 32, 8)
+    alone = ls.plan(model, x, compile=True, **COMMON)
+    budget = alone.peak_bytes + alone.reserve_bytes - 1
+    eager = ls.plan(model, x, checkpoint="auto", budget=budget, **COMMON)
+    compiled = ls.plan(model, x, checkpoint="auto", budget=budget, compile=True, **COMMON)
+    assert (eager.fits, compiled.fits) == (True, True)
+    assert (eager.checkpoint, compiled.checkpoint) == (["1", "2"], ["1"])
+    assert (eager.recompute_flops, compiled.recompute_flops) == (2 * 439_808, 439_808)

@@ -51,10 +51,13 @@ def _auto(prof: Profile, opts: Options) -> Plan:
     greedy rule of ``planning.checkpointing`` on the activation bytes, the activation
     budget lowered by the plan's overshoot until the plan fits (or every block is
     checkpointed)."""
-    plan = _build(prof, opts, resolve(prof, None), "auto")
+    choice = resolve(prof, None)
+    plan = _build(prof, opts, choice, "auto")
     if opts.budget is None or plan.fits:
         return plan
-    kept = plan.kept_activation_bytes
+    # the targets are eager's bytes, which choose_checkpoints counts (compiled: more
+    # than the plan's kept bytes)
+    kept = choice.kept_activation_bytes
     for _ in range(16):
         over = -int(plan.headroom_bytes or 0)
         kept = max(0, kept - over)
@@ -62,7 +65,7 @@ def _auto(prof: Profile, opts: Options) -> Plan:
         plan = _build(prof, opts, choice, "auto")
         if plan.fits or not choice.fits or not kept:
             break
-        kept = plan.kept_activation_bytes
+        kept = choice.kept_activation_bytes
     return plan
 
 
