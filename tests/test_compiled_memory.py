@@ -153,6 +153,15 @@ def test_a_compiled_plan_drops_what_the_partitioner_recomputes() -> None:
     assert "4,160 B saved for the backward where eager saves 5,408 B" in note
 
 
+def test_the_module_rows_keep_the_compiled_bytes() -> None:
+    """FSDP2 on 2 GPUs (each block a unit): each block's row keeps the 2,080 B the
+    partitioner saves there (eager: 2,560 and 2,848, its Saved), the root's 4,160."""
+    options = {**COMMON, "sharding": "fsdp", "world_size": 2}
+    rows = {r["path"]: r for r in ls.plan(_model(), X, compile=True, **options).modules}
+    assert [rows[p]["activation_bytes"] for p in ("0", "1")] == [2560, 2848]
+    assert [rows[p]["kept_activation_bytes"] for p in ("", "0", "1")] == [4160, 2080, 2080]
+
+
 def test_a_model_without_repeated_blocks_is_one_unit() -> None:
     """One block as the whole model (nothing repeats): the root drops 2,560 - 2,080 =
     480 B at its exit."""

@@ -105,7 +105,7 @@ def _build(
     prepared = strategy.prepare(work)
     units, unit_rows, comm = prepared.units, prepared.rows, step_comm(prepared.comm, prof, opts)
     _checkpoints(prof, choice, setup)
-    compiled, uncompiled = compiled_memory(prof, choice, setup) if opts.compile else ("", 0)
+    compiled, uncompiled = compiled_memory(prof, choice, setup) if opts.compile else ("", {})
     local = states.optimizer_state_bytes // max(1, OPTIMIZER_STATES[opts.optimizer] or 1)
     # the strategy's own temporaries of the step (ZeRO's float32 gradient partition), and
     # Adam's
@@ -151,7 +151,7 @@ def _build(
         budget=opts.budget,
         reserve_bytes=opts.reserve_bytes,
         checkpoint=list(choice.paths),
-        kept_activation_bytes=choice.kept_activation_bytes - uncompiled,
+        kept_activation_bytes=choice.kept_activation_bytes - sum(uncompiled.values()),
         recompute_flops=choice.recompute_flops * opts.grad_accum,
         timeline=_columns(points),
         time=time,
@@ -160,7 +160,7 @@ def _build(
         mfu=published / (step * peak_flops) if published is not None and step > 0 else None,
         tokens=tokens,
         tokens_per_s=tokens_per_gpu * accum / step if tokens_per_gpu and step > 0 else None,
-        modules=_module_rows(prof, choice, unit_rows, comm),
+        modules=_module_rows(prof, choice, unit_rows, comm, uncompiled),
         comm=comm,
         notes=notes,
         step_time_bound=step_bound,
@@ -501,11 +501,16 @@ def _time_notes(rates: Rates, predicted: Predicted) -> list[str]:
 
 
 def _module_rows(
-    prof: Profile, choice: CheckpointChoice, units: Mapping[str, dict[str, Any]], comm: Any
+    prof: Profile,
+    choice: CheckpointChoice,
+    units: Mapping[str, dict[str, Any]],
+    comm: Any,
+    uncompiled: Mapping[str, int],
 ) -> list[dict[str, Any]]:
     """One row per FSDP unit or checkpointed module, in the model's order. Kept bytes: a
     checkpointed module keeps its inputs; another its saved bytes less what the
-    checkpointed modules inside it drop (the root: the plan's exact figure)."""
+    checkpointed modules inside it drop and, compiled, what the partitioner recomputes
+    in the blocks it holds (``uncompiled``; the root: the plan's exact figure)."""
     table = prof.memory.get("storages") or {"paths": [], "rows": []}
     index = {p: i for i, p in enumerate(table["paths"])}
     kept = dict.fromkeys(choice.paths, 0)
@@ -526,10 +531,11 @@ def _module_rows(
         if checkpointed:
             mine = kept[node.path] + choice.policy_kept.get(node.path, 0)
         elif node.path == "":
-            mine = choice.kept_activation_bytes
+            mine = choice.kept_activation_bytes - sum(uncompiled.values())
         else:
             inner = [p for p in kept if p.startswith(node.path + ".")]
             mine = saved(node.path) - sum(saved(p) - kept[p] for p in inner)
+            mine -= sum(n for p, n in uncompiled.items() if tl.inside(p, node.path))
         phases = comm.get(node.path, {})
         rows.append({
             "path": node.path,

@@ -34,13 +34,15 @@ RULE = (
 )
 
 
-def compiled_memory(prof: Profile, choice: CheckpointChoice, setup: tl.Setup) -> tuple[str, int]:
-    """Add the compiled run's drops to ``setup`` (module doc); the plan's note and the
-    bytes saved for the backward that the compiled run does not keep."""
+def compiled_memory(
+    prof: Profile, choice: CheckpointChoice, setup: tl.Setup
+) -> tuple[str, dict[str, int]]:
+    """Add the compiled run's drops to ``setup`` (module doc); the plan's note and, per
+    block, the bytes eager saves there that the compiled run does not keep."""
     table = prof.memory.get("storages") or {}
     compiled = table.get("compiled")
     if compiled is None:
-        return NO_GRAPH, 0
+        return NO_GRAPH, {}
     paths = table["paths"]
     held = set(choice.paths)
     blocks = repeated_blocks(prof)
@@ -60,10 +62,9 @@ def compiled_memory(prof: Profile, choice: CheckpointChoice, setup: tl.Setup) ->
     for index, nbytes in compiled:
         if (u := unit(index)) is not None:
             saved[u] += int(nbytes)
-    for u, nbytes in eager.items():
-        if nbytes != saved[u]:
-            setup.drops[u] = setup.drops.get(u, 0) + nbytes - saved[u]
-    less = sum(eager.values()) - sum(saved.values())
+    less = {u: nbytes - saved[u] for u, nbytes in eager.items() if nbytes != saved[u]}
+    for u, nbytes in less.items():
+        setup.drops[u] = setup.drops.get(u, 0) + nbytes
     return RULE.format(saved=sum(saved.values()), eager=sum(eager.values())), less
 
 
