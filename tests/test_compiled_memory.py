@@ -130,11 +130,11 @@ COMMON: dict[str, Any] = {"target": "h100", "world_size": 1, "sharding": "none",
                           "precision": "fp32", "loss_fn": _loss}  # fmt: skip
 
 
-def test_a_compiled_plan_drops_what_the_partitioner_recomputes() -> None:
+def test_a_compiled_plan_drops_what_the_partitioner_recomputes(tmp_path: Path) -> None:
     """Eager keeps 5,408 B for the backward, compiled 4,160: block 0 drops 2,560 - 2,080
     = 480 B at its exit, block 1 2,848 - 2,080 = 768; both come back before their
     backward. The forward's last moment holds 1,248 B less, and the note says how much
-    is saved."""
+    is saved. The analysis's "compiled" records survive a save and a load."""
     eager = ls.plan(_model(), X, **COMMON)
     compiled = ls.plan(_model(), X, **COMMON, compile=True)
     assert eager.kept_activation_bytes - compiled.kept_activation_bytes == 1248
@@ -151,6 +151,13 @@ def test_a_compiled_plan_drops_what_the_partitioner_recomputes() -> None:
     assert compiled.peak_bytes <= eager.peak_bytes
     note = next(n for n in compiled.notes if n.startswith("compiled memory"))
     assert "4,160 B saved for the backward where eager saves 5,408 B" in note
+    assert compiled.analysis is not None
+    compiled.save(tmp_path / "plan.json")
+    loaded = ls.load_plan(tmp_path / "plan.json")
+    assert loaded.analysis is not None and loaded.kept_activation_bytes == 4160
+    records = loaded.analysis.memory["storages"]["compiled"]
+    assert records == compiled.analysis.memory["storages"]["compiled"]
+    assert sum(nbytes for _, nbytes in records) == 4160
 
 
 def test_the_module_rows_keep_the_compiled_bytes() -> None:
