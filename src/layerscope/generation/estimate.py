@@ -59,7 +59,7 @@ from layerscope.generation.weights import (
 from layerscope.hardware import GPUS, DeviceSpec, device_spec
 from layerscope.planning.cluster import default_cluster
 from layerscope.planning.collectives import consecutive
-from layerscope.planning.kernels import KernelRecorder
+from layerscope.planning.kernels import KernelRecorder, Kernels
 from layerscope.planning.tensorparallel import comm_seconds
 from layerscope.profile import Profile
 from layerscope.render.units import nbytes
@@ -237,6 +237,11 @@ class Driver:
         self.link = consecutive(default_cluster(opts.spec), opts.tp) if opts.tp > 1 else None
         self.dtensor = "local" if opts.tp > 1 else "logical"
 
+    def priced(self, prof: Profile, kernels: Kernels) -> Step:
+        """One analysed call predicted (``generation.predicted``)."""
+        o = self.opts
+        return priced(prof, kernels, o.mode, o.spec, self.roof, self.faster(prof), self.comm(prof))
+
     def comm(self, prof: Profile) -> float:
         """Seconds of the analysis's collectives (tensor parallelism's, DTensor's) on the
         group's link; none hidden under compute."""
@@ -335,7 +340,7 @@ class Driver:
         cache = self.new_cache(o.prompt)
         recorder = KernelRecorder()
         prefill = self.analyse(self.ids(batch, o.prompt), cache, [recorder])
-        prefill_step = priced(self, prefill, recorder.kernels, o.mode)
+        prefill_step = self.priced(prefill, recorder.kernels)
         middle = o.prompt + o.new_tokens // 2  # one of the decode lengths
         kernels = _merge_kernels({}, prefill)
         block = o.block_size if o.cache == "paged" else 0
@@ -347,7 +352,7 @@ class Driver:
             recorder = KernelRecorder()
             step = self.analyse(self.ids(batch, 1), cache, [recorder])
             if length == middle:
-                decode_step = priced(self, step, recorder.kernels, o.mode)
+                decode_step = self.priced(step, recorder.kernels)
             kernels = _merge_kernels(kernels, step)
             fit.points.append(self.point(step, length))
             if id(step) in self.worst:

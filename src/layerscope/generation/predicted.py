@@ -22,7 +22,8 @@ from layerscope.analysis.rates import rates_of
 from layerscope.planning.kernels import Kernels, fused, predict
 
 if TYPE_CHECKING:
-    from layerscope.generation.estimate import Driver
+    from layerscope.analysis.roofline import Roof
+    from layerscope.hardware import DeviceSpec
     from layerscope.profile import Profile
 
 #: How the host issues a call's kernels: one launch each, or one CUDA graph.
@@ -46,17 +47,24 @@ class Step:
         return max(self.run, self.launch)
 
 
-def priced(driver: Driver, prof: Profile, kernels: Kernels, mode: str) -> Step:
+def priced(
+    prof: Profile,
+    kernels: Kernels,
+    mode: str,
+    spec: DeviceSpec,
+    roof: Roof,
+    faster: dict[int, float] | None,
+    comm: float,
+) -> Step:
     """One call of the estimate's (``prof``, analysed with its ``kernels`` recorded, its
-    weights, KV cache and experts as the options say) priced as the module doc says."""
+    weights, KV cache and experts as the options say) priced as the module doc says, on
+    ``spec`` with its ``roof``: ``faster`` the nodes above the compute dtype's peak (FP8
+    linears), ``comm`` the seconds of its collectives (tensor parallelism's)."""
     # each module's own work at the achievable rates (``kernels.predict`` on a profile
     # without records: it reads the metrics the options narrowed)
-    rates = rates_of(driver.opts.spec)
-    roof = driver.roof
-    run = predict(
-        prof, replace(rates, launch=0.0), roof.peak, roof.bandwidth, faster=driver.faster(prof)
-    )
-    time = run.forward[id(prof.root)] + driver.comm(prof)  # tensor parallelism's collectives
+    rates = rates_of(spec)
+    run = predict(prof, replace(rates, launch=0.0), roof.peak, roof.bandwidth, faster=faster)
+    time = run.forward[id(prof.root)] + comm
     if mode == "graphs":  # CUDA graphs of a compiled call: its pointwise kernels fused
         together = fused(kernels)
         saved = _memory_bytes(kernels) - _memory_bytes(together)
