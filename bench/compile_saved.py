@@ -135,12 +135,16 @@ def main() -> None:
 
 
 def others() -> None:
-    """GPT-2 and BERT from transformers (dropout off: on the CPU the compiled attention
-    then takes another path than eager's), against torch's partitioner without code
-    generation (``backend="aot_eager_decomp_partition"``)."""
+    """Llama, GPT-2 and BERT from transformers (dropout off: on the CPU the compiled
+    attention then takes another path than eager's), in float32 and under bfloat16
+    autocast, against torch's partitioner without code generation
+    (``backend="aot_eager_decomp_partition"``)."""
+    from contextlib import nullcontext
+
     from transformers import BertConfig, BertForMaskedLM, GPT2Config, GPT2LMHeadModel
 
     models: dict[str, Any] = {
+        "llama": lambda: llama(128, 344, 2),
         "gpt2": lambda: GPT2LMHeadModel(GPT2Config(
             n_embd=128, n_layer=2, n_head=2, vocab_size=1024, resid_pdrop=0.0,
             embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)),
@@ -150,17 +154,21 @@ def others() -> None:
             attention_probs_dropout_prob=0.0)),
     }  # fmt: skip
     print("\n2 layers, hidden 128, 2 x 64 tokens; partitioned: aot_eager_decomp_partition")
-    print(f"{'model':>7}{'eager B':>12}{'partitioned B':>15}{'ratio':>7}{'rule B':>12}{'ratio':>7}")
+    print(f"{'model':>7}{'dtype':>10}{'eager B':>12}{'partitioned B':>15}{'ratio':>7}"
+          f"{'rule B':>12}{'ratio':>7}")  # fmt: skip
     for name, make in models.items():
-        torch.manual_seed(0)
-        model = make().train()
-        params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-        ids = torch.randint(0, 1024, (2, 64))
-        eager, rule = rule_saved(model, ids)
-        torch._dynamo.reset()
-        real = compiled_saved(model, ids, params, backend="aot_eager_decomp_partition")
-        print(f"{name:>7}{eager:>12,}{real:>15,}{real / eager:>7.3f}{rule:>12,}"
-              f"{rule / eager:>7.3f}", flush=True)  # fmt: skip
+        for dtype in ("float32", "autocast"):
+            torch.manual_seed(0)
+            model = make().train()
+            params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+            ids = torch.randint(0, 1024, (2, 64))
+            cast = torch.autocast("cpu", dtype=torch.bfloat16)
+            with cast if dtype == "autocast" else nullcontext():
+                eager, rule = rule_saved(model, ids)
+                torch._dynamo.reset()
+                real = compiled_saved(model, ids, params, backend="aot_eager_decomp_partition")
+            print(f"{name:>7}{dtype:>10}{eager:>12,}{real:>15,}{real / eager:>7.3f}"
+                  f"{rule:>12,}{rule / eager:>7.3f}", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

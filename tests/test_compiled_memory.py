@@ -86,6 +86,19 @@ def test_a_reduction_and_what_cannot_be_recomputed_are_kept() -> None:
     assert min_cut([1, 5], [(0, 1)], fixed={0}, needed={1}) == {0}
 
 
+def test_a_reader_past_a_matmul_is_not_recomputed() -> None:
+    """x = relu(p) is read by exp (then a matmul) and, after that matmul, by an add: the
+    add uses x far from its first use, so it is not recomputed (torch's
+    ``ban_recompute_used_far_apart``). Read by the add before the matmul, it may be."""
+    from layerscope.metrics.memory.remat import _used_far_apart
+
+    relu, exp = OpCall((0,), (1,), True), OpCall((1,), (2,), True)
+    mm, add = OpCall((2, 3), (4,), False), OpCall((1, 4), (5,), True)
+    assert _used_far_apart([relu, exp, mm, add]) == {3}
+    early = OpCall((1, 0), (5,), True)  # x + p, before the matmul
+    assert _used_far_apart([relu, exp, early, mm]) == set()
+
+
 # ---- against torch's partitioner -----------------------------------------------------
 def _graph_saved(model: nn.Module) -> tuple[int, int, dict[str, Any]]:
     with record_graph():
@@ -123,6 +136,23 @@ def test_the_rule_saves_what_torchs_partitioner_saves() -> None:
     paths = table["paths"]
     by_block = [sum(b for i, b in table["compiled"] if paths[i].startswith(k)) for k in "01"]
     assert by_block == [2080, 2080]
+
+
+def test_under_autocast_a_tensor_cast_twice_is_saved_once() -> None:
+    """bfloat16 autocast on the CPU: gate and up each cast the norm's output (128 B in
+    bfloat16), and the three weights are cast (256 B each). Eager saves, block 0: the
+    normalised x (256), both casts (2 x 128), the weight casts (3 x 256), gate, silu,
+    up, their product (4 x 256 in bfloat16) = 2,304; block 1 also its float32 input and
+    rsqrt's output (256 + 32): 2,592; 4,896. The joint graph's common subexpression
+    elimination makes the two casts one, and the partitioner saves, block 0: x (256),
+    the mean (32), one cast (128), the weight casts (768), gate, up and their product
+    (768) = 1,952; block 1 the same but down's bfloat16 output (128) for its input (its
+    residual add is made again from it): 1,824; 3,776, as torch's partitioner does."""
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        eager, compiled, _ = _graph_saved(_model())
+        assert eager == 2304 + 2592 == 4896
+        assert compiled == 1952 + 1824 == 3776
+        assert _partitioned_saved(_model()) == 3776
 
 
 # ---- the plan --------------------------------------------------------------------------

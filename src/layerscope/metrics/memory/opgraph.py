@@ -54,8 +54,10 @@ class OpGraph:
         self.maker: dict[int, int] = {}  # node -> path index of the op that made it
         self.saver: dict[int, int] = {}  # node -> path index of its first saver
         self.reader: dict[int, int] = {}  # node -> path index of the first op reading it
+        self._calls: dict[Any, list[int | None]] = {}  # a call's key -> the nodes it made
 
-    def _node(self, t: Tensor) -> int | None:
+    def _node(self, t: Tensor, alias: int | None = None) -> int | None:
+        """``t``'s node, made when new (``alias``: that node, for a repeated call's)."""
         s = storage_of(t)
         if s is None:
             return None
@@ -63,26 +65,54 @@ class OpGraph:
         held: object = s if ref is None else ref  # one made outside the session: held
         i = self._index.get(id(held))
         if i is None:
-            i = self._index[id(held)] = len(self.nbytes)
             self._held.append(held)
+            if alias is not None:
+                i = self._index[id(held)] = alias
+                return i
+            i = self._index[id(held)] = len(self.nbytes)
             self.nbytes.append(s.nbytes())
             if ref is not None and ref.param:
                 self.free.add(i)
         return i
 
     def op(self, func: Any, path: int, args: Any, kwargs: Any, out: Any) -> None:
-        """A forward call of ``func`` in the module of index ``path``."""
-        reads = self._nodes((*iter_tensors(args), *iter_tensors(kwargs or {})))
+        """A forward call of ``func`` in the module of index ``path``. A call repeated
+        with the same arguments (autocast's cast of one input for each linear that reads
+        it) makes no new nodes: its outputs are the first call's, as the common
+        subexpression elimination AOTAutograd runs before partitioning makes them."""
+        tags = getattr(func, "tags", ())
+        random = torch.Tag.nondeterministic_seeded in tags  # never recomputed, nor merged
         outs = [out] if isinstance(out, Tensor) else iter_tensors(out)
-        makes = tuple(i for i in self._nodes(outs) if i not in reads)
+        key = None
+        if not random and torch.Tag.inplace not in tags:
+            key = (str(func), self._key(args), self._key(kwargs or {}))
+            earlier = self._calls.get(key)
+            if earlier is not None:
+                for t, i in zip(outs, earlier, strict=False):
+                    if i is not None:
+                        self._node(t, alias=i)
+                return
+        reads = self._nodes((*iter_tensors(args), *iter_tensors(kwargs or {})))
+        made = [self._node(t) for t in outs]
+        if key is not None:
+            self._calls[key] = made
+        makes = tuple(dict.fromkeys(i for i in made if i is not None and i not in reads))
         for i in makes:
             self.maker.setdefault(i, path)
         for i in reads:
             self.reader.setdefault(i, path)
-        tags = getattr(func, "tags", ())
-        random = torch.Tag.nondeterministic_seeded in tags  # never recomputed
         recomputable = not random and is_recomputable(str(func), torch.Tag.pointwise in tags)
         self.ops.append(OpCall(reads, makes, recomputable))
+
+    def _key(self, value: Any) -> Any:
+        """A call's arguments as a key: tensors by their node, the rest by value."""
+        if isinstance(value, Tensor):
+            return ("tensor", self._node(value), tuple(value.shape), str(value.dtype))
+        if isinstance(value, tuple | list):
+            return tuple(self._key(v) for v in value)
+        if isinstance(value, dict):
+            return tuple((k, self._key(v)) for k, v in value.items())
+        return repr(value)
 
     def saved(self, t: Tensor, path: int) -> None:
         """A tensor eager autograd saved, by the module of index ``path``."""

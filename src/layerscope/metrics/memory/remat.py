@@ -19,18 +19,23 @@ backward. The rule here, on the storages of one analysed forward:
   attention, convolutions, random ops, anything outside ``recomputable``), a
   reduction's output under a quarter of its inputs' bytes (normalisation statistics),
   or a saved storage that a non-recomputable op read or made (its backward reads it in
-  a kernel no fusion reaches: "materialized in backward");
+  a kernel no fusion reaches: "materialized in backward"), or the output of an op that
+  reads a tensor far from its other readers (after a fusible chain from an earlier
+  reader has reached a non-fusible op: ``_used_far_apart``; a residual add after the
+  attention is one);
+- repeated calls with the same arguments are one node (``opgraph``: the joint graph's
+  common subexpression elimination);
 - the saved set is a minimum vertex cut between those and what the backward reads
   (``min_cut``: max-flow, each node split in two with its cost between the halves).
 
-Left out, as the module's approximations: the partitioner's bans on recomputing ops
-used far apart or at the end of long fusible chains, the decompositions Inductor makes
-before partitioning (an op is classed as the analysis sees it), and in-place ops (a
-storage is one node whatever writes it). ``bench/compile_saved.py`` compares the rule with what
-``torch.compile`` really saves."""
+Left out, as the module's approximations: the partitioner's ban at the end of long
+fusible chains, the decompositions Inductor makes before partitioning (an op is classed
+as the analysis sees it), and in-place ops (a storage is one node whatever writes it).
+``bench/compile_saved.py`` compares the rule with what ``torch.compile`` really saves."""
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -100,6 +105,8 @@ def compiled_saves(
             fixed.add(s)  # a reduction's small output
         elif s in saved and not all(o.recomputable for o in readers.get(s, ())):
             fixed.add(s)  # materialized in backward
+    for k in _used_far_apart(ops):
+        fixed.update(ops[k].makes)
     dist = _distance_from_backward(n, ops, readers, saved)
     cost = []
     for s in range(n):
@@ -112,6 +119,47 @@ def compiled_saves(
             cost.append(weight)
     edges = [(r, m) for op in ops for r in op.reads for m in op.makes if r != m]
     return min_cut(cost, edges, fixed, saved)
+
+
+def _used_far_apart(ops: Sequence[OpCall]) -> set[int]:
+    """The ops (indices into ``ops``) the partitioner will not recompute because they
+    read a tensor that an earlier reader's fusible chain has already carried into a
+    non-fusible op (``ban_recompute_used_far_apart``: recomputed, they could not fuse
+    with its other uses; a residual add after the attention is one). Per tensor made by
+    a recomputable op and read by several ops: walk forward from its readers in op order
+    along fusible steps (both ops recomputable) to the first step that is not, at most
+    to the last reader; the recomputable readers after that step are banned."""
+    maker: dict[int, int] = {}
+    readers: dict[int, list[int]] = {}
+    for k, op in enumerate(ops):
+        for s in op.makes:
+            maker.setdefault(s, k)
+        for s in op.reads:
+            readers.setdefault(s, []).append(k)
+    banned: set[int] = set()
+    for s, users in readers.items():
+        made = maker.get(s)
+        if len(users) < 2 or made is None or not ops[made].recomputable:
+            continue
+        last = users[-1]
+        heap = [(k, True) for k in users]
+        heapq.heapify(heap)
+        first, seen = last, set()
+        while heap:
+            k, fusible = heapq.heappop(heap)
+            if not fusible:
+                first = k
+                break
+            if k in seen:
+                continue
+            seen.add(k)
+            step = ops[k].recomputable
+            for m in ops[k].makes:
+                for j in readers.get(m, ()):
+                    if j <= last:
+                        heapq.heappush(heap, (j, step and ops[j].recomputable))
+        banned.update(k for k in users if k > first and ops[k].recomputable)
+    return banned
 
 
 def _distance_from_backward(
