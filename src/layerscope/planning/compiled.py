@@ -29,8 +29,8 @@ NO_GRAPH = (
 RULE = (
     "compiled memory: the partitioner's min-cut (tensors recomputable by pointwise ops, "
     "views, reductions and casts made again in the backward; matmul and attention outputs "
-    "and what they read kept), {saved:,} B saved for the backward where eager saves "
-    "{eager:,} B"
+    "and what they read kept): in {where}, {saved:,} B saved for the backward where eager "
+    "saves {eager:,} B"
 )
 
 
@@ -65,7 +65,9 @@ def compiled_memory(
     less = {u: nbytes - saved[u] for u, nbytes in eager.items() if nbytes != saved[u]}
     for u, nbytes in less.items():
         setup.drops[u] = setup.drops.get(u, 0) + nbytes
-    return RULE.format(saved=sum(saved.values()), eager=sum(eager.values())), less
+    where = "the model" if units == [""] else f"{len(units)} repeated blocks"
+    note = RULE.format(where=where, saved=sum(saved.values()), eager=sum(eager.values()))
+    return note, less
 
 
 __all__ = ["NO_GRAPH", "RULE", "compiled_memory"]

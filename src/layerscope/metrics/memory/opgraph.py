@@ -79,12 +79,15 @@ class OpGraph:
         """A forward call of ``func`` in the module of index ``path``. A call repeated
         with the same arguments (autocast's cast of one input for each linear that reads
         it) makes no new nodes: its outputs are the first call's, as the common
-        subexpression elimination AOTAutograd runs before partitioning makes them."""
+        subexpression elimination AOTAutograd runs before partitioning makes them (not
+        for random, in-place or factory ops, whose outputs the graph cannot tell apart
+        from later writes)."""
         tags = getattr(func, "tags", ())
         random = torch.Tag.nondeterministic_seeded in tags  # never recomputed, nor merged
         outs = [out] if isinstance(out, Tensor) else iter_tensors(out)
         key = None
-        if not random and torch.Tag.inplace not in tags:
+        tensors = (*iter_tensors(args), *iter_tensors(kwargs or {}))
+        if tensors and not random and torch.Tag.inplace not in tags:  # factories: never
             key = (str(func), self._key(args), self._key(kwargs or {}))
             earlier = self._calls.get(key)
             if earlier is not None:
@@ -92,7 +95,7 @@ class OpGraph:
                     if i is not None:
                         self._node(t, alias=i)
                 return
-        reads = self._nodes((*iter_tensors(args), *iter_tensors(kwargs or {})))
+        reads = self._nodes(tensors)
         made = [self._node(t) for t in outs]
         if key is not None:
             self._calls[key] = made
