@@ -264,3 +264,16 @@ def test_auto_checkpointing_of_a_compiled_plan_targets_its_own_bytes() -> None:
     assert (eager.fits, compiled.fits) == (True, True)
     assert (eager.checkpoint, compiled.checkpoint) == (["1", "2"], ["1"])
     assert (eager.recompute_flops, compiled.recompute_flops) == (2 * 439_808, 439_808)
+
+
+def test_a_compiled_row_pointing_past_the_paths_is_refused() -> None:
+    """The JSON check holds the "compiled" rows' module indices to ``paths``, as the
+    rows'."""
+    from layerscope.errors import SchemaError
+
+    plan = ls.plan(_model(), X, compile=True, **COMMON)
+    data = plan.to_dict()
+    paths = data["memory"]["storages"]["paths"]
+    data["memory"]["storages"]["compiled"][0][0] = len(paths)
+    with pytest.raises(SchemaError, match=r"compiled\[0\]\[0\].*an index into 'paths'"):
+        ls.Plan.from_dict(data)
