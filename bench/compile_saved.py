@@ -95,7 +95,11 @@ def rule_saved(model: Any, ids: torch.Tensor) -> tuple[int, int]:
 
     with record_graph():
         prof = ls.profile(
-            model, ids, memory=True, backward=True, loss_fn=lambda out: out.logits.sum()
+            model,
+            ids,
+            memory=True,
+            backward=True,
+            loss_fn=lambda out: getattr(out, "logits", out).sum(),
         )
     table = prof.memory["storages"]
     eager = sum(r[0] for r in table["rows"] if r[1] and not r[4])
@@ -136,24 +140,32 @@ def main() -> None:
 
 def others() -> None:
     """Llama, GPT-2 and BERT from transformers (dropout off: on the CPU the compiled
-    attention then takes another path than eager's), in float32 and under bfloat16
-    autocast, against torch's partitioner without code generation
-    (``backend="aot_eager_decomp_partition"``)."""
+    attention then takes another path than eager's) and layerscope's tiny ResNet (8
+    images of 32 x 32), in float32 and under bfloat16 autocast, against torch's
+    partitioner without code generation (``backend="aot_eager_decomp_partition"``).
+    The ResNet's difference: the decomposed ReLU backward reads a boolean mask of the
+    last ReLU's output, which the partitioner saves instead of the output."""
     from contextlib import nullcontext
 
     from transformers import BertConfig, BertForMaskedLM, GPT2Config, GPT2LMHeadModel
+
+    from layerscope.examples import tiny_resnet
 
     models: dict[str, Any] = {
         "llama": lambda: llama(128, 344, 2),
         "gpt2": lambda: GPT2LMHeadModel(GPT2Config(
             n_embd=128, n_layer=2, n_head=2, vocab_size=1024, resid_pdrop=0.0,
             embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)),
+        "resnet": tiny_resnet,
         "bert": lambda: BertForMaskedLM(BertConfig(
             hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
             intermediate_size=512, vocab_size=1024, hidden_dropout_prob=0.0,
             attention_probs_dropout_prob=0.0)),
     }  # fmt: skip
-    print("\n2 layers, hidden 128, 2 x 64 tokens; partitioned: aot_eager_decomp_partition")
+    print(
+        "\n2 layers, hidden 128, 2 x 64 tokens (resnet: 8 x 3 x 32 x 32); partitioned: "
+        "aot_eager_decomp_partition"
+    )
     print(f"{'model':>7}{'dtype':>10}{'eager B':>12}{'partitioned B':>15}{'ratio':>7}"
           f"{'rule B':>12}{'ratio':>7}")  # fmt: skip
     for name, make in models.items():
@@ -161,7 +173,7 @@ def others() -> None:
             torch.manual_seed(0)
             model = make().train()
             params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-            ids = torch.randint(0, 1024, (2, 64))
+            ids = torch.randn(8, 3, 32, 32) if name == "resnet" else torch.randint(0, 1024, (2, 64))
             cast = torch.autocast("cpu", dtype=torch.bfloat16)
             with cast if dtype == "autocast" else nullcontext():
                 eager, rule = rule_saved(model, ids)

@@ -50,6 +50,8 @@ RECOMPUTABLE = frozenset({
     "new_zeros", "new_ones", "new_empty", "triu", "tril", "index", "gather", "where",
     "maximum", "minimum", "lift_fresh_copy", "_softmax", "_log_softmax", "softmax",
     "log_softmax", "native_layer_norm", "native_group_norm", "rms_norm", "_fused_rms_norm",
+    "native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_functional",
+    "_native_batch_norm_legit_no_training",
     "silu", "gelu", "relu", "expand", "view", "_unsafe_view", "reshape", "slice", "select",
     "t", "permute", "transpose", "unsqueeze", "squeeze", "alias", "split", "as_strided",
     "broadcast_tensors", "detach",
