@@ -230,6 +230,9 @@ def test_checkpointed_blocks_keep_their_checkpoint_drop(checkpoint: Any) -> None
     compiled = ls.plan(_model(), X, **COMMON, checkpoint=checkpoint, compile=True)
     less = 0 if checkpoint == "blocks" else 768
     assert eager.kept_activation_bytes - compiled.kept_activation_bytes == less
+    if checkpoint == "blocks":
+        assert any("compiled memory: as in eager (every repeated block is checkpointed"
+                   in n for n in compiled.notes)  # fmt: skip
 
 
 def test_a_compiled_sweep_says_so_and_its_rows_are_the_plans(tmp_path: Path) -> None:

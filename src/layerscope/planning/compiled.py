@@ -25,6 +25,11 @@ NO_GRAPH = (
     "compiled: memory as in eager (the profile has no op graph of its forward, which the "
     "partitioner's rule reads: pass the model)"
 )
+#: The note of a compiled plan whose every repeated block is checkpointed.
+ALL_CHECKPOINTED = (
+    "compiled memory: as in eager (every repeated block is checkpointed, and a "
+    "checkpointed block keeps its inputs whether compiled or not)"
+)
 #: The note of a compiled plan's memory rule.
 RULE = (
     "compiled memory: the partitioner's min-cut (tensors recomputable by pointwise ops, "
@@ -47,6 +52,8 @@ def compiled_memory(
     held = set(choice.paths)
     blocks = repeated_blocks(prof)
     units = [b for b in blocks if not any(tl.inside(b, c) for c in held)] if blocks else [""]
+    if not units:
+        return ALL_CHECKPOINTED, {}
 
     def unit(index: int) -> str | None:
         path = paths[index]
@@ -70,4 +77,4 @@ def compiled_memory(
     return note, less
 
 
-__all__ = ["NO_GRAPH", "RULE", "compiled_memory"]
+__all__ = ["ALL_CHECKPOINTED", "NO_GRAPH", "RULE", "compiled_memory"]
