@@ -122,26 +122,21 @@ def _zbv(stages: int, rank: int, m: int) -> list[Action]:
         out.append((kind, chunk, count[kind, chunk]))
         count[kind, chunk] += 1
 
-    for _ in range(2 * (stages - rank) - 1):
-        add("F", 0)
-    for _ in range(rank):
-        add("F", 1)
-        add("F", 0)
-    for _ in range(stages - rank):
-        add("F", 1)
-        add("I", 1)
-        add("W", 1)
+    def repeat(times: int, *steps: str) -> None:
+        """``times`` rounds of ``steps`` (``"F0"``: chunk 0's forward)."""
+        for _ in range(times):
+            for step in steps:
+                add(step[0], int(step[1]))
+
+    repeat(2 * (stages - rank) - 1, "F0")
+    repeat(rank, "F1", "F0")
+    repeat(stages - rank, "F1", "I1", "W1")
     while count["F", 1] < count["F", 0] or count["F", 0] < n:
         if count["F", 0] < n:
             add("F", 0)
-        for kind, chunk in (("I", 0), ("W", 0), ("F", 1), ("I", 1), ("W", 1)):
-            add(kind, chunk)
-    for _ in range(rank):
-        add("I", 0)
-        add("I", 1)
-    for _ in range(stages - rank):
-        add("I", 0)
-        add("W", 0)
+        repeat(1, "I0", "W0", "F1", "I1", "W1")
+    repeat(rank, "I0", "I1")
+    repeat(stages - rank, "I0", "W0")
     for chunk in (1, 0):
         while count["W", chunk] < count["I", chunk]:
             add("W", chunk)
