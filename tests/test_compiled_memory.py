@@ -90,13 +90,16 @@ def test_a_reader_past_a_matmul_is_not_recomputed() -> None:
     """x = relu(p) is read by exp (then a matmul) and, after that matmul, by an add: the
     add uses x far from its first use, so it is not recomputed (torch's
     ``ban_recompute_used_far_apart``). Read by the add before the matmul, it may be."""
-    from layerscope.metrics.memory.remat import _used_far_apart
+    from layerscope.metrics.memory.remat import _index, _used_far_apart
+
+    def far_apart(ops: list[OpCall]) -> set[int]:
+        return _used_far_apart(ops, *_index(ops))
 
     relu, exp = OpCall((0,), (1,), True), OpCall((1,), (2,), True)
     mm, add = OpCall((2, 3), (4,), False), OpCall((1, 4), (5,), True)
-    assert _used_far_apart([relu, exp, mm, add]) == {3}
+    assert far_apart([relu, exp, mm, add]) == {3}
     early = OpCall((1, 0), (5,), True)  # x + p, before the matmul
-    assert _used_far_apart([relu, exp, early, mm]) == set()
+    assert far_apart([relu, exp, early, mm]) == set()
 
 
 # ---- against torch's partitioner -----------------------------------------------------

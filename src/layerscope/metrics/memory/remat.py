@@ -91,23 +91,20 @@ def compiled_saves(
     n = len(nbytes)
     saved = set(saved)
     free = set(free)
-    made_by: dict[int, OpCall] = {}
-    readers: dict[int, list[OpCall]] = {}
-    for op in ops:
-        for s in op.makes:
-            made_by.setdefault(s, op)
-        for s in op.reads:
-            readers.setdefault(s, []).append(op)
+    maker, readers = _index(ops)
+    # read only by recomputable ops: no forward kernel would write it, and no backward
+    # kernel outside a fusion reads it
+    fused_only = {s for s in range(n) if all(ops[k].recomputable for k in readers.get(s, ()))}
     fixed = set()  # must be saved if anything saved depends on it
     for s in range(n):
-        maker = made_by.get(s)
-        if maker is None or not maker.recomputable:
+        made = maker.get(s)
+        if made is None or not ops[made].recomputable:
             fixed.add(s)
-        elif 4 * nbytes[s] < sum(nbytes[r] for r in maker.reads):
+        elif 4 * nbytes[s] < sum(nbytes[r] for r in ops[made].reads):
             fixed.add(s)  # a reduction's small output
-        elif s in saved and not all(o.recomputable for o in readers.get(s, ())):
+        elif s in saved and s not in fused_only:
             fixed.add(s)  # materialized in backward
-    for k in _used_far_apart(ops):
+    for k in _used_far_apart(ops, maker, readers):
         fixed.update(ops[k].makes)
     dist = _distance_from_backward(n, ops, readers, saved)
     cost = []
@@ -115,7 +112,7 @@ def compiled_saves(
         weight = int(nbytes[s] * 1.1 ** max(min(dist[s], 100), 1))
         if s in free:
             cost.append(0)
-        elif s in made_by and all(o.recomputable for o in readers.get(s, ())):
+        elif s in maker and s in fused_only:
             cost.append(2 * weight)  # not written by the forward otherwise
         else:
             cost.append(weight)
@@ -123,14 +120,9 @@ def compiled_saves(
     return min_cut(cost, edges, fixed, saved)
 
 
-def _used_far_apart(ops: Sequence[OpCall]) -> set[int]:
-    """The ops (indices into ``ops``) the partitioner will not recompute because they
-    read a tensor that an earlier reader's fusible chain has already carried into a
-    non-fusible op (``ban_recompute_used_far_apart``: recomputed, they could not fuse
-    with its other uses; a residual add after the attention is one). Per tensor made by
-    a recomputable op and read by several ops: walk forward from its readers in op order
-    along fusible steps (both ops recomputable) to the first step that is not, at most
-    to the last reader; the recomputable readers after that step are banned."""
+def _index(ops: Sequence[OpCall]) -> tuple[dict[int, int], dict[int, list[int]]]:
+    """Per node, the op (an index into ``ops``) that made it and the ops that read it,
+    in order."""
     maker: dict[int, int] = {}
     readers: dict[int, list[int]] = {}
     for k, op in enumerate(ops):
@@ -138,6 +130,20 @@ def _used_far_apart(ops: Sequence[OpCall]) -> set[int]:
             maker.setdefault(s, k)
         for s in op.reads:
             readers.setdefault(s, []).append(k)
+    return maker, readers
+
+
+def _used_far_apart(
+    ops: Sequence[OpCall], maker: dict[int, int], readers: dict[int, list[int]]
+) -> set[int]:
+    """The ops (indices into ``ops``) the partitioner will not recompute because they
+    read a tensor that an earlier reader's fusible chain has already carried into a
+    non-fusible op (``ban_recompute_used_far_apart``: recomputed, they could not fuse
+    with its other uses; a residual add after the attention is one). Per tensor made by
+    a recomputable op and read by several ops: walk forward from its readers in op order
+    along fusible steps (both ops recomputable) to the first step that is not, at most
+    to the last reader; the recomputable readers after that step are banned. ``maker``
+    and ``readers``: each node's op and reading ops, as indices."""
     banned: set[int] = set()
     for s, users in readers.items():
         made = maker.get(s)
@@ -165,7 +171,7 @@ def _used_far_apart(ops: Sequence[OpCall]) -> set[int]:
 
 
 def _distance_from_backward(
-    n: int, ops: Sequence[OpCall], readers: dict[int, list[OpCall]], saved: set[int]
+    n: int, ops: Sequence[OpCall], readers: dict[int, list[int]], saved: set[int]
 ) -> list[int]:
     """Per node, the ops between it and the backward: 1 for what the backward reads,
     else one more than the nearest of the nodes made from it (the partitioner's
@@ -176,8 +182,8 @@ def _distance_from_backward(
         if s in saved:
             dist[s] = 1
             continue
-        for op in readers.get(s, ()):
-            for m in op.makes:
+        for k in readers.get(s, ()):
+            for m in ops[k].makes:
                 if dist[m] < far and dist[m] + 1 < dist[s]:
                     dist[s] = dist[m] + 1
     return dist
