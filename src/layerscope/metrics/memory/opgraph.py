@@ -82,20 +82,21 @@ class OpGraph:
         subexpression elimination AOTAutograd runs before partitioning makes them (not
         for random, in-place or factory ops, whose outputs the graph cannot tell apart
         from later writes)."""
+        kwargs = kwargs or {}
         tags = getattr(func, "tags", ())
         random = torch.Tag.nondeterministic_seeded in tags  # never recomputed, nor merged
         outs = [out] if isinstance(out, Tensor) else iter_tensors(out)
         key = None
-        tensors = (*iter_tensors(args), *iter_tensors(kwargs or {}))
-        if tensors and not random and torch.Tag.inplace not in tags:  # factories: never
-            key = (str(func), self._key(args), self._key(kwargs or {}))
+        found = {id(t): self._node(t) for t in (*iter_tensors(args), *iter_tensors(kwargs))}
+        if found and not random and torch.Tag.inplace not in tags:  # factories: never
+            key = (str(func), self._key(args, found), self._key(kwargs, found))
             earlier = self._calls.get(key)
             if earlier is not None:
                 for t, i in zip(outs, earlier, strict=False):
                     if i is not None:
                         self._node(t, alias=i)
                 return
-        reads = self._nodes(tensors)
+        reads = tuple(dict.fromkeys(i for i in found.values() if i is not None))
         made = [self._node(t) for t in outs]
         if key is not None:
             self._calls[key] = made
@@ -107,14 +108,15 @@ class OpGraph:
         recomputable = not random and is_recomputable(str(func), torch.Tag.pointwise in tags)
         self.ops.append(OpCall(reads, makes, recomputable))
 
-    def _key(self, value: Any) -> Any:
-        """A call's arguments as a key: tensors by their node, the rest by value."""
+    def _key(self, value: Any, found: dict[int, int | None]) -> Any:
+        """A call's arguments as a key: tensors by their node (``found``, by id), the rest
+        by value."""
         if isinstance(value, Tensor):
-            return ("tensor", self._node(value), tuple(value.shape), str(value.dtype))
+            return ("tensor", found[id(value)], tuple(value.shape), str(value.dtype))
         if isinstance(value, tuple | list):
-            return tuple(self._key(v) for v in value)
+            return tuple(self._key(v, found) for v in value)
         if isinstance(value, dict):
-            return tuple((k, self._key(v)) for k, v in value.items())
+            return tuple((k, self._key(v, found)) for k, v in value.items())
         return repr(value)
 
     def saved(self, t: Tensor, path: int) -> None:
@@ -132,7 +134,3 @@ class OpGraph:
             if path is not None:
                 out.append([path, self.nbytes[i]])
         return out
-
-    def _nodes(self, tensors: Any) -> tuple[int, ...]:
-        found = (self._node(t) for t in tensors)
-        return tuple(dict.fromkeys(i for i in found if i is not None))
