@@ -106,6 +106,7 @@ def _build(
     units, unit_rows, comm = prepared.units, prepared.rows, step_comm(prepared.comm, prof, opts)
     _checkpoints(prof, choice, setup)
     compiled, uncompiled = compiled_memory(prof, choice, setup) if opts.compile else ("", {})
+    kept_bytes = choice.kept_activation_bytes - sum(uncompiled.values())
     local = states.optimizer_state_bytes // max(1, OPTIMIZER_STATES[opts.optimizer] or 1)
     # the strategy's own temporaries of the step (ZeRO's float32 gradient partition), and
     # Adam's
@@ -151,7 +152,7 @@ def _build(
         budget=opts.budget,
         reserve_bytes=opts.reserve_bytes,
         checkpoint=list(choice.paths),
-        kept_activation_bytes=choice.kept_activation_bytes - sum(uncompiled.values()),
+        kept_activation_bytes=kept_bytes,
         recompute_flops=choice.recompute_flops * opts.grad_accum,
         timeline=_columns(points),
         time=time,
@@ -160,7 +161,7 @@ def _build(
         mfu=published / (step * peak_flops) if published is not None and step > 0 else None,
         tokens=tokens,
         tokens_per_s=tokens_per_gpu * accum / step if tokens_per_gpu and step > 0 else None,
-        modules=_module_rows(prof, choice, unit_rows, comm, uncompiled),
+        modules=_module_rows(prof, choice, unit_rows, comm, uncompiled, kept_bytes),
         comm=comm,
         notes=notes,
         step_time_bound=step_bound,
@@ -506,11 +507,13 @@ def _module_rows(
     units: Mapping[str, dict[str, Any]],
     comm: Any,
     uncompiled: Mapping[str, int],
+    kept_bytes: int,
 ) -> list[dict[str, Any]]:
     """One row per FSDP unit or checkpointed module, in the model's order. Kept bytes: a
     checkpointed module keeps its inputs; another its saved bytes less what the
     checkpointed modules inside it drop and, compiled, what the partitioner recomputes
-    in the blocks it holds (``uncompiled``; the root: the plan's exact figure)."""
+    in the blocks it holds (``uncompiled``; the root: the plan's exact figure,
+    ``kept_bytes``)."""
     table = prof.memory.get("storages") or {"paths": [], "rows": []}
     index = {p: i for i, p in enumerate(table["paths"])}
     kept = dict.fromkeys(choice.paths, 0)
@@ -531,7 +534,7 @@ def _module_rows(
         if checkpointed:
             mine = kept[node.path] + choice.policy_kept.get(node.path, 0)
         elif node.path == "":
-            mine = choice.kept_activation_bytes - sum(uncompiled.values())
+            mine = kept_bytes
         else:
             inner = [p for p in kept if p.startswith(node.path + ".")]
             mine = saved(node.path) - sum(saved(p) - kept[p] for p in inner)
