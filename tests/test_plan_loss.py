@@ -130,6 +130,25 @@ def test_a_model_without_a_projection_is_refused() -> None:
                 world_size=1, sharding="none")  # fmt: skip
 
 
+class _BaseModel(nn.Module):
+    """A body without a head: its last matmul module (``mix``) is followed by a norm
+    with weights, so its output is hidden states, not logits."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(V, H)
+        self.mix = nn.Linear(H, H)
+        self.norm = nn.LayerNorm(H)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.norm(self.mix(self.emb(ids)))
+
+
+def test_a_model_whose_last_matmul_does_not_make_logits_is_refused() -> None:
+    with pytest.raises(InvalidInputError, match=r"'mix', is followed by 'norm'.*LlamaModel"):
+        ls.plan(_BaseModel(), IDS, loss="fused", world_size=1, sharding="none")
+
+
 def test_a_sweep_says_its_loss() -> None:
     torch.manual_seed(0)
     sweep = ls.plan_sweep(

@@ -4,8 +4,9 @@ fused linear cross-entropy that never holds the full-vocabulary logits, as Liger
 ``LigerFusedLinearCrossEntropyFunction`` runs it (linkedin/Liger-Kernel,
 src/liger_kernel/ops/fused_linear_cross_entropy.py, ``fused_linear_cross_entropy_forward``).
 
-The rule. The output projection (the last matmul module the forward enters: ``lm_head``)
-and the loss after it become one call: the tokens (``BT`` rows of the projection's input,
+The rule. The output projection (the last matmul module the forward enters: ``lm_head``;
+refused when a module with weights follows it, as a base model's final norm does) and
+the loss after it become one call: the tokens (``BT`` rows of the projection's input,
 ``H`` wide, ``V`` the projection's output width) are taken ``chunk`` at a time,
 ``chunk = min(BT, next_pow2(ceil(BT / ceil(V / H))))`` (Liger's: the logits of a chunk
 about as large as the input), each chunk's logits made in the projection's output dtype,
@@ -110,6 +111,25 @@ def _entries(timeline: Mapping[str, Sequence[Any]]) -> tuple[list[str], list[str
     return events, paths, start
 
 
+def _weighted_after(
+    prof: Profile, events: Sequence[str], paths: Sequence[str], path: str
+) -> str | None:
+    """The first module with parameters of its own that the forward enters after its
+    last entry of ``path`` (outside ``path``), or None: the logits' projection is the
+    last such module."""
+    last = max(k for k, e in enumerate(events) if e == "enter" and paths[k] == path)
+    for k in range(last + 1, len(events)):
+        if events[k] != "enter" or inside(paths[k], path):
+            continue
+        try:
+            node = prof.node(paths[k])
+        except KeyError:
+            continue
+        if node.self_metrics.get("params", 0):
+            return paths[k]
+    return None
+
+
 def fused_loss(prof: Profile) -> FusedLoss:
     """The fused loss of the analysis: its output projection, the last module with its
     own matmuls (and no children) the forward enters; ``InvalidInputError`` without one."""
@@ -128,6 +148,15 @@ def fused_loss(prof: Profile) -> FusedLoss:
         raise InvalidInputError(
             "loss='fused' fuses the output projection with the cross-entropy, but the "
             "forward enters no module with matmuls of its own; use loss='plain'"
+        )
+    after = _weighted_after(prof, events[:start], paths[:start], path)
+    if after is not None:
+        raise InvalidInputError(
+            f"loss='fused' fuses the output projection with the cross-entropy, but the "
+            f"last module with matmuls, {path!r}, is followed by {after!r}, which has "
+            "weights of its own, so it does not make the logits (a base model without "
+            "an output projection, e.g. LlamaModel rather than LlamaForCausalLM?); plan "
+            "the model with its head, or use loss='plain'"
         )
     node = prof.node(path)
     given = [s for s in node.inputs[-1] if isinstance(s, TensorSpec)] if node.inputs else []
