@@ -141,7 +141,8 @@ class _BaseModel(nn.Module):
         self.norm = nn.LayerNorm(H)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.norm(self.mix(self.emb(ids)))
+        out: torch.Tensor = self.norm(self.mix(self.emb(ids)))
+        return out
 
 
 def test_a_model_whose_last_matmul_does_not_make_logits_is_refused() -> None:
