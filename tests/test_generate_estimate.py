@@ -187,16 +187,36 @@ def test_the_sweep_rows(dynamic: GenerateEstimate) -> None:
         assert row.tokens_per_s == pytest.approx(row.batch / row.decode_time_per_token)
         assert row.bound == "memory"  # far below the ridge: 295 FLOP/B
         assert row.decode_flops / row.decode_bytes < PEAK / BANDWIDTH
-        assert row.fits is True  # 180,896 + 6,144 x b bytes of 80 GB
+        assert row.fits is True  # 180,896 + 6,144 x b bytes of the usable 79.19 GiB
         assert row.prefill_time > row.decode_time_per_token
     first = dynamic.sweep[0]
     assert dynamic.prefill_time == first.prefill_time
     assert dynamic.decode_time_per_token == first.decode_time_per_token
     assert dynamic.tokens_per_s_per_seq == first.tokens_per_s_per_sequence
     assert dynamic.memory_bound and dynamic.crossover is None
-    assert dynamic.notes[0].startswith("Decode stays memory-bound at every batch (1 and 2)")
+    assert dynamic.notes[0].startswith(
+        "By the roofline, decode stays memory-bound at every batch (1 and 2)"
+    )
     # 2 layers x (the prefill and 3 decode steps)
     assert dynamic.kernels["scaled_dot_product_attention"] == {"cudnn_attention": 8}
+
+
+def test_fits_holds_to_the_usable_memory(meta_llama: Any) -> None:
+    """Fits holds the weights and KV cache to what a process can use on the target (an
+    H100's 85,029,158,912 B, as ``serve`` budgets), not the datasheet's 80e9 B: a KV
+    cache that takes the step between the two fits."""
+    model = meta_llama
+    est = estimate_generate(model, target="h100", prompt=8, new_tokens=4, batch=1)
+    assert est.device["usable_bytes"] == 85_029_158_912
+    assert est.device["memory_bytes"] == 80_000_000_000
+    row = est.sweep[0]
+    # a batch whose weights and cache land between 80e9 and the usable bytes
+    per_seq = row.kv_bytes
+    batch = (82_000_000_000 - row.weight_bytes) // per_seq
+    big = estimate_generate(model, target="h100", prompt=8, new_tokens=4, batch=batch)
+    total = big.sweep[0].weight_bytes + big.sweep[0].kv_bytes
+    assert 80_000_000_000 < total <= 85_029_158_912 and big.sweep[0].fits is True
+    assert "within h100's 79.19 GiB usable" in " ".join(big.notes)
 
 
 def test_to_dict_is_json_and_render_fits_the_width(dynamic: GenerateEstimate) -> None:
@@ -205,7 +225,7 @@ def test_to_dict_is_json_and_render_fits_the_width(dynamic: GenerateEstimate) ->
     assert data["memory_bound"] is True and data["crossover_batch"] is None
     text = dynamic.render(width=80)
     assert all(len(line) <= 80 for line in text.splitlines())
-    assert "Decode stays memory-bound at every batch" in text
+    assert "decode stays memory-bound at every batch" in text
     assert text.splitlines()[0].startswith("Generation on h100 (NVIDIA H100 SXM5 80GB)")
 
 
@@ -251,7 +271,7 @@ def test_the_crossover_batch_where_decode_turns_compute_bound() -> None:
     assert [r.bound for r in est.sweep] == ["memory", "memory", "compute"]
     assert est.crossover == 4096 and not est.memory_bound
     assert est.notes[0] == (
-        "Decode turns compute-bound at batch 4096 (memory-bound up to batch 512)."
+        "By the roofline, decode turns compute-bound at batch 4096 (memory-bound up to batch 512)."
     )
     assert est.fit_held is None  # lengths 4 and 5 only: no middle point
 

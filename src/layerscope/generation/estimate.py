@@ -50,10 +50,11 @@ from layerscope.generation.modelcheck import check_generative
 from layerscope.generation.moe import Routing, experts_kernel, moe_note, route, routing_of
 from layerscope.generation.predicted import MODES, Step, priced
 from layerscope.generation.weights import (
+    Quantized,
     WeightScheme,
     check_scheme,
     narrow,
-    quantized_linears,
+    quantized_weights,
     stored_bytes,
 )
 from layerscope.hardware import GPUS, DeviceSpec, device_spec
@@ -219,7 +220,13 @@ class Driver:
         self.keeps_one = "logits_to_keep" in params
         if self.keeps_one:
             self.call["logits_to_keep"] = 1
-        self.linears = quantized_linears(model) if opts.weights is not None else {}
+        self.quantized = quantized_weights(model) if opts.weights is not None else {}
+        if opts.weights is not None and not self.quantized:
+            raise InvalidInputError(
+                f"weights={opts.weights.name!r}: {type(model).__name__} has no weights it "
+                "stores narrower (nn.Linear, transformers' Conv1D or fused experts, "
+                "other than the output projection); leave weights unset"
+            )
         #: FP8 weights on a target with FP8 tensor cores: the linears' matmuls run at the
         #: FP8 peak (W8A8), this multiple of the compute dtype's
         self.fp8: float | None = None
@@ -229,7 +236,10 @@ class Driver:
         width = torch.empty((), dtype=_floating_dtype(model)).element_size()
         self.kv_ratio = KV_WIDTHS[opts.kv_dtype] / width if opts.kv_dtype else 1.0
         self.attention = attention_paths(model) if self.kv_ratio != 1.0 else {}
-        self.routing: Routing | None = routing_of(model, _floating_dtype(model))
+        narrowed = {
+            p: q.saved(scheme) for p, q in self.quantized.items() if scheme and q.kind == "experts"
+        }
+        self.routing: Routing | None = routing_of(model, _floating_dtype(model), narrowed)
         #: a mixture of experts: each analysis's time and bytes with every expert read
         self.worst: dict[int, tuple[float, float]] = {}
         #: tensor parallelism's group on the target's node (None: one GPU), and how its
@@ -273,7 +283,7 @@ class Driver:
                 record_shapes=False, observers=observers, dtensor=self.dtensor,
             )  # fmt: skip
         if self.opts.weights is not None:
-            narrow(prof, self.linears, self.opts.weights)
+            narrow(prof, self.quantized, self.opts.weights)
         if self.kv_ratio != 1.0:
             facts = cache_facts(cache)
             narrow_kv(prof, self.attention, facts, self.opts.cache, ids.shape[1], self.kv_ratio)
@@ -286,7 +296,7 @@ class Driver:
         route(prof, routing, routing.counted(tokens), routing.experts)
         time = roof_times(prof, self.roof, "forward", self.faster(prof))[id(prof.root)]
         self.worst[id(prof)] = (time, float(prof.root.metrics.get(ms.BYTES_ACCESSED) or 0))
-        route(prof, routing, routing.experts, routing.expected(tokens))
+        route(prof, routing, routing.experts, routing.expected(tokens), stored=True)
 
     def faster(self, prof: Profile) -> dict[int, float] | None:
         """The analysis's nodes that run faster than the compute dtype's peak: the FP8
@@ -294,7 +304,7 @@ class Driver:
         if self.fp8 is None:
             return None
         out = {}
-        for path in self.linears:
+        for path in self.quantized:
             try:
                 out[id(prof.node(path))] = self.fp8
             except KeyError:
@@ -488,7 +498,7 @@ def estimated(model: nn.Module, opts: Options) -> tuple[GenerateEstimate, list[t
     steps = [a.predicted for a in analyses]
     rows = [
         predicted(
-            _row(a, roof, stored, opts.spec.memory_bytes, driver.kv_ratio, driver.routing),
+            _row(a, roof, stored, opts.spec.budget_bytes, driver.kv_ratio, driver.routing),
             *step,
         )
         for a, step in zip(analyses, steps, strict=True)
@@ -503,6 +513,7 @@ def estimated(model: nn.Module, opts: Options) -> tuple[GenerateEstimate, list[t
             "peak_flops": roof.peak,
             "bandwidth": roof.bandwidth,
             "memory_bytes": opts.spec.memory_bytes,
+            "usable_bytes": opts.spec.budget_bytes,
         },
         dtype=run_dtype,
         prompt=opts.prompt,
@@ -523,7 +534,7 @@ def estimated(model: nn.Module, opts: Options) -> tuple[GenerateEstimate, list[t
     )
     result.notes = [*notes_for(result, [a.prefill for a in analyses], driver.keeps_one), *not_run]
     if opts.weights is not None:
-        result.notes.append(weights_note(opts.weights, meta, driver.linears, stored))
+        result.notes.append(weights_note(opts.weights, meta, driver.quantized, stored))
     if driver.routing is not None:
         result.notes.insert(1, moe_note(driver.routing, rows))
     if opts.tp > 1:
@@ -552,14 +563,17 @@ def tp_note(tp: int, target: str) -> str:
 
 
 def weights_note(
-    scheme: WeightScheme, model: nn.Module, linears: Mapping[str, nn.Module], stored: int
+    scheme: WeightScheme, model: nn.Module, weights: Mapping[str, Quantized], stored: int
 ) -> str:
-    """What ``weights=`` changed: the scheme, the linears it covers, the bytes stored."""
+    """What ``weights=`` changed: the scheme, the weights it covers, the bytes stored."""
     own = stored_bytes(model, None)
+    experts = sum(1 for q in weights.values() if q.kind == "experts")
+    linears = len(weights) - experts
+    which = f"{linears} linear(s)" + (f" and {experts} fused experts module(s)" if experts else "")
     return (
-        f"Weights as deployed: {scheme.words()}, on {len(linears)} linear(s) (all but the "
-        f"output projection): {nbytes(stored)} stored instead of {nbytes(own)}, each read "
-        "once per call at that width; the matmuls' FLOPs and peak are the compute dtype's."
+        f"Weights as deployed: {scheme.words()}, on {which} (all but the output "
+        f"projection{' and the routers' if experts else ''}): {nbytes(stored)} stored "
+        f"instead of {nbytes(own)}, each read once per call at that width."
     )
 
 

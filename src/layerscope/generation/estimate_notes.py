@@ -25,13 +25,13 @@ def bound_note(est: GenerateEstimate) -> str:
     span = f"batch {batches[0]}" if len(batches) == 1 else f"every batch ({_batches(batches)})"
     if est.memory_bound:
         return (
-            f"Decode stays memory-bound at {span}: a step reads the weights and the KV "
-            "cache for few FLOPs per byte."
+            f"By the roofline, decode stays memory-bound at {span}: a step reads the "
+            "weights and the KV cache for few FLOPs per byte."
         )
     cross = est.crossover
     below = [b for b in batches if cross is not None and b < cross]
     before = f" (memory-bound up to batch {below[-1]})" if below else ""
-    return f"Decode turns compute-bound at batch {cross}{before}."
+    return f"By the roofline, decode turns compute-bound at batch {cross}{before}."
 
 
 def cache_note(est: GenerateEstimate) -> str:
@@ -100,7 +100,8 @@ def fit_note(est: GenerateEstimate) -> str:
 
 
 def memory_note(est: GenerateEstimate) -> str:
-    memory = est.device.get("memory_bytes")
+    usable = est.device.get("usable_bytes")
+    memory = usable if usable is not None else est.device.get("memory_bytes")
     weights = est.sweep[0].weight_bytes
     if memory is None:
         return f"Weights {nbytes(weights)}; the target's memory is not known: fits not decided."
@@ -110,8 +111,9 @@ def memory_note(est: GenerateEstimate) -> str:
         tokens = -(-tokens // est.block_size) * est.block_size
     text = (
         f"Fits: the weights ({nbytes(weights)}) and the KV cache at "
-        f"{_count(tokens)} tokens within {est.target}'s "
-        f"{nbytes(memory)}; activations, the CUDA context and workspaces are not counted."
+        f"{_count(tokens)} tokens within {est.target}'s {nbytes(memory)}"
+        + (" usable (what torch.cuda.mem_get_info reports)" if usable is not None else "")
+        + "; activations, the CUDA context and workspaces are not counted."
     )
     if over:
         text += f" They do not fit at batch {_batches(over)}."
@@ -146,14 +148,20 @@ def notes_for(est: GenerateEstimate, prefills: Sequence[Profile], keeps_one: boo
             f"{len(missing)} op(s) without a FLOP formula ({', '.join(missing[:5])}): their "
             "FLOPs are missing from the compute side."
         )
-    notes.append(
-        "Times are lower bounds: max(FLOPs / peak, bytes / bandwidth) per module, summed. "
-        "They leave out kernel efficiency, launch overhead (decode at small batch is "
-        "launch-bound in practice), sampling and the tokenizer."
-    )
     predicted = predicted_note(est)
     if predicted:
+        notes.append(
+            "Bounds (Prefill, Decode and their Tok/s): max(FLOPs / peak, bytes / bandwidth) "
+            "per module, summed, so no step runs faster; they leave out kernel efficiency "
+            "and launches, which Pred. adds, and sampling and the tokenizer."
+        )
         notes.append(predicted)
+    else:
+        notes.append(
+            "Times are lower bounds: max(FLOPs / peak, bytes / bandwidth) per module, "
+            "summed. They leave out kernel efficiency, launch overhead (decode at small "
+            "batch is launch-bound in practice), sampling and the tokenizer."
+        )
     return notes
 
 

@@ -25,7 +25,7 @@ _FIT: dict[str, Check] = {
 }  # fmt: skip
 _DEVICE: dict[str, Check] = {
     "name": Str(), "label": Str(), "bandwidth": Finite(), "peak_flops": Finite(),
-    "memory_bytes": Opt(Int(0)),
+    "memory_bytes": Opt(Int(0)), "usable_bytes": Opt(Int(0)),
 }  # fmt: skip
 _TOP: dict[str, Check] = {
     "model": Str(), "target": Str(), "device": Obj(_DEVICE), "dtype": Str(), "prompt": Int(1),

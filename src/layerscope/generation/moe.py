@@ -21,7 +21,7 @@ the whole tensor at most, writes ``S·w``) and its matmul reads the copy (``S·w
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +31,7 @@ from torch import nn
 
 from layerscope.errors import InvalidInputError
 from layerscope.generation.narrowing import read_less
+from layerscope.metrics.params import local
 from layerscope.profile import Profile
 from layerscope.render.units import seconds
 
@@ -65,8 +66,9 @@ class Routing:
     top_k: int
     #: what the config says of shared experts (they run on every token, counted whole)
     shared: Any
-    #: the experts modules' paths and bytes per expert (their parameters / E)
-    layers: tuple[tuple[str, float], ...]
+    #: the experts modules' paths and bytes per expert (their parameters / E), as the
+    #: model holds them and as stored (``weights=``: ``generation.weights``)
+    layers: tuple[tuple[str, float, float], ...]
     implementation: str
 
     def expected(self, tokens: int) -> float:
@@ -91,7 +93,7 @@ class Routing:
         }
 
 
-def _experts_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
+def experts_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
     """transformers' fused experts modules (``use_experts_implementation``)."""
     return [
         (name, m)
@@ -100,10 +102,13 @@ def _experts_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
     ]
 
 
-def routing_of(model: nn.Module, dtype: torch.dtype) -> Routing | None:
+def routing_of(
+    model: nn.Module, dtype: torch.dtype, narrowed: Mapping[str, int] | None = None
+) -> Routing | None:
     """The model's routing (None: no experts), or ``InvalidInputError`` for a model with
-    experts whose routing layerscope does not read."""
-    found = _experts_modules(model)
+    experts whose routing layerscope does not read; ``narrowed``: by experts module, the
+    bytes its weights take less as stored."""
+    found = experts_modules(model)
     config = getattr(model, "config", None)
     kind = getattr(config, "model_type", None)
     if not found:
@@ -117,19 +122,21 @@ def routing_of(model: nn.Module, dtype: torch.dtype) -> Routing | None:
             f"layerscope does not read: estimate_generate reads "
             f"{', '.join(sorted(FAMILIES))} (experts and num_experts_per_tok from the config)"
         )
-    layers = tuple(
-        (name, sum(p.nbytes for p in m.parameters()) / int(getattr(m, "num_experts", 1)))
-        for name, m in found
-    )
+    less = narrowed or {}
+    layers = []
+    for name, m in found:
+        held = sum(local(p).nbytes for p in m.parameters())
+        e = int(getattr(m, "num_experts", 1))
+        layers.append((name, held / e, (held - less.get(name, 0)) / e))
     shared = getattr(config, keys[1], None) if keys[1] else None
     impl = "grouped_mm" if dtype == GROUPED_DTYPE else "batched_mm"
-    return Routing(str(kind), count, top_k, shared, layers, impl)
+    return Routing(str(kind), count, top_k, shared, tuple(layers), impl)
 
 
 @contextmanager
 def experts_kernel(model: nn.Module, routing: Routing | None) -> Iterator[None]:
     """The experts run with ``routing.implementation`` inside the block, as before after."""
-    configs = {id(c): c for _, m in _experts_modules(model) if (c := getattr(m, "config", None))}
+    configs = {id(c): c for _, m in experts_modules(model) if (c := getattr(m, "config", None))}
     saved = {k: getattr(c, "_experts_implementation", None) for k, c in configs.items()}
     try:
         if routing is not None:
@@ -141,15 +148,18 @@ def experts_kernel(model: nn.Module, routing: Routing | None) -> Iterator[None]:
             c._experts_implementation = saved[k]
 
 
-def route(prof: Profile, routing: Routing, charged: float, experts: float) -> None:
-    """Make ``prof`` read ``experts`` experts' weights in every experts module call where
-    it reads ``charged`` (``Routing.counted``; module doc)."""
-    for path, per_expert in routing.layers:
+def route(
+    prof: Profile, routing: Routing, charged: float, experts: float, *, stored: bool = False
+) -> None:
+    """Make ``prof`` read ``experts`` experts' weights as stored in every experts module
+    call where it reads ``charged`` experts' weights, as the model holds them
+    (``Routing.counted``; module doc) or, with ``stored``, as stored."""
+    for path, held, kept in routing.layers:
         try:
             calls = prof.node(path).calls
         except KeyError:
             continue
-        read_less(prof, path, (charged - experts) * per_expert * calls)
+        read_less(prof, path, (charged * (kept if stored else held) - experts * kept) * calls)
 
 
 def moe_note(routing: Routing, rows: list[Any]) -> str:
@@ -175,6 +185,7 @@ __all__ = [
     "Routing",
     "expected_experts",
     "experts_kernel",
+    "experts_modules",
     "moe_note",
     "route",
     "routing_of",

@@ -273,6 +273,14 @@ def plan_serving(
     # the estimate's own "Fits" note holds its rows to the datasheet memory: the plan's
     # KV budget replaces it
     plan.notes = [*plan.rules(), *not_run, *(n for n in est.notes if n != memory_note(est))]
+    launched = [r.batch for r in plan.rows if r.bound == "launches"]
+    if launched:
+        plan.notes.append(
+            f"Limit 'launches' (batch {', '.join(map(str, launched))}): the host takes "
+            "longer to launch a decode step's kernels than they run, so TPOT is the "
+            "launches' time; CUDA graphs (mode='graphs', --mode graphs) replay the step "
+            "as one launch."
+        )
     plan.analysis = est.analysis
     return plan
 

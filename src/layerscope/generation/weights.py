@@ -1,10 +1,14 @@
-"""Weights as deployed: a decoder's linear weights stored at a narrower width than the
+"""Weights as deployed: a decoder's matmul weights stored at a narrower width than the
 model computes in, weight-only, as serving engines load quantized checkpoints.
 
-Which weights: every ``nn.Linear`` except the output projection (the module whose weight
-is the output embeddings: ``get_output_embeddings()``, else one named ``lm_head``), as
-AutoAWQ and GPTQ quantize (both leave ``lm_head`` and the embeddings at the model's
-width). Bytes per element of a quantized weight, with its scales:
+Which weights: every ``nn.Linear`` and transformers ``Conv1D`` (GPT-2's projections, a
+linear with its weight stored transposed) except the output projection (the module
+whose weight is the output embeddings: ``get_output_embeddings()``, else one named
+``lm_head``) and a mixture of experts' router (a linear beside the fused experts), as
+AutoAWQ and GPTQ quantize (both leave ``lm_head``, the embeddings and the routers at the
+model's width); and the 3-D weights of transformers' fused experts (``(experts, out,
+in)``: one matrix an expert, quantized as one linear each). Bytes per element of a
+quantized weight, with its scales:
 
 - ``"int4"``: AWQ/GPTQ-style, 4 bits per weight packed in int32, and per group of
   ``group_size`` input channels (default 128) one float16 scale and one 4-bit zero point:
@@ -26,8 +30,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
 from torch import nn
 
+from layerscope.generation.moe import experts_modules
 from layerscope.generation.narrowing import read_less
 from layerscope.metrics.params import local
 from layerscope.profile import Profile
@@ -39,7 +45,7 @@ SCHEMES = ("bf16", "fp16", "fp8", "int8", "int4")
 
 @dataclass(frozen=True)
 class WeightScheme:
-    """How the quantized linears' weights are stored (module docstring)."""
+    """How the quantized weights are stored (module docstring)."""
 
     name: str
     group_size: int = 128
@@ -75,60 +81,108 @@ def check_scheme(weights: object, group_size: object) -> WeightScheme | None:
     return WeightScheme(name, check_int("group_size", group_size, 1))
 
 
-def quantized_linears(model: nn.Module) -> dict[str, nn.Linear]:
-    """The linears a scheme stores narrower, by path: all but the output projection."""
-    head = None
+@dataclass(frozen=True)
+class Quantized:
+    """One module's weight a scheme stores narrower: ``kind`` ``"linear"`` (``(out,
+    in)``), ``"conv1d"`` (``(in, out)``) or ``"experts"`` (``(experts, out, in)`` each)."""
+
+    kind: str
+    weights: tuple[torch.Tensor, ...]
+
+    def matrices(self, weight: torch.Tensor) -> tuple[int, int, int]:
+        """(matrices, rows, columns) of ``weight`` as this GPU holds it (a DTensor's
+        shard): rows are output channels, columns input channels."""
+        shape = tuple(local(weight).shape)
+        if self.kind == "experts":
+            return shape[0], shape[1], shape[2]
+        if self.kind == "conv1d":
+            return 1, shape[1], shape[0]
+        return 1, shape[0], shape[1]
+
+    def saved(self, scheme: WeightScheme) -> int:
+        """Bytes its weights take less at the scheme's width than as they are."""
+        out = 0
+        for w in self.weights:
+            count, rows, columns = self.matrices(w)
+            out += local(w).nbytes - round(count * scheme.bytes_of(rows, columns))
+        return out
+
+
+def _head(model: nn.Module) -> nn.Module | None:
     get = getattr(model, "get_output_embeddings", None)
     if callable(get):
         try:
-            head = get()
+            found = get()
         except (NotImplementedError, AttributeError):
-            head = None
-    return {
-        path: m
-        for path, m in model.named_modules()
-        if isinstance(m, nn.Linear)
-        and m is not head
-        and path.rsplit(".", 1)[-1] != "lm_head"
-        and m.weight.dim() == 2
-    }
+            return None
+        return found if isinstance(found, nn.Module) else None
+    return None
+
+
+def _is_conv1d(m: nn.Module) -> bool:
+    """transformers' ``Conv1D`` (a linear whose weight is ``(in, out)``)."""
+    w = getattr(m, "weight", None)
+    return type(m).__name__ == "Conv1D" and isinstance(w, nn.Parameter) and w.dim() == 2
+
+
+def quantized_weights(model: nn.Module) -> dict[str, Quantized]:
+    """The weights a scheme stores narrower, by module path (module doc)."""
+    head = _head(model)
+    experts = {path for path, _ in experts_modules(model)}
+    routers = {path.rsplit(".", 1)[0] for path in experts if "." in path}
+    out: dict[str, Quantized] = {}
+    for path, m in model.named_modules():
+        parent = path.rsplit(".", 1)[0] if "." in path else ""
+        if path in experts:
+            kept = tuple(p for p in m.parameters(recurse=False) if p.dim() == 3)
+            if kept:
+                out[path] = Quantized("experts", kept)
+        elif m is head or path.rsplit(".", 1)[-1] == "lm_head" or parent in routers:
+            continue
+        elif isinstance(m, nn.Linear) and m.weight.dim() == 2:
+            out[path] = Quantized("linear", (m.weight,))
+        elif _is_conv1d(m):
+            out[path] = Quantized("conv1d", (m.weight,))
+    return out
 
 
 def stored_bytes(model: nn.Module, scheme: WeightScheme | None) -> int:
     """Bytes of the parameters and buffers as stored (each tensor once; tied weights
-    once): the quantized linears' weights at the scheme's width, the rest as they are; a
+    once): the quantized weights at the scheme's width, the rest as they are; a
     DTensor's (tensor parallelism) this GPU's shard."""
     total = sum(local(t).nbytes for t in (*model.parameters(), *model.buffers()))
     if scheme is None:
         return total
     seen: set[int] = set()
-    for m in quantized_linears(model).values():
-        w = local(m.weight)
-        if id(m.weight) in seen:
-            continue
-        seen.add(id(m.weight))
-        total += round(scheme.bytes_of(*w.shape)) - w.nbytes
+    for q in quantized_weights(model).values():
+        for w in q.weights:
+            if id(w) not in seen:
+                seen.add(id(w))
+                total -= Quantized(q.kind, (w,)).saved(scheme)
     return total
 
 
-def narrow(prof: Profile, linears: dict[str, nn.Linear], scheme: WeightScheme) -> None:
+def narrow(prof: Profile, weights: dict[str, Quantized], scheme: WeightScheme) -> None:
     """Make ``prof`` (an analysis of the model at its own width) read every quantized
     linear's weight at the scheme's width: each call of the linear reads its weight once,
-    so its bytes moved, and its parents', drop by the difference times its calls."""
-    for path, m in linears.items():
+    so its bytes moved, and its parents', drop by the difference times its calls. The
+    experts' weights are read as their routing says (``generation.moe``)."""
+    for path, q in weights.items():
+        if q.kind == "experts":
+            continue
         try:
             calls = prof.node(path).calls
         except KeyError:
             continue  # not called in this analysis
-        w = local(m.weight)  # tensor parallelism: this GPU's shard, as analysed
-        read_less(prof, path, round(w.nbytes - scheme.bytes_of(*w.shape)) * calls)
+        read_less(prof, path, q.saved(scheme) * calls)
 
 
 __all__ = [
     "SCHEMES",
+    "Quantized",
     "WeightScheme",
     "check_scheme",
     "narrow",
-    "quantized_linears",
+    "quantized_weights",
     "stored_bytes",
 ]
