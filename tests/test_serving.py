@@ -113,6 +113,50 @@ def test_a_sliding_window_caps_a_sequences_cache() -> None:
     assert p.kv_bytes(128) == 2 * per_token * 32 and p.kv_bytes(8) == 2 * per_token * 16
 
 
+def _decode_step_bytes(model: Any, cached: int) -> dict[str, float]:
+    """Bytes each module moves in a paged decode step after ``cached`` tokens, batch 1."""
+    import layerscope.metricspec as ms
+    from layerscope.analysis.roofline import roof_of
+    from layerscope.generation.estimate import Driver, check_options
+
+    opts = check_options("h100", cached, 1, 1, "paged", None, None)
+    driver = Driver(model, opts, roof_of(opts.spec, "bfloat16"))
+    step = driver.analyse(driver.ids(1, 1), driver.fill(1, cached))
+    return {n.path: float(n.metrics.get(ms.BYTES_ACCESSED) or 0) for n in step.root.walk()}
+
+
+def test_a_paged_sliding_window_is_a_ring() -> None:
+    """A paged server keeps a sliding-window layer as a ring of blocks: a decode step
+    past the window writes its token in place and reads the window once, not the
+    roll and copy of the whole window transformers' static layer does. So a 64-token
+    window's layers move, after 256 or 512 cached tokens alike, exactly what a layer
+    without a window moves after 63 (attention over 64 tokens, 4 blocks of 16); only
+    the mask's construction (the model's own ops) differs."""
+
+    def mistral(window: int | None) -> Any:
+        config = MistralConfig(
+            vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+            sliding_window=window,
+        )  # fmt: skip
+        with torch.device("meta"):
+            model: Any = MistralForCausalLM(config)
+        return model.to(torch.bfloat16)
+
+    windowed, plain = mistral(64), mistral(None)
+    after_256, after_512 = _decode_step_bytes(windowed, 256), _decode_step_bytes(windowed, 512)
+    assert after_256 == after_512
+    short = _decode_step_bytes(plain, 63)
+    for i in range(2):
+        layer = f"model.layers.{i}"
+        assert after_256[layer] == short[layer]
+    # the whole step: less than the same model without a window at 256 tokens
+    common: dict[str, Any] = {"target": "h100", "prompt": 256, "new_tokens": 8, "batch": 1}
+    ring = ls.estimate_generate(windowed, cache="paged", **common).sweep[0]
+    full = ls.estimate_generate(plain, cache="paged", **common).sweep[0]
+    assert ring.decode_bytes < full.decode_bytes
+
+
 def test_refusals() -> None:
     with pytest.raises(ls.InvalidInputError, match="beyond LlamaForCausalLM's 4,096 positions"):
         plan_serving(llama(), max_context=8192)

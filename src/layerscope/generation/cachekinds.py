@@ -8,7 +8,12 @@ is stored at (``kv_dtype=``), ``docs/generate.md`` "The cache model".
 - **paged**: a server's cache of fixed blocks, read in place once at the current length
   and written once. A call that leaves ``n`` tokens in the cache runs on a
   ``StaticCache`` of ``n`` rounded up to whole blocks (``block_size``): it writes its own
-  tokens in place and attention reads the rounded length, once.
+  tokens in place and attention reads the rounded length, once. A sliding-window layer
+  is a ring of its window's tokens (vLLM frees the blocks that leave the window): once
+  full, transformers' static layer rolls and copies its whole window at every step,
+  which no paged server does, so before a decode step a full one is set one token short
+  of full (``ring``), and the step writes its token in place and attention reads the
+  window once.
 
 ``kv_dtype``: the cache held and moved at that width (``KV_WIDTHS``). A call's cache
 traffic per layer, from the cache after the call (``generation.cache``): a dynamic
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from torch import nn
 
 from layerscope.generation.cache import CacheFacts
@@ -53,6 +59,21 @@ def new_cache(transformers: Any, config: Any, kind: str, total: int, held: int, 
     if kind == "paged":
         return transformers.StaticCache(config=config, max_cache_len=rounded(held, block))
     return transformers.DynamicCache(config=config)
+
+
+def ring(cache: Any) -> None:
+    """Set each full sliding-window layer of a static ``cache`` one token short of full,
+    so that the next step writes its token in place (module doc)."""
+    for layer in getattr(cache, "layers", None) or ():
+        full = getattr(layer, "max_cache_len", None)
+        seen = getattr(layer, "cumulative_length_int", None)
+        if not getattr(layer, "is_sliding", False) or not isinstance(full, int):
+            continue
+        if isinstance(seen, int) and seen >= full:
+            layer.cumulative_length_int = full - 1
+            length = getattr(layer, "cumulative_length", None)
+            if isinstance(length, torch.Tensor):
+                length.fill_(full - 1)
 
 
 def attention_paths(model: nn.Module) -> dict[int, str]:
@@ -98,5 +119,6 @@ __all__ = [
     "cache_traffic",
     "narrow_kv",
     "new_cache",
+    "ring",
     "rounded",
 ]

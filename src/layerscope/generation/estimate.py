@@ -42,6 +42,7 @@ from layerscope.generation.cachekinds import (
     attention_paths,
     narrow_kv,
     new_cache,
+    ring,
 )
 from layerscope.generation.decodefit import AffineFit, Point, decode_lengths
 from layerscope.generation.estimate_notes import notes_for
@@ -331,6 +332,8 @@ class Driver:
                 f"{type(self.model).__name__} raised while filling a cache of {length} "
                 f"tokens on meta: {type(e).__name__}: {e}"
             ) from e
+        if self.opts.cache == "paged":
+            ring(cache)
         return cache
 
     def point(self, prof: Profile, length: int) -> Point:
