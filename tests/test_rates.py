@@ -207,6 +207,28 @@ def test_attention_kernels_and_the_published_mfu() -> None:
     assert plan.tokens_per_s_bound == pytest.approx(256 / (plan.step_time_bound or 1))
 
 
+def test_a_mixture_of_experts_mfu_counts_its_active_parameters() -> None:
+    """Mixtral, 2 layers of 4 experts, top 2, hidden 64, MLP 128, 4 heads of 16 (2 KV
+    heads), vocabulary 256: 254,784 parameters, of which the experts' 2 x 4 x (256 x 64
+    + 64 x 128) = 196,608; a token runs 2 of 4, so N = 254,784 - 196,608 / 2 = 156,480
+    (as MoE runs publish MFU). 2 x 64 tokens; attention 12 B H Sq Sk D = 12 x 2 x 4 x 64
+    x 64 x 16 a layer."""
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    config = MixtralConfig(
+        vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, num_local_experts=4,
+        num_experts_per_tok=2, max_position_embeddings=1024,
+    )  # fmt: skip
+    with torch.device("meta"):
+        model = MixtralForCausalLM(config)
+    assert sum(p.numel() for p in model.parameters()) == 254_784
+    plan = ls.plan(model, torch.zeros(2, 64, dtype=torch.long), world_size=1, sharding="none")
+    attention = 2 * 12 * 2 * 4 * 64 * 64 * 16
+    assert plan.mfu_flops == 6 * 156_480 * 128 + attention
+    assert any("top-k / experts: 0.5" in n for n in plan.notes)
+
+
 @pytest.mark.parametrize("sharding", ["fsdp", "ddp", "zero2"])
 def test_the_bound_never_exceeds_the_prediction(sharding: str) -> None:
     example = EXAMPLES["tiny_gpt"]

@@ -6,7 +6,7 @@ rows."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from math import prod
 from typing import Any
@@ -121,7 +121,10 @@ def _build(
     step, step_bound = _step(time), _step(bound)
     peak_flops = opts.target.peak(str(opts.compute_dtype).removeprefix("torch."))
     accum = opts.grad_accum
-    published = _published(params, kept, tokens, timed.predicted.attention_flops, accum, opts.tp)
+    published = _published(
+        params, kept, tokens, timed.predicted.attention_flops, accum, opts.tp,
+        prof.model.get("routed") or {},
+    )  # fmt: skip
     # a tensor-parallel group's GPUs share one micro-batch: each GPU's share of its tokens
     tokens_per_gpu = tokens / opts.tp if tokens else None
     notes = [
@@ -130,6 +133,7 @@ def _build(
         *_frozen_notes(kept, states.param_bytes, shapes, opts),
         *loss_notes,
         *([compiled] if compiled else []),
+        *routed_note(prof.model.get("routed")),
         *(n for n in prof.notices if n.startswith((NOT_RUN, CACHE_OFF))),
     ]
     return Plan(
@@ -197,15 +201,43 @@ def _published(
     attention: int,
     accum: int,
     tp: int = 1,
+    routed: Mapping[str, float] | None = None,
 ) -> int | None:
     """FLOPs per step and GPU in the published convention (PaLM, Appendix B): 6 N per
     token plus attention; a frozen parameter's weight gradient never runs, so it counts 4
-    (forward, input gradient), not 6; a tensor-parallel group's ``tp`` GPUs share the
+    (forward, input gradient), not 6; a routed experts module's parameters count at the
+    share of its experts a token runs (``routed``: top-k / experts, the active
+    parameters MoE runs publish); a tensor-parallel group's ``tp`` GPUs share the
     model's N (the attention FLOPs are this GPU's already). None without token ids."""
     if not tokens:
         return None
-    per_token = 6 * sum(p.elements for p in params) + 4 * sum(p.elements for p in kept or ())
-    return (per_token * tokens // tp + attention) * accum
+    shares = routed or {}
+
+    def n(group: Sequence[Param]) -> float:
+        return sum(p.elements * _active(p.module, shares) for p in group)
+
+    per_token = 6 * n(params) + 4 * n(kept or ())
+    return (round(per_token * tokens) // tp + attention) * accum
+
+
+def routed_note(routed: Mapping[str, float] | None) -> list[str]:
+    """What mfu counts of a mixture of experts' routed experts."""
+    if not routed:
+        return []
+    shares = ", ".join(sorted({f"{share:g}" for share in routed.values()}))
+    return [
+        f"mfu: the {len(routed)} routed experts modules' parameters count at the share of "
+        f"their experts a token runs (top-k / experts: {shares}), the active parameters "
+        "MoE runs publish; mfu_counted counts the FLOPs the analysis ran"
+    ]
+
+
+def _active(module: str, routed: Mapping[str, float]) -> float:
+    """The share of ``module``'s parameters a token runs: its routed experts module's."""
+    for path, share in routed.items():
+        if tl.inside(module, path):
+            return share
+    return 1.0
 
 
 def _notes(
@@ -309,7 +341,8 @@ def _frozen_notes(
 def _checkpoints(prof: Profile, choice: CheckpointChoice, setup: tl.Setup) -> None:
     """What each checkpointed module frees at its exit (storages only its subtree saved,
     not the checkpointed modules' inputs, not saved outside the model either: a loss
-    holds those), and its recompute's peak (its forward's)."""
+    holds those), the inputs it keeps that the analysis freed, and its recompute's peak
+    (its forward's)."""
     table = prof.memory["storages"]
     index = {p: i for i, p in enumerate(table["paths"])}
     held = {index[p] for p in choice.paths if p in index}
@@ -326,7 +359,16 @@ def _checkpoints(prof: Profile, choice: CheckpointChoice, setup: tl.Setup) -> No
     # before this one's recompute makes it again
     regenerated = dict.fromkeys(choice.paths, 0)
     path_at = {index[p]: p for p in choice.paths if p in index}
+    # a checkpointed module's input nothing saved, not the step's own (the model's inputs
+    # are held all step): the analysis frees it in the forward, the checkpoint keeps it
+    # to the module's backward (the first such module's, in the
+    # forward's order, when several read it: its backward comes last)
+    inputs_of = dict.fromkeys(choice.paths, 0)
+    root = index.get("", -1)
+    order = {p: k for k, p in enumerate(choice.paths)}
     for nbytes, savers, inputs, outputs, param in table["rows"]:
+        if not param and not savers and root not in inputs and (readers := held & set(inputs)):
+            inputs_of[min((path_at[i] for i in readers), key=order.__getitem__)] += int(nbytes)
         if param or not savers or any(i not in within for i in savers):
             continue
         first, rest = savers[0], savers[1:]
@@ -345,6 +387,7 @@ def _checkpoints(prof: Profile, choice: CheckpointChoice, setup: tl.Setup) -> No
     setup.drops = drops
     setup.recompute_peak = peaks
     setup.regenerated.update(regenerated)
+    setup.held_inputs = {p: n for p, n in inputs_of.items() if n}
 
 
 @dataclass

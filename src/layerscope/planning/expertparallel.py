@@ -69,6 +69,22 @@ def expert_paths(model: nn.Module) -> list[str]:
     return out
 
 
+def routed_experts(model: nn.Module) -> dict[str, float]:
+    """The routed experts modules of a transformers mixture of experts (its fused experts:
+    ``num_experts`` and a gate), each with the share of its experts a token runs:
+    ``num_experts_per_tok / num_experts`` from the config ({} for a dense model, or a
+    config without ``num_experts_per_tok``)."""
+    top_k = getattr(getattr(model, "config", None), "num_experts_per_tok", None)
+    if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
+        return {}
+    out: dict[str, float] = {}
+    for name, m in model.named_modules():
+        experts = getattr(m, "num_experts", None)
+        if isinstance(experts, int) and experts >= top_k and hasattr(m, "has_gate"):
+            out[name] = top_k / experts
+    return out
+
+
 def a2a_comm(prof: Profile, paths: list[str], ep: int) -> dict[str, Any]:
     """The all-to-alls of each experts module per micro-batch, in ``profile.comm``'s
     form: dispatch and combine in the forward and in the backward (module doc)."""

@@ -138,17 +138,20 @@ def _annotate(
     cache_off: bool,
 ) -> None:
     """What each analysis records beside its figures: the experts modules (expert
-    parallelism), the tensor-parallel plan used, the code left out, the cache turned
-    off."""
+    parallelism) and the routed experts' active shares, the tensor-parallel plan used,
+    the code left out, the cache turned off."""
+    from layerscope.planning.expertparallel import expert_paths, routed_experts
+
     experts: list[str] = []
     if opts.ep > 1:  # expert parallelism's units (``planning.expertparallel``)
-        from layerscope.planning.expertparallel import expert_paths
-
         experts = expert_paths(meta)
+    routed = routed_experts(meta)  # the share of its experts a token runs (MFU's N)
     for prof in profs:
+        mine = {n.path for n in prof.nodes()}
         if experts:
-            mine = {n.path for n in prof.nodes()}
             prof.model["experts"] = [p for p in experts if p in mine]
+        if routed:
+            prof.model["routed"] = {p: share for p, share in routed.items() if p in mine}
         if tp_plan:
             prof.model["tp_plan"] = tp_plan
         prof.notices.extend(not_run)

@@ -339,7 +339,8 @@ def _stage_plans(
         out.append(_Stage(
             plan, prof, step, internals["tp"], pl.p2p_seconds(sent, *link),
             sum(p.elements for p in params) + sum(p.elements for p in kept),
-            _published(params, kept, tokens, predicted.attention_flops, 1, opts.tp) or 0,
+            _published(params, kept, tokens, predicted.attention_flops, 1, opts.tp,
+                       prof.model.get("routed")) or 0,
             *_shares(prof, predicted, first=s == 0),
         ))  # fmt: skip
     return out

@@ -84,6 +84,9 @@ class Setup:
     #: of a checkpointed module's output, what the analysis still holds at its recompute
     #: but the checkpointed run has freed (the recompute makes it again)
     regenerated: dict[str, int] = field(default_factory=dict)
+    #: a checkpointed module's inputs that nothing in the analysis saved (freed there in
+    #: the forward), which the checkpoint keeps from its exit to the end of its backward
+    held_inputs: dict[str, int] = field(default_factory=dict)
     #: the gradients after the backward, at rest (what the optimizer reads)
     final_grads: int = 0
     optimizer_temp: int = 0
@@ -150,6 +153,15 @@ class Replay:
         self.first_bwd = _first_backward(events, paths, self.start)
         self.recomputed: set[str] = set()
         self.exited: set[str] = set()
+        #: each module with held inputs: its backward's last moment (its subtree's)
+        self.last_bwd: dict[str, int] = {}
+        if setup.held_inputs:
+            for k in range(self.start, len(events)):
+                for m in enclosing(paths[k]):
+                    if m in setup.held_inputs:
+                        self.last_bwd[m] = k
+        self.held_inputs: dict[str, int] = {}
+        self.held_total = 0  # their sum
         # gradients by the moment their module's backward starts, summed as they come
         starts = sorted(
             (first, setup.grads[m]) for m, first in self.first_bwd.items() if m in setup.grads
@@ -181,7 +193,7 @@ class Replay:
         held = self.grads_seen - self.grads_reduced
         parts["grad_bytes"] += round(held * self.grad_scale) + grads
         parts["activation_bytes"] += (
-            self.activations - self.grads_seen - self.pending_total + self.cast
+            self.activations - self.grads_seen - self.pending_total + self.held_total + self.cast
         )
         parts["recompute_bytes"] += recompute
         self.points.append(Point(self.phase, event, path, parts))
@@ -206,6 +218,9 @@ class Replay:
         if path in s.drops and path not in self.exited:
             self.pending_drops[path] = s.drops[path]
             self.pending_total += s.drops[path]
+        if s.held_inputs.get(path) and path not in self.exited:
+            self.held_inputs[path] = s.held_inputs[path]
+            self.held_total += s.held_inputs[path]
         self.exited.add(path)
 
     def backward(self, k: int, event: str, path: str, nbytes: int) -> None:
@@ -233,6 +248,9 @@ class Replay:
         for hooks in s.events:
             hooks.before_point(self, k, path)
         self.emit(event, path)
+        for m in enclosing(path):
+            if m in self.held_inputs and self.last_bwd.get(m) == k:
+                self.held_total -= self.held_inputs.pop(m)
 
     def optimizer(self) -> None:
         """The optimizer step: gradients at rest, states, the step's temporaries."""
@@ -243,6 +261,8 @@ class Replay:
         self.alloc("final", "grad_bytes", self.s.final_grads)
         self.pending_drops.clear()
         self.pending_total = 0
+        self.held_inputs.clear()
+        self.held_total = 0
         self.alloc("step", "other_bytes", self.s.optimizer_temp)
         self.emit("step", "")
 
