@@ -163,7 +163,10 @@ def test_parsers() -> None:
     assert parse_size("80GB", "--budget") == 80 * 10**9
     assert parse_size("2GiB", "--reserve") == 2 * 2**30
     assert parse_size("1.5 MiB", "--budget") == 3 * 2**19
-    assert parse_size("1000", "--budget") == 1000
+    assert parse_size("85029158912", "--budget") == 85_029_158_912  # bytes
+    assert parse_size("0", "--reserve") == 0
+    with pytest.raises(InvalidInputError, match=r"with its unit .*e.g. 80GB, got '80'"):
+        parse_size("80", "--budget")  # 80 B: a GPU's memory without its unit
     with pytest.raises(InvalidInputError):
         parse_size("-1GB", "--budget")
     assert parse_checkpoint("none") is None

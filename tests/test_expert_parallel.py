@@ -90,6 +90,8 @@ def test_the_all_to_alls(plans: tuple[Any, Any]) -> None:
         ({"dp_shard": 4, "ep": 3}, "ep must divide dp_shard"),
         ({"dp_replicate": 2, "ep": 2}, "ep must divide dp_shard"),
         ({"dp_shard": 4, "ep": 2, "tp": 2}, "beside tensor parallelism"),
+        # 8 experts over 3 ranks: transformers refuses to shard them unevenly too
+        ({"dp_shard": 6, "ep": 3}, r"8 experts, .* give an ep that divides 8: 2, 4, 8"),
     ],
 )
 def test_ep_refused(mesh: dict[str, int], says: str) -> None:

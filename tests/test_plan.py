@@ -196,6 +196,11 @@ def test_refusals() -> None:
         ls.plan(model, x, sharding="none", world_size=8)
     with pytest.raises(InvalidInputError, match="unknown option 'micro_batch'"):
         ls.plan(model, x, micro_batch=2)
+    # FSDP2's own options are refused under another strategy rather than ignored
+    with pytest.raises(InvalidInputError, match=r"units \(--units\) is FSDP2's.*'ddp'"):
+        ls.plan(model, x, sharding="ddp", units=["0"])
+    with pytest.raises(InvalidInputError, match=r"reshard_after_forward .* got 'zero2'"):
+        ls.plan(model, x, sharding="zero2", reshard_after_forward=False)
     with pytest.raises(InvalidInputError, match=r"replicate x shard = 8, but world_size is 16"):
         ls.plan(model, x, world_size=16, hsdp=(2, 4))
     with pytest.raises(InvalidInputError, match="hsdp is FSDP2 on a 2-D mesh"):

@@ -48,6 +48,8 @@ from layerscope.planning.states import OPTIMIZER_STATES, PRECISIONS
 from layerscope.planning.strategies import SHARDINGS
 from layerscope.planning.sweep import AXES, Source, Sweep, row_options
 from layerscope.render import config as display_config
+from layerscope.render.layout import terminal_width
+from layerscope.render.wrap import wrap_words
 from layerscope.validate import check_choice, check_int, check_number, refuse
 
 NAME = "plan"
@@ -214,7 +216,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     out.add_argument(
         "--sweep", nargs="+", metavar="AXIS=V,V",
         help=f"a table of plans over every combination: AXIS one of {', '.join(AXES)}; "
-        "checkpoint values none, blocks, auto or paths joined by + (e.g. world_size=8,16 "
+        "checkpoint values none, blocks, op, auto or paths joined by + (e.g. world_size=8,16 "
         "checkpoint=none,blocks micro_batch=1,2)",
     )  # fmt: skip
     out.add_argument(
@@ -242,7 +244,10 @@ def parse_size(text: str, flag: str) -> int:
     scale = _SIZE_UNITS.get(m.group(2).lower()) if m else None
     if m is None or scale is None:
         refuse(flag, text, "a size such as 80GB, 79.6GiB, 512MiB or a number of bytes")
-    return round(Decimal(m.group(1)) * scale)  # exact: 400 digits are refused by range
+    size = round(Decimal(m.group(1)) * scale)  # exact: 400 digits are refused by range
+    if not m.group(2) and 0 < size < 2**20:
+        refuse(flag, text, f"a size with its unit (a bare number is bytes): e.g. {text}GB")
+    return size
 
 
 def parse_checkpoint(text: str, flag: str = "--checkpoint") -> Any:
@@ -254,7 +259,7 @@ def parse_checkpoint(text: str, flag: str = "--checkpoint") -> Any:
         return word
     paths = [p.strip() for p in word.split(",") if p.strip()]
     if not paths:
-        refuse(flag, text, "none, blocks, auto or module paths (a,b)")
+        refuse(flag, text, "none, blocks, op, auto or module paths (a,b)")
     return paths
 
 
@@ -416,15 +421,23 @@ def _inputs(model: nn.Module, loaded: Any, args: argparse.Namespace) -> dict[str
     return call
 
 
+def _said(value: Any) -> str:
+    """A sweep row's value as the --sweep flag writes it (no checkpointing: none)."""
+    if value is None:
+        return "none"
+    return "+".join(map(str, value)) if isinstance(value, list | tuple) else str(value)
+
+
 def _best_plan(sweep: Sweep, model: nn.Module, call: dict[str, Any], opts: dict[str, Any]) -> Any:
     """The plan of the sweep's best row (``Sweep.best``), which the HTML report leads
     with; the row is named on the terminal."""
     row = sweep.best()
     chosen = row_options(row, opts)
     here = Source(model, call["args"], call["kwargs"] or None, None).at(row.micro_batch)
-    words = ", ".join(f"{a} {row[a]}" for a in sweep.axes)
+    words = ", ".join(f"{a} {_said(row[a])}" for a in sweep.axes)
     why = "the most tokens/s that fits" if row.fits is not False else "none fits: the lowest peak"
-    print(f"HTML report: the plan of the row {words} ({why}).")
+    text = f"HTML report: the plan of the row {words} ({why})."
+    print("\n".join(wrap_words(text, terminal_width(), "  ")))
     return plan(model, *here.args, kwargs=here.kwargs, **chosen)
 
 

@@ -69,6 +69,21 @@ def expert_paths(model: nn.Module) -> list[str]:
     return out
 
 
+def check_split(model: nn.Module, paths: list[str], ep: int) -> None:
+    """Refuse an ``ep`` that does not divide every experts module's experts (transformers
+    refuses to shard them unevenly too), naming the sizes that do."""
+    modules = dict(model.named_modules())
+    for path in paths:
+        experts = getattr(modules.get(path), "num_experts", None)
+        if isinstance(experts, int) and experts > 0 and experts % ep:
+            fits = [d for d in range(2, experts + 1) if experts % d == 0]
+            raise InvalidInputError(
+                f"mesh ep={ep}: {path} has {experts} experts, which {ep} expert-parallel "
+                f"ranks cannot split evenly; give an ep that divides {experts}: "
+                f"{', '.join(map(str, fits))}"
+            )
+
+
 def routed_experts(model: nn.Module) -> dict[str, float]:
     """The routed experts modules of a transformers mixture of experts (its fused experts:
     ``num_experts`` and a gate), each with the share of its experts a token runs:

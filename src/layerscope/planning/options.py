@@ -283,6 +283,13 @@ def check_options(given: Mapping[str, Any]) -> Options:
             refuse("units", units, "a list of module paths")
         units = tuple(units)
     hsdp = _hsdp(o["hsdp"], sharding, dp)
+    for name, used, flag in (("units", bool(units), "--units"),
+                              ("reshard_after_forward", o["reshard_after_forward"] is False,
+                               "--no-reshard")):  # fmt: skip
+        if used and sharding != "fsdp":
+            raise InvalidInputError(
+                f"{name} ({flag}) is FSDP2's: it needs sharding='fsdp', got {sharding!r}"
+            )
     budget = o["budget"]
     # bytes as a saved plan holds them (``ls.load_plan`` reads the same range)
     budget = spec.budget_bytes if budget is None else check_int("budget", budget, 0, MAX_BYTES)
@@ -464,7 +471,8 @@ def _reduce_dtype(value: Any, sharding: str) -> str | None:
     if sharding != "fsdp":
         raise InvalidInputError(
             f"reduce_dtype is FSDP2's MixedPrecisionPolicy.reduce_dtype: it needs "
-            f"sharding='fsdp', got {sharding!r} (DDP's compression hooks are not modelled)"
+            f"sharding='fsdp', got {sharding!r} (DDP's compression hooks and ZeRO's "
+            "reduce dtypes are not modelled)"
         )
     return str(value)
 
