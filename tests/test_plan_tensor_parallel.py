@@ -178,6 +178,29 @@ def test_a_given_profile_and_uneven_heads_are_refused() -> None:
         ls.plan(llama, input_shape=(1, 16), input_dtype=torch.long, mesh={"tp": 4})
 
 
+def test_a_given_plan_may_name_modules_under_the_base_model() -> None:
+    """A config's ``base_model_tp_plan`` writes its patterns under the base model
+    (``layers.*``); given so for a ``LlamaForCausalLM`` (whose layers are
+    ``model.layers.*``) they shard the same modules as the full paths do. A pattern that
+    matches nothing either way is refused with an example of the model's own paths."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, vocab_size=128)  # fmt: skip
+    with torch.device("meta"):
+        llama = LlamaForCausalLM(config)
+    mlp = {"mlp.gate_proj": "colwise", "mlp.up_proj": "colwise", "mlp.down_proj": "rowwise"}
+    plans = [
+        ls.plan(llama, input_shape=(1, 16), input_dtype=torch.long, mesh={"tp": 2},
+                tp_plan={f"{prefix}layers.*.{k}": v for k, v in mlp.items()})
+        for prefix in ("", "model.")
+    ]  # fmt: skip
+    assert plans[0].memory == plans[1].memory and plans[0].step_time == plans[1].step_time
+    with pytest.raises(InvalidInputError, match=r"e\.g\. 'model\.layers\.\*\.mlp\.up_proj'"):
+        ls.plan(llama, input_shape=(1, 16), input_dtype=torch.long, mesh={"tp": 2},
+                tp_plan={"layers.*.ffn.up_proj": "colwise"})  # fmt: skip
+
+
 def test_tied_embeddings_stay_tied_and_replicated_norms_stay_whole() -> None:
     """A transformers Llama with tied embeddings (hidden 64, MLP 128, 2 layers, 4 heads
     of 16 and 2 key/value heads, vocabulary 128) at tensor parallel 2: the embedding's

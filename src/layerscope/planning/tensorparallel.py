@@ -98,24 +98,46 @@ def expand(model: nn.Module, plan: Mapping[str, Any], given: bool) -> list[Entry
     model's own plan may name modules a configuration leaves out."""
     names = [n for n, _ in model.named_modules() if n]
     params = [n for n, _ in model.named_parameters()]
+    prefix = getattr(model, "base_model_prefix", "")
+    under = f"{prefix}." if prefix and isinstance(getattr(model, prefix, None), nn.Module) else ""
     out: dict[str, Entry] = {}
     for pattern, style in plan.items():
         if not isinstance(pattern, str):
             raise InvalidInputError(f"tp_plan: keys are module paths, got {pattern!r}")
         _check_style(pattern, style)
-        rx = re.compile("".join("[^.]+" if p == "*" else re.escape(p) for p in _split(pattern)))
-        hits = [n for n in names if rx.fullmatch(n)]
-        if not hits and isinstance(style, str):  # a parameter: transformers shards it
-            hits = [n for n in params if rx.fullmatch(n) and hf_style(style, True) is not None]
+        hits = _matches(pattern, style, names, params)
+        if not hits and given and under and not pattern.startswith(under):
+            # a pattern under the base model, as a config's base_model_tp_plan writes it
+            hits = _matches(under + pattern, style, names, params)
         if not hits and given:
             raise InvalidInputError(
                 f"tp_plan: {pattern!r} matches no module of the model ('*' stands for one "
-                "path segment, e.g. 'layers.*.mlp.up_proj')"
+                f"path segment, e.g. {_like(pattern, names)!r})"
             )
         for name in hits:
             out[name] = Entry(name, style, pattern)
     order = {n: i for i, n in enumerate([*names, *params])}
     return sorted(out.values(), key=lambda e: order[e.path])
+
+
+def _matches(pattern: str, style: Any, names: list[str], params: list[str]) -> list[str]:
+    """The modules ``pattern`` names (or, naming none, the parameters transformers'
+    styles shard)."""
+    rx = re.compile("".join("[^.]+" if p == "*" else re.escape(p) for p in _split(pattern)))
+    hits = [n for n in names if rx.fullmatch(n)]
+    if not hits and isinstance(style, str):  # a parameter: transformers shards it
+        hits = [n for n in params if rx.fullmatch(n) and hf_style(style, True) is not None]
+    return hits
+
+
+def _like(pattern: str, names: list[str]) -> str:
+    """A pattern of the model's own paths like ``pattern`` (a module of its last name,
+    its numbers as '*'), for a refusal's example."""
+    last = pattern.rsplit(".", 1)[-1]
+    found = next((n for n in names if n.rsplit(".", 1)[-1] == last), None)
+    if found is None:
+        return "layers.*.mlp.up_proj"
+    return ".".join("*" if part.isdigit() else part for part in found.split("."))
 
 
 def hf_style(name: str, param: bool = False) -> Any:
