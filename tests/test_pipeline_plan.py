@@ -526,6 +526,21 @@ def test_auto_checkpointing_over_a_pipeline() -> None:
     assert any("even every block checkpointed does not fit" in n for n in tight.notes)
 
 
+def test_a_stage_of_one_block_checkpoints_it_and_shards_it() -> None:
+    """Four blocks over four stages: each stage holds one block, no run of its own, but
+    it is one of the model's repeated blocks: "blocks" checkpoints it, and it is its own
+    FSDP2 unit beside the stage's root (the stem, the head)."""
+    model = stack(4)
+    common: dict[str, Any] = {
+        "input_shape": (64, 8), "precision": "fp32", "world_size": 8,
+        "mesh": {"dp_shard": 2, "pp": 4}, "microbatches": 4, "reserve_bytes": 0,
+    }  # fmt: skip
+    for stage in range(4):
+        plan = ls.plan(model, checkpoint="blocks", stage=stage, **common)
+        assert plan.checkpoint == [f"block{stage}"]
+        assert plan.options["fsdp_units"] == ["", f"block{stage}"]
+
+
 def test_gradient_accumulation_repeats_the_pipeline() -> None:
     """grad_accum=2: the pipeline's step runs twice before the optimizer step (its parts
     double but the optimizer's), so the tokens per second stay; the memory is one

@@ -30,7 +30,11 @@ from layerscope.profile import Profile
 def repeated_blocks(prof: Profile) -> list[str]:
     """Paths of the model's repeated blocks: the members of the run of one module
     repeated (``layers.0–31 ×32``, as views fold it) that holds the most parameters
-    (ties: the outer run, then the one with more members); [] when nothing repeats."""
+    (ties: the outer run, then the one with more members); [] when nothing repeats. A
+    pipeline stage's are the whole model's blocks it holds (``planning.pipeline``)."""
+    stage = prof.model.get("stage")
+    if isinstance(stage, dict) and stage.get("blocks"):
+        return list(stage["blocks"])
     best: list[str] = []
     best_key = (0, 0)
     for node in fold(prof).nodes():

@@ -184,6 +184,9 @@ def _stages(
         with pl.stage_view(meta, lay, pieces, first, last):
             prof = _profiled(meta, mine, opts, target, want)
         prof.model["stage"] = {"index": s, "pieces": list(pieces)}
+        # the model's repeated blocks on this stage (a stage of one block has no run of
+        # its own to find)
+        prof.model["stage"]["blocks"] = [b for b in lay.blocks if b in pieces]
         if received is not None:  # bytes received per microbatch (this rank's shard)
             prof.model["stage"]["input_bytes"] = pl.local_bytes(received)
         profs.append(prof)
