@@ -374,6 +374,8 @@ def test_cli_takes_the_batch_from_the_input_shape(
         (["--input-shape", "1,8", "--target", "h1000"], "--target must be one of"),
         (["--input-shape", "1,8", "--time"], "--time needs a real device"),
         (["--input-shape", "1,8", "--device", "cpu", "--batch", "1,2"], "--batch lists"),
+        (["--input-shape", "1,8", "--device", "cpu", "--mode", "graphs"], "--mode are"),
+        (["--input-shape", "1,8", "--block-size", "8"], "--block-size is a paged cache's"),
         ([], "generate needs the prompt's shape"),
     ],
 )

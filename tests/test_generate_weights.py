@@ -95,3 +95,18 @@ def test_a_model_with_nothing_to_quantize_is_refused(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(estimate, "quantized_weights", lambda model: {})
     with pytest.raises(InvalidInputError, match="GPT2LMHeadModel has no weights it stores"):
         ls.estimate_generate(_gpt2(), prompt=16, new_tokens=4, weights="int8")
+
+
+def test_group_sizes_are_int4s_and_divide_the_input_channels() -> None:
+    """A group size is int4's scale group: refused with another scheme or none; and it
+    splits every quantized weight's input channels evenly (hidden 64 here: 48 does not
+    divide it, 32 does)."""
+    model = _mixtral()
+    common: dict[str, Any] = {"target": "h100", "prompt": 16, "new_tokens": 2}
+    with pytest.raises(InvalidInputError, match=r"group_size \(64\) is int4's .*'int8'"):
+        ls.estimate_generate(model, weights="int8", group_size=64, **common)
+    with pytest.raises(InvalidInputError, match=r"group_size \(64\) .* weights=None"):
+        ls.estimate_generate(model, group_size=64, **common)
+    with pytest.raises(InvalidInputError, match="group_size=48 does not divide the 64 input"):
+        ls.estimate_generate(model, weights="int4", group_size=48, **common)
+    assert ls.estimate_generate(model, weights="int4", group_size=32, **common).sweep

@@ -195,16 +195,27 @@ def _check_flags(args: argparse.Namespace) -> torch.device:
     if args.dtype:
         parse_model_dtype(args.dtype)
     device = _device(args.device)
+    blocks = args.block_size != BLOCK_SIZE
     if device.type == "meta":
         check_choice("--target", _target(args), list(GPUS))
         if args.time:
             raise InvalidInputError("--time needs a real device: nothing runs on meta")
+        if blocks and args.cache != "paged":
+            raise InvalidInputError(
+                f"--block-size is a paged cache's block: give --cache paged (the cache is "
+                f"{args.cache})"
+            )
     else:
         if args.cache == "paged" or args.kv_dtype is not None or args.tp != 1:
             raise InvalidInputError(
                 "--cache paged, --kv-dtype and --tp are estimates' (on meta); on a real "
                 "device generate() runs a dynamic or a static cache at the model's dtype, "
                 "on one GPU"
+            )
+        if blocks or args.mode != "eager":
+            raise InvalidInputError(
+                "--block-size and --mode are estimates' (on meta); on a real device "
+                "generate() runs eagerly, as measured"
             )
         if args.batch:
             raise InvalidInputError(

@@ -53,6 +53,7 @@ from layerscope.generation.predicted import MODES, Step, priced
 from layerscope.generation.weights import (
     Quantized,
     WeightScheme,
+    check_groups,
     check_scheme,
     narrow,
     quantized_weights,
@@ -222,6 +223,7 @@ class Driver:
         if self.keeps_one:
             self.call["logits_to_keep"] = 1
         self.quantized = quantized_weights(model) if opts.weights is not None else {}
+        check_groups(self.quantized, opts.weights)
         if opts.weights is not None and not self.quantized:
             raise InvalidInputError(
                 f"weights={opts.weights.name!r}: {type(model).__name__} has no weights it "
@@ -552,7 +554,7 @@ def split(meta: nn.Module, tp: int) -> AbstractContextManager[Any]:
         return nullcontext()
     from layerscope.planning.tensorparallel import parallelized
 
-    return parallelized(meta, tp, None, False)
+    return parallelized(meta, tp, None, False, takes_plan=False)
 
 
 def tp_note(tp: int, target: str) -> str:

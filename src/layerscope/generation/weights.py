@@ -12,7 +12,9 @@ quantized weight, with its scales:
 
 - ``"int4"``: AWQ/GPTQ-style, 4 bits per weight packed in int32, and per group of
   ``group_size`` input channels (default 128) one float16 scale and one 4-bit zero point:
-  ``0.5 + (2 + 0.5) / group_size`` bytes.
+  ``0.5 + (2 + 0.5) / group_size`` bytes. The group size divides every such weight's
+  input channels (AWQ and GPTQ refuse one that does not); a weight narrower than one
+  group is one group.
 - ``"int8"``: 8 bits per weight with one float16 scale per output channel (symmetric,
   as vLLM's W8A16 and bitsandbytes' int8 weights): ``1`` byte, ``+ 2`` per row.
 - ``"fp8"``: float8 e4m3 per weight with one float32 scale per output channel (vLLM's
@@ -28,11 +30,13 @@ compute dtype's. FLOPs are unchanged.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
+from layerscope.errors import InvalidInputError
 from layerscope.generation.moe import experts_modules
 from layerscope.generation.narrowing import read_less
 from layerscope.metrics.params import local
@@ -41,6 +45,8 @@ from layerscope.validate import check_choice, check_int
 
 #: The schemes ``weights=`` names: bits per weight, scale bytes per group or row.
 SCHEMES = ("bf16", "fp16", "fp8", "int8", "int4")
+#: int4's group of input channels when none is given (AWQ's and GPTQ's usual)
+GROUP_SIZE = 128
 
 
 @dataclass(frozen=True)
@@ -48,7 +54,7 @@ class WeightScheme:
     """How the quantized weights are stored (module docstring)."""
 
     name: str
-    group_size: int = 128
+    group_size: int = GROUP_SIZE
 
     def bytes_of(self, rows: int, columns: int) -> float:
         """Bytes of one ``rows`` x ``columns`` weight (out x in features), scales included."""
@@ -74,11 +80,33 @@ class WeightScheme:
 
 
 def check_scheme(weights: object, group_size: object) -> WeightScheme | None:
-    """``weights=`` and ``group_size=`` checked (None: the model's own weights)."""
-    if weights is None:
-        return None
-    name = check_choice("weights", weights, list(SCHEMES))
-    return WeightScheme(name, check_int("group_size", group_size, 1))
+    """``weights=`` and ``group_size=`` checked (None: the model's own weights); a group
+    size is int4's only."""
+    size = check_int("group_size", group_size, 1)
+    name = None if weights is None else check_choice("weights", weights, list(SCHEMES))
+    if size != GROUP_SIZE and name != "int4":
+        raise InvalidInputError(
+            f"group_size ({size}) is int4's scale group: it needs weights='int4', got "
+            f"weights={name!r}"
+        )
+    return None if name is None else WeightScheme(name, size)
+
+
+def check_groups(weights: Mapping[str, Quantized], scheme: WeightScheme | None) -> None:
+    """int4's groups split every quantized weight's input channels evenly (AWQ and GPTQ
+    refuse a group size that does not divide them); refused, naming the first that it
+    does not. A weight narrower than one group is one group (a small model's)."""
+    if scheme is None or scheme.name != "int4":
+        return
+    for path, q in weights.items():
+        for w in q.weights:
+            columns = q.matrices(w)[2]
+            if columns > scheme.group_size and columns % scheme.group_size:
+                raise InvalidInputError(
+                    f"group_size={scheme.group_size} does not divide the {columns:,} input "
+                    f"channels of {path}'s weight: int4's groups split them evenly; give a "
+                    f"group size that divides {columns:,} (e.g. 128, 64, 32)"
+                )
 
 
 @dataclass(frozen=True)
@@ -178,9 +206,11 @@ def narrow(prof: Profile, weights: dict[str, Quantized], scheme: WeightScheme) -
 
 
 __all__ = [
+    "GROUP_SIZE",
     "SCHEMES",
     "Quantized",
     "WeightScheme",
+    "check_groups",
     "check_scheme",
     "narrow",
     "quantized_weights",

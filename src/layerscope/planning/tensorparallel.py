@@ -243,15 +243,27 @@ def fake_mesh(size: int) -> Iterator[Any]:
 
 @contextmanager
 def parallelized(
-    model: nn.Module, size: int, plan: Mapping[str, Any] | None, sequence: bool
+    model: nn.Module,
+    size: int,
+    plan: Mapping[str, Any] | None,
+    sequence: bool,
+    *,
+    takes_plan: bool = True,
 ) -> Iterator[list[Entry]]:
     """Inside: ``model`` (the analysis's meta copy) parallelized over ``size`` fake ranks
     by ``plan`` (None: the model's own), rank 0 the process; the plan's entries. A
-    session observes that rank's work with ``dtensor="local"``."""
+    session observes that rank's work with ``dtensor="local"``. ``takes_plan``: whether
+    the caller's user can give a plan (``ls.plan``'s ``tp_plan``), for the refusal."""
     from torch.distributed.tensor.parallel import parallelize_module
 
     given = plan is not None
     chosen = dict(plan) if plan is not None else model_plan(model)
+    if not chosen and not takes_plan:
+        raise InvalidInputError(
+            f"tp={size}: {type(model).__name__} has no tensor-parallel plan (a transformers "
+            "config's base_model_tp_plan), which the model is split by; run it on one GPU "
+            "(tp=1, --tp 1)"
+        )
     if not chosen:
         raise InvalidInputError(
             f"tp={size}: the model has no tensor-parallel plan (a transformers config's "
