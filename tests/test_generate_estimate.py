@@ -403,6 +403,18 @@ def test_cli_measures_generate_on_a_real_device(
     assert code == 0 and out.startswith("Generation: 2 prompts of 8 tokens, 3 new tokens")
 
 
+def test_cli_output_file_holds_what_a_measured_generation_printed(
+    eighty: None, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """-o writes what was printed, at the terminal's 80 columns, not a default width."""
+    written = tmp_path / "gen.txt"
+    code = main([*SPEC, "--device", "cpu", "--input-shape", "2,8", "--max-new-tokens", "3",
+                 "-o", str(written)])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0 and written.read_text() == out
+    assert max(len(line) for line in out.splitlines()) <= 80
+
+
 def test_each_row_predicts_its_calls_beside_the_bounds(
     meta_llama: Any, dynamic: GenerateEstimate
 ) -> None:

@@ -45,6 +45,7 @@ from layerscope.generation.predicted import MODES
 from layerscope.generation.result import STAGES
 from layerscope.hardware import GPUS
 from layerscope.render import config as display_config
+from layerscope.render.layout import terminal_width
 from layerscope.render.options import VIEWS, check_view
 from layerscope.render.stageviews import STAGED_VIEWS
 from layerscope.validate import check_choice, check_int, refuse
@@ -248,8 +249,11 @@ def _measure(model: nn.Module, args: argparse.Namespace, batch: int, prompt: int
     )  # fmt: skip
     if args.stage is not None and args.stage not in result.stages:
         check_choice("--stage", args.stage, list(result.stages))
-    result.show(stage=args.stage, **_view_options(args))
-    text = result.render(stage=args.stage, **_view_options(args)) if args.output else ""
+    options = _view_options(args)
+    result.show(stage=args.stage, **options)
+    # -o holds what was printed: at the terminal's width unless --width says otherwise
+    written = {"width": terminal_width(), **options}
+    text = result.render(stage=args.stage, **written) if args.output else ""
     write_outputs(args, result, text)
     return 0
 
