@@ -287,6 +287,16 @@ def test_a_model_that_does_not_fit_says_so() -> None:
     assert p.longest_context(1) == 0 and p.rows[0].fits is False
     text = p.render(width=200)
     assert "nothing left for the KV cache (over by" in text and "It does not fit" in text
+    # the report: no negative KV budget; the parts the server takes, then what it leaves
+    # (the usable memory it may not take), summing to the weights, workspace and
+    # reserve beside the usable bytes beyond the budget
+    from layerscope.generation.serving_html import serving_data
+
+    data = serving_data(p.to_dict())
+    assert dict((c[0], c[1]) for c in data["cards"])["KV budget"] == 0
+    memory = dict(data["memory"])
+    assert memory["KV cache"] == 0
+    assert memory["Not used"] == p.usable_bytes - p.budget
 
 
 def test_a_mixture_of_experts_is_served_on_its_expected_experts() -> None:

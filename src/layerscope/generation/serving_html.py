@@ -44,9 +44,17 @@ def _at(data: Mapping[str, Any], path: tuple[str, ...]) -> Any:
 def serving_data(d: Mapping[str, Any]) -> dict[str, Any]:
     """What the section shows, as plain JSON (floats to 6 significant digits)."""
     m = d["memory"]
-    unused = max(m["usable_bytes"] - m["budget_bytes"], 0)
-    cards = [[label, page_number(_at(d, path)), kind, what] for path, label, kind, what in CARDS]
-    parts = [[label, page_number(max(m[key], 0))] for key, label in PARTS]
+    shown = [(label, max(int(m[key]), 0)) for key, label in PARTS]
+    # what the server may take and does not: none when the parts are over the usable
+    # memory (the weights do not fit; the bar then spans the parts, and says so)
+    unused = max(min(m["usable_bytes"], m["budget_bytes"]) - sum(b for _, b in shown), 0)
+    unused += max(m["usable_bytes"] - m["budget_bytes"], 0)
+    cards = [
+        [label, page_number(max(_at(d, path), 0) if path[-1] == "kv_budget_bytes"
+                            else _at(d, path)), kind, what]
+        for path, label, kind, what in CARDS
+    ]  # fmt: skip
+    parts = [[label, page_number(b)] for label, b in shown]
     rows = [
         [r[f.key] if f.kind in ("text", "fits") else page_number(r[f.key]) for f in SERVING_FIELDS]
         for r in d["rows"]

@@ -27,9 +27,13 @@
   root.appendChild(cards);
 
   // ---- the memory split: one bar over the usable memory -------------------------------
+  var total = S.memory.reduce(function (a, p) { return a + num(p[1]); }, 0);
+  var over = total - num(S.usable);
   var ms = section("Memory", "ls-serve-memory", "The GPU's usable memory (" + fmt(S.usable, "bytes") +
-    "), as the server splits it; hover a part for its bytes.");
-  var bar = el("div", "sv-bar"), legend = el("div", "sv-legend"), usable = num(S.usable) || 1;
+    "), as the server splits it; hover a part for its bytes." + (over > 0 ? " The parts are over " +
+    "it by " + fmt(over, "bytes") + ": the bar spans them, and nothing is left for the KV cache." : ""));
+  var bar = el("div", "sv-bar"), legend = el("div", "sv-legend");
+  var usable = Math.max(num(S.usable), total) || 1;
   bar.id = "ls-serve-bar";
   S.memory.forEach(function (p, k) {
     var bytes = num(p[1]);
