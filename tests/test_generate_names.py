@@ -91,7 +91,8 @@ def test_a_sequence_beyond_the_positions_is_refused() -> None:
         estimate_generate(gpt2, prompt=60, new_tokens=8, batch=1)
     assert str(info.value) == (
         "prompt + new_tokens = 68 is beyond GPT2LMHeadModel's 64 positions "
-        "(config.max_position_embeddings): give prompt + new_tokens <= 64"
+        "(config.max_position_embeddings): give prompt + new_tokens <= 64 (the prompt's "
+        "length and --max-new-tokens)"
     )
     llama = on_meta(LlamaForCausalLM, LlamaConfig(**SMALL))
     with pytest.raises(InvalidInputError, match=r"65 is beyond LlamaForCausalLM's 64 .*"

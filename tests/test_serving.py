@@ -162,8 +162,13 @@ def test_refusals() -> None:
         plan_serving(llama(), max_context=8192)
     with pytest.raises(ls.InvalidInputError, match="kv_dtype must be one of"):
         plan_serving(llama(), max_context=512, kv_dtype="int3")
-    with pytest.raises(ls.InvalidInputError, match="prompt"):
+    # the limits name the flags beside the keywords, and which value was a default
+    with pytest.raises(ls.InvalidInputError, match=r"prompt \(--prompt\) 500 \+ new_tokens "
+                       r"\(--new-tokens\) 20 is over max_context \(--max-context\) 512: "
+                       r"give a prompt of at most 492"):  # fmt: skip
         plan_serving(llama(), max_context=512, prompt=500, new_tokens=20)
+    with pytest.raises(ls.InvalidInputError, match=r"256 unless given\) 256 leaves no room"):
+        plan_serving(llama(), max_context=200)
 
 
 def test_json_text_and_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -236,8 +236,10 @@ def _check_flags(args: argparse.Namespace) -> torch.device:
 
 def _measure(model: nn.Module, args: argparse.Namespace, batch: int, prompt: int) -> int:
     """generate() on a real device, measured per stage and step."""
+    from layerscope.generation.modelcheck import check_generative
     from layerscope.generation.run import profile_generate
 
+    check_generative(model, prompt + args.max_new_tokens)  # before anything runs
     device = _device(args.device)
     model = model.to(device).eval()
     vocab = getattr(getattr(model, "config", None), "vocab_size", None) or 2

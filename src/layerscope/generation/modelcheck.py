@@ -63,7 +63,8 @@ def check_generative(model: nn.Module, tokens: int) -> None:
         most, key = limit
         raise InvalidInputError(
             f"prompt + new_tokens = {tokens:,} is beyond {name}'s {most:,} positions "
-            f"(config.{key}): give prompt + new_tokens <= {most:,}"
+            f"(config.{key}): give prompt + new_tokens <= {most:,} (the prompt's length and "
+            "--max-new-tokens)"
         )
 
 

@@ -99,16 +99,24 @@ def _options(model: nn.Module, **o: Any) -> ServingOptions:
     most = check_int("max_context", given, 2)
     if limit is not None and most > limit[0]:
         raise InvalidInputError(
-            f"max_context {most:,} is beyond {type(model).__name__}'s {limit[0]:,} positions "
-            f"(config.{limit[1]}): give max_context <= {limit[0]:,}"
+            f"max_context (--max-context) {most:,} is beyond {type(model).__name__}'s "
+            f"{limit[0]:,} positions (config.{limit[1]}): give max_context <= {limit[0]:,}"
         )
     check_generative(model, most)
-    new = check_int("new_tokens", o["new_tokens"], 1, most - 1)
+    new = check_int("new_tokens", o["new_tokens"], 1)
+    if new >= most:
+        raise InvalidInputError(
+            f"new_tokens (--new-tokens, 256 unless given) {new:,} leaves no room for a prompt "
+            f"in max_context (--max-context) {most:,}: give new_tokens below {most:,}"
+        )
     prompt = check_int(
         "prompt", o["prompt"] if o["prompt"] is not None else min(2048, most - new), 1
     )
     if prompt + new > most:
-        refuse("prompt", prompt, f"at most max_context - new_tokens = {most - new:,}")
+        raise InvalidInputError(
+            f"prompt (--prompt) {prompt:,} + new_tokens (--new-tokens) {new:,} is over "
+            f"max_context (--max-context) {most:,}: give a prompt of at most {most - new:,}"
+        )
     batches = o["batch"]
     if isinstance(batches, int) and not isinstance(batches, bool):
         batches = (batches,)
