@@ -78,6 +78,17 @@ def test_functional_ops_take_the_group_size_from_their_arguments() -> None:
     assert (call.kind, call.wire) == ("reduce_scatter", 24)  # 2 / 3 x 36
 
 
+def test_collective_namespaces_cost_no_flops_also_when_defined_later() -> None:
+    """DTensor's tensor parallelism calls ``_c10d_functional::_wrap_tensor_autograd``,
+    which torch.distributed defines when its functional collectives are imported (after
+    layerscope's own import may have listed the namespace's ops): it is zero-cost by its
+    namespace, not reported as an op without a FLOP formula."""
+    import torch.distributed._functional_collectives  # defines the op
+
+    assert is_zero_cost(torch.ops._c10d_functional._wrap_tensor_autograd.default)
+    assert not is_zero_cost(torch.ops.aten.mm.default)
+
+
 # ---- FSDP2's own ops -------------------------------------------------------------------
 def _fsdp_ops() -> Any:
     # importing it defines the fsdp ops

@@ -14,7 +14,8 @@ Examples:
   layerscope plan examples:tiny_gpt --world-size 8 --sharding fsdp
   layerscope plan transformers:llama --input-shape 2,8192 --target h100 \\
       --world-size 64 --checkpoint auto --budget 80GB
-  layerscope plan examples:tiny_gpt --sweep world_size=8,16 checkpoint=none,blocks
+  layerscope plan examples:tiny_gpt --sweep world_size=8,16 \\
+      checkpoint=none,blocks
   layerscope plan examples:tiny_gpt --checkpoint blocks --json plan.json
 """
 

@@ -1,9 +1,9 @@
-"""How many sequences a decoder model serves on one GPU you do not have, and at what
-latency and throughput per batch size (ls.plan_serving, docs/generate.md): the
-memory split as a server sizes it (weights, a prefill's workspace, a reserve,
-the KV cache), the paged KV cache's capacity in tokens and blocks, the most
-sequences of --max-context tokens that fit, and a row per batch size. Nothing
-runs: the model is analysed on meta.
+"""How many sequences a decoder model serves on one GPU you do not have, and at
+what latency and throughput per batch size (ls.plan_serving, docs/generate.md):
+the memory split as a server sizes it (weights, a prefill's workspace, a
+reserve, the KV cache), the paged KV cache's capacity in tokens and blocks, the
+most sequences of --max-context tokens that fit, and a row per batch size.
+Nothing runs: the model is analysed on meta.
 
 Examples:
   layerscope serve transformers:LlamaForCausalLM --dtype bfloat16 \\

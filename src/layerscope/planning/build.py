@@ -6,7 +6,7 @@ rows."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from math import prod
 from typing import Any
@@ -14,11 +14,13 @@ from typing import Any
 from layerscope.analysis.rates import Rates, rates_of
 from layerscope.analysis.roofline import roof_of, roof_times
 from layerscope.collect.meta import NOT_RUN
+from layerscope.hardware import DeviceSpec
 from layerscope.metrics.memory.records import policy_name
 from layerscope.planning import timeline as tl
 from layerscope.planning.axescomm import cp_seconds, ep_seconds, step_comm, tp_seconds
 from layerscope.planning.checkpointing import (
     CheckpointChoice,
+    checkpoint_moments,
     choose_checkpoints,
     resolve,
 )
@@ -26,6 +28,7 @@ from layerscope.planning.compiled import compiled_memory
 from layerscope.planning.facts import CACHE_OFF, Param, check_paths, frozen, input_bytes, trainable
 from layerscope.planning.kernels import Predicted, predict
 from layerscope.planning.loss import loss_timeline
+from layerscope.planning.mfu import published_flops, routed_note
 from layerscope.planning.options import OUT_OF_SCOPE, Options
 from layerscope.planning.result import LOWER_BOUND, PREDICTED, Plan
 from layerscope.planning.states import OPTIMIZER_STATES, ModelStates
@@ -104,7 +107,7 @@ def _build(
     work = Step(prof, opts, params, setup, strategy.grad_size(opts), kept or ())
     prepared = strategy.prepare(work)
     units, unit_rows, comm = prepared.units, prepared.rows, step_comm(prepared.comm, prof, opts)
-    _checkpoints(prof, choice, setup)
+    checkpoint_moments(prof, choice, setup)
     compiled, uncompiled = compiled_memory(prof, choice, setup) if opts.compile else ("", {})
     kept_bytes = choice.kept_activation_bytes - sum(uncompiled.values())
     local = states.optimizer_state_bytes // max(1, OPTIMIZER_STATES[opts.optimizer] or 1)
@@ -120,11 +123,9 @@ def _build(
         internals.update(tp=timed.tp, params=params, kept=kept or [], timed=timed)
     step, step_bound = _step(time), _step(bound)
     peak_flops = opts.target.peak(str(opts.compute_dtype).removeprefix("torch."))
-    accum = opts.grad_accum
-    published = _published(
-        params, kept, tokens, timed.predicted.attention_flops, accum, opts.tp,
-        prof.model.get("routed") or {},
-    )  # fmt: skip
+    accum, routed = opts.grad_accum, prof.model.get("routed")
+    published = published_flops(params, kept, tokens, timed.predicted.attention_flops, accum,
+                                opts.tp, routed)  # fmt: skip
     # a tensor-parallel group's GPUs share one micro-batch: each GPU's share of its tokens
     tokens_per_gpu = tokens / opts.tp if tokens else None
     notes = [
@@ -133,20 +134,12 @@ def _build(
         *_frozen_notes(kept, states.param_bytes, shapes, opts),
         *loss_notes,
         *([compiled] if compiled else []),
-        *routed_note(prof.model.get("routed")),
+        *routed_note(routed),
         *(n for n in prof.notices if n.startswith((NOT_RUN, CACHE_OFF))),
     ]
     return Plan(
         options=opts.section(units, prof.model.get("tp_plan")),
-        device={
-            "name": opts.target.name, "label": opts.target.label,
-            "memory_bytes": opts.target.memory_bytes,
-            **({"usable_memory_bytes": opts.target.usable_memory_bytes}
-               if opts.target.usable_memory_bytes else {}),
-            "interconnect": opts.target.interconnect,
-            "interconnect_kind": opts.target.interconnect_kind,
-            "node_size": opts.target.node_size,
-        },
+        device=_device(opts.target),
         states={"param_bytes": states.param_bytes, "grad_bytes": states.grad_bytes,
                 "optimizer_state_bytes": states.optimizer_state_bytes,
                 "master_weight_bytes": states.master_weight_bytes},
@@ -181,6 +174,17 @@ def _build(
     )  # fmt: skip
 
 
+def _device(spec: DeviceSpec) -> dict[str, Any]:
+    """The plan's ``device``: the target's names, memory and interconnect."""
+    return {
+        "name": spec.name, "label": spec.label, "memory_bytes": spec.memory_bytes,
+        **({"usable_memory_bytes": spec.usable_memory_bytes}
+           if spec.usable_memory_bytes else {}),
+        "interconnect": spec.interconnect, "interconnect_kind": spec.interconnect_kind,
+        "node_size": spec.node_size,
+    }  # fmt: skip
+
+
 def _columns(points: list[tl.Point]) -> dict[str, list[Any]]:
     """The timeline as columns: phase, event, path, total, then one per part."""
     columns: dict[str, list[Any]] = {
@@ -192,52 +196,6 @@ def _columns(points: list[tl.Point]) -> dict[str, list[Any]]:
     for part in tl.PARTS:
         columns[part] = [p.parts[part] for p in points]
     return columns
-
-
-def _published(
-    params: list[Param],
-    kept: list[Param] | None,
-    tokens: int | None,
-    attention: int,
-    accum: int,
-    tp: int = 1,
-    routed: Mapping[str, float] | None = None,
-) -> int | None:
-    """FLOPs per step and GPU in the published convention (PaLM, Appendix B): 6 N per
-    token plus attention; a frozen parameter's weight gradient never runs, so it counts 4
-    (forward, input gradient), not 6; a routed experts module's parameters count at the
-    share of its experts a token runs (``routed``: top-k / experts, the active
-    parameters MoE runs publish); a tensor-parallel group's ``tp`` GPUs share the
-    model's N (the attention FLOPs are this GPU's already). None without token ids."""
-    if not tokens:
-        return None
-    shares = routed or {}
-
-    def n(group: Sequence[Param]) -> float:
-        return sum(p.elements * _active(p.module, shares) for p in group)
-
-    per_token = 6 * n(params) + 4 * n(kept or ())
-    return (round(per_token * tokens) // tp + attention) * accum
-
-
-def routed_note(routed: Mapping[str, float] | None) -> list[str]:
-    """What mfu counts of a mixture of experts' routed experts."""
-    if not routed:
-        return []
-    shares = ", ".join(sorted({f"{share:g}" for share in routed.values()}))
-    return [
-        f"mfu: the {len(routed)} routed experts modules' parameters count at the share of "
-        f"their experts a token runs (top-k / experts: {shares}), the active parameters "
-        "MoE runs publish; mfu_counted counts the FLOPs the analysis ran"
-    ]
-
-
-def _active(module: str, routed: Mapping[str, float]) -> float:
-    """The share of ``module``'s parameters a token runs: its routed experts module's."""
-    for path, share in routed.items():
-        if tl.inside(module, path):
-            return share
-    return 1.0
 
 
 def _notes(
@@ -336,58 +294,6 @@ def _frozen_notes(
         f"{elements:,} frozen parameter elements (requires_grad=False): {held - alone:,} B "
         "of parameters per GPU, no gradient and no optimizer state"
     ]
-
-
-def _checkpoints(prof: Profile, choice: CheckpointChoice, setup: tl.Setup) -> None:
-    """What each checkpointed module frees at its exit (storages only its subtree saved,
-    not the checkpointed modules' inputs, not saved outside the model either: a loss
-    holds those), the inputs it keeps that the analysis freed, and its recompute's peak
-    (its forward's)."""
-    table = prof.memory["storages"]
-    index = {p: i for i, p in enumerate(table["paths"])}
-    held = {index[p] for p in choice.paths if p in index}
-    # storage-table entry -> the checkpointed modules whose subtree holds it
-    within: dict[int, set[str]] = {}
-    for path in choice.paths:
-        for n in prof.node(path).walk():
-            if n.path in index:
-                within.setdefault(index[n.path], set()).add(path)
-    drops = dict.fromkeys(choice.paths, 0)
-    # a checkpointed module's output that only checkpointed subtrees saved but the next
-    # checkpointed module keeps as its input: the analysis holds it until the module's
-    # own backward, the checkpointed run frees it after the next module's backward,
-    # before this one's recompute makes it again
-    regenerated = dict.fromkeys(choice.paths, 0)
-    path_at = {index[p]: p for p in choice.paths if p in index}
-    # a checkpointed module's input nothing saved, not the step's own (the model's inputs
-    # are held all step): the analysis frees it in the forward, the checkpoint keeps it
-    # to the module's backward (the first such module's, in the
-    # forward's order, when several read it: its backward comes last)
-    inputs_of = dict.fromkeys(choice.paths, 0)
-    root = index.get("", -1)
-    order = {p: k for k, p in enumerate(choice.paths)}
-    for nbytes, savers, inputs, outputs, param in table["rows"]:
-        if not param and not savers and root not in inputs and (readers := held & set(inputs)):
-            inputs_of[min((path_at[i] for i in readers), key=order.__getitem__)] += int(nbytes)
-        if param or not savers or any(i not in within for i in savers):
-            continue
-        first, rest = savers[0], savers[1:]
-        for path in within[first]:
-            if all(path in within[i] for i in rest) and not held.intersection(inputs):
-                drops[path] += int(nbytes)
-        for i in set(outputs).intersection(path_at):
-            if (held - {i}).intersection(inputs):
-                regenerated[path_at[i]] += int(nbytes)
-    # checkpoint="op": the kept outputs stay to the backward, and its recompute does not
-    # make them again
-    peaks = {p: int(prof.node(p).metrics.get("peak_bytes", 0)) for p in drops}
-    for path, kept in choice.policy_kept.items():
-        drops[path] -= kept
-        peaks[path] = max(0, peaks[path] - kept)
-    setup.drops = drops
-    setup.recompute_peak = peaks
-    setup.regenerated.update(regenerated)
-    setup.held_inputs = {p: n for p, n in inputs_of.items() if n}
 
 
 @dataclass

@@ -24,6 +24,7 @@ from layerscope.analysis.fold import REPEAT_TYPE, fold
 from layerscope.analysis.whatif import OUTSIDE as _OUTSIDE
 from layerscope.analysis.whatif import checkpointed_activation_bytes, recompute_flops
 from layerscope.errors import InvalidInputError
+from layerscope.planning import timeline as tl
 from layerscope.profile import Profile
 
 
@@ -285,4 +286,62 @@ class _Search:
         self.held.add(self.index[candidate])
 
 
-__all__ = ["CheckpointChoice", "choose_checkpoints", "repeated_blocks", "resolve"]
+def checkpoint_moments(prof: Profile, choice: CheckpointChoice, setup: tl.Setup) -> None:
+    """What each checkpointed module frees at its exit (storages only its subtree saved,
+    not the checkpointed modules' inputs, not saved outside the model either: a loss
+    holds those), the inputs it keeps that the analysis freed, and its recompute's peak
+    (its forward's)."""
+    table = prof.memory["storages"]
+    index = {p: i for i, p in enumerate(table["paths"])}
+    held = {index[p] for p in choice.paths if p in index}
+    # storage-table entry -> the checkpointed modules whose subtree holds it
+    within: dict[int, set[str]] = {}
+    for path in choice.paths:
+        for n in prof.node(path).walk():
+            if n.path in index:
+                within.setdefault(index[n.path], set()).add(path)
+    drops = dict.fromkeys(choice.paths, 0)
+    # a checkpointed module's output that only checkpointed subtrees saved but the next
+    # checkpointed module keeps as its input: the analysis holds it until the module's
+    # own backward, the checkpointed run frees it after the next module's backward,
+    # before this one's recompute makes it again
+    regenerated = dict.fromkeys(choice.paths, 0)
+    path_at = {index[p]: p for p in choice.paths if p in index}
+    # a checkpointed module's input nothing saved, not the step's own (the model's inputs
+    # are held all step): the analysis frees it in the forward, the checkpoint keeps it
+    # to the module's backward (the first such module's, in the
+    # forward's order, when several read it: its backward comes last)
+    inputs_of = dict.fromkeys(choice.paths, 0)
+    root = index.get("", -1)
+    order = {p: k for k, p in enumerate(choice.paths)}
+    for nbytes, savers, inputs, outputs, param in table["rows"]:
+        if not param and not savers and root not in inputs and (readers := held & set(inputs)):
+            inputs_of[min((path_at[i] for i in readers), key=order.__getitem__)] += int(nbytes)
+        if param or not savers or any(i not in within for i in savers):
+            continue
+        first, rest = savers[0], savers[1:]
+        for path in within[first]:
+            if all(path in within[i] for i in rest) and not held.intersection(inputs):
+                drops[path] += int(nbytes)
+        for i in set(outputs).intersection(path_at):
+            if (held - {i}).intersection(inputs):
+                regenerated[path_at[i]] += int(nbytes)
+    # checkpoint="op": the kept outputs stay to the backward, and its recompute does not
+    # make them again
+    peaks = {p: int(prof.node(p).metrics.get("peak_bytes", 0)) for p in drops}
+    for path, kept in choice.policy_kept.items():
+        drops[path] -= kept
+        peaks[path] = max(0, peaks[path] - kept)
+    setup.drops = drops
+    setup.recompute_peak = peaks
+    setup.regenerated.update(regenerated)
+    setup.held_inputs = {p: n for p, n in inputs_of.items() if n}
+
+
+__all__ = [
+    "CheckpointChoice",
+    "checkpoint_moments",
+    "choose_checkpoints",
+    "repeated_blocks",
+    "resolve",
+]

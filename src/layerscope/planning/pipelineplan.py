@@ -12,9 +12,10 @@ from typing import Any
 from layerscope.analysis.rates import rates_of
 from layerscope.planning import pipeline as pl
 from layerscope.planning import timeline as tl
-from layerscope.planning.build import _build, _columns, _published, _step, build, price_kernels
+from layerscope.planning.build import _build, _columns, _step, build, price_kernels
 from layerscope.planning.checkpointing import CheckpointChoice, choose_checkpoints, resolve
 from layerscope.planning.facts import analyse_stages, check_paths, input_bytes
+from layerscope.planning.mfu import published_flops
 from layerscope.planning.options import Options
 from layerscope.planning.result import Plan
 from layerscope.profile import Profile
@@ -83,7 +84,7 @@ class _Stage:
     tp: float
     p2p: float
     #: the stage's parameters (the whole tensors'), and its FLOPs per microbatch in the
-    #: published convention (``build._published``)
+    #: published convention (``mfu.published_flops``)
     params: int
     published: int
     #: the shares of a microbatch's seconds its forward takes, and of its backward's the
@@ -339,8 +340,8 @@ def _stage_plans(
         out.append(_Stage(
             plan, prof, step, internals["tp"], pl.p2p_seconds(sent, *link),
             sum(p.elements for p in params) + sum(p.elements for p in kept),
-            _published(params, kept, tokens, predicted.attention_flops, 1, opts.tp,
-                       prof.model.get("routed")) or 0,
+            published_flops(params, kept, tokens, predicted.attention_flops, 1, opts.tp,
+                            prof.model.get("routed")) or 0,
             *_shares(prof, predicted, first=s == 0),
         ))  # fmt: skip
     return out

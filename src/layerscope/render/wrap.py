@@ -3,9 +3,9 @@
 The rule is ``textwrap.wrap``'s (greedy, words split at runs of whitespace, blanks
 dropped at line ends and at the start of continuation lines, a word longer than a line
 cut to fill it), with two differences: a number and the unit after it (``0 B``,
-``32 K``, ``109.50 KiB``, ``14.5 K inputs/s``) are one word, so they never part; and a
-long word is cut in pieces in one pass (``textwrap`` copies the rest of the word for
-every piece, so a word of millions of characters took seconds).
+``32 K``, ``109.50 KiB``, ``2.04 TB/s``, ``14.5 K inputs/s``) are one word, so they
+never part; and a long word is cut in pieces in one pass (``textwrap`` copies the
+rest of the word for every piece, so a word of millions of characters took seconds).
 """
 
 from __future__ import annotations
@@ -19,8 +19,12 @@ __all__ = ["wrap_words"]
 #: Stands for a space that must not break (between a number and its unit) while wrapping.
 _KEEP = "\ue000"
 _UNIT = "|".join(re.escape(u) for u in sorted(UNITS, key=len, reverse=True))
-#: The space between a number and its unit, and inside ``14.5 K inputs/s``.
-_UNIT_GAP = re.compile(rf" (?:(?<=\d )(?=(?:{_UNIT})(?![\w/]))|(?<=\d [KMGT] )(?=inputs/s))")
+#: The space between a number and its unit (a rate's too: ``2.04 TB/s``, ``312
+#: TFLOP/s``), and inside
+#: ``14.5 K inputs/s``.
+_UNIT_GAP = re.compile(
+    rf" (?:(?<=\d )(?=(?:{_UNIT})(?:B|FLOP)?(?:/s)?(?![\w/]))|(?<=\d [KMGT] )(?=inputs/s))"
+)
 #: What textwrap turns into spaces (``replace_whitespace``), and its word separators.
 _TO_SPACE = str.maketrans("\t\n\x0b\x0c\r", "     ")
 _CHUNKS = re.compile(r" +|[^ ]+")

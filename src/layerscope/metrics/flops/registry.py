@@ -28,6 +28,7 @@ __all__ = [
     "FLOP_REGISTRY",
     "ZERO",
     "ZERO_COST_NAMES",
+    "ZERO_COST_NAMESPACES",
     "ZERO_COST_OPS",
     "Cost",
     "FlopFormulaError",
@@ -85,6 +86,9 @@ ZERO_COST_OPS: set[OpKey] = set()
 #: Qualified names (``"fsdp::chunk_cat"``) of ops that do no arithmetic, for ops that a
 #: library defines in Python when it is imported: they exist only then.
 ZERO_COST_NAMES: set[str] = set()
+#: Namespaces (``"_c10d_functional"``) whose every op does no arithmetic, also those
+#: registered after layerscope's import (torch.distributed defines some lazily).
+ZERO_COST_NAMESPACES: set[str] = set()
 
 
 #: id -> formula of every formula layerscope registers itself (the formula is kept, so
@@ -219,7 +223,9 @@ def is_zero_cost(func: OpOverload) -> bool:
     if packet is not None and packet in ZERO_COST_OPS:
         return True
     schema = getattr(func, "_schema", None)
-    return schema is not None and schema.name in ZERO_COST_NAMES
+    if schema is None:
+        return False
+    return schema.name in ZERO_COST_NAMES or schema.name.partition("::")[0] in ZERO_COST_NAMESPACES
 
 
 def resolve(

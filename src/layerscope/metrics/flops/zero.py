@@ -19,7 +19,12 @@ from __future__ import annotations
 import torch
 from torch._ops import OpOverloadPacket
 
-from layerscope.metrics.flops.registry import ZERO_COST_NAMES, aten_ops, register_zero_cost
+from layerscope.metrics.flops.registry import (
+    ZERO_COST_NAMES,
+    ZERO_COST_NAMESPACES,
+    aten_ops,
+    register_zero_cost,
+)
 
 VIEWS = (
     "view",
@@ -393,6 +398,7 @@ def collective_ops() -> list[OpOverloadPacket]:
 def _register() -> None:
     register_zero_cost(*aten_ops(*VIEWS, *VIEW_COPIES, *METADATA, *COPIES, *CREATION))
     register_zero_cost(*collective_ops())
+    ZERO_COST_NAMESPACES.update(COLLECTIVE_NAMESPACES)  # and those defined later
     ZERO_COST_NAMES.update(FSDP_OPS)
     # Metadata queries FakeTensorMode and the profiler route through the dispatcher.
     for namespace, names in (
