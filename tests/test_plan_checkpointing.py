@@ -300,3 +300,26 @@ def test_plan_checkpoints_gpt2() -> None:
         want = (m["activation_bytes"], m["recompute_flops"])
         assert (plan.kept_activation_bytes, plan.recompute_flops) == want, checkpoint
     assert planned(prof, "blocks").checkpoint == ["h.0", "h.1"]
+
+
+@pytest.mark.parametrize("layers", [2, 4])
+def test_an_encoder_decoders_blocks_are_both_stacks_whole(layers: int) -> None:
+    """T5's first block of each stack holds the relative position bias, so the fold's
+    run of alike blocks leaves it out (and with 2 blocks a stack there is no run at
+    all): the repeated blocks are every T5Block of the encoder and the decoder."""
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    config = T5Config(vocab_size=128, d_model=32, d_kv=8, d_ff=64, num_layers=layers,
+                      num_decoder_layers=layers, num_heads=4)  # fmt: skip
+    with torch.device("meta"):
+        model = T5ForConditionalGeneration(config)
+    prof = ls.profile(
+        model, torch.zeros(2, 16, dtype=torch.long, device="meta"),
+        kwargs={"decoder_input_ids": torch.zeros(2, 8, dtype=torch.long, device="meta")},
+        backward=True, memory=True, loss_fn=lambda o: o.logits.float().sum(),
+    )  # fmt: skip
+    stacks = ("encoder", "decoder")
+    assert repeated_blocks(prof) == [f"{s}.block.{i}" for s in stacks for i in range(layers)]
+    plan = ls.plan(prof, world_size=2, checkpoint="blocks", precision="fp32")
+    assert len(plan.checkpoint) == 2 * layers
+    assert plan.options["fsdp_units"][-2 * layers :] == plan.checkpoint

@@ -31,8 +31,11 @@ from layerscope.profile import Profile
 def repeated_blocks(prof: Profile) -> list[str]:
     """Paths of the model's repeated blocks: the members of the run of one module
     repeated (``layers.0–31 ×32``, as views fold it) that holds the most parameters
-    (ties: the outer run, then the one with more members); [] when nothing repeats. A
-    pipeline stage's are the whole model's blocks it holds (``planning.pipeline``)."""
+    (ties: the outer run, then the one with more members), with every other module of
+    their class numbered in a list and not inside another (T5's first block, whose
+    relative position bias sets it apart from the run, and an encoder-decoder's other
+    stack of the same blocks); [] when nothing repeats. A pipeline stage's are the whole
+    model's blocks it holds (``planning.pipeline``)."""
     stage = prof.model.get("stage")
     if isinstance(stage, dict) and stage.get("blocks"):
         return list(stage["blocks"])
@@ -45,7 +48,39 @@ def repeated_blocks(prof: Profile) -> list[str]:
         key = (params, len(node.members))
         if key > best_key:
             best, best_key = list(node.members), key
-    return best
+    return _kin(prof, best)
+
+
+#: Container classes: their instances are not blocks of one kind.
+_CONTAINERS = frozenset({"Sequential", "ModuleList", "ModuleDict"})
+
+
+def _kin(prof: Profile, run: list[str]) -> list[str]:
+    """``run`` with the modules of its members' class that sit numbered in a list (a
+    path ending in a number) outside one another, in the model's order; ``run`` as it
+    is when its members' class is a container or its members differ in class. Without
+    a run (no two members alike: T5's 2 blocks a stack, the first set apart), the class
+    of at least two such modules, each with modules of its own, that holds the most
+    parameters."""
+    numbered: dict[str, list[str]] = {}
+    for n in prof.nodes():
+        if n.calls and n.type not in _CONTAINERS and n.path.rpartition(".")[2].isdigit():
+            numbered.setdefault(n.type, []).append(n.path)
+    outer = {
+        kind: [p for p in paths if not any(q != p and p.startswith(q + ".") for q in paths)]
+        for kind, paths in numbered.items()
+    }
+    if not run:  # blocks of modules of their own, not leaves such as two Linears
+        held = {
+            kind: sum(int(prof.node(p).metrics.get("params", 0)) for p in paths)
+            for kind, paths in outer.items()
+            if len(paths) >= 2 and all(prof.node(p).children for p in paths)
+        }  # fmt: skip
+        return outer[max(held, key=held.__getitem__)] if held and max(held.values()) else []
+    kinds = {prof.node(p).type for p in run}
+    kind = kinds.pop() if len(kinds) == 1 else None
+    found = outer.get(kind or "", [])
+    return found if set(run) <= set(found) else run
 
 
 @dataclass(frozen=True)

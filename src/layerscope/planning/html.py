@@ -36,6 +36,10 @@ __all__ = ["describe", "plan_data", "to_html", "to_html_text"]
 _WHOLE_STEP = {"end", "step"}
 
 
+#: Ints at least this large do not convert to a float: their digits are shown.
+_HUGE = 2**1023
+
+
 def to_html(
     profile: Profile,
     path: str | os.PathLike[str],
@@ -269,7 +273,9 @@ def _settings(options: Mapping[str, Any], device: Mapping[str, Any]) -> list[lis
             text = _text(value)
             if isinstance(value, bool):
                 text = str(value).lower()
-            elif isinstance(value, int) or (isinstance(value, float) and math.isfinite(value)):
+            elif (isinstance(value, int) and abs(value) < _HUGE) or (
+                isinstance(value, float) and math.isfinite(value)
+            ):  # an int past a float's range (a damaged file) shows as its digits
                 if key.endswith("bandwidth") or key == "interconnect":
                     text = f"{units.si(value)}B/s"
                 elif key.endswith("latency"):
