@@ -50,7 +50,7 @@ from contextvars import ContextVar
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from layerscope.collect.signature import iter_tensors
 from layerscope.metrics.memory.opgraph import OpGraph, graph_asked
@@ -129,6 +129,13 @@ def policy_name(policy: Callable[..., Any]) -> str:
     """A policy's name for documents: its function's qualified name."""
     inner = getattr(policy, "func", policy)  # functools.partial
     return str(getattr(inner, "__qualname__", None) or type(inner).__name__)
+
+
+def _held(t: Tensor) -> Tensor:
+    """What this rank holds of ``t``: a DTensor's local shard (whose storage the ops of a
+    ``dtensor="local"`` analysis and the saves use; the DTensor's own is a logical-size
+    stand-in), any other tensor itself."""
+    return t if type(t) in (Tensor, nn.Parameter) else getattr(t, "_local_tensor", t)
 
 
 class _Row:
@@ -241,7 +248,7 @@ class StorageRecords:
             return
         i: int | None = None
         for t in (*iter_tensors(args), *iter_tensors(kwargs)):
-            s = storage_of(t)
+            s = storage_of(_held(t))
             if s is None:
                 continue
             row = self._row(s)
@@ -257,7 +264,7 @@ class StorageRecords:
             return
         tensors = [output] if isinstance(output, Tensor) else iter_tensors(output)
         for t in tensors:
-            s = storage_of(t)
+            s = storage_of(_held(t))
             if s is None:
                 continue
             i = self._index(node)
