@@ -8,23 +8,17 @@ from typing import Any
 
 import pytest
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel, MixtralConfig, MixtralForCausalLM
+from transformers import GPT2Config, GPT2LMHeadModel
 
 import layerscope as ls
+from helpers.models import meta_mixtral
 from layerscope.errors import InvalidInputError
 from layerscope.generation.weights import quantized_weights
 
 
 def _mixtral() -> Any:
     """2 layers, hidden 64, 4 heads of 16 (2 KV heads), 4 experts of MLP 128, top 2."""
-    config = MixtralConfig(
-        vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, num_local_experts=4,
-        num_experts_per_tok=2, max_position_embeddings=1024,
-    )  # fmt: skip
-    with torch.device("meta"):
-        model: Any = MixtralForCausalLM(config)
-    return model.to(torch.bfloat16)
+    return meta_mixtral(dtype=torch.bfloat16)
 
 
 def _gpt2() -> Any:

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import layerscope as ls
+from helpers.models import meta_mixtral
 from layerscope import hardware
 from layerscope.analysis.rates import Rates, builtin_rates, rates_of
 from layerscope.collect.target.spec import parse_target
@@ -213,15 +214,7 @@ def test_a_mixture_of_experts_mfu_counts_its_active_parameters() -> None:
     + 64 x 128) = 196,608; a token runs 2 of 4, so N = 254,784 - 196,608 / 2 = 156,480
     (as MoE runs publish MFU). 2 x 64 tokens; attention 12 B H Sq Sk D = 12 x 2 x 4 x 64
     x 64 x 16 a layer."""
-    from transformers import MixtralConfig, MixtralForCausalLM
-
-    config = MixtralConfig(
-        vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, num_local_experts=4,
-        num_experts_per_tok=2, max_position_embeddings=1024,
-    )  # fmt: skip
-    with torch.device("meta"):
-        model = MixtralForCausalLM(config)
+    model = meta_mixtral()
     assert sum(p.numel() for p in model.parameters()) == 254_784
     plan = ls.plan(model, torch.zeros(2, 64, dtype=torch.long), world_size=1, sharding="none")
     attention = 2 * 12 * 2 * 4 * 64 * 64 * 16

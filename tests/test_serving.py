@@ -13,6 +13,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralFo
 
 import layerscope as ls
 from helpers.browser import embedded
+from helpers.models import meta_mixtral
 from layerscope.cli import main
 from layerscope.generation.serving import plan_serving
 from layerscope.generation.serving_result import ServingPlan
@@ -308,15 +309,7 @@ def test_a_mixture_of_experts_is_served_on_its_expected_experts() -> None:
     """A float32 Mixtral-shaped model (8 experts, top 2) plans on meta; its rows' bounds
     are the estimate's on the same paged cache, where a step reads the experts its tokens
     are expected to reach (``generation.moe``), and the estimate's MoE note is kept."""
-    from transformers import MixtralConfig, MixtralForCausalLM
-
-    config = MixtralConfig(
-        vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, num_local_experts=8,
-        num_experts_per_tok=2, max_position_embeddings=1024,
-    )  # fmt: skip
-    with torch.device("meta"):
-        model = MixtralForCausalLM(config)
+    model = meta_mixtral(experts=8)
     p = plan_serving(model, target="h100", max_context=1024, prompt=64, new_tokens=16,
                      batch=[1, 8])  # fmt: skip
     est = ls.estimate_generate(model, target="h100", prompt=64, new_tokens=16, batch=[1, 8],

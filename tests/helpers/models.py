@@ -84,6 +84,20 @@ def tiny_llama(**extra: Any) -> Any:
     return transformers.LlamaForCausalLM(config).eval()
 
 
+def meta_mixtral(experts: int = 4, dtype: torch.dtype | None = None) -> Any:
+    """A Mixtral on meta: 2 layers, hidden 64, 4 query heads and 2 KV heads of 16,
+    ``experts`` experts of MLP 128 each, top 2, vocab 256, 1,024 positions."""
+    transformers: Any = importlib.import_module("transformers")
+    config = transformers.MixtralConfig(
+        vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, num_local_experts=experts,
+        num_experts_per_tok=2, max_position_embeddings=1024,
+    )  # fmt: skip
+    with torch.device("meta"):
+        model = transformers.MixtralForCausalLM(config)
+    return model.to(dtype) if dtype is not None else model
+
+
 def tiny_gpt2() -> Any:
     """The generation tests' GPT-2, random weights, eval mode: 2 layers of width 32, 2
     heads, vocab 64, 64 positions."""
