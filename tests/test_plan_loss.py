@@ -83,6 +83,12 @@ def test_the_peaks_differ_by_the_logits_held() -> None:
     assert fused.step_time == plain.step_time and fused.time == plain.time
     note = next(n for n in fused.notes if n.startswith("loss='fused'"))
     assert "64 tokens in chunks of 1, 4,096 B of logits at a time instead of 262,144" in note
+    # kept for the backward. Plain: the mixer's input (64 x 16 x 4 = 4,096 B), the head's
+    # input (4,096), log_softmax's output (262,144), the ids and the total weight
+    # nll_loss saves (64 x 8 = 512, and 4). Fused: the mixer's input and, in place of
+    # the rest, the input's gradient made in the forward (4,096)
+    assert plain.kept_activation_bytes == 4_096 + 4_096 + 262_144 + 512 + 4 == 270_852
+    assert fused.kept_activation_bytes == 4_096 + 4_096
     assert not any(n.startswith("loss=") for n in plain.notes)
 
 

@@ -109,12 +109,12 @@ def _build(
     units, unit_rows, comm = prepared.units, prepared.rows, step_comm(prepared.comm, prof, opts)
     checkpoint_moments(prof, choice, setup)
     compiled, uncompiled = compiled_memory(prof, choice, setup) if opts.compile else ("", {})
-    kept_bytes = choice.kept_activation_bytes - sum(uncompiled.values())
+    timeline, loss_notes, loss_kept = loss_timeline(prof, setup, opts.loss)
+    kept_bytes = choice.kept_activation_bytes - sum(uncompiled.values()) + loss_kept
     local = states.optimizer_state_bytes // max(1, OPTIMIZER_STATES[opts.optimizer] or 1)
     # the strategy's own temporaries of the step (ZeRO's float32 gradient partition), and
     # Adam's
     setup.optimizer_temp += local if opts.optimizer in ("adam", "adamw") else 0
-    timeline, loss_notes = loss_timeline(prof, setup, opts.loss)
     points = tl.replay(setup, timeline)
     top = max(points, key=lambda p: p.total)
     timed = _time(work, choice)

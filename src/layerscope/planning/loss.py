@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from layerscope.analysis.whatif import OUTSIDE
 from layerscope.errors import InvalidInputError
 from layerscope.planning.timeline import Setup, inside
 from layerscope.profile import Profile, TensorSpec
@@ -90,6 +91,19 @@ class FusedLoss:
     def logits_bytes(self) -> int:
         """The full logits a plain loss holds at the least, for the notes."""
         return self.tokens * self.vocab * self.logits_size
+
+    def saved(self, prof: Profile) -> int:
+        """What the analysed projection and loss saved for the backward, which the fused
+        loss keeps none of: the storages first saved by the projection (its input), by
+        the model's own ops (the root's: a transformers model's loss given ``labels``)
+        or by the loss outside the model. The root's ops before the projection are taken
+        to save nothing (a model's own ops are its modules')."""
+        table = prof.memory.get("storages") or {}
+        owners = {
+            i for i, p in enumerate(table.get("paths") or ()) if p in (self.path, "", OUTSIDE)
+        }
+        return sum(int(b) for b, savers, _, _, param in table.get("rows") or ()
+                   if savers and not param and savers[0] in owners)  # fmt: skip
 
     def note(self) -> str:
         return (
@@ -181,14 +195,20 @@ def fused_loss(prof: Profile) -> FusedLoss:
     )  # fmt: skip
 
 
-def loss_timeline(prof: Profile, setup: Setup, loss: str) -> tuple[Mapping[str, Any], list[str]]:
-    """The timeline the plan replays for ``loss`` and its notes: the analysis's for
-    ``"plain"``; for ``"fused"``, the analysis's with the module doc's rule."""
+def loss_timeline(
+    prof: Profile, setup: Setup, loss: str
+) -> tuple[Mapping[str, Any], list[str], int]:
+    """The timeline the plan replays for ``loss``, its notes and the change it makes to
+    the activation bytes kept for the backward: the analysis's, none, 0 for ``"plain"``;
+    for ``"fused"``, the analysis's with the module doc's rule, and the kept bytes less
+    what the projection and the loss saved (``FusedLoss.saved``) plus the input's
+    gradient, held from the forward to the backward in their place."""
     timeline = prof.memory["timeline"]
     if loss == "plain":
-        return timeline, []
+        return timeline, [], 0
     fused = fused_loss(prof)
-    return fused_timeline(timeline, fused, setup), [fused.note()]
+    change = fused.grad_input_bytes - fused.saved(prof)
+    return fused_timeline(timeline, fused, setup), [fused.note()], change
 
 
 def fused_timeline(
