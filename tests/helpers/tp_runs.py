@@ -5,7 +5,8 @@ one seeded batch, parallelized four ways (``CONFIGS``): torch's ``parallelize_mo
 with colwise/rowwise linears (``llama_tp``), the same with sequence parallelism as
 torchtitan's ``apply_tp`` does it (``llama_sp``), transformers' own ``apply_tensor_parallelism``
 with the model's ``_tp_plan`` (``hf_plan``) and, on 4 ranks, ``llama_tp`` on the ``tp``
-axis of a 2 x 2 mesh under FSDP2 on the ``dp_shard`` axis (``fsdp_tp``). The third step
+axis of a 2 x 2 mesh under FSDP2 on the ``dp_shard`` axis (``fsdp_tp``); on 2 ranks also
+``llama_sp`` with every decoder layer under non-reentrant checkpoint (``llama_sp_ckpt``). The third step
 is measured: the bytes of the local parameters, gradients and optimizer states, every
 collective by phase, kind and module, and the live tensor storage over the step.
 
@@ -194,8 +195,22 @@ def build(config: str, world: int) -> tuple[nn.Module, dict[str, Any], int]:
 
         apply_tensor_parallelism(model, mesh, hf_plan(model))
     else:
-        torch_tp(model, mesh, sequence=config == "llama_sp")
+        torch_tp(model, mesh, sequence=config in ("llama_sp", "llama_sp_ckpt"))
+    if config == "llama_sp_ckpt":  # every decoder layer under non-reentrant checkpoint
+        _checkpointed(model.model.layers)  # type: ignore[union-attr]
     return model, {"tp": mesh.get_group()}, 0
+
+
+def _checkpointed(layers: Any) -> None:
+    """Each of ``layers`` run under non-reentrant ``torch.utils.checkpoint``, in place."""
+    from torch.utils.checkpoint import checkpoint
+
+    for layer in layers:
+
+        def run(*args: Any, _forward: Any = layer.forward, **kwargs: Any) -> Any:
+            return checkpoint(_forward, *args, use_reentrant=False, **kwargs)
+
+        layer.forward = run
 
 
 def local(t: torch.Tensor) -> torch.Tensor:
@@ -437,7 +452,8 @@ def worker(rank: int, store: str, out: str, world: int) -> None:
     with rank_output(rank, out, facts):
         torch.set_num_threads(1)
         dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
-        for config in CONFIGS + (("fsdp_tp",) if world == 4 else ()):
+        extra = ("fsdp_tp",) if world == 4 else ("llama_sp_ckpt",)
+        for config in CONFIGS + extra:
             facts[config] = run(config, world)
         facts["commdebug"] = {c: commdebug_counts(c, world) for c in ("llama_tp", "llama_sp")}
         facts["profiled"] = {c: profiled(c, world) for c in ("llama_tp", "llama_sp")}
