@@ -6,8 +6,8 @@ with colwise/rowwise linears (``llama_tp``), the same with sequence parallelism 
 torchtitan's ``apply_tp`` does it (``llama_sp``), transformers' own ``apply_tensor_parallelism``
 with the model's ``_tp_plan`` (``hf_plan``) and, on 4 ranks, ``llama_tp`` on the ``tp``
 axis of a 2 x 2 mesh under FSDP2 on the ``dp_shard`` axis (``fsdp_tp``); on 2 ranks also
-``llama_sp`` with every decoder layer under non-reentrant checkpoint (``llama_sp_ckpt``). The third step
-is measured: the bytes of the local parameters, gradients and optimizer states, every
+``llama_sp`` with every decoder layer under non-reentrant checkpoint (``llama_sp_ckpt``).
+The third step is measured: the bytes of the local parameters, gradients and optimizer states, every
 collective by phase, kind and module, and the live tensor storage over the step.
 
 Each rank's ``rank{r}.json``: ``{configuration: facts, "commdebug": ...}``, facts holding
