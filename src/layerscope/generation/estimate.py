@@ -518,7 +518,7 @@ def estimated(model: nn.Module, opts: Options) -> tuple[GenerateEstimate, list[t
             "peak_flops": roof.peak,
             "bandwidth": roof.bandwidth,
             "memory_bytes": opts.spec.memory_bytes,
-            "usable_bytes": opts.spec.budget_bytes,
+            "usable_bytes": opts.spec.usable_memory_bytes,
         },
         dtype=run_dtype,
         prompt=opts.prompt,
