@@ -170,6 +170,9 @@ def test_a_number_and_its_unit_stay_on_one_line() -> None:
         ("median 69 ms, p90 76.4 ms", 22, ["median 69 ms, p90", "  76.4 ms"]),
         # a word that only starts like a unit stays free of its number
         ("wait 5 minutes", 11, ["wait 5", "  minutes"]),
+        # a rate, and an affine formula, are one word too
+        ("bandwidth 2.04 TB/s here", 18, ["bandwidth", "  2.04 TB/s here"]),
+        ("the steps of a + b·R fitted", 17, ["the steps of", "  a + b·R fitted"]),
     ]
     for text, width, lines in cases:
         assert wrap_words(text, width, "  ") == lines, text

@@ -4,8 +4,9 @@ The rule is ``textwrap.wrap``'s (greedy, words split at runs of whitespace, blan
 dropped at line ends and at the start of continuation lines, a word longer than a line
 cut to fill it), with two differences: a number and the unit after it (``0 B``,
 ``32 K``, ``109.50 KiB``, ``2.04 TB/s``, ``14.5 K inputs/s``) are one word, so they
-never part; and a long word is cut in pieces in one pass (``textwrap`` copies the
-rest of the word for every piece, so a word of millions of characters took seconds).
+never part, and so is a formula such as ``a + b·L``; and a long word is cut in pieces
+in one pass (``textwrap`` copies the rest of the word for every piece, so a word of
+millions of characters took seconds).
 """
 
 from __future__ import annotations
@@ -20,10 +21,11 @@ __all__ = ["wrap_words"]
 _KEEP = "\ue000"
 _UNIT = "|".join(re.escape(u) for u in sorted(UNITS, key=len, reverse=True))
 #: The space between a number and its unit (a rate's too: ``2.04 TB/s``, ``312
-#: TFLOP/s``), and inside
+#: TFLOP/s``), inside an affine formula (``a + b·L``), and inside
 #: ``14.5 K inputs/s``.
 _UNIT_GAP = re.compile(
-    rf" (?:(?<=\d )(?=(?:{_UNIT})(?:B|FLOP)?(?:/s)?(?![\w/]))|(?<=\d [KMGT] )(?=inputs/s))"
+    rf" (?:(?<=\d )(?=(?:{_UNIT})(?:B|FLOP)?(?:/s)?(?![\w/]))|(?<=\d [KMGT] )(?=inputs/s)"
+    r"|(?<=\b[a-z] )(?=\+ [a-z]·[A-Z]\b)|(?<= \+ )(?=[a-z]·[A-Z]\b))"
 )
 #: What textwrap turns into spaces (``replace_whitespace``), and its word separators.
 _TO_SPACE = str.maketrans("\t\n\x0b\x0c\r", "     ")
