@@ -129,11 +129,12 @@ class Quantized:
 
     def saved(self, scheme: WeightScheme) -> int:
         """Bytes its weights take less at the scheme's width than as they are."""
-        out = 0
-        for w in self.weights:
-            count, rows, columns = self.matrices(w)
-            out += local(w).nbytes - round(count * scheme.bytes_of(rows, columns))
-        return out
+        return sum(self.saved_of(w, scheme) for w in self.weights)
+
+    def saved_of(self, weight: torch.Tensor, scheme: WeightScheme) -> int:
+        """Bytes one of its weights takes less at the scheme's width than as it is."""
+        count, rows, columns = self.matrices(weight)
+        return local(weight).nbytes - round(count * scheme.bytes_of(rows, columns))
 
 
 def _head(model: nn.Module) -> nn.Module | None:
@@ -186,7 +187,7 @@ def stored_bytes(model: nn.Module, scheme: WeightScheme | None) -> int:
         for w in q.weights:
             if id(w) not in seen:
                 seen.add(id(w))
-                total -= Quantized(q.kind, (w,)).saved(scheme)
+                total -= q.saved_of(w, scheme)
     return total
 
 
