@@ -32,6 +32,7 @@ from torch import nn
 from layerscope.errors import InvalidInputError
 from layerscope.generation.narrowing import read_less
 from layerscope.metrics.params import local
+from layerscope.planning.expertparallel import experts_modules
 from layerscope.profile import Profile
 from layerscope.render.units import seconds
 
@@ -91,15 +92,6 @@ class Routing:
             "layers": len(self.layers),
             "implementation": self.implementation,
         }
-
-
-def experts_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
-    """transformers' fused experts modules (``use_experts_implementation``)."""
-    return [
-        (name, m)
-        for name, m in model.named_modules()
-        if isinstance(getattr(m, "num_experts", None), int) and hasattr(m, "has_gate")
-    ]
 
 
 def routing_of(

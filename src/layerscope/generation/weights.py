@@ -37,9 +37,9 @@ import torch
 from torch import nn
 
 from layerscope.errors import InvalidInputError
-from layerscope.generation.moe import experts_modules
 from layerscope.generation.narrowing import read_less
 from layerscope.metrics.params import local
+from layerscope.planning.expertparallel import experts_modules
 from layerscope.profile import Profile
 from layerscope.validate import check_choice, check_int
 

@@ -84,20 +84,26 @@ def check_split(model: nn.Module, paths: list[str], ep: int) -> None:
             )
 
 
+def experts_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """transformers' fused experts modules (``use_experts_implementation``: an int
+    ``num_experts`` and a gate), by path."""
+    return [
+        (name, m)
+        for name, m in model.named_modules()
+        if isinstance(getattr(m, "num_experts", None), int) and hasattr(m, "has_gate")
+    ]
+
+
 def routed_experts(model: nn.Module) -> dict[str, float]:
-    """The routed experts modules of a transformers mixture of experts (its fused experts:
-    ``num_experts`` and a gate), each with the share of its experts a token runs:
+    """The routed experts modules of a transformers mixture of experts
+    (``experts_modules``), each with the share of its experts a token runs:
     ``num_experts_per_tok / num_experts`` from the config ({} for a dense model, or a
     config without ``num_experts_per_tok``)."""
     top_k = getattr(getattr(model, "config", None), "num_experts_per_tok", None)
     if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
         return {}
-    out: dict[str, float] = {}
-    for name, m in model.named_modules():
-        experts = getattr(m, "num_experts", None)
-        if isinstance(experts, int) and experts >= top_k and hasattr(m, "has_gate"):
-            out[name] = top_k / experts
-    return out
+    counts = {name: int(getattr(m, "num_experts", 0)) for name, m in experts_modules(model)}
+    return {name: top_k / n for name, n in counts.items() if n >= top_k}
 
 
 def a2a_comm(prof: Profile, paths: list[str], ep: int) -> dict[str, Any]:
@@ -131,4 +137,11 @@ def ep_notes(ep: int, dp_shard: int, experts: int) -> list[str]:
     ]
 
 
-__all__ = ["a2a_comm", "ep_notes", "expert_paths"]
+__all__ = [
+    "a2a_comm",
+    "check_split",
+    "ep_notes",
+    "expert_paths",
+    "experts_modules",
+    "routed_experts",
+]
