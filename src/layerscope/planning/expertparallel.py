@@ -28,7 +28,6 @@ Not modelled: the all-to-alls' own buffers, uneven routing, token dropping.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from math import prod
 from typing import Any
@@ -38,6 +37,7 @@ from torch import nn
 
 from layerscope.errors import InvalidInputError
 from layerscope.metrics.commkinds import wire_bytes
+from layerscope.planning.tensorparallel import path_pattern, under_base
 from layerscope.profile import Profile, TensorSpec
 
 
@@ -53,14 +53,11 @@ def expert_paths(model: nn.Module) -> list[str]:
             "MoE config's base_model_ep_plan); expert parallelism needs a mixture of "
             "experts: drop ep from the mesh"
         )
-    prefix = getattr(model, "base_model_prefix", "")
-    if prefix and isinstance(getattr(model, prefix, None), nn.Module):
-        plan = {f"{prefix}.{k}": v for k, v in plan.items()}
+    under = under_base(model)
     modules = [n for n, _ in model.named_modules() if n]
     out: list[str] = []
     for pattern in plan:
-        rx = re.compile("".join("[^.]+" if p == "*" else re.escape(p)
-                                for p in re.split(r"(\*)", pattern)))  # fmt: skip
+        rx = path_pattern(under + pattern)
         out += [n for n in modules if rx.fullmatch(n) and n not in out]
     if not out:
         raise InvalidInputError(

@@ -76,10 +76,8 @@ def model_plan(model: nn.Module) -> dict[str, Any] | None:
     base = getattr(config, "base_model_tp_plan", None)
     if not isinstance(base, Mapping) or not base:
         return None
-    prefix = getattr(model, "base_model_prefix", "")
-    if prefix and isinstance(getattr(model, prefix, None), nn.Module):
-        return {f"{prefix}.{k}": v for k, v in base.items()}
-    return dict(base)
+    under = under_base(model)
+    return {f"{under}{k}": v for k, v in base.items()}
 
 
 @dataclass(frozen=True)
@@ -98,8 +96,7 @@ def expand(model: nn.Module, plan: Mapping[str, Any], given: bool) -> list[Entry
     model's own plan may name modules a configuration leaves out."""
     names = [n for n, _ in model.named_modules() if n]
     params = [n for n, _ in model.named_parameters()]
-    prefix = getattr(model, "base_model_prefix", "")
-    under = f"{prefix}." if prefix and isinstance(getattr(model, prefix, None), nn.Module) else ""
+    under = under_base(model)
     out: dict[str, Entry] = {}
     for pattern, style in plan.items():
         if not isinstance(pattern, str):
@@ -123,7 +120,7 @@ def expand(model: nn.Module, plan: Mapping[str, Any], given: bool) -> list[Entry
 def _matches(pattern: str, style: Any, names: list[str], params: list[str]) -> list[str]:
     """The modules ``pattern`` names (or, naming none, the parameters transformers'
     styles shard)."""
-    rx = re.compile("".join("[^.]+" if p == "*" else re.escape(p) for p in _split(pattern)))
+    rx = path_pattern(pattern)
     hits = [n for n in names if rx.fullmatch(n)]
     if not hits and isinstance(style, str):  # a parameter: transformers shards it
         hits = [n for n in params if rx.fullmatch(n) and hf_style(style, True) is not None]
@@ -173,8 +170,19 @@ def _apply_hf(model: nn.Module, entries: list[Entry], mesh: Any) -> None:
             style.install_forward(modules[e.path], mesh)
 
 
-def _split(pattern: str) -> list[str]:
-    return re.split(r"(\*)", pattern)
+def under_base(model: nn.Module) -> str:
+    """``"<base_model_prefix>."`` for a transformers model holding its base model under
+    that attribute (a head model: ``model.``), else "": what a config's plans, written
+    for the base model, are under."""
+    prefix = getattr(model, "base_model_prefix", "")
+    return f"{prefix}." if prefix and isinstance(getattr(model, prefix, None), nn.Module) else ""
+
+
+def path_pattern(pattern: str) -> re.Pattern[str]:
+    """A plan's module path pattern as a regular expression: ``*`` one path segment."""
+    return re.compile(
+        "".join("[^.]+" if p == "*" else re.escape(p) for p in re.split(r"(\*)", pattern))
+    )
 
 
 def _check_style(path: str, style: Any) -> None:
@@ -400,7 +408,9 @@ __all__ = [
     "fake_mesh",
     "model_plan",
     "parallelized",
+    "path_pattern",
     "plan_words",
     "styles",
     "tp_notes",
+    "under_base",
 ]
