@@ -54,7 +54,7 @@ from layerscope.metrics.memory.baseline import Baseline, OptimizerWatch
 from layerscope.metrics.memory.fsdp import CommBuffers, UnshardedParams
 from layerscope.metrics.memory.grads import fill_gradients, owned_parameters, record_parameters
 from layerscope.metrics.memory.peaks import CudaAllocator, NestedPeaks, Scope
-from layerscope.metrics.memory.records import StorageRecords
+from layerscope.metrics.memory.records import PLAIN_TENSORS, StorageRecords, held_part
 from layerscope.metrics.memory.saved import (
     Outer,
     Saved,
@@ -77,9 +77,6 @@ from layerscope.torchapi import (
 
 if TYPE_CHECKING:
     from layerscope.collect.scopes import ScopeTracker
-
-#: Tensor types whose ``detach`` can run below Python dispatch.
-_PLAIN = frozenset({Tensor, nn.Parameter})
 
 #: Metric keys this observer writes (``grad_bytes`` only once a backward ran or gradients
 #: exist; ``simulated_peak_bytes`` only on CUDA): the columns a memory view shows.
@@ -305,7 +302,7 @@ class MemoryObserver(Observer):
         if self._outer_pack is not None:
             assert self._outer_unpack is not None
             return Outer(self._outer_pack(t), self._outer_unpack)
-        if type(t) in _PLAIN:
+        if type(t) in PLAIN_TENSORS:
             # A plain tensor's detach needs no Python dispatch: skipping the session's
             # dispatch mode here saves a Python round trip per saved tensor.
             with DisableTorchDispatch():
@@ -338,7 +335,7 @@ class MemoryObserver(Observer):
             self._checkpoint(checkpoint, self._tracker)
 
     def _saved(self, t: Tensor, node: Node) -> None:
-        t = t if type(t) in _PLAIN else getattr(t, "_local_tensor", t)  # a DTensor: its shard
+        t = held_part(t)  # a DTensor: its shard
         self._records.saved(t, node)
         if (s := storage_of(t)) is None:  # no storage to share: count the tensor itself
             n = t.numel() * t.element_size()

@@ -131,11 +131,16 @@ def policy_name(policy: Callable[..., Any]) -> str:
     return str(getattr(inner, "__qualname__", None) or type(inner).__name__)
 
 
-def _held(t: Tensor) -> Tensor:
+#: Tensor types whose storage is their own (not a subclass's stand-in), and whose
+#: ``detach`` can run below Python dispatch.
+PLAIN_TENSORS = frozenset({Tensor, nn.Parameter})
+
+
+def held_part(t: Tensor) -> Tensor:
     """What this rank holds of ``t``: a DTensor's local shard (whose storage the ops of a
     ``dtensor="local"`` analysis and the saves use; the DTensor's own is a logical-size
     stand-in), any other tensor itself."""
-    return t if type(t) in (Tensor, nn.Parameter) else getattr(t, "_local_tensor", t)
+    return t if type(t) in PLAIN_TENSORS else getattr(t, "_local_tensor", t)
 
 
 class _Row:
@@ -248,7 +253,7 @@ class StorageRecords:
             return
         i: int | None = None
         for t in (*iter_tensors(args), *iter_tensors(kwargs)):
-            s = storage_of(_held(t))
+            s = storage_of(held_part(t))
             if s is None:
                 continue
             row = self._row(s)
@@ -264,7 +269,7 @@ class StorageRecords:
             return
         tensors = [output] if isinstance(output, Tensor) else iter_tensors(output)
         for t in tensors:
-            s = storage_of(_held(t))
+            s = storage_of(held_part(t))
             if s is None:
                 continue
             i = self._index(node)
