@@ -118,3 +118,19 @@ def test_experts_over_a_pipeline() -> None:
     assert rows["model.layers.1.mlp.experts"]["unsharded_bytes"] == EXPERTS // 2 * 2
     assert "model.layers.0.mlp.experts" not in rows
     assert plan.comm["model.layers.1.mlp.experts"]["forward"]["all_to_all"]["bytes"] == 2 * A2A
+
+
+@pytest.mark.parametrize(("precision", "dtype"), [("fp32", "float32"), ("fp16-mixed", "float16")])
+def test_grouped_experts_outside_bfloat16_refused_with_the_fixes(
+    precision: str, dtype: str
+) -> None:
+    """transformers' grouped_mm experts kernel takes bfloat16 only (torch._grouped_mm's
+    CUDA checks, which its meta kernel repeats): a plan computing in another dtype is
+    refused before the analysis, naming the fixes; with batched_mm it plans."""
+    model = mixtral()
+    assert model.config._experts_implementation == "grouped_mm"
+    with pytest.raises(InvalidInputError, match=f"computes in {dtype}: plan precision='bf16'"):
+        ls.plan(model, input_shape=(2, 32), world_size=1, precision=precision)
+    model.config._experts_implementation = "batched_mm"
+    plan = ls.plan(model, input_shape=(2, 32), world_size=1, precision=precision)
+    assert plan.peak_bytes > 0 and model.config._experts_implementation == "batched_mm"

@@ -32,7 +32,7 @@ from torch import nn
 from layerscope.errors import InvalidInputError
 from layerscope.generation.narrowing import read_less
 from layerscope.metrics.params import local
-from layerscope.planning.expertparallel import experts_modules
+from layerscope.planning.expertparallel import GROUPED_DTYPE, experts_modules
 from layerscope.profile import Profile
 from layerscope.render.units import seconds
 
@@ -47,8 +47,6 @@ FAMILIES: dict[str, tuple[str, str | None]] = {
     "deepseek_v2": ("n_routed_experts", "n_shared_experts"),
     "deepseek_v3": ("n_routed_experts", "n_shared_experts"),
 }
-#: The only dtype transformers' grouped experts kernel takes (``torch._grouped_mm``).
-GROUPED_DTYPE = torch.bfloat16
 
 
 def expected_experts(experts: int, top_k: int, tokens: int) -> float:

@@ -91,6 +91,28 @@ def experts_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
     ]
 
 
+#: The only dtype transformers' grouped experts kernel (``torch._grouped_mm``) takes, on
+#: CUDA as on meta (its meta kernel repeats the CUDA kernel's checks).
+GROUPED_DTYPE = torch.bfloat16
+
+
+def check_kernel(model: nn.Module, dtype: torch.dtype) -> None:
+    """Refuse a model whose experts run transformers' ``grouped_mm`` kernel in a dtype it
+    does not take (it would raise in the run as in the analysis), naming the fixes."""
+    found = experts_modules(model)
+    impls = {getattr(getattr(m, "config", None), "_experts_implementation", None) for _, m in found}
+    if dtype == GROUPED_DTYPE or "grouped_mm" not in impls:
+        return
+    name = str(dtype).removeprefix("torch.")
+    raise InvalidInputError(
+        f"{found[0][0]} runs transformers' grouped_mm experts kernel (torch._grouped_mm), "
+        f"which takes bfloat16 only, on a GPU as on meta, and this plan computes in {name}: "
+        "plan precision='bf16' or 'bf16-mixed', or set the model's "
+        "config._experts_implementation = 'batched_mm' (every dtype; it gathers each routed "
+        "token's expert weights) as your run would have to"
+    )
+
+
 def routed_experts(model: nn.Module) -> dict[str, float]:
     """The routed experts modules of a transformers mixture of experts
     (``experts_modules``), each with the share of its experts a token runs:
@@ -135,7 +157,9 @@ def ep_notes(ep: int, dp_shard: int, experts: int) -> list[str]:
 
 
 __all__ = [
+    "GROUPED_DTYPE",
     "a2a_comm",
+    "check_kernel",
     "check_split",
     "ep_notes",
     "expert_paths",

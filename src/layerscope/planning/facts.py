@@ -82,9 +82,10 @@ def analyse_stages(
     dtype = torch.float32 if opts.autocast else opts.compute_dtype
     copied, not_run = meta_copy(model)
     meta = copied.to(dtype)
-    if opts.ep > 1:  # before the analysis: experts that ep ranks cannot split
-        from layerscope.planning.expertparallel import check_split, expert_paths
+    from layerscope.planning.expertparallel import check_kernel, check_split, expert_paths
 
+    check_kernel(meta, opts.compute_dtype)  # before the analysis, which would raise
+    if opts.ep > 1:  # experts that ep ranks cannot split
         check_split(meta, expert_paths(meta), opts.ep)
     target = spec_target(opts.target)
     call: dict[str, Any] = dict(profile_options)
