@@ -248,6 +248,11 @@ def test_save_load_and_show_as_itself(
     assert capsys.readouterr().out == dynamic.render(width=90)
     with pytest.raises(ls.SchemaError, match="missing key 'fit'"):
         GenerateEstimate.from_dict({k: v for k, v in dynamic.to_dict().items() if k != "fit"})
+    # a row without its decode step's bytes is damaged, not a step that moves 0 B
+    doc = dynamic.to_dict()
+    doc["sweep"] = [{k: v for k, v in r.items() if k != "decode_bytes"} for r in doc["sweep"]]
+    with pytest.raises(ls.SchemaError, match="missing key 'decode_bytes'"):
+        GenerateEstimate.from_dict(doc)
     with pytest.raises(ls.ExportError, match="an estimate exports as json"):
         dynamic.export(tmp_path / "est.md")
     # loaded from JSON it has no analysis, so no HTML report: refused, saying why

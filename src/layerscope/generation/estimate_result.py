@@ -89,7 +89,8 @@ class SweepRow:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SweepRow:
-        """A row from ``to_dict``'s form (an older row without the step's work reads 0)."""
+        """A row from ``to_dict``'s form (``estimate_schema`` checked it: the step's work
+        is always there)."""
         return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
 
 
