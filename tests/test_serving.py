@@ -192,6 +192,13 @@ def test_json_text_and_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str
         ls.ServingPlan.from_dict(damaged)
     with pytest.raises(ls.SchemaError, match="at least one layer"):
         ls.ServingPlan.from_dict({**data, "kv": {"layers": []}})
+    # a derived figure is derived again on load; one edited is refused, not replaced
+    edited = {**data, "max_concurrency": data["max_concurrency"] + 1}
+    with pytest.raises(ls.SchemaError, match=r"\$\.max_concurrency is \d+, but the plan's"):
+        ls.ServingPlan.from_dict(edited)
+    kv = {**data["kv"], "tokens": data["kv"]["tokens"] * 2}
+    with pytest.raises(ls.SchemaError, match=r"\$\.kv\.tokens is"):
+        ls.ServingPlan.from_dict({**data, "kv": kv})
     spec = tmp_path / "llama.json"
     spec.write_text(LlamaConfig(**CONFIG).to_json_string())
     args = ["serve", f"transformers:{spec}", "--target", "h100", "--max-context", "4096",

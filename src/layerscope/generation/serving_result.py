@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
@@ -183,7 +184,8 @@ class ServingPlan:
     def from_dict(cls, data: Any, source: str | None = None) -> ServingPlan:
         """A plan from ``to_dict``'s form, every field checked: ``SchemaError`` naming the
         JSON path (after ``source``, the file, when given). The derived figures (budget,
-        capacity, concurrency) are computed again from what they derive from."""
+        capacity, concurrency) are computed again from what they derive from; where the
+        document writes them they must agree (an edited or damaged one is refused)."""
         from layerscope.errors import SchemaError
         from layerscope.export.jsonread import checked_document
         from layerscope.generation.serving_schema import SERVING
@@ -193,7 +195,7 @@ class ServingPlan:
             where = f"{source}: " if source else ""
             raise SchemaError(f"{where}$.kv.layers: a serving plan has at least one layer")
         m = d["memory"]
-        return cls(
+        plan = cls(
             d["model"], d["target"], d["device_label"], m["usable_bytes"],
             m["memory_utilization"], d["dtype"], d["weights"], d["kv_dtype"],
             d["block_size"], d["max_context"], d["prompt"], d["new_tokens"],
@@ -202,6 +204,8 @@ class ServingPlan:
             [ServingRow(**{f.key: r[f.key] for f in SERVING_FIELDS}) for r in d["rows"]],
             list(d["notes"]), tp=d.get("tp") or 1,
         )  # fmt: skip
+        _check_derived(d, plan.to_dict(), source)
+        return plan
 
     def rules(self) -> list[str]:
         """The plan's own notes: the rules its memory follows."""
@@ -280,6 +284,34 @@ class ServingPlan:
 
     def __str__(self) -> str:
         return self.render()
+
+
+#: The figures a serving plan derives from the others, by JSON path.
+_DERIVED = (
+    ("memory", "budget_bytes"), ("memory", "kv_budget_bytes"), ("kv", "bytes_per_token"),
+    ("kv", "tokens"), ("kv", "blocks"), ("kv", "bytes_per_sequence"), ("max_concurrency",),
+)  # fmt: skip
+
+
+def _check_derived(doc: Mapping[str, Any], again: Mapping[str, Any], source: str | None) -> None:
+    """``SchemaError`` where a derived figure ``doc`` writes is not what its plan gives."""
+    from layerscope.errors import SchemaError
+
+    for keys in _DERIVED:
+        written: Any = doc
+        derived: Any = again
+        for k in keys:
+            if not isinstance(written, Mapping) or k not in written:
+                break  # not written: nothing to check (the plan derives it)
+            written, derived = written[k], derived[k]
+        else:
+            if written == derived:
+                continue
+            where = f"{source}: " if source else ""
+            raise SchemaError(
+                f"{where}$.{'.'.join(keys)} is {written!r}, but the plan's memory and KV "
+                f"figures give {derived!r}: the document was edited or damaged"
+            )
 
 
 def load_serving(path: str | os.PathLike[str]) -> ServingPlan:

@@ -1,6 +1,7 @@
 """A saved ``ServingPlan``'s document (``ServingPlan.save``, ``layerscope serve
 --json``): every field ``from_dict`` reads, checked, so a plan that loads always renders.
-The derived figures (budget, KV budget, capacity, concurrency) are written, not read."""
+The derived figures (budget, KV budget, capacity, concurrency) are written, not read:
+``ServingPlan.from_dict`` derives them again and refuses a document whose own differ."""
 
 from __future__ import annotations
 
