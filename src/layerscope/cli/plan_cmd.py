@@ -186,23 +186,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     run.add_argument(
         "--units", metavar="PATH,...", help="FSDP2 units (default: the repeated blocks)"
     )
-    run.add_argument("--loss", metavar="KIND", help=LOSS_HELP)
-    run.add_argument(
-        "--reduce-dtype", metavar="DTYPE",
-        help="FSDP2's reduce dtype: fp32, bf16 or fp16 (default: fp32 under mixed "
-        "precision, else the parameters')",
-    )  # fmt: skip
-    run.add_argument(
-        "--compile", action="store_true",
-        help="the model under torch.compile: each module's pointwise kernels fused, priced "
-        "as one, and what its partitioner recomputes not kept for the backward "
-        "(docs/plan.md)",
-    )  # fmt: skip
-    run.add_argument(
-        "--float8", action="store_true",
-        help="the linears trained in float8 as torchao does (tensorwise scaling; a target "
-        "with float8 tensor cores)",
-    )  # fmt: skip
+    _add_step_arguments(run)
     run.add_argument(
         "--hsdp", metavar="R,S",
         help="FSDP2 on a 2-D mesh: shard over groups of S GPUs, replicate over R of them "
@@ -237,6 +221,33 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     out.add_argument("--max-rows", type=int, metavar="N", help="rows of the module table")
     out.add_argument("--width", type=int, default=None, help="console width in characters")
     out.add_argument("--config", metavar="YAML", help="display configuration (styles)")
+
+
+def _add_step_arguments(run: argparse._ArgumentGroup) -> None:
+    """How the step runs (``_step_options`` reads them): the loss, FSDP2's reduce dtype,
+    compile and float8."""
+    run.add_argument("--loss", metavar="KIND", help=LOSS_HELP)
+    run.add_argument(
+        "--reduce-dtype", metavar="DTYPE",
+        help="FSDP2's reduce dtype: fp32, bf16 or fp16 (default: fp32 under mixed "
+        "precision, else the parameters')",
+    )  # fmt: skip
+    run.add_argument(
+        "--compile", action="store_true",
+        help="the model under torch.compile: each module's pointwise kernels fused, priced "
+        "as one, and what its partitioner recomputes not kept for the backward "
+        "(docs/plan.md)",
+    )  # fmt: skip
+    run.add_argument(
+        "--float8", action="store_true",
+        help="the linears trained in float8 as torchao does (tensorwise scaling; a target "
+        "with float8 tensor cores)",
+    )  # fmt: skip
+    run.add_argument(
+        "--float8-all-gather", action="store_true",
+        help="with --float8 under FSDP2: the float8 linears' weights all-gathered and "
+        "held unsharded in float8 (torchao's enable_fsdp_float8_all_gather)",
+    )  # fmt: skip
 
 
 def parse_size(text: str, flag: str) -> int:
@@ -375,6 +386,8 @@ def _step_options(args: argparse.Namespace) -> dict[str, Any]:
         opts["compile"] = True
     if args.float8:
         opts["float8"] = True
+    if args.float8_all_gather:
+        opts["float8_all_gather"] = True
     if args.loss is not None:
         opts["loss"] = check_choice("--loss", args.loss.strip().lower(), list(LOSSES))
     if args.sequence_parallel:

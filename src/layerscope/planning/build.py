@@ -356,6 +356,8 @@ def _time(work: Step, choice: CheckpointChoice) -> _Timed:
         notes.append(COMPILED)
     if opts.float8:
         notes.append(FLOAT8)
+    if opts.float8_all_gather:
+        notes.append(FLOAT8_GATHER)
     return _Timed(time, bound, flops * opts.grad_accum, predicted, rates, notes, tp)
 
 
@@ -366,8 +368,9 @@ def price_kernels(prof: Profile, opts: Options, rates: Rates) -> Predicted:
     roof = roof_of(opts.target, str(opts.compute_dtype).removeprefix("torch."))
     fp8 = opts.target.peak("float8_e4m3fn") if opts.float8 else None
     return predict(
-        prof, rates, roof.peak, roof.bandwidth, opts.compile, fp8, attention_scale=opts.cp
-    )
+        prof, rates, roof.peak, roof.bandwidth, opts.compile, fp8, attention_scale=opts.cp,
+        float8_shard=opts.shard_size if opts.float8_all_gather else 1,
+    )  # fmt: skip
 
 
 def _parts(
@@ -423,6 +426,12 @@ FLOAT8 = (
     "float8 (torchao, tensorwise): every nn.Linear but the output projection runs its three "
     "matmuls on float8 operands at the float8 peak, with each operand's amax and cast "
     "charged; memory as in bfloat16 (the float8 copies and their savings are not counted)"
+)
+FLOAT8_GATHER = (
+    "float8_all_gather (torchao's enable_fsdp_float8_all_gather): FSDP2 casts each "
+    "float8 linear's weight shard to float8 before the all-gather, so those weights are "
+    "gathered and held unsharded at 1 byte an element; their per-tensor scales (4 B "
+    "each, one all-reduce of the amaxes a step) are not counted"
 )
 
 

@@ -49,6 +49,7 @@ __all__ = [
     "Kernels",
     "Predicted",
     "float8",
+    "float8_linears",
     "fused",
     "kernels_of",
     "predict",
@@ -216,7 +217,16 @@ def fused(kernels: Kernels) -> Kernels:
 FLOAT8_SKIPPED = ("output", "lm_head")
 
 
-def float8(kernels: Kernels, linears: frozenset[str], peak_ratio: float) -> Kernels:
+def float8_linears(prof: Profile) -> frozenset[str]:
+    """The paths of the ``nn.Linear`` modules torchao's float8 training converts: all
+    but the output projection (``FLOAT8_SKIPPED``)."""
+    return frozenset(
+        n.path for n in prof.root.walk()
+        if n.type == "Linear" and n.path.rsplit(".", 1)[-1] not in FLOAT8_SKIPPED
+    )  # fmt: skip
+
+
+def float8(kernels: Kernels, linears: frozenset[str], peak_ratio: float, shard: int = 1) -> Kernels:
     """The kernels as torchao's float8 training runs them (tensorwise scaling: every
     ``nn.Linear`` in ``linears`` has its three matmuls take float8 operands,
     ``torch._scaled_mm``, and casts each operand with a dynamic per-tensor scale):
@@ -228,7 +238,10 @@ def float8(kernels: Kernels, linears: frozenset[str], peak_ratio: float) -> Kern
     - the casts, as memory kernels of the linear: forward, the input and the weight
       (an amax read, a cast read and a float8 write: 2 + 2 + 1 bytes an element);
       backward, the output's gradient likewise, and a float8 transpose (1 + 1) of the
-      saved input and weight for the gradients' matmuls.
+      saved input and weight for the gradients' matmuls;
+    - ``shard`` > 1: FSDP2 all-gathers the weights in float8 (``float8_all_gather``), so
+      each rank casts its ``1 / shard`` of a weight before the all-gather, and the
+      forward's weight cast moves that share of the bytes.
 
     Element counts come from the forward matmul's output ``(B, M, N)`` and FLOPs
     (``K = FLOPs / (2 B M N)``): input ``B M K``, weight ``N K``, output gradient ``B M N``."""
@@ -250,7 +263,7 @@ def float8(kernels: Kernels, linears: frozenset[str], peak_ratio: float) -> Kern
     cast = 5  # bytes an element: amax read, cast read, float8 write
     for path, (inputs, weights, grads) in forward.items():
         # forward: an amax and a cast of the input and of the weight (4 kernels)
-        ahead = cast * (inputs + weights)
+        ahead = cast * inputs + cast * weights // shard
         out.rows[(path, "forward", "memory", ("float8_cast",))] = [4, 0, ahead, 0]
         # backward: the output gradient's amax and cast, the two transposes (4 kernels)
         back = cast * grads + 2 * (inputs + weights)
@@ -282,21 +295,19 @@ def predict(
     float8_peak: float | None = None,
     faster: Mapping[int, float] | None = None,
     attention_scale: int = 1,
+    float8_shard: int = 1,
 ) -> Predicted:
     """Each node's predicted forward and backward seconds on ``rates`` (module
     docstring), ``peak`` and ``bandwidth`` the datasheet's for the compute dtype;
     ``fuse``: as ``torch.compile`` runs the kernels (``fused``); ``float8_peak``: the
-    linears in float8 at that peak (``float8``); ``faster``: on a profile without kernel
+    linears in float8 at that peak (``float8``; ``float8_shard``: their weights gathered
+    in float8 over that many GPUs); ``faster``: on a profile without kernel
     records, nodes (by ``id``) whose FLOPs run at that multiple of the peak;
     ``attention_scale``: the attention kernels' work that many times the analysis's
     (context parallelism: a rank's queries against every rank's keys)."""
     kernels = kernels_of(prof)
     if kernels is not None and float8_peak:
-        linears = frozenset(
-            n.path for n in prof.root.walk()
-            if n.type == "Linear" and n.path.rsplit(".", 1)[-1] not in FLOAT8_SKIPPED
-        )  # fmt: skip
-        kernels = float8(kernels, linears, float8_peak / peak)
+        kernels = float8(kernels, float8_linears(prof), float8_peak / peak, float8_shard)
     if kernels is not None and fuse:
         kernels = fused(kernels)
     own: dict[str, dict[str, float]] = {"forward": {}, "backward": {}}

@@ -82,6 +82,9 @@ class Options:
     compile: bool = False
     #: the linears in float8 as torchao trains them (``kernels.float8``)
     float8: bool = False
+    #: FSDP2 all-gathers the float8 linears' weights in float8 (torchao's
+    #: ``enable_fsdp_float8_all_gather``: ``strategies.fsdp``)
+    float8_all_gather: bool = False
     #: "plain" (the analysis's logits and loss) or "fused" (``planning.loss``)
     loss: str = "plain"
     #: the device mesh the run was given as (``planning.mesh``; None: ``sharding``,
@@ -227,6 +230,7 @@ class Options:
             **({"reduce_dtype": self.reduce_dtype} if self.reduce_dtype else {}),
             **({"compile": True} if self.compile else {}),
             **({"float8": True} if self.float8 else {}),
+            **({"float8_all_gather": True} if self.float8_all_gather else {}),
             **({"loss": self.loss} if self.loss != "plain" else {}),
             **({"mesh": self.mesh.to_dict()} if self.mesh else {}),
             **({"sequence_parallel": True} if self.sequence_parallel else {}),
@@ -245,7 +249,7 @@ DEFAULTS: dict[str, Any] = {
     "rank": 0, "reshard_after_forward": True, "units": None,
     "inter_node_bandwidth": None, "bucket_cap_mb": 25, "hsdp": None,
     "checkpoint": None, "cluster": None, "reduce_dtype": None, "compile": False,
-    "float8": False, "loss": "plain", "mesh": None, "tp_plan": None,
+    "float8": False, "float8_all_gather": False, "loss": "plain", "mesh": None, "tp_plan": None,
     "sequence_parallel": False, "microbatches": None, "schedule": "1f1b", "pp_split": None,
     "stage": None, "return_outputs": True, "virtual_stages": None,
 }  # fmt: skip
@@ -332,6 +336,7 @@ def check_options(given: Mapping[str, Any]) -> Options:
         reduce_dtype=_reduce_dtype(o["reduce_dtype"], sharding),
         compile=check_bool("compile", o["compile"]),
         float8=_float8(o["float8"], spec),
+        float8_all_gather=_float8_all_gather(o, sharding, hsdp[1] if hsdp else dp),
         loss=str(o["loss"]),
         mesh=mesh,
         tp_plan=_tp_plan(o["tp_plan"], tp),
@@ -461,6 +466,23 @@ def _float8(value: Any, spec: DeviceSpec) -> bool:
             "have (H100, H200, L4, L40S and newer do): drop float8 or pick such a target"
         )
     return bool(value)
+
+
+def _float8_all_gather(o: Mapping[str, Any], sharding: str, shard: int) -> bool:
+    """``float8_all_gather``: FSDP2's, of float8 linears, over at least 2 GPUs."""
+    if not check_bool("float8_all_gather", o["float8_all_gather"]):
+        return False
+    if not o["float8"]:
+        raise InvalidInputError(
+            "float8_all_gather all-gathers the float8 linears' weights in float8: it needs "
+            "float8=True (--float8)"
+        )
+    if sharding != "fsdp" or shard < 2:
+        raise InvalidInputError(
+            f"float8_all_gather is FSDP2's all-gather in float8: it needs sharding='fsdp' "
+            f"over 2 or more GPUs, got sharding={sharding!r} over {shard}"
+        )
+    return True
 
 
 def _reduce_dtype(value: Any, sharding: str) -> str | None:

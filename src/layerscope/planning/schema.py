@@ -84,7 +84,7 @@ _OPTIONS = {
     "units": Opt(Arr(Str())), "fsdp_units": Arr(Str()),
     "inter_node_bandwidth": Opt(Finite()), "bucket_cap_mb": Finite(),
     "hsdp": Opt(Arr(Int(1), length=2)), "cluster": Obj({}), "reduce_dtype": Opt(Str()),
-    "compile": Opt(Bool()), "float8": Opt(Bool()),
+    "compile": Opt(Bool()), "float8": Opt(Bool()), "float8_all_gather": Opt(Bool()),
     "loss": Str(), "mesh": Opt(Map(Int(1))), "sequence_parallel": Opt(Bool()),
     "tp_plan": Opt(Map(Str())), "microbatches": Opt(Int(1)), "schedule": Opt(Str()),
     "pp_split": Opt(Arr(Str())), "return_outputs": Opt(Bool()),

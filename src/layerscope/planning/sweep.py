@@ -322,6 +322,8 @@ def plan_sweep(
         "input": source.describe(), **({"loss": opts.loss} if opts.loss != "plain" else {}),
         **({"compile": True} if opts.compile else {}),
         **({"float8": True} if opts.float8 else {}),
+        # FSDP2's: asked for every row, in effect where a row shards with FSDP2
+        **({"float8_all_gather": True} if fixed.get("float8_all_gather") else {}),
     }  # fmt: skip
     return Sweep(swept or ["world_size"], rows, setting)
 
@@ -338,6 +340,10 @@ def _row(
     merged = fixed | given
     if chosen["tp"] is not None or chosen["pp"] is not None:
         merged = _mesh_split(merged, chosen["tp"], chosen["pp"])
+    if merged.get("float8_all_gather"):  # FSDP2's: the rows without an FSDP2 shard run without it
+        shard = check_options({**merged, "float8_all_gather": False})
+        if shard.sharding != "fsdp" or shard.shard_size < 2:
+            merged = {**merged, "float8_all_gather": False}
     opts = check_options(merged)  # an axis left None: its default, or the mesh's
     batch = chosen["micro_batch"]
     here = source.at(batch) if batch is not None else source

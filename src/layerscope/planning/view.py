@@ -193,6 +193,7 @@ def _heading(section: Mapping[str, Any], width: int) -> list[Line]:
     loss = f", loss {o['loss']}" if o.get("loss", "plain") != "plain" else ""
     loss += ", compiled" if o.get("compile") else ""
     loss += ", float8 linears" if o.get("float8") else ""
+    loss += " gathered in float8" if o.get("float8_all_gather") else ""
     text = (
         f"Sharding {sharding}, precision {o.get('precision', '?')}, optimizer "
         f"{o.get('optimizer', '?')}{loss}; micro-batch {batch}, grad_accum "
@@ -475,7 +476,9 @@ def sweep_lines(sweep: Mapping[str, Any], width: int, max_rows: int | None = Non
             + f"; input {setting.get('input')} per GPU"
             + (f"; loss {setting['loss']}" if setting.get("loss") else "")
             + ("; compiled" if setting.get("compile") else "")
-            + ("; float8" if setting.get("float8") else "") + ".", "",
+            + ("; float8" if setting.get("float8") else "")
+            + (" gathered in float8 under FSDP2" if setting.get("float8_all_gather") else "")
+            + ".", "",
         ))  # fmt: skip
     if fixed:
         facts.append(("The same in every plan: " + ", ".join(fixed) + ".", ""))

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from layerscope.metrics.commkinds import wire_bytes
 from layerscope.planning.collectives import Link
 from layerscope.planning.facts import fsdp_units, owner_lookup
+from layerscope.planning.kernels import float8_linears
 from layerscope.planning.states import REDUCE_DTYPES, ModelStates, fsdp_shard
 from layerscope.planning.strategy import Prepared, Step, Strategy, Times, link, optimizer_bytes
 from layerscope.planning.strategy import weight_size as _weight_size
@@ -65,11 +66,16 @@ class FSDP2(Strategy):
         units = fsdp_units(step.prof, opts)
         owned: dict[str, list[tuple[int, ...]]] = {u: [] for u in units}
         still: dict[str, list[tuple[int, ...]]] = {u: [] for u in units}  # frozen ones
+        eight: dict[str, list[tuple[int, ...]]] = {u: [] for u in units}  # float8 gathers
+        linears = float8_linears(step.prof) if opts.float8_all_gather else frozenset()
         owner = owner_lookup(units)
         for p in step.params:
             owned[owner(p.module)].append(p.shape)
         for p in step.frozen:
             still[owner(p.module)].append(p.shape)
+        for p in (*step.params, *step.frozen):
+            if p.module in linears and p.name.endswith(".weight"):
+                eight[owner(p.module)].append(p.shape)
 
         def padded(shapes: Sequence[Sequence[int]]) -> int:
             return sum(fsdp_shard(s, n, 0)[1] for s in shapes)
@@ -79,8 +85,10 @@ class FSDP2(Strategy):
         experts = set(step.prof.model.get("experts", ())) if opts.ep > 1 else set()
         worlds = {u: n // opts.ep if u in experts else n for u in units}
         shards = [
-            Unit(u, padded(owned[u]) + padded(still[u]), padded(owned[u]), worlds[u]) for u in units
-        ]
+            Unit(u, padded(owned[u]) + padded(still[u]), padded(owned[u]), worlds[u],
+                 padded(eight[u]))
+            for u in units
+        ]  # fmt: skip
         # gradients are reduced in the reduce dtype, then kept in the gradients' own
         reduce = REDUCE_DTYPES[opts.reduce_dtype] if opts.reduce_dtype else grad_size
         setup.events.append(FSDPEvents(
@@ -91,6 +99,7 @@ class FSDP2(Strategy):
         comm: dict[str, Any] = dict(fsdp_collectives(
             owned, world_size=n, param_bytes=low, reduce_bytes=reduce,
             reshard_after_forward=opts.reshard_after_forward, frozen=still, worlds=worlds,
+            float8=eight,
         ))  # fmt: skip
         if opts.replicas > 1:  # HSDP: each gradient shard all-reduced over the replicas
             for u in shards:
@@ -101,7 +110,7 @@ class FSDP2(Strategy):
                     comm[u.path]["backward"]["all_reduce"] = row
         rows = {
             u.path: {"unit": True, "shard_elements": u.padded,
-                     "unsharded_bytes": u.world * u.padded * low}
+                     "unsharded_bytes": (u.world or n) * u.shard_bytes(low)}
             for u in shards
         }  # fmt: skip
         return Prepared(comm, units, rows)
@@ -130,7 +139,7 @@ class FSDP2(Strategy):
             own_f = fwd[id(node)] - sum(fwd[id(m)] for m in nested)
             own_b = bwd[id(node)] - sum(bwd[id(m)] for m in nested)
             own_b += sum(fwd[id(prof.node(p))] for p in recomputed[unit.path])
-            works.append(UnitWork(unit.path, own_f, own_b, unit.padded * replay.param_size,
+            works.append(UnitWork(unit.path, own_f, own_b, unit.shard_bytes(replay.param_size),
                                   (unit.world or n) * unit.trained * replay.reduce_size,
                                   opts.reshard_after_forward and unit.path != "",
                                   unit.trained * replay.reduce_size))  # fmt: skip
@@ -153,6 +162,7 @@ def fsdp_collectives(
     root: str = "",
     frozen: Mapping[str, Sequence[Sequence[int]]] | None = None,
     worlds: Mapping[str, int] | None = None,
+    float8: Mapping[str, Sequence[Sequence[int]]] | None = None,
 ) -> dict[str, Any]:
     """Per unit path (its own trainable parameters' shapes, and in ``frozen`` its frozen
     ones'), by phase and kind; module doc. ``param_bytes``/``reduce_bytes``: bytes per
@@ -161,7 +171,9 @@ def fsdp_collectives(
     a gradient only). A unit of frozen parameters only is gathered for the backward
     too: the backward prefetch of the unit after it gathers it even when no gradient
     reaches it. ``worlds``: a unit's own GPUs where they are not ``world_size``'s (each
-    rank's shard counted over ``world_size`` all the same: ``planning.expertparallel``)."""
+    rank's shard counted over ``world_size`` all the same: ``planning.expertparallel``).
+    ``float8``: of a unit's parameters, those gathered in float8, 1 byte an element
+    (``float8_all_gather``)."""
     out: dict[str, Any] = {}
     for path in {**units, **(frozen or {})}:
         trained = sum(fsdp_shard(shape, world_size, 0)[1] for shape in units.get(path, ()))
@@ -170,7 +182,8 @@ def fsdp_collectives(
         if not padded:
             continue
         group = (worlds or {}).get(path, world_size)
-        gather = _ring("all_gather", padded * param_bytes, group)
+        eight = sum(fsdp_shard(shape, world_size, 0)[1] for shape in (float8 or {}).get(path, ()))
+        gather = _ring("all_gather", (padded - eight) * param_bytes + eight, group)
         scatter = _ring("reduce_scatter", group * trained * reduce_bytes, group)
         backward: dict[str, dict[str, Any]] = {"reduce_scatter": scatter} if trained else {}
         if reshard_after_forward and path != root:
@@ -234,25 +247,33 @@ def fsdp_exposed(
 @dataclass(frozen=True)
 class Unit:
     """An FSDP2 unit: its path, its parameters' padded shard (elements per rank), of
-    that the trainable parameters' (the gradient shard; all of it when None), and the
-    GPUs it is sharded over (0: the plan's; an experts unit under expert parallelism:
-    ``planning.expertparallel``)."""
+    that the trainable parameters' (the gradient shard; all of it when None), the GPUs
+    it is sharded over (0: the plan's; an experts unit under expert parallelism:
+    ``planning.expertparallel``) and the elements gathered in float8."""
 
     path: str
     padded: int
     grad_padded: int | None = None
     world: int = 0
+    #: of ``padded``, the elements gathered in float8 (``float8_all_gather``)
+    float8: int = 0
 
     @property
     def trained(self) -> int:
         """Elements per rank of the trainable parameters' padded shard."""
         return self.padded if self.grad_padded is None else self.grad_padded
 
+    def shard_bytes(self, param_size: int) -> int:
+        """Bytes of the shard as gathered: ``param_size`` an element, float8's 1."""
+        return (self.padded - self.float8) * param_size + self.float8
+
 
 class FSDPEvents(Events):
     """FSDP2 per unit in the replay: before its forward, the all-gather's output
-    (``world_size`` padded shards in the parameter dtype; under mixed precision also an
-    input buffer of one shard, freed after the all-gather) and the unsharded parameters
+    (``world_size`` padded shards in the parameter dtype, float8 linears' weights in
+    float8 under ``float8_all_gather``; under mixed precision also an input buffer of one
+    shard, and of the float8 weights' shards alone without it, freed after the
+    all-gather) and the unsharded parameters
     (as large: FSDP2 keeps them padded); the output is freed when the next unit's
     all-gather is done (the last at the end of the forward). After the forward the
     unsharded parameters are freed (resharded), except the root's or with
@@ -353,16 +374,17 @@ class FSDPEvents(Events):
 
     # ---- one unit --------------------------------------------------------------------
     def gather(self, r: Replay, unit: Unit, event: str) -> None:
-        out = (unit.world or self.world_size) * unit.padded * self.param_size
-        if self.cast_gather:
-            r.alloc("gather_in", "comm_buffer_bytes", unit.padded * self.param_size)
+        shard = unit.shard_bytes(self.param_size)
+        out = (unit.world or self.world_size) * shard
+        if self.cast_gather or unit.float8:  # the gather's input: the shard's cast copies
+            r.alloc("gather_in", "comm_buffer_bytes", shard if self.cast_gather else unit.float8)
         r.alloc(f"gather:{unit.path}", "comm_buffer_bytes", out)
-        if self.cast_gather:
+        if self.cast_gather or unit.float8:
             r.emit(event, unit.path)
             r.free("gather_in")
 
     def unshard(self, r: Replay, unit: Unit) -> None:
-        nbytes = (unit.world or self.world_size) * unit.padded * self.param_size
+        nbytes = (unit.world or self.world_size) * unit.shard_bytes(self.param_size)
         r.alloc(f"unsharded:{unit.path}", "unsharded_param_bytes", nbytes)
 
     def pre_forward(self, r: Replay, unit: Unit, previous: Unit | None) -> None:
