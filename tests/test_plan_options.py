@@ -147,7 +147,8 @@ def test_to_dict_is_every_option_in_plan_form() -> None:
         "reserve_bytes": RESERVE_BYTES, "rank": 0, "reshard_after_forward": True,
         "units": ["0"], "inter_node_bandwidth": None, "bucket_cap_mb": 25,
         "hsdp": [2, 4], "checkpoint": ["1"], "cluster": None, "reduce_dtype": None,
-        "compile": False, "float8": False, "float8_all_gather": False, "loss": "plain", "mesh": None, "tp_plan": None,
+        "compile": False, "float8": False, "float8_all_gather": False, "loss": "plain",
+        "mesh": None, "tp_plan": None,
         "sequence_parallel": False, "microbatches": None, "schedule": "1f1b",
         "pp_split": None, "stage": None, "return_outputs": True, "virtual_stages": None,
     }  # fmt: skip

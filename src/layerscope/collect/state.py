@@ -274,11 +274,18 @@ class ModelState:
         return notices
 
     def _restore(self) -> list[str]:
-        self._restore_rng()
-        self._restore_lazy()
-        self._restore_modules()
-        self._restore_values()
-        return self._restore_params()
+        """Every step, even after one fails (then ``LayerscopeError`` naming it)."""
+        failed: list[str] = []
+        notices: list[str] = []
+        for step in (self._restore_rng, self._restore_lazy, self._restore_modules,
+                     self._restore_values, self._restore_params):  # fmt: skip
+            try:
+                notices.extend(step() or ())
+            except Exception as e:  # the other steps still run
+                failed.append(f"{step.__name__.strip('_').replace('_', ' ')}: {e!r}"[:300])
+        if failed:
+            raise LayerscopeError("could not put the model back as it was: " + "; ".join(failed))
+        return notices
 
     def _restore_rng(self) -> None:
         torch.set_rng_state(self.cpu_rng)
@@ -322,7 +329,9 @@ class ModelState:
             for batch in self.batches:
                 _restore_batch(batch)
             for b, saved in [*self.buffers, *self.grads, *self.renormed]:
-                if _has_values(b) and not torch.equal(b, saved):
+                # sparse: no torch.equal, so copied back whole
+                sparse = b.layout is not torch.strided
+                if sparse or (_has_values(b) and not torch.equal(b, saved)):
                     b.copy_(saved)
         _reset_versions([*self.versions, *((t, version) for t, *_, version in self.lazy)])
 
