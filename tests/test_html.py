@@ -408,11 +408,13 @@ def test_hostile_module_name_is_text_and_runs_nothing(open_report: Any) -> None:
 def test_number_formats_match_the_console(open_report: Any) -> None:
     p = open_report(small())
     samples: list[tuple[str, float, str]] = []
-    for x in (0, 7, 999, 1000, 28032, 1898496, 2.5e9, 1.23456e12, 1.23e15, -4096.0, 12.345):
+    # and at the units' edges, where a value rounds up to the next unit
+    for x in (0, 7, 999, 1000, 28032, 1898496, 2.5e9, 1.23456e12, 1.23e15, -4096.0, 12.345,
+              999_999, 999_499, 999.9, 2**20 - 1, 1023.999, -999_999):  # fmt: skip
         samples.append(("count", x, units.count(x)))
         samples.append(("si", x, units.si(x)))
         samples.append(("bytes", x, units.nbytes(x)))
-    for t in (0.0, 4.2e-9, 1.5e-6, 3.3e-4, 0.0123, 1.0, 42.0, 75.0, 9000.0):
+    for t in (0.0, 4.2e-9, 1.5e-6, 3.3e-4, 0.0123, 1.0, 42.0, 75.0, 9000.0, 0.9996, 9.996e-7):
         samples.append(("seconds", t, units.seconds(t)))
     for q in (0.0, 7.6e-05, 0.042, 0.5, 12.345, 99.97, 100.0):
         samples.append(("pct", q, units.pct(q)))
@@ -424,6 +426,12 @@ def test_number_formats_match_the_console(open_report: Any) -> None:
     assert got == [want for *_, want in samples]
     # the console's words for the two that once differed: P, and no exponent in a %
     assert units.si(1.23e15) == "1.23 P" and units.pct(7.6e-05) == "0.000076%"
+    # rounded up to the next unit, not an exponent: 999,999 in 3 significant digits is
+    # 1.00e6; 0.9996 s is 1.00 s; 1,048,575 B is 1023.999 KiB, 1.00 MiB in 2 decimals
+    assert (units.si(999_999), units.seconds(0.9996), units.nbytes(2**20 - 1)) == (
+        "1 M", "1 s", "1.00 MiB"
+    )  # fmt: skip
+    assert (units.si(999.9), units.nbytes(1023.999)) == ("999.9", "1023 B")  # exact below
     p.clean()
 
 

@@ -33,10 +33,20 @@ def plural(n: float, word: str, words: str | None = None) -> str:
     return f"{count(n)} {word if n == 1 else (words or word + 's')}"
 
 
+def _reaches(n: float, scale: float, spec: str, smallest: float) -> bool:
+    """Whether ``n`` prints as at least 1 of the unit ``scale``: at least it, or rounded up
+    to it from a unit that would print it as 1000 or more (``999,999`` is ``1 M`` in 3
+    significant digits, not ``1e+03 K``); below the ``smallest`` unit, values print
+    exactly, so only reaching it counts."""
+    if abs(n) >= scale:
+        return True
+    return scale > smallest and float(format(abs(n) / scale, spec)) >= 1
+
+
 def si(n: float) -> str:
     """Magnitude with an SI suffix and 3 significant digits: ``1.23 G``."""
     for scale, suffix in _SI:
-        if abs(n) >= scale:
+        if _reaches(n, scale, ".3g", _SI[-1][0]):
             return f"{n / scale:.3g} {suffix}"
     return f"{n:g}"
 
@@ -44,7 +54,7 @@ def si(n: float) -> str:
 def nbytes(n: float) -> str:
     """Bytes in binary units: ``512 B``, ``4.50 KiB``, ``1.23 GiB``."""
     for scale, suffix in _BIN:
-        if abs(n) >= scale:
+        if _reaches(n, scale, ".2f", _BIN[-1][0]):
             return f"{n / scale:.2f} {suffix}"
     return f"{int(n)} B"
 
@@ -52,7 +62,7 @@ def nbytes(n: float) -> str:
 def seconds(t: float) -> str:
     """Seconds in the largest unit that keeps the value at least 1: ``1.23 ms``, ``2.5 min``."""
     for scale, suffix in _TIME:
-        if abs(t) >= scale:
+        if _reaches(t, scale, ".3g", 0.0):  # below µs: ns in 3 significant digits
             return f"{t / scale:.3g} {suffix}"
     return f"{t / 1e-9:.3g} ns"
 
@@ -124,6 +134,6 @@ BY_KIND: dict[str, Callable[[float], str]] = {
 def inputs_per_second(n: float) -> str:
     """Throughput: ``812.5 inputs/s``, ``12.3 K inputs/s``, ``1.5 M inputs/s``."""
     for scale, suffix in ((1e6, "M "), (1e3, "K ")):
-        if abs(n) >= scale:
+        if _reaches(n, scale, ".3g", 1e3):
             return f"{n / scale:.3g} {suffix}inputs/s"
     return f"{n:,.1f} inputs/s"

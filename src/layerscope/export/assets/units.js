@@ -25,16 +25,24 @@
   var SI = [[1e18, "E"], [1e15, "P"], [1e12, "T"], [1e9, "G"], [1e6, "M"], [1e3, "K"]];
   var BIN = [[Math.pow(2, 40), "TiB"], [Math.pow(2, 30), "GiB"], [Math.pow(2, 20), "MiB"], [1024, "KiB"]];
   var SEC = [[60, "min"], [1, "s"], [1e-3, "ms"], [1e-6, "\u00b5s"]];
+  function reaches(n, scale, shown, smallest) {
+    // at least 1 of the unit, or rounded up to it from a unit that would print 1000 or
+    // more (999,999 is "1 M", not "1e+03 K"); below the smallest unit values print exactly
+    if (Math.abs(n) >= scale) return true;
+    return scale > smallest && parseFloat(shown(Math.abs(n) / scale)) >= 1;
+  }
+  function g3(x) { return g(x, 3); }
+  function f2(x) { return x.toFixed(2); }
   function si(n) {
-    for (var k = 0; k < SI.length; k++) if (Math.abs(n) >= SI[k][0]) return g(n / SI[k][0], 3) + " " + SI[k][1];
+    for (var k = 0; k < SI.length; k++) if (reaches(n, SI[k][0], g3, 1e3)) return g(n / SI[k][0], 3) + " " + SI[k][1];
     return g(n, 6);
   }
   function nbytes(n) {
-    for (var k = 0; k < BIN.length; k++) if (Math.abs(n) >= BIN[k][0]) return (n / BIN[k][0]).toFixed(2) + " " + BIN[k][1];
+    for (var k = 0; k < BIN.length; k++) if (reaches(n, BIN[k][0], f2, 1024)) return (n / BIN[k][0]).toFixed(2) + " " + BIN[k][1];
     return Math.trunc(n) + " B";
   }
   function seconds(t) {
-    for (var k = 0; k < SEC.length; k++) if (Math.abs(t) >= SEC[k][0]) return g(t / SEC[k][0], 3) + " " + SEC[k][1];
+    for (var k = 0; k < SEC.length; k++) if (reaches(t, SEC[k][0], g3, 0)) return g(t / SEC[k][0], 3) + " " + SEC[k][1];
     return g(t / 1e-9, 3) + " ns";
   }
   function pct(p) {
