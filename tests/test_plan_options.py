@@ -251,3 +251,17 @@ def test_the_default_budget_is_what_the_device_lets_a_process_use() -> None:
     assert check_options({"target": TINY}).budget == 2_000_000  # its memory_bytes
     with pytest.raises(InvalidInputError, match="usable_memory_bytes must be at most"):
         ls.device_spec({**TINY, "usable_memory_bytes": 3_000_000})
+
+
+def test_sweep_rows_over_shardings_and_precisions_are_the_plans() -> None:
+    """DDP's bf16-mixed analyses the float32 model under autocast, FSDP2's and ZeRO's the
+    model in bfloat16, plain bf16 too: the rows share an analysis only where the plans
+    would, so each row, in either order, is ``ls.plan`` with its options."""
+    options = {**BASE, "budget": 6_000_000, "world_size": 4}
+    for shardings in (["ddp", "fsdp", "zero2"], ["fsdp", "ddp"]):
+        sweep = ls.plan_sweep(MODEL, input_shape=(2, *SHAPE), sharding=shardings,
+                              precision=["bf16", "bf16-mixed"], **options)  # fmt: skip
+        assert len(sweep.rows) == 2 * len(shardings)
+        for row in sweep.rows:
+            alone = _plan(2, {**options, "sharding": row.sharding, "precision": row.precision})
+            assert (row.peak_bytes, row.step_time) == (alone.peak_bytes, alone.step_time)

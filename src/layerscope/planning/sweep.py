@@ -350,7 +350,9 @@ def _row(
     # "op" or a policy: its op records; compile: its op graph; tensor parallelism: the
     # model split by its plan
     ops = opts.checkpoint if per_op(opts.checkpoint) else None
-    key = (batch, str(opts.compute_dtype), ops, opts.compile, opts.tp,
+    # the analysis differs by compute dtype and by autocast (DDP's bf16-mixed runs the
+    # float32 model under autocast; FSDP2's casts the model to bfloat16)
+    key = (batch, str(opts.compute_dtype), opts.autocast, ops, opts.compile, opts.tp,
            opts.sequence_parallel, opts.pp, opts.pp_split)  # fmt: skip
     if key not in analyses:
         analyses[key] = analysed(source.model, here.args, here.kwargs, here.input_shape,
