@@ -148,12 +148,15 @@ class DeviceSpec:
 
 def _usable(value: Any, memory: int | None) -> int | None:
     """A spec's ``usable_memory_bytes``: a positive whole number of bytes, at most
-    ``memory_bytes`` when that is given (a process cannot use more than the device has)."""
+    ``memory_bytes`` read as binary gigabytes when that is given (a process cannot use
+    more than the device has; a datasheet's "80 GB" is 80 GiB of memory: the H100's
+    usable 85,029,158,912 B is more than 80e9)."""
     if value is None:
         return None
     usable = int(check_number("usable_memory_bytes", value, positive=True))
-    if memory is not None and usable > memory:
-        refuse("usable_memory_bytes", value, f"at most memory_bytes ({memory:,})")
+    most = None if memory is None else memory * 2**30 // 10**9
+    if most is not None and usable > most:
+        refuse("usable_memory_bytes", value, f"at most memory_bytes as GiB ({most:,})")
     return usable
 
 
