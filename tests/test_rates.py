@@ -71,6 +71,13 @@ def test_rates_round_trip_and_refuse_a_share_above_one() -> None:
     assert again == H100
     with pytest.raises(InvalidInputError, match=r"rates matmul is a fraction of the peak"):
         Rates.from_mapping({"matmul": 1.2})
+    # a negative launch would price kernels below their roofline; a tile of 0 divides by 0
+    with pytest.raises(InvalidInputError, match=r"rates launch must be a number >= 0"):
+        Rates.from_mapping({"launch": -1e-5})
+    for tiles in ([[0, 128]], [], [[128]], [[128.5, 2]]):
+        with pytest.raises(InvalidInputError, match="rates tiles"):
+            Rates.from_mapping({"tiles": tiles})
+    assert Rates.from_mapping({"tiles": [[128, 256]], "launch": 0}).tiles == ((128, 256),)
     generic = rates_of(device_spec("l4"))
     assert (generic.name, generic.calibrated, generic.sms) == ("generic", False, None)
 

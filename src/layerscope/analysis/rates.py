@@ -167,19 +167,40 @@ class Rates:
         sms = data.get("sms")
         if sms is not None:
             sms = int(check_number("rates sms", sms, positive=True))
-        tiles = tuple((int(t[0]), int(t[1])) for t in data.get("tiles", TILES))
+        tiles = _tiles(data.get("tiles", TILES))
         return cls(
             name=str(data.get("name", name)),
             calibrated=bool(data.get("calibrated", False)),
             sms=sms,
             tiles=tiles,
-            launch=check_number("rates launch", data.get("launch", GENERIC_LAUNCH)),
+            launch=check_number("rates launch", data.get("launch", GENERIC_LAUNCH), low=0.0),
             overlap=_overlap(data.get("overlap", GENERIC_OVERLAP)),
             attention=_attention_table(data.get("attention", {})),
             sources=tuple(str(s) for s in data.get("sources", ())),
             notes=str(data.get("notes", "")),
             **frac,
         )
+
+
+def _tiles(value: Any) -> tuple[tuple[int, int], ...]:
+    """``tiles``: one or more (rows, columns) output tiles, each a positive whole number."""
+    ok = isinstance(value, list | tuple) and len(value) > 0
+    pairs: list[tuple[int, int]] = []
+    for t in value if ok else ():
+        if not (isinstance(t, list | tuple) and len(t) == 2):
+            ok = False
+            break
+        sizes = [check_number("rates tiles", d, positive=True) for d in t]
+        if not all(float(d).is_integer() for d in sizes):
+            ok = False
+            break
+        pairs.append((int(sizes[0]), int(sizes[1])))
+    if not ok:
+        raise InvalidInputError(
+            f"rates tiles: a list of [rows, columns] output tiles of whole positive sizes, "
+            f"got {value!r}"
+        )
+    return tuple(pairs)
 
 
 def _overlap(value: Any) -> float:
