@@ -384,7 +384,9 @@ def _parts(
 ) -> dict[str, float]:
     """The step's parts from each node's forward and backward seconds: compute,
     recompute, the strategy's collectives and ``tp``, tensor parallelism's (on the
-    critical path, none hidden), the optimizer's bytes over ``bandwidth``; with
+    critical path, none hidden), the optimizer's bytes over ``bandwidth`` (the
+    parameters it updates, its states and master weights read and written, the
+    gradients read); with
     ``overlap`` above 1 (compute beside a collective takes that many times as long:
     ``Rates.overlap``), ``contention``, what the hidden collectives slow compute by."""
     prof, opts, setup = work.prof, work.opts, work.setup
@@ -394,9 +396,13 @@ def _parts(
     total, exposed = opts.strategy.comm_time(work, Times(fwd, bwd, choice.paths))
     total, exposed = total + tp, exposed + tp
     st = setup.rest
+    # the step reads and writes the parameters it updates: the trainable ones (frozen
+    # ones are not touched), under ZeRO this rank's partition of them
+    updated = _states(opts, [p.shape for p in work.params], []).param_bytes
+    if opts.strategy.updates_partition:
+        updated = -(-updated // opts.dp_size)
     moved = (
-        2 * (st["param_bytes"] + st["optimizer_state_bytes"] + st["master_weight_bytes"])
-        + setup.final_grads
+        2 * (updated + st["optimizer_state_bytes"] + st["master_weight_bytes"]) + setup.final_grads
     )
     accum = opts.grad_accum
     parts = {

@@ -71,6 +71,9 @@ class Strategy(ABC):
     name: str
     #: mixed precision runs as autocast (float32 weights and states, 16-bit copies)
     autocast: bool = False
+    #: the optimizer step updates this rank's partition of parameters it holds whole
+    #: (ZeRO-1/2), not all it holds
+    updates_partition: bool = False
 
     def check(self, world_size: int) -> None:
         """Refuse a world size the strategy cannot run on (``InvalidInputError``); any

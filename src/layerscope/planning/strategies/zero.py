@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 class ZeRO(Replicated):
     """ZeRO at ``stage`` 1 or 2; module doc."""
 
+    updates_partition = True
+
     def __init__(self, stage: int) -> None:
         self.stage = stage
         self.name = f"zero{stage}"
