@@ -241,6 +241,8 @@ COPIES = (
     "_functional_assert_async",
     "_functional_assert_scalar",
     "_assert_tensor_metadata",
+    # linalg's check of its info tensor (raises on a singular input): no arithmetic
+    "_linalg_check_errors",
     "sym_constrain_range",
     "sym_constrain_range_for_size",
     "_functional_sym_constrain_range",
