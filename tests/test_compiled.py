@@ -38,3 +38,22 @@ def test_compiled_model_without_timing_has_no_compiled_latency() -> None:
     compiled: nn.Module = torch.compile(model(), backend="eager")  # type: ignore[assignment]
     prof = ls.profile(compiled, torch.randn(2, 4))
     assert "compiled" not in prof.timing
+
+
+def test_a_compiled_submodule_is_named_in_a_notice_once() -> None:
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = nn.Linear(4, 4)
+            self.b = torch.compile(nn.Sequential(nn.Linear(4, 4), nn.ReLU()))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.b(self.a(x))
+
+    prof = ls.profile(Net(), torch.randn(2, 4))
+    said = [n for n in prof.notices if "compile'd submodules" in n]
+    assert said == [
+        "torch.compile'd submodules (b): layerscope analysed their original eager modules "
+        "(under _orig_mod); the compiled graphs may fuse or reorder their ops"
+    ]
+    assert prof.node("b._orig_mod.0").metrics["macs"] == 2 * 4 * 4

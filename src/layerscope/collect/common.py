@@ -57,6 +57,14 @@ def unwrap_model(model: Any) -> tuple[nn.Module, list[str]]:
         break
     if not isinstance(model, nn.Module):
         raise InvalidInputError(f"expected a torch.nn.Module, got {type(model).__name__}")
+    inner_compiled = [name for name, m in model.named_modules() if name and is_compiled(m)]
+    if inner_compiled:
+        shown = ", ".join(inner_compiled[:3]) + (", ..." if len(inner_compiled) > 3 else "")
+        notices.append(
+            f"torch.compile'd submodules ({shown}): layerscope analysed their original "
+            "eager modules (under _orig_mod); the compiled graphs may fuse or reorder "
+            "their ops"
+        )
     return model, notices
 
 

@@ -168,7 +168,9 @@ def profile(
             check_timing_device(model, given.values)
         with meta_values():  # transformers' value checks, answered for meta tensors
             prof, call_args = run.analyse(p, given)
-        prof.notices[:0] = notices  # what unwrapping the model found comes first
+        # what unwrapping the model found comes first (the analysis's own unwrapping of
+        # the unwrapped model may have found its compiled submodules again)
+        prof.notices[:0] = [n for n in notices if n not in prof.notices]
         if timing_options is not None:
             run.time(prof, compiled, call_args, given.kwargs or {}, timing_options, p.tracker.tree)
         return prof
