@@ -558,3 +558,36 @@ def test_an_interrupt_in_the_timing_pass_gets_a_note_naming_the_module() -> None
     assert info.value.__notes__ == [
         "layerscope: raised in module '1' (_InterruptedOnCall) during the timing pass"
     ]
+
+
+def test_each_timed_run_takes_the_inputs_as_given() -> None:
+    """A cache the model appends to: every timed run starts from the empty cache the
+    analysis started from (each run does the same work), and the user's cache holds the
+    analysis pass's one call, 4 tokens; a tensor changed in place is said in a notice."""
+
+    class Cache:
+        def __init__(self) -> None:
+            self.held: list[torch.Tensor] = []
+
+    seen: list[int] = []
+
+    class Appends(nn.Module):
+        def forward(self, x: torch.Tensor, cache: Cache) -> torch.Tensor:
+            seen.append(len(cache.held))
+            cache.held.append(x)
+            return torch.cat(cache.held).sum(0)
+
+    cache = Cache()
+    ls.profile(Appends(), args=(torch.randn(4, 8), cache), timing={"repeats": 3, "warmup": 2})
+    assert len(cache.held) == 1
+    assert seen and set(seen) == {0}  # every run, the analysis's included, saw none held
+
+    class Increments(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x.add_(1) * 2
+
+    x = torch.zeros(3)
+    prof = ls.profile(Increments(), x, timing={"repeats": 1, "warmup": 0})
+    assert any("changed its input tensors in place" in n for n in prof.notices)
+    plain = ls.profile(nn.Linear(3, 3), torch.zeros(3), timing={"repeats": 1, "warmup": 0})
+    assert not any("in place" in n for n in plain.notices)

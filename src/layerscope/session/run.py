@@ -24,6 +24,7 @@ from layerscope.collect.signature import iter_tensors
 from layerscope.collect.state import ModelState
 from layerscope.collect.target import Target
 from layerscope.collect.timing import TimingOptions, measure, region_paths, time_compiled
+from layerscope.collect.timing.context import stateful_copy
 from layerscope.collect.tree import ModelTree
 from layerscope.errors import InvalidInputError, LayerscopeError, ModelError
 from layerscope.gcpause import gc_paused
@@ -164,15 +165,19 @@ def profile(
                 raise InvalidInputError("backward=True and timing need an input")
             tree = ModelTree.build(model)
             return build_profile(ScopeTracker(tree), ran=False, notices=notices, observers=())
+        template = None
         if timing_options is not None:
             check_timing_device(model, given.values)
+            # the inputs as given, for every timed run (the analysis may change a cache)
+            template = stateful_copy(given.args or (), given.kwargs or {})
         with meta_values():  # transformers' value checks, answered for meta tensors
             prof, call_args = run.analyse(p, given)
         # what unwrapping the model found comes first (the analysis's own unwrapping of
         # the unwrapped model may have found its compiled submodules again)
         prof.notices[:0] = [n for n in notices if n not in prof.notices]
         if timing_options is not None:
-            run.time(prof, compiled, call_args, given.kwargs or {}, timing_options, p.tracker.tree)
+            run.time(prof, compiled, call_args, given.kwargs or {}, timing_options, p.tracker.tree,
+                     template)  # fmt: skip
         return prof
 
 
@@ -317,16 +322,22 @@ class _Run:
         kwargs: dict[str, Any],
         options: TimingOptions,
         tree: ModelTree,
+        template: tuple[tuple[Any, ...], dict[str, Any]] | None = None,
     ) -> None:
-        """The timing pass on the same inputs, written into ``prof`` (and the compiled
-        model's whole-run time, when ``ls.profile`` was given one)."""
+        """The timing pass on the same inputs (each run on a fresh copy of ``template``,
+        the inputs as given, when they hold objects a call may change), written into
+        ``prof`` (and the compiled model's whole-run time, when ``ls.profile`` was given
+        one)."""
         # The timers' hooks add a frame per level, as the analysis pass's wrappers do.
         with in_mode(self.model, self.mode), recursion_room(stack_room(tree)):
             paths = region_paths(prof)
-            measure(self.model, call_args, dict(kwargs), options, region_paths=paths).apply(prof)
+            measure(
+                self.model, call_args, dict(kwargs), options, region_paths=paths,
+                template=template,
+            ).apply(prof)  # fmt: skip
             if compiled is not None:
                 prof.timing["compiled"] = time_compiled(
-                    compiled, self.model, call_args, kwargs, options
+                    compiled, self.model, call_args, kwargs, options, template
                 )
 
 

@@ -8,6 +8,7 @@ warmup runs first (the first call compiles, and is never timed), then timed repe
 
 from __future__ import annotations
 
+import copy
 import time
 from typing import Any
 
@@ -27,9 +28,15 @@ def time_compiled(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     options: TimingOptions,
+    template: tuple[tuple[Any, ...], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """``profile.timing["compiled"]``: the compiled model's forward latency (seconds) over
-    ``options.repeats`` runs after ``max(options.warmup, 1)`` untimed ones."""
+    ``options.repeats`` runs after ``max(options.warmup, 1)`` untimed ones (each on a
+    fresh copy of ``template``, the inputs as given, when there is one)."""
+
+    def inputs() -> tuple[tuple[Any, ...], dict[str, Any]]:
+        return (args, kwargs) if template is None else copy.deepcopy(template)
+
     cuda = any(t.is_cuda for t in eager.parameters())
 
     def sync() -> None:
@@ -41,11 +48,13 @@ def time_compiled(
     try:
         with gc_paused(), options.grad_context():
             for _ in range(max(options.warmup, 1)):
-                compiled(*args, **kwargs)
+                a, k = inputs()
+                compiled(*a, **k)
             for _ in range(options.repeats):
+                a, k = inputs()
                 sync()
                 t0 = time.perf_counter_ns()
-                out = compiled(*args, **kwargs)
+                out = compiled(*a, **k)
                 sync()
                 runs.append(float(time.perf_counter_ns() - t0))
                 del out

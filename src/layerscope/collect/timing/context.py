@@ -4,10 +4,13 @@ progress, whole-model latency runs), so backends only add their own instrumentat
 
 from __future__ import annotations
 
+import copy
+import enum
 from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torch.utils._pytree import tree_leaves
 
 from layerscope.collect.common import default_loss
 from layerscope.collect.signature import iter_tensors
@@ -16,6 +19,22 @@ from layerscope.collect.timing.index import ModuleIndex
 from layerscope.collect.timing.options import TimingOptions
 from layerscope.collect.timing.progress import Progress
 from layerscope.errors import LayerscopeError, ModelError
+
+#: Input leaves a call cannot change but in place (tensors) or at all.
+_PLAIN = (Tensor, int, float, complex, bool, str, bytes, type(None), torch.dtype,
+          torch.device, torch.layout, torch.memory_format, enum.Enum)  # fmt: skip
+
+
+def stateful_copy(args: Any, kwargs: Any) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+    """A deep copy of inputs that hold objects a call may change (a KV cache the model
+    appends to, an object of the user's), to give each timed run the inputs as given;
+    None when every input is a tensor or a plain value (or cannot be copied)."""
+    if all(isinstance(x, _PLAIN) for x in tree_leaves((args, kwargs))):
+        return None
+    try:
+        return copy.deepcopy((tuple(args or ()), dict(kwargs or {})))
+    except Exception:  # an input that cannot be copied: the runs share it
+        return None
 
 
 class PassContext:
@@ -48,11 +67,21 @@ class PassContext:
         #: Paths of the analysed profile's regions (the kineto timer times the user's
         #: ``record_function`` labels that are regions there as regions).
         self.region_paths: frozenset[str] = frozenset()
+        #: the inputs as given (``stateful_copy``), copied again for every run; None:
+        #: every run takes ``args`` and ``kwargs`` themselves
+        self.template: tuple[tuple[Any, ...], dict[str, Any]] | None = None
+
+    def inputs(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """One run's inputs: a fresh copy of the inputs as given, or the inputs."""
+        if self.template is None:
+            return self.args, self.kwargs
+        return copy.deepcopy(self.template)
 
     def call(self) -> Any:
         """One forward of the model under the chosen grad mode."""
+        args, kwargs = self.inputs()  # copied outside the grad mode, before the run
         with self.options.grad_context():
-            return self.model(*self.args, **self.kwargs)
+            return self.model(*args, **kwargs)
 
     def loss(self, out: Any) -> Tensor:
         if self.options.loss_fn is not None:

@@ -22,7 +22,7 @@ from layerscope.collect.timing.calibrate import (
     calibrate_clock,
     calibrate_forward,
 )
-from layerscope.collect.timing.context import PassContext
+from layerscope.collect.timing.context import PassContext, stateful_copy
 from layerscope.collect.timing.forward import ForwardHooks, region_times, replay_forward
 from layerscope.collect.timing.index import ModuleIndex
 from layerscope.collect.timing.options import Clock, GradMode, Timer, TimingOptions
@@ -128,15 +128,20 @@ def measure(
     options: TimingOptions,
     *,
     region_paths: frozenset[str] = frozenset(),
+    template: tuple[tuple[Any, ...], dict[str, Any]] | None = None,
 ) -> TimingResult:
     """Run the whole timing pass (calibration, bare latency runs, instrumented runs);
-    ``region_paths``: those of the analysed profile's regions (``collect.labels``)."""
+    ``region_paths``: those of the analysed profile's regions (``collect.labels``);
+    ``template``: the inputs as given before any run (``stateful_copy``), copied for
+    each run (default: copied now)."""
 
     model, notices = unwrap_model(model)
     index = ModuleIndex.build(model)
     device = _input_device(args, kwargs, model)
     ctx = PassContext(model, args, kwargs, options, index, device)
     ctx.region_paths = region_paths
+    ctx.template = template if template is not None else stateful_copy(args, kwargs)
+    versions = [(t, t._version) for t in iter_tensors((args, kwargs))]
     result = TimingResult(notices=list(notices))
     batch, source = _batch_size(args, kwargs)
     if options.batch_size is not None:
@@ -192,6 +197,11 @@ def measure(
                 ctx.progress.close()
     finally:
         result.notices.extend(state.restore())
+    if ctx.template is None and any(t._version != v for t, v in versions):
+        result.notices.append(
+            "the model changed its input tensors in place: each timed run saw the earlier "
+            "runs' changes, and the inputs keep them (pass inputs the model does not change)"
+        )
     result.overhead = dict(ctx.overhead)
     result.trace = build_trace(index, result.spans, result.info["clock"])
     result.whole = ctx.whole | result.whole
