@@ -115,7 +115,7 @@ def _build(
     # the strategy's own temporaries of the step (ZeRO's float32 gradient partition), and
     # Adam's
     setup.optimizer_temp += local if opts.optimizer in ("adam", "adamw") else 0
-    points = tl.replay(setup, timeline)
+    points = tl.replay(setup, timeline, accumulated=opts.grad_accum > 1)
     top = max(points, key=lambda p: p.total)
     timed = _time(work, choice)
     time, bound, model_flops = timed.time, timed.bound, timed.model_flops
@@ -145,7 +145,8 @@ def _build(
                 "master_weight_bytes": states.master_weight_bytes},
         peak_bytes=top.total,
         memory=dict(top.parts),
-        peak_phase={"phase": top.phase, "event": top.event, "path": top.path},
+        peak_phase={"phase": top.phase, "event": top.event, "path": top.path,
+                    **({"micro_batch": "2"} if top.later else {})},
         budget=opts.budget,
         reserve_bytes=opts.reserve_bytes,
         checkpoint=list(choice.paths),

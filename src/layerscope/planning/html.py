@@ -99,7 +99,8 @@ def plan_data(section: Mapping[str, Any], sweep: Mapping[str, Any] | None = None
         F.PEAK_BYTES: peak,
         "parts": [p for p in parts if p[1]],
         "peak_at": {
-            "phase": str(where.get("phase", "")),
+            "phase": str(where.get("phase", ""))
+            + (f" of micro-batch {where['micro_batch']}" if where.get("micro_batch") else ""),
             "label": describe(str(where.get("event", "")), str(where.get("path", ""))),
         },
         F.BUDGET: budget,

@@ -101,6 +101,8 @@ class Point:
     # replay's ("gather", "prefetch", "reduce_scatter", "recompute", "step")
     path: str
     parts: dict[str, int]
+    #: in a micro-batch after the first (gradient accumulation)
+    later: bool = False
 
     @property
     def total(self) -> int:
@@ -134,8 +136,18 @@ class Replay:
     """The walk over the analysed events, forward then backward, and the points it
     emits; ``Events`` act on it through ``alloc``, ``free``, ``emit``."""
 
-    def __init__(self, setup: Setup, events: Sequence[str], paths: Sequence[str]) -> None:
+    def __init__(
+        self,
+        setup: Setup,
+        events: Sequence[str],
+        paths: Sequence[str],
+        accumulating: bool = False,
+    ) -> None:
         self.s = setup
+        #: a micro-batch after the first of a step with gradient accumulation: the
+        #: gradients at rest (``final_grads``) held from its start, each new gradient
+        #: added into them (``just_made``)
+        self.accumulating = accumulating
         self.points: list[Point] = []
         self.buffers: dict[str, tuple[str, int]] = {}  # name -> (part, bytes)
         self.buffered: dict[str, int] = {}  # part -> bytes of its buffers, kept as they come
@@ -170,6 +182,15 @@ class Replay:
         self._prefix = [0, *itertools.accumulate(g for _, g in starts)]
         for hooks in setup.events:
             hooks.start(self)
+        #: whether the analysed gradients stay as made (no strategy's events reduce them)
+        self.keeps_grads = not any(getattr(h, "reduces_grads", False) for h in setup.events)
+        if accumulating:
+            self.alloc("accumulated", "grad_bytes", setup.final_grads)
+
+    def just_made(self, k: int) -> int:
+        """Analysed gradient bytes of the modules whose backward started at moment
+        ``k - 1``: made, and not yet reduced or added into the accumulated ones."""
+        return sum(g for m, g in self.s.grads.items() if self.first_bwd.get(m) == k - 1)
 
     # ---- buffers and points ------------------------------------------------------
     def alloc(self, name: str, part: str, nbytes: int) -> None:
@@ -196,7 +217,7 @@ class Replay:
             self.activations - self.grads_seen - self.pending_total + self.held_total + self.cast
         )
         parts["recompute_bytes"] += recompute
-        self.points.append(Point(self.phase, event, path, parts))
+        self.points.append(Point(self.phase, event, path, parts, self.accumulating))
 
     def counted(self, k: int) -> int:
         """Analysed gradient bytes allocated before moment ``k``."""
@@ -226,6 +247,8 @@ class Replay:
     def backward(self, k: int, event: str, path: str, nbytes: int) -> None:
         s, first_bwd = self.s, self.first_bwd
         self.grads_seen = self.counted(k)
+        if self.accumulating and self.keeps_grads:  # added into the accumulated gradients
+            self.grads_reduced = self.grads_seen - self.just_made(k)
         first = first_bwd.get(s.first_module)
         if self.cast and first is not None and k > first and not inside(path, s.first_module):
             self.cast = 0
@@ -267,23 +290,32 @@ class Replay:
         self.emit("step", "")
 
 
-def replay(setup: Setup, timeline: Mapping[str, Sequence[Any]]) -> list[Point]:
+def replay(
+    setup: Setup, timeline: Mapping[str, Sequence[Any]], accumulated: bool = False
+) -> list[Point]:
     """The plan's timeline: a point per analysed module boundary and per moment of the
-    strategy (module doc)."""
+    strategy (module doc). ``accumulated`` (gradient accumulation): the first
+    micro-batch, then one after it (as every later one runs: beside the gradients
+    accumulated so far), then the optimizer step."""
     events: list[str] = list(timeline["event"])
     paths: list[str] = list(timeline["path"])
-    step = Replay(setup, events, paths)
-    for k, (event, path, nbytes) in enumerate(zip(events, paths, timeline["bytes"], strict=True)):
-        step.activations = int(nbytes)
-        if k < step.start:
-            step.forward(event, path)
-            continue
-        step.phase = "backward"
-        step.backward(k, event, path, int(nbytes))
-        if event == "end":
-            break
+    points: list[Point] = []
+    for later in (False, True) if accumulated else (False,):
+        step = Replay(setup, events, paths, accumulating=later)
+        step.points = points
+        for k, (event, path, nbytes) in enumerate(
+            zip(events, paths, timeline["bytes"], strict=True)
+        ):
+            step.activations = int(nbytes)
+            if k < step.start:
+                step.forward(event, path)
+                continue
+            step.phase = "backward"
+            step.backward(k, event, path, int(nbytes))
+            if event == "end":
+                break
     step.optimizer()
-    return step.points
+    return points
 
 
 __all__ = ["PARTS", "Events", "Point", "Replay", "Setup", "inside", "replay"]

@@ -232,7 +232,14 @@ def _memory(section: Mapping[str, Any], width: int) -> list[Line]:
     where = section.get("peak_phase", {})
     facts = [
         (
-            f"The peak is in the {where.get('phase', '?')} phase, at the "
+            f"The peak is in the {where.get('phase', '?')} phase"
+            + (
+                f" of micro-batch {where['micro_batch']} (as of every one after the first: "
+                "beside the gradients accumulated)"
+                if where.get("micro_batch")
+                else ""
+            )
+            + ", at the "
             f"{where.get('event', '?')} event of {where.get('path') or ROOT}.",
             "",
         ),

@@ -286,6 +286,8 @@ class FSDPEvents(Events):
     reduce-scatter and sharded gradient cover the trainable ones only (none in a unit of
     frozen parameters only)."""
 
+    reduces_grads = True
+
     def __init__(
         self,
         world_size: int,
@@ -421,6 +423,8 @@ class FSDPEvents(Events):
         r.grads_reduced += self.unit_grads[unit.path]
         r.alloc(f"grad:{unit.path}", "grad_bytes", unit.trained * self.grad_size)
         r.emit("reduce_scatter", unit.path)
+        if r.accumulating:  # the new shard is added into the accumulated one, then freed
+            r.free(f"grad:{unit.path}")
         self.last_scatter = unit
 
 

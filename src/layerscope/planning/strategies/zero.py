@@ -81,17 +81,18 @@ class PartitionEvents(Events):
     """ZeRO-2 in the replay: the gradient partition each GPU keeps, allocated when the
     backward starts; a module's gradients reduced (freed) once its backward is done."""
 
+    reduces_grads = True
+
     def __init__(self, partition: int) -> None:
         self.partition = partition
 
     def backward(self, replay: Replay, k: int, event: str, path: str) -> None:
-        if event != "end" and "partition" not in replay.buffers:
+        # accumulating, the partition is the gradients accumulated, held already
+        if event != "end" and "partition" not in replay.buffers and not replay.accumulating:
             replay.alloc("partition", "grad_bytes", self.partition)
 
     def before_point(self, replay: Replay, k: int, path: str) -> None:
-        first_bwd = replay.first_bwd
-        just = sum(g for m, g in replay.s.grads.items() if first_bwd.get(m) == k - 1)
-        replay.grads_reduced = replay.counted(k) - just
+        replay.grads_reduced = replay.counted(k) - replay.just_made(k)
 
     def end(self, replay: Replay, path: str) -> None:
         replay.free("partition")
