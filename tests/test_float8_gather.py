@@ -120,3 +120,14 @@ def test_a_sweep_gathers_in_float8_where_fsdp2_shards() -> None:
     # the root unit's own gather, forward only (the root is not resharded), this rank's
     # payload: its weight shard at 1 byte, its bias shard (64 elements, 16 a rank) at 2
     assert one.modules[0]["gather_bytes"] == 1_024 + 16 * 2
+
+
+def test_linears_whose_features_are_not_multiples_of_16_stay_in_high_precision() -> None:
+    """``torch._scaled_mm`` needs both features to be multiples of 16: a 64 -> 8 and an
+    8 -> 64 linear (a rank-8 adapter's) are not converted, a 64 -> 64 one is."""
+    from layerscope.planning.kernels import float8_linears
+
+    model = torch.nn.Sequential(
+        torch.nn.Linear(64, 8), torch.nn.Linear(8, 64), torch.nn.Linear(64, 64)
+    )
+    assert float8_linears(ls.profile(model, torch.randn(4, 64))) == frozenset({"2"})

@@ -28,6 +28,7 @@ notes say so).
 
 from __future__ import annotations
 
+import re
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -217,12 +218,24 @@ def fused(kernels: Kernels) -> Kernels:
 FLOAT8_SKIPPED = ("output", "lm_head")
 
 
+_FEATURES = re.compile(r"in_features=(\d+), out_features=(\d+)")
+
+
+def _float8_shaped(node: Node) -> bool:
+    """Whether a linear's features are multiples of 16, as ``torch._scaled_mm`` needs
+    (torchao's and torchtitan's filters leave the others in high precision)."""
+    found = _FEATURES.search(node.repr or "")
+    return found is None or all(int(d) % 16 == 0 for d in found.groups())
+
+
 def float8_linears(prof: Profile) -> frozenset[str]:
     """The paths of the ``nn.Linear`` modules torchao's float8 training converts: all
-    but the output projection (``FLOAT8_SKIPPED``)."""
+    but the output projection (``FLOAT8_SKIPPED``) and those whose features are not
+    multiples of 16 (a LoRA adapter of rank 8)."""
     return frozenset(
         n.path for n in prof.root.walk()
         if n.type == "Linear" and n.path.rsplit(".", 1)[-1] not in FLOAT8_SKIPPED
+        and _float8_shaped(n)
     )  # fmt: skip
 
 
