@@ -243,7 +243,7 @@ def test_a_compiled_sweep_says_so_and_its_rows_are_the_plans(tmp_path: Path) -> 
     with it, and each row's peak is the compiled plan's."""
     sweep = ls.plan_sweep(_model(), X, micro_batch=[1, 2], compile=True, **COMMON)
     assert sweep.setting["compile"] is True and "float8" not in sweep.setting
-    assert "per GPU; compiled." in sweep.render(width=100)
+    assert "per GPU; compiled." in sweep.render(width=100).replace("\n  ", " ")
     sweep.save(tmp_path / "s.json")
     assert ls.load_sweep(tmp_path / "s.json").setting == sweep.setting
     alone = ls.plan(_model(), X, compile=True, **COMMON)

@@ -163,7 +163,9 @@ def test_a_sweep_says_its_loss() -> None:
         loss="fused",
     )  # fmt: skip
     assert sweep.setting["loss"] == "fused"
-    assert "per GPU; loss fused." in sweep.render(width=100)
+    # the rows' micro-batch, not the input given, is the input's first dimension
+    said = sweep.render(width=100).replace("\n  ", " ")
+    assert "input (micro_batch, 64) int64 per GPU; loss fused." in said
     torch.manual_seed(0)
     alone = ls.plan(TinyLM(), IDS, sharding="none", precision="fp32", world_size=1,
                     loss="fused")  # fmt: skip

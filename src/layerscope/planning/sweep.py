@@ -55,15 +55,24 @@ class Source:
         """``Plan.max_micro_batch``, for a plan made from this source."""
         return max_micro_batch(plan, limit, progress=progress)
 
-    def describe(self) -> str:
+    def describe(self, batch: str | None = None) -> str:
         """The input as a sentence's words: each tensor argument's shape and dtype
-        (``(2, 64) int64``), or ``input_shape``'s with ``input_dtype`` when given."""
+        (``(2, 64) int64``), or ``input_shape``'s with ``input_dtype`` when given;
+        ``batch``: the word in place of dim 0 (a swept micro-batch: ``(micro_batch,
+        64)``)."""
+
+        def shown(shape: Sequence[int]) -> str:
+            dims = [str(d) for d in shape]
+            if batch is not None and dims:
+                dims[0] = batch
+            return "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
+
         if self.input_shape is not None:
             dtype = self.profile_options.get("input_dtype")
             named = f" {str(dtype).removeprefix('torch.')}" if dtype is not None else ""
-            return f"{tuple(_shape(self.input_shape))}{named}"
+            return f"{shown(_shape(self.input_shape))}{named}"
         shapes = [
-            f"{tuple(t.shape)} {str(t.dtype).removeprefix('torch.')}"
+            f"{shown(t.shape)} {str(t.dtype).removeprefix('torch.')}"
             for t in _tensors(self.args, self.kwargs)
         ]
         return ", ".join(shapes) or "no tensor"
@@ -319,7 +328,8 @@ def plan_sweep(
             rows.append(row)
     setting = {  # the same in every row's options (the last one checked)
         "target": opts.target.name, "device": opts.target.label, "budget": opts.budget,
-        "input": source.describe(), **({"loss": opts.loss} if opts.loss != "plain" else {}),
+        "input": source.describe("micro_batch" if "micro_batch" in swept else None),
+        **({"loss": opts.loss} if opts.loss != "plain" else {}),
         **({"compile": True} if opts.compile else {}),
         **({"float8": True} if opts.float8 else {}),
         # FSDP2's: asked for every row, in effect where a row shards with FSDP2
