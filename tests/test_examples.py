@@ -340,3 +340,31 @@ def test_shared_mlp_trainable_after_freezing_root_parameter() -> None:
     prof = ls.profile(model, examples.get("shared_mlp").example_input())
     assert prof.root.metrics["trainable_params"] == SHARED_PARAMS - ROOT_W  # 340
     assert prof.root.self_metrics["trainable_params"] == 0
+
+
+def test_one_module_under_several_paths_of_one_parent_takes_them_in_turn() -> None:
+    """``Sequential(lin, relu, lin)`` calls the linear as "0" then as "2"; a loop over
+    ``ModuleList([block] * 4)`` (the ModuleList itself never called) calls the block as
+    layers.0, .1, .2, .3: each path one call of 2 x 8 x 8 = 128 MACs (before, every call
+    fell on the first path and the others showed as never run)."""
+    lin = nn.Linear(4, 4)
+    prof = ls.profile(nn.Sequential(lin, nn.ReLU(), lin), torch.randn(2, 4), backward=True)
+    assert [prof.node(p).calls for p in ("0", "1", "2")] == [1, 1, 1]
+    assert prof.node("0").metrics["macs"] == prof.node("2").metrics["macs"] == 2 * 4 * 4
+
+    block = nn.Sequential(nn.Linear(8, 8), nn.GELU())
+
+    class Looped(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layers = nn.ModuleList([block] * 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for layer in self.layers:
+                x = layer(x)
+            return x
+
+    prof = ls.profile(Looped(), torch.randn(2, 8))
+    for i in range(4):
+        assert prof.node(f"layers.{i}").calls == 1
+        assert prof.node(f"layers.{i}.0").metrics["macs"] == 2 * 8 * 8

@@ -133,6 +133,9 @@ class ScopeTracker:
         #: The running modules, innermost last: (node, module, exception being handled
         #: when it was entered, whether a backward pass was running it).
         self.stack: list[tuple[Node, nn.Module, BaseException | None, bool]] = []
+        #: calls of a module registered under several paths of one parent, by (parent
+        #: node, module): the turn of the next (``_resolve``)
+        self._turns: dict[tuple[int, int], int] = {}
         #: Where work done while no call of the profiled module runs is counted (the
         #: loss, the user's code around the calls): ``Profile.outside``, not the root.
         self.outside = Node(path=OUTSIDE, name=OUTSIDE, type=OUTSIDE)
@@ -321,7 +324,7 @@ class ScopeTracker:
             module, only, enter, leave, post, resolve, thread, skip_foreign = live
             if _get_ident() != thread and skip_foreign():  # another thread's call
                 return forward_fn(module, *args, **kwargs)
-            enter(only if only is not None else resolve(module), module, args, kwargs)
+            enter(only if only is not None else resolve(module, True), module, args, kwargs)
             try:
                 out = forward_fn(module, *args, **kwargs)
             except BaseException:
@@ -386,16 +389,37 @@ class ScopeTracker:
         self.region_calls.append((node, start, len(self.called)))
 
     # ---- hooks ---------------------------------------------------------------------
-    def _resolve(self, module: nn.Module) -> Node:
+    def _resolve(self, module: nn.Module, entering: bool = False) -> Node:
+        """The node a call of ``module`` runs as: for a module registered under several
+        paths, a path under the innermost module running (its parent, or a container
+        above it that is never called, such as a ``ModuleList``); under several such
+        paths (``ModuleList([block] * 4)``, ``Sequential(linear, act, linear)``), a call
+        ``entering`` takes them in turn, in registration order, and otherwise the call
+        running is the one on the stack."""
         nodes = self.tree.nodes_of[id(module)]
         if len(nodes) == 1:
             return nodes[0]
-        # A module registered under several paths: pick the path whose parent is running.
+        if not entering:
+            frame = self._frame_of(module)
+            if frame is not None:
+                return self.stack[frame][0]
         parent_of = self.tree.parent
+
+        def under(n: Node, running: Node) -> bool:
+            up = parent_of[id(n)]
+            while up is not None and up is not running:
+                up = parent_of[id(up)]
+            return up is running
+
         for node, *_ in reversed(self.stack):
-            for n in nodes:
-                if parent_of[id(n)] is node:
-                    return n
+            here = [n for n in nodes if under(n, node)]
+            if len(here) > 1 and entering:
+                key = (id(node), id(module))
+                turn = self._turns.get(key, 0)
+                self._turns[key] = turn + 1
+                return here[turn % len(here)]
+            if here:
+                return here[0]
         return nodes[0]
 
     def _frame_of(self, module: nn.Module) -> int | None:
@@ -421,7 +445,7 @@ class ScopeTracker:
         """The forward pre hook of a module with hooks."""
         if _get_ident() != self._thread and self._skip_foreign():
             return
-        self._enter_node(self._resolve(module), module, args, kwargs)
+        self._enter_node(self._resolve(module, entering=True), module, args, kwargs)
 
     def _enter_node(
         self, node: Node, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
