@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from rich import box as rich_box
+from rich.cells import cell_len, get_character_cell_size
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.errors import MissingStyle, StyleSyntaxError
 from rich.segment import Segment
@@ -55,21 +56,43 @@ def text_of(line: Line) -> str:
     return "".join(t for t, _ in line)
 
 
+def text_width(text: str) -> int:
+    """Columns ``text`` takes on a terminal: a wide (East Asian) character or an emoji
+    two, a combining mark none (ASCII: one a character, fast)."""
+    return len(text) if text.isascii() else cell_len(text)
+
+
 def width_of(line: Line) -> int:
     if len(line) == 1:
-        return len(line[0][0])
-    return sum(len(t) for t, _ in line)
+        return text_width(line[0][0])
+    return sum(text_width(t) for t, _ in line)
+
+
+def _slice_cells(text: str, lo: int, hi: int) -> str:
+    """The characters of ``text`` wholly in columns ``lo:hi`` (a wide character cut in
+    two at either end is left out)."""
+    out, pos = [], 0
+    for ch in text:
+        size = get_character_cell_size(ch)
+        if pos >= lo and pos + size <= hi:
+            out.append(ch)
+        pos += size
+        if pos >= hi:
+            break
+    return "".join(out)
 
 
 def slice_line(line: Line, start: int, end: int) -> Line:
-    """The characters ``start:end`` of a line, styles kept."""
+    """The columns ``start:end`` of a line, styles kept."""
     out: Line = []
     pos = 0
     for text, style in line:
-        lo, hi = max(start - pos, 0), min(end - pos, len(text))
+        n = text_width(text)
+        lo, hi = max(start - pos, 0), min(end - pos, n)
         if lo < hi:
-            out.append((text[lo:hi], style))
-        pos += len(text)
+            part = text[lo:hi] if n == len(text) else _slice_cells(text, lo, hi)
+            out.append((part, style))
+        pos += n
         if pos >= end:
             break
     return out
@@ -388,7 +411,7 @@ class _Drawer:
         cols, widths = self.cols, self.widths
         for i in self.shown:
             cell = cells[i]
-            if len(cell) == 1 and len(cell[0][0]) <= widths[i]:
+            if len(cell) == 1 and text_width(cell[0][0]) <= widths[i]:
                 rendered.append([cell])
             else:
                 rendered.append(self._fit(cell, cols[i], widths[i], prefix))
@@ -423,7 +446,7 @@ class _Drawer:
             cell = rendered[k][0]
             if len(cell) == 1 and not col.style:
                 text, s = cell[0]
-                gap = widths[i] - len(text)
+                gap = widths[i] - text_width(text)
                 if col.justify == "right":
                     text = " " * gap + text
                 elif col.justify == "left":
