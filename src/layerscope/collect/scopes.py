@@ -47,7 +47,7 @@ from layerscope.collect.common import install_hook_pairs, remove_hooks
 from layerscope.collect.enginesite import engine_site
 from layerscope.collect.errorsites import forget_swallowed, keep_only
 from layerscope.collect.observer import Observer, observer_error
-from layerscope.collect.signature import MAX_LEAVES, flatten, flatten_call, spec_of
+from layerscope.collect.signature import flatten, flatten_call, signature_of, tensor_key
 from layerscope.collect.tree import ModelTree
 from layerscope.errors import LayerscopeError
 from layerscope.profile import Node, Signature
@@ -81,32 +81,6 @@ def _global_forward_hooks() -> bool:
         getattr(nn.modules.module, "_global_forward_hooks", None)
         or getattr(nn.modules.module, "_global_forward_pre_hooks", None)
     )
-
-
-def _tensor_key(values: tuple[Any, ...]) -> tuple[Any, ...] | None:
-    """``(shape, dtype, device)`` of each value if every one is a plain dense tensor (and
-    few enough for a Signature to keep them all), else None: what their Signature is
-    made of, at a fraction of the cost of building it."""
-    if len(values) > MAX_LEAVES:
-        return None
-    key = []
-    for v in values:
-        if type(v) is not torch.Tensor or v.is_nested:
-            return None
-        key.append((v.shape, v.dtype, v.device))
-    return tuple(key)
-
-
-def _signature_of(entry: Any, output: bool) -> Signature:
-    """The Signature of a recorded call from what the tracker kept of it: a Signature
-    already, a ``_tensor_key`` (tensors named by position, as ``flatten_call`` and
-    ``flatten`` of a tuple name them), or, for an output that is one bare tensor, its
-    ``(shape, dtype, device)`` (named ``""``)."""
-    if output and entry and type(entry[0]) is torch.Size:
-        return (spec_of("", *entry),)
-    if not entry or type(entry[0]) is tuple:
-        return tuple(spec_of(str(i), *leaf) for i, leaf in enumerate(entry))
-    return entry  # type: ignore[no-any-return]
 
 
 class ScopeTracker:
@@ -399,24 +373,14 @@ class ScopeTracker:
         nodes = self.tree.nodes_of[id(module)]
         if len(nodes) == 1:
             return nodes[0]
-        if not entering:
-            frame = self._frame_of(module)
-            if frame is not None:
-                return self.stack[frame][0]
-        parent_of = self.tree.parent
-
-        def under(n: Node, running: Node) -> bool:
-            up = parent_of[id(n)]
-            while up is not None and up is not running:
-                up = parent_of[id(up)]
-            return up is running
-
+        frame = None if entering else self._frame_of(module)
+        if frame is not None:
+            return self.stack[frame][0]
         for node, *_ in reversed(self.stack):
-            here = [n for n in nodes if under(n, node)]
+            here = self.tree.under(nodes, node)
             if len(here) > 1 and entering:
                 key = (id(node), id(module))
-                turn = self._turns.get(key, 0)
-                self._turns[key] = turn + 1
+                self._turns[key] = turn = self._turns.get(key, -1) + 1
                 return here[turn % len(here)]
             if here:
                 return here[0]
@@ -456,7 +420,7 @@ class ScopeTracker:
         node.calls += 1
         self.module_calls += 1
         if self.record_shapes:
-            key = None if kwargs else _tensor_key(args)
+            key = None if kwargs else tensor_key(args)
             self._remember(node, False, key, flatten_call, args, kwargs)
         in_backward = current_autograd_node() is not None
         self.stack.append((node, module, sys.exc_info()[1], in_backward))
@@ -516,7 +480,7 @@ class ScopeTracker:
             if type(output) is torch.Tensor and not output.is_nested:
                 key: Any = (output.shape, output.dtype, output.device)
             else:
-                key = _tensor_key(output) if type(output) is tuple else None
+                key = tensor_key(output) if type(output) is tuple else None
             self._remember(node, True, key, flatten, output)
         if self._exit:
             self._notify_exit(node, module, output, False)
@@ -553,7 +517,7 @@ class ScopeTracker:
         for node, output, entry in self._calls:
             sig = built.get((output, entry))
             if sig is None:
-                sig = built[output, entry] = _signature_of(entry, output)
+                sig = built[output, entry] = signature_of(entry, output)
             grouped.setdefault((node, output), []).append(sig)
         self._calls.clear()
         for (node, output), signatures in grouped.items():

@@ -130,3 +130,29 @@ def _tensors(obj: Any, depth: int, found: list[torch.Tensor]) -> None:
     elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         for f in dataclasses.fields(obj):
             _tensors(getattr(obj, f.name, None), depth + 1, found)
+
+
+def tensor_key(values: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """``(shape, dtype, device)`` of each value if every one is a plain dense tensor (and
+    few enough for a Signature to keep them all), else None: what their Signature is
+    made of, at a fraction of the cost of building it."""
+    if len(values) > MAX_LEAVES:
+        return None
+    key = []
+    for v in values:
+        if type(v) is not torch.Tensor or v.is_nested:
+            return None
+        key.append((v.shape, v.dtype, v.device))
+    return tuple(key)
+
+
+def signature_of(entry: Any, output: bool) -> Signature:
+    """The Signature of a recorded call from what the tracker kept of it: a Signature
+    already, a ``tensor_key`` (tensors named by position, as ``flatten_call`` and
+    ``flatten`` of a tuple name them), or, for an output that is one bare tensor, its
+    ``(shape, dtype, device)`` (named ``""``)."""
+    if output and entry and type(entry[0]) is torch.Size:
+        return (spec_of("", *entry),)
+    if not entry or type(entry[0]) is tuple:
+        return tuple(spec_of(str(i), *leaf) for i, leaf in enumerate(entry))
+    return entry  # type: ignore[no-any-return]

@@ -81,6 +81,17 @@ class ModelTree:
                 out.append(m)
         return out
 
+    def under(self, nodes: list[Node], running: Node) -> list[Node]:
+        """Those of ``nodes`` inside ``running`` (at any depth), in order."""
+        parent_of, out = self.parent, []
+        for n in nodes:
+            up = parent_of[id(n)]
+            while up is not None and up is not running:
+                up = parent_of[id(up)]
+            if up is running:
+                out.append(n)
+        return out
+
     def lowest_common_ancestor(self, nodes: list[Node]) -> Node:
         chains = []
         for n in nodes:

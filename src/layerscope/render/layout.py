@@ -20,13 +20,13 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from rich import box as rich_box
-from rich.cells import cell_len, get_character_cell_size
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.errors import MissingStyle, StyleSyntaxError
 from rich.segment import Segment
 from rich.style import Style
 
 from layerscope.gcpause import gc_paused
+from layerscope.render.cells import slice_cells, text_width
 from layerscope.render.wrap import wrap_words
 
 Piece = tuple[str, str]
@@ -56,30 +56,10 @@ def text_of(line: Line) -> str:
     return "".join(t for t, _ in line)
 
 
-def text_width(text: str) -> int:
-    """Columns ``text`` takes on a terminal: a wide (East Asian) character or an emoji
-    two, a combining mark none (ASCII: one a character, fast)."""
-    return len(text) if text.isascii() else cell_len(text)
-
-
 def width_of(line: Line) -> int:
     if len(line) == 1:
         return text_width(line[0][0])
     return sum(text_width(t) for t, _ in line)
-
-
-def _slice_cells(text: str, lo: int, hi: int) -> str:
-    """The characters of ``text`` wholly in columns ``lo:hi`` (a wide character cut in
-    two at either end is left out)."""
-    out, pos = [], 0
-    for ch in text:
-        size = get_character_cell_size(ch)
-        if pos >= lo and pos + size <= hi:
-            out.append(ch)
-        pos += size
-        if pos >= hi:
-            break
-    return "".join(out)
 
 
 def slice_line(line: Line, start: int, end: int) -> Line:
@@ -90,7 +70,7 @@ def slice_line(line: Line, start: int, end: int) -> Line:
         n = text_width(text)
         lo, hi = max(start - pos, 0), min(end - pos, n)
         if lo < hi:
-            part = text[lo:hi] if n == len(text) else _slice_cells(text, lo, hi)
+            part = text[lo:hi] if n == len(text) else slice_cells(text, lo, hi)
             out.append((part, style))
         pos += n
         if pos >= end:

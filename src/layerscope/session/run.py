@@ -165,20 +165,27 @@ def profile(
                 raise InvalidInputError("backward=True and timing need an input")
             tree = ModelTree.build(model)
             return build_profile(ScopeTracker(tree), ran=False, notices=notices, observers=())
-        template = None
-        if timing_options is not None:
-            check_timing_device(model, given.values)
-            # the inputs as given, for every timed run (the analysis may change a cache)
-            template = stateful_copy(given.args or (), given.kwargs or {})
+        template = _timing_inputs(model, given, timing_options)
         with meta_values():  # transformers' value checks, answered for meta tensors
             prof, call_args = run.analyse(p, given)
-        # what unwrapping the model found comes first (the analysis's own unwrapping of
-        # the unwrapped model may have found its compiled submodules again)
+        # what unwrapping found first (the analysis may have found compiled submodules too)
         prof.notices[:0] = [n for n in notices if n not in prof.notices]
         if timing_options is not None:
             run.time(prof, compiled, call_args, given.kwargs or {}, timing_options, p.tracker.tree,
                      template)  # fmt: skip
         return prof
+
+
+def _timing_inputs(
+    model: nn.Module, given: _RunInputs, options: TimingOptions | None
+) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+    """Before the analysis, with a timing pass: its device checked, and the inputs as
+    given copied for every timed run when they hold objects a call may change (the
+    analysis may change a cache: ``collect.timing.context.stateful_copy``)."""
+    if options is None:
+        return None
+    check_timing_device(model, given.values)
+    return stateful_copy(given.args or (), given.kwargs or {})
 
 
 @dataclass(frozen=True)
