@@ -380,3 +380,14 @@ def test_a_nonfinite_error_is_printed_with_one_prefix(
         "values from finite inputs (origin); they reached module 'b' (ReLU) call 0, whose "
         "output has 6 NaN, 0 Inf, shapes [[2, 3]]\n"
     )
+
+
+def test_the_metric_rows_are_sorted_by_is_kept_as_long_as_its_share() -> None:
+    """Sorted by saved activations at 80 columns, the Saved column stays beside % Saved
+    (before, % Saved stayed and Saved was among the first hidden)."""
+    from layerscope import examples
+
+    ex = examples.get("tiny_gpt")
+    prof = ls.profile(ex.build(), ex.example_input(), backward=True, memory=True)
+    header = prof.render(width=80, sort_by="activation_bytes", top=4).splitlines()[0]
+    assert header.split()[-3:] == ["Saved", "%", "Saved"]

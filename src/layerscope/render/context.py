@@ -179,9 +179,10 @@ class ViewContext:
         return any(k in named for k in (key, base, base.removesuffix("_total")))
 
     def core(self, key: str) -> bool:
-        """Whether a column is one a narrow table keeps longest: params, FLOPs and the %
-        column (inclusive or self)."""
-        return key.removeprefix("self_") in (ms.PARAMS, ms.FLOPS, f"{self.pct_base}_pct")
+        """Whether a column is one a narrow table keeps longest: params, FLOPs, the %
+        column and the metrics it and the order are of (inclusive or self)."""
+        kept = (ms.PARAMS, ms.FLOPS, f"{self.pct_base}_pct", self.pct_base, self.sort_key)
+        return key.removeprefix("self_") in kept
 
     # ---- values ------------------------------------------------------------------
     def value(self, node: Node, key: str) -> Number | None:
