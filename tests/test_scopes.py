@@ -360,7 +360,7 @@ def test_a_call_whose_key_cannot_be_hashed_is_recorded_by_its_signature(
     from layerscope.collect import scopes
     from layerscope.collect.signature import flatten, flatten_call
 
-    monkeypatch.setattr(scopes, "_tensor_key", lambda values: ([1],))
+    monkeypatch.setattr(scopes, "tensor_key", lambda values: ([1],))
     x = torch.ones(2, 3)
     prof = ls.profile(nn.Sequential(nn.ReLU()), x)
     relu = prof.node("0")
