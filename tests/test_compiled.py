@@ -48,7 +48,8 @@ def test_a_compiled_submodule_is_named_in_a_notice_once() -> None:
             self.b = torch.compile(nn.Sequential(nn.Linear(4, 4), nn.ReLU()))
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return self.b(self.a(x))
+            out: torch.Tensor = self.b(self.a(x))
+            return out
 
     prof = ls.profile(Net(), torch.randn(2, 4))
     said = [n for n in prof.notices if "compile'd submodules" in n]

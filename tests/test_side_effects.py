@@ -518,12 +518,13 @@ def test_embedding_max_norm_rows_put_back() -> None:
 def test_a_sparse_gradient_is_put_back_and_the_rest_with_it() -> None:
     """A sparse embedding's gradient from an earlier step (autograd adds the next one to
     it in place) and the dense gradients beside it read back as they were."""
-    model = nn.Sequential(nn.Embedding(10, 4, sparse=True), nn.Linear(4, 1))
+    embed, linear = nn.Embedding(10, 4, sparse=True), nn.Linear(4, 1)
+    model = nn.Sequential(embed, linear)
     ids = torch.randint(0, 10, (2, 3))
     model(ids).sum().backward()
-    sparse, dense = model[0].weight.grad, model[1].weight.grad
+    sparse, dense = embed.weight.grad, linear.weight.grad
     assert sparse is not None and sparse.is_sparse and dense is not None
     before = (sparse.to_dense().clone(), dense.clone())
     ls.profile(model, ids, backward=True)
-    assert model[0].weight.grad is sparse and model[1].weight.grad is dense
+    assert embed.weight.grad is sparse and linear.weight.grad is dense
     assert torch.equal(sparse.to_dense(), before[0]) and torch.equal(dense, before[1])

@@ -22,7 +22,8 @@ def test_wide_characters_count_as_the_columns_they_take() -> None:
             )
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return self.d["emoji🙂"](self.d["注意力层"](x))
+            out: torch.Tensor = self.d["emoji🙂"](self.d["注意力层"](x))
+            return out
 
     prof = ls.profile(Named(), torch.randn(2, 8))
     for view in ("table", "tree", "top", "ops"):
