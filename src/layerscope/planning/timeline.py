@@ -42,6 +42,10 @@ class Events:
     with the ``Replay`` (to allocate and free buffers, emit points, count gradients as
     reduced); the defaults do nothing."""
 
+    #: the events reduce the analysed gradients (``Replay.grads_reduced``): FSDP2's and
+    #: ZeRO-2's; otherwise each stays as made
+    reduces_grads: bool = False
+
     def start(self, replay: Replay) -> None:
         """Before the walk (the backward's first moments are known)."""
 
@@ -183,7 +187,7 @@ class Replay:
         for hooks in setup.events:
             hooks.start(self)
         #: whether the analysed gradients stay as made (no strategy's events reduce them)
-        self.keeps_grads = not any(getattr(h, "reduces_grads", False) for h in setup.events)
+        self.keeps_grads = not any(h.reduces_grads for h in setup.events)
         if accumulating:
             self.alloc("accumulated", "grad_bytes", setup.final_grads)
 
