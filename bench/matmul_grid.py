@@ -5,6 +5,7 @@ sm_90 table).
 
     python bench/matmul_grid.py --out DIR                  # measure on the GPU present
     python bench/matmul_grid.py --table rows.json          # a measured table instead
+    python bench/matmul_grid.py --table bench/data/xla_sm90_bf16_matmuls.json  # XLA's
 
 On a GPU it times ``torch.mm`` (B = 1) and ``torch.bmm`` (B = 4) in bfloat16 over M, N, K
 in 256 to 8,192 (the median of 5 after a warm-up, as ``layerscope calibrate`` times) and
