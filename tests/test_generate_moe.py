@@ -170,3 +170,22 @@ def test_a_dense_row_writes_no_expert_fields() -> None:
 
     row = SweepRow(1, 1.0, 1.0, 1.0, 1.0, "memory", 1, 1, True)
     assert not set(MOE_KEYS) & set(row.to_dict())
+
+
+def test_graphs_mode_keeps_the_expert_matmuls_out_of_the_fused_chains() -> None:
+    """transformers' grouped experts kernel is a matmul: under CUDA graphs (pointwise
+    chains fused) it is not merged into a chain, so the bytes fusion saves leave it alone
+    and each row's predicted decode step and prefill stay at or above their bounds."""
+    from layerscope.planning.kernels import classify
+
+    a, b = torch.empty(6, 64, device="meta"), torch.empty(8, 64, 128, device="meta")
+    offs = torch.empty(8, dtype=torch.int32, device="meta")
+    out = torch.empty(6, 128, device="meta")
+    kind, detail, _ = classify(torch.ops.aten._grouped_mm.default, (a, b, offs), {}, out, False)
+    assert (kind, detail) == ("matmul", (1, 6, 128))
+    model = mixtral(torch.bfloat16)
+    est = estimate_generate(model, prompt=16, new_tokens=4, batch=(1, 8), mode="graphs")
+    for row in est.sweep:
+        assert row.decode_time_predicted is not None and row.prefill_time_predicted is not None
+        assert row.decode_time_predicted >= row.decode_time_per_token
+        assert row.prefill_time_predicted >= row.prefill_time

@@ -5,8 +5,9 @@ counters, whose per-op increments it reads): every op that moves bytes (or count
 FLOPs) is one kernel,
 recorded by module, phase and class with what its rate depends on:
 
-- ``matmul``: ``mm``, ``addmm``, ``bmm``, ``baddbmm``, ``_scaled_mm`` by output shape
-  (batch, M, N); convolutions without a shape (the large-matmul rate);
+- ``matmul``: ``mm``, ``addmm``, ``bmm``, ``baddbmm``, ``_scaled_mm``, the grouped
+  matmuls of a mixture of experts, by output shape (batch, M, N); convolutions without
+  a shape (the large-matmul rate);
 - ``attention``: ``scaled_dot_product_attention``'s fused kernels by backend (flash,
   efficient, cudnn), head dim, query length and causality (the math backend is its
   matmuls and softmax, recorded as those);
@@ -57,7 +58,10 @@ __all__ = [
     "record",
 ]
 
-_MATMULS = frozenset({"mm", "addmm", "bmm", "baddbmm", "_scaled_mm", "_int_mm"})
+#: grouped matmuls (a mixture of experts' kernel, transformers' ``grouped_mm``) too:
+#: their output (tokens x experts routed, N) is one matmul's as the library tiles it
+_MATMULS = frozenset({"mm", "addmm", "bmm", "baddbmm", "_scaled_mm", "_int_mm", "_grouped_mm",
+                      "_scaled_grouped_mm", "_scaled_grouped_mm_v2"})  # fmt: skip
 _CONVOLUTIONS = frozenset({"convolution", "convolution_backward", "_convolution"})
 #: op name prefixes of the fused attention kernels, and their (B, H, S, D) layout: True
 #: when the sequence is dim -2 (sdpa's ops), False when it is dim 1 (the raw kernels)
