@@ -457,3 +457,16 @@ def test_a_mixture_of_experts_split_by_its_own_plan() -> None:
     assert p.weight_bytes == (split // 2 + whole) * 2 + inv_freq
     # one of the two KV heads' halves: 2 layers x 2 (K, V) x 2 heads x 32 x 2 B
     assert p.kv_bytes_per_token == 2 * 2 * 2 * 32 * 2
+
+
+def test_the_workspace_is_a_prefill_chunk_without_its_keys_and_values() -> None:
+    """The chunk's keys and values live in the paged pool the KV budget holds: the
+    workspace is the prefill's peak without them, a cache filled with the 2,048-token
+    chunk's 2,048 x 1,024 B less than the same prefill keeping one."""
+    ids = torch.zeros(1, 2048, dtype=torch.long, device="meta")
+    with torch.no_grad():  # as the plan analyses it: eval, no graph, the target's kernels
+        kept = ls.profile(
+            llama(), ids, kwargs={"use_cache": True, "logits_to_keep": 1}, memory=True,
+            mode="eval", target="h100",
+        ).root.metrics["peak_bytes"]  # fmt: skip
+    assert plan().workspace_bytes == kept - 2048 * KV_PER_TOKEN

@@ -164,10 +164,13 @@ def kv_layers(driver: Driver, length: int) -> list[KVLayer]:
 
 
 def workspace(driver: Driver, tokens: int) -> int:
-    """The peak bytes a prefill chunk of ``tokens`` tokens allocates (activations and
-    its own keys and values), analysed on meta with ``memory=True``."""
-    cache = driver.new_cache()
-    kwargs = {**driver.call, driver.cache_name: cache}
+    """The peak bytes a prefill chunk of ``tokens`` tokens allocates, analysed on meta
+    with ``memory=True`` and no cache: its keys and values go to the paged pool the KV
+    budget holds (vLLM profiles its activations so, before it allocates that pool)."""
+    if "use_cache" in driver.call:
+        kwargs = {**driver.call, "use_cache": False}
+    else:  # a model that always writes a cache: the chunk's keys and values counted too
+        kwargs = {**driver.call, driver.cache_name: driver.new_cache()}
     model = driver.model
     with torch.no_grad(), meta_values(), _eval_mode(model), experts_kernel(model, driver.routing):
         prof = profile(
