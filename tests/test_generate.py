@@ -212,6 +212,13 @@ def test_trace_marks_the_stages(tmp_path: Path) -> None:
     assert stages["decode"]["dur"] == pytest.approx(times[1] + times[2])
     counters = [e["args"]["bytes"] for e in events if e["ph"] == "C"]
     assert counters == [r.kv_bytes for r in gen.calls]
+    # export by the extension writes the same trace, not the generation's JSON
+    gen.export(tmp_path / "e.trace.json")
+    assert (tmp_path / "e.trace.json").read_bytes() == (tmp_path / "g.trace.json").read_bytes()
+    # a document without a trace refuses the extension instead of writing its JSON there
+    est = ls.estimate_generate(gpt2().to("meta"), prompt=4, new_tokens=2, batch=1)
+    with pytest.raises(ls.ExportError, match=r"the format of .*x\.trace\.json"):
+        est.export(tmp_path / "x.trace.json")
     untimed = ls.profile_generate(model, torch.randint(0, 64, (1, 6)), max_new_tokens=2)
     with pytest.raises(ls.ExportError, match="timing=True"):
         untimed.to_trace(tmp_path / "x.json")

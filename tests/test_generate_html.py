@@ -236,7 +236,7 @@ def test_to_html_and_export(gen: Generation, tmp_path: Path) -> None:
     assert loaded.section() == gen.section()
     loaded.export(tmp_path / "c.out", format="html")
     assert (tmp_path / "c.out").read_text(encoding="utf-8") == b  # loaded reports as fresh
-    with pytest.raises(ExportError, match=r"html \(\.html, \.htm\) or json"):
+    with pytest.raises(ExportError, match=r"html \(\.html, \.htm\), trace \(\.trace\.json\)"):
         gen.export(tmp_path / "g.csv")
     with pytest.raises(ExportError, match="without stages"):
         Generation({}, [], {}).to_html(tmp_path / "d.html")

@@ -169,8 +169,10 @@ def export_text(profile: Profile, format: str, **options: Any) -> str:
 
 
 #: What a plan or a generation writes, by format: the extensions that select it.
+#: (``.trace.json`` before ``.json``: a document without a trace writer refuses it)
 DOCUMENT_FORMATS: dict[str, tuple[str, ...]] = {
-    "html": (".html", ".htm"), "json": (".json",), "txt": (".txt", ".text"),
+    "html": (".html", ".htm"), "trace": (".trace.json",), "json": (".json",),
+    "txt": (".txt", ".text"),
 }  # fmt: skip
 
 
@@ -189,6 +191,7 @@ def export_document(
     )
     if chosen not in writers:
         told = f"format {format!r}" if format else f"the format of {os.fspath(path)!r}"
-        known = " or ".join(f"{f} ({', '.join(DOCUMENT_FORMATS[f])})" for f in writers)
+        named = [f"{f} ({', '.join(DOCUMENT_FORMATS[f])})" for f in writers]
+        known = " or ".join([", ".join(named[:-1]), named[-1]] if len(named) > 1 else named)
         raise ExportError(f"cannot tell {told}; {what} exports as {known}")
     writers[chosen](path)

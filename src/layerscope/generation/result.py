@@ -108,11 +108,12 @@ class Generation:
 
     def export(self, path: str | os.PathLike[str], format: str | None = None) -> None:
         """Write the generation in the format its extension names: ``.html``
-        (``to_html``) or ``.json`` (``save``); ``format="html"`` or ``"json"`` for
-        another name."""
+        (``to_html``), ``.trace.json`` (``to_trace``) or ``.json`` (``save``);
+        ``format="html"``, ``"trace"`` or ``"json"`` for another name."""
         from layerscope.export.formats import export_document
 
-        export_document(path, format, {"html": self.to_html, "json": self.save}, "a generation")
+        writers = {"html": self.to_html, "trace": self.to_trace, "json": self.save}
+        export_document(path, format, writers, "a generation")
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], *, consume: bool = False) -> Generation:
