@@ -410,13 +410,15 @@ def test_number_formats_match_the_console(open_report: Any) -> None:
     samples: list[tuple[str, float, str]] = []
     # and at the units' edges, where a value rounds up to the next unit
     for x in (0, 7, 999, 1000, 28032, 1898496, 2.5e9, 1.23456e12, 1.23e15, -4096.0, 12.345,
-              999_999, 999_499, 999.9, 2**20 - 1, 1023.999, -999_999):  # fmt: skip
+              999_999, 999_499, 999.9, 2**20 - 1, 1023.999, -999_999,
+              # exact ties, which Python rounds to even and toFixed up: 1.125 MiB, 0.125 K
+              int(1.125 * 2**20), 125.0, 1.125, -2.5):  # fmt: skip
         samples.append(("count", x, units.count(x)))
         samples.append(("si", x, units.si(x)))
         samples.append(("bytes", x, units.nbytes(x)))
     for t in (0.0, 4.2e-9, 1.5e-6, 3.3e-4, 0.0123, 1.0, 42.0, 75.0, 9000.0, 0.9996, 9.996e-7):
         samples.append(("seconds", t, units.seconds(t)))
-    for q in (0.0, 7.6e-05, 0.042, 0.5, 12.345, 99.97, 100.0):
+    for q in (0.0, 7.6e-05, 0.042, 0.5, 12.345, 99.97, 100.0, 0.25, 12.25):
         samples.append(("pct", q, units.pct(q)))
     for m in (0.00012, 65504.0, -3.14159, 1e-9, 123.0):
         samples.append(("number", m, units.magnitude(m)))

@@ -3,6 +3,15 @@
   function strip(s) {
     return s.indexOf(".") < 0 ? s : s.replace(/0+$/, "").replace(/\.$/, "");
   }
+  function fixed(x, d) {  // Python's format(x, ".<d>f"): an exact tie rounds to even
+    // the value's exact decimal digits (toFixed writes them exactly): a tie is 5, then 0s
+    var exact = Math.abs(x).toFixed(Math.min(100, d + 40)), dot = exact.indexOf(".");
+    var kept = exact.slice(0, d ? dot + d + 1 : dot), rest = exact.slice(dot + d + 1);
+    if (/^50*$/.test(rest) && "02468".indexOf(kept.slice(-1)) >= 0) {
+      return (x < 0 ? "-" : "") + kept;  // toFixed takes a tie up; Python to the even digit
+    }
+    return x.toFixed(d);
+  }
   function g(x, p) {  // Python's format(x, ".<p>g")
     if (x === 0) return "0";
     if (!isFinite(x)) return x > 0 ? "inf" : x < 0 ? "-inf" : "nan";
@@ -11,15 +20,15 @@
       var parts = ex.split("e"), d = parts[1].slice(1);
       return strip(parts[0]) + "e" + parts[1][0] + (d.length < 2 ? "0" + d : d);
     }
-    return strip(x.toFixed(Math.max(0, p - 1 - e)));
+    return strip(fixed(x, Math.max(0, p - 1 - e)));
   }
   function small(p) {  // 2 significant digits, never an exponent: 0.000076
-    return strip(p.toFixed(Math.max(0, 1 - Math.floor(Math.log10(Math.abs(p))))));
+    return strip(fixed(p, Math.max(0, 1 - Math.floor(Math.log10(Math.abs(p))))));
   }
   function group(s) { return s.replace(/\B(?=(\d{3})+(?!\d))/g, ","); }
   function count(n) {
     if (Number.isInteger(n)) return (n < 0 ? "-" : "") + group(String(Math.abs(n)));
-    var s = Math.abs(n).toFixed(2).split(".");
+    var s = fixed(Math.abs(n), 2).split(".");
     return (n < 0 ? "-" : "") + group(s[0]) + "." + s[1];
   }
   var SI = [[1e18, "E"], [1e15, "P"], [1e12, "T"], [1e9, "G"], [1e6, "M"], [1e3, "K"]];
@@ -38,7 +47,7 @@
     return g(n, 6);
   }
   function nbytes(n) {
-    for (var k = 0; k < BIN.length; k++) if (reaches(n, BIN[k][0], f2, 1024)) return (n / BIN[k][0]).toFixed(2) + " " + BIN[k][1];
+    for (var k = 0; k < BIN.length; k++) if (reaches(n, BIN[k][0], f2, 1024)) return fixed(n / BIN[k][0], 2) + " " + BIN[k][1];
     return Math.trunc(n) + " B";
   }
   function seconds(t) {
@@ -48,7 +57,7 @@
   function pct(p) {
     if (p === 0) return "0%";
     if (Math.abs(p - 100) < 0.05) return "100%";
-    if (Math.abs(p) >= 0.1) return p.toFixed(1) + "%";
+    if (Math.abs(p) >= 0.1) return fixed(p, 1) + "%";
     return small(p) + "%";
   }
   function rate(n) {  // per second, 3 significant digits at any size: 689, 77.7, 1.98 K
