@@ -241,6 +241,8 @@ def _fact(key: str, value: Any) -> str:
     if isinstance(value, bool) or value is None:
         return "none" if value is None else str(value).lower()
     if isinstance(value, int | float) and math.isfinite(value):
+        if key == "memory_bytes":  # the datasheet's label, decimal ("80 GB" is 80e9 B)
+            return f"{value / 1e9:g} GB, the datasheet's ({units.count(value)} B)"
         if key.endswith("bytes"):
             return f"{units.nbytes(value)} ({units.count(value)} B)"
         if key.endswith("bandwidth"):
