@@ -179,6 +179,8 @@ def test_json_text_and_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert data["kv"]["tokens"] == p.kv_tokens and data["rows"][1]["batch"] == 8
     text = p.render(width=80)
     assert max(len(line) for line in text.splitlines()) <= 80
+    # the estimate's notes on its own columns (Prefill, Decode, Pred.) are not the plan's
+    assert "Pred.:" not in text and "Bounds (Prefill" not in text
     assert f"Max concurrency at 4,096 tokens: {p.max_concurrency:,} sequences." in text.replace(
         "\n  ", " "
     )

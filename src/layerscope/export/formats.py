@@ -9,7 +9,7 @@ first used, so loading the table costs nothing.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -179,7 +179,7 @@ DOCUMENT_FORMATS: dict[str, tuple[str, ...]] = {
 def export_document(
     path: PathLike,
     format: str | None,
-    writers: dict[str, Callable[[PathLike], None]],
+    writers: Mapping[str, Callable[[PathLike], None]],
     what: str,
 ) -> None:
     """Write ``what`` (a plan, a generation) with the writer of the format named, or of
@@ -189,7 +189,7 @@ def export_document(
     chosen = format or next(
         (f for f, exts in DOCUMENT_FORMATS.items() if name.endswith(exts)), None
     )
-    if chosen not in writers:
+    if chosen is None or chosen not in writers:
         told = f"format {format!r}" if format else f"the format of {os.fspath(path)!r}"
         named = [f"{f} ({', '.join(DOCUMENT_FORMATS[f])})" for f in writers]
         known = " or ".join([", ".join(named[:-1]), named[-1]] if len(named) > 1 else named)

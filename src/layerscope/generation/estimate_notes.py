@@ -148,21 +148,25 @@ def notes_for(est: GenerateEstimate, prefills: Sequence[Profile], keeps_one: boo
             f"{len(missing)} op(s) without a FLOP formula ({', '.join(missing[:5])}): their "
             "FLOPs are missing from the compute side."
         )
+    return notes + column_notes(est)
+
+
+def column_notes(est: GenerateEstimate) -> list[str]:
+    """What the estimate's time columns are (bounds; ``Pred.``, when predicted): words
+    about its own table, which ``ls.plan_serving`` says its own way."""
     predicted = predicted_note(est)
     if predicted:
-        notes.append(
+        return [
             "Bounds (Prefill, Decode and their Tok/s): max(FLOPs / peak, bytes / bandwidth) "
             "per module, summed, so no step runs faster; they leave out kernel efficiency "
-            "and launches, which Pred. adds, and sampling and the tokenizer."
-        )
-        notes.append(predicted)
-    else:
-        notes.append(
-            "Times are lower bounds: max(FLOPs / peak, bytes / bandwidth) per module, "
-            "summed. They leave out kernel efficiency, launch overhead (decode at small "
-            "batch is launch-bound in practice), sampling and the tokenizer."
-        )
-    return notes
+            "and launches, which Pred. adds, and sampling and the tokenizer.",
+            predicted,
+        ]
+    return [
+        "Times are lower bounds: max(FLOPs / peak, bytes / bandwidth) per module, "
+        "summed. They leave out kernel efficiency, launch overhead (decode at small "
+        "batch is launch-bound in practice), sampling and the tokenizer."
+    ]
 
 
 def predicted_note(est: GenerateEstimate) -> str | None:
@@ -184,4 +188,4 @@ def predicted_note(est: GenerateEstimate) -> str | None:
     )
 
 
-__all__ = ["notes_for"]
+__all__ = ["column_notes", "notes_for"]

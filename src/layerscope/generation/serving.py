@@ -53,7 +53,7 @@ from layerscope.generation.estimate import (
     meta_model,
     split,
 )
-from layerscope.generation.estimate_notes import memory_note
+from layerscope.generation.estimate_notes import column_notes, memory_note
 from layerscope.generation.estimate_result import SweepRow
 from layerscope.generation.modelcheck import check_generative, positions
 from layerscope.generation.moe import experts_kernel
@@ -281,9 +281,10 @@ def plan_serving(
         _row(r, prefill, step, plan, length)
         for r, (prefill, step) in zip(est.sweep, steps, strict=True)
     ]
-    # the estimate's own "Fits" note holds its rows to the datasheet memory: the plan's
-    # KV budget replaces it
-    plan.notes = [*plan.rules(), *not_run, *(n for n in est.notes if n != memory_note(est))]
+    # the estimate's own "Fits" note holds its rows to the datasheet memory (the plan's
+    # KV budget replaces it), and its column notes name its own table's columns
+    skip = {memory_note(est), *column_notes(est)}
+    plan.notes = [*plan.rules(), *not_run, *(n for n in est.notes if n not in skip)]
     launched = [r.batch for r in plan.rows if r.bound == "launches"]
     if launched:
         plan.notes.append(
