@@ -52,8 +52,8 @@
   var col = {};
   S.columns.forEach(function (c, k) { col[c[0]] = k; });
   var rs = section("Batches", "ls-serve-batches", "Time per output token against output tokens per " +
-    "second, all sequences together, one point per batch size (its label): predicted, the " +
-    "roofline bound and the launches in the table.");
+    "second, all sequences together, one point per batch size (its label), both predicted; " +
+    "the table gives each row's roofline bound and launches too.");
   var svg = sv("svg", { id: "ls-serve-chart", role: "img", "aria-label": "time per output token against tokens per second" });
   svg.style.width = "100%"; svg.style.height = "250px";
   rs.appendChild(svg);
@@ -65,6 +65,7 @@
     if (!xs.length) return;
     var lx = Math.log10(Math.min.apply(null, xs)), hx = Math.log10(Math.max.apply(null, xs));
     if (hx - lx < 1e-9) { lx -= 0.5; hx += 0.5; }
+    var pad = 0.06 * (hx - lx); lx -= pad; hx += pad;  // the end points' labels clear the axis
     var hy = Math.max.apply(null, ys) * 1.1 || 1;
     function px(x) { return L + (W - L - R) * (Math.log10(x) - lx) / (hx - lx); }
     function py(y) { return T + (H - T - B) * (1 - y / hy); }
