@@ -74,14 +74,28 @@ def add_comm(into: dict[str, Any], more: Mapping[str, Any]) -> None:
                     acc[key] = acc.get(key, 0) + value
 
 
+#: The figures of the step whose absolute peak (held at its start + its peak above that)
+#: is the cycle's: taken together, never one step's baseline with another's peak.
+_PEAK_STEP = ("baseline_bytes", "session_peak_bytes", "baseline")
+
+
+def _absolute(memory: Mapping[str, Any]) -> float:
+    held, peak = memory.get("baseline_bytes"), memory.get("session_peak_bytes")
+    return (held if _is_number(held) else 0) + (peak if _is_number(peak) else 0)
+
+
 def _merge_memory(into: dict[str, Any], earlier: Mapping[str, Any]) -> None:
-    """Whole-model ``memory`` numbers: the max of the steps' (the baseline's, kind by kind)."""
+    """Whole-model ``memory`` numbers: the baseline, its kinds and the session peak of
+    the step with the highest absolute peak (``_PEAK_STEP``); every other number the max
+    of the steps'."""
+    if _absolute(earlier) > _absolute(into):
+        for key in _PEAK_STEP:
+            if key in earlier:
+                value = earlier[key]
+                into[key] = dict(value) if isinstance(value, Mapping) else value
     for key, value in earlier.items():
         mine = into.get(key)
-        if key == "baseline" and isinstance(value, Mapping) and isinstance(mine, dict):
-            for kind, n in value.items():
-                if _is_number(n) and (kind not in mine or n > mine[kind]):
-                    mine[kind] = n
+        if key in _PEAK_STEP:
             continue
         if _is_number(value) and (mine is None or (_is_number(mine) and value > mine)):
             into[key] = value
