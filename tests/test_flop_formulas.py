@@ -1120,3 +1120,26 @@ def test_matmul_on_nested_tensors_sums_each_components_own_product() -> None:
         torch.matmul(scores, v)
     pv = h * 3 * d * 3 + h * 5 * d * 5  # out elements * each sequence's own length: 272
     assert rec.cost() == Cost(pv, 2 * pv)
+
+
+def test_a_grad_scalers_ops_have_formulas() -> None:
+    """``GradScaler``: unscaling multiplies each gradient element by the inverse scale and
+    checks it finite (2 FLOPs: a 64 + 8 element list, 144); the scale update is scalar
+    work (0). A training step with a scaler is no longer partial."""
+    grads = [randn(8, 8), randn(8)]
+    found, inv = torch.zeros(1), torch.ones(1)
+    unscale = aten._amp_foreach_non_finite_check_and_unscale_.default
+    assert op_cost(unscale, (grads, found, inv), {}, None) == Cost(0, 2 * (64 + 8))
+    update = aten._amp_update_scale_.default
+    args = (torch.ones(1), torch.zeros(1, dtype=torch.int32), found, 2.0, 0.5, 2000)
+    assert op_cost(update, args, {}, None) == Cost(0, 0)
+    model = nn.Linear(8, 8)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu")
+    import layerscope as ls
+
+    with ls.Profiler(model) as p:
+        scaler.scale(model(randn(4, 8)).sum()).backward()
+        scaler.step(opt)
+        scaler.update()
+    assert p.profile.partial_metrics == [] and not p.profile.unsupported_ops

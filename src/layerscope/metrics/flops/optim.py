@@ -12,6 +12,10 @@ elementwise table of ``pointwise``). Fused optimizers, per parameter element:
 - Adagrad: sum += g * g 2, std = sqrt(sum) + eps 2, p -= lr * g / std 3: 7; + 2 for
   weight decay.
 
+A ``GradScaler``'s unscale (``_amp_foreach_non_finite_check_and_unscale_``): each
+gradient element multiplied by the inverse scale and checked finite, 2; its scale
+update (``_amp_update_scale_``) is scalar work.
+
 Per-tensor scalar work (bias corrections, step counters) is not counted.
 """
 
@@ -56,6 +60,18 @@ _register_foreach()
 def foreach_norm_flop(tensors: Any, *_: Any, out: Any = None, **__: Any) -> Cost:
     """Square and add per element + one sqrt per tensor (p = 2)."""
     return Cost(0, 2 * _list_numel((tensors,)) + len(tensors))
+
+
+@register_flop_formula(*aten_ops("_amp_foreach_non_finite_check_and_unscale_"))
+def amp_unscale_flop(grads: Any, *_: Any, out: Any = None, **__: Any) -> Cost:
+    """A multiply by the inverse scale and a finiteness check per gradient element."""
+    return Cost(0, 2 * _list_numel((grads,)))
+
+
+@register_flop_formula(*aten_ops("_amp_update_scale_", "_amp_update_scale"))
+def amp_update_scale_flop(*_: Any, out: Any = None, **__: Any) -> Cost:
+    """The scale's update: a handful of scalar ops, not counted (as other scalar work)."""
+    return Cost(0, 0)
 
 
 @register_flop_formula(*aten_ops("_fused_adam_", "_fused_adam", "_fused_adamw_", "_fused_adamw"))
