@@ -600,3 +600,20 @@ def test_zero_bubble_on_a_transformers_model(tmp_path: Path) -> None:
     back = ls.load_plan(path)
     assert back.pipeline == zero.pipeline
     assert "zero_bubble, 8 microbatches" in back.render(width=80).replace("\n  ", " ")
+
+
+def test_a_rank_of_two_stages_sums_their_collectives() -> None:
+    """ZBV puts stages 0 and 3 on rank 0: both have a root unit (the embedding, then the
+    final norm and head), so the rank's root all-gathers twice, its two shards' bytes
+    (the module table's two root rows), and reduce-scatters likewise; its FSDP2 units
+    are both stages' (before, the second stage's collectives replaced the first's)."""
+    ids = torch.randint(0, 128, (2, 32))
+    plan = ls.plan(llama(), kwargs={"input_ids": ids, "labels": ids}, target="h100",
+                   mesh={"dp_shard": 2, "pp": 2}, schedule="zbv", microbatches=4, stage=0)  # fmt: skip
+    roots = [r for r in plan.modules if r["path"] == ""]
+    assert len(roots) == 2
+    gather = plan.comm[""]["forward"]["all_gather"]
+    assert gather["calls"] == 2 and gather["bytes"] == sum(r["gather_bytes"] for r in roots)
+    scatter = plan.comm[""]["backward"]["reduce_scatter"]
+    assert scatter["calls"] == 2 and scatter["bytes"] == sum(r["reduce_bytes"] for r in roots)
+    assert plan.options["fsdp_units"] == ["", "model.layers.0", "model.layers.3"]

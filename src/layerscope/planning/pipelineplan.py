@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from math import prod
 from typing import Any
 
+from layerscope.analysis.merge import add_comm
 from layerscope.analysis.rates import rates_of
 from layerscope.planning import pipeline as pl
 from layerscope.planning import timeline as tl
@@ -166,15 +167,15 @@ def pipeline_plan(profs: list[Profile], opts: Options) -> Plan:
             f"stages cut where the slowest one's predicted time is least, not evenly by "
             f"blocks: pp_split={split} (give pp_split to cut elsewhere)"
         )
-    options = opts.section(first.options["fsdp_units"], first.options.get("tp_plan"))
+    # the rank's units, every stage's it holds (in stage order, each once)
+    units = [u for s in rank.stages for u in s.plan.options["fsdp_units"]]
+    options = opts.section(list(dict.fromkeys(units)), first.options.get("tp_plan"))
     options["pp_split"] = split  # the cut planned
+    # the stages' collectives summed: two stages on a rank share paths (the root's)
     comm: dict[str, Any] = {}
     for s in rank.stages:
-        for path, phases in s.plan.comm.items():
-            for phase, kinds in phases.items():
-                comm.setdefault(path, {}).setdefault(phase, {}).update(kinds)
-    for phase, kinds in _p2p_comm(rank, opts, micro).items():
-        comm.setdefault("", {}).setdefault(phase, {}).update(kinds)
+        add_comm(comm, s.plan.comm)
+    add_comm(comm, {"": _p2p_comm(rank, opts, micro)})
     states = {k: sum(s.plan.states[k] for s in rank.stages) for k in first.states}
     return replace(
         first,
