@@ -116,3 +116,28 @@ def test_attention_at_its_share_of_the_whole(plans: tuple[Any, Any]) -> None:
 def test_a_sequence_that_does_not_split_is_refused() -> None:
     with pytest.raises(InvalidInputError, match="must split into 4 equal chunks"):
         ls.plan(llama(), input_shape=(2, 30), mesh={"dp_shard": 2, "cp": 2})
+
+
+def test_context_parallel_alone_shards_the_model_over_its_ranks() -> None:
+    """FSDP2 shards over dp_shard x cp (torchtitan's dp_shard_cp): cp 2 alone is FSDP2
+    over 2, and dp_replicate 2 x cp 2 is HSDP with shard groups of 2 (before, the first
+    was refused as one GPU and the second planned as DDP with whole model states).
+    Parameters: 2 x 256 x 64 + 2 layers x 36,992 + 64 = 106,816, float32 masters."""
+    model = llama()
+    whole = (2 * 256 * 64 + 2 * 36_992 + 64) * 4
+    alone = ls.plan(model, input_shape=(2, 64), mesh={"cp": 2})
+    assert (alone.options["sharding"], alone.states["param_bytes"]) == ("fsdp", whole // 2)
+    hsdp = ls.plan(model, input_shape=(2, 64), mesh={"dp_replicate": 2, "cp": 2})
+    assert hsdp.options["hsdp"] == [2, 2] and hsdp.states["param_bytes"] == whole // 2
+
+
+def test_attention_without_a_fused_kernel_is_refused() -> None:
+    """Eager attention (or SDPA's math path) gives the ring nothing to pass: refused with
+    the fix, not planned with no collectives."""
+    config = transformers.LlamaConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=256, attn_implementation="eager",
+    )  # fmt: skip
+    model = transformers.LlamaForCausalLM(config)
+    with pytest.raises(InvalidInputError, match="attn_implementation='sdpa' and plan in"):
+        ls.plan(model, input_shape=(2, 64), mesh={"dp_shard": 2, "cp": 2})

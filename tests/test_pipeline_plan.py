@@ -608,8 +608,10 @@ def test_a_rank_of_two_stages_sums_their_collectives() -> None:
     (the module table's two root rows), and reduce-scatters likewise; its FSDP2 units
     are both stages' (before, the second stage's collectives replaced the first's)."""
     ids = torch.randint(0, 128, (2, 32))
-    plan = ls.plan(llama(), kwargs={"input_ids": ids, "labels": ids}, target="h100",
-                   mesh={"dp_shard": 2, "pp": 2}, schedule="zbv", microbatches=4, stage=0)  # fmt: skip
+    plan = ls.plan(
+        llama(), kwargs={"input_ids": ids, "labels": ids}, target="h100",
+        mesh={"dp_shard": 2, "pp": 2}, schedule="zbv", microbatches=4, stage=0,
+    )  # fmt: skip
     roots = [r for r in plan.modules if r["path"] == ""]
     assert len(roots) == 2
     gather = plan.comm[""]["forward"]["all_gather"]

@@ -87,6 +87,14 @@ def kv_comm(prof: Profile, cp: int) -> dict[str, Any]:
     kernels = kernels_of(prof)
     if kernels is None:
         return {}
+    if not kernels.kv:  # nothing for the ring to pass: the plan would price no collective
+        raise InvalidInputError(
+            f"context parallel {cp} runs ring attention in scaled_dot_product_attention's "
+            "fused kernels (flash, efficient, cudnn), and this model's attention ran none "
+            "(eager attention, or SDPA's math path, which float32 with grouped key/value "
+            "heads takes): load the model with attn_implementation='sdpa' and plan in "
+            "bfloat16 (precision='bf16' or 'bf16-mixed'), or plan without cp"
+        )
     out: dict[str, Any] = {}
     for path, local in kernels.kv.items():
 

@@ -114,7 +114,9 @@ class Mesh:
                 f"(torchtitan's), so ep must divide dp_shard ({self.dp_shard}): e.g. "
                 f"dp_shard={self.ep * max(1, self.dp_shard // self.ep)}"
             )
-        replicate, shard, world = self.dp_replicate, self.dp_shard, self.world_size
+        # FSDP2 shards over dp_shard x cp (torchtitan's dp_shard_cp): context parallelism
+        # with no dp_shard still shards the model states over its ranks
+        replicate, shard, world = self.dp_replicate, self.dp_shard * self.cp, self.world_size
         if replicate > 1 and shard > 1:
             return {"world_size": world, "sharding": "fsdp", "hsdp": (replicate, shard)}
         if replicate > 1:
