@@ -227,3 +227,17 @@ def test_tied_embeddings_stay_tied_and_replicated_norms_stay_whole() -> None:
     )
     # q_norm and k_norm: 16 elements each, whole on each rank; untied embedding and head
     assert plan.states["param_bytes"] == (2 * (18_432 + 128 + 32) + 64 + 2 * 4_096) * 4
+
+
+def test_a_style_torch_cannot_apply_is_refused_with_the_fix() -> None:
+    """GPT-2's Conv1D holds its weight transposed: torch's colwise style refuses it,
+    and the plan says so as an input error, naming what to do."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    config = GPT2Config(n_embd=64, n_layer=1, n_head=4, vocab_size=256, n_positions=64,
+                        bos_token_id=0, eos_token_id=0)  # fmt: skip
+    with torch.device("meta"):
+        gpt = GPT2LMHeadModel(config)
+    with pytest.raises(InvalidInputError, match="Conv1D, for one, stores its weight"):
+        ls.plan(gpt, input_shape=(1, 16), input_dtype=torch.long, mesh={"tp": 2},
+                tp_plan={"transformer.h.*.mlp.c_fc": "colwise"})  # fmt: skip

@@ -283,7 +283,15 @@ def parallelized(
     entries = expand(model, chosen, given)
     tied = _tied(model)
     with fake_mesh(size) as mesh, _quiet_cpu_mesh():
-        parallelize_module(model, mesh, styles(model, entries, sequence))
+        try:
+            parallelize_module(model, mesh, styles(model, entries, sequence))
+        except NotImplementedError as e:  # a style torch applies to Linear/Embedding only
+            raise InvalidInputError(
+                f"tensor parallel {size}: torch's parallelize_module refused the plan: {e} "
+                "(GPT-2's Conv1D, for one, stores its weight transposed, which colwise and "
+                "rowwise cannot split: give those modules no style, or convert them to "
+                "nn.Linear)"
+            ) from e
         _apply_hf(model, entries, mesh)
         _tie_again(model, tied)
         yield entries
