@@ -485,3 +485,24 @@ def test_a_cycles_absolute_peak_is_one_steps() -> None:
     assert params == 142_376
     assert mem["baseline_bytes"] + mem["session_peak_bytes"] == 317_528
     assert mem["baseline"]["parameters"] == params
+
+
+def test_the_notices_say_what_a_timed_loop_left_out_and_why() -> None:
+    """Timing without a schedule analyses no step: memory= and numerics= are named as
+    unused; a schedule of 5 active steps that ends after the analysed one says the loop
+    ended, not that active must be 2 or more."""
+    model = nn.Linear(4, 4)
+    p = ls.Profiler(model, timing=True, memory=True, numerics="raise")
+    with p:
+        for _ in range(3):
+            model(torch.randn(2, 4))
+            p.step()
+    said = " ".join(p.profile.notices)
+    assert "(memory= and numerics= not used)" in said
+    p = ls.Profiler(model, timing=True, schedule=schedule(active=5, repeat=1))
+    with p:
+        model(torch.randn(2, 4))
+        p.step()
+    said = " ".join(p.profile.notices)
+    assert "the loop ended before a step after the analysed one ran" in said
+    assert "active >= 2" not in said

@@ -381,9 +381,18 @@ class Profiler:
             prof = build_profile(
                 ScopeTracker(tree), ran=True, notices=self._notices, observers=(), run=self._run
             )
+            unused = [
+                n
+                for n, on in (
+                    ("memory", self._options.memory),
+                    ("numerics", self._options.numerics is not None),
+                )
+                if on
+            ]
             prof.notices.append(
-                "timed only: FLOPs, memory and shapes need an analysed step, and the "
-                "analysis instrumentation would be in the times; give a schedule "
+                "timed only: FLOPs, memory, numerics and shapes need an analysed step"
+                + (f" ({' and '.join(f'{n}=' for n in unused)} not used)" if unused else "")
+                + ", and the analysis instrumentation would be in the times; give a schedule "
                 "(ls.schedule(active=2) or more) to analyse the first active step of each "
                 "cycle and time the others"
             )
@@ -393,9 +402,15 @@ class Profiler:
                 if not profiles:
                     timer.set_calls(prof)
             else:
+                active = getattr(self.schedule, "active", None)
+                why = (
+                    "time needs active >= 2"
+                    if not isinstance(active, int) or active < 2
+                    else "the loop ended before a step after the analysed one ran"
+                )
                 prof.notices.append(
                     "no step was timed: with timing the first active step of a cycle is "
-                    "analysed and the others are timed, so time needs active >= 2"
+                    f"analysed and the others are timed, so {why}"
                 )
             timer.reset()
         keys, notices = loop_facts(facts)
