@@ -266,3 +266,18 @@ def test_checkpointed_paths_may_not_nest() -> None:
         recompute_flops(prof, ["0.attn", "0"])
     with pytest.raises(KeyError):
         recompute_flops(prof, ["nope"])
+
+
+def test_a_what_if_of_a_cycle_of_several_analysed_steps_is_refused() -> None:
+    """Three analysed steps sum their activation_bytes while the storage records are the
+    last step's: the what-if would mix one step with three, so it is refused."""
+    from layerscope.analysis.whatif import checkpointed_activation_bytes
+
+    model = torch.nn.Sequential(*[torch.nn.Linear(64, 64) for _ in range(5)])
+    p = ls.Profiler(model, memory=True, schedule=ls.schedule(active=3, repeat=1))
+    with p:
+        for _ in range(3):
+            model(torch.randn(32, 64)).sum().backward()
+            p.step()
+    with pytest.raises(ls.InvalidInputError, match="this profile sums 3 analysed steps"):
+        checkpointed_activation_bytes(p.profile, "2")

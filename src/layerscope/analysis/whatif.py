@@ -46,6 +46,14 @@ def _table(prof: Profile) -> tuple[list[str], list[list[Any]]]:
             "this profile's storage records were not kept (more storages than the limit, "
             "layerscope.metrics.memory.records.MAX_ROWS): no what-if figures"
         )
+    loop = prof.model.get("loop")
+    steps = loop.get("analysed_steps", 1) if isinstance(loop, Mapping) else 1
+    if isinstance(steps, int) and steps > 1:
+        raise InvalidInputError(
+            f"this profile sums {steps} analysed steps, and its storage records are the "
+            "last step's: a what-if of one step needs a profile of one (ls.profile, or a "
+            "Profiler whose schedule analyses one step a cycle: active=1, or timing=True)"
+        )
     return list(table["paths"]), list(table["rows"])
 
 
