@@ -93,7 +93,7 @@ def _add_cluster_arguments(p: argparse.ArgumentParser) -> None:
     net.add_argument(
         "--pp-split", metavar="PATH,...",
         help="with pp in --mesh: the module each later stage starts at (default: the "
-        "repeated blocks split evenly)",
+        "cut whose slowest stage is fastest, the even split of the blocks if none is)",
     )  # fmt: skip
     net.add_argument(
         "--no-return-outputs", dest="return_outputs", action="store_false",

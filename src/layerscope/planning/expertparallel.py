@@ -149,7 +149,7 @@ def ep_notes(ep: int, dp_shard: int, experts: int) -> list[str]:
     """What an expert-parallel plan assumes, beside its figures."""
     return [
         f"expert parallel {ep}: each of {experts} experts modules split over {ep} of the "
-        f"{dp_shard} data-parallel ranks, an FSDP2 unit sharded over the other "
+        f"{dp_shard} dp_shard ranks, an FSDP2 unit sharded over the other "
         f"{dp_shard // ep}; routing balanced (capacity factor 1), so each rank's experts "
         "see as many token-expert pairs as its own tokens make; two all-to-alls a layer "
         "forward and backward, on the critical path, their buffers not counted"
