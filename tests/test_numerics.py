@@ -638,3 +638,26 @@ def test_no_host_sync_during_the_run_on_cuda() -> None:
     snap.assert_unchanged(model, skip=("grads",))
     assert p.profile.numerics["checked_grads"] == 3
     assert p.profile.numerics["first_nonfinite"] is None
+
+
+def test_a_raise_keeps_the_origin_it_named_in_the_report() -> None:
+    """The root's own code (log of negative values) makes the NaN its submodule 'b'
+    receives: the raise names the root as the origin, and so does the report after it
+    (before, the report had no origin and said they came from the inputs)."""
+
+    class Makes(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            out: torch.Tensor = self.b(torch.log(self.a(x) - 100))
+            return out
+
+    model = Makes()
+    with pytest.raises(ls.NonFiniteError, match=r"<root> \(Makes\) call 0: its own code made"):
+        with ls.Profiler(model, numerics="raise") as p:
+            model(torch.randn(2, 4))
+    origin = p.profile.numerics["origin"]
+    assert origin is not None and (origin["path"], origin["call"]) == ("", 0)
+    assert "this module produced them (origin)" in p.profile.render(width=200)

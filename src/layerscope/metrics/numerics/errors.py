@@ -47,6 +47,8 @@ class NonFiniteError(LayerscopeError, FloatingPointError):
         self.nan = nan
         self.inf = inf
         self.origin = origin
+        #: the origin as ``profile.numerics["origin"]`` holds it (None: not found)
+        self.origin_event: dict[str, Any] | None = None
 
 
 class NonFiniteWarning(UserWarning):

@@ -17,7 +17,7 @@ from torch.utils.hooks import RemovableHandle
 from layerscope.collect.observer import Observer
 from layerscope.collect.signature import dtype_name, iter_tensors
 from layerscope.errors import InvalidInputError
-from layerscope.metrics.numerics.errors import NonFiniteMode, _warn
+from layerscope.metrics.numerics.errors import NonFiniteError, NonFiniteMode, _warn
 from layerscope.metrics.numerics.records import _Call, _Entry, _GradEvent, _Role
 from layerscope.metrics.numerics.report import _raise_backward, _raise_forward, _scan
 from layerscope.metrics.numerics.values import (
@@ -83,6 +83,8 @@ class NumericsObserver(Observer):
         self._handles: list[RemovableHandle] = []
         self._pruned_at = 0
         self._skipped: dict[str, int] = {}
+        #: a raise's origin, which the report cannot find when the raise ends its call
+        self._raised_origin: dict[str, Any] | None = None
 
     # ---- session lifecycle ---------------------------------------------------------
     def install(self, tracker: ScopeTracker) -> None:
@@ -155,7 +157,11 @@ class NumericsObserver(Observer):
             return
         self._calls.append(call)
         if self.mode == "raise" and call.out_rows:
-            _raise_forward(call, self._row_loc, self._tracker, self._frames)
+            try:
+                _raise_forward(call, self._row_loc, self._tracker, self._frames)
+            except NonFiniteError as e:  # the report names the origin the error named
+                self._raised_origin = e.origin_event
+                raise
 
     def _pop(self, node: Node) -> _Call:
         for i in range(len(self._frames) - 1, -1, -1):
@@ -264,6 +270,8 @@ class NumericsObserver(Observer):
             self.grads,
             self.underflow,
         )
+        if origin is None:  # a raise ended the call whose own code made them
+            origin = self._raised_origin
         skipped = "; ".join(sorted(self._skipped)) or None
         profile.numerics = {
             "mode": self.mode,

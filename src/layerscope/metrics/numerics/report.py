@@ -38,8 +38,10 @@ def _raise_forward(
     event = _event(call, "output", call.shapes, call.dtypes, nan, inf)
     if maker is None:
         text, by = describe_nonfinite(event, origin), call
-    else:
+        found = event if origin else None
+    else:  # the maker's call never returns: its entry holds what reached the submodule
         text, by = _made_by(maker, event), maker
+        found = _event(maker, "output", call.shapes, call.dtypes, nan, inf)
     err = NonFiniteError(
         "layerscope: " + text,
         path=by.node.path,
@@ -50,6 +52,7 @@ def _raise_forward(
         inf=inf,
         origin=origin or maker is not None,
     )
+    err.origin_event = found  # the report's origin, which the raise ends before finding
     if tracker is not None:  # name this module, not its parent, in the error
         tracker.mark_error_site(err, call.node)
     raise err
