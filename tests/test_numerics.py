@@ -655,9 +655,9 @@ def test_a_raise_keeps_the_origin_it_named_in_the_report() -> None:
             return out
 
     model = Makes()
-    with pytest.raises(ls.NonFiniteError, match=r"<root> \(Makes\) call 0: its own code made"):
-        with ls.Profiler(model, numerics="raise") as p:
-            model(torch.randn(2, 4))
+    p = ls.Profiler(model, numerics="raise")
+    with pytest.raises(ls.NonFiniteError, match=r"<root> \(Makes\) call 0: its own code made"), p:
+        model(torch.randn(2, 4))
     origin = p.profile.numerics["origin"]
     assert origin is not None and (origin["path"], origin["call"]) == ("", 0)
     assert "this module produced them (origin)" in p.profile.render(width=200)
