@@ -343,6 +343,22 @@ def test_loop_timed_steps_time_regions_outside_the_model() -> None:
     assert prof.node("[head]").metrics["forward_time"] == pytest.approx(3 * US)
 
 
+def test_a_region_inside_the_model_under_a_region_around_its_call_is_timed() -> None:
+    """The model's call inside an outer region ("fwd"): the model's own region "[head]"
+    is still timed as the model's (3 ticks, as without the outer region), not filed under
+    the outer one where the analysed profile has no node (before: no time at all)."""
+    model, x = _headed()
+    timing = {"clock": _Ticks(), "correct_overhead": False}
+    p = ls.Profiler(model, timing=timing, schedule=ls.schedule(active=3, repeat=1))
+    with p:
+        for _ in range(3):
+            with region("fwd"):
+                y = model(x)
+            y.sum().backward()
+            p.step()
+    assert p.profile.node("[head]").metrics["forward_time"] == pytest.approx(3 * US)
+
+
 def test_bad_names() -> None:
     for bad in ("", "a.b", 3):
         with pytest.raises(ls.InvalidInputError):

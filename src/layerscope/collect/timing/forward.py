@@ -152,30 +152,34 @@ def region_times(
 ) -> dict[str, list[float]]:
     """Wall time (ns) of each region call, by region path, with the hook cost of the
     module calls inside it (``outer`` each) taken off. A region's path is that of the
-    scope it was entered in (the region around it, else the innermost module running,
-    else outside the model), then ``.[name]``, as the analysed run names it."""
+    scope it was entered in (the innermost of the region around it and the modules
+    running, whichever began last, else outside the model), then ``.[name]``, as the
+    analysed run names it."""
     if not calls:
         return {}
-    # the innermost module node running before each log position
-    innermost: list[int] = []
+    # the innermost module node running before each log position, and where it began
+    innermost: list[tuple[int, int]] = []
     running: list[int] = []
-    for code, _, _ in entries:
-        innermost.append(running[-1] if running else -1)
+    began: list[int] = []
+    for k, (code, _, _) in enumerate(entries):
+        innermost.append((running[-1], began[-1]) if running else (-1, -1))
         if code >= 0:
             running.append(index.resolve(code, running))
+            began.append(k)
         elif running:
             running.pop()
-    innermost.append(running[-1] if running else -1)
+            began.pop()
+    innermost.append((running[-1], began[-1]) if running else (-1, -1))
     paths: dict[int, str] = {}
 
     def path_of(call: RegionCall) -> str:
         known = paths.get(id(call))
         if known is not None:
             return known
-        if call.parent is not None:
-            scope = path_of(call.parent)
+        at, since = innermost[min(call.start, len(innermost) - 1)]
+        if call.parent is not None and (at < 0 or since < call.parent.start):
+            scope = path_of(call.parent)  # no module began inside the region around it
         else:
-            at = innermost[min(call.start, len(innermost) - 1)]
             scope = OUTSIDE if at < 0 else index.paths[at]
         path = f"{scope}.[{call.name}]" if scope else f"[{call.name}]"
         paths[id(call)] = path
