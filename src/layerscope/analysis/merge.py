@@ -80,8 +80,8 @@ _PEAK_STEP = ("baseline_bytes", "session_peak_bytes", "baseline")
 
 
 def _absolute(memory: Mapping[str, Any]) -> float:
-    held, peak = memory.get("baseline_bytes"), memory.get("session_peak_bytes")
-    return (held if _is_number(held) else 0) + (peak if _is_number(peak) else 0)
+    values = (memory.get(k) for k in ("baseline_bytes", "session_peak_bytes"))
+    return float(sum(v for v in values if _is_number(v)))
 
 
 def _merge_memory(into: dict[str, Any], earlier: Mapping[str, Any]) -> None:
