@@ -80,8 +80,12 @@ _PEAK_STEP = ("baseline_bytes", "session_peak_bytes", "baseline")
 
 
 def _absolute(memory: Mapping[str, Any]) -> float:
-    values = (memory.get(k) for k in ("baseline_bytes", "session_peak_bytes"))
-    return float(sum(v for v in values if _is_number(v)))
+    total = 0.0
+    for key in ("baseline_bytes", "session_peak_bytes"):
+        value = memory.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            total += value
+    return total
 
 
 def _merge_memory(into: dict[str, Any], earlier: Mapping[str, Any]) -> None:
