@@ -435,3 +435,22 @@ def test_a_float8_plan_needs_float8_tensor_cores() -> None:
     assert fp8.kernels == plain.kernels + 8  # the casts: 4 forward, 4 backward
     with pytest.raises(InvalidInputError, match="a100-80gb does not have"):
         ls.plan(nn.Linear(64, 64), x, target="a100", float8=True, **common)
+
+
+def test_mfu_says_when_it_leaves_out_attention_that_ran_unfused() -> None:
+    """Eager attention runs matmuls and a softmax, not an SDPA fused kernel: mfu counts no
+    attention for it (only 6 N per token), which a note says; with SDPA it counts 12 B H
+    Sq Sk D per layer and says nothing. 2 layers, 4 heads of 16, 2 x 64 tokens: 12 x 2 x
+    4 x 64 x 64 x 16 = 6,291,456 FLOPs a layer forward, x 2 layers = 12,582,912."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    flops, notes = {}, {}
+    for impl in ("eager", "sdpa"):
+        config = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                             num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
+                             use_cache=False, attn_implementation=impl)  # fmt: skip
+        plan = ls.plan(LlamaForCausalLM(config), input_shape=(2, 64), world_size=1)
+        flops[impl] = plan.mfu_flops
+        notes[impl] = [n for n in plan.notes if n.startswith("mfu counts attention")]
+    assert flops["sdpa"] - flops["eager"] == 12 * 2 * 4 * 64 * 64 * 16 * 2
+    assert len(notes["eager"]) == 1 and notes["sdpa"] == []

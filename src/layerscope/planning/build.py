@@ -26,9 +26,9 @@ from layerscope.planning.checkpointing import (
 )
 from layerscope.planning.compiled import compiled_memory
 from layerscope.planning.facts import CACHE_OFF, Param, check_paths, frozen, input_bytes, trainable
-from layerscope.planning.kernels import Predicted, predict
+from layerscope.planning.kernels import Predicted, kernels_of, predict
 from layerscope.planning.loss import loss_timeline
-from layerscope.planning.mfu import published_flops, routed_note
+from layerscope.planning.mfu import published_flops, routed_note, unfused_attention_note
 from layerscope.planning.options import OUT_OF_SCOPE, Options
 from layerscope.planning.result import LOWER_BOUND, PREDICTED, Plan
 from layerscope.planning.states import OPTIMIZER_STATES, ModelStates
@@ -135,6 +135,7 @@ def _build(
         *loss_notes,
         *([compiled] if compiled else []),
         *routed_note(routed),
+        *unfused_attention_note(kernels_of(prof), published),
         *(n for n in prof.notices if n.startswith((NOT_RUN, CACHE_OFF))),
     ]
     return Plan(

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 
 from layerscope.planning import timeline as tl
 from layerscope.planning.facts import Param
+from layerscope.planning.kernels import Kernels
 
 
 def published_flops(
@@ -37,6 +38,24 @@ def published_flops(
     return (round(per_token * tokens) // tp + attention) * accum
 
 
+def unfused_attention_note(kernels: Kernels | None, published: int | None) -> list[str]:
+    """Where mfu's attention term is 0 but the analysis ran softmax kernels (attention
+    outside SDPA's fused kernels: eager, or SDPA's math path), a note that mfu leaves that
+    attention out."""
+    if kernels is None or not published:
+        return []
+    rows = kernels.rows
+    fused = any(k[2] == "attention" for k in rows)
+    softmax = any(k[2] == "memory" and k[3][:1] == ("_softmax",) for k in rows)
+    if fused or not softmax:
+        return []
+    return [
+        "mfu counts attention from SDPA's fused kernels only (12 B H Sq Sk D each, PaLM), "
+        "and this model's attention ran none (eager, or SDPA's math path): its matmuls "
+        "and softmax are in mfu_counted, not in mfu"
+    ]
+
+
 def routed_note(routed: Mapping[str, float] | None) -> list[str]:
     """What mfu counts of a mixture of experts' routed experts."""
     if not routed:
@@ -57,4 +76,4 @@ def active_share(module: str, routed: Mapping[str, float]) -> float:
     return 1.0
 
 
-__all__ = ["active_share", "published_flops", "routed_note"]
+__all__ = ["active_share", "published_flops", "routed_note", "unfused_attention_note"]
