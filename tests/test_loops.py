@@ -506,3 +506,20 @@ def test_the_notices_say_what_a_timed_loop_left_out_and_why() -> None:
     said = " ".join(p.profile.notices)
     assert "the loop ended before a step after the analysed one ran" in said
     assert "active >= 2" not in said
+
+
+def test_a_timed_loop_prints_its_throughput_on_the_step_line() -> None:
+    """With a batch size, a loop's timing has a throughput (the batch over the median
+    step); the Step line says it, as the timing pass's Latency line does."""
+    from layerscope.render import units
+
+    model = nn.Linear(8, 8)
+    p = ls.Profiler(model, timing={"batch_size": 32}, schedule=schedule(active=3, repeat=1))
+    with p:
+        for _ in range(3):
+            model(torch.randn(32, 8)).sum().backward()
+            p.step()
+    t = p.profile.timing
+    assert t["throughput"] == pytest.approx(32 / t["step_time"]["median"])
+    said = p.profile.render(width=200)
+    assert f"throughput {units.inputs_per_second(t['throughput'])} (batch 32, given)" in said

@@ -202,6 +202,11 @@ def _step_line(t: dict[str, Any]) -> list[Fact]:
     text += units.seconds(step["median"])
     if parts:
         text += " = " + " + ".join(parts) + " (medians of each part)"
+    if t.get("throughput"):
+        text += (
+            f"; throughput {units.inputs_per_second(t['throughput'])} "
+            f"(batch {t.get('batch_size')}, {t.get('batch_source')})"
+        )
     return [(text + ".", "")]
 
 
