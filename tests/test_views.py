@@ -236,6 +236,7 @@ def test_narrow_widths_never_cut_numbers() -> None:
     # columns the user named are kept: a message instead of a broken table
     text = prof.render(width=24, columns=["params", "flops"])
     assert " ".join(text.split()).startswith("(too narrow: this view needs at least 25 columns;")
+    assert "Hidden to fit" not in text  # no table was drawn, so nothing was hidden from it
     # below 20 columns, one line says so
     for view in ("table", "tree", "repr", "top", "ops"):
         assert prof.render(width=10, view=view) == (

@@ -319,7 +319,8 @@ def fit_table(table: Table, width: int) -> Fitted:
             f"(too narrow: this view needs at least {total - label_width + 8} "
             "columns; widen it or show fewer columns)"
         )
-        return Fitted(wrap_text(message, "layerscope.notice", width, ""), dropped)
+        # no table drawn: nothing was hidden to fit it
+        return Fitted(wrap_text(message, "layerscope.notice", width, ""), [])
     if fit.ids_hidden and label_index is not None:
         table = replace(table, rows=[_without_ids(r, label_index) for r in table.rows])
     return Fitted(_draw(table, fit.shown, widths), dropped)
