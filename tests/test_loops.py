@@ -523,3 +523,20 @@ def test_a_timed_loop_prints_its_throughput_on_the_step_line() -> None:
     assert t["throughput"] == pytest.approx(32 / t["step_time"]["median"])
     said = p.profile.render(width=200)
     assert f"throughput {units.inputs_per_second(t['throughput'])} (batch 32, given)" in said
+
+
+def test_a_cycles_numerics_count_calls_over_the_cycle() -> None:
+    """Three analysed steps, the NaN in the second's input: the first non-finite call is
+    the linear's call 1 of the cycle (its node has 3 calls), not call 0 of that step."""
+    model = nn.Sequential(nn.Linear(4, 3))
+    p = ls.Profiler(model, numerics="record", schedule=schedule(active=3, repeat=1))
+    with p:
+        for i in range(3):
+            x = torch.randn(2, 4)
+            if i == 1:
+                x[0, 0] = float("nan")
+            model(x)
+            p.step()
+    first = p.profile.numerics["first_nonfinite"]
+    assert (first["path"], first["call"], first["nan"]) == ("0", 1, 3)
+    assert p.profile.node("0").calls == 3

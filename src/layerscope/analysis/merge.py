@@ -55,11 +55,27 @@ def merge_profiles(profiles: Sequence[Profile]) -> Profile:
     kernels = _sum_kernels(profiles)
     if kernels:
         last.model["kernels"] = kernels
-    for prof in profiles:
+    for k, prof in enumerate(profiles):
         if prof.numerics.get("first_nonfinite") is not None:
-            last.numerics = prof.numerics
+            last.numerics = _in_cycle(prof.numerics, profiles[:k])
             break
     return last
+
+
+def _in_cycle(numerics: Mapping[str, Any], earlier: Sequence[Profile]) -> dict[str, Any]:
+    """A step's numerics with its events' call numbers counted over the cycle: each
+    event's module's calls in the ``earlier`` steps added (the merged node's calls are the
+    cycle's)."""
+    out = dict(numerics)
+    for key in ("first_nonfinite", "origin"):
+        event = out.get(key)
+        if isinstance(event, Mapping) and isinstance(event.get("call"), int):
+            before = 0
+            for prof in earlier:
+                node = next((n for n in prof.root.walk() if n.path == event.get("path")), None)
+                before += node.calls if node is not None else 0
+            out[key] = {**event, "call": event["call"] + before}
+    return out
 
 
 def add_comm(into: dict[str, Any], more: Mapping[str, Any]) -> None:
