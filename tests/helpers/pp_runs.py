@@ -65,7 +65,10 @@ SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb", "zb2", "zbk")
 RETURN_OUTPUTS = {"gpipe": True, "1f1b": True, "interleaved": True, "zb": False,
                   "zb2": False, "zbk": True, "zbv": False}  # fmt: skip
 MICROBATCHES = (4, 8)
-CONFIGS = tuple(f"{s}-{m}" for s in SCHEDULES for m in MICROBATCHES)
+#: and two with gradient accumulation: the measured step runs after one whose gradients
+#: it adds into (``+accum``: both steps observed, the second's peak the higher)
+CONFIGS = (*(f"{s}-{m}" for s in SCHEDULES for m in MICROBATCHES), "gpipe-4+accum",
+           "1f1b-4+accum")  # fmt: skip
 #: interleaved 1F1B: the stages a rank holds
 VIRTUAL = 2
 LR = 0.01
@@ -330,9 +333,15 @@ def step_once(
 
 
 def measured_step(
-    parts: tuple[Any, ...], rank: int, world: int, batch: tuple[torch.Tensor, ...], schedule: str
+    parts: tuple[Any, ...],
+    rank: int,
+    world: int,
+    batch: tuple[torch.Tensor, ...],
+    schedule: str,
+    accumulate: bool = False,
 ) -> tuple[list[float], dict[str, Any]]:
-    """One observed step: its losses and its figures."""
+    """One observed step: its losses and its figures (``accumulate``: after another
+    step, observed too, whose gradients it adds into)."""
     module, stage, runner, opt = parts
     for one in stage:  # as ``step`` does first: the last step's outputs go
         one.clear_runtime_states()
@@ -344,6 +353,10 @@ def measured_step(
     seen, actions = P2PObserver(rank), list[list[Any]]()
     watch_actions(stage, seen, actions)
     with Wrapped() as wrapped, seen:
+        if accumulate:
+            step_once(runner, rank, world, batch, schedule)
+            for one in stage:
+                one.clear_runtime_states()
         losses = step_once(runner, rank, world, batch, schedule)
         facts.update(state_bytes(module, opt))
         facts["pipeline_peak"] = seen.peak
@@ -372,6 +385,7 @@ def reference_losses(microbatches: int, residual: bool) -> list[float]:
 def run(config: str, rank: int, world: int) -> dict[str, Any]:
     """``STEPS`` steps of one schedule and microbatch count, the last observed."""
     schedule, _, count = config.partition("-")
+    count, _, extra = count.partition("+")
     parts = build(schedule, int(count), rank, world)
     batch = data(int(count))
     losses: list[list[float]] = []
@@ -380,7 +394,7 @@ def run(config: str, rank: int, world: int) -> dict[str, Any]:
             losses.append(step_once(parts[2], rank, world, batch, schedule))
             parts[3].step()
         else:
-            last, facts = measured_step(parts, rank, world, batch, schedule)
+            last, facts = measured_step(parts, rank, world, batch, schedule, extra == "accum")
             losses.append(last)
         parts[3].zero_grad(set_to_none=True)
     facts["losses"] = losses

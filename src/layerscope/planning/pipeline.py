@@ -171,6 +171,22 @@ class _Chunk:
         self.rest = {k: self.fwd[0][3][k] for k in _AT_REST}
         # forwards, input halves (zero bubble) and whole backwards (or weight halves) run
         self.forwarded = self.inputs = self.backwarded = 0
+        #: a step after the first of a gradient accumulation: the gradients at rest
+        #: (FSDP2: their shards) held from its start (``again``)
+        self.accumulated = 0
+
+    def again(self) -> None:
+        """The next step of a gradient accumulation: no microbatch run yet, the step's
+        gradients held (a whole backward's, or FSDP2's reduce-scattered shards)."""
+        self.forwarded = self.inputs = self.backwarded = 0
+        self.accumulated = self.after
+
+    def _grads(self) -> int:
+        """The gradients held before this step's microbatches make theirs: unsharded,
+        a later accumulation step's whole ones (added into); FSDP2, its shards."""
+        if self.fsdp:
+            return self.accumulated
+        return self.whole if (self.backwarded or self.accumulated) else 0
 
     def level(self) -> dict[str, int]:
         """What the chunk holds between its own forwards and backwards, by part."""
@@ -180,7 +196,12 @@ class _Chunk:
         out["other_bytes"] += self.buffers
         out["activation_bytes"] += self.lift()
         done = self.backwarded == self.m  # FSDP2: reduce-scattered and resharded
-        out["grad_bytes"] += (self.after if done else self.whole) if self.backwarded else 0
+        if self.fsdp:
+            out["grad_bytes"] += self.accumulated + (
+                (self.after if done else self.whole) if self.backwarded else 0
+            )
+        else:
+            out["grad_bytes"] += self._grads()
         if self.fsdp and self.forwarded and not done:
             out["unsharded_param_bytes"] += self.step.unsharded
         return out
@@ -205,7 +226,9 @@ class _Chunk:
             now = {k: parts[k] + others[k] for k in PARTS}
             now["other_bytes"] += self.buffers
             now["activation_bytes"] += self.lift()
-            now["grad_bytes"] += self.whole if self.backwarded else 0
+            now["grad_bytes"] += self._grads() + (
+                self.whole if self.fsdp and self.backwarded else 0
+            )
             if self.fsdp and self.forwarded:  # gathered at the first forward, kept
                 self._gathered(now)
             out.append((phase, event, path, now))
@@ -231,7 +254,11 @@ class _Chunk:
                     others["activation_bytes"] + lift + max(parts["activation_bytes"], start)
                     + self.wait * (i + 1) // n
                 )  # fmt: skip
-                now["grad_bytes"] = others["grad_bytes"] + (self.whole if self.backwarded else 0)
+                now["grad_bytes"] = (
+                    others["grad_bytes"]
+                    + self._grads()
+                    + (self.whole if self.fsdp and self.backwarded else 0)
+                )
                 if self.fsdp:  # kept gathered; no gradient yet
                     self._gathered(now)
                 out.append((phase, event, path, now))
@@ -259,16 +286,17 @@ class _Chunk:
             own = max(0, g - own_base)  # this module's new gradients
             if self.fsdp and final:  # reduce-scattered as in one microbatch's backward
                 now["grad_bytes"] = (
-                    others["grad_bytes"] + (self.whole if self.backwarded else 0) + g
-                )
+                    others["grad_bytes"] + self.accumulated
+                    + (self.whole if self.backwarded else 0) + g
+                )  # fmt: skip
             elif self.fsdp:  # kept gathered; the gradients accumulated unsharded
                 self._gathered(now)  # no gather, no reduce-scatter
                 mine = (
                     self.whole + own if self.backwarded else self.whole * (i + 1) // len(self.bwd)
                 )
-                now["grad_bytes"] = others["grad_bytes"] + mine
-            elif self.backwarded:  # added into the gradients: the module's new ones a temporary
-                now["grad_bytes"] = others["grad_bytes"] + self.whole + own
+                now["grad_bytes"] = others["grad_bytes"] + self.accumulated + mine
+            elif self.backwarded or self.accumulated:  # added in: the module's new ones a
+                now["grad_bytes"] = others["grad_bytes"] + self.whole + own  # temporary
             out.append((phase, event, path, now))
         self.backwarded += 1
         return out
@@ -281,11 +309,13 @@ def compose(
     rank: int,
     microbatches: int,
     return_outputs: bool = True,
+    accumulated: bool = False,
 ) -> list[tuple[str, str, str, dict[str, int]]]:
     """Rank ``rank``'s timeline over the pipeline's step (module doc): a point per point
     of each forward and backward the schedule runs on each of its chunks (``steps``: one
     per chunk, the stages ``stage_of`` its chunks), then the optimizer step of them
-    all."""
+    all. ``accumulated`` (gradient accumulation): the schedule runs twice, the second
+    time as every later step runs, beside the gradients the first left."""
     virtual = len(steps)
     count = stages * virtual
     at = [stage_of(schedule, stages, rank, v) for v in range(virtual)]
@@ -294,14 +324,17 @@ def compose(
         for v, step in enumerate(steps)
     ]
     out: list[tuple[str, str, str, dict[str, int]]] = []
-    for kind, v, _ in actions(schedule, stages, rank, microbatches, virtual):
-        others = dict.fromkeys(PARTS, 0)
-        for u, chunk in enumerate(chunks):
-            if u != v:
-                for k, n in chunk.level().items():
-                    others[k] += n
-        run = {"F": chunks[v].forward, "I": chunks[v].input_half}.get(kind, chunks[v].backward)
-        out += run(others)
+    for later in (False, True) if accumulated else (False,):
+        for chunk in chunks if later else ():
+            chunk.again()
+        for kind, v, _ in actions(schedule, stages, rank, microbatches, virtual):
+            others = dict.fromkeys(PARTS, 0)
+            for u, chunk in enumerate(chunks):
+                if u != v:
+                    for k, n in chunk.level().items():
+                        others[k] += n
+            run = {"F": chunks[v].forward, "I": chunks[v].input_half}.get(kind, chunks[v].backward)
+            out += run(others)
     step = dict.fromkeys(PARTS, 0)
     for chunk in chunks:  # the optimizer step of every chunk at once
         for k in PARTS:

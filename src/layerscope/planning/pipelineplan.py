@@ -222,7 +222,7 @@ def _ranks(
     size, micro = opts.pp, opts.microbatches or opts.pp
     ranks = [
         _Rank(r, mine, pl.compose([s.step for s in mine], opts.schedule, size, r, micro,
-                                  opts.return_outputs))
+                                  opts.return_outputs, opts.grad_accum > 1))
         for r in range(size)
         for mine in [[stages[g] for g in _held(opts, r)]]
     ]  # fmt: skip
