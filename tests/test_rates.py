@@ -444,12 +444,15 @@ def test_mfu_says_when_it_leaves_out_attention_that_ran_unfused() -> None:
     4 x 64 x 64 x 16 = 6,291,456 FLOPs a layer forward, x 2 layers = 12,582,912."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    flops, notes = {}, {}
+    flops: dict[str, int] = {}
+    notes: dict[str, list[str]] = {}
     for impl in ("eager", "sdpa"):
+        kinds: dict[str, Any] = {"attn_implementation": impl}
         config = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                              num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
-                             use_cache=False, attn_implementation=impl)  # fmt: skip
+                             use_cache=False, **kinds)  # fmt: skip
         plan = ls.plan(LlamaForCausalLM(config), input_shape=(2, 64), world_size=1)
+        assert plan.mfu_flops is not None
         flops[impl] = plan.mfu_flops
         notes[impl] = [n for n in plan.notes if n.startswith("mfu counts attention")]
     assert flops["sdpa"] - flops["eager"] == 12 * 2 * 4 * 64 * 64 * 16 * 2
