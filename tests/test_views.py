@@ -236,7 +236,10 @@ def test_narrow_widths_never_cut_numbers() -> None:
     # columns the user named are kept: a message instead of a broken table
     text = prof.render(width=24, columns=["params", "flops"])
     assert " ".join(text.split()).startswith("(too narrow: this view needs at least 25 columns;")
-    assert "Hidden to fit" not in text  # no table was drawn, so nothing was hidden from it
+    # no table was drawn: nothing was hidden from it, no rows shown of it
+    assert "Hidden to fit" not in text and "Showing" not in text
+    text = prof.render(width=24, columns=["params", "flops"], top=2)
+    assert "Showing" not in text
     # below 20 columns, one line says so
     for view in ("table", "tree", "repr", "top", "ops"):
         assert prof.render(width=10, view=view) == (

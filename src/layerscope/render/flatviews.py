@@ -269,7 +269,7 @@ def ops_builder(sources: Sources, footer: Footer) -> Builder:
         return (
             wrap_text(heading, "layerscope.header", width)
             + ctx.framed(fitted.lines, width)
-            + footer(hidden, total_rows, fitted.dropped, width, ranked_by)
+            + footer(fitted.rows_hidden(hidden), total_rows, fitted.dropped, width, ranked_by)
         )
 
     return lay_out

@@ -191,6 +191,12 @@ class Fitted:
     #: Headers of the columns dropped to fit the width ("Node ids" first when the label
     #: column's node ids were hidden).
     dropped: list[str]
+    #: False: too narrow for the columns named, a message instead of the table
+    drawn: bool = True
+
+    def rows_hidden(self, hidden: int) -> int:
+        """The hidden rows a footer reports: none of a table not drawn."""
+        return hidden if self.drawn else 0
 
 
 #: The footer's word for the node ids a table hid to fit.
@@ -320,7 +326,7 @@ def fit_table(table: Table, width: int) -> Fitted:
             "columns; widen it or show fewer columns)"
         )
         # no table drawn: nothing was hidden to fit it
-        return Fitted(wrap_text(message, "layerscope.notice", width, ""), [])
+        return Fitted(wrap_text(message, "layerscope.notice", width, ""), [], drawn=False)
     if fit.ids_hidden and label_index is not None:
         table = replace(table, rows=[_without_ids(r, label_index) for r in table.rows])
     return Fitted(_draw(table, fit.shown, widths), dropped)

@@ -126,7 +126,7 @@ def roofline_view(ctx: ViewContext) -> Builder:
             wrap_text(title, "layerscope.header", width)
             + ctx.framed(fitted.lines, width)
             + wrap_text(note, "", width)
-            + ctx.footer(listed - len(rows), listed, fitted.dropped, width)
+            + ctx.footer(fitted.rows_hidden(listed - len(rows)), listed, fitted.dropped, width)
         )
 
     return lay_out
@@ -219,7 +219,9 @@ def render_estimate(estimate: Estimate, **options: Any) -> str:
     # the title, the estimate and the table, a blank line apart
     parts = [plain_text(wrap_text(line, "", width)).rstrip("\n") for line in lines]
     fitted = fit_table(table, width)
-    below = fitted.lines + ctx.footer(hidden, total_rows, fitted.dropped, width, summary=False)
+    below = fitted.lines + ctx.footer(
+        fitted.rows_hidden(hidden), total_rows, fitted.dropped, width, summary=False
+    )
     for notice in estimate.notices:
         below += wrap_text(notice, "layerscope.notice", width)
     parts.append(plain_text(below).rstrip("\n"))

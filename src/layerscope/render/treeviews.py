@@ -75,7 +75,7 @@ def table_view(ctx: ViewContext) -> Builder:
     def lay_out(width: int) -> list[Line]:
         fitted = fit_table(table, width)
         return ctx.framed(fitted.lines, width) + ctx.footer(
-            hidden, total_rows, fitted.dropped, width, total_row=True
+            fitted.rows_hidden(hidden), total_rows, fitted.dropped, width, total_row=True
         )
 
     return lay_out
