@@ -184,6 +184,10 @@ class Replay:
         )
         self._starts = [first for first, _ in starts]
         self._prefix = [0, *itertools.accumulate(g for _, g in starts)]
+        #: gradient bytes by the moment their module's backward starts
+        self._made_at: dict[int, int] = {}
+        for first, g in starts:
+            self._made_at[first] = self._made_at.get(first, 0) + g
         for hooks in setup.events:
             hooks.start(self)
         #: whether the analysed gradients stay as made (no strategy's events reduce them)
@@ -194,7 +198,7 @@ class Replay:
     def just_made(self, k: int) -> int:
         """Analysed gradient bytes of the modules whose backward started at moment
         ``k - 1``: made, and not yet reduced or added into the accumulated ones."""
-        return sum(g for m, g in self.s.grads.items() if self.first_bwd.get(m) == k - 1)
+        return self._made_at.get(k - 1, 0)
 
     # ---- buffers and points ------------------------------------------------------
     def alloc(self, name: str, part: str, nbytes: int) -> None:
