@@ -96,6 +96,8 @@ class ScopeTracker:
     #: None: the phase the op runs in), whatever runs: work done for a module away from
     #: its calls (FSDP2's reduce-scatter of a unit's gradients, ``metrics.fsdpunits``).
     charged: tuple[Node, bool | None] | None = None
+    #: Called with the model at each forward call of the root (not a recomputation).
+    on_root_call: Callable[[nn.Module], None] | None = None
 
     def __init__(
         self, tree: ModelTree, record_shapes: bool = True, observers: Sequence[Observer] = ()
@@ -423,6 +425,8 @@ class ScopeTracker:
             key = None if kwargs else tensor_key(args)
             self._remember(node, False, key, flatten_call, args, kwargs)
         in_backward = current_autograd_node() is not None
+        if node is self.tree.root and not in_backward and self.on_root_call is not None:
+            self.on_root_call(module)
         self.stack.append((node, module, sys.exc_info()[1], in_backward))
         self.current = node
         self.current_in_backward = in_backward

@@ -127,8 +127,8 @@ MODEL = Obj(
         "name": Str("the model's class name"),
         "class": Str("module and qualified name of the model's class"),
         "ran": Bool("whether the model ran (false: structure and parameters only)"),
-        "training": Bool("the model's train mode when the run began"),
-        "grad_mode": Str("'enabled', 'no_grad' or 'inference_mode'"),
+        "training": Bool("the model's train mode at its first call (else at the start)"),
+        "grad_mode": Str("'enabled', 'no_grad' or 'inference_mode', as 'training'"),
         "device": Opt(Str()),
         "gpu": Opt(Str("the CUDA device's name (torch.cuda.get_device_name), when it ran on one")),
         "dtype": Opt(Str()),
@@ -141,10 +141,11 @@ MODEL = Obj(
         ),
         "autocast": Opt(
             Str(
-                "the 16-bit dtype of CUDA autocast's rules that the analysis ran under "
-                "(a plan's DDP mixed precision on meta)"
+                "the dtype autocast ran ops in: torch.autocast at the first call, or CUDA "
+                "autocast's rules a plan's meta analysis followed (DDP mixed precision)"
             )
         ),
+        "autocast_device": Opt(Str("whose autocast rules ran: 'cuda' or 'cpu'")),
         "loop": Obj(
             {
                 "cycle": Int(0),

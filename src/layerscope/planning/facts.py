@@ -226,7 +226,7 @@ def _profiled(
                 meta, backward=True, memory=True, target=target, loss_fn=loss,
                 dtensor=view, **call,
             )  # fmt: skip
-        prof.model["autocast"] = want
+        prof.model["autocast"], prof.model["autocast_device"] = want, "cuda"
     record(prof, recorder.kernels)
     return prof
 
@@ -258,6 +258,12 @@ def _checked(prof: Profile, opts: Options, want: str) -> Profile:
                 "loaded profile has no records of: pass the model, whose analysis records "
                 "them"
             )
+    if prof.model.get("autocast") and prof.model.get("autocast_device", "cuda") != "cuda":
+        raise InvalidInputError(
+            f"the profile ran under {prof.model.get('autocast_device')} autocast, whose "
+            "rules (which ops run in 16 bits) are not CUDA's: profile the model on meta "
+            "or CUDA, or pass the model"
+        )
     if opts.autocast and prof.model.get("autocast") == want:
         return prof
     if prof.model.get("dtype") != want or prof.model.get("autocast"):

@@ -18,7 +18,8 @@ Fact = tuple[str, str]
 
 
 def run_line(profile: Profile) -> Fact | None:
-    """How the run was made: train/eval mode, grad mode, device and dtype."""
+    """How the run was made: train/eval mode, grad mode, device, dtype and autocast, as
+    the model's first call found them."""
     m = profile.model
     if not m.get("ran", True):
         return ("Not run: structure and parameters only (give an input for shapes).", "")
@@ -38,6 +39,8 @@ def run_line(profile: Profile) -> Fact | None:
         parts.append(f"device {m['device']}")
     if m.get("dtype"):
         parts.append(str(m["dtype"]))
+    if m.get("autocast"):
+        parts.append(f"autocast {m['autocast']}")
     target = m.get("target")
     if isinstance(target, str):
         kernels = m.get("kernels")

@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-import torch
 from torch import nn
 
 from layerscope.collect.dispatch import LocalSessionMode, SessionMode, remove_mode
@@ -20,6 +19,7 @@ from layerscope.collect.dtensors import local_shards
 from layerscope.collect.inputs import model_device_dtype
 from layerscope.collect.labels import LabelRegions
 from layerscope.collect.observer import Observer
+from layerscope.collect.runmode import describe_modes, run_state
 from layerscope.collect.scopes import ScopeTracker
 from layerscope.collect.target import KernelLog, Target, parse_target, steer, steering_active
 from layerscope.collect.tree import ModelTree
@@ -56,8 +56,12 @@ class AnalysisSession:
         self.notices = notices
         self.target = target
         self.tensors_on = tensors_on
-        #: whether the model trains and the autograd mode in force, at open
+        #: whether the model trains, the autograd mode and autocast: at open, then as
+        #: the root's first call found them
         self.run: dict[str, Any] = {}
+        #: the root's calls' modes, each one that differs from the one before
+        self._modes: list[dict[str, Any]] = []
+        self._device_type = "cpu"
         self._tracker: ScopeTracker | None = None
         self._mode: SessionMode | None = None
         self._claim: Claim | None = None  # the model's modules, held while open
@@ -90,8 +94,10 @@ class AnalysisSession:
             )
         try:
             tree = ModelTree.build(self.model)
-            self.run = {"training": self.model.training, "grad_mode": grad_mode()}
+            self._device_type = model_device_dtype(self.model)[0].type
+            self.run, self._modes = run_state(self.model, self._device_type), []
             self._tracker = ScopeTracker(tree, self.record_shapes, self.observers)
+            self._tracker.on_root_call = self._root_called
             # Deep models that run bare must run instrumented too.
             self._stack_room = stack_room(tree)
             raise_recursion_limit(self._stack_room)
@@ -209,11 +215,20 @@ class AnalysisSession:
         tracker.keep_site_of(exc)  # the others were caught on their way: not held
         return self._build(tracker)
 
+    def _root_called(self, model: nn.Module) -> None:
+        state = run_state(model, self._device_type)
+        if not self._modes or self._modes[-1] != state:
+            self._modes.append(state)
+
     def _build(self, tracker: ScopeTracker) -> Profile:
         """The session's Profile, with the kernels a steered session chose."""
+        if self._modes:
+            self.run = self._modes[0]
         prof = build_profile(
             tracker, ran=True, notices=self.notices, observers=self.observers, run=self.run
         )
+        if len(self._modes) > 1:
+            prof.notices.append(describe_modes(self._modes))
         steered, kernels, self._steered, self._kernels = self._steered, self._kernels, None, None
         if steered is not None:
             prof.model["target"] = steered.describe()
@@ -259,13 +274,6 @@ def _uninstall(observers: Sequence[Observer]) -> Exception | None:
     return failed
 
 
-def grad_mode() -> str:
-    """The autograd mode in force: "inference_mode", "no_grad" or "enabled"."""
-    if torch.is_inference_mode_enabled():
-        return "inference_mode"
-    return "enabled" if torch.is_grad_enabled() else "no_grad"
-
-
 def as_target(value: str | Target | None) -> Target | None:
     """``target=`` as a Target: a name (``parse_target``) or a Target as it is."""
     return value if value is None or isinstance(value, Target) else parse_target(value)
@@ -286,4 +294,4 @@ def resolve_target(target: Target | None, on: str) -> Target | None:
     return target
 
 
-__all__ = ["AnalysisSession", "as_target", "grad_mode", "raised_where", "resolve_target"]
+__all__ = ["AnalysisSession", "as_target", "raised_where", "resolve_target"]

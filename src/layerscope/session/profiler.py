@@ -22,6 +22,7 @@ from layerscope.collect.common import unwrap_model
 from layerscope.collect.grads import GradShapes
 from layerscope.collect.hfmeta import meta_values
 from layerscope.collect.observer import Observer
+from layerscope.collect.runmode import grad_mode
 from layerscope.collect.scopes import ScopeTracker
 from layerscope.collect.target import Target
 from layerscope.collect.timing import LoopTimer
@@ -37,7 +38,7 @@ from layerscope.metrics.memory.baseline import OptimizerWatch
 from layerscope.metrics.numerics import NonFiniteMode, NumericsObserver
 from layerscope.profile import Profile
 from layerscope.session.build import build_profile
-from layerscope.session.instrument import AnalysisSession, as_target, grad_mode
+from layerscope.session.instrument import AnalysisSession, as_target
 from layerscope.session.options import (
     check_callable,
     check_optimizer,
