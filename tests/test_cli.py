@@ -91,11 +91,13 @@ def test_bad_arguments_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str
     assert "error:" in capsys.readouterr().err
 
 
-def test_list_examples(capsys: pytest.CaptureFixture[str]) -> None:
+def test_list_examples(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
     assert main(["profile", "--list-examples"]) == 0
     out = capsys.readouterr().out
     for name in ("tiny_resnet", "tiny_gpt", "lstm_tagger"):
-        assert f"examples:{name}" in out
+        assert f"examples:{name}  --input-shape" in out
+    assert max(len(line) for line in out.splitlines()) <= 80  # descriptions wrapped
 
 
 @pytest.mark.slow

@@ -225,11 +225,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.list_examples:
-        from layerscope.examples import EXAMPLES
+        import textwrap
 
+        from layerscope.examples import EXAMPLES
+        from layerscope.render.layout import terminal_width
+
+        width = max(terminal_width(), 40)
         for name, ex in EXAMPLES.items():
             shape = ",".join(str(d) for d in ex.input_shape)
-            print(f"examples:{name:<16} --input-shape {shape:<12} {ex.description}")
+            print(f"examples:{name}  --input-shape {shape}")
+            print(textwrap.fill(ex.description, width, initial_indent="  ", subsequent_indent="  "))
         return 0
     if not args.target:
         raise InvalidInputError("give a TARGET model (or --list-examples)")
