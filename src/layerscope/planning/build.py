@@ -278,7 +278,7 @@ def _whole_grads(states: ModelStates, params: list[Param], opts: Options) -> Mod
     strategy keeps gradients unsharded (FSDP2 and ZeRO-2 reduce-scatter them to the
     parameters' shards)."""
     extra = sum(p.grad_elements - prod(p.shape) for p in params if p.grad_elements)
-    if not extra or opts.sharding not in ("none", "ddp", "zero1"):
+    if not extra or opts.strategy.shards_grads:
         return states
     per = states.grad_bytes // sum(prod(p.shape) for p in params)
     return replace(states, grad_bytes=states.grad_bytes + extra * per)

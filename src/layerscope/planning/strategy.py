@@ -74,6 +74,9 @@ class Strategy(ABC):
     #: the optimizer step updates this rank's partition of parameters it holds whole
     #: (ZeRO-1/2), not all it holds
     updates_partition: bool = False
+    #: the gradients at rest are this rank's shard or partition, reduce-scattered to it
+    #: (FSDP2, ZeRO-2), not whole
+    shards_grads: bool = False
 
     def check(self, world_size: int) -> None:
         """Refuse a world size the strategy cannot run on (``InvalidInputError``); any

@@ -34,6 +34,7 @@ class FSDP2(Strategy):
     are reduced and kept in float32."""
 
     name = "fsdp"
+    shards_grads = True
 
     def grad_size(self, opts: Options) -> int:
         return 4 if opts.mixed else opts.compute_dtype.itemsize

@@ -36,6 +36,7 @@ class ZeRO(Replicated):
     def __init__(self, stage: int) -> None:
         self.stage = stage
         self.name = f"zero{stage}"
+        self.shards_grads = stage == 2
 
     def notes(self, opts: Options) -> list[str]:
         return [f"{self.name} is a formula only: no run here checks it"]
