@@ -1,8 +1,10 @@
-"""``collect.hfmeta``: transformers' packed-sequence check is answered for meta tensors
-once per analysis, and put back after.
+"""``collect.hfmeta``: transformers' value-reading mask helpers run on meta tensors
+inside an analysis (their boolean reads answered True: no packing, no padding), once per
+analysis, and are put back after.
 
 A stand-in ``transformers.masking_utils`` counts how often the helper is replaced; the
-model calls the helper as transformers' mask code does.
+model calls the helper as transformers' mask code does. Real transformers models check
+the numbers: the same FLOPs and bytes on meta as on the CPU.
 """
 
 from __future__ import annotations
@@ -39,8 +41,10 @@ class Masking(types.ModuleType):
         self.installs = 0
         self.original = self.find_packed_sequence_indices
 
-    def find_packed_sequence_indices(self, position_ids: Any) -> str:
-        return "real"
+    def find_packed_sequence_indices(self, position_ids: Any) -> str | None:
+        """As transformers' helper: a boolean value read chooses the answer (True, so
+        None, for meta position ids inside an analysis; False for the real ones here)."""
+        return None if bool(position_ids.eq(-1).all()) else "real"
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name == NAME and value != self.__dict__.get("original"):
@@ -104,9 +108,9 @@ def test_once_per_staged_call(masking: Masking) -> None:
 
 def test_threads_share_one_patch_and_leave_the_original(masking: Masking) -> None:
     """8 threads x 50 blocks, interleaved with a thread outside any block: inside, meta
-    position ids get None and real ones the helper; outside, even while others are
-    inside, the helper itself answers; after the last block the helper is the original
-    (no wrapper chained on a wrapper)."""
+    position ids get None and real ones the helper's own answer; outside, even while
+    others are inside, meta's value read raises as it does without layerscope; after the
+    last block the helper is the original (no wrapper chained on a wrapper)."""
     from layerscope.collect.hfmeta import meta_values
 
     meta, real = torch.zeros(1, 4, device="meta"), torch.zeros(1, 4)
@@ -126,7 +130,10 @@ def test_threads_share_one_patch_and_leave_the_original(masking: Masking) -> Non
         start.wait()
         for _ in range(200):
             time.sleep(0.0001)
-            outside.append(getattr(masking, NAME)(meta))
+            try:
+                outside.append(getattr(masking, NAME)(meta))
+            except RuntimeError as e:
+                outside.append("raised" if "meta" in str(e) else str(e))
 
     threads = [threading.Thread(target=analyse) for _ in range(8)]
     threads.append(threading.Thread(target=user))
@@ -135,7 +142,7 @@ def test_threads_share_one_patch_and_leave_the_original(masking: Masking) -> Non
     for t in threads:
         t.join()
     assert inside == [(None, "real")] * 400
-    assert outside == ["real"] * 200  # the user's thread is in no analysis
+    assert outside == ["raised"] * 200  # the user's thread is in no analysis
     assert getattr(masking, NAME) == masking.original
     assert 1 <= masking.installs <= 400
 
@@ -172,3 +179,60 @@ def test_threads_planning_a_transformers_model() -> None:
         setattr(python_dispatch, name, value)
     assert errors == [] and len(peaks) == 48 and len(set(peaks)) == 1
     assert getattr(masking, NAME) is original
+
+
+def _cpu_and_meta(model: nn.Module, kwargs: dict[str, torch.Tensor], mode: str) -> Any:
+    cpu = ls.profile(model, kwargs=kwargs, mode=mode)
+    meta = ls.profile(
+        ls.to_meta(model), kwargs={k: v.to("meta") for k, v in kwargs.items()}, mode=mode
+    )
+    return cpu, meta
+
+
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_a_mask_of_ones_on_meta_runs_as_on_the_cpu(mode: str) -> None:
+    """A Llama given an attention mask of ones: the mask check reads it (it raised on
+    meta before), and meta's FLOPs and bytes are the CPU's, with a notice of the
+    reading; without a mask, the packed-sequence check's ops (in training mode) count
+    on meta too: per row of L positions, sub + the diff's sub + ne + cumsum over L, and
+    sub, eq, all over 1: 3·2·10 + 3·2 = 66 FLOPs in the model's own ops."""
+    pytest.importorskip("transformers")
+    from helpers.models import tiny_llama
+
+    model = tiny_llama(use_cache=False)  # a cache skips the packed-sequence check
+    ids = torch.randint(0, 64, (2, 10))
+    cpu, meta = _cpu_and_meta(
+        model, {"input_ids": ids, "attention_mask": torch.ones_like(ids)}, mode
+    )
+    for key in ("flops", "bytes_accessed"):
+        assert meta.root.metrics[key] == cpu.root.metrics[key]
+    assert any("answered as for a mask of ones (no padding)" in n for n in meta.notices)
+    assert not any("mask of ones" in n for n in cpu.notices)
+    cpu, meta = _cpu_and_meta(model, {"input_ids": ids}, mode)
+    # 66 of the model's own 76 FLOPs are the packed check's (meta counted 10 before)
+    assert [p.node("model").self_metrics["flops"] for p in (cpu, meta)] == [76, 76]
+    assert meta.root.metrics["flops"] == cpu.root.metrics["flops"]
+    assert meta.root.metrics["bytes_accessed"] == cpu.root.metrics["bytes_accessed"]
+    assert not any("mask of ones" in n for n in meta.notices)
+
+
+def test_bart_profiles_on_meta() -> None:
+    """BART's decoder builds a padding mask of its own and checks it: meta ran into
+    ``Tensor.item()`` before; now its FLOPs are the CPU's (3,308,213 on the CPU in
+    training mode for this config, by the CPU run itself)."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.BartConfig(
+        vocab_size=128, d_model=64, encoder_layers=1, decoder_layers=1,
+        encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=96,
+        decoder_ffn_dim=96, max_position_embeddings=64, use_cache=False, pad_token_id=1,
+        bos_token_id=0, eos_token_id=2, decoder_start_token_id=2,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = transformers.BartForConditionalGeneration(config)
+    kwargs = {
+        "input_ids": torch.randint(3, 128, (2, 12)),
+        "decoder_input_ids": torch.randint(3, 128, (2, 7)),
+    }
+    cpu, meta = _cpu_and_meta(model, kwargs, "train")
+    assert meta.root.metrics["flops"] == cpu.root.metrics["flops"]
+    assert meta.root.metrics["bytes_accessed"] == cpu.root.metrics["bytes_accessed"]

@@ -20,7 +20,7 @@ from torch.optim import Optimizer
 from layerscope.analysis.merge import merge_profiles
 from layerscope.collect.common import unwrap_model
 from layerscope.collect.grads import GradShapes
-from layerscope.collect.hfmeta import meta_values
+from layerscope.collect.hfmeta import masks_note, meta_values
 from layerscope.collect.observer import Observer
 from layerscope.collect.runmode import grad_mode
 from layerscope.collect.scopes import ScopeTracker
@@ -485,14 +485,16 @@ class Profiler:
         raises gets a note naming the module, and goes on to the loop."""
         session = self._new_session()
         self._session = session
-        with gc_paused(), meta_values():
+        with gc_paused(), meta_values() as masks:
             session.open()
             try:
                 out = call()
             except BaseException as e:
                 session.close(e)
                 raise
-            return session.close(None), out
+            prof = session.close(None)
+        prof.notices.extend(masks_note(masks))
+        return prof, out
 
     def _staged_profile(self) -> Profile:
         """Every call of the block together (a Profile of the structure alone when none

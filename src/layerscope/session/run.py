@@ -16,7 +16,7 @@ from torch import nn
 from torch.optim import Optimizer
 
 from layerscope.collect.common import default_loss, in_mode, is_compiled, unwrap_model
-from layerscope.collect.hfmeta import meta_values
+from layerscope.collect.hfmeta import masks_note, meta_values
 from layerscope.collect.inputs import model_device_dtype, random_inputs
 from layerscope.collect.observer import Observer
 from layerscope.collect.scopes import ScopeTracker
@@ -166,8 +166,9 @@ def profile(
             tree = ModelTree.build(model)
             return build_profile(ScopeTracker(tree), ran=False, notices=notices, observers=())
         template = _timing_inputs(model, given, timing_options)
-        with meta_values():  # transformers' value checks, answered for meta tensors
+        with meta_values() as masks:  # transformers' value checks, answered on meta
             prof, call_args = run.analyse(p, given)
+        prof.notices.extend(masks_note(masks))
         # what unwrapping found first (the analysis may have found compiled submodules too)
         prof.notices[:0] = [n for n in notices if n not in prof.notices]
         if timing_options is not None:
