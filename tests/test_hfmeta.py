@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 import types
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 import torch
@@ -181,7 +181,9 @@ def test_threads_planning_a_transformers_model() -> None:
     assert getattr(masking, NAME) is original
 
 
-def _cpu_and_meta(model: nn.Module, kwargs: dict[str, torch.Tensor], mode: str) -> Any:
+def _cpu_and_meta(
+    model: nn.Module, kwargs: dict[str, torch.Tensor], mode: Literal["train", "eval"]
+) -> Any:
     cpu = ls.profile(model, kwargs=kwargs, mode=mode)
     meta = ls.profile(
         ls.to_meta(model), kwargs={k: v.to("meta") for k, v in kwargs.items()}, mode=mode
@@ -190,7 +192,7 @@ def _cpu_and_meta(model: nn.Module, kwargs: dict[str, torch.Tensor], mode: str) 
 
 
 @pytest.mark.parametrize("mode", ["train", "eval"])
-def test_a_mask_of_ones_on_meta_runs_as_on_the_cpu(mode: str) -> None:
+def test_a_mask_of_ones_on_meta_runs_as_on_the_cpu(mode: Literal["train", "eval"]) -> None:
     """A Llama given an attention mask of ones: the mask check reads it (it raised on
     meta before), and meta's FLOPs and bytes are the CPU's, with a notice of the
     reading; without a mask, the packed-sequence check's ops (in training mode) count
