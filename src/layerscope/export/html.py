@@ -11,9 +11,10 @@ pre-order; paths, node ids, self times and time totals only where the tree and t
 columns do not imply them), inside a
 ``<script type="application/json">``; the page's script (``ASSETS``: ``assets/*.js``) formats
 them with the console's units and builds every element with ``textContent``, so no
-string from the model is ever parsed as markup. Floats keep 6 significant digits (the
-JSON export keeps them all). A training plan's report is this page with the plan's
-section added before it (``planning.html``). See docs/exports.md.
+string from the model is ever parsed as markup. Floats travel whole, as in the JSON
+export: the page rounds each once, to the console's digits. A training plan's report is
+this page with the plan's section added before it (``planning.html``). See
+docs/exports.md.
 """
 
 from __future__ import annotations
@@ -336,7 +337,8 @@ def _derivable(
 ) -> dict[str, list[str]]:
     """Value columns the page can rebuild, so they need not travel: ``self_<time>`` (the
     inclusive value on leaves, the self value on the others) and ``<time>_total``
-    (per-call time × calls), each only where that gives exactly the values sent."""
+    (per-call time × calls), each only where that gives exactly the values sent (to the
+    last bit: the page shows the console's digits of them)."""
     out: dict[str, list[str]] = {}
     is_inner = set(inner)
     for key, values in v.items():
@@ -347,9 +349,9 @@ def _derivable(
                 out[key] = ["self", base]
         elif key.endswith("_total") and key.removesuffix("_total") in v:
             per_call = v[key.removesuffix("_total")]
+            # exactly: the page multiplies as Python does, and shows what the console does
             if all(
-                (x is None and y is None)
-                or (_finite(x) and _finite(y) and math.isclose(x, y * c, rel_tol=1e-5))
+                (x is None and y is None) or (_finite(x) and _finite(y) and x == y * c)
                 for x, y, c in zip(values, per_call, calls, strict=True)
             ):
                 out[key] = ["total", key.removesuffix("_total")]
@@ -361,9 +363,10 @@ def _finite(x: Any) -> bool:
 
 
 def page_number(x: Any) -> Number | str | None:
-    """A value for the page: ints as they are, floats to 6 significant digits, non-finite
-    ones as the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"`` (JSON has no NaN);
-    None and what is not a number as None."""
+    """A value for the page: ints as they are, floats whole (the shortest digits that read
+    back as the same float, so the page rounds the value once, as the console does, and
+    shows the same digits), non-finite ones as the strings ``"NaN"``, ``"Infinity"``,
+    ``"-Infinity"`` (JSON has no NaN); None and what is not a number as None."""
     if x is None or isinstance(x, bool):
         return None if x is None else int(x)
     if not isinstance(x, int | float):
@@ -374,7 +377,7 @@ def page_number(x: Any) -> Number | str | None:
         return "NaN" if x != x else ("Infinity" if x > 0 else "-Infinity")
     if x == int(x) and abs(x) < 2**53:
         return int(x)
-    return float(f"{x:.6g}")
+    return x
 
 
 def page_facts(value: Any) -> Any:

@@ -93,7 +93,7 @@ def generation_data(
     *,
     stage: str | None = None,
 ) -> dict[str, Any]:
-    """What the generation section shows, as plain JSON (floats to 6 significant digits,
+    """What the generation section shows, as plain JSON (floats whole: ``page_number``,
     no NaN); ``ExportError`` when a part the page draws is malformed."""
     steps = section.get("calls") or []
     if not isinstance(steps, Sequence) or not all(isinstance(r, Mapping) for r in steps):

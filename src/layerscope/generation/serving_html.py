@@ -42,7 +42,7 @@ def _at(data: Mapping[str, Any], path: tuple[str, ...]) -> Any:
 
 
 def serving_data(d: Mapping[str, Any]) -> dict[str, Any]:
-    """What the section shows, as plain JSON (floats to 6 significant digits)."""
+    """What the section shows, as plain JSON (floats whole: ``page_number``)."""
     m = d["memory"]
     shown = [(label, max(int(m[key]), 0)) for key, label in PARTS]
     # what the server may take and does not: none when the parts are over the usable

@@ -65,7 +65,7 @@ def to_html_text(
 
 
 def plan_data(section: Mapping[str, Any], sweep: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """What the plan section shows, as plain JSON (floats to 6 significant digits, no NaN);
+    """What the plan section shows, as plain JSON (floats whole: ``page_number``; no NaN);
     ``ExportError`` when a part the page draws is missing or malformed."""
     memory = _mapping(section, "memory")
     peak = _int(section.get(F.PEAK_BYTES), F.PEAK_BYTES)

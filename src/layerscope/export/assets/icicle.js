@@ -9,7 +9,23 @@
     for (var k = 0; k < D.chart.length; k++) if (D.chart[k].key === chartKey) return D.chart[k];
     return null;
   }
-  function val(i) { var x = V[chartKey][i]; return x > 0 ? x : 0; }
+  function own(i) { var x = V[chartKey][i]; return x > 0 ? x : 0; }
+  // A module's size: its own value, or the sum of its children's where that is more (a
+  // container never called, a ModuleList, has no time of its own but its blocks' time).
+  var sizes = {};
+  function sizesOf(key) {
+    if (sizes[key]) return sizes[key];
+    var a = V[key], out = new Float64Array(N), i, x;
+    for (i = 0; i < N; i++) { x = a[i]; out[i] = x > 0 ? x : 0; }
+    var sum = new Float64Array(N);
+    for (i = N - 1; i > 0; i--) {  // pre-order: every child comes after its parent
+      if (kids[i]) out[i] = Math.max(out[i], sum[i]);
+      sum[parent[i]] += out[i];
+    }
+    if (N && kids[0]) out[0] = Math.max(out[0], sum[0]);
+    return (sizes[key] = out);
+  }
+  function val(i) { return sizesOf(chartKey)[i]; }
   var icicle = null, crumbs = null, metricBar = null;
   if (D.chart.length) {
     var cs = section("Where it goes", "ls-chart");
@@ -62,9 +78,11 @@
         x: r[1].toFixed(1), y: r[3] * rowH, width: Math.max(w, 0.5).toFixed(1), height: rowH - 1,
         fill: "hsl(" + hue(t) + ",55%," + (78 - Math.min(r[3], 6) * 3) + "%)"
       }));
-      var tt = sv("title", {});
-      tt.textContent = describe(i) + "\n" + info.label + ": " + fmt(V[chartKey][i], info.kind) +
-        " (" + pct(100 * val(i) / total) + " of the model)";
+      var tt = sv("title", {}), mine = V[chartKey][i];
+      tt.textContent = describe(i) + "\n" + info.label + ": " + (val(i) > own(i)
+        ? fmt(val(i), info.kind) + ", the sum of its modules' (" + (mine === null || mine === undefined
+          ? "never called itself" : "its own: " + fmt(mine, info.kind)) + ")"
+        : fmt(mine, info.kind)) + " (" + pct(100 * val(i) / total) + " of the model)";
       gr.appendChild(tt);
       var chars = Math.floor((w - 8) / 6.6);
       if (chars >= 3) {

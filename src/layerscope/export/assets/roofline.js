@@ -41,10 +41,19 @@
     return /[A-Z]$/.test(t) ? t + u : t + " " + u;
   }
   function modules(n) { return n + (n === 1 ? " module" : " modules"); }
+  function textWidth(s) {  // of s in the chart's font, measured (else estimated)
+    var t = sv("text", { "class": "halo" }), g0 = sv("g", { "class": "axis" });
+    t.textContent = s; g0.appendChild(t); rl.appendChild(g0);
+    var w = t.getComputedTextLength();
+    rl.removeChild(g0);
+    return w > 0 ? w : 6.2 * s.length;
+  }
   // The five longest points named, each where its label meets no other label (placed:
   // [x, y, width] boxes) and no other point (circles: [cx, cy, r]), right of its point or
-  // else left of it; a spot several modules share (a block's repeats) is named once.
-  function nameSpots(pts, placed, circles, edge, at) {
+  // else left of it, inside the plot (box: [left, top, right]: clear of the axes' tick
+  // labels and the svg's edges); a spot several modules share (a block's repeats) is
+  // named once.
+  function nameSpots(pts, placed, circles, box, at) {
     var labels = sv("g", { "class": "axis" }), named = 0, spots = {};
     function clear(lx, ly, wide, cx, cy) {
       for (var q = 0; q < placed.length; q++) {
@@ -62,16 +71,39 @@
     pts.forEach(function (p) {
       var xy = at(p), spot = xy[0].toFixed(0) + "," + xy[1].toFixed(0);
       if (named >= 5 || spots[spot]) return;
-      var ly = xy[1] - 8, text = label(p.i), wide = 6.2 * text.length;
+      var ly = xy[1] - 8, text = label(p.i), wide = textWidth(text);
       var right = xy[0] + 8, left = xy[0] - 8 - wide;
-      var lx = right + wide <= edge && clear(right, ly, wide, xy[0], xy[1]) ? right :
-        left >= 0 && clear(left, ly, wide, xy[0], xy[1]) ? left : null;
-      if (lx === null) return;
+      var lx = right + wide <= box[2] && clear(right, ly, wide, xy[0], xy[1]) ? right :
+        left >= box[0] && clear(left, ly, wide, xy[0], xy[1]) ? left : null;
+      if (lx === null || ly - 11 < box[1]) return;
       placed.push([lx, ly, wide]); named++; spots[spot] = true;
       var lt = sv("text", { x: lx.toFixed(1), y: ly.toFixed(1), "class": "halo" });
       lt.textContent = text; labels.appendChild(lt);
     });
     return labels;
+  }
+  // The roof's two labels, inside the plot (from left to right, above bottom): its peak
+  // above the flat roof, at the right; its ridge below the roof, right of the ridge, or
+  // where that runs past the edge, against the edge and low enough to stay right of the
+  // slope (slope: px down per px left), or else above the roof, left of the peak's label.
+  // Each box goes to placed, for the point labels to keep clear of.
+  function roofLabels(R, ridge, plot, sx, sy, slope, placed) {
+    var left = plot[0], right = plot[1] - 4, bottom = plot[2], rg = sv("g", { "class": "axis" }), top = sy(R.peak);
+    var peakText = R.name + " peak " + unit(R.peak, "FLOP/s"), pw0 = textWidth(peakText);
+    var ridgeText = "ridge " + g(ridge, 3) + " FLOP/B", rw = textWidth(ridgeText);
+    var rx = Math.min(sx(ridge) + 6, right - rw);
+    // the box's top (baseline - 11) below where the slope meets its left edge, 3 px off
+    var ry = Math.max(top + 14, top + slope * (sx(ridge) - rx + 3) + 2 + 11);
+    if (ry + 3 > bottom) { rx = right - pw0 - 12 - rw; ry = top - 6; }
+    function put(text, x, w) {
+      if (x < left) return;  // no room for it in so narrow a plot
+      var t = sv("text", { x: x.toFixed(1), y: (text === peakText ? top - 6 : ry).toFixed(1) });
+      t.textContent = text; rg.appendChild(t);
+      placed.push([x, +t.getAttribute("y"), w]);
+    }
+    put(peakText, right - pw0, pw0);
+    put(ridgeText, rx, rw);
+    return rg;
   }
   function drawRoofline() {
     if (!rl) return;
@@ -118,14 +150,7 @@
       var d = "M" + sx(low).toFixed(1) + " " + sy(R.bandwidth * low).toFixed(1) +
         "L" + sx(ridge).toFixed(1) + " " + sy(R.peak).toFixed(1) + "L" + sx(xb).toFixed(1) + " " + sy(R.peak).toFixed(1);
       frag.appendChild(sv("path", { "class": "rl-roof", d: d }));
-      var rg = sv("g", { "class": "axis" }), rt = sv("text", { x: sx(xb) - 4, y: sy(R.peak) - 6, "text-anchor": "end" });
-      rt.textContent = R.name + " peak " + unit(R.peak, "FLOP/s"); rg.appendChild(rt);
-      var rb = sv("text", { x: sx(ridge) + 6, y: sy(R.peak) + 14 });
-      rb.textContent = "ridge " + g(ridge, 3) + " FLOP/B"; rg.appendChild(rb);
-      // point labels keep clear of these two
-      placed.push([sx(xb) - 4 - 6.2 * rt.textContent.length, sy(R.peak) - 6, 6.2 * rt.textContent.length]);
-      placed.push([sx(ridge) + 6, sy(R.peak) + 14, 6.2 * rb.textContent.length]);
-      frag.appendChild(rg);
+      frag.appendChild(roofLabels(R, ridge, [L, L + pw, top + ph], sx, sy, (ph / (y1 - y0)) / (pw / (x1 - x0)), placed));
     }
     var wmax = 0;
     pts.forEach(function (p) { if (p.w > wmax) wmax = p.w; });
@@ -148,7 +173,7 @@
       circles.push([sx(p.x), sy(p.y), r]);
     });
     frag.appendChild(dots);
-    frag.appendChild(nameSpots(pts, placed, circles, W - Rm, function (p) { return [sx(p.x), sy(p.y)]; }));
+    frag.appendChild(nameSpots(pts, placed, circles, [L, 0, L + pw], function (p) { return [sx(p.x), sy(p.y)]; }));
     rl.replaceChildren(frag);
     rl.setAttribute("height", H);
     rl.setAttribute("viewBox", "0 0 " + W + " " + H);

@@ -51,16 +51,48 @@
     while (a < b) { var m = (a + b + 1) >> 1; if (ops[m] <= o) a = m; else b = m - 1; }
     return a;
   }
-  function tlSay(by, peak, inBw, firstBw, bwHigh, pc, bc) {  // the legend below the chart
-    var say = ["Highest point: " + nbytes(by[peak]) + ", " + (inBw ? "in the backward of " : "in ") + tlName(peak) +
+  // The backward passes: [first event, the event that ends it (n if none)] of each run of
+  // backward work. The timeline marks where a backward starts ("b") but not where it
+  // ends, so a run ends at the first event that cannot be backward work: the end of the
+  // run, a peak reached by another module than the one whose backward runs (its work
+  // would have made a "b" event first), or an entry into a module that no backward op
+  // follows at once (a forward; a recomputation under checkpointing runs backward ops).
+  function bwRuns(ev, node, ops) {
+    var runs = [], start = -1, owner = null, n = ev.length;
+    for (var k = 0; k < n; k++) {
+      var e = ev[k], ends = false;
+      if (e === "b") {
+        if (start < 0) start = k;
+        owner = node[k];
+      } else if (start < 0) {
+        continue;
+      } else if (e === "n" || (e === "p" && node[k] !== owner)) {
+        ends = true;
+      } else if (e === "e") {
+        var j = k;
+        while (j < n && ev[j] === "e") j++;
+        ends = !(j < n && ev[j] === "b" && ops[j] === ops[k]);
+      }
+      if (ends) { runs.push([start, k]); start = -1; }
+    }
+    if (start >= 0) runs.push([start, n]);
+    return runs;
+  }
+  function tlSay(by, peak, where, runs, bwRise, pc, bc) {  // the legend below the chart
+    var say = ["Highest point: " + nbytes(by[peak]) + ", " + where +
       (pc && pc[1] === by[peak] ? " (the " + pc[0] + " card)." : ".")];
     if (pc && pc[1] > by[peak]) {
       say.push("The run's peak, " + nbytes(pc[1]) + " (" + pc[0] + "), fell between two samples.");
     }
-    if (firstBw >= 0) {
-      var rise = bwHigh - by[firstBw];
-      say.push("Dashed: " + nbytes(by[firstBw]) + " live when the backward started; the backward's highest point is " +
-        nbytes(rise) + " above it" + (bc && bc[1] === rise ? " (the " + bc[0] + " card)." : "."));
+    if (runs.length) {
+      // the card's figure, the profile's (what the text view says); the line's own rise
+      // where there is no card
+      var rise = bc ? bc[1] : bwRise;
+      say.push("Dashed: " + (runs.length === 1
+        ? nbytes(by[runs[0][0]]) + " live when the backward started; the backward's highest point is " + nbytes(rise) + " above it"
+        : "the live bytes when each of the " + runs.length + " backward passes started; the most a backward rose above its line is " +
+          nbytes(rise)) + (bc ? " (the " + bc[0] + " card" +
+        (bwRise < rise ? "; reached between two samples, so the line stays below it)." : ").") : "."));
     }
     return say.join(" ");
   }
@@ -90,13 +122,17 @@
       t.textContent = p[0] ? count(p[0]) + " ops" : "op 0"; axis.appendChild(t);
     });
     frag.appendChild(axis);
-    var firstBw = ev.indexOf("b"), bwHigh = -1;
-    if (firstBw >= 0) {
-      for (var k1 = firstBw; k1 < n; k1++) if (by[k1] > bwHigh) bwHigh = by[k1];
-      var x0 = sx(ops[firstBw]), y0 = sy(by[firstBw]);
-      frag.appendChild(sv("rect", { "class": "tl-bw", x: x0, y: top, width: Math.max(W - R - x0, 0), height: ph }));
-      frag.appendChild(sv("line", { "class": "tl-start", x1: x0, x2: W - R, y1: y0, y2: y0 }));
-      var bt = sv("text", { x: x0, y: H - 8 });  // on the op axis
+    var runs = bwRuns(ev, T.node, ops), bwRise = 0, inBw = false;
+    runs.forEach(function (run) {  // shaded, with a dashed line at the level it started at
+      // to where it ends; at the run's end (or past the events kept), to the line's end
+      var x0 = sx(ops[run[0]]), x1 = run[1] < n && ev[run[1]] !== "n" ? sx(ops[run[1]]) : W - R, y0 = sy(by[run[0]]);
+      for (var k1 = run[0]; k1 < run[1]; k1++) bwRise = Math.max(bwRise, by[k1] - by[run[0]]);
+      if (peak >= run[0] && peak < run[1]) inBw = true;
+      frag.appendChild(sv("rect", { "class": "tl-bw", x: x0, y: top, width: Math.max(x1 - x0, 0), height: ph }));
+      frag.appendChild(sv("line", { "class": "tl-start", x1: x0, x2: x1, y1: y0, y2: y0 }));
+    });
+    if (runs.length) {
+      var bt = sv("text", { x: sx(ops[runs[0][0]]), y: H - 8 });  // on the op axis
       bt.textContent = "backward \u2192"; axis.appendChild(bt);
     }
     var d = stepPath(ops, by, sx, sy) + "H" + (W - R);
@@ -104,7 +140,9 @@
     frag.appendChild(sv("path", { "class": "tl-line", d: d }));
     frag.appendChild(sv("circle", { "class": "tl-peak", cx: sx(ops[peak]), cy: sy(by[peak]), r: 3.5 }));
     var pc = card("session_peak_bytes"), bc = card("backward_peak_bytes");
-    var inBw = firstBw >= 0 && peak >= firstBw, where = (inBw ? "backward of " : "") + tlName(peak);
+    // after a backward (an optimizer step, code around the model): not the backward's
+    var after = !inBw && runs.length && peak >= runs[0][1];
+    var where = (inBw ? "backward of " : "") + tlName(peak) + (after ? ", after the backward" : "");
     var pt = sv("text", { y: sy(by[peak]) - 9, "class": "halo" }), pg = sv("g", { "class": "axis" });
     pt.id = "ls-tl-peak";
     pg.appendChild(pt); frag.appendChild(pg);
@@ -124,7 +162,8 @@
     }
     var tw = pt.getComputedTextLength();
     pt.setAttribute("x", Math.max(L, Math.min(sx(ops[peak]) - tw / 2, W - R - tw)).toFixed(1));
-    tlLegend.textContent = tlSay(by, peak, inBw, firstBw, bwHigh, pc, bc);
+    tlLegend.textContent = tlSay(by, peak, (inBw ? "in the backward of " : "in ") + tlName(peak) +
+      (after ? " after the backward" : ""), runs, bwRise, pc, bc);
     var row = Array.prototype.filter.call(axis.childNodes, function (t) {  // the op axis
       return t.tagName === "text" && +t.getAttribute("y") === H - 8;
     });
