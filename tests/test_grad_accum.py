@@ -23,18 +23,15 @@ def _model(device: str) -> nn.Module:
 
 def _second_micro_batch_peak(batch: int) -> int:
     """A real step's second micro-batch and its SGD step, its peak as MemTracker has it
-    (the first micro-batch's gradients held, as the user's loop holds its output)."""
+    (the first micro-batch's gradients held; the output dropped once the loss is made,
+    as a training loop drops it)."""
     model, x = _model("cpu"), torch.randn(batch, 128)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    out = model(x)
-    out.sum().backward()
-    del out
+    model(x).sum().backward()
     tracker = MemTracker()
     tracker.track_external(model, opt, x)
     with tracker:
-        out = model(x)
-        out.sum().backward()
-        del out
+        model(x).sum().backward()
         opt.step()
         opt.zero_grad()
     snap: dict[Any, dict[Any, int]] = tracker.get_tracker_snapshot("peak")

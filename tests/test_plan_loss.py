@@ -64,8 +64,9 @@ def test_the_peaks_differ_by_the_logits_held() -> None:
 
     Plain: ``F.cross_entropy`` is ``log_softmax`` then ``nll_loss``; its backward holds
     at once the saved ``log_softmax`` output, ``nll_loss``'s gradient and
-    ``log_softmax``'s (each 64 x 1,024 float32 = 262,144 B), beside the loss, its
-    total weight and the loss's gradient (3 x 4 B): 786,444 B.
+    ``log_softmax``'s (each 64 x 1,024 float32 = 262,144 B), beside ``nll_loss``'s total
+    weight and the loss's gradient (2 x 4 B): 786,440 B. The scalar the model returned
+    is dropped once the loss is made from it, as a training loop drops the output.
 
     Fused: at the loss, the input's gradient (64 x 16 x 4 = 4,096 B), the weight's
     (1,024 x 16 x 4 = 65,536 B), one chunk of logits (1 token: 1,024 x 4 = 4,096 B) and
@@ -74,7 +75,7 @@ def test_the_peaks_differ_by_the_logits_held() -> None:
     projection's, 66,624 B)."""
     plain, fused = _plan("plain"), _plan("fused")
     logits = T * V * 4
-    assert plain.peak_bytes - fused.peak_bytes == (3 * logits + 12) - (
+    assert plain.peak_bytes - fused.peak_bytes == (3 * logits + 8) - (
         T * H * 4 + V * H * 4 + 1 * V * 4 + 4 * T
     )
     assert fused.peak_phase == {"phase": "forward", "event": "loss", "path": "head"}

@@ -338,13 +338,13 @@ def measured_step(
     seen = StepObserver(model)
     try:
         with seen:
-            # the output held to the end of the backward, as a loop that keeps it does
+            # the output dropped once the loss is made, as a training loop drops it
             out = outputs(model, batch[0])
             loss = loss_from(out, batch[1])
+            del out
             held = seen.level
             seen.phase = "backward"
             loss.backward()  # type: ignore[no-untyped-call]
-            del out
             states = state_bytes(model, opt)
             seen.phase = "optimizer"
             opt.step()

@@ -336,10 +336,10 @@ def checkpoint_moments(prof: Profile, choice: CheckpointChoice, setup: tl.Setup)
             if n.path in index:
                 within.setdefault(index[n.path], set()).add(path)
     drops = dict.fromkeys(choice.paths, 0)
-    # a checkpointed module's output that only checkpointed subtrees saved but the next
-    # checkpointed module keeps as its input: the analysis holds it until the module's
-    # own backward, the checkpointed run frees it after the next module's backward,
-    # before this one's recompute makes it again
+    # a checkpointed module's output that it saved itself (and only checkpointed
+    # subtrees saved) and the next checkpointed module keeps as its input: the analysis
+    # holds it until the module's own backward, the checkpointed run frees it after the
+    # next module's backward, before this one's recompute makes it again
     regenerated = dict.fromkeys(choice.paths, 0)
     path_at = {index[p]: p for p in choice.paths if p in index}
     # a checkpointed module's input nothing saved, not the step's own (the model's inputs
@@ -359,7 +359,10 @@ def checkpoint_moments(prof: Profile, choice: CheckpointChoice, setup: tl.Setup)
             if all(path in within[i] for i in rest) and not held.intersection(inputs):
                 drops[path] += int(nbytes)
         for i in set(outputs).intersection(path_at):
-            if (held - {i}).intersection(inputs):
+            # held by the analysis to the module's own backward only if the module saved
+            # it itself; saved by the next module alone, the analysis freed it there too
+            mine = any(path_at[i] in within[s] for s in savers)
+            if mine and (held - {i}).intersection(inputs):
                 regenerated[path_at[i]] += int(nbytes)
     # checkpoint="op": the kept outputs stay to the backward, and its recompute does not
     # make them again

@@ -96,9 +96,13 @@ def analyse_stages(
 
         args, kwargs, input_shape, whole = local_inputs(args, kwargs, input_shape, opts.cp)
 
+    moved: dict[int, torch.Tensor] = {}  # one tensor given twice (labels=ids) moves once
+
     def on_meta(t: torch.Tensor) -> torch.Tensor:  # the micro-batch, as the GPU computes it
-        cast = dtype if t.is_floating_point() else t.dtype
-        return t.detach().to("meta", dtype=cast).requires_grad_(t.requires_grad)
+        if id(t) not in moved:
+            cast = dtype if t.is_floating_point() else t.dtype
+            moved[id(t)] = t.detach().to("meta", dtype=cast).requires_grad_(t.requires_grad)
+        return moved[id(t)]
 
     if args:
         call["args"] = tree_map_only(torch.Tensor, on_meta, tuple(args))
@@ -207,7 +211,7 @@ def _profiled(
     from layerscope.metrics.memory.opgraph import record_graph
     from layerscope.metrics.memory.records import record_ops
     from layerscope.planning.kernels import KernelRecorder, record
-    from layerscope.session.run import profile
+    from layerscope.session.run import output_released, profile
 
     call = dict(call)
     recorder = KernelRecorder()  # after the user's observers: it reads the counters'
@@ -216,12 +220,15 @@ def _profiled(
     ops = record_ops(asked if callable(asked) else None) if per_op(asked) else nullcontext()
     graph = record_graph() if opts.compile else nullcontext()  # metrics.memory.remat
     view = "local" if opts.tp > 1 else "logical"  # tensor parallelism: rank 0's work
+    # a training loop drops the output once the loss is made; a pipeline stage holds its
+    # outputs for their backward (and the last stage returns them: return_outputs)
+    released = output_released() if opts.pp == 1 else nullcontext()
     if not opts.autocast:
-        with ops, graph:
+        with ops, graph, released:
             prof = profile(meta, backward=True, memory=True, target=target, dtensor=view, **call)
     else:
         loss_fn = call.pop("loss_fn", None) or default_loss
-        with ops, graph, emulate_cuda_autocast(meta, opts.compute_dtype, loss_fn) as loss:
+        with ops, graph, released, emulate_cuda_autocast(meta, opts.compute_dtype, loss_fn) as loss:
             prof = profile(
                 meta, backward=True, memory=True, target=target, loss_fn=loss,
                 dtensor=view, **call,
@@ -332,7 +339,8 @@ def frozen(prof: Profile) -> list[Param] | None:
 
 def input_bytes(prof: Profile) -> tuple[int, int, int | None]:
     """(all input bytes, float input bytes, tokens) of the analysed micro-batch: tokens
-    are the elements of the first integer input (token ids), None without one."""
+    are the elements of the first integer input (token ids), None without one; a
+    storage given twice counts once."""
     total = floats = 0
     tokens: int | None = None
     for call in prof.root.inputs[:1]:
@@ -349,6 +357,14 @@ def input_bytes(prof: Profile) -> tuple[int, int, int | None]:
                 floats += nbytes
             elif tokens is None and not dtype.is_complex and dtype != torch.bool:
                 tokens = prod(shape)
+    # one storage passed twice (``labels=ids``) is held once: the storage records' rows
+    # of the root's inputs, each storage once, where the analysis kept them
+    table = prof.memory.get("storages") or {}
+    paths = list(table.get("paths") or ())
+    if "" in paths:
+        root = paths.index("")
+        rows = [int(r[0]) for r in table.get("rows") or () if root in r[2] and not r[4]]
+        total = min(total, sum(rows))
     return total, floats, tokens
 
 

@@ -7,7 +7,9 @@ the timing pass when asked.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -189,6 +191,27 @@ def _timing_inputs(
     return stateful_copy(given.args or (), given.kwargs or {})
 
 
+class _Released(threading.local):
+    on = False
+
+
+_released = _Released()
+
+
+@contextmanager
+def output_released() -> Iterator[None]:
+    """Inside, an analysis with a backward drops the model's output once the loss is
+    made, before the backward, as a training loop does (``loss_fn(model(x)).backward()``,
+    torchtitan's ``del pred``): what the loss and the model saved stay, the logits go.
+    Outside, the output is held until the backward ends (``out = model(x)``, then
+    ``loss_fn(out).backward()``): ``ls.profile``'s figures. A plan's analysis runs in it."""
+    before, _released.on = _released.on, True
+    try:
+        yield
+    finally:
+        _released.on = before
+
+
 @dataclass(frozen=True)
 class _RunInputs:
     """The inputs of one run, checked: a positional value, ``args``/``kwargs``, or shapes
@@ -283,6 +306,8 @@ class _Run:
                 out = self.model(*call_args, **kwargs)
                 if self.backward:
                     loss = self._loss(out)
+                    if _released.on:  # a training loop's: the output gone, the loss kept
+                        out = None
                     loss.backward()  # type: ignore[no-untyped-call]
                     del loss
                 # Freed while the GC is still paused: the first collection after it
