@@ -38,6 +38,10 @@ def published_flops(
     return (round(per_token * tokens) // tp + attention) * accum
 
 
+#: the softmax kernels of attention that ran unfused
+SOFTMAXES = (("_softmax",), ("_safe_softmax",))
+
+
 def unfused_attention_note(kernels: Kernels | None, published: int | None) -> list[str]:
     """Where mfu's attention term is 0 but the analysis ran softmax kernels (attention
     outside SDPA's fused kernels: eager, or SDPA's math path), a note that mfu leaves that
@@ -46,7 +50,8 @@ def unfused_attention_note(kernels: Kernels | None, published: int | None) -> li
         return []
     rows = kernels.rows
     fused = any(k[2] == "attention" for k in rows)
-    softmax = any(k[2] == "memory" and k[3][:1] == ("_softmax",) for k in rows)
+    # eager's softmax; SDPA's math path runs ``_safe_softmax`` (torch 2.5 on)
+    softmax = any(k[2] == "memory" and k[3][:1] in SOFTMAXES for k in rows)
     if fused or not softmax:
         return []
     return [
