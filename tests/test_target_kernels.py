@@ -1387,3 +1387,27 @@ def test_a_steered_profile_carries_the_port_notice(
             f"{older}; this is torch {release}, whose choices may differ (compare one module "
             f"with a run on the device, or analyse with torch {older})"
         ]
+
+
+def test_a_float32_mixture_of_experts_on_meta_follows_the_cpu() -> None:
+    """transformers' grouped experts run ``torch._grouped_mm``, which the CPU runs in
+    float32 and meta's kernel refuses (CUDA's bfloat16 check): on meta with the CPU's
+    kernels the analysis is the CPU's. Experts' MACs by hand: 20 tokens x top-2 x (64 x
+    64 gate and up + 32 x 64 down) = 245,760."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.Qwen2MoeConfig(
+        vocab_size=128, hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
+        shared_expert_intermediate_size=48, num_experts=4, num_experts_per_tok=2,
+        num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2, use_cache=False,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = transformers.Qwen2MoeForCausalLM(config).eval()
+    ids = torch.randint(0, 128, (2, 10))
+    cpu = ls.profile(model, ids, backward=True, memory=True)
+    meta = ls.profile(ls.to_meta(model), ids.to("meta"), backward=True, memory=True)
+    experts = "model.layers.0.mlp.experts"
+    assert cpu.node(experts).metrics["macs"] == 20 * 2 * (64 * 64 + 32 * 64) == 245_760
+    for key in ("flops", "backward_flops", "bytes_accessed", "activation_bytes"):
+        assert meta.root.metrics[key] == cpu.root.metrics[key], key
+    # 2 in the forward (gate and up, down), 2 for each in the backward (input, weight)
+    assert meta.model["kernels"]["grouped_mm"] == {"cpu_any_dtype": 2 + 2 * 2}

@@ -55,6 +55,7 @@ _HALF = (torch.bfloat16, torch.float16)
 #: profile that used a port on another release says so.
 PORTED_FROM = (2, 13)
 _MKLDNN_RNN_LAYER_BACKWARD = _aten.mkldnn_rnn_layer_backward.default
+_GROUPED_MM = _aten._grouped_mm.default
 CPU = Target("cpu")
 
 
@@ -72,7 +73,8 @@ class KernelLog(dict[str, dict[str, int]]):
     ``gru``, ``rnn_tanh``, ``rnn_relu``: ``onednn`` (``mkldnn_rnn_layer`` per layer and
     direction), ``cpu_cells`` (the generic cells with the whole-sequence input
     projection), or ``not_steered`` (a CUDA target: cuDNN RNNs are not ported, meta's
-    cells ran)."""
+    cells ran); ``grouped_mm`` ``cpu_any_dtype`` (a float32 or float16 ``_grouped_mm``,
+    which the CPU runs and meta's kernel refuses)."""
 
     def add(self, op: str, kernel: str, n: int = 1) -> None:
         per_op = self.setdefault(op, {})
@@ -241,13 +243,25 @@ def _cpu_eval_batch_norm(args: tuple[Any, ...], out: Any) -> tuple[Any, Any, Any
     return out[0], x.new_empty(0, dtype=dtype), x.new_empty(0, dtype=dtype)
 
 
+def _cpu_grouped_mm(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``_grouped_mm`` as the CPU runs it, in any float dtype: meta's kernel repeats
+    CUDA's bfloat16-only check, so the output's shape comes from bfloat16 stand-ins and
+    its dtype is the inputs' (or ``out_dtype``)."""
+    low = [a.to(torch.bfloat16) if isinstance(a, torch.Tensor) and a.is_floating_point()
+           else a for a in args]  # fmt: skip
+    given = {k: v for k, v in kwargs.items() if k != "out_dtype"}
+    out = _GROUPED_MM(*low, **given)
+    return out.to(kwargs.get("out_dtype") or args[0].dtype)
+
+
 class _CpuOutputs(TorchDispatchMode):
     """Gives ops on meta the CPU kernel's outputs: eval-mode ``native_batch_norm``
     empty saved mean and inverse std (the CPU saves nothing in eval; meta returns
     C-sized ones, which autograd would save); training ``native_batch_norm`` and
     ``native_layer_norm`` with a bf16/fp16 input and parameters statistics of the
     input's dtype (meta's are float32); ``mkldnn_rnn_layer_backward`` two distinct bias
-    gradients.
+    gradients; ``_grouped_mm`` of float32 or float16 operands, which the CPU runs and
+    meta's kernel refuses (CUDA's check).
 
     It must run below the session's dispatch mode (closer to the kernel), so that the
     session sees the adjusted outputs: ``steer`` inserts it at the bottom of the stack."""
@@ -263,6 +277,9 @@ class _CpuOutputs(TorchDispatchMode):
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
+        if func is _GROUPED_MM and args[0].is_meta and args[0].dtype != torch.bfloat16:
+            self.log.add("grouped_mm", "cpu_any_dtype")
+            return _cpu_grouped_mm(args, kwargs or {})
         out = func(*args, **(kwargs or {}))
         if func is _NATIVE_BATCH_NORM and args[0].is_meta:
             if not args[5]:
