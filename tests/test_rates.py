@@ -458,9 +458,10 @@ def test_mfu_says_when_it_leaves_out_attention_that_ran_unfused() -> None:
     assert flops["sdpa"] - flops["eager"] == 12 * 2 * 4 * 64 * 64 * 16 * 2
     assert len(notes["eager"]) == 1 and notes["sdpa"] == []
     # float32 with grouped KV heads: SDPA's math path on an H100 (its _safe_softmax)
+    sdpa: dict[str, Any] = {"attn_implementation": "sdpa"}
     config = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
-                         use_cache=False, attn_implementation="sdpa")  # fmt: skip
+                         use_cache=False, **sdpa)  # fmt: skip
     plan = ls.plan(LlamaForCausalLM(config), input_shape=(2, 64), world_size=1, precision="fp32")
     assert plan.mfu_flops == flops["eager"]
     assert [n for n in plan.notes if n.startswith("mfu counts attention")] == notes["eager"]

@@ -96,14 +96,7 @@ def analyse_stages(
 
         args, kwargs, input_shape, whole = local_inputs(args, kwargs, input_shape, opts.cp)
 
-    moved: dict[int, torch.Tensor] = {}  # one tensor given twice (labels=ids) moves once
-
-    def on_meta(t: torch.Tensor) -> torch.Tensor:  # the micro-batch, as the GPU computes it
-        if id(t) not in moved:
-            cast = dtype if t.is_floating_point() else t.dtype
-            moved[id(t)] = t.detach().to("meta", dtype=cast).requires_grad_(t.requires_grad)
-        return moved[id(t)]
-
+    on_meta = _mover(dtype)
     if args:
         call["args"] = tree_map_only(torch.Tensor, on_meta, tuple(args))
     if kwargs:
@@ -136,6 +129,20 @@ def analyse_stages(
     for prof in profs if whole else ():
         prof.model["cp"] = {"whole": whole, "local": whole // opts.cp}
     return profs
+
+
+def _mover(dtype: torch.dtype) -> Callable[[torch.Tensor], torch.Tensor]:
+    """Moves the micro-batch to meta, as the GPU computes it (floats in ``dtype``); a
+    tensor given twice (``labels=ids``) moves once, so the analysis holds it once."""
+    moved: dict[int, torch.Tensor] = {}
+
+    def on_meta(t: torch.Tensor) -> torch.Tensor:
+        if id(t) not in moved:
+            cast = dtype if t.is_floating_point() else t.dtype
+            moved[id(t)] = t.detach().to("meta", dtype=cast).requires_grad_(t.requires_grad)
+        return moved[id(t)]
+
+    return on_meta
 
 
 def _annotate(
