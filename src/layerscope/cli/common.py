@@ -217,7 +217,7 @@ def check_view_arguments(args: argparse.Namespace) -> None:
     export_format = FORMATS.get(fmt)
     if export_format is not None and not export_format.view_options:
         takes = [f"--{dest}" for dest, opt in _OPTION_FLAGS.items() if opt in export_format.options]
-        given = [f"--{flag}" for flag in _view_flags_given(args) if f"--{flag}" not in takes]
+        given = [flag for flag in view_flags_given(args) if flag not in takes]
         if given:
             drawn = " ".join(f"--format {f.name}" for f in FORMATS.values() if f.view_options)
             also = f" (and {', '.join(takes)} to {fmt})" if takes else ""
@@ -243,7 +243,10 @@ def check_roof(args: argparse.Namespace, target: str | None) -> None:
         )
 
 
-def _view_flags_given(args: argparse.Namespace) -> list[str]:
+def view_flags_given(args: argparse.Namespace) -> list[str]:
+    """The view flags given, as they are typed (``--depth``), ``--format`` not counted.
+    A value of 0 is given (``--depth 0``, ``--min-pct 0``): only an absent flag (None, a
+    switch left off, ``--fold on``) is not."""
     defaults = {"fold": "on"}
     flags = []
     for name in (
@@ -252,8 +255,8 @@ def _view_flags_given(args: argparse.Namespace) -> list[str]:
         "width", "config", "spec", "estimate",
     ):  # fmt: skip
         value = getattr(args, name)
-        if value not in (None, False, defaults.get(name)):
-            flags.append(name.replace("_", "-"))
+        if value is not None and value is not False and value != defaults.get(name):
+            flags.append("--" + name.replace("_", "-"))
     return flags
 
 

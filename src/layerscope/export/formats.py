@@ -9,7 +9,7 @@ first used, so loading the table costs nothing.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +20,7 @@ from layerscope.profile import Profile
 __all__ = [
     "FORMATS",
     "ExportFormat",
+    "document_formats_error",
     "export",
     "export_document",
     "export_text",
@@ -190,8 +191,18 @@ def export_document(
         (f for f, exts in DOCUMENT_FORMATS.items() if name.endswith(exts)), None
     )
     if chosen is None or chosen not in writers:
-        told = f"format {format!r}" if format else f"the format of {os.fspath(path)!r}"
-        named = [f"{f} ({', '.join(DOCUMENT_FORMATS[f])})" for f in writers]
-        known = " or ".join([", ".join(named[:-1]), named[-1]] if len(named) > 1 else named)
-        raise ExportError(f"cannot tell {told}; {what} exports as {known}")
+        raise ExportError(document_formats_error(path, format, writers, what))
     writers[chosen](path)
+
+
+def document_formats_error(
+    path: PathLike, format: str | None, writers: Iterable[str], what: str
+) -> str:
+    """The message of a format ``what`` does not write (``writers``: the formats it
+    does): the file, the format asked for (None: its extension names none of them), and
+    the formats there are."""
+    named = [f"{f} ({', '.join(DOCUMENT_FORMATS[f])})" for f in writers]
+    known = " or ".join([", ".join(named[:-1]), named[-1]] if len(named) > 1 else named)
+    if format is None:
+        return f"cannot tell the format of {os.fspath(path)!r}; {what} exports as {known}"
+    return f"cannot write {os.fspath(path)}: {what} exports as {known}, not as {format}"

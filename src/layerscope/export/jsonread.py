@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from collections.abc import Iterator
 from typing import Any
 
 from layerscope.errors import SchemaError
@@ -79,6 +80,18 @@ def checked_document(data: Any, spec: Check, source: str | None = None) -> Any:
         raise SchemaError(f"{where}{json_path(e.where)}: {e.problem}") from None
 
 
+@contextlib.contextmanager
+def naming(source: str | None) -> Iterator[None]:
+    """Every ``SchemaError`` raised inside, its message after ``source`` (the file) when
+    given: ``p.json: $.plan.peak_bytes: ...``, as ``load`` names the file."""
+    try:
+        yield
+    except SchemaError as e:
+        if source is None:
+            raise
+        raise SchemaError(f"{source}: {e}") from None
+
+
 def _max_bytes(max_bytes: int | None) -> tuple[int, str]:
     """The size limit in force and why, when it is not the one asked for: ``max_bytes``,
     else the environment variable's, else ``default_max_bytes()``."""
@@ -137,5 +150,6 @@ __all__ = [
     "available_memory",
     "checked_document",
     "default_max_bytes",
+    "naming",
     "read_document",
 ]

@@ -1,40 +1,41 @@
 """A saved ``GenerateEstimate``'s document (``GenerateEstimate.save``, ``layerscope
-generate --json`` on meta): every field ``from_dict`` reads, checked, so an estimate
-that loads always renders."""
+generate --json`` on meta): every field ``from_dict`` reads, checked (its times, rates,
+FLOPs and bytes finite and >= 0), so an estimate that loads always renders."""
 
 from __future__ import annotations
 
-from layerscope.export.jsoncheck import Arr, Bool, Check, Finite, Int, Map, Obj, Opt, Str
+from layerscope.export.jsonamount import AMOUNT
+from layerscope.export.jsoncheck import Arr, Bool, Check, Int, Map, Obj, Opt, Str
 
 _ROW: dict[str, Check] = {
-    "batch": Int(1), "prefill_time": Finite(), "decode_time_per_token": Finite(),
-    "tokens_per_s_per_sequence": Finite(), "tokens_per_s": Finite(), "bound": Str(),
+    "batch": Int(1), "prefill_time": AMOUNT, "decode_time_per_token": AMOUNT,
+    "tokens_per_s_per_sequence": AMOUNT, "tokens_per_s": AMOUNT, "bound": Str(),
     "weight_bytes": Int(0), "kv_bytes": Int(0), "fits": Opt(Bool()),
-    "decode_flops": Finite(), "decode_bytes": Finite(), "prefill_flops": Finite(),
-    "prefill_bytes": Finite(), "experts_per_layer": Finite(),
-    "decode_time_all_experts": Finite(), "decode_bytes_all_experts": Finite(),
-    "prefill_time_all_experts": Finite(), "prefill_time_predicted": Finite(),
-    "decode_time_predicted": Finite(), "launch_time": Finite(), "kernels": Int(0),
+    "decode_flops": AMOUNT, "decode_bytes": AMOUNT, "prefill_flops": AMOUNT,
+    "prefill_bytes": AMOUNT, "experts_per_layer": AMOUNT,
+    "decode_time_all_experts": AMOUNT, "decode_bytes_all_experts": AMOUNT,
+    "prefill_time_all_experts": AMOUNT, "prefill_time_predicted": AMOUNT,
+    "decode_time_predicted": AMOUNT, "launch_time": AMOUNT, "kernels": Int(0),
 }  # fmt: skip
 #: The row's keys every saved estimate has written (through ``prefill_bytes``): one missing
 #: is a damaged document, not a zero (the experts' and predicted keys came later).
 _WRITTEN = list(_ROW).index("prefill_bytes") + 1
-_POINT: dict[str, Check] = {q: Finite() for q in ("time", "flops", "macs", "bytes")}
+_POINT: dict[str, Check] = {q: AMOUNT for q in ("time", "flops", "macs", "bytes")}
 _POINT["length"] = Int(0)
 _FIT: dict[str, Check] = {
     "batch": Int(1), "first_length": Int(0), "last_length": Int(0),
-    "points": Arr(Obj(_POINT, required=tuple(_POINT))), "tolerance": Finite(),
+    "points": Arr(Obj(_POINT, required=tuple(_POINT))), "tolerance": AMOUNT,
     "block_size": Int(1),
 }  # fmt: skip
 _DEVICE: dict[str, Check] = {
-    "name": Str(), "label": Str(), "bandwidth": Finite(), "peak_flops": Finite(),
+    "name": Str(), "label": Str(), "bandwidth": AMOUNT, "peak_flops": AMOUNT,
     "memory_bytes": Opt(Int(0)), "usable_bytes": Opt(Int(0)),
 }  # fmt: skip
 _TOP: dict[str, Check] = {
     "model": Str(), "target": Str(), "device": Obj(_DEVICE), "dtype": Str(), "prompt": Int(1),
-    "new_tokens": Int(1), "cache": Str(), "prefill_time": Finite(),
-    "decode_time_per_token": Finite(), "tokens_per_s": Finite(),
-    "tokens_per_s_per_seq": Finite(), "tokens_per_s_total": Opt(Finite()),
+    "new_tokens": Int(1), "cache": Str(), "prefill_time": AMOUNT,
+    "decode_time_per_token": AMOUNT, "tokens_per_s": AMOUNT,
+    "tokens_per_s_per_seq": AMOUNT, "tokens_per_s_total": Opt(AMOUNT),
     "sweep": Arr(Obj(_ROW, required=tuple(_ROW)[:_WRITTEN])),
     "fit": Arr(Obj(_FIT, required=tuple(_FIT)[:5])), "notes": Arr(Str()),
     "kernels": Map(Map(Int(0))), "block_size": Int(1), "kv_dtype": Str(),

@@ -116,12 +116,16 @@ class Generation:
         export_document(path, format, writers, "a generation")
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], *, consume: bool = False) -> Generation:
-        """A generation from ``to_dict``'s form; ``SchemaError`` naming what is wrong.
-        ``consume``: ``data`` is the caller's no more, and each module's object is let go
-        once read (a file's load: the parsed trees and the stages' are not both whole)."""
+    def from_dict(
+        cls, data: dict[str, Any], *, consume: bool = False, source: str | None = None
+    ) -> Generation:
+        """A generation from ``to_dict``'s form; ``SchemaError`` naming what is wrong
+        (after ``source``, the file, when given). ``consume``: ``data`` is the caller's no
+        more, and each module's object is let go once read (a file's load: the parsed
+        trees and the stages' are not both whole)."""
         from layerscope.export.json import profile_from_dict
         from layerscope.export.jsoncheck import checked_section
+        from layerscope.export.jsonread import naming
         from layerscope.generation.schema import GENERATION
 
         missing = "not a generation (no 'generation' section)"
@@ -130,12 +134,14 @@ class Generation:
             # a document written before the rows were named ``calls``
             given = {("calls" if k == "decode_steps" else k): v for k, v in given.items()}
             data = {**data, "generation": given}
-        section = checked_section(data, "generation", GENERATION, missing)
+        with naming(source):
+            section = checked_section(data, "generation", GENERATION, missing)
         stages: dict[str, Profile] = {}
         if section["first_stage"] is not None:
-            stages[section["first_stage"]] = profile_from_dict(data, consume=consume)
+            stages[section["first_stage"]] = profile_from_dict(data, source, consume=consume)
         for name, doc in section["stages"].items():
-            stages[name] = profile_from_dict(doc, consume=consume)
+            with naming(source):
+                stages[name] = profile_from_dict(doc, consume=consume)
         return cls(
             stages,
             [CallRow.from_dict(r) for r in section["calls"]],
@@ -208,7 +214,7 @@ def load_generation(path: str | os.PathLike[str]) -> Generation:
     """Read a generation written by ``Generation.save`` (``ls.load_generation``)."""
     from layerscope.export.jsonread import read_document
 
-    return Generation.from_dict(read_document(path), consume=True)
+    return Generation.from_dict(read_document(path), consume=True, source=os.fspath(path))
 
 
 __all__ = ["STAGES", "CallRow", "Generation", "load_generation"]

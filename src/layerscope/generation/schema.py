@@ -4,17 +4,18 @@ document's own profile is the first stage; the section holds the others."""
 
 from __future__ import annotations
 
-from layerscope.export.jsoncheck import Arr, Bool, Check, Finite, Int, Map, Obj, Opt, Str
+from layerscope.export.jsonamount import Amount
+from layerscope.export.jsoncheck import Arr, Bool, Check, Int, Map, Obj, Opt, Str
 from layerscope.generation.fields import CALL_FIELDS, CallField, required
 
 
 def _value(f: CallField) -> Check:
-    """A call row's value as the field table says: text, a number of seconds, or a
-    count (tokens, operations, bytes)."""
+    """A call row's value as the field table says: text, a number of seconds (>= 0), or
+    a count (tokens, operations, bytes)."""
     if f.kind == "text":
         return Str(f.description)
     if f.kind == "seconds":
-        return Finite(f.description)
+        return Amount(f.description)
     return Int(0, description=f.description)
 
 

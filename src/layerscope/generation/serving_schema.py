@@ -1,23 +1,25 @@
 """A saved ``ServingPlan``'s document (``ServingPlan.save``, ``layerscope serve
---json``): every field ``from_dict`` reads, checked, so a plan that loads always renders.
+--json``): every field ``from_dict`` reads, checked (its numbers finite and >= 0), so a
+plan that loads always renders.
 The derived figures (budget, KV budget, capacity, concurrency) are written, not read:
 ``ServingPlan.from_dict`` derives them again and refuses a document whose own differ."""
 
 from __future__ import annotations
 
-from layerscope.export.jsoncheck import Arr, Bool, Check, Finite, Int, Obj, Opt, Str
+from layerscope.export.jsonamount import AMOUNT
+from layerscope.export.jsoncheck import Arr, Bool, Check, Int, Obj, Opt, Str
 from layerscope.generation.fields import SERVING_FIELDS
 
 _TYPES: dict[str, Check] = {
-    "integer": Int(0), "number": Finite(), "string": Str(), "boolean": Bool(),
+    "integer": Int(0), "number": AMOUNT, "string": Str(), "boolean": Bool(),
 }  # fmt: skip
 _ROW: dict[str, Check] = {f.key: _TYPES[f.json_type] for f in SERVING_FIELDS}
 _ROW["batch"] = Int(1)
 _MEMORY: dict[str, Check] = {
-    "usable_bytes": Int(0), "memory_utilization": Finite(), "weight_bytes": Int(0),
+    "usable_bytes": Int(0), "memory_utilization": AMOUNT, "weight_bytes": Int(0),
     "workspace_bytes": Int(0), "prefill_chunk": Int(1), "reserve_bytes": Int(0),
 }  # fmt: skip
-_LAYER: dict[str, Check] = {"bytes_per_token": Finite(), "cap": Opt(Int(1))}
+_LAYER: dict[str, Check] = {"bytes_per_token": AMOUNT, "cap": Opt(Int(1))}
 _TOP: dict[str, Check] = {
     "model": Str(), "target": Str(), "device_label": Str(), "dtype": Str(),
     "weights": Opt(Str()), "kv_dtype": Str(), "block_size": Int(1), "max_context": Int(2),

@@ -140,18 +140,24 @@ class Plan:
         write_text(os.fspath(path), text + "\n")
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], *, consume: bool = False) -> Plan:
-        """A plan from ``to_dict``'s form; ``SchemaError`` when there is no plan section
-        or a field is missing. ``consume``: ``data`` is the caller's no more, and each
-        module's object is let go once read (a file's load)."""
+    def from_dict(
+        cls, data: dict[str, Any], *, consume: bool = False, source: str | None = None
+    ) -> Plan:
+        """A plan from ``to_dict``'s form; ``SchemaError`` when there is no plan section,
+        a field is missing or malformed, or the figures contradict each other (after
+        ``source``, the file, when given). ``consume``: ``data`` is the caller's no more,
+        and each module's object is let go once read (a file's load)."""
         from layerscope.export.json import profile_from_dict
         from layerscope.export.jsoncheck import checked_section
-        from layerscope.planning.schema import PLAN
+        from layerscope.export.jsonread import naming
+        from layerscope.planning.schema import PLAN, check_figures
 
         missing = "not a plan (no 'plan' section); make one with ls.plan"
-        section = checked_section(data, "plan", PLAN, missing)
+        with naming(source):
+            section = checked_section(data, "plan", PLAN, missing)
+            check_figures(section)
         known = {f.name for f in fields(cls)} - _NOT_SAVED
-        analysis = profile_from_dict(data, consume=consume) if "root" in data else None
+        analysis = profile_from_dict(data, source, consume=consume) if "root" in data else None
         # the figures added after the first documents are optional (None when absent)
         return cls(**{k: section[k] for k in known if k in section}, analysis=analysis)
 
@@ -197,7 +203,7 @@ def load_plan(path: str | os.PathLike[str]) -> Plan:
     """Read a plan written by ``Plan.save`` (``ls.load_plan``)."""
     from layerscope.export.jsonread import read_document
 
-    return Plan.from_dict(read_document(path), consume=True)
+    return Plan.from_dict(read_document(path), consume=True, source=os.fspath(path))
 
 
 __all__ = ["LOWER_BOUND", "PREDICTED", "Plan", "load_plan"]

@@ -5,18 +5,25 @@ and FLOPs in base units; docs/plan.md explains every figure."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
-from layerscope.errors import InvalidInputError
+from layerscope.errors import InvalidInputError, SchemaError
+from layerscope.export.jsonamount import AMOUNT, Amount
 from layerscope.export.jsoncheck import Arr, Bool, Check, Finite, Int, Map, Obj, OneOf, Opt, Str
 from layerscope.planning.fields import PlanField, fields, keys
 
-__all__ = ["PLAN", "SWEEP", "plan_spec", "sweep_spec"]
+__all__ = ["PLAN", "SWEEP", "check_figures", "plan_spec", "sweep_spec"]
 
 _BYTES = Int(0, description="bytes")
 _COLUMN = Arr(Finite(), "one value per point of the timeline")
 #: The timeline's columns before its parts.
 _POINT = ("phase", "event", "path")
+
+
+def _number(f: PlanField, description: str = "") -> Check:
+    """A number's check: >= 0 (seconds, rates, ratios) unless its field has no minimum."""
+    return Finite(description) if f.minimum is None else Amount(description)
 
 
 def _value(f: PlanField) -> Check:
@@ -25,7 +32,7 @@ def _value(f: PlanField) -> Check:
     if f.json == "bool":
         inner: Check = Bool()
     elif f.json == "number":
-        inner = Finite()
+        inner = _number(f)
     elif f.json == "text":
         inner = Str()
     elif f.json == "object":
@@ -38,7 +45,7 @@ def _value(f: PlanField) -> Check:
         return Opt(inner, f.description)
     if f.json == "int":
         return Int(f.minimum, description="bytes" if f.unit == "bytes" else f.description)
-    return Finite(f.description) if f.json == "number" else inner
+    return _number(f, f.description) if f.json == "number" else inner
 
 
 def _memory(f: PlanField) -> Check:
@@ -58,7 +65,7 @@ def _timeline(f: PlanField) -> Check:
 def _cell(f: PlanField) -> Check:
     """A per-module cell's check, from its field's JSON type."""
     shapes: dict[str, Check] = {
-        "text": Str(), "bool": Bool(), "number": Finite(), "int": Int(f.minimum),
+        "text": Str(), "bool": Bool(), "number": _number(f), "int": Int(f.minimum),
     }  # fmt: skip
     check = shapes.get(f.json, Obj({}))
     return Opt(check) if f.nullable else check
@@ -94,7 +101,7 @@ _OPTIONS = {
 _PIPELINE = {
     "schedule": Str(), "microbatches": Int(1), "stages": Int(1), "stage": Int(0),
     "virtual_stages": Int(1),
-    "chosen": Str(), "bubble": Finite(),
+    "chosen": Str(), "bubble": AMOUNT,
     "rows": Arr(Obj({f.key: _cell(f) for f in fields("stage")}, required=keys("stage"))),
 }  # fmt: skip
 
@@ -108,10 +115,10 @@ _SHAPES: dict[str, Callable[[PlanField], Check]] = {
     "peak_phase": lambda f: Map(Str(), f.description),
     "checkpoint": lambda f: Arr(Str(), f.description),
     "timeline": _timeline,
-    "time": lambda f: Map(Finite(), f"{f.description}: {', '.join(keys('time'))}"),
-    "time_bound": lambda f: Opt(Map(Finite()), f"{f.description}: {', '.join(keys('time'))}"),
+    "time": lambda f: Map(AMOUNT, f"{f.description}: {', '.join(keys('time'))}"),
+    "time_bound": lambda f: Opt(Map(AMOUNT), f"{f.description}: {', '.join(keys('time'))}"),
     "modules": _modules,
-    "comm": lambda f: Map(Map(Map(Map(Finite()))), f.description),
+    "comm": lambda f: Map(Map(Map(Map(AMOUNT))), f.description),
     "notes": lambda f: Arr(Str(), f.description),
     "pipeline": lambda f: Opt(Obj(_PIPELINE, required=tuple(_PIPELINE), description=f.description)),
 }
@@ -129,6 +136,29 @@ def plan_spec() -> Obj:
 
 #: The plan section; every key is written by ``Plan.save``.
 PLAN = plan_spec()
+
+
+def check_figures(section: Mapping[str, Any]) -> None:
+    """``SchemaError`` where a checked plan section contradicts itself, as an edited or
+    damaged document does: its peak below the sum of its parts (``memory``; a part this
+    version does not know may add to the peak), or a headroom or a fit written that is
+    not what the budget, the reserve and the peak give."""
+    peak = section["peak_bytes"]
+    parts = sum(section["memory"][k] for k in keys("memory"))
+    if peak < parts:
+        raise SchemaError(
+            f"$.plan.peak_bytes is {peak!r}, but its parts ($.plan.memory) add up to "
+            f"{parts!r}: the document was edited or damaged"
+        )
+    budget = section["budget"]
+    headroom = None if budget is None else budget - section["reserve_bytes"] - peak
+    derived = {"headroom_bytes": headroom, "fits": None if headroom is None else headroom >= 0}
+    for key, value in derived.items():
+        if section.get(key, value) != value:
+            raise SchemaError(
+                f"$.plan.{key} is {section[key]!r}, but the plan's budget, reserve and peak "
+                f"give {value!r}: the document was edited or damaged"
+            )
 
 
 def sweep_spec() -> Obj:

@@ -1,0 +1,209 @@
+"""The loaders of the documents besides a profile (``ls.load_plan``, ``load_generation``,
+``load_sweep``, ``load_estimate``, ``load_serving``): every error names the file as
+``ls.load``'s do, seconds, rates and bytes a run cannot make negative are refused, and so
+is a plan whose peak is below its own parts; documents from real runs still load."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from collections.abc import Callable
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import layerscope as ls
+from helpers.models import tiny_llama
+from layerscope.cli import main
+from layerscope.export.json import SCHEMA_PATH
+from layerscope.generation.serving import plan_serving
+
+
+def _model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 8))
+
+
+@cache
+def _meta_llama() -> Any:
+    pytest.importorskip("transformers")
+    with torch.device("meta"):
+        return tiny_llama()
+
+
+@cache
+def _documents() -> dict[str, dict[str, Any]]:
+    """Each kind's document, as its save writes it (parsed)."""
+    made: dict[str, Any] = {
+        "plan": ls.plan(_model(), torch.randn(4, 8), target="h100", world_size=8),
+        "sweep": ls.plan_sweep(_model(), torch.randn(4, 8), world_size=[8, 16]),
+        "estimate": ls.estimate_generate(_meta_llama(), target="h100", prompt=16,
+                                         new_tokens=4, batch=1),
+        "serving": plan_serving(_meta_llama(), target="h100", max_context=256, prompt=16,
+                                new_tokens=4, batch=[1, 2]),
+        "generation": ls.profile_generate(tiny_llama(), torch.tensor([[1, 2, 3, 4]]), 2,
+                                          timing=1),
+    }  # fmt: skip
+    return {k: json.loads(json.dumps(v.to_dict())) for k, v in made.items()}
+
+
+LOADERS: dict[str, Callable[[Path], Any]] = {
+    "plan": ls.load_plan, "sweep": ls.load_sweep, "estimate": ls.load_estimate,
+    "serving": ls.load_serving, "generation": ls.load_generation,
+}  # fmt: skip
+
+
+def _write(tmp_path: Path, kind: str, edit: Callable[[dict[str, Any]], None]) -> Path:
+    doc = json.loads(json.dumps(_documents()[kind]))
+    edit(doc)
+    path = tmp_path / f"{kind}.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def _set(*keys: Any) -> Callable[[Any], Callable[[dict[str, Any]], None]]:
+    def value(v: Any) -> Callable[[dict[str, Any]], None]:
+        def edit(doc: dict[str, Any]) -> None:
+            inner: Any = doc
+            for k in keys[:-1]:
+                inner = inner[k]
+            inner[keys[-1]] = v
+
+        return edit
+
+    return value
+
+
+@pytest.mark.parametrize("kind", list(LOADERS))
+def test_documents_of_real_runs_load(kind: str, tmp_path: Path) -> None:
+    path = _write(tmp_path, kind, lambda doc: None)
+    assert json.loads(json.dumps(LOADERS[kind](path).to_dict())) == _documents()[kind]
+
+
+# ---- 5. every loader names the file --------------------------------------------------
+@pytest.mark.parametrize(
+    ("loader", "wrong", "words"),
+    [
+        (ls.load_plan, "generation", "$.plan: not a plan (no 'plan' section)"),
+        (ls.load_generation, "plan", "$.generation: not a generation (no 'generation' section)"),
+        (ls.load_sweep, "plan", "$: missing key 'axes'"),
+        (ls.load_estimate, "plan", "$: missing key '"),
+        (ls.load_serving, "plan", "$: missing key '"),
+    ],
+)
+def test_a_loaders_message_starts_with_the_file(
+    loader: Callable[[Path], Any], wrong: str, words: str, tmp_path: Path
+) -> None:
+    path = _write(tmp_path, wrong, lambda doc: None)
+    with pytest.raises(ls.SchemaError) as e:
+        loader(path)
+    assert str(e.value).startswith(f"{path}: {words}")
+
+
+@pytest.mark.parametrize(
+    ("loader", "kind", "edit", "words"),
+    [
+        (ls.load_plan, "plan", _set("plan", "peak_bytes")(-1),
+         "$.plan.peak_bytes: expected an integer >= 0, got the integer -1"),
+        (ls.load_generation, "generation", _set("generation", "calls", 0, "tokens")("x"),
+         "$.generation.calls[0].tokens: expected an integer >= 0, got the string 'x'"),
+        (ls.load_generation, "generation", _set("root", "calls")(-1),
+         "$.root.calls: expected an integer >= 0, got the integer -1"),
+    ],
+)  # fmt: skip
+def test_plan_and_generation_name_the_file(
+    loader: Callable[[Path], Any], kind: str, edit: Any, words: str, tmp_path: Path
+) -> None:
+    path = _write(tmp_path, kind, edit)
+    with pytest.raises(ls.SchemaError) as e:
+        loader(path)
+    assert str(e.value) == f"{path}: {words}"
+
+
+# ---- 6. impossible numbers ------------------------------------------------------------
+NEGATIVE = [
+    ("plan", ("plan", "step_time"), -1.0, "a finite number >= 0", "the number -1.0"),
+    ("plan", ("plan", "time", "compute"), -1e-3, "a finite number >= 0", "the number -0.001"),
+    ("plan", ("plan", "tokens_per_s"), -5, "a finite number >= 0 or null", "the integer -5"),
+    ("estimate", ("prefill_time",), -2.0, "a finite number >= 0", "the number -2.0"),
+    ("estimate", ("sweep", 0, "decode_bytes"), -1, "a finite number >= 0", "the integer -1"),
+    ("serving", ("rows", 0, "tpot"), -1.0, "a finite number >= 0", "the number -1.0"),
+    ("generation", ("generation", "calls", 1, "time"), -1.0, "a finite number >= 0",
+     "the number -1.0"),
+    ("sweep", ("rows", 0, "tokens_per_s"), -7, "a finite number >= 0 or null", "the integer -7"),
+    ("sweep", ("rows", 0, "step_time"), -0.5, "a finite number >= 0", "the number -0.5"),
+]  # fmt: skip
+
+
+def _json_path(keys: tuple[Any, ...]) -> str:
+    return "$" + "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in keys)
+
+
+@pytest.mark.parametrize(("kind", "keys", "value", "expected", "got"), NEGATIVE)
+def test_a_negative_time_rate_or_amount_is_refused(
+    kind: str, keys: tuple[Any, ...], value: float, expected: str, got: str, tmp_path: Path
+) -> None:
+    path = _write(tmp_path, kind, _set(*keys)(value))
+    message = f"{path}: {_json_path(keys)}: expected {expected}, got {got}"
+    with pytest.raises(ls.SchemaError) as e:
+        LOADERS[kind](path)
+    assert str(e.value) == message
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        assert main(["show", str(path)]) == 2
+    assert err.getvalue() == f"layerscope: error: {message}\n" and out.getvalue() == ""
+
+
+def test_zero_is_an_amount(tmp_path: Path) -> None:
+    path = _write(tmp_path, "estimate", _set("prefill_time")(0))
+    assert ls.load_estimate(path).prefill_time == 0
+
+
+def test_a_plans_peak_below_its_parts_is_refused(tmp_path: Path) -> None:
+    parts = sum(_documents()["plan"]["plan"]["memory"].values())
+    assert parts == _documents()["plan"]["plan"]["peak_bytes"]
+    path = _write(tmp_path, "plan", _set("plan", "peak_bytes")(1))
+    with pytest.raises(ls.SchemaError) as e:
+        ls.load_plan(path)
+    assert str(e.value) == (
+        f"{path}: $.plan.peak_bytes is 1, but its parts ($.plan.memory) add up to {parts}: "
+        "the document was edited or damaged"
+    )
+
+
+def test_a_plans_headroom_or_fit_that_its_figures_do_not_give_is_refused(
+    tmp_path: Path,
+) -> None:
+    section = _documents()["plan"]["plan"]
+    assert section["budget"] is not None and section["fits"] is True
+    headroom = section["headroom_bytes"]
+    path = _write(tmp_path, "plan", _set("plan", "headroom_bytes")(headroom + 1))
+    with pytest.raises(ls.SchemaError, match=r"\$\.plan\.headroom_bytes is .* edited or damaged"):
+        ls.load_plan(path)
+    path = _write(tmp_path, "plan", _set("plan", "fits")(False))
+    with pytest.raises(ls.SchemaError) as e:
+        ls.load_plan(path)
+    assert str(e.value) == (
+        f"{path}: $.plan.fits is False, but the plan's budget, reserve and peak give True: "
+        "the document was edited or damaged"
+    )
+    # an older document without them loads
+
+    def older(doc: dict[str, Any]) -> None:
+        del doc["plan"]["fits"], doc["plan"]["headroom_bytes"]
+
+    path = _write(tmp_path, "plan", older)
+    assert ls.load_plan(path).headroom_bytes == headroom
+
+
+def test_the_json_schema_says_so() -> None:
+    schema = json.loads(SCHEMA_PATH.read_text())
+    plan = schema["properties"]["plan"]["properties"]
+    assert plan["step_time"]["minimum"] == 0
+    assert plan["headroom_bytes"]["anyOf"][0]["minimum"] < 0
+    call = schema["properties"]["generation"]["properties"]["calls"]["items"]["properties"]
+    assert call["time"]["minimum"] == 0
