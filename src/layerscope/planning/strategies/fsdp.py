@@ -319,6 +319,10 @@ class FSDPEvents(Events):
                 self.unit_grads[unit.path] += g
         self.gathered: list[Unit] = []  # forward order of first gathering
         self.first_gathered: dict[str, int] = {}  # unit path -> its first place there
+        #: the units in the order their forwards ended (FSDP2's post-forward order, whose
+        #: reverse is its backward prefetch order: the root, ending last, prefetches the
+        #: last block's gather at the start of the backward)
+        self.ended: list[Unit] = []
         self.last_gather: Unit | None = None
         self.open_units: list[Unit] = []  # in the backward, outermost first
         self.done: set[str] = set()
@@ -334,6 +338,9 @@ class FSDPEvents(Events):
             self.last_gather = unit
 
     def exited(self, replay: Replay, path: str) -> None:
+        unit = self.by_path.get(path)
+        if unit is not None and unit not in self.ended:
+            self.ended.append(unit)
         if path in self.by_path and path != "" and self.reshard_after_forward:
             replay.free(f"unsharded:{path}")
         if path == "" and self.last_gather is not None:
@@ -367,10 +374,12 @@ class FSDPEvents(Events):
             replay.free(f"scatter:{self.last_scatter.path}")
 
     def next_to_gather(self, unit: Unit) -> Unit | None:
-        """FSDP2's backward prefetch: the unit gathered just before ``unit`` in the
-        forward that is neither done nor open."""
-        for k in range(self.first_gathered.get(unit.path, 0) - 1, -1, -1):
-            other = self.gathered[k]
+        """FSDP2's backward prefetch: the unit whose forward ended just before ``unit``'s
+        (``FSDPParamGroup._backward_prefetch`` follows the reversed post-forward order)
+        that is neither done nor open."""
+        order = self.ended if unit in self.ended else self.gathered
+        for k in range(order.index(unit) - 1 if unit in order else -1, -1, -1):
+            other = order[k]
             if other.path not in self.done and other not in self.open_units:
                 return other
         return None
