@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 import layerscope as ls
-from helpers.browser import Page, embedded, load_page
+from helpers.browser import embedded, report_pages
 from layerscope import examples
 from layerscope.errors import ExportError
 from layerscope.export import export
@@ -215,18 +215,8 @@ def expect(locator: Any) -> Any:
 
 @pytest.fixture
 def open_report(browser: Any, tmp_path: Path) -> Iterator[Any]:
-    pages: list[Any] = []
-
-    def open_(prof: Profile, name: str = "r.html", width: int = 1280, device: Any = None) -> Page:
-        out = tmp_path / name
-        to_html(prof, out, device=device)
-        p = load_page(browser, out, width)
-        pages.append(p.page)
-        return p
-
-    yield open_
-    for page in pages:
-        page.close()
+    with report_pages(browser, tmp_path) as open_:
+        yield lambda prof, name="r.html", width=1280, device=None: open_(prof, width, device, name)
 
 
 def test_page_shows_a_real_profile(open_report: Any) -> None:

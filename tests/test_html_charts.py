@@ -15,10 +15,9 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 import layerscope as ls
-from helpers.browser import Page, load_page
+from helpers.browser import Page, report_pages
 from layerscope import examples
 from layerscope.analysis.catalog import Values
-from layerscope.export.html import to_html
 from layerscope.profile import Profile
 from layerscope.render import units
 from viewmodels import build, node
@@ -26,18 +25,8 @@ from viewmodels import build, node
 
 @pytest.fixture
 def open_report(browser: Any, tmp_path: Path) -> Iterator[Any]:
-    pages: list[Any] = []
-
-    def open_(prof: Profile, width: int = 1280) -> Page:
-        out = tmp_path / f"r{len(pages)}.html"
-        to_html(prof, out)
-        p = load_page(browser, out, width)
-        pages.append(p.page)
-        return p
-
-    yield open_
-    for page in pages:
-        page.close()
+    with report_pages(browser, tmp_path) as open_:
+        yield open_
 
 
 # ==== the icicle ==============================================================================

@@ -14,9 +14,9 @@ import torch
 from torch import nn
 
 import layerscope as ls
-from helpers.browser import Page, embedded, load_page
+from helpers.browser import Page, embedded, report_pages
 from layerscope import examples
-from layerscope.export.html import page_number, report_data, to_html, to_html_text
+from layerscope.export.html import page_number, report_data, to_html_text
 from layerscope.profile import Profile
 from layerscope.render.context import ViewContext
 from layerscope.render.options import view_options
@@ -68,22 +68,16 @@ def test_a_total_is_rebuilt_only_when_exact() -> None:
 
 @pytest.fixture
 def open_page(browser: Any, tmp_path: Path) -> Iterator[Any]:
-    pages: list[Any] = []
-
-    def open_(prof: Profile, width: int = 1600) -> Page:
-        out = tmp_path / f"r{len(pages)}.html"
-        to_html(prof, out)
-        p = load_page(browser, out, width)
-        pages.append(p.page)
+    def open_every_column(prof: Profile, width: int = 1600) -> Page:
+        p = open_(prof, width)
         # every column the page has, shown
         p.page.eval_on_selector_all(
             "details.cols input", "cbs => cbs.forEach(cb => { if (!cb.checked) cb.click(); })"
         )
         return p
 
-    yield open_
-    for page in pages:
-        page.close()
+    with report_pages(browser, tmp_path) as open_:
+        yield open_every_column
 
 
 def _cells(p: Page) -> dict[int, dict[str, str]]:

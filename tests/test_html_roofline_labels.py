@@ -16,9 +16,8 @@ import pytest
 import torch
 
 import layerscope as ls
-from helpers.browser import Page, load_page
+from helpers.browser import report_pages
 from layerscope import examples
-from layerscope.export.html import to_html
 from layerscope.profile import Profile
 
 #: Every text of the chart, its box in the svg's units (the page's px), and the plot's.
@@ -80,18 +79,8 @@ def _profile(model: str) -> Profile:
 
 @pytest.fixture
 def open_chart(browser: Any, tmp_path: Path) -> Iterator[Any]:
-    pages: list[Any] = []
-
-    def open_(prof: Profile, device: str, width: int) -> Page:
-        out = tmp_path / f"r{len(pages)}.html"
-        to_html(prof, out, device=device)
-        p = load_page(browser, out, width)
-        pages.append(p.page)
-        return p
-
-    yield open_
-    for page in pages:
-        page.close()
+    with report_pages(browser, tmp_path) as open_:
+        yield lambda prof, device, width: open_(prof, width, device)
 
 
 def _check(geo: dict[str, Any]) -> list[str]:

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import layerscope as ls
-from helpers.models import tiny_llama
+from helpers.models import meta_tiny_llama, tiny_llama
 from layerscope.cli import main
 from layerscope.export.json import SCHEMA_PATH
 from layerscope.generation.serving import plan_serving
@@ -28,11 +28,9 @@ def _model() -> torch.nn.Module:
     return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 8))
 
 
-@cache
 def _meta_llama() -> Any:
     pytest.importorskip("transformers")
-    with torch.device("meta"):
-        return tiny_llama()
+    return meta_tiny_llama()
 
 
 @cache

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import layerscope as ls
-from helpers.models import tiny_llama
+from helpers.models import meta_tiny_llama, tiny_llama
 from layerscope.cli import main
 from layerscope.generation.serving import plan_serving
 
@@ -51,11 +51,9 @@ def _sweep() -> Any:
     return ls.plan_sweep(_model(), torch.randn(4, 8), world_size=[8, 16])
 
 
-@cache
 def _meta_llama() -> Any:
     pytest.importorskip("transformers")
-    with torch.device("meta"):
-        return tiny_llama()
+    return meta_tiny_llama()
 
 
 @cache

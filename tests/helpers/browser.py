@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -80,3 +82,25 @@ def texts(page: Any, selector: str) -> list[str]:
     """The text of every element of a Playwright ``page`` that ``selector`` matches."""
     found: list[str] = page.eval_on_selector_all(selector, "els => els.map(e => e.textContent)")
     return found
+
+
+@contextmanager
+def report_pages(browser: Any, folder: Path) -> Iterator[Callable[..., Page]]:
+    """``open(prof, width=1280, device=None, name=None)``: the profile's HTML report
+    written in ``folder`` and loaded at that width; every page opened is closed after."""
+    from layerscope.export.html import to_html
+
+    pages: list[Any] = []
+
+    def open_(prof: Any, width: int = 1280, device: Any = None, name: str | None = None) -> Page:
+        out = folder / (name or f"r{len(pages)}.html")
+        to_html(prof, out, device=device)
+        p = load_page(browser, out, width)
+        pages.append(p.page)
+        return p
+
+    try:
+        yield open_
+    finally:
+        for page in pages:
+            page.close()

@@ -4,6 +4,7 @@ an autograd function that advances a fake clock, and checkpointed copies."""
 from __future__ import annotations
 
 import copy
+import functools
 import importlib
 from collections import OrderedDict
 from typing import Any, Protocol
@@ -82,6 +83,13 @@ def tiny_llama(**extra: Any) -> Any:
         num_attention_heads=4, num_key_value_heads=2, **extra,
     )  # fmt: skip
     return transformers.LlamaForCausalLM(config).eval()
+
+
+@functools.cache
+def meta_tiny_llama() -> Any:
+    """``tiny_llama()`` built on meta, once per process (documents' tests share it)."""
+    with torch.device("meta"):
+        return tiny_llama()
 
 
 def meta_mixtral(experts: int = 4, dtype: torch.dtype | None = None) -> Any:
