@@ -238,3 +238,22 @@ def test_bart_profiles_on_meta() -> None:
     cpu, meta = _cpu_and_meta(model, kwargs, "train")
     assert meta.root.metrics["flops"] == cpu.root.metrics["flops"]
     assert meta.root.metrics["bytes_accessed"] == cpu.root.metrics["bytes_accessed"]
+
+
+def test_a_profiler_block_on_meta_answers_the_checks() -> None:
+    """A training step of a transformers Llama inside ``ls.Profiler`` on meta (the packed
+    check reads position ids): it ran into ``Tensor.item()`` before; now its FLOPs, forward
+    and backward, are the same block's on the CPU."""
+    pytest.importorskip("transformers")
+    from helpers.models import tiny_llama
+
+    model = tiny_llama(use_cache=False).train()
+    flops = []
+    for m, ids in (
+        (model, torch.zeros(2, 8, dtype=torch.long)),
+        (ls.to_meta(model), torch.zeros(2, 8, dtype=torch.long, device="meta")),
+    ):
+        with ls.Profiler(m) as p:
+            m(input_ids=ids).logits.sum().backward()
+        flops.append((p.profile.root.metrics["flops"], p.profile.root.metrics["backward_flops"]))
+    assert flops[0] == flops[1]

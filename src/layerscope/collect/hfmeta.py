@@ -12,9 +12,9 @@ read of a meta tensor inside them answered True: position ids that count up by o
 padding, the keys a real run of such a mask attends). Only meta tensors are answered,
 only inside an analysis of this thread; the helpers are restored after. Nothing is
 touched unless transformers is already imported. It sits beside ``to_meta``
-(``collect.meta``): applied once per analysis, around ``ls.profile``'s analysis pass and
-each call a ``Profiler(stages=...)`` analyses; a plain forward on meta
-(``estimate_generate`` filling a cache) can use it too.
+(``collect.meta``): applied once per analysis, around ``ls.profile``'s analysis pass,
+each analysed step of a ``Profiler`` and each call a ``Profiler(stages=...)`` analyses;
+a plain forward on meta (``estimate_generate`` filling a cache) can use it too.
 """
 
 from __future__ import annotations

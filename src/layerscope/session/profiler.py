@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -175,6 +176,9 @@ class Profiler:
         check_callable("on_ready", on_ready, "a callable(profile)")
         self.on_ready = on_ready
         self._session: AnalysisSession | None = None  # the last analysis session opened
+        #: the open step's ``meta_values`` and the attention masks it answered
+        self._values = ExitStack()
+        self._masks: list[str] = []
         self._profile: Profile | None = None
         self._run: dict[str, Any] = {}
         # the loop: "new" -> "running" (start) -> "stopped" (stop)
@@ -348,7 +352,11 @@ class Profiler:
             session = self._session
             assert session is not None
             facts = self._facts.end()
-            prof = session.close(exc)
+            try:
+                prof = session.close(exc)
+            finally:
+                self._values.close()
+            prof.notices.extend(masks_note(self._masks))
             tracker = session.tracker
             # the step a loop begins after its last step() and never runs is not one
             if not at_stop or tracker.called or self.schedule is None:
@@ -471,12 +479,15 @@ class Profiler:
         """Install the analysis instrumentation (a fresh tracker and observers)."""
         session = self._new_session()
         self._facts.begin(self.model)
+        values = ExitStack()  # transformers' value checks, answered on meta for the step
+        self._masks = values.enter_context(meta_values())
         try:
             session.open()
         except BaseException:
+            values.close()
             self._facts.end()
             raise
-        self._session, self._run = session, session.run
+        self._session, self._run, self._values = session, session.run, values
 
     # ---- stages: each call of the model analysed on its own -----------------------------
     def _analysed(self, call: Callable[[], Any]) -> tuple[Profile, Any]:
