@@ -57,13 +57,14 @@ def test_llama_calls_by_hand() -> None:
 
 
 def test_prefill_is_one_call_with_the_cache() -> None:
-    """The prefill equals the model called on the prompt with a cache and
-    ``logits_to_keep=1``, as ``generate()`` calls it (the LM head on one position)."""
+    """The prefill equals the model called on the prompt with a cache, its position ids
+    and ``logits_to_keep=1``, as ``generate()`` calls it (the LM head on one position)."""
     model = gpt2()
     ids = torch.randint(0, 64, (1, 12))
     gen = ls.profile_generate(model, ids, max_new_tokens=3)
     with torch.no_grad():
-        alone = ls.profile(model, ids, kwargs={"use_cache": True, "logits_to_keep": 1})
+        kwargs = {"use_cache": True, "logits_to_keep": 1, "position_ids": torch.arange(12)[None]}
+        alone = ls.profile(model, ids, kwargs=kwargs)
     for key in ("macs", "flops", "bytes_accessed"):
         assert gen.stages["prefill"].root.metrics[key] == alone.root.metrics[key], key
     head = gen.stages["prefill"].node("lm_head").metrics["macs"]
@@ -225,16 +226,17 @@ def test_trace_marks_the_stages(tmp_path: Path) -> None:
 
 
 def test_a_static_cache_is_replayed_static() -> None:
-    """``cache_implementation="static"``: the cache holds prompt + new = 21 tokens from
-    the prefill on, and every decode step attends over all 21 (masked or not)."""
+    """``cache_implementation="static"``: the cache holds prompt + new - 1 = 20 tokens
+    from the prefill on, as ``generate()`` sizes it (the last token made is never fed
+    back), and every decode step attends over all 20 (masked or not)."""
     model = llama()
     gen = ls.profile_generate(
         model, torch.randint(0, VOCAB, (2, 16)), max_new_tokens=5, cache_implementation="static"
     )
     per_token = LAYERS * 2 * KV_HEADS * HEAD * 4
-    assert gen.kv_cache["bytes_after_prefill"] == gen.kv_cache["bytes_final"] == per_token * 21 * 2
+    assert gen.kv_cache["bytes_after_prefill"] == gen.kv_cache["bytes_final"] == per_token * 20 * 2
     for step in gen.calls[1:]:
-        assert step.macs == 2 * (LLAMA_WEIGHT_MACS + LAYERS * 2 * HEADS * HEAD * 21)
+        assert step.macs == 2 * (LLAMA_WEIGHT_MACS + LAYERS * 2 * HEADS * HEAD * 20)
 
 
 @pytest.mark.cuda

@@ -138,7 +138,10 @@ class Generation:
             section = checked_section(data, "generation", GENERATION, missing)
         stages: dict[str, Profile] = {}
         if section["first_stage"] is not None:
-            stages[section["first_stage"]] = profile_from_dict(data, source, consume=consume)
+            # the document's profile without the section, which is the Generation's own
+            # (kept once there, not also in the first stage's ``extra``)
+            own = {k: v for k, v in data.items() if k != "generation"}
+            stages[section["first_stage"]] = profile_from_dict(own, source, consume=consume)
         for name, doc in section["stages"].items():
             with naming(source):
                 stages[name] = profile_from_dict(doc, consume=consume)

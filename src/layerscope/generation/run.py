@@ -2,22 +2,21 @@
 per step (``docs/generate.md``).
 
 ``generate()`` runs once, as given (its random state put back after), for the tokens it
-produces. Then the same steps are replayed one model call at a time, each analysed on
-its own (``ls.profile`` under ``torch.no_grad()``, as ``generate()`` runs): the prefill
-(the prompt into an empty cache, ``logits_to_keep=1`` as ``generate()`` asks; for an
+produces, and each of its model calls is recorded with the arguments ``generate()``
+passed (``generation.calllog``: token ids, position ids, the attention mask or none,
+``logits_to_keep``, ...). Then the same calls are made again one at a time, each
+analysed on its own (``ls.profile`` under ``torch.no_grad()``, as ``generate()`` runs),
+on a copy of the cache ``generate()`` was given before its prefill: the prefill (for an
 encoder-decoder, the encoder and the first decoder step), then one call per new token
-but the last, each feeding one token per row on the cache the previous calls filled.
-Without a cache (``use_cache=False``) every step is a full forward over the sequence so
-far. The replay feeds the first returned sequence of each prompt to every row of it
-(beams, samples): the cost of a dense model's step does not depend on the token values,
-and the rows are the ones ``generate()`` computes (batch x beams, or x samples); the
-beams' cache reordering (one gather per layer per step) is not replayed.
+but the last. Without a cache (``use_cache=False``) every call is a full forward over
+the sequence so far. The rows are the ones ``generate()`` computes (batch x beams, or x
+samples), fed the tokens ``generate()`` fed them; the beams' cache reordering between
+calls (one gather per layer per step) is not replayed.
 """
 
 from __future__ import annotations
 
 import copy
-import inspect
 import statistics
 import time
 from collections.abc import Mapping
@@ -30,17 +29,12 @@ from layerscope.analysis.merge import merge_profiles
 from layerscope.collect.timing.options import MAX_REPEATS
 from layerscope.errors import InvalidInputError, LayerscopeError, ModelError
 from layerscope.generation.cache import cache_facts, kv_summary, seq_length
+from layerscope.generation.calllog import CallLog, is_cache, recording
 from layerscope.generation.callrow import CallRow
 from layerscope.generation.result import Generation
+from layerscope.generation.stages import call_facts
 from layerscope.profile import Profile
 from layerscope.validate import check_int, refuse
-
-
-def _cache_name(model: nn.Module) -> str:
-    """The forward's keyword for the cache (transformers 5: ``cache``; before it,
-    ``past_key_values``)."""
-    params = inspect.signature(model.forward).parameters
-    return "cache" if "cache" in params else "past_key_values"
 
 
 def _rows(model: nn.Module, kwargs: Mapping[str, Any]) -> int:
@@ -78,12 +72,13 @@ def _step(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Pr
 
 
 def _timed(
-    model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], name: str, repeats: int
-) -> float:
+    model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], name: str | None,
+    repeats: int,
+) -> float:  # fmt: skip
     """Median seconds of the call over ``repeats`` runs after one warm-up, each on its own
     copy of the cache as it is now (a call grows the cache it is given); the runs' draws
     (dropout in train mode) leave the user's generators as they were."""
-    cache = kwargs.get(name)
+    cache = kwargs.get(name) if name is not None else None
     devices = sorted({p.get_device() for p in model.parameters() if p.is_cuda})
     sync = bool(devices)
     with torch.random.fork_rng(devices=devices):
@@ -91,13 +86,13 @@ def _timed(
 
 
 def _median_time(
-    model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], name: str, repeats: int,
-    cache: Any, sync: bool,
+    model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], name: str | None,
+    repeats: int, cache: Any, sync: bool,
 ) -> float:  # fmt: skip
     times: list[float] = []
     for i in range(repeats + 1):
         call = dict(kwargs)
-        if cache is not None:
+        if name is not None:
             call[name] = copy.deepcopy(cache)
         if sync:
             torch.cuda.synchronize()
@@ -155,25 +150,27 @@ def profile_generate(
             "generate() reads token values, which meta tensors have not: profile on a real "
             "device, or estimate on meta with ls.estimate_generate"
         )
-    out = _generate(model, input_ids, new, attention_mask, dict(generate_kwargs))
+    with recording(model) as log:
+        out = _generate(model, input_ids, new, attention_mask, dict(generate_kwargs))
+    if not log.calls:
+        raise InvalidInputError(
+            "profile_generate needs a generate() that calls the model itself (its forward "
+            "pre-hooks never ran: there is no call to replay)"
+        )
     rows = _rows(model, generate_kwargs)
     encdec = bool(getattr(getattr(model, "config", None), "is_encoder_decoder", False))
     sequences = out.sequences
+    del out  # generate()'s cache, which the output holds
     batch = input_ids.shape[0]
-    produced = sequences[:, 1:] if encdec else sequences[:, input_ids.shape[1] :]
-    tokens = produced.reshape(batch, -1, produced.shape[-1])[:, 0].repeat_interleave(rows, 0)
-    prompt = input_ids.repeat_interleave(rows, 0)
-    mask = attention_mask.repeat_interleave(rows, 0) if attention_mask is not None else None
+    produced = sequences.shape[1] - (1 if encdec else input_ids.shape[1])
     use_cache = bool(generate_kwargs.get("use_cache", True))
-    start = sequences[:, :1] if encdec else None
-    replay = _Replay(model, prompt, mask, tokens, encdec, start, repeats)
-    replay.static = generate_kwargs.get("cache_implementation") == "static"
-    generation = replay.cached() if use_cache else replay.uncached()
+    prompt = input_ids if encdec else None
+    generation = _Replay(model, log, prompt, repeats).run(use_cache)
     generation.options = {
         "prompt_tokens": int(input_ids.shape[1]),
-        "new_tokens": int(tokens.shape[1]),
+        "new_tokens": int(produced),
         "batch": int(batch),
-        "rows": int(prompt.shape[0]),
+        "rows": int(batch * rows),
         "use_cache": use_cache,
         "encoder_decoder": encdec,
         "generate_kwargs": {k: repr(v) for k, v in generate_kwargs.items()},
@@ -183,119 +180,66 @@ def profile_generate(
 
 
 class _Replay:
-    """The model calls of one generation, one at a time."""
+    """The model calls of one generation, made again one at a time as ``generate()``
+    made them (``generation.calllog``), each on its own analysis."""
 
     def __init__(
-        self,
-        model: nn.Module,
-        prompt: torch.Tensor,
-        mask: torch.Tensor | None,
-        tokens: torch.Tensor,
-        encdec: bool,
-        start: torch.Tensor | None,
-        repeats: int = 0,
+        self, model: nn.Module, log: CallLog, prompt: torch.Tensor | None, repeats: int = 0
     ) -> None:
-        self.model, self.prompt, self.mask, self.tokens = model, prompt, mask, tokens
-        self.encdec, self.start = encdec, start
-        self.name = _cache_name(model)
-        self.repeats = repeats
-        self.static = False
+        self.model, self.log, self.repeats = model, log, repeats
+        #: an encoder-decoder's prompt: the prefill runs the encoder on it
+        self.prompt = prompt
 
-    def _call(self, stage: str, args: tuple[Any, ...], kwargs: dict[str, Any], before: int,
-              fed: int) -> tuple[Profile, CallRow]:  # fmt: skip
+    def _call(self, stage: str, args: tuple[Any, ...], kwargs: dict[str, Any], name: str | None,
+              before: int, fed: int) -> tuple[Profile, CallRow]:  # fmt: skip
         """Time the call (when asked), then analyse it: its Profile and its row."""
-        seconds = (
-            _timed(self.model, args, kwargs, self.name, self.repeats) if self.repeats else None
-        )
+        seconds = _timed(self.model, args, kwargs, name, self.repeats) if self.repeats else None
         prof = _step(self.model, args, kwargs)
-        row = CallRow.measured(stage, before, fed, prof, cache_facts(kwargs.get(self.name)).total)
+        kv = cache_facts(kwargs.get(name) if name is not None else None).total
+        row = CallRow.measured(stage, before, fed, prof, kv)
         return prof, (row if seconds is None else row.timed(seconds))
 
-    def _new_cache(self) -> Any:
-        import transformers
+    def _with_encoder(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any], int]:
+        """An encoder-decoder's first call with the encoder run inside it: the prompt
+        (one row per decoder row, as ``generate()`` expanded the encoder's output) in
+        place of ``encoder_outputs``, and the prompt's tokens per row as fed."""
+        assert self.prompt is not None
+        facts = call_facts(args, kwargs, self.model)
+        rows = facts.rows or self.prompt.shape[0]
+        prompt = self.prompt.repeat_interleave(max(rows // self.prompt.shape[0], 1), 0)
+        name = getattr(self.model, "main_input_name", "input_ids")
+        kwargs = {k: v for k, v in kwargs.items() if k != "encoder_outputs"}
+        kwargs[name if isinstance(name, str) else "input_ids"] = prompt
+        return args, kwargs, int(prompt.shape[1])
 
-        config: Any = self.model.config
-        if self.static and not self.encdec:  # generate(cache_implementation="static")
-            length = self.prompt.shape[1] + self.tokens.shape[1]
-            return transformers.StaticCache(config=config, max_cache_len=length)
-        if self.encdec:
-            return transformers.EncoderDecoderCache(
-                transformers.DynamicCache(config=config), transformers.DynamicCache(config=config)
-            )
-        return transformers.DynamicCache(config=config)
-
-    def _start(self) -> torch.Tensor:
-        """The decoder's start token, one per row."""
-        assert self.start is not None
-        return self.start.repeat_interleave(self.prompt.shape[0] // self.start.shape[0], 0)
-
-    def _mask(self, length: int) -> torch.Tensor | None:
-        if self.mask is None:
-            return None
-        grown = self.prompt.new_ones((self.prompt.shape[0], length - self.mask.shape[1]))
-        return torch.cat([self.mask, grown.to(self.mask.dtype)], dim=1)
-
-    def cached(self) -> Generation:
-        cache = self._new_cache()
+    def run(self, cached: bool) -> Generation:
+        """Every call: with a cache, the first is the prefill and the others decode
+        steps; without one, each is a full forward."""
         notices: list[str] = []
-        kwargs: dict[str, Any] = {self.name: cache, "use_cache": True, "logits_to_keep": 1}
-        if self.encdec:
-            kwargs["decoder_input_ids"] = self._start()
-            with torch.no_grad():
-                encoder = self.model.get_encoder()(  # type: ignore[operator]
-                    input_ids=self.prompt, attention_mask=self.mask
-                )
-        if self.mask is not None:
-            kwargs["attention_mask"] = self.mask
-        prefill, first = self._call("prefill", (self.prompt,), kwargs, 0, self.prompt.shape[1])
-        facts = cache_facts(cache)
-        notices += facts.notices
-        after_prefill = facts.to_dict()
-        steps = [first]
-        decode: list[Profile] = []
-        length = self.prompt.shape[1]
-        for i in range(self.tokens.shape[1] - 1):  # the last token is not fed
-            before = seq_length(cache)
-            token = self.tokens[:, i : i + 1]
-            kwargs = {self.name: cache, "use_cache": True, "logits_to_keep": 1}
-            length += 1
-            if self.encdec:
-                kwargs.update(encoder_outputs=encoder, decoder_input_ids=token)
-                if self.mask is not None:
-                    kwargs["attention_mask"] = self.mask
-                args: tuple[Any, ...] = ()
+        profiles: dict[str, list[Profile]] = {}
+        rows: list[CallRow] = []
+        after_prefill: dict[str, Any] = {}
+        cache: Any = None
+        for i, (args, kwargs) in enumerate(self.log.replayed()):
+            name = next((k for k, v in kwargs.items() if is_cache(v)), None)
+            cache = kwargs[name] if name is not None else None
+            if i == 0 and self.prompt is not None:
+                args, kwargs, fed = self._with_encoder(args, kwargs)
             else:
-                args = (token,)
-                if self.mask is not None:
-                    kwargs["attention_mask"] = self._mask(length)
-            prof, row = self._call("decode", args, kwargs, before, 1)
-            decode.append(prof)
-            steps.append(row)
-        final = cache_facts(cache)
-        stages = {"prefill": prefill}
-        if decode:
-            stages["decode"] = merge_profiles(decode)
-        return Generation(stages, steps, kv_summary(after_prefill, final.to_dict()), {}, notices)
-
-    def uncached(self) -> Generation:
-        steps = []
-        profiles = []
-        sequence = self.prompt
-        for i in range(self.tokens.shape[1]):
-            kwargs: dict[str, Any] = {"use_cache": False, "logits_to_keep": 1}
-            if self.mask is not None and not self.encdec:
-                kwargs["attention_mask"] = self._mask(sequence.shape[1])
-            if self.encdec:
-                kwargs["decoder_input_ids"] = torch.cat([self._start(), self.tokens[:, :i]], 1)
-                args: tuple[Any, ...] = (self.prompt,)
-            else:
-                args = (sequence,)
-            prof, row = self._call("full", args, kwargs, 0, int(args[0].shape[1]))
-            profiles.append(prof)
-            steps.append(row)
-            if not self.encdec:
-                sequence = torch.cat([sequence, self.tokens[:, i : i + 1]], dim=1)
-        return Generation({"full": merge_profiles(profiles)}, steps, {}, {}, [])
+                fed = call_facts(args, kwargs, self.model).fed
+            stage = ("prefill" if i == 0 else "decode") if cached else "full"
+            prof, row = self._call(stage, args, kwargs, name, seq_length(cache), fed)
+            profiles.setdefault(stage, []).append(prof)
+            rows.append(row)
+            if cached and i == 0:
+                facts = cache_facts(cache)
+                notices += facts.notices
+                after_prefill = facts.to_dict()
+        stages = {s: (p[0] if s == "prefill" else merge_profiles(p)) for s, p in profiles.items()}
+        kv = kv_summary(after_prefill, cache_facts(cache).to_dict()) if cached else {}
+        return Generation(stages, rows, kv, {}, notices)
 
 
 __all__ = ["profile_generate"]
