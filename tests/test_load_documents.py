@@ -205,3 +205,14 @@ def test_the_json_schema_says_so() -> None:
     assert plan["headroom_bytes"]["anyOf"][0]["minimum"] < 0
     call = schema["properties"]["generation"]["properties"]["calls"]["items"]["properties"]
     assert call["time"]["minimum"] == 0
+
+
+def test_a_loaded_plans_analysis_equals_the_original(tmp_path: Path) -> None:
+    """The plan's section lives once, on the Plan: its analysis, loaded back, is the
+    analysis it was (no copy of the section among the profile's unknown keys)."""
+    plan = ls.plan(_model(), torch.randn(4, 8), world_size=1, sharding="none")
+    path = tmp_path / "plan.json"
+    plan.export(str(path))
+    loaded = ls.load_plan(str(path))
+    assert loaded.analysis == plan.analysis
+    assert loaded.analysis is not None and "plan" not in loaded.analysis.extra

@@ -157,7 +157,9 @@ class Plan:
             section = checked_section(data, "plan", PLAN, missing)
             check_figures(section)
         known = {f.name for f in fields(cls)} - _NOT_SAVED
-        analysis = profile_from_dict(data, source, consume=consume) if "root" in data else None
+        # the document's profile without the section, which is the Plan's own
+        own = {k: v for k, v in data.items() if k != "plan"}
+        analysis = profile_from_dict(own, source, consume=consume) if "root" in data else None
         # the figures added after the first documents are optional (None when absent)
         return cls(**{k: section[k] for k in known if k in section}, analysis=analysis)
 
