@@ -208,14 +208,14 @@ def test_a_mask_of_ones_on_meta_runs_as_on_the_cpu(mode: Literal["train", "eval"
     )
     for key in ("flops", "bytes_accessed"):
         assert meta.root.metrics[key] == cpu.root.metrics[key]
-    assert any("answered as for a mask of ones (no padding)" in n for n in meta.notices)
-    assert not any("mask of ones" in n for n in cpu.notices)
+    assert any("read the attention mask as all ones (no padding)" in n for n in meta.notices)
+    assert not any("mask as all ones" in n for n in cpu.notices)
     cpu, meta = _cpu_and_meta(model, {"input_ids": ids}, mode)
     # 66 of the model's own 76 FLOPs are the packed check's (meta counted 10 before)
     assert [p.node("model").self_metrics["flops"] for p in (cpu, meta)] == [76, 76]
     assert meta.root.metrics["flops"] == cpu.root.metrics["flops"]
     assert meta.root.metrics["bytes_accessed"] == cpu.root.metrics["bytes_accessed"]
-    assert not any("mask of ones" in n for n in meta.notices)
+    assert not any("mask as all ones" in n for n in meta.notices)
 
 
 def test_bart_profiles_on_meta() -> None:

@@ -101,9 +101,9 @@ def masks_note(masks: list[str]) -> list[str]:
     if not masks:
         return []
     return [
-        "on meta an attention mask has no values: transformers' checks of it "
-        f"({', '.join(masks)}) were answered as for a mask of ones (no padding); a "
-        "padded batch builds a mask, and its attention covers every key"
+        f"on meta, transformers' padding checks ({', '.join(masks)}) read the attention "
+        "mask as all ones (no padding), as a meta tensor has no values; a padded batch "
+        "would build a mask and attend over every key"
     ]
 
 
