@@ -88,9 +88,23 @@ def test_documents_of_real_runs_load(kind: str, tmp_path: Path) -> None:
     [
         (ls.load_plan, "generation", "$.plan: not a plan (no 'plan' section)"),
         (ls.load_generation, "plan", "$.generation: not a generation (no 'generation' section)"),
-        (ls.load_sweep, "plan", "$: missing key 'axes'"),
-        (ls.load_estimate, "plan", "$: missing key '"),
-        (ls.load_serving, "plan", "$: missing key '"),
+        (
+            ls.load_sweep,
+            "plan",
+            "$.schema: this is a plan ('layerscope/1'), not a sweep: read it with ls.load_plan",
+        ),
+        (
+            ls.load_estimate,
+            "plan",
+            "$.schema: this is a plan ('layerscope/1'), not a "
+            "generation estimate: read it with ls.load_plan",
+        ),
+        (
+            ls.load_serving,
+            "plan",
+            "$.schema: this is a plan ('layerscope/1'), not a serving "
+            "plan: read it with ls.load_plan",
+        ),
     ],
 )
 def test_a_loaders_message_starts_with_the_file(

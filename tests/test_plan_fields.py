@@ -22,7 +22,7 @@ from layerscope.export.json import schema_document
 from layerscope.planning import fields as F
 from layerscope.planning.fields import PlanField, field, fields, keys
 from layerscope.planning.html import plan_data
-from layerscope.planning.schema import PLAN, plan_spec
+from layerscope.planning.schema import PLAN, SWEEP_SCHEMA, plan_spec
 from layerscope.planning.sweep import Sweep, SweepRow
 from layerscope.planning.view import render_plan, render_sweep
 from layerscope.render import units
@@ -190,7 +190,7 @@ def test_sweep_save_export_and_to_html(tmp_path: Path) -> None:
     assert all(isinstance(r, SweepRow) for r in sweep.rows)
     sweep.save(tmp_path / "a.json")
     text = (tmp_path / "a.json").read_text(encoding="utf-8")
-    assert text == json.dumps(SWEEP, indent=1) + "\n"
+    assert text == json.dumps({"schema": SWEEP_SCHEMA, **SWEEP}, indent=1) + "\n"
     sweep.export(tmp_path / "b.json")
     assert (tmp_path / "b.json").read_text(encoding="utf-8") == text
     with pytest.raises(ExportError, match="a sweep's table is drawn in a plan's report"):

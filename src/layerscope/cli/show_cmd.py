@@ -93,12 +93,13 @@ def _kind(data: object) -> str | None:
         return "generation"
     from layerscope.generation.estimate_result import is_estimate
     from layerscope.generation.serving_result import is_serving
+    from layerscope.planning.schema import is_sweep
 
     if is_estimate(data):
         return "estimate"
     if is_serving(data):
         return "serving"
-    if "schema" not in data and isinstance(data.get("rows"), list) and "axes" in data:
+    if is_sweep(data):
         return "sweep"
     return None
 

@@ -46,7 +46,7 @@ from layerscope.export.jsoncheck import (
     json_value,
     value_text,
 )
-from layerscope.export.jsonread import MAX_BYTES, MAX_BYTES_ENV, read_document
+from layerscope.export.jsonread import MAX_BYTES, MAX_BYTES_ENV, other_kind, read_document
 from layerscope.export.jsonspec import (
     MAX_DEPTH,
     NODE_FIELDS,
@@ -125,9 +125,12 @@ def _profile(data: Any, where: Where = "$", rank: bool = False, consume: bool = 
         raise Invalid(where, f"missing key 'schema': not a layerscope profile ({SCHEMA!r})")
     schema = data["schema"]
     if type(schema) is not str or schema != SCHEMA:
+        other = other_kind(data)
         raise Invalid(
             (where, "schema"),
-            f"unsupported profile schema {schema!r}; this layerscope reads {SCHEMA!r}",
+            other
+            if other is not None
+            else f"unsupported profile schema {schema!r}; this layerscope reads {SCHEMA!r}",
         )
     if "root" not in data:
         raise Invalid(where, "missing key 'root' (the module tree)")

@@ -1,13 +1,16 @@
 """Reading a layerscope JSON file: at most a size limit, UTF-8, non-finite numbers,
 parsed but not yet checked against the schema (``export.json`` checks a profile,
-``Plan.from_dict`` a plan)."""
+``Plan.from_dict`` a plan). The documents besides a profile (a sweep's, an estimate's, a
+serving plan's) share their ``"schema"`` check (``check_schema``), their unknown
+top-level keys (``unknown_keys``) and their text (``document_json``) here."""
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
 from layerscope.errors import SchemaError
@@ -80,6 +83,96 @@ def checked_document(data: Any, spec: Check, source: str | None = None) -> Any:
         raise SchemaError(f"{where}{json_path(e.where)}: {e.problem}") from None
 
 
+#: What each kind of layerscope document is and what reads it, by its schema's name (the
+#: part of ``"schema"`` before the ``/``; a profile's is ``layerscope``).
+_KINDS: dict[str, tuple[str, str]] = {
+    "layerscope": ("a profile", "ls.load"),
+    "layerscope-diff": ("a profile diff (layerscope diff --json)", ""),
+    "layerscope-sweep": ("a sweep", "ls.load_sweep"),
+    "layerscope-estimate": ("a generation estimate", "ls.load_estimate"),
+    "layerscope-serving": ("a serving plan", "ls.load_serving"),
+}
+#: The documents that are a profile with a section of their own, by that section.
+_SECTIONS = {
+    "plan": ("a plan", "ls.load_plan"),
+    "generation": ("a generation", "ls.load_generation"),
+}
+
+
+def schema_name(data: object) -> str | None:
+    """The kind a document's ``"schema"`` names (``layerscope-sweep`` for
+    ``layerscope-sweep/1``); None without one (or one that is not a string)."""
+    if not isinstance(data, dict):
+        return None
+    schema = data.get("schema")
+    return schema.split("/", 1)[0] if type(schema) is str else None
+
+
+def other_kind(data: object) -> str | None:
+    """For a document of a kind besides a profile (a sweep, an estimate, a serving plan, a
+    diff): what it is and what reads it, for a profile loader's refusal; else None."""
+    name = schema_name(data)
+    if name is None or name == "layerscope" or name not in _KINDS:
+        return None
+    kind, reader = _KINDS[name]
+    value = data.get("schema") if isinstance(data, dict) else None
+    how = f": read it with {reader}" if reader else ""
+    return f"this is {kind} ({value!r}), not a profile{how}"
+
+
+def check_schema(data: Any, schema: str, what: str, source: str | None = None) -> None:
+    """``SchemaError`` where the ``"schema"`` of a document besides a profile is not
+    ``schema`` (``layerscope-sweep/1``; ``what``: the document, ``sweep``): another
+    kind's document is named with what reads it, another version of this kind refused
+    as a profile's is. A document without the key was written before it: nothing to
+    check (its keys are checked as always)."""
+    if not isinstance(data, dict) or "schema" not in data:
+        return
+    value = data["schema"]
+    if type(value) is str and value == schema:
+        return
+    where = f"{source}: " if source else ""
+    name = schema_name(data)
+    if name is not None and name != schema.split("/", 1)[0] and name in _KINDS:
+        kind, reader = _KINDS[name]
+        if name == "layerscope":
+            kind, reader = next((_SECTIONS[k] for k in _SECTIONS if k in data), (kind, reader))
+        how = f": read it with {reader}" if reader else ""
+        raise SchemaError(f"{where}$.schema: this is {kind} ({value!r}), not a {what}{how}")
+    raise SchemaError(
+        f"{where}$.schema: unsupported {what} schema {value!r}; this layerscope reads {schema!r}"
+    )
+
+
+def unknown_keys(checked: Mapping[str, Any], known: Collection[str]) -> dict[str, Any]:
+    """The top-level keys of a checked document (``checked_document``: their values
+    plain JSON, nested at most ``MAX_NESTING`` levels, non-finite strings as floats) that
+    this version does not know, in the document's order: the object's ``extra``."""
+    return {k: v for k, v in checked.items() if k not in known}
+
+
+def document_json(data: Mapping[str, Any]) -> str:
+    """The text ``save`` writes of a document besides a profile: ``data`` indented by one,
+    a non-finite float (under a key this version does not know: its own figures are
+    finite) as the string ``load`` reads back (``"NaN"``, ``"Infinity"``,
+    ``"-Infinity"``)."""
+    try:
+        return json.dumps(data, indent=1, allow_nan=False) + "\n"
+    except ValueError:
+        return json.dumps(_nonfinite_text(data), indent=1, allow_nan=False) + "\n"
+
+
+def _nonfinite_text(value: Any) -> Any:
+    """``value`` with every non-finite float as its string (containers copied)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, Mapping):
+        return {k: _nonfinite_text(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_nonfinite_text(v) for v in value]
+    return value
+
+
 @contextlib.contextmanager
 def naming(source: str | None) -> Iterator[None]:
     """Every ``SchemaError`` raised inside, its message after ``source`` (the file) when
@@ -148,8 +241,12 @@ __all__ = [
     "MAX_BYTES_ENV",
     "MEMORY_FACTOR",
     "available_memory",
+    "check_schema",
     "checked_document",
     "default_max_bytes",
+    "document_json",
     "naming",
     "read_document",
+    "schema_name",
+    "unknown_keys",
 ]

@@ -6,7 +6,6 @@ analysis (``generation/html.py``)."""
 
 from __future__ import annotations
 
-import json
 import os
 import warnings
 from collections.abc import Mapping
@@ -135,6 +134,9 @@ class GenerateEstimate:
     #: GPUs each layer is split over by the model's tensor-parallel plan (every figure
     #: one GPU's; 1: one GPU)
     tp: int = 1
+    #: top-level keys of a document this version does not know (a newer layerscope's,
+    #: an extension's), as read: written back by ``save`` after the known ones
+    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def tokens_per_s(self) -> float:
@@ -177,7 +179,12 @@ class GenerateEstimate:
         raise KeyError(batch)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        """The schema (``layerscope-estimate/1``), the run, the first batch's figures, the
+        rows, the fits, the kernels and the notes, then ``extra``'s keys."""
+        from layerscope.generation.estimate_schema import ESTIMATE_SCHEMA
+
+        data = {
+            "schema": ESTIMATE_SCHEMA,
             "model": self.model,
             "target": self.target,
             "device": dict(self.device),
@@ -205,14 +212,17 @@ class GenerateEstimate:
             "kernels": dict(self.kernels),
             "notes": list(self.notes),
         }
+        data.update((k, v) for k, v in self.extra.items() if k not in data)
+        return data
 
     @classmethod
     def from_dict(cls, data: Any, source: str | None = None) -> GenerateEstimate:
         """An estimate from ``to_dict``'s form, every field checked: ``SchemaError`` naming
         the JSON path (after ``source``, the file, when given)."""
-        from layerscope.export.jsonread import checked_document
-        from layerscope.generation.estimate_schema import ESTIMATE
+        from layerscope.export.jsonread import check_schema, checked_document, unknown_keys
+        from layerscope.generation.estimate_schema import ESTIMATE, ESTIMATE_KEYS, ESTIMATE_SCHEMA
 
+        check_schema(data, ESTIMATE_SCHEMA, "generation estimate", source)
         d = checked_document(data, ESTIMATE, source)
         fits = [_fit(f) for f in d.get("fit", [])]
         return cls(
@@ -221,14 +231,15 @@ class GenerateEstimate:
             d.get("tokens_per_s_per_seq", d["tokens_per_s"]),
             [SweepRow.from_dict(r) for r in d["sweep"]], fits, list(d["notes"]),
             dict(d.get("kernels", {})), None, d.get("kv_dtype"), d.get("block_size"),
-            d.get("moe"), d.get("mode"), d.get("tp", 1),
+            d.get("moe"), d.get("mode"), d.get("tp", 1), unknown_keys(d, ESTIMATE_KEYS),
         )  # fmt: skip
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write ``to_dict()`` as JSON (``ls.load_estimate`` reads it back)."""
         from layerscope.export.files import write_text
+        from layerscope.export.jsonread import document_json
 
-        write_text(os.fspath(path), json.dumps(self.to_dict(), indent=1, allow_nan=False) + "\n")
+        write_text(os.fspath(path), document_json(self.to_dict()))
 
     def to_html(self, path: str | os.PathLike[str]) -> None:
         """The HTML report: the estimate's section (cards, the batch sweep as a chart and a
@@ -299,8 +310,17 @@ def load_estimate(path: str | os.PathLike[str]) -> GenerateEstimate:
 
 
 def is_estimate(data: object) -> bool:
-    """Whether a JSON document is a generation estimate (``GenerateEstimate.to_dict``)."""
-    return isinstance(data, dict) and "schema" not in data and {"sweep", "lower_bound"} <= set(data)
+    """Whether a JSON document is a generation estimate (``GenerateEstimate.to_dict``):
+    its schema says so (any version: ``from_dict`` says which it reads), or, without one
+    (an older file), it has a sweep and ``lower_bound``."""
+    from layerscope.export.jsonread import schema_name
+    from layerscope.generation.estimate_schema import ESTIMATE_SCHEMA
+
+    if not isinstance(data, dict):
+        return False
+    if "schema" in data:
+        return schema_name(data) == ESTIMATE_SCHEMA.split("/", 1)[0]
+    return {"sweep", "lower_bound"} <= set(data)
 
 
 __all__ = ["GenerateEstimate", "SweepRow", "is_estimate", "load_estimate"]

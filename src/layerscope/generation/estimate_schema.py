@@ -1,6 +1,8 @@
 """A saved ``GenerateEstimate``'s document (``GenerateEstimate.save``, ``layerscope
 generate --json`` on meta): every field ``from_dict`` reads, checked (its times, rates,
-FLOPs and bytes finite and >= 0), so an estimate that loads always renders."""
+FLOPs and bytes finite and >= 0), so an estimate that loads always renders. Its
+``"schema"`` (``ESTIMATE_SCHEMA``) is checked before (``jsonread.check_schema``): a
+document without one is older."""
 
 from __future__ import annotations
 
@@ -31,8 +33,12 @@ _DEVICE: dict[str, Check] = {
     "name": Str(), "label": Str(), "bandwidth": AMOUNT, "peak_flops": AMOUNT,
     "memory_bytes": Opt(Int(0)), "usable_bytes": Opt(Int(0)),
 }  # fmt: skip
+#: An estimate's ``"schema"``: its kind and format version (a profile's is
+#: ``layerscope/1``).
+ESTIMATE_SCHEMA = "layerscope-estimate/1"
 _TOP: dict[str, Check] = {
-    "model": Str(), "target": Str(), "device": Obj(_DEVICE), "dtype": Str(), "prompt": Int(1),
+    "schema": Str(), "model": Str(), "target": Str(), "device": Obj(_DEVICE), "dtype": Str(),
+    "prompt": Int(1),
     "new_tokens": Int(1), "cache": Str(), "prefill_time": AMOUNT,
     "decode_time_per_token": AMOUNT, "tokens_per_s": AMOUNT,
     "tokens_per_s_per_seq": AMOUNT, "tokens_per_s_total": Opt(AMOUNT),
@@ -46,13 +52,16 @@ _TOP: dict[str, Check] = {
 #: Keys an older document may lack (the per-sequence and total tokens/s named apart) or
 #: that only a paged cache (``block_size``) or a KV width (``kv_dtype``) writes.
 _LATER = (
-    "kernels", "tokens_per_s_per_seq", "tokens_per_s_total", "block_size", "kv_dtype", "moe",
-    "mode", "tp",
+    "schema", "kernels", "tokens_per_s_per_seq", "tokens_per_s_total", "block_size",
+    "kv_dtype", "moe", "mode", "tp",
 )  # fmt: skip
 #: The estimate's document: the keys ``to_dict`` writes (the figures derived from the
 #: rows, ``memory_bound``, ``crossover_batch``, ``fit_held``, ``tokens_per_s_total``, are
 #: written, not read; ``tokens_per_s`` is the per-sequence figure, deprecated).
 ESTIMATE = Obj(_TOP, required=tuple(k for k in _TOP if k not in _LATER),
                description="ls.estimate_generate's estimate")  # fmt: skip
+#: The top-level keys ``to_dict`` writes (those read and those derived from the rows):
+#: any other is the estimate's ``extra``.
+ESTIMATE_KEYS = frozenset((*_TOP, "lower_bound", "memory_bound", "crossover_batch", "fit_held"))
 
-__all__ = ["ESTIMATE"]
+__all__ = ["ESTIMATE", "ESTIMATE_KEYS", "ESTIMATE_SCHEMA"]

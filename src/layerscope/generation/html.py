@@ -56,7 +56,7 @@ ESTIMATE_COLUMNS: tuple[tuple[str, str, str], ...] = tuple(
 #: kind, what it is.
 ESTIMATE_CARDS = CARD_FIELDS
 #: ``tokens_per_s`` is the per-sequence card's deprecated name
-_ESTIMATE_PARTS = {"sweep", "notes", "tokens_per_s"} | {c[0] for c in ESTIMATE_CARDS}
+_ESTIMATE_PARTS = {"schema", "sweep", "notes", "tokens_per_s"} | {c[0] for c in ESTIMATE_CARDS}
 
 
 def to_html(

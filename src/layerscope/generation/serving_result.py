@@ -5,7 +5,6 @@ draw it."""
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -52,9 +51,23 @@ class ServingRow:
     bound: str
     kv_bytes: int
     fits: bool
+    #: keys of a row this version does not know (a newer layerscope's), as read: written
+    #: back after the known ones
+    extra: dict[str, Any] = field(default_factory=dict, kw_only=True)
 
     def to_dict(self) -> dict[str, Any]:
-        return {f.key: getattr(self, f.key) for f in SERVING_FIELDS}
+        data = {f.key: getattr(self, f.key) for f in SERVING_FIELDS}
+        data.update((k, v) for k, v in self.extra.items() if k not in data)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ServingRow:
+        """A row from ``to_dict``'s form (``serving_schema`` checked it): its known keys,
+        and the others in ``extra``."""
+        from layerscope.export.jsonread import unknown_keys
+
+        keys = [f.key for f in SERVING_FIELDS]
+        return cls(**{k: data[k] for k in keys}, extra=unknown_keys(data, keys))
 
 
 @dataclass
@@ -91,6 +104,9 @@ class ServingPlan:
     #: GPUs each layer is split over by the model's tensor-parallel plan (every figure
     #: one GPU's)
     tp: int = 1
+    #: top-level keys of a document this version does not know (a newer layerscope's,
+    #: an extension's), as read: written back by ``save`` after the known ones
+    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def budget(self) -> int:
@@ -145,7 +161,12 @@ class ServingPlan:
         return lo
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        """The schema (``layerscope-serving/1``), the setting, the memory split, the KV
+        cache, the concurrency, the rows and the notes, then ``extra``'s keys."""
+        from layerscope.generation.serving_schema import SERVING_SCHEMA
+
+        data = {
+            "schema": SERVING_SCHEMA,
             "model": self.model,
             "target": self.target,
             "device_label": self.device_label,
@@ -179,6 +200,8 @@ class ServingPlan:
             "rows": [r.to_dict() for r in self.rows],
             "notes": list(self.notes),
         }
+        data.update((k, v) for k, v in self.extra.items() if k not in data)
+        return data
 
     @classmethod
     def from_dict(cls, data: Any, source: str | None = None) -> ServingPlan:
@@ -187,9 +210,10 @@ class ServingPlan:
         capacity, concurrency) are computed again from what they derive from; where the
         document writes them they must agree (an edited or damaged one is refused)."""
         from layerscope.errors import SchemaError
-        from layerscope.export.jsonread import checked_document
-        from layerscope.generation.serving_schema import SERVING
+        from layerscope.export.jsonread import check_schema, checked_document, unknown_keys
+        from layerscope.generation.serving_schema import SERVING, SERVING_KEYS, SERVING_SCHEMA
 
+        check_schema(data, SERVING_SCHEMA, "serving plan", source)
         d = checked_document(data, SERVING, source)
         if not d["kv"]["layers"]:
             where = f"{source}: " if source else ""
@@ -201,8 +225,8 @@ class ServingPlan:
             d["block_size"], d["max_context"], d["prompt"], d["new_tokens"],
             m["weight_bytes"], m["workspace_bytes"], m["prefill_chunk"], m["reserve_bytes"],
             d["mode"], [KVLayer(x["bytes_per_token"], x["cap"]) for x in d["kv"]["layers"]],
-            [ServingRow(**{f.key: r[f.key] for f in SERVING_FIELDS}) for r in d["rows"]],
-            list(d["notes"]), tp=d.get("tp") or 1,
+            [ServingRow.from_dict(r) for r in d["rows"]],
+            list(d["notes"]), tp=d.get("tp") or 1, extra=unknown_keys(d, SERVING_KEYS),
         )  # fmt: skip
         _check_derived(d, plan.to_dict(), source)
         return plan
@@ -240,10 +264,11 @@ class ServingPlan:
         return said
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Write ``to_dict()`` as JSON."""
+        """Write ``to_dict()`` as JSON (``ls.load_serving`` reads it back)."""
         from layerscope.export.files import write_text
+        from layerscope.export.jsonread import document_json
 
-        write_text(os.fspath(path), json.dumps(self.to_dict(), indent=1, allow_nan=False) + "\n")
+        write_text(os.fspath(path), document_json(self.to_dict()))
 
     def to_html(self, path: str | os.PathLike[str]) -> None:
         """The HTML report: the plan's section (capacity, the memory split, latency
@@ -323,12 +348,17 @@ def load_serving(path: str | os.PathLike[str]) -> ServingPlan:
 
 
 def is_serving(data: object) -> bool:
-    """Whether a JSON document is a serving plan (``ServingPlan.to_dict``)."""
-    return (
-        isinstance(data, dict)
-        and "schema" not in data
-        and {"max_concurrency", "kv", "rows"} <= set(data)
-    )
+    """Whether a JSON document is a serving plan (``ServingPlan.to_dict``): its schema
+    says so (any version: ``from_dict`` says which it reads), or, without one (an older
+    file), it has ``max_concurrency``, ``kv`` and rows."""
+    from layerscope.export.jsonread import schema_name
+    from layerscope.generation.serving_schema import SERVING_SCHEMA
+
+    if not isinstance(data, dict):
+        return False
+    if "schema" in data:
+        return schema_name(data) == SERVING_SCHEMA.split("/", 1)[0]
+    return {"max_concurrency", "kv", "rows"} <= set(data)
 
 
 __all__ = ["KVLayer", "ServingPlan", "ServingRow", "is_serving", "load_serving"]

@@ -11,9 +11,10 @@ from typing import Any
 from layerscope.errors import InvalidInputError, SchemaError
 from layerscope.export.jsonamount import AMOUNT, Amount
 from layerscope.export.jsoncheck import Arr, Bool, Check, Finite, Int, Map, Obj, OneOf, Opt, Str
+from layerscope.export.jsonread import schema_name
 from layerscope.planning.fields import PlanField, fields, keys
 
-__all__ = ["PLAN", "SWEEP", "check_figures", "plan_spec", "sweep_spec"]
+__all__ = ["PLAN", "SWEEP", "SWEEP_SCHEMA", "check_figures", "is_sweep", "plan_spec", "sweep_spec"]
 
 _BYTES = Int(0, description="bytes")
 _COLUMN = Arr(Finite(), "one value per point of the timeline")
@@ -161,21 +162,39 @@ def check_figures(section: Mapping[str, Any]) -> None:
             )
 
 
+#: A sweep's ``"schema"``: its kind and format version (a profile's is ``layerscope/1``).
+SWEEP_SCHEMA = "layerscope-sweep/1"
+
+
 def sweep_spec() -> Obj:
-    """A sweep's document (``Sweep.save``): the axes, the setting and one row per plan,
-    each row's options and figures checked by their fields' types."""
+    """A sweep's document (``Sweep.save``): its schema, the axes, the setting and one row
+    per plan, each row's options and figures checked by their fields' types. The schema
+    is checked before (``jsonread.check_schema``): a document without one is older."""
     row = (*fields("axis"), *fields("row"))
     cells = {f.key: OneOf(Str(), Arr(Str())) if f.json == "any" else _cell(f) for f in row}
     cells["checkpoint"] = Opt(OneOf(Str(), Arr(Str())))
     setting = Obj({"target": Str(), "device": Str(), "budget": Opt(Int(0)), "input": Str(),
                    "loss": Str(), "compile": Bool(), "float8": Bool()})  # fmt: skip
     return Obj(
-        {"axes": Arr(Str()), "setting": setting,
+        {"schema": Str(f"the format version, {SWEEP_SCHEMA!r}"), "axes": Arr(Str()),
+         "setting": setting,
          "rows": Arr(Obj(cells, required=tuple(f.key for f in row if f.required)))},
         required=("axes", "rows"),
         description="ls.plan_sweep's plans, one row per combination of the options swept",
     )  # fmt: skip
 
 
-#: A sweep's document; ``Sweep.from_dict`` checks it.
+#: A sweep's document; ``Sweep.from_dict`` checks it (its keys are those ``to_dict``
+#: writes: any other is the sweep's ``extra``).
 SWEEP = sweep_spec()
+
+
+def is_sweep(data: object) -> bool:
+    """Whether a JSON document is a sweep (``Sweep.to_dict``): its schema says so (any
+    version: ``Sweep.from_dict`` says which it reads), or, without one (an older file),
+    it has axes and rows."""
+    if not isinstance(data, dict):
+        return False
+    if "schema" in data:
+        return schema_name(data) == SWEEP_SCHEMA.split("/", 1)[0]
+    return isinstance(data.get("rows"), list) and "axes" in data

@@ -12,7 +12,6 @@ in another dtype get their own analysis.
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
@@ -188,6 +187,9 @@ class Sweep:
     #: what every plan shares beyond the options: the target (name and label), the
     #: budget in bytes (None: the target has no memory size) and the input, as shapes
     setting: dict[str, Any] = field(default_factory=dict)
+    #: top-level keys of a document this version does not know (a newer layerscope's,
+    #: an extension's), as read: written back by ``save`` after the known ones
+    extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.rows = [r if isinstance(r, SweepRow) else SweepRow.from_dict(r) for r in self.rows]
@@ -207,28 +209,37 @@ class Sweep:
         """A sweep from ``to_dict``'s form, every value checked: ``SchemaError`` naming
         the JSON path (after ``source``, the file, when given)."""
         from layerscope.errors import SchemaError
-        from layerscope.export.jsonread import checked_document
-        from layerscope.planning.schema import SWEEP
+        from layerscope.export.jsonread import check_schema, checked_document, unknown_keys
+        from layerscope.planning.schema import SWEEP, SWEEP_SCHEMA
 
+        check_schema(data, SWEEP_SCHEMA, "sweep", source)
         checked = checked_document(data, SWEEP, source)
         if not checked["rows"]:
             where = f"{source}: " if source else ""
             raise SchemaError(f"{where}$.rows: a sweep has at least one row")
-        return cls(list(checked["axes"]), list(checked["rows"]), dict(checked.get("setting", {})))
+        return cls(
+            list(checked["axes"]), list(checked["rows"]), dict(checked.get("setting", {})),
+            unknown_keys(checked, SWEEP.props),
+        )  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:
-        """The axes swept, what every plan shares (``setting``) and one object per row."""
-        data: dict[str, Any] = {"axes": list(self.axes)}
+        """The schema (``layerscope-sweep/1``), the axes swept, what every plan shares
+        (``setting``), one object per row, then ``extra``'s keys."""
+        from layerscope.planning.schema import SWEEP_SCHEMA
+
+        data: dict[str, Any] = {"schema": SWEEP_SCHEMA, "axes": list(self.axes)}
         if self.setting:
             data["setting"] = dict(self.setting)
         data["rows"] = [r.to_dict() for r in self.rows]
+        data.update((k, v) for k, v in self.extra.items() if k not in data)
         return data
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Write ``to_dict()`` as JSON."""
+        """Write ``to_dict()`` as JSON (``ls.load_sweep`` reads it back)."""
         from layerscope.export.files import write_text
+        from layerscope.export.jsonread import document_json
 
-        write_text(os.fspath(path), json.dumps(self.to_dict(), indent=1, allow_nan=False) + "\n")
+        write_text(os.fspath(path), document_json(self.to_dict()))
 
     def to_html(self, path: str | os.PathLike[str], plan: Plan | None = None) -> None:
         """The HTML report of ``plan`` (a plan of the model, e.g. with the options outside
