@@ -278,7 +278,8 @@ def _step_parts(rank: _Rank, opts: Options, bound: bool, span: float) -> dict[st
         "compute": micro * sum(t["compute"] for t in times) * accum,
         "recompute": micro * sum(t["recompute"] for t in times) * accum,
         "exposed_comm": (sends + sum(max(0.0, t["exposed_comm"] - s.tp) for t, s in pairs)) * accum,
-        "bubble": (span - micro * rank.per_micro(bound)) * accum,
+        # the span less the work in it: never below 0 (a float difference can be -1e-19)
+        "bubble": max(0.0, span - micro * rank.per_micro(bound)) * accum,
         "optimizer": sum(t["optimizer"] for t in times),
         "comm": (sends + sum(max(0.0, t["comm"] - s.tp) for t, s in pairs)) * accum,
         **({"contention": contention} if contention else {}),
