@@ -243,3 +243,24 @@ def test_a_generation_read_back_is_the_one_saved(tmp_path: Path) -> None:
     assert (tmp_path / "gen.json").read_text().count('"generation"') == 1
     # read as a plain profile, the section is an unknown top-level key, kept in extra
     assert ls.load(tmp_path / "gen.json").extra["generation"] == doc["generation"]
+
+
+def test_a_config_without_a_cache_replays_full_forwards() -> None:
+    """A GPT-2 whose config says ``use_cache=False``: generate() calls it without a cache
+    (the keyword it passes), so the replay is full forwards over 8, 9, 10, 11 tokens, no
+    KV cache, as a Profiler around generate() has them."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(
+        n_layer=2, n_embd=32, n_head=2, vocab_size=128, n_positions=64, pad_token_id=0,
+        bos_token_id=1, eos_token_id=2, use_cache=False,
+    )  # fmt: skip
+    model = transformers.GPT2LMHeadModel(config).eval()
+    ids = torch.randint(3, 128, (2, 8))
+    gen = ls.profile_generate(model, ids, max_new_tokens=4)
+    assert list(gen.stages) == ["full"] and gen.kv_cache == {}
+    assert gen.options["use_cache"] is False
+    assert [r.tokens for r in gen.calls] == [8, 9, 10, 11]
+    with ls.Profiler(model, stages=True) as p:
+        model.generate(ids, max_new_tokens=4, do_sample=False)
+    assert p.calls == gen.calls

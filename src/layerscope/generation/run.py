@@ -163,7 +163,9 @@ def profile_generate(
     del out  # generate()'s cache, which the output holds
     batch = input_ids.shape[0]
     produced = sequences.shape[1] - (1 if encdec else input_ids.shape[1])
-    use_cache = bool(generate_kwargs.get("use_cache", True))
+    # as generate() called the model (its keyword, else the model's generation config)
+    first = log.calls[0][1].get("use_cache")
+    use_cache = bool(generate_kwargs.get("use_cache", True) if first is None else first)
     prompt = input_ids if encdec else None
     generation = _Replay(model, log, prompt, repeats).run(use_cache)
     generation.options = {
