@@ -195,6 +195,10 @@ def test_a_format_a_plan_has_no_form_of_writes_its_analysis_and_says_so(tmp_path
         f"plan was computed from) written to {tmp_path / 'a.csv'} instead\n"
     )
     assert (tmp_path / "a.csv").read_text() == ls.load(path).to_csv()
+    # a write that fails is its one error line, with no notice of a write before it
+    code, out, err = run(str(path), "-o", str(tmp_path / "missing" / "a.csv"))
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("layerscope: error: cannot write ")
 
 
 def test_a_generation_writes_as_generation_export(tmp_path: Path) -> None:

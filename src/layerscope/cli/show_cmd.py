@@ -228,9 +228,9 @@ def _show_document(kind: str, subject: Any, args: argparse.Namespace, source: st
         _write(lambda path: subject.export(path, fmt), args, fmt)
     elif spec.part and fmt in FORMATS:
         profile, part = _part(kind, subject, source)
+        write_profile(profile, args)  # said once done: a failed write is the one line
         done = f"written to {os.fspath(args.output)}" if args.output is not None else "printed"
         _say(f"{source} is {spec.what}, which has no {fmt} form: {part} {done} instead")
-        write_profile(profile, args)
     else:
         target = os.fspath(args.output) if args.output is not None else "standard output"
         message = document_formats_error(target, fmt, (*spec.writes, "txt"), spec.what)
