@@ -6,12 +6,10 @@ top-level keys this version does not know are kept and written back (docs/json.m
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import math
 from collections.abc import Callable
-from functools import cache
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +17,10 @@ import pytest
 import torch
 
 import layerscope as ls
-from helpers.models import meta_tiny_llama
-from layerscope.cli import main
+from helpers.documents import LOADERS as ALL_LOADERS
+from helpers.documents import made, saved, show, small_model
 from layerscope.export.jsonread import document_json
 from layerscope.generation.estimate_schema import ESTIMATE_SCHEMA
-from layerscope.generation.serving import plan_serving
 from layerscope.generation.serving_schema import SERVING_SCHEMA
 from layerscope.planning.schema import SWEEP_SCHEMA
 
@@ -31,46 +28,8 @@ KINDS = ("sweep", "estimate", "serving")
 SCHEMAS = {"sweep": SWEEP_SCHEMA, "estimate": ESTIMATE_SCHEMA, "serving": SERVING_SCHEMA}
 #: What each loader calls its document in its messages.
 WHAT = {"sweep": "sweep", "estimate": "generation estimate", "serving": "serving plan"}
-LOADERS: dict[str, Callable[[Path], Any]] = {
-    "sweep": ls.load_sweep, "estimate": ls.load_estimate, "serving": ls.load_serving,
-}  # fmt: skip
-
-
-def _model() -> torch.nn.Module:
-    torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 8))
-
-
-@cache
-def _sweep() -> Any:
-    return ls.plan_sweep(_model(), torch.randn(4, 8), world_size=[8, 16])
-
-
-def _meta_llama() -> Any:
-    pytest.importorskip("transformers")
-    return meta_tiny_llama()
-
-
-@cache
-def _estimate() -> Any:
-    return ls.estimate_generate(_meta_llama(), target="h100", prompt=16, new_tokens=4, batch=1)
-
-
-@cache
-def _serving() -> Any:
-    return plan_serving(_meta_llama(), target="h100", max_context=256, prompt=16, new_tokens=4,
-                        batch=[1, 2])  # fmt: skip
-
-
-MAKERS: dict[str, Callable[[], Any]] = {
-    "sweep": _sweep, "estimate": _estimate, "serving": _serving,
-}  # fmt: skip
-
-
-def saved(kind: str, folder: Path, name: str | None = None) -> Path:
-    path = folder / f"{name or kind}.json"
-    MAKERS[kind]().save(path)
-    return path
+LOADERS = {kind: ALL_LOADERS[kind] for kind in KINDS}
+MAKERS: dict[str, Callable[[], Any]] = {kind: partial(made, kind) for kind in KINDS}
 
 
 def rewritten(path: Path, change: Callable[[dict[str, Any]], None]) -> Path:
@@ -84,13 +43,6 @@ def rewritten(path: Path, change: Callable[[dict[str, Any]], None]) -> Path:
 @pytest.fixture(autouse=True)
 def _eighty(monkeypatch: pytest.MonkeyPatch, default_display_config: None) -> None:
     monkeypatch.setenv("COLUMNS", "80")
-
-
-def show(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(["show", *argv])
-    return code, out.getvalue(), err.getvalue()
 
 
 # ---- writing and reading back ------------------------------------------------------------
@@ -136,8 +88,8 @@ def test_a_file_without_the_schema_loads_as_before(kind: str, tmp_path: Path) ->
 def _others(tmp_path: Path) -> dict[str, tuple[Path, str]]:
     """A document of each other kind, and what the loaders call it."""
     profile, plan = tmp_path / "profile.json", tmp_path / "plan.json"
-    ls.profile(_model(), torch.randn(4, 8)).save(profile)
-    ls.plan(_model(), torch.randn(4, 8), target="h100", world_size=8).save(plan)
+    ls.profile(small_model(), torch.randn(4, 8)).save(profile)
+    ls.plan(small_model(), torch.randn(4, 8), target="h100", world_size=8).save(plan)
     return {
         "profile": (profile, "a profile ('layerscope/1'), not a {what}: read it with ls.load"),
         "plan": (plan, "a plan ('layerscope/1'), not a {what}: read it with ls.load_plan"),
@@ -270,7 +222,7 @@ def test_known_keys_win_over_extra_of_the_same_name(tmp_path: Path) -> None:
     sweep = ls.load_sweep(saved("sweep", tmp_path))
     sweep.extra = {"axes": ["nothing"], "schema": "x", "own": 1}
     data = sweep.to_dict()
-    assert data["axes"] == list(_sweep().axes) and data["schema"] == SWEEP_SCHEMA
+    assert data["axes"] == list(made("sweep").axes) and data["schema"] == SWEEP_SCHEMA
     assert list(data)[-1] == "own"
 
 

@@ -17,42 +17,15 @@ import pytest
 import torch
 
 import layerscope as ls
-from helpers.models import meta_tiny_llama, tiny_llama
+from helpers.documents import LOADERS, made, small_model
 from layerscope.cli import main
 from layerscope.export.json import SCHEMA_PATH
-from layerscope.generation.serving import plan_serving
-
-
-def _model() -> torch.nn.Module:
-    torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 8))
-
-
-def _meta_llama() -> Any:
-    pytest.importorskip("transformers")
-    return meta_tiny_llama()
 
 
 @cache
 def _documents() -> dict[str, dict[str, Any]]:
     """Each kind's document, as its save writes it (parsed)."""
-    made: dict[str, Any] = {
-        "plan": ls.plan(_model(), torch.randn(4, 8), target="h100", world_size=8),
-        "sweep": ls.plan_sweep(_model(), torch.randn(4, 8), world_size=[8, 16]),
-        "estimate": ls.estimate_generate(_meta_llama(), target="h100", prompt=16,
-                                         new_tokens=4, batch=1),
-        "serving": plan_serving(_meta_llama(), target="h100", max_context=256, prompt=16,
-                                new_tokens=4, batch=[1, 2]),
-        "generation": ls.profile_generate(tiny_llama(), torch.tensor([[1, 2, 3, 4]]), 2,
-                                          timing=1),
-    }  # fmt: skip
-    return {k: json.loads(json.dumps(v.to_dict())) for k, v in made.items()}
-
-
-LOADERS: dict[str, Callable[[Path], Any]] = {
-    "plan": ls.load_plan, "sweep": ls.load_sweep, "estimate": ls.load_estimate,
-    "serving": ls.load_serving, "generation": ls.load_generation,
-}  # fmt: skip
+    return {k: json.loads(json.dumps(made(k).to_dict())) for k in LOADERS}
 
 
 def _write(tmp_path: Path, kind: str, edit: Callable[[dict[str, Any]], None]) -> Path:
@@ -224,7 +197,7 @@ def test_the_json_schema_says_so() -> None:
 def test_a_loaded_plans_analysis_equals_the_original(tmp_path: Path) -> None:
     """The plan's section lives once, on the Plan: its analysis, loaded back, is the
     analysis it was (no copy of the section among the profile's unknown keys)."""
-    plan = ls.plan(_model(), torch.randn(4, 8), world_size=1, sharding="none")
+    plan = ls.plan(small_model(), torch.randn(4, 8), world_size=1, sharding="none")
     path = tmp_path / "plan.json"
     plan.export(str(path))
     loaded = ls.load_plan(str(path))

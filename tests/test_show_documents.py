@@ -6,12 +6,10 @@ an estimate and a serving plan; text follows ``COLUMNS``."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import shutil
 from collections.abc import Callable
-from functools import cache
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -19,16 +17,7 @@ import pytest
 import torch
 
 import layerscope as ls
-from helpers.models import meta_tiny_llama, tiny_llama
-from layerscope.cli import main
-from layerscope.generation.serving import plan_serving
-
-
-def run(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(["show", *argv])
-    return code, out.getvalue(), err.getvalue()
+from helpers.documents import LOADERS, made, saved, show, small_model
 
 
 @pytest.fixture(autouse=True)
@@ -36,59 +25,9 @@ def _eighty(monkeypatch: pytest.MonkeyPatch, default_display_config: None) -> No
     monkeypatch.setenv("COLUMNS", "80")
 
 
-def _model() -> torch.nn.Module:
-    torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 8))
-
-
-@cache
-def _plan() -> Any:
-    return ls.plan(_model(), torch.randn(4, 8), target="h100", world_size=8)
-
-
-@cache
-def _sweep() -> Any:
-    return ls.plan_sweep(_model(), torch.randn(4, 8), world_size=[8, 16])
-
-
-def _meta_llama() -> Any:
-    pytest.importorskip("transformers")
-    return meta_tiny_llama()
-
-
-@cache
-def _estimate() -> Any:
-    return ls.estimate_generate(_meta_llama(), target="h100", prompt=16, new_tokens=4, batch=1)
-
-
-@cache
-def _serving() -> Any:
-    return plan_serving(_meta_llama(), target="h100", max_context=256, prompt=16, new_tokens=4,
-                        batch=[1, 2])  # fmt: skip
-
-
-@cache
-def _generation() -> Any:
-    pytest.importorskip("transformers")
-    return ls.profile_generate(tiny_llama(), torch.tensor([[1, 2, 3, 4]]), 2, timing=1)
-
-
-MAKERS: dict[str, Callable[[], Any]] = {
-    "plan": _plan, "sweep": _sweep, "estimate": _estimate, "serving": _serving,
-    "generation": _generation,
-}  # fmt: skip
-LOADERS: dict[str, Callable[[Path], Any]] = {
-    "plan": ls.load_plan, "sweep": ls.load_sweep, "estimate": ls.load_estimate,
-    "serving": ls.load_serving, "generation": ls.load_generation,
-}  # fmt: skip
+MAKERS: dict[str, Callable[[], Any]] = {kind: partial(made, kind) for kind in LOADERS}
 #: The documents whose object writes no HTML report once read from JSON.
 PLAIN = ("sweep", "estimate", "serving")
-
-
-def saved(kind: str, folder: Path) -> Path:
-    path = folder / f"{kind}.json"
-    MAKERS[kind]().save(path)
-    return path
 
 
 # ---- 1. a sweep, an estimate, a serving plan ----------------------------------------
@@ -96,7 +35,7 @@ def saved(kind: str, folder: Path) -> Path:
 def test_o_its_own_file_keeps_the_json(kind: str, tmp_path: Path) -> None:
     path = saved(kind, tmp_path)
     before = path.read_bytes()
-    code, out, err = run(str(path), "-o", str(path))
+    code, out, err = show(str(path), "-o", str(path))
     assert (code, out, err) == (0, "", "")
     assert path.read_bytes() == before  # written again by its own save: the same bytes
     assert LOADERS[kind](path).to_dict() == MAKERS[kind]().to_dict()
@@ -109,11 +48,11 @@ def test_another_format_over_the_file_shown_is_refused(
 ) -> None:
     if kind == "profile":
         path = tmp_path / "p.json"
-        ls.profile(_model(), torch.randn(2, 8)).save(path)
+        ls.profile(small_model(), torch.randn(2, 8)).save(path)
     else:
         path = saved(kind, tmp_path)
     before = path.read_bytes()
-    code, out, err = run(str(path), "-o", str(path), *flags)
+    code, out, err = show(str(path), "-o", str(path), *flags)
     assert code == 2 and out == ""
     assert err == (
         f"layerscope: error: -o {path} is the file being shown: writing {flags[1]} there "
@@ -131,7 +70,7 @@ def test_a_format_its_object_does_not_write_is_one_line(
 ) -> None:
     path = saved(kind, tmp_path)
     what = {"sweep": "a sweep", "estimate": "an estimate", "serving": "a serving plan"}[kind]
-    code, out, err = run(str(path), "-o", str(tmp_path / name))
+    code, out, err = show(str(path), "-o", str(tmp_path / name))
     assert code == 2 and out == "" and err.count("\n") == 1
     assert err.startswith(
         f"layerscope: error: cannot write {tmp_path / name}: {what} exports as json (.json) "
@@ -140,7 +79,7 @@ def test_a_format_its_object_does_not_write_is_one_line(
     if fmt == "html":
         assert "its HTML report: layerscope " in err and "--html PATH" in err
     assert not (tmp_path / name).exists()
-    code, out, err = run(str(path), "--format", fmt)  # to standard output: the same
+    code, out, err = show(str(path), "--format", fmt)  # to standard output: the same
     assert code == 2 and out == "" and f"standard output: {what} exports as json" in err
 
 
@@ -152,7 +91,7 @@ def test_a_format_its_object_does_not_write_is_one_line(
 )  # fmt: skip
 def test_view_flags_are_refused(kind: str, flags: list[str], tmp_path: Path) -> None:
     path = saved(kind, tmp_path)
-    code, out, err = run(str(path), *flags)
+    code, out, err = show(str(path), *flags)
     shown = " ".join(flags[:2]) if flags[0] == "--format" else flags[0]
     assert code == 2 and out == ""
     assert err.startswith(f"layerscope: error: {shown} does not apply to ")
@@ -163,32 +102,32 @@ def test_view_flags_are_refused(kind: str, flags: list[str], tmp_path: Path) -> 
 def test_what_it_writes(kind: str, tmp_path: Path) -> None:
     path = saved(kind, tmp_path)
     obj = MAKERS[kind]()
-    assert run(str(path), "--width", "90", "-o", str(tmp_path / "x.txt"))[0] == 0
+    assert show(str(path), "--width", "90", "-o", str(tmp_path / "x.txt"))[0] == 0
     assert (tmp_path / "x.txt").read_text() == obj.render(width=90)
-    assert run(str(path), "-o", str(tmp_path / "x.json"))[0] == 0
+    assert show(str(path), "-o", str(tmp_path / "x.json"))[0] == 0
     assert LOADERS[kind](tmp_path / "x.json").to_dict() == obj.to_dict()
-    code, out, _ = run(str(path), "--format", "json")
+    code, out, _ = show(str(path), "--format", "json")
     assert code == 0 and json.loads(out) == json.loads(json.dumps(obj.to_dict()))
 
 
 # ---- 2. a plan and a generation, as their objects export ----------------------------
 def test_a_plan_writes_its_own_report_and_json(tmp_path: Path) -> None:
     path = saved("plan", tmp_path)
-    code, out, err = run(str(path), "-o", str(tmp_path / "cli.html"))
+    code, out, err = show(str(path), "-o", str(tmp_path / "cli.html"))
     assert (code, out, err) == (0, "", "")
     ls.load_plan(path).export(tmp_path / "py.html")
     page = (tmp_path / "cli.html").read_text()
     assert page == (tmp_path / "py.html").read_text()
     assert "layerscope plan</title>" in page and 'id="ls-plan-data"' in page
-    code, out, err = run(str(path), "--format", "html")
+    code, out, err = show(str(path), "--format", "html")
     assert code == 0 and out == page
-    assert run(str(path), "-o", str(tmp_path / "again.json"))[0] == 0
+    assert show(str(path), "-o", str(tmp_path / "again.json"))[0] == 0
     assert ls.load_plan(tmp_path / "again.json").section() == ls.load_plan(path).section()
 
 
 def test_a_format_a_plan_has_no_form_of_writes_its_analysis_and_says_so(tmp_path: Path) -> None:
     path = saved("plan", tmp_path)
-    code, out, err = run(str(path), "-o", str(tmp_path / "a.csv"))
+    code, out, err = show(str(path), "-o", str(tmp_path / "a.csv"))
     assert code == 0 and out == ""
     assert err == (
         f"layerscope: {path} is a plan, which has no csv form: its analysis (the profile the "
@@ -196,7 +135,7 @@ def test_a_format_a_plan_has_no_form_of_writes_its_analysis_and_says_so(tmp_path
     )
     assert (tmp_path / "a.csv").read_text() == ls.load(path).to_csv()
     # a write that fails is its one error line, with no notice of a write before it
-    code, out, err = run(str(path), "-o", str(tmp_path / "missing" / "a.csv"))
+    code, out, err = show(str(path), "-o", str(tmp_path / "missing" / "a.csv"))
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and err.startswith("layerscope: error: cannot write ")
 
@@ -204,13 +143,13 @@ def test_a_format_a_plan_has_no_form_of_writes_its_analysis_and_says_so(tmp_path
 def test_a_generation_writes_as_generation_export(tmp_path: Path) -> None:
     path = saved("generation", tmp_path)
     gen = ls.load_generation(path)
-    assert run(str(path), "-o", str(tmp_path / "cli.html")) == (0, "", "")
+    assert show(str(path), "-o", str(tmp_path / "cli.html")) == (0, "", "")
     gen.export(tmp_path / "py.html")
     page = (tmp_path / "cli.html").read_text()
     assert page == (tmp_path / "py.html").read_text()
     assert "layerscope generation</title>" in page
     # a timed generation's trace: its calls, as Generation.export writes it
-    assert run(str(path), "-o", str(tmp_path / "cli.trace.json")) == (0, "", "")
+    assert show(str(path), "-o", str(tmp_path / "cli.trace.json")) == (0, "", "")
     gen.export(tmp_path / "py.trace.json")
     trace = json.loads((tmp_path / "cli.trace.json").read_text())
     assert trace == json.loads((tmp_path / "py.trace.json").read_text())
@@ -219,7 +158,7 @@ def test_a_generation_writes_as_generation_export(tmp_path: Path) -> None:
 
 def test_view_flags_show_the_part_and_say_which(tmp_path: Path) -> None:
     plan, gen = saved("plan", tmp_path), saved("generation", tmp_path)
-    code, out, err = run(str(plan), "--depth", "1")
+    code, out, err = show(str(plan), "--depth", "1")
     analysis = ls.load_plan(plan).analysis
     assert analysis is not None
     assert code == 0 and out == analysis.render(width=80, max_depth=1)
@@ -227,7 +166,7 @@ def test_view_flags_show_the_part_and_say_which(tmp_path: Path) -> None:
         f"layerscope: {plan} is a plan: showing its analysis (the profile the plan was "
         "computed from), as view flags ask (without them, the plan itself)\n"
     )
-    code, out, err = run(str(gen), "--depth", "1")
+    code, out, err = show(str(gen), "--depth", "1")
     assert code == 0
     assert out == ls.load_generation(gen).stages["prefill"].render(width=80, max_depth=1)
     assert err == (
@@ -235,7 +174,7 @@ def test_view_flags_show_the_part_and_say_which(tmp_path: Path) -> None:
         "flags ask (without them, the generation itself)\n"
     )
     # without view flags: the document itself, and nothing on stderr
-    code, out, err = run(str(plan))
+    code, out, err = show(str(plan))
     assert (code, err) == (0, "") and out == ls.load_plan(plan).render(width=80)
 
 
@@ -249,7 +188,7 @@ def test_a_view_flag_of_zero_shows_the_profile(
     kind: str, flags: list[str], options: dict[str, Any], tmp_path: Path
 ) -> None:
     path = saved(kind, tmp_path)
-    code, out, err = run(str(path), *flags)
+    code, out, err = show(str(path), *flags)
     profile = ls.load(path)  # the document's own profile: the analysis, the first stage
     assert code == 0 and out == profile.render(width=80, **options)
     assert "showing its" in err
@@ -257,8 +196,8 @@ def test_a_view_flag_of_zero_shows_the_profile(
 
 def test_a_zero_view_flag_is_refused_by_a_file_format(tmp_path: Path) -> None:
     path = tmp_path / "p.json"
-    ls.profile(_model(), torch.randn(2, 8)).save(path)
-    code, out, err = run(str(path), "--depth", "0", "-o", str(tmp_path / "p.csv"))
+    ls.profile(small_model(), torch.randn(2, 8)).save(path)
+    code, out, err = show(str(path), "--depth", "0", "-o", str(tmp_path / "p.csv"))
     assert code == 2 and out == "" and "--depth applies only to views" in err
     assert not (tmp_path / "p.csv").exists()
 
@@ -270,7 +209,7 @@ def test_a_generations_text_follows_columns(
 ) -> None:
     monkeypatch.setenv("COLUMNS", str(columns))
     path = saved("generation", tmp_path)
-    assert run(str(path), "-o", str(tmp_path / "g.txt"))[0] == 0
+    assert show(str(path), "-o", str(tmp_path / "g.txt"))[0] == 0
     text = (tmp_path / "g.txt").read_text()
     assert text == ls.load_generation(path).render(width=columns)
     assert max(len(line) for line in text.splitlines()) <= columns
@@ -283,5 +222,5 @@ def test_o_its_own_file_keeps_a_plan_or_a_generation(kind: str, tmp_path: Path) 
     document, its section kept (before, the profile alone was written over it)."""
     path = saved(kind, tmp_path)
     before = json.loads(path.read_text())
-    assert run(str(path), "-o", str(path)) == (0, "", "")
+    assert show(str(path), "-o", str(path)) == (0, "", "")
     assert json.loads(path.read_text()) == before and kind in before
