@@ -41,23 +41,21 @@ def run_state(model: nn.Module, device_type: str) -> dict[str, Any]:
     return state
 
 
+def _words(key: str, value: Any) -> str:
+    """A field's value as the notice says it."""
+    if key == "training":
+        return "train mode" if value else "eval mode"
+    return "off" if value is None else str(value)
+
+
 def describe_modes(states: list[dict[str, Any]]) -> str:
     """A notice for a model called in more than one mode: each field that differed, with
     its values in the order first seen."""
     differ = []
-    for key, say in (("training", None), ("grad_mode", "grad"), ("autocast", "autocast")):
-        seen: list[str] = []
-        for s in states:
-            v = s.get(key)
-            text = (
-                ("train mode" if v else "eval mode")
-                if key == "training"
-                else ("off" if v is None else str(v))
-            )
-            if text not in seen:
-                seen.append(text)
+    for key, say in (("training", ""), ("grad_mode", "grad "), ("autocast", "autocast ")):
+        seen = list(dict.fromkeys(_words(key, s.get(key)) for s in states))
         if len(seen) > 1:
-            differ.append(" then ".join(seen) if say is None else f"{say} {' then '.join(seen)}")
+            differ.append(say + " then ".join(seen))
     return (
         "the model was called in more than one mode (" + "; ".join(differ) + "): the Run "
         "line gives its first call's"
