@@ -317,8 +317,6 @@ class FSDPEvents(Events):
             unit = self.by_path.get(owner(module))
             if unit is not None:
                 self.unit_grads[unit.path] += g
-        self.gathered: list[Unit] = []  # forward order of first gathering
-        self.first_gathered: dict[str, int] = {}  # unit path -> its first place there
         #: the units in the order their forwards ended (FSDP2's post-forward order, whose
         #: reverse is its backward prefetch order: the root, ending last, prefetches the
         #: last block's gather at the start of the backward)
@@ -331,9 +329,6 @@ class FSDPEvents(Events):
     def enter(self, replay: Replay, path: str) -> None:
         unit = self.by_path.get(path)
         if unit is not None:
-            if f"unsharded:{path}" not in replay.buffers:
-                self.first_gathered.setdefault(path, len(self.gathered))
-                self.gathered.append(unit)
             self.pre_forward(replay, unit, self.last_gather)
             self.last_gather = unit
 
@@ -377,9 +372,9 @@ class FSDPEvents(Events):
         """FSDP2's backward prefetch: the unit whose forward ended just before ``unit``'s
         (``FSDPParamGroup._backward_prefetch`` follows the reversed post-forward order)
         that is neither done nor open."""
-        order = self.ended if unit in self.ended else self.gathered
-        for k in range(order.index(unit) - 1 if unit in order else -1, -1, -1):
-            other = order[k]
+        ended = self.ended
+        for k in range(ended.index(unit) - 1 if unit in ended else -1, -1, -1):
+            other = ended[k]
             if other.path not in self.done and other not in self.open_units:
                 return other
         return None
