@@ -160,7 +160,7 @@ def test_view_flags_show_the_part_and_say_which(tmp_path: Path) -> None:
     plan, gen = saved("plan", tmp_path), saved("generation", tmp_path)
     code, out, err = show(str(plan), "--depth", "1")
     analysis = ls.load_plan(plan).analysis
-    assert analysis is not None
+    assert analysis is not None and analysis == made("plan").analysis  # the plan's own
     assert code == 0 and out == analysis.render(width=80, max_depth=1)
     assert err == (
         f"layerscope: {plan} is a plan: showing its analysis (the profile the plan was "
