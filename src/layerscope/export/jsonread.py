@@ -108,16 +108,24 @@ def schema_name(data: object) -> str | None:
     return schema.split("/", 1)[0] if type(schema) is str else None
 
 
+def _named(data: Any, what: str) -> str | None:
+    """ "this is a sweep ('layerscope-sweep/1'), not a {what}: read it with ..." for a
+    document of a known kind (a profile with a plan's or a generation's section named by
+    that section); None for a schema no kind has."""
+    name = schema_name(data)
+    if name is None or name not in _KINDS:
+        return None
+    kind, reader = _KINDS[name]
+    if name == "layerscope":
+        kind, reader = next((_SECTIONS[k] for k in _SECTIONS if k in data), (kind, reader))
+    how = f": read it with {reader}" if reader else ""
+    return f"this is {kind} ({data['schema']!r}), not a {what}{how}"
+
+
 def other_kind(data: object) -> str | None:
     """For a document of a kind besides a profile (a sweep, an estimate, a serving plan, a
     diff): what it is and what reads it, for a profile loader's refusal; else None."""
-    name = schema_name(data)
-    if name is None or name == "layerscope" or name not in _KINDS:
-        return None
-    kind, reader = _KINDS[name]
-    value = data.get("schema") if isinstance(data, dict) else None
-    how = f": read it with {reader}" if reader else ""
-    return f"this is {kind} ({value!r}), not a profile{how}"
+    return None if schema_name(data) == "layerscope" else _named(data, "profile")
 
 
 def check_schema(data: Any, schema: str, what: str, source: str | None = None) -> None:
@@ -132,13 +140,9 @@ def check_schema(data: Any, schema: str, what: str, source: str | None = None) -
     if type(value) is str and value == schema:
         return
     where = f"{source}: " if source else ""
-    name = schema_name(data)
-    if name is not None and name != schema.split("/", 1)[0] and name in _KINDS:
-        kind, reader = _KINDS[name]
-        if name == "layerscope":
-            kind, reader = next((_SECTIONS[k] for k in _SECTIONS if k in data), (kind, reader))
-        how = f": read it with {reader}" if reader else ""
-        raise SchemaError(f"{where}$.schema: this is {kind} ({value!r}), not a {what}{how}")
+    named = _named(data, what) if schema_name(data) != schema.split("/", 1)[0] else None
+    if named is not None:
+        raise SchemaError(f"{where}$.schema: {named}")
     raise SchemaError(
         f"{where}$.schema: unsupported {what} schema {value!r}; this layerscope reads {schema!r}"
     )
