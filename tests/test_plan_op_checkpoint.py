@@ -238,3 +238,124 @@ def test_a_policy_function_in_every_block() -> None:
 def test_a_policy_function_equals_a_real_selective_checkpoint_run() -> None:
     """``_relus`` in every block: the plan's peak is the run's, as for torchtitan's."""
     assert _planned(_relus).peak_bytes == _measured_peak(lambda: _relus)
+
+
+class OddBlock(nn.Module):
+    """Three bias-free Linears with ReLUs between: the policy keeps the 1st and the 3rd
+    matmul's outputs, and the 3rd's is the block's output."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mm = nn.ModuleList(nn.Linear(H, H, bias=False) for _ in range(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for i, layer in enumerate(self.mm):
+            x = layer(x) if i == 0 else layer(torch.relu(x))
+        return x
+
+
+def _odd_model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(OddBlock(), OddBlock(), OddBlock())
+
+
+def _tracked_peak(
+    model: nn.Module,
+    x: torch.Tensor,
+    blocks: nn.Module,
+    loss: Callable[[Any], torch.Tensor] = _loss,
+) -> int:
+    """The peak of a training step (plain SGD, early stop off) of ``model`` with each of
+    ``blocks``' children under torch's selective checkpointing with torchtitan's policy
+    (a fresh one a call), as torch's ``MemTracker`` measures it on the CPU (the second
+    step: SGD keeps no state)."""
+    import functools
+
+    from torch.distributed._tools.mem_tracker import MemTracker
+    from torch.utils.checkpoint import (
+        checkpoint,
+        create_selective_checkpoint_contexts,
+        set_checkpoint_early_stop,
+    )
+
+    for block in blocks.children():
+        forward = block.forward
+
+        def run(*args: Any, _forward: Any = forward, **kwargs: Any) -> Any:
+            policy = _torchtitan_policy({})
+            contexts = functools.partial(create_selective_checkpoint_contexts, policy)
+            return checkpoint(_forward, *args, use_reentrant=False, context_fn=contexts, **kwargs)
+
+        block.forward = run
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+
+    def step() -> None:
+        with set_checkpoint_early_stop(False):
+            made = loss(model(x))  # the output dropped once the loss is made
+            made.backward()  # type: ignore[no-untyped-call]
+        opt.step()
+        opt.zero_grad()
+
+    step()
+    tracker = MemTracker()
+    tracker.track_external(model, opt, x)
+    with tracker:
+        step()
+    snap: dict[Any, dict[Any, int]] = tracker.get_tracker_snapshot("peak")
+    return next(v for k, v in snap.items() if str(k) == "cpu")["Total"]
+
+
+def test_a_kept_block_output_is_not_kept_twice() -> None:
+    """The 3rd matmul's output is each block's output, which the next block (or the
+    loss) holds anyway: the table ties that call to its storage's row (``op_rows``), so
+    the policy adds only the 1st matmul's output, 1,024 x 64 x 4 = 262,144 B a block,
+    beside what "blocks" keeps. The peak is a real step's to the byte (it was 3 x
+    262,144 B over: each block's output counted twice)."""
+    a = X_RUN.nbytes  # 1,024 x 64 x 4 = 262,144
+    common: dict[str, Any] = dict(
+        world_size=1, sharding="none", precision="fp32", optimizer="sgd", reserve_bytes=0,
+        loss_fn=_loss,
+    )  # fmt: skip
+    blocks, op = (ls.plan(_odd_model(), X_RUN, checkpoint=c, **common) for c in ("blocks", "op"))
+    table = _storages(op)
+    ops, rows, paths = table["ops"], table["rows"], table["paths"]
+    assert len(table["op_rows"]) == len(ops) == 9
+    for k in range(3):  # the 3rd call of each block: its output's row, an output of it
+        (row,) = table["op_rows"][3 * k + 2]
+        assert rows[row][0] == a and paths.index(str(k)) in rows[row][3]
+    assert op.kept_activation_bytes - blocks.kept_activation_bytes == 3 * a
+    real = _odd_model()
+    assert op.peak_bytes == _tracked_peak(real, X_RUN, real)
+
+
+def _logits_loss(out: Any) -> torch.Tensor:
+    loss: torch.Tensor = out.logits.float().pow(2).mean()
+    return loss
+
+
+def test_llama_blocks_peak_equals_a_real_selective_checkpoint_step() -> None:
+    """A 3-layer transformers Llama (eager attention, float32, 2 x 64 tokens) under
+    torchtitan's policy: q, v, gate and down kept (the down projection's output, which
+    the analysis freed at the residual add, too); the plan's peak is the step's."""
+    import transformers
+
+    def llama() -> nn.Module:
+        torch.manual_seed(0)
+        shape: dict[str, Any] = dict(
+            vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+            num_attention_heads=4, num_key_value_heads=2, attn_implementation="eager",
+            use_cache=False,
+        )  # fmt: skip
+        config = transformers.LlamaConfig(**shape)
+        model: nn.Module = transformers.LlamaForCausalLM(config)
+        return model
+
+    ids = torch.randint(0, 256, (2, 64), generator=torch.Generator().manual_seed(0))
+    plan = ls.plan(
+        llama(), ids, target="h100", world_size=1, sharding="none", precision="fp32",
+        optimizer="sgd", reserve_bytes=0, checkpoint="op", loss_fn=_logits_loss,
+    )  # fmt: skip
+    real = llama()
+    assert plan.peak_bytes == _tracked_peak(
+        real, ids, real.get_submodule("model.layers"), _logits_loss
+    )

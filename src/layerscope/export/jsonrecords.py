@@ -24,6 +24,12 @@ class _Storages(Obj):
                     if index >= paths:
                         at = ((((where, "rows"), i), col), j)
                         fail(at, f"an index into 'paths' (an integer below {paths})", index)
+        rows = len(out["rows"])
+        for i, indices in enumerate(out.get("op_rows", ())):
+            for j, index in enumerate(indices):
+                if index >= rows:
+                    cell = (((where, "op_rows"), i), j)
+                    fail(cell, f"an index into 'rows' (an integer below {rows})", index)
         for i, (index, _) in enumerate(out.get("compiled", ())):
             if index >= paths:
                 fail(
@@ -66,6 +72,11 @@ STORAGES = _Storages(
             "the calls of the ops a selective-checkpointing policy saves, in call order "
             "(recorded for checkpoint='op' plans only): torchtitan's ops, or those the "
             "given policy saves",
+        ),
+        "op_rows": Arr(
+            Arr(Int(0), "the rows (indices into 'rows') of the call's outputs' storages"),
+            "per call in 'ops', the rows of the storages its outputs made (none for a "
+            "storage that got no row)",
         ),
         "policy": Str(
             "the selective-checkpointing policy whose saved calls 'ops' holds "

@@ -98,6 +98,9 @@ class CheckpointChoice:
     #: keeps from its forward to its backward, and the FLOPs its recompute runs
     policy_kept: Mapping[str, int] = field(default_factory=dict)
     recomputed: Mapping[str, int] = field(default_factory=dict)
+    #: per module, all the bytes its policy's saved outputs hold (its recompute does not
+    #: make them again), those the analysis held past its exit as well
+    policy_saved: Mapping[str, int] = field(default_factory=dict)
 
 
 def per_op(checkpoint: Any) -> bool:
@@ -151,7 +154,13 @@ def _op_choice(prof: Profile, paths: list[str]) -> CheckpointChoice:
     recomputed = {p: max(0, flops[p] - policy.saved_flops[p]) for p in paths}
     kept = checkpointed_activation_bytes(prof, paths) + sum(policy.kept.values())
     return CheckpointChoice(
-        tuple(paths), kept, sum(recomputed.values()), True, dict(policy.kept), recomputed
+        tuple(paths),
+        kept,
+        sum(recomputed.values()),
+        True,
+        dict(policy.kept),
+        recomputed,
+        dict(policy.saved),
     )
 
 
@@ -369,7 +378,7 @@ def checkpoint_moments(prof: Profile, choice: CheckpointChoice, setup: tl.Setup)
     peaks = {p: int(prof.node(p).metrics.get("peak_bytes", 0)) for p in drops}
     for path, kept in choice.policy_kept.items():
         drops[path] -= kept
-        peaks[path] = max(0, peaks[path] - kept)
+        peaks[path] = max(0, peaks[path] - choice.policy_saved.get(path, kept))
     setup.drops = drops
     setup.recompute_peak = peaks
     setup.regenerated.update(regenerated)

@@ -27,7 +27,9 @@ Asked for (``record_ops()``, as a plan with ``checkpoint="op"`` does), the table
 has ``"ops"``: ``[[path index, op, bytes, flops], ...]``, each forward call of an op of
 ``RECORDED_OPS`` (the ops a selective-checkpointing policy saves: torchtitan's) in
 call order, with its innermost module, the bytes of the storages its outputs made and
-its FLOPs (torch's ``flop_counter`` formulas; 0 for an op without one). Asked for with
+its FLOPs (torch's ``flop_counter`` formulas; 0 for an op without one), and
+``"op_rows"``: per call, the rows of its outputs' storages (none for a storage that got
+no row: freed unsaved, never passed to a module). Asked for with
 a policy (``record_ops(policy)``: a function as torch's
 ``create_selective_checkpoint_contexts`` takes), the calls of every op the policy saves
 instead (``MUST_SAVE`` or ``PREFER_SAVE``, or True; it is called after each forward op
@@ -169,6 +171,10 @@ class StorageRecords:
         #: the recorded op calls (module doc), None when not asked; the policy saving them
         asked = _RECORD_OPS.get()
         self.ops: list[list[Any]] | None = None if asked is None else []
+        # per recorded op, the rows of its outputs' storages (made later for a storage
+        # that gets its row after the op: ``_op_pending``, id(storage) -> op indices)
+        self._op_rows: list[list[_Row]] = []
+        self._op_pending: dict[int, tuple[weakref.ref[torch.UntypedStorage], list[int]]] = {}
         self.policy: Callable[..., Any] | None = None if asked is True else asked
         #: the forward's op graph (``opgraph``), when ``record_graph()`` asks for it
         self.graph = OpGraph(table) if graph_asked() else None
@@ -195,6 +201,20 @@ class StorageRecords:
         count = flop_registry.get(func.overloadpacket)
         flops = int(count(*args, **kwargs, out_val=out)) if count is not None else 0
         self.ops.append([self._index(node), str(func), made, flops])
+        self._op_rows.append([])
+        for t in [out] if isinstance(out, Tensor) else iter_tensors(out):
+            s = storage_of(held_part(t))
+            if s is None:
+                continue
+            key = id(s)
+            found = self._live.get(key)
+            if found is not None and found[0]() is s:
+                self._op_rows[-1].append(found[1])
+                continue
+            pending = self._op_pending.get(key)
+            if pending is None or pending[0]() is not s:
+                pending = self._op_pending[key] = (weakref.ref(s, self._forget(key)), [])
+            pending[1].append(len(self.ops) - 1)
 
     def _index(self, node: Node) -> int:
         i = self._paths.get(node.path)
@@ -206,6 +226,7 @@ class StorageRecords:
         def died(_: object) -> None:
             self._live.pop(key, None)
             self._pending.pop(key, None)
+            self._op_pending.pop(key, None)
 
         return died
 
@@ -232,6 +253,11 @@ class StorageRecords:
         pending = self._pending.pop(key, None)
         if pending is not None and pending[0]() is s:
             row.outputs = pending[1]
+        waiting = self._op_pending.pop(key, None)
+        if waiting is not None and waiting[0]() is s:
+            for op in waiting[1]:
+                if row not in self._op_rows[op]:
+                    self._op_rows[op].append(row)
         self._live[key] = (weakref.ref(s, self._forget(key)), row)
         return row
 
@@ -290,12 +316,15 @@ class StorageRecords:
         """The table (module doc): ``paths``, ``rows`` and ``dropped``."""
         self._live.clear()  # no callbacks once the session is over
         self._pending.clear()
+        self._op_pending.clear()
         if self.dropped:
             return {"paths": [], "rows": [], "dropped": True}
         rows = [[r.nbytes, r.savers, r.inputs, r.outputs, r.param] for r in self._rows]
         out = {"paths": list(self._paths), "rows": rows, "dropped": False}
         if self.ops is not None:
+            at = {id(r): i for i, r in enumerate(self._rows)}
             out["ops"] = self.ops
+            out["op_rows"] = [[at[id(r)] for r in rows] for rows in self._op_rows]
         if self.policy is not None:
             out["policy"] = policy_name(self.policy)
         if self.graph is not None:
