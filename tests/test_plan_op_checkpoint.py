@@ -22,11 +22,11 @@ N, H = 32, 64  # tokens, width
 
 
 class Block(nn.Module):
-    """Four bias-free Linears with a ReLU between each: four ``aten.mm`` calls."""
+    """``n`` bias-free Linears with a ReLU between each: ``n`` ``aten.mm`` calls."""
 
-    def __init__(self) -> None:
+    def __init__(self, n: int = 4) -> None:
         super().__init__()
-        self.mm = nn.ModuleList(nn.Linear(H, H, bias=False) for _ in range(4))
+        self.mm = nn.ModuleList(nn.Linear(H, H, bias=False) for _ in range(n))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for i, layer in enumerate(self.mm):
@@ -240,23 +240,11 @@ def test_a_policy_function_equals_a_real_selective_checkpoint_run() -> None:
     assert _planned(_relus).peak_bytes == _measured_peak(lambda: _relus)
 
 
-class OddBlock(nn.Module):
-    """Three bias-free Linears with ReLUs between: the policy keeps the 1st and the 3rd
-    matmul's outputs, and the 3rd's is the block's output."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.mm = nn.ModuleList(nn.Linear(H, H, bias=False) for _ in range(3))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for i, layer in enumerate(self.mm):
-            x = layer(x) if i == 0 else layer(torch.relu(x))
-        return x
-
-
 def _odd_model() -> nn.Module:
+    """Three blocks of three Linears: the policy keeps the 1st and the 3rd matmul's
+    outputs, and the 3rd's is the block's output."""
     torch.manual_seed(0)
-    return nn.Sequential(OddBlock(), OddBlock(), OddBlock())
+    return nn.Sequential(Block(3), Block(3), Block(3))
 
 
 def _tracked_peak(
