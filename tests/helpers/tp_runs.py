@@ -15,9 +15,11 @@ Each rank's ``rank{r}.json``: ``{configuration: facts, "commdebug": ...}``, fact
 tensors): bytes of ``to_local()``; ``comm[module][phase][kind] = {"calls", "bytes"}``
 (phases forward, backward, optimizer; module ``""`` outside the forward, or the root);
 ``issued``: each mesh axis's count of collectives from its process group; ``baseline``:
-bytes alive before the step; ``peak`` and ``forward_held``: live bytes above it at the
-step's peak and at the forward's end, with ``peaks`` and ``held`` of every observed
-step; ``losses`` and the plain model's ``reference``.
+bytes alive before the step; ``peak``, ``trained_peak`` and ``forward_held``: live bytes
+above it at the step's peak (``opt.step()`` included: on the CPU, AdamW's single-tensor
+update allocates its temporaries beside every gradient), at the peak of the forward and
+backward alone, and at the forward's end, with ``peaks``, ``trained_peaks`` and ``held``
+of every observed step; ``losses`` and the plain model's ``reference``.
 """
 
 from __future__ import annotations
@@ -260,7 +262,7 @@ class StepObserver(StorageTracker):  # type: ignore[no-untyped-call]
     module and kind: ``comm[module][phase][kind] = {"calls", "bytes"}``. Ops on DTensors
     are handed back (``NotImplemented``), so DTensor runs its local ops and functional
     collectives with this mode active; ops on its sharding propagation's FakeTensors
-    are skipped."""
+    are skipped, and so are the wrappers of collectives' outputs (``_holds_bytes``)."""
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__([])
@@ -304,9 +306,19 @@ class StepObserver(StorageTracker):  # type: ignore[no-untyped-call]
             row["bytes"] += _payload(func, args, kwargs or {})
         if not any(r.alias_info is not None for r in func._schema.returns):
             for t in out if isinstance(out, tuple | list) else (out,):
-                if isinstance(t, torch.Tensor) and id(t.untyped_storage()) not in self.sizes:
+                if _holds_bytes(t) and id(t.untyped_storage()) not in self.sizes:
                     self._count(t.untyped_storage(), t.untyped_storage().nbytes())
         return out
+
+
+def _holds_bytes(t: Any) -> bool:
+    """Whether ``t`` is a tensor with bytes of its own: not the ``AsyncCollectiveTensor``
+    that ``_c10d_functional._wrap_tensor_autograd`` wraps a collective's output in (a
+    wrapper subclass: its storage has a size and no data; the output it wraps was
+    counted when the collective returned it)."""
+    from torch.distributed._functional_collectives import AsyncCollectiveTensor
+
+    return isinstance(t, torch.Tensor) and not isinstance(t, AsyncCollectiveTensor)
 
 
 def storage_bytes(tensors: list[torch.Tensor]) -> int:
@@ -345,6 +357,7 @@ def measured_step(
             held = seen.level
             seen.phase = "backward"
             loss.backward()  # type: ignore[no-untyped-call]
+            trained = seen.peak  # the forward's and backward's, before ``opt.step()``
             states = state_bytes(model, opt)
             seen.phase = "optimizer"
             opt.step()
@@ -352,7 +365,7 @@ def measured_step(
         seen.remove()
     after = issued(groups)
     facts = {**states, "comm": seen.comm, "baseline": baseline, "peak": seen.peak}
-    facts["forward_held"] = held
+    facts["forward_held"], facts["trained_peak"] = held, trained
     facts["issued"] = {axis: after[axis] - before[axis] for axis in groups}
     return loss.item(), facts
 
@@ -376,9 +389,9 @@ def reference_losses(fsdp: bool, dp: int) -> list[float]:
 
 def run(config: str, world: int) -> dict[str, Any]:
     """``STEPS`` steps of one configuration, the last ``MEASURED`` observed: the facts
-    of the first of those (the third step), with every observed step's peak and
-    forward-end bytes (``peaks``, ``held``) and whether the observed steps agree in all
-    else (``repeatable``)."""
+    of the first of those (the third step), with every observed step's peaks and
+    forward-end bytes (``peaks``, ``trained_peaks``, ``held``) and whether the observed
+    steps agree in all else (``repeatable``)."""
     model, groups, dp = build(config, world)
     opt = torch.optim.AdamW(model.parameters(), lr=0.01)
     data = batch(dp)
@@ -395,12 +408,13 @@ def run(config: str, world: int) -> dict[str, Any]:
             observed.append(facts)
             losses.append(last)
         opt.zero_grad()
-    varying = ("peak", "forward_held")
+    varying = ("peak", "forward_held", "trained_peak")
     facts = observed[0]
     same = [{k: v for k, v in f.items() if k not in varying} for f in observed]
     facts["repeatable"] = all(f == same[0] for f in same)
     facts["peaks"] = [f["peak"] for f in observed]
     facts["held"] = [f["forward_held"] for f in observed]
+    facts["trained_peaks"] = [f["trained_peak"] for f in observed]
     facts["losses"] = losses
     facts["reference"] = reference_losses(config == "fsdp_tp", dp)
     return facts
