@@ -12,6 +12,15 @@ but the last. Without a cache (``use_cache=False``) every call is a full forward
 the sequence so far. The rows are the ones ``generate()`` computes (batch x beams, or x
 samples), fed the tokens ``generate()`` fed them; the beams' cache reordering between
 calls (one gather per layer per step) is not replayed.
+
+Assisted and prompt-lookup decoding feed the model a draft of several tokens per call
+and then ``crop()`` the cache back to the tokens accepted: the replay makes the same
+crops at the same points (``generation.calllog``), so its cache holds, before every
+call and at the end, the tokens and bytes ``generate()``'s held; where it would not (a
+change to the cache the replay does not repeat) the replay stops with an error rather
+than give another cache's figures. An assistant model's own calls are not replayed (a
+notice says so); a model drafting for itself (``assistant_early_exit``, or the model as
+its own ``assistant_model``) is refused.
 """
 
 from __future__ import annotations
@@ -29,8 +38,9 @@ from layerscope.analysis.merge import merge_profiles
 from layerscope.collect.timing.options import MAX_REPEATS
 from layerscope.errors import InvalidInputError, LayerscopeError, ModelError
 from layerscope.generation.cache import cache_facts, kv_summary, seq_length
-from layerscope.generation.calllog import CallLog, is_cache, recording
+from layerscope.generation.calllog import CallLog, cache_state, is_cache, recording
 from layerscope.generation.callrow import CallRow
+from layerscope.generation.padding import padding_notices
 from layerscope.generation.result import Generation
 from layerscope.generation.stages import call_facts
 from layerscope.profile import Profile
@@ -106,6 +116,33 @@ def _median_time(
     return statistics.median(times)
 
 
+def _drafting(model: nn.Module, kwargs: Mapping[str, Any]) -> list[str]:
+    """The notice for an assistant model, whose calls are not replayed; a refusal for a
+    model that drafts for itself, whose draft calls the replay cannot make as
+    ``generate()`` made them."""
+    config = kwargs.get("generation_config") or getattr(model, "generation_config", None)
+    early = kwargs.get("assistant_early_exit", getattr(config, "assistant_early_exit", None))
+    if early is not None:
+        refuse(
+            "assistant_early_exit", early, "None for profile_generate",
+            why="generate() drafts with the model itself, its config cut to that many "
+            "layers around each draft call, which the replay of its calls cannot repeat",
+        )  # fmt: skip
+    assistant = kwargs.get("assistant_model")
+    if assistant is None:
+        return []
+    if assistant is model:
+        raise InvalidInputError(
+            "profile_generate cannot replay a model that is its own assistant_model: its "
+            "draft calls would be recorded among its own; pass a separate assistant model"
+        )
+    return [
+        f"assisted decoding: the assistant model's calls ({type(assistant).__name__}: its "
+        "drafts) are not in this generation; the model's own calls are, each feeding the "
+        "draft it verifies"
+    ]
+
+
 #: The most tokens ``profile_generate`` makes: each is a call it analyses on its own
 #: (a longer run: ``ls.estimate_generate``, or profile it in parts).
 MAX_NEW_TOKENS = 4096
@@ -150,6 +187,7 @@ def profile_generate(
             "generate() reads token values, which meta tensors have not: profile on a real "
             "device, or estimate on meta with ls.estimate_generate"
         )
+    notices = _drafting(model, generate_kwargs)
     with recording(model) as log:
         out = _generate(model, input_ids, new, attention_mask, dict(generate_kwargs))
     if not log.calls:
@@ -167,7 +205,9 @@ def profile_generate(
     first = log.calls[0][1].get("use_cache")
     use_cache = bool(generate_kwargs.get("use_cache", True) if first is None else first)
     prompt = input_ids if encdec else None
+    notices += padding_notices(model, input_ids, attention_mask, log, generate_kwargs)
     generation = _Replay(model, log, prompt, repeats).run(use_cache)
+    generation.notices[:0] = notices
     generation.options = {
         "prompt_tokens": int(input_ids.shape[1]),
         "new_tokens": int(produced),
@@ -216,6 +256,29 @@ class _Replay:
         kwargs[name if isinstance(name, str) else "input_ids"] = prompt
         return args, kwargs, int(prompt.shape[1])
 
+    def _sync(self, call: int | None) -> tuple[int, int]:
+        """Crop the caches' copies as generate() cropped its caches before call ``call``
+        (None: after the last), then refuse where a copy differs from generate()'s
+        cache there; the crops that removed tokens, and the tokens they removed."""
+        crops = removed = 0
+        for crop in self.log.crop_before(len(self.log.calls) if call is None else call):
+            cache = self.log.caches[crop.index]
+            before = seq_length(cache)
+            cache.crop(*crop.args, **crop.kwargs)
+            gone = before - seq_length(cache)
+            crops, removed = crops + (gone > 0), removed + gone
+        indices = range(len(self.log.caches)) if call is None else self.log.states[call]
+        for index in indices:
+            problem = self.log.mismatch(index, cache_state(self.log.caches[index]), call)
+            if problem is not None:
+                raise InvalidInputError(
+                    f"profile_generate cannot replay this generate(): {problem}. generate() "
+                    "changed its cache between calls in a way the replay does not repeat "
+                    "(it repeats crop(), as assisted and prompt-lookup decoding use it), "
+                    "so the replay's figures would not be generate()'s"
+                )
+        return crops, removed
+
     def run(self, cached: bool) -> Generation:
         """Every call: with a cache, the first is the prefill and the others decode
         steps; without one, each is a full forward."""
@@ -224,7 +287,9 @@ class _Replay:
         rows: list[CallRow] = []
         after_prefill: dict[str, Any] = {}
         cache: Any = None
+        cropped = [0, 0]  # the crops that removed tokens, and the tokens they removed
         for i, (args, kwargs) in enumerate(self.log.replayed()):
+            cropped = [a + b for a, b in zip(cropped, self._sync(i), strict=True)]
             name = next((k for k, v in kwargs.items() if is_cache(v)), None)
             cache = kwargs[name] if name is not None else None
             if i == 0 and self.prompt is not None:
@@ -239,9 +304,21 @@ class _Replay:
                 facts = cache_facts(cache)
                 notices += facts.notices
                 after_prefill = facts.to_dict()
+        cropped = [a + b for a, b in zip(cropped, self._sync(None), strict=True)]
+        if cropped[1]:
+            notices.append(_cropped_words(*cropped))
         stages = {s: (p[0] if s == "prefill" else merge_profiles(p)) for s, p in profiles.items()}
         kv = kv_summary(after_prefill, cache_facts(cache).to_dict()) if cached else {}
         return Generation(stages, rows, kv, {}, notices)
+
+
+def _cropped_words(crops: int, tokens: int) -> str:
+    return (
+        f"generate() cropped its cache {crops} time{'s' if crops != 1 else ''}, dropping "
+        f"{tokens} draft token{'s' if tokens != 1 else ''} it did not accept (assisted or "
+        "prompt-lookup decoding), and the replay crops its copy alike: a call's KV after "
+        "holds the draft it was fed, the next call's cache before only the tokens kept"
+    )
 
 
 __all__ = ["profile_generate"]
