@@ -113,6 +113,10 @@ def test_llama_blocks_keep_q_v_attention_gate_and_down() -> None:
     # 2 x 64 tokens in bf16: q 64 wide, v 32 (2 KV heads of 16), gate 128, down 64
     attention = ops[3][2]  # its output (bf16), log-sum-exp (float32) and 16 B more
     assert attention == 2 * 4 * 64 * 16 * 2 + 2 * 4 * 64 * 4 + 16
+    # its FLOPs causal, as the module's: 2 rows x 4 heads x 64 x 65 / 2 entries x (2 x
+    # (16 + 16) for QK^T and PV + 6 for the scale and softmax); torch's counter, which
+    # the records used, gave the full square, 2,293,760, taken off the recompute
+    assert ops[3][3] == 2 * 4 * (64 * 65 // 2) * (2 * (16 + 16) + 6) == 1_164_800
     per_block = 2 * 64 * 2 * (64 + 32 + 128 + 64) + attention
     assert op.kept_activation_bytes - blocks.kept_activation_bytes == 2 * per_block
 
@@ -208,9 +212,9 @@ def _relus(ctx: Any, func: Any, *args: Any, **kwargs: Any) -> Any:
 def test_a_policy_function_in_every_block() -> None:
     """``checkpoint=policy`` (as create_selective_checkpoint_contexts takes): the analysis
     records the calls the policy saves, 3 ReLUs a block, each N x H float32 (8,192 B;
-    0 FLOPs: torch's counter has no ReLU formula). Each block keeps 3 x 8,192 B beside
-    what "blocks" keeps and recomputes all of its forward; the document names the
-    policy; a given profile is refused."""
+    N x H = 2,048 FLOPs, one an element, as the modules' FLOPs count them). Each block
+    keeps 3 x 8,192 B beside what "blocks" keeps and recomputes its forward less those
+    3 x 2,048 FLOPs; the document names the policy; a given profile is refused."""
     blocks, mine = _plan("blocks"), ls.plan(
         _model(), X, world_size=1, sharding="none", precision="fp32", optimizer="sgd",
         reserve_bytes=0, checkpoint=_relus,
@@ -219,11 +223,11 @@ def test_a_policy_function_in_every_block() -> None:
     paths = table["paths"]
     assert table["policy"] == "_relus"
     assert [(paths[i], o, b, f) for i, o, b, f in table["ops"]] == [
-        (str(k), "aten.relu.default", N * H * 4, 0) for k in range(2) for _ in range(3)
+        (str(k), "aten.relu.default", N * H * 4, N * H) for k in range(2) for _ in range(3)
     ]
     assert mine.checkpoint == ["0", "1"]
     assert mine.kept_activation_bytes - blocks.kept_activation_bytes == 2 * 3 * N * H * 4
-    assert mine.recompute_flops == blocks.recompute_flops
+    assert blocks.recompute_flops - mine.recompute_flops == 2 * 3 * N * H
     assert mine.options["checkpoint"] == "policy _relus"
     assert any(n.startswith("checkpoint=_relus: the policy in every block") for n in mine.notes)
     assert "checkpointing policy _relus: 2 modules" in mine.render(width=100)

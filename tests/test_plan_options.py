@@ -251,6 +251,14 @@ def test_the_default_budget_is_what_the_device_lets_a_process_use() -> None:
     assert check_options({"target": TINY}).budget == 2_000_000  # its memory_bytes
     with pytest.raises(InvalidInputError, match="usable_memory_bytes must be at most"):
         ls.device_spec({**TINY, "usable_memory_bytes": 3_000_000})
+    # a usable figure without the datasheet's: budgeted, the note without the datasheet
+    # figure (its format of None raised a TypeError)
+    usable = {k: v for k, v in TINY.items() if k != "memory_bytes"}
+    usable["usable_memory_bytes"] = 1_500_000
+    alone = ls.plan(model, torch.randn(2, 8), target=usable, world_size=1, sharding="none",
+                    precision="fp32", reserve_bytes=0)  # fmt: skip
+    assert alone.budget == 1_500_000
+    assert "budget: the 1,500,000 B a process can use on the tiny (the total " in alone.notes[-1]
 
 
 def test_sweep_rows_over_shardings_and_precisions_are_the_plans() -> None:
@@ -265,3 +273,19 @@ def test_sweep_rows_over_shardings_and_precisions_are_the_plans() -> None:
         for row in sweep.rows:
             alone = _plan(2, {**options, "sharding": row.sharding, "precision": row.precision})
             assert (row.peak_bytes, row.step_time) == (alone.peak_bytes, alone.step_time)
+
+
+@pytest.mark.parametrize(
+    ("given", "shape"),
+    [
+        ({"args": (torch.zeros(0, 8),)}, [0, 8]),
+        ({"args": (torch.zeros(2, 0),)}, [2, 0]),
+        ({"input_shape": (0, 8)}, [0, 8]),
+    ],
+)
+def test_an_empty_micro_batch_is_refused(given: dict[str, Any], shape: list[int]) -> None:
+    """No sample, or no token: refused before the analysis (it was the model's error,
+    raised where it first reshaped the empty batch)."""
+    model = nn.Sequential(nn.Linear(8, 8))
+    with pytest.raises(InvalidInputError, match=re.escape(f"an input of shape {shape} has no")):
+        ls.plan(model, *given.get("args", ()), input_shape=given.get("input_shape"))

@@ -241,10 +241,10 @@ def _notes(
         notes.append("checkpoint='auto': even every block checkpointed does not fit")
     spec = opts.target
     if spec.usable_memory_bytes and opts.budget == spec.usable_memory_bytes:
+        datasheet = f", not the datasheet's {spec.memory_bytes:,}" if spec.memory_bytes else ""
         notes.append(
             f"budget: the {spec.usable_memory_bytes:,} B a process can use on the "
-            f"{spec.label} (the total torch.cuda.mem_get_info() reports), not the "
-            f"datasheet's {spec.memory_bytes:,}"
+            f"{spec.label} (the total torch.cuda.mem_get_info() reports){datasheet}"
         )
     if opts.autocast and not emulated:
         notes.append(

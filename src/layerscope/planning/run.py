@@ -10,6 +10,9 @@ from typing import Any
 from torch import nn
 
 from layerscope.busy import ProgressSetting, busy, check_progress
+from layerscope.collect.inputs import normalise_shapes
+from layerscope.collect.signature import iter_tensors
+from layerscope.errors import InvalidInputError
 from layerscope.planning.options import check_options
 from layerscope.planning.pipelineplan import analysed, build_plan
 from layerscope.planning.result import Plan
@@ -61,6 +64,7 @@ def plan(
     (None), always (True), never (False), or a callable given each status text
     (``layerscope.busy``)."""
     progress = check_progress(progress)
+    _check_not_empty(args, kwargs, input_shape)
     given = {"world_size": world_size, "sharding": sharding}
     opts = check_options({
         "target": target, **{k: v for k, v in given.items() if v is not None},
@@ -79,6 +83,20 @@ def plan(
     if isinstance(model_or_profile, nn.Module):  # to analyse other micro-batches
         result.source = Source(model_or_profile, args, kwargs, input_shape, profile_options, opts)
     return result
+
+
+def _check_not_empty(args: tuple[Any, ...], kwargs: Any, input_shape: Any) -> None:
+    """A micro-batch with no elements (a batch or sequence of 0) is refused, as the CLI
+    refuses it, rather than reported as the model's error when it cannot reshape it."""
+    shapes = [tuple(t.shape) for t in (*iter_tensors(args), *iter_tensors(kwargs or {}))]
+    if input_shape is not None:
+        shapes += normalise_shapes(input_shape)
+    empty = next((s for s in shapes if 0 in s), None)
+    if empty is not None:
+        raise InvalidInputError(
+            f"ls.plan plans a training micro-batch: an input of shape {list(empty)} has no "
+            "elements; give at least one sample of at least one token"
+        )
 
 
 __all__ = ["plan"]

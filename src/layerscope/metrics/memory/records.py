@@ -27,7 +27,8 @@ Asked for (``record_ops()``, as a plan with ``checkpoint="op"`` does), the table
 has ``"ops"``: ``[[path index, op, bytes, flops], ...]``, each forward call of an op of
 ``RECORDED_OPS`` (the ops a selective-checkpointing policy saves: torchtitan's) in
 call order, with its innermost module, the bytes of the storages its outputs made and
-its FLOPs (torch's ``flop_counter`` formulas; 0 for an op without one), and
+its FLOPs (layerscope's formulas, as the module's: a causal attention's half; 0 for an
+op without one), and
 ``"op_rows"``: per call, the rows of its outputs' storages (none for a storage that got
 no row: freed unsaved, never passed to a module). Asked for with
 a policy (``record_ops(policy)``: a function as torch's
@@ -196,11 +197,10 @@ class StorageRecords:
                 return
         elif not policy_saves(self.policy, func, args, kwargs, out):
             return
-        from torch.utils.flop_counter import flop_registry
+        from layerscope.metrics.flops import op_cost
 
-        count = flop_registry.get(func.overloadpacket)
-        flops = int(count(*args, **kwargs, out_val=out)) if count is not None else 0
-        self.ops.append([self._index(node), str(func), made, flops])
+        cost = op_cost(func, args, kwargs or {}, out)
+        self.ops.append([self._index(node), str(func), made, cost.flops if cost else 0])
         self._op_rows.append([])
         for t in [out] if isinstance(out, Tensor) else iter_tensors(out):
             s = storage_of(held_part(t))
