@@ -289,3 +289,24 @@ def test_an_empty_micro_batch_is_refused(given: dict[str, Any], shape: list[int]
     model = nn.Sequential(nn.Linear(8, 8))
     with pytest.raises(InvalidInputError, match=re.escape(f"an input of shape {shape} has no")):
         ls.plan(model, *given.get("args", ()), input_shape=given.get("input_shape"))
+
+
+def test_a_transformers_base_model_is_noted() -> None:
+    """``LlamaModel`` (``transformers:llama``) has no output head: the plan says so and
+    names the class with one; ``LlamaForCausalLM``'s plan has no such note."""
+    import transformers
+
+    shape: dict[str, Any] = dict(
+        vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2,
+    )  # fmt: skip
+    config = transformers.LlamaConfig(**shape)
+    common: dict[str, Any] = dict(input_shape=(2, 16), world_size=1, sharding="none")
+    base = ls.plan(transformers.LlamaModel(config), **common)
+    assert base.notes[-1] == (
+        "LlamaModel is a transformers base model, without an output head: the plan holds no "
+        "logits; plan the model with its head (transformers:LlamaForCausalLM) for a language "
+        "model's training step"
+    )
+    headed = ls.plan(transformers.LlamaForCausalLM(config), **common)
+    assert not any("base model" in n for n in headed.notes)
