@@ -392,8 +392,13 @@ def test_invalid_json_and_a_top_level_list(tmp_path: Path) -> None:
         "line 1 column 2 (char 1)"
     )
     file.write_text("")
-    with pytest.raises(ls.SchemaError, match="is not valid JSON: Expecting value"):
+    with pytest.raises(ls.SchemaError) as info:
         ls.load(file)
+    assert str(info.value) == f"{file} is not valid JSON: the file is empty"
+    file.write_text(" \n")
+    with pytest.raises(ls.SchemaError) as info:
+        ls.load(file)
+    assert str(info.value) == f"{file} is not valid JSON: the file holds only white space"
     file.write_text("[1, 2]")
     with pytest.raises(ls.SchemaError) as info:
         ls.load(file)

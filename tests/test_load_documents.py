@@ -59,8 +59,36 @@ def test_documents_of_real_runs_load(kind: str, tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("loader", "wrong", "words"),
     [
-        (ls.load_plan, "generation", "$.plan: not a plan (no 'plan' section)"),
-        (ls.load_generation, "plan", "$.generation: not a generation (no 'generation' section)"),
+        (
+            ls.load_plan,
+            "generation",
+            "$.plan: no 'plan' section: this is a generation "
+            "('layerscope/1'), not a plan: read it with ls.load_generation",
+        ),
+        (
+            ls.load_generation,
+            "plan",
+            "$.generation: no 'generation' section: this is a plan "
+            "('layerscope/1'), not a generation: read it with ls.load_plan",
+        ),
+        (
+            ls.load_plan,
+            "sweep",
+            "$.schema: this is a sweep ('layerscope-sweep/1'), not a "
+            "plan: read it with ls.load_sweep",
+        ),
+        (
+            ls.load_plan,
+            "serving",
+            "$.schema: this is a serving plan ('layerscope-serving/1'), "
+            "not a plan: read it with ls.load_serving",
+        ),
+        (
+            ls.load_generation,
+            "estimate",
+            "$.schema: this is a generation estimate "
+            "('layerscope-estimate/1'), not a generation: read it with ls.load_estimate",
+        ),
         (
             ls.load_sweep,
             "plan",
@@ -86,7 +114,89 @@ def test_a_loaders_message_starts_with_the_file(
     path = _write(tmp_path, wrong, lambda doc: None)
     with pytest.raises(ls.SchemaError) as e:
         loader(path)
-    assert str(e.value).startswith(f"{path}: {words}")
+    assert str(e.value) == f"{path}: {words}"
+
+
+@pytest.mark.parametrize(
+    ("loader", "words"),
+    [
+        (ls.load_plan, "$.plan: not a plan (no 'plan' section); make one with ls.plan"),
+        (ls.load_generation, "$.generation: not a generation (no 'generation' section); make "
+         "one with ls.profile_generate"),
+    ],
+)  # fmt: skip
+def test_a_profile_is_not_a_plan_or_a_generation(
+    loader: Callable[[Path], Any], words: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "p.json"
+    ls.profile(small_model(), torch.randn(2, 8)).save(path)
+    with pytest.raises(ls.SchemaError) as e:
+        loader(path)
+    assert str(e.value) == f"{path}: {words}"
+
+
+ALL = {"profile": ls.load, **LOADERS}
+
+
+@pytest.mark.parametrize("kind", list(ALL))
+def test_a_file_cut_short_or_empty_says_so(kind: str, tmp_path: Path) -> None:
+    """A copy or a write that did not finish: wherever the file ends, inside a string,
+    a number, a literal or between keys, the message says it is cut short."""
+    if kind == "profile":
+        text = json.dumps({"schema": "layerscope/1", "model": {"name": "M", "x": -1.5e-7},
+                           "root": {"path": "", "calls": 1, "ok": True, "n": None}})  # fmt: skip
+    else:
+        text = json.dumps(_documents()[kind], indent=1)
+    path = tmp_path / f"{kind}.json"
+    for end in (1, 2, 17, len(text) // 3, len(text) // 2, len(text) - 1):
+        path.write_text(text[:end], encoding="utf-8")
+        with pytest.raises(ls.SchemaError) as e:
+            ALL[kind](path)
+        assert str(e.value) == (
+            f"{path} is not valid JSON: it ends inside its JSON, after {end:,} characters: "
+            "the file is cut short (a copy or a write that did not finish?)"
+        )
+    path.write_text("", encoding="utf-8")
+    with pytest.raises(ls.SchemaError) as e:
+        ALL[kind](path)
+    assert str(e.value) == f"{path} is not valid JSON: the file is empty"
+    code, out, err = _show(path)
+    assert (code, out) == (2, "")
+    assert err == f"layerscope: error: {path} is not valid JSON: the file is empty\n"
+
+
+def test_a_cut_is_told_from_a_mistake() -> None:
+    """Text that cannot be the start of a document keeps the parser's words."""
+    from layerscope.export.jsonread import _not_json
+
+    cases = {
+        '{"a": 1': "cut", '{"a": tr': "cut", '{"a": -': "cut", '{"a": 1.': "cut",
+        '{"a": 2e-': "cut", '{"a": "x\\u00': "cut", '{"a": "x': "cut", '{"a"': "cut",
+        '{"a": NaN, "b": -Inf': "cut",
+        "{not json": "Expecting property name enclosed in double quotes: line 1 column 2 "
+        "(char 1)",
+        '{"a": 1 2}': "Expecting ',' delimiter: line 1 column 9 (char 8)",
+        '{"a": tx': "Expecting value: line 1 column 7 (char 6)",
+        '{"a": 1}}': "Extra data: line 1 column 9 (char 8)",
+        '{"a": "\\u00zz"}': "Invalid \\uXXXX escape: line 1 column 9 (char 8)",
+    }  # fmt: skip
+    for text, said in cases.items():
+        with pytest.raises(json.JSONDecodeError) as e:
+            json.loads(text, parse_constant=float)
+        expected = (
+            f"it ends inside its JSON, after {len(text):,} characters: the file is cut "
+            "short (a copy or a write that did not finish?)"
+            if said == "cut"
+            else said
+        )
+        assert _not_json(text, e.value) == expected, text
+
+
+def _show(path: Path) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["show", str(path)])
+    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.mark.parametrize(
@@ -114,6 +224,25 @@ NEGATIVE = [
     ("plan", ("plan", "step_time"), -1.0, "a finite number >= 0", "the number -1.0"),
     ("plan", ("plan", "time", "compute"), -1e-3, "a finite number >= 0", "the number -0.001"),
     ("plan", ("plan", "tokens_per_s"), -5, "a finite number >= 0 or null", "the integer -5"),
+    # the network: bandwidths, efficiencies and latencies, as cluster= takes them
+    ("plan", ("plan", "options", "inter_node_bandwidth"), -1.0, "a finite number >= 0 or null",
+     "the number -1.0"),
+    ("plan", ("plan", "options", "bucket_cap_mb"), -25, "a finite number >= 0",
+     "the integer -25"),
+    ("plan", ("plan", "options", "cluster", "nic_bandwidth"), -5e10, "a finite number >= 0",
+     "the number -50000000000.0"),
+    ("plan", ("plan", "options", "cluster", "base_latency"), -1e-6, "a finite number >= 0",
+     "the number -1e-06"),
+    ("plan", ("plan", "options", "cluster", "gpus_per_node"), 0, "an integer >= 1",
+     "the integer 0"),
+    ("plan", ("plan", "device", "interconnect"), -1, "a finite number >= 0 or null",
+     "the integer -1"),
+    # a memory part a newer version adds is bytes too (the views show it as a row)
+    ("plan", ("plan", "memory", "new_part_bytes"), -1, "an integer >= 0", "the integer -1"),
+    ("plan", ("plan", "memory", "new_part_bytes"), {"a": 1}, "an integer >= 0", "an object"),
+    ("serving", ("kv", "layers", 0, "bytes_per_token"), -256.0, "a finite number >= 0",
+     "the number -256.0"),
+    ("serving", ("memory", "weight_bytes"), -1, "an integer >= 0", "the integer -1"),
     ("estimate", ("prefill_time",), -2.0, "a finite number >= 0", "the number -2.0"),
     ("estimate", ("sweep", 0, "decode_bytes"), -1, "a finite number >= 0", "the integer -1"),
     ("serving", ("rows", 0, "tpot"), -1.0, "a finite number >= 0", "the number -1.0"),

@@ -10,6 +10,7 @@ import contextlib
 import json
 import math
 import os
+import re
 from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
@@ -62,7 +63,7 @@ def read_document(path: str | os.PathLike[str], *, max_bytes: int | None = None)
         try:
             data = json.loads(text, parse_constant=NONFINITE.__getitem__)
         except json.JSONDecodeError as e:
-            raise SchemaError(f"{source} is not valid JSON: {e}") from None
+            raise SchemaError(f"{source} is not valid JSON: {_not_json(text, e)}") from None
         except RecursionError:
             raise SchemaError(
                 f"{source} is nested too deeply to read (layerscope reads module trees "
@@ -71,6 +72,41 @@ def read_document(path: str | os.PathLike[str], *, max_bytes: int | None = None)
         except ValueError as e:  # an integer past Python's int-max-str-digits
             raise SchemaError(f"{source} holds a number too long to read: {e}") from None
     return data
+
+
+#: What a value cut short can end with where the parser stops: the start of a literal
+#: (``tr``, ``Infin``, ``-``) or the rest of a number cut after a digit (``1.``, ``2e-``).
+_LITERALS = ("true", "false", "null", "NaN", "Infinity", "-Infinity")
+_NUMBER_TAIL = re.compile(r"[.eE][-+0-9]*|[-+0-9]+")
+_ESCAPE_TAIL = re.compile(r"u[0-9a-fA-F]{0,4}")
+
+
+def _not_json(text: str, e: json.JSONDecodeError) -> str:
+    """Why ``text`` is not JSON: it is empty, it ends inside its JSON (a file cut short:
+    a copy or a write that did not finish), or the parser's own words."""
+    if not text.strip():
+        return "the file is empty" if not text else "the file holds only white space"
+    rest = text[e.pos :].rstrip()
+    if e.msg.startswith("Invalid \\uXXXX escape"):  # cut inside an escape: u, u0, u00b7
+        return _cut_short(text) if _ESCAPE_TAIL.fullmatch(rest) else str(e)
+    cut = e.msg.startswith("Unterminated string") or (
+        not e.msg.startswith("Extra data")
+        and (
+            not rest
+            or any(word.startswith(rest) for word in _LITERALS)
+            or (
+                e.pos > 0 and text[e.pos - 1].isdigit() and _NUMBER_TAIL.fullmatch(rest) is not None
+            )
+        )
+    )
+    return _cut_short(text) if cut else str(e)
+
+
+def _cut_short(text: str) -> str:
+    return (
+        f"it ends inside its JSON, after {len(text):,} characters: the file is cut short (a "
+        "copy or a write that did not finish?)"
+    )
 
 
 def checked_document(data: Any, spec: Check, source: str | None = None) -> Any:
@@ -126,6 +162,24 @@ def other_kind(data: object) -> str | None:
     """For a document of a kind besides a profile (a sweep, an estimate, a serving plan, a
     diff): what it is and what reads it, for a profile loader's refusal; else None."""
     return None if schema_name(data) == "layerscope" else _named(data, "profile")
+
+
+def check_section_kind(data: Any, key: str, what: str) -> None:
+    """``SchemaError`` for a document without the section ``key`` (``plan``,
+    ``generation``; ``what``: the document, ``plan``) that is a document of another known
+    kind: what it is and what reads it, as ``check_schema`` says (``$.schema: this is a
+    sweep ...``; the other section's document: ``$.plan: no 'plan' section: this is a
+    generation ...``). A profile, or a document of no known kind, is left to the
+    section's own check."""
+    if not isinstance(data, dict) or key in data:
+        return
+    named = _named(data, what)
+    if named is None:
+        return
+    if schema_name(data) != "layerscope":
+        raise SchemaError(f"$.schema: {named}")
+    if any(k in data for k in _SECTIONS):
+        raise SchemaError(f"$.{key}: no {key!r} section: {named}")
 
 
 def check_schema(data: Any, schema: str, what: str, source: str | None = None) -> None:
@@ -246,6 +300,7 @@ __all__ = [
     "MEMORY_FACTOR",
     "available_memory",
     "check_schema",
+    "check_section_kind",
     "checked_document",
     "default_max_bytes",
     "document_json",

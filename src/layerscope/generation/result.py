@@ -41,6 +41,9 @@ class Generation:
     #: how it ran: prompt tokens, new tokens, rows (batch x beams), the generate options
     options: dict[str, Any] = field(default_factory=dict)
     notices: list[str] = field(default_factory=list)
+    #: keys of the ``generation`` section this version does not know (a newer
+    #: layerscope's, an extension's), as read: written back after the known ones
+    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def decode_steps(self) -> list[CallRow]:
@@ -59,7 +62,7 @@ class Generation:
         """The ``generation`` section: everything but the first stage's profile, which
         is the document's own."""
         names = list(self.stages)
-        return {
+        section = {
             "first_stage": names[0] if names else None,
             "stages": {n: self.stages[n].to_dict() for n in names[1:]},
             "calls": [r.to_dict() for r in self.calls],
@@ -67,6 +70,8 @@ class Generation:
             "options": dict(self.options),
             "notices": list(self.notices),
         }
+        section.update((k, v) for k, v in self.extra.items() if k not in section)
+        return section
 
     def to_dict(self) -> dict[str, Any]:
         first = next(iter(self.stages.values()), None)
@@ -125,16 +130,17 @@ class Generation:
         trees and the stages' are not both whole)."""
         from layerscope.export.json import profile_from_dict
         from layerscope.export.jsoncheck import checked_section
-        from layerscope.export.jsonread import naming
+        from layerscope.export.jsonread import check_section_kind, naming, unknown_keys
         from layerscope.generation.schema import GENERATION
 
-        missing = "not a generation (no 'generation' section)"
+        missing = "not a generation (no 'generation' section); make one with ls.profile_generate"
         given = data.get("generation") if isinstance(data, dict) else None
         if isinstance(given, dict) and "decode_steps" in given and "calls" not in given:
             # a document written before the rows were named ``calls``
             given = {("calls" if k == "decode_steps" else k): v for k, v in given.items()}
             data = {**data, "generation": given}
         with naming(source):
+            check_section_kind(data, "generation", "generation")
             section = checked_section(data, "generation", GENERATION, missing)
         stages: dict[str, Profile] = {}
         if section["first_stage"] is not None:
@@ -151,6 +157,7 @@ class Generation:
             dict(section["kv_cache"]),
             dict(section["options"]),
             list(section["notices"]),
+            unknown_keys(section, GENERATION.props),
         )
 
     def render(self, stage: str | None = None, **options: Any) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
 from layerscope.generation.fields import SERVING_FIELDS
@@ -23,6 +23,14 @@ class KVLayer:
 
     bytes_per_token: float
     cap: int | None = None
+    #: keys of a layer this version does not know, as read: written back after the known
+    #: ones (not hashed: a layer is hashed by its figures)
+    extra: dict[str, Any] = field(default_factory=dict, kw_only=True, hash=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {"bytes_per_token": self.bytes_per_token, "cap": self.cap}
+        data.update((k, v) for k, v in self.extra.items() if k not in data)
+        return data
 
 
 @dataclass
@@ -54,20 +62,32 @@ class ServingRow:
     #: keys of a row this version does not know (a newer layerscope's), as read: written
     #: back after the known ones
     extra: dict[str, Any] = field(default_factory=dict, kw_only=True)
+    #: keys of the table its document did not write and nothing else gives (a plan saved
+    #: before launches were priced: ``launch_time`` and ``kernels``, 0 here): left out of
+    #: ``to_dict``, so the views show none and ``save`` writes what was read
+    absent: tuple[str, ...] = field(default=(), kw_only=True)
 
     def to_dict(self) -> dict[str, Any]:
-        data = {f.key: getattr(self, f.key) for f in SERVING_FIELDS}
+        data = {f.key: getattr(self, f.key) for f in SERVING_FIELDS if f.key not in self.absent}
         data.update((k, v) for k, v in self.extra.items() if k not in data)
         return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ServingRow:
         """A row from ``to_dict``'s form (``serving_schema`` checked it): its known keys,
-        and the others in ``extra``."""
+        and the others in ``extra``. An older plan's row: its TTFT and TPOT were their
+        roofline bounds (``ttft_bound``, ``tpot_bound``), and the first plans priced no
+        launches (``launch_time`` and ``kernels`` ``absent``)."""
         from layerscope.export.jsonread import unknown_keys
 
         keys = [f.key for f in SERVING_FIELDS]
-        return cls(**{k: data[k] for k in keys}, extra=unknown_keys(data, keys))
+        given = {k: data[k] for k in keys if k in data}
+        given.setdefault("ttft_bound", data["ttft"])
+        given.setdefault("tpot_bound", data["tpot"])
+        absent = tuple(k for k in ("launch_time", "kernels") if k not in data)
+        given.setdefault("launch_time", 0.0)
+        given.setdefault("kernels", 0)
+        return cls(**given, extra=unknown_keys(data, keys), absent=absent)
 
 
 @dataclass
@@ -92,8 +112,9 @@ class ServingPlan:
     workspace_bytes: int
     prefill_chunk: int
     reserve_bytes: int
-    #: "eager" (a launch per kernel) or "graphs" (one CUDA graph per decode step)
-    mode: str
+    #: "eager" (a launch per kernel) or "graphs" (one CUDA graph per decode step); None:
+    #: a plan saved before the mode, whose rows are roofline bounds without launches
+    mode: str | None
     layers: list[KVLayer]
     rows: list[ServingRow] = field(default_factory=list)
     #: the rules the numbers follow, then the latency estimate's notes
@@ -107,6 +128,9 @@ class ServingPlan:
     #: top-level keys of a document this version does not know (a newer layerscope's,
     #: an extension's), as read: written back by ``save`` after the known ones
     extra: dict[str, Any] = field(default_factory=dict)
+    #: the same, of its ``memory`` and ``kv`` sections
+    memory_extra: dict[str, Any] = field(default_factory=dict)
+    kv_extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def budget(self) -> int:
@@ -177,31 +201,36 @@ class ServingPlan:
             "max_context": self.max_context,
             "prompt": self.prompt,
             "new_tokens": self.new_tokens,
-            "mode": self.mode,
+            **({"mode": self.mode} if self.mode is not None else {}),
             **({"tp": self.tp} if self.tp > 1 else {}),
-            "memory": {
-                "usable_bytes": self.usable_bytes,
-                "memory_utilization": self.memory_utilization,
-                "budget_bytes": self.budget,
-                "weight_bytes": self.weight_bytes,
-                "workspace_bytes": self.workspace_bytes,
-                "prefill_chunk": self.prefill_chunk,
-                "reserve_bytes": self.reserve_bytes,
-                "kv_budget_bytes": self.kv_budget,
-            },
-            "kv": {
-                "bytes_per_token": self.kv_bytes_per_token,
-                "tokens": self.kv_tokens,
-                "blocks": self.kv_blocks,
-                "bytes_per_sequence": self.kv_bytes(self.max_context),
-                "layers": [asdict(layer) for layer in self.layers],
-            },
+            "memory": _with_extra(
+                {
+                    "usable_bytes": self.usable_bytes,
+                    "memory_utilization": self.memory_utilization,
+                    "budget_bytes": self.budget,
+                    "weight_bytes": self.weight_bytes,
+                    "workspace_bytes": self.workspace_bytes,
+                    "prefill_chunk": self.prefill_chunk,
+                    "reserve_bytes": self.reserve_bytes,
+                    "kv_budget_bytes": self.kv_budget,
+                },
+                self.memory_extra,
+            ),
+            "kv": _with_extra(
+                {
+                    "bytes_per_token": self.kv_bytes_per_token,
+                    "tokens": self.kv_tokens,
+                    "blocks": self.kv_blocks,
+                    "bytes_per_sequence": self.kv_bytes(self.max_context),
+                    "layers": [layer.to_dict() for layer in self.layers],
+                },
+                self.kv_extra,
+            ),
             "max_concurrency": self.max_concurrency,
             "rows": [r.to_dict() for r in self.rows],
             "notes": list(self.notes),
         }
-        data.update((k, v) for k, v in self.extra.items() if k not in data)
-        return data
+        return _with_extra(data, self.extra)
 
     @classmethod
     def from_dict(cls, data: Any, source: str | None = None) -> ServingPlan:
@@ -211,22 +240,29 @@ class ServingPlan:
         document writes them they must agree (an edited or damaged one is refused)."""
         from layerscope.errors import SchemaError
         from layerscope.export.jsonread import check_schema, checked_document, unknown_keys
-        from layerscope.generation.serving_schema import SERVING, SERVING_KEYS, SERVING_SCHEMA
+        from layerscope.generation import serving_schema as schema
 
-        check_schema(data, SERVING_SCHEMA, "serving plan", source)
-        d = checked_document(data, SERVING, source)
+        check_schema(data, schema.SERVING_SCHEMA, "serving plan", source)
+        d = checked_document(data, schema.SERVING, source)
+        schema.check_rows(d, source)
         if not d["kv"]["layers"]:
             where = f"{source}: " if source else ""
             raise SchemaError(f"{where}$.kv.layers: a serving plan has at least one layer")
-        m = d["memory"]
+        m, kv = d["memory"], d["kv"]
+        layers = [
+            KVLayer(x["bytes_per_token"], x["cap"], extra=unknown_keys(x, schema.LAYER_KEYS))
+            for x in kv["layers"]
+        ]
+        # the first plans had no mode: their rows are roofline bounds, launches left out
         plan = cls(
             d["model"], d["target"], d["device_label"], m["usable_bytes"],
             m["memory_utilization"], d["dtype"], d["weights"], d["kv_dtype"],
             d["block_size"], d["max_context"], d["prompt"], d["new_tokens"],
             m["weight_bytes"], m["workspace_bytes"], m["prefill_chunk"], m["reserve_bytes"],
-            d["mode"], [KVLayer(x["bytes_per_token"], x["cap"]) for x in d["kv"]["layers"]],
-            [ServingRow.from_dict(r) for r in d["rows"]],
-            list(d["notes"]), tp=d.get("tp") or 1, extra=unknown_keys(d, SERVING_KEYS),
+            d.get("mode"), layers, [ServingRow.from_dict(r) for r in d["rows"]],
+            list(d["notes"]), tp=d.get("tp") or 1, extra=unknown_keys(d, schema.SERVING_KEYS),
+            memory_extra=unknown_keys(m, schema.MEMORY_KEYS),
+            kv_extra=unknown_keys(kv, schema.KV_KEYS),
         )  # fmt: skip
         _check_derived(d, plan.to_dict(), source)
         return plan
@@ -247,11 +283,10 @@ class ServingPlan:
                 f"Sliding-window layers hold at most {', '.join(map(str, windows))} tokens "
                 "of a sequence."
             )
-        launching = (
-            "each kernel launched by the host (eager)"
-            if self.mode == "eager"
-            else "the step replayed as one CUDA graph (one launch)"
-        )
+        launching = {
+            "eager": "each kernel launched by the host (eager)",
+            "graphs": "the step replayed as one CUDA graph (one launch)",
+        }.get(self.mode or "", f"launched as {self.mode!r}" if self.mode else "no launches")
         said.append(
             f"Rows: ls.estimate_generate's paged cache (read once at the current length "
             f"rounded up to blocks of {self.block_size}), the weights and the KV cache as "
@@ -309,6 +344,13 @@ class ServingPlan:
 
     def __str__(self) -> str:
         return self.render()
+
+
+def _with_extra(known: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    """``known`` with ``extra``'s keys after its own (a known key is written, not
+    ``extra``'s of the same name)."""
+    known.update((k, v) for k, v in extra.items() if k not in known)
+    return known
 
 
 #: The figures a serving plan derives from the others, by JSON path.

@@ -29,7 +29,11 @@ PREDICTED = (
 )
 
 
-_NOT_SAVED = {"analysis", "source"}
+#: Fields that are not keys of the section (``extra`` holds keys this version does not
+#: know: written after the known ones).
+_NOT_SAVED = {"analysis", "source", "extra"}
+#: Keys of the section derived from the fields (written, checked on load, not read).
+_DERIVED = ("fits", "headroom_bytes")
 
 
 @dataclass
@@ -89,6 +93,9 @@ class Plan:
     #: the model and input the plan was analysed from (``planning.sweep.Source``), to
     #: analyse other micro-batches; None for a plan from a profile or a file
     source: Any = field(default=None, repr=False, compare=False)
+    #: keys of the ``plan`` section this version does not know (a newer layerscope's, an
+    #: extension's), as read: written back after the known ones
+    extra: dict[str, Any] = field(default_factory=dict)
 
     # ---- answers -----------------------------------------------------------------
     @property
@@ -119,6 +126,7 @@ class Plan:
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _NOT_SAVED}
         out["fits"] = self.fits
         out["headroom_bytes"] = self.headroom_bytes
+        out.update((k, v) for k, v in self.extra.items() if k not in out)
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -149,19 +157,24 @@ class Plan:
         and each module's object is let go once read (a file's load)."""
         from layerscope.export.json import profile_from_dict
         from layerscope.export.jsoncheck import checked_section
-        from layerscope.export.jsonread import naming
+        from layerscope.export.jsonread import check_section_kind, naming, unknown_keys
         from layerscope.planning.schema import PLAN, check_figures
 
         missing = "not a plan (no 'plan' section); make one with ls.plan"
         with naming(source):
+            check_section_kind(data, "plan", "plan")
             section = checked_section(data, "plan", PLAN, missing)
             check_figures(section)
-        known = {f.name for f in fields(cls)} - _NOT_SAVED
+        known = [f.name for f in fields(cls) if f.name not in _NOT_SAVED]
         # the document's profile without the section, which is the Plan's own
         own = {k: v for k, v in data.items() if k != "plan"}
         analysis = profile_from_dict(own, source, consume=consume) if "root" in data else None
         # the figures added after the first documents are optional (None when absent)
-        return cls(**{k: section[k] for k in known if k in section}, analysis=analysis)
+        return cls(
+            **{k: section[k] for k in known if k in section},
+            analysis=analysis,
+            extra=unknown_keys(section, (*known, *_DERIVED)),
+        )
 
     # ---- views ---------------------------------------------------------------------
     def render(self, **options: Any) -> str:

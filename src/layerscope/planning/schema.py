@@ -10,7 +10,19 @@ from typing import Any
 
 from layerscope.errors import InvalidInputError, SchemaError
 from layerscope.export.jsonamount import AMOUNT, Amount
-from layerscope.export.jsoncheck import Arr, Bool, Check, Finite, Int, Map, Obj, OneOf, Opt, Str
+from layerscope.export.jsoncheck import (
+    Arr,
+    Bool,
+    Check,
+    Finite,
+    Int,
+    Map,
+    Obj,
+    OneOf,
+    Opt,
+    Str,
+    Where,
+)
 from layerscope.export.jsonread import schema_name
 from layerscope.planning.fields import PlanField, fields, keys
 
@@ -49,9 +61,23 @@ def _value(f: PlanField) -> Check:
     return _number(f, f.description) if f.json == "number" else inner
 
 
+class _Parts(Obj):
+    """The memory at the peak by part: the table's parts, and any part a newer version
+    adds, all bytes (the views show every part as a row of bytes)."""
+
+    def check(self, value: Any, where: Where) -> Any:
+        out = super().check(value, where)
+        for key in [k for k in value if k not in self.props]:  # in order: the first error
+            out[key] = _BYTES.check(value[key], (where, key))
+        return out
+
+    def schema(self) -> dict[str, Any]:
+        return {**super().schema(), "additionalProperties": _BYTES.described()}
+
+
 def _memory(f: PlanField) -> Check:
     parts = keys("memory")
-    return Obj({p: _BYTES for p in parts}, required=parts, description=f.description)
+    return _Parts({p: _BYTES for p in parts}, required=parts, description=f.description)
 
 
 def _timeline(f: PlanField) -> Check:
@@ -80,9 +106,17 @@ def _modules(f: PlanField) -> Check:
 
 #: The device section's known keys (``DeviceSpec``'s that a plan writes).
 _DEVICE = {
-    "name": Str(), "label": Str(), "memory_bytes": Opt(Int(0)), "interconnect": Opt(Finite()),
+    "name": Str(), "label": Str(), "memory_bytes": Opt(Int(0)), "interconnect": Opt(AMOUNT),
     "usable_memory_bytes": Opt(Int(0)),
     "interconnect_kind": Str(), "node_size": Int(1),
+}  # fmt: skip
+#: The cluster the collectives were priced on (``planning.cluster.Cluster``): bandwidths
+#: in bytes/s, efficiencies, latencies in seconds, all >= 0 as ``cluster=`` takes them.
+_CLUSTER = {
+    "gpus_per_node": Int(1), "intra_bandwidth": AMOUNT, "intra_kind": Str(),
+    "nics_per_node": Int(1), "nic_bandwidth": AMOUNT, "intra_efficiency": AMOUNT,
+    "nic_efficiency": AMOUNT, "base_latency": AMOUNT, "intra_latency": AMOUNT,
+    "inter_latency": AMOUNT, "sources": Arr(Str()),
 }  # fmt: skip
 #: The options section's known keys (``Options.section``); others are kept as JSON.
 _OPTIONS = {
@@ -90,8 +124,8 @@ _OPTIONS = {
     "optimizer": Str(), "grad_accum": Int(1), "rank": Int(0),
     "reshard_after_forward": Bool(), "checkpoint": Opt(OneOf(Str(), Arr(Str()))),
     "units": Opt(Arr(Str())), "fsdp_units": Arr(Str()),
-    "inter_node_bandwidth": Opt(Finite()), "bucket_cap_mb": Finite(),
-    "hsdp": Opt(Arr(Int(1), length=2)), "cluster": Obj({}), "reduce_dtype": Opt(Str()),
+    "inter_node_bandwidth": Opt(AMOUNT), "bucket_cap_mb": AMOUNT,
+    "hsdp": Opt(Arr(Int(1), length=2)), "cluster": Obj(_CLUSTER), "reduce_dtype": Opt(Str()),
     "compile": Opt(Bool()), "float8": Opt(Bool()), "float8_all_gather": Opt(Bool()),
     "loss": Str(), "mesh": Opt(Map(Int(1))), "sequence_parallel": Opt(Bool()),
     "tp_plan": Opt(Map(Str())), "microbatches": Opt(Int(1)), "schedule": Opt(Str()),
