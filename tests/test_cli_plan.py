@@ -131,13 +131,13 @@ BAD = [
     (["--sweep", "precision=fp8"], "--sweep precision must be one of"),
     (["--budget", "80XB"], "--budget must be a size such as 80GB, 79.6GiB, 512MiB or a number "
      "of bytes, got '80XB'"),
-    (["--target", "cpu"], "--target must be one of 'h100', "),
+    (["--target", "cpu"], "--target must be a GPU (h100, "),
     (["--device", "cpu"], "--device must be meta, got 'cpu'"),
     (["--rank", "8"], "--rank must be an int from 0 to 7, got 8"),
     (["--world-size", "0"], "--world-size must be an int >= 1, got 0"),
     (["--sharding", "none"], "--sharding none is one GPU: give --world-size 1"),
-    (["--checkpoint", "blocks.9"], "--checkpoint must be a module path of the model, got "
-     "'blocks.9' (did you mean"),
+    (["--checkpoint", "blocks.9"], "--checkpoint must be none, blocks, op, auto or a module "
+     "path of the model, got 'blocks.9' (did you mean"),
     (["--units", "blokcs.0"], "--units must be a module path of the model, got 'blokcs.0'"),
     (["--input-dtype", "long"], "--input-dtype needs --input-shape"),
     (["--max-rows", "0"], "--max-rows must be an int >= 1, got 0"),

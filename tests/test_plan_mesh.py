@@ -63,7 +63,8 @@ def test_refusals() -> None:
         ls.plan(model, x, mesh={"dp_shard": 4, "tp": 8})
     with pytest.raises(InvalidInputError, match="unknown axis 'dp'"):
         ls.plan(model, x, mesh={"dp": 4})
-    with pytest.raises(InvalidInputError, match="means world_size=4, but world_size=8"):
+    said = r"means world_size=4 \(--world-size 4\), but world_size=8"
+    with pytest.raises(InvalidInputError, match=said):
         ls.plan(model, x, mesh={"dp_shard": 4}, world_size=8)
     with pytest.raises(InvalidInputError, match="--mesh must be AXIS=N pairs"):
         parse_mesh("dp_shard:4")

@@ -14,6 +14,7 @@ import difflib
 import json
 import math
 import os
+import re
 import threading
 import time
 from collections.abc import Mapping
@@ -23,7 +24,7 @@ from typing import Any
 import torch
 
 from layerscope.errors import InvalidInputError
-from layerscope.validate import check_keys, check_number, refuse
+from layerscope.validate import Label, check_keys, check_number, refuse, refuse_keys
 
 T = 1e12
 
@@ -116,6 +117,10 @@ class DeviceSpec:
         peaks = mapping["peak_flops"]
         if not isinstance(peaks, Mapping) or not peaks:
             refuse("peak_flops", peaks, "a non-empty mapping of dtype -> FLOP/s")
+        unknown = [k for k in peaks if k not in _DTYPE_NAMES]
+        if unknown:  # a peak under another name would never be read (``peak``)
+            refuse_keys("peak_flops", unknown, PEAK_DTYPES, noun="dtype",
+                        more=", or another torch dtype's name")  # fmt: skip
         memory = mapping.get("memory_bytes")
         if memory is not None:
             memory = int(check_number("memory_bytes", memory, positive=True))
@@ -146,6 +151,20 @@ class DeviceSpec:
         )
 
 
+#: The dtypes a datasheet gives peaks for (``peak_flops``'s usual keys): torch's names,
+#: and ``"tfloat32"`` for float32 on TF32 tensor cores.
+PEAK_DTYPES = ("float64", "float32", "tfloat32", "bfloat16", "float16", "float8_e4m3fn",
+               "float8_e5m2", "int8")  # fmt: skip
+#: Every key ``peak_flops`` accepts: ``PEAK_DTYPES`` and every torch dtype's own name
+#: (``str(torch.half)`` is ``"torch.float16"``: aliases such as "half" are not names).
+_DTYPE_NAMES = frozenset(
+    [*PEAK_DTYPES]
+    + [str(v).removeprefix("torch.") for v in vars(torch).values() if isinstance(v, torch.dtype)]
+)
+#: The masks of an attention curve (``analysis.rates``' table).
+_MASKS = ("causal", "full")
+
+
 def _usable(value: Any, memory: int | None) -> int | None:
     """A spec's ``usable_memory_bytes``: a positive whole number of bytes, at most
     ``memory_bytes`` read as binary gigabytes when that is given (a process cannot use
@@ -164,7 +183,46 @@ def _rates(value: Any) -> Mapping[str, Any] | None:
     """A spec's ``rates``: a mapping (``analysis.rates`` checks its figures) or None."""
     if value is not None and not isinstance(value, Mapping):
         refuse("rates", value, "a mapping of achievable rates (a device profile's)")
+    if value is not None and isinstance(value.get("attention"), Mapping):
+        _check_attention(Label("rates.attention"), value["attention"])
     return dict(value) if value is not None else None
+
+
+def _check_attention(label: Label, table: Mapping[str, Any]) -> None:
+    """The keys of a profile's attention table (kind -> direction -> mask -> head dim ->
+    [[seq, fraction], ...]) and its sequence lengths: a key misspelled would be a curve
+    never read (``analysis.rates`` reads the names it knows); the fractions are checked
+    there."""
+    from layerscope.analysis.rates import ATTENTION_KINDS, DIRECTIONS
+
+    check_keys(label, table, ATTENTION_KINDS, what="a mapping kind -> direction -> mask -> curve")
+    for kind, by_dir in table.items():
+        at = label.at(kind)
+        check_keys(at, by_dir, DIRECTIONS, what="a mapping direction -> mask -> curve")
+        for direction, by_mask in by_dir.items():
+            check_keys(at.at(direction), by_mask, _MASKS, what="a mapping mask -> curve")
+            for mask, by_head in by_mask.items():
+                _check_curves(at.at(direction).at(mask), by_head)
+
+
+def _check_curves(label: Label, by_head: Any) -> None:
+    """``head dim -> [[seq, fraction], ...]``: positive whole head dims and sequences."""
+    if not isinstance(by_head, Mapping):
+        refuse(label, by_head, "a mapping head dim -> [[seq, fraction], ...]")
+    for head, points in by_head.items():
+        if not (str(head).isdecimal() and int(head) > 0):
+            refuse(label, head, "keyed by head dims, positive whole numbers", why="a head dim")
+        at = label.at(str(head))
+        if not isinstance(points, list | tuple):
+            refuse(at, points, "a list of [seq, fraction] points")
+        for i, point in enumerate(points):
+            if not (isinstance(point, list | tuple) and len(point) == 2):
+                refuse(at.at(i), point, "a [seq, fraction] point")
+            seq = point[0]
+            whole = isinstance(seq, int | float) and float(seq).is_integer()
+            if isinstance(seq, bool) or not whole or seq < 1:
+                refuse(at.at(i), point, "a [seq, fraction] point",
+                       why="seq is a sequence length: a whole number >= 1")  # fmt: skip
 
 
 _H100 = "NVIDIA H100 Tensor Core GPU datasheet (2023), Technical Specifications table"
@@ -362,7 +420,19 @@ def load_device(path: str | os.PathLike[str]) -> DeviceSpec:
         raise InvalidInputError(f"cannot read the device profile {os.fspath(path)!r}: {e}") from e
     if not isinstance(data, Mapping):
         raise InvalidInputError(f"the device profile {os.fspath(path)!r} is not a JSON object")
-    return DeviceSpec.from_mapping(data)
+    try:
+        spec = DeviceSpec.from_mapping(data)
+    except InvalidInputError as e:
+        raise InvalidInputError(f"the device profile {os.fspath(path)!r}: {e}") from None
+    if spec.kind == "gpu" and re.fullmatch(r"sm\d+\d", spec.arch) is None:
+        # without it a plan would follow the CPU's kernels (``collect.target.spec_target``)
+        given = f"arch {spec.arch!r}" if "arch" in data else "no arch"
+        raise InvalidInputError(
+            f"the device profile {os.fspath(path)!r}: a GPU profile needs its compute "
+            f"capability as arch, e.g. 'sm90' (H100, H200), 'sm80' (A100) or 'sm89' (L4, "
+            f"L40S, RTX 4090), got {given} (a plan follows that GPU's kernels)"
+        )
+    return spec
 
 
 def register_device(device: DeviceLike) -> DeviceSpec:

@@ -39,12 +39,12 @@ from layerscope.cli.inputs import (
     parse_shape,
 )
 from layerscope.errors import InvalidInputError
-from layerscope.hardware import GPUS, device_spec, is_profile_path
+from layerscope.hardware import device_spec, is_profile_path
 from layerscope.planning import plan, plan_sweep
 from layerscope.planning.loss import LOSSES
 from layerscope.planning.mesh import parse_mesh
 from layerscope.planning.options import DEFAULTS as OPTION_DEFAULTS
-from layerscope.planning.options import check_options
+from layerscope.planning.options import check_options, check_sharding, check_target
 from layerscope.planning.states import OPTIMIZER_STATES, PRECISIONS
 from layerscope.planning.strategies import SHARDINGS
 from layerscope.planning.sweep import AXES, Source, Sweep, row_options
@@ -262,16 +262,21 @@ def parse_size(text: str, flag: str) -> int:
     return size
 
 
+#: What --checkpoint takes besides none and module paths.
+CHECKPOINT_WORDS = ("blocks", "op", "auto")
+
+
 def parse_checkpoint(text: str, flag: str = "--checkpoint") -> Any:
     """none, blocks, op, auto, or module paths separated by commas."""
     word = text.strip()
     if word.lower() == "none":
         return None
-    if word in ("blocks", "op", "auto"):
+    if word in CHECKPOINT_WORDS:
         return word
     paths = [p.strip() for p in word.split(",") if p.strip()]
-    if not paths:
-        refuse(flag, text, "none, blocks, op, auto or module paths (a,b)")
+    if not paths or word.lower() in CHECKPOINT_WORDS:
+        refuse(flag, text, "none, blocks, op, auto or module paths (a,b)",
+               close=[word.lower()] if paths else [])  # fmt: skip
     return paths
 
 
@@ -281,7 +286,8 @@ def _check_paths(flag: str, paths: list[str], model: nn.Module) -> None:
     for path in paths:
         if path not in known:
             close = difflib.get_close_matches(path, known, n=3)
-            refuse(flag, path, "a module path of the model", close=close)
+            words = "none, blocks, op, auto or " if flag.endswith("checkpoint") else ""
+            refuse(flag, path, f"{words}a module path of the model", close=close)
 
 
 def _axis_value(axis: str, text: str) -> Any:
@@ -293,7 +299,9 @@ def _axis_value(axis: str, text: str) -> Any:
     if axis == "checkpoint":
         value = parse_checkpoint(text.replace("+", ","), label)
         return value
-    choices = {"sharding": SHARDINGS, "precision": PRECISIONS, "optimizer": OPTIMIZER_STATES}
+    if axis == "sharding":
+        return check_sharding(label, text.strip(), cli=True)
+    choices = {"precision": PRECISIONS, "optimizer": OPTIMIZER_STATES}
     return check_choice(label, text.strip(), list(choices[axis]))
 
 
@@ -343,14 +351,14 @@ def _options(args: argparse.Namespace, grid: dict[str, list[Any]]) -> dict[str, 
         check_int("--world-size", args.world_size, 1)
     if args.grad_accum is not None:
         check_int("--grad-accum", args.grad_accum, 1)
-    check_choice("--sharding", opts["sharding"], list(SHARDINGS))
+    check_sharding("--sharding", opts["sharding"], cli=True)
     check_choice("--precision", opts["precision"], list(PRECISIONS))
     check_choice("--optimizer", opts["optimizer"], list(OPTIMIZER_STATES))
     if is_profile_path(args.target):  # a device profile (layerscope calibrate's)
         opts["target"] = args.target.strip()
         device_spec(opts["target"])
     else:
-        check_choice("--target", args.target.strip().lower(), list(GPUS))
+        check_target("--target", args.target)
         opts["target"] = args.target.strip().lower()
     if "world_size" not in grid:
         check_int("--rank", args.rank, 0, opts["world_size"] - 1)

@@ -87,6 +87,13 @@ class Mesh:
             said.append(f"{axis} {getattr(self, axis)} {where}")
         return "; ".join(said) or "one GPU"
 
+    def words(self) -> str:
+        """The axes in use as ``--mesh`` spells them (``dp_shard=8,pp=4``)."""
+        used = [
+            f"{f.name}={getattr(self, f.name)}" for f in fields(self) if getattr(self, f.name) > 1
+        ]
+        return ",".join(used) or "dp_shard=1"
+
     def to_dict(self) -> dict[str, int]:
         return asdict(self)
 

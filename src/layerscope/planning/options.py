@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from layerscope import hardware
 from layerscope.errors import InvalidInputError
 from layerscope.hardware import BY_NAME, DeviceSpec, device_spec
 from layerscope.metrics.memory.records import policy_name
@@ -28,6 +29,7 @@ from layerscope.validate import (
     check_choice,
     check_int,
     check_number,
+    close_matches,
     refuse,
 )
 
@@ -269,7 +271,7 @@ def check_options(given: Mapping[str, Any]) -> Options:
     mesh = None if o["mesh"] is None else check_mesh(o["mesh"])
     if mesh is not None:
         o |= _from_mesh(mesh, given)
-    spec = device_spec(o["target"])
+    spec = device_spec(check_target("target", o["target"]))
     if spec.kind != "gpu":
         raise InvalidInputError(f"target must be a GPU spec, got {spec.name!r} ({spec.kind})")
     world = check_int("world_size", o["world_size"], 1)
@@ -277,7 +279,7 @@ def check_options(given: Mapping[str, Any]) -> Options:
     pp = mesh.pp if mesh else 1
     dp = world // (tp * pp)
     sharding = o["sharding"]
-    check_choice("sharding", sharding, list(STRATEGIES))
+    check_sharding("sharding", sharding)
     check_choice("precision", o["precision"], list(PRECISIONS))
     check_choice("optimizer", o["optimizer"], list(OPTIMIZER_STATES))
     STRATEGIES[sharding].check(dp)
@@ -362,7 +364,7 @@ def _pipeline(o: Mapping[str, Any], pp: int) -> dict[str, Any]:
         if given:
             raise InvalidInputError(
                 f"{given[0]} is pipeline parallelism's: give a mesh with pp above 1, e.g. "
-                "mesh={'dp_shard': 8, 'pp': 4}"
+                "mesh={'dp_shard': 8, 'pp': 4} (--mesh dp_shard=8,pp=4)"
             )
         return {}
     check_choice("schedule", o["schedule"], list(SCHEDULES))
@@ -421,7 +423,7 @@ def _tp_plan(value: Any, tp: int) -> tuple[tuple[str, Any], ...] | None:
     if tp == 1:
         raise InvalidInputError(
             "tp_plan is tensor parallelism's plan: give a mesh with tp above 1, e.g. "
-            "mesh={'dp_shard': 8, 'tp': 2}"
+            "mesh={'dp_shard': 8, 'tp': 2} (--mesh dp_shard=8,tp=2)"
         )
     if not isinstance(value, Mapping) or not value:
         refuse(
@@ -452,10 +454,61 @@ def _from_mesh(mesh: Mesh, given: Mapping[str, Any]) -> dict[str, Any]:
             list(value) if key == "hsdp" else value
         ):
             raise InvalidInputError(
-                f"mesh {mesh.to_dict()} means {key}={value!r}, but {key}={asked!r} was given: "
-                "give the mesh alone"
+                f"mesh {mesh.words()} means {key}={_said(value)} ({_FLAGS[key]} "
+                f"{_said(value, cli=True)}), but {key}={_said(asked)} was given: give the "
+                "mesh alone"
             )
     return derived
+
+
+def check_target(label: str, value: Any) -> Any:
+    """A plan's target as given, when it names a GPU: a built-in (or registered) GPU spec,
+    a device profile's path (``*.json``), or a spec (a mapping, a ``DeviceSpec``), which
+    ``device_spec`` checks; the CPU and unknown names are refused, naming the GPUs."""
+    if not isinstance(value, str) or hardware.is_profile_path(value):
+        return value
+    name = value.strip().lower()
+    if name in hardware.GPUS:
+        return value
+    why = "a plan prices a GPU's training step" if name in hardware.BY_NAME or name == "cpu" else ""
+    refuse(label, value, f"a GPU ({', '.join(hardware.GPUS)}) or a device profile's path "
+           "(*.json, layerscope calibrate's)", why=why,
+           close=[] if why else close_matches(name, hardware.GPUS))  # fmt: skip
+
+
+#: The CLI's flag of each option a mesh stands for.
+_FLAGS = {"world_size": "--world-size", "sharding": "--sharding", "hsdp": "--hsdp"}
+
+
+def _said(value: Any, cli: bool = False) -> str:
+    """An option's value as Python (``'fsdp'``, ``(2, 4)``) or the CLI (``fsdp``, ``2,4``)
+    spells it."""
+    if isinstance(value, list | tuple):
+        return ",".join(map(str, value)) if cli else repr(tuple(value))
+    return str(value) if cli else repr(value)
+
+
+#: Shardings asked for by another name: (the names, why, the Python and the CLI hint).
+_OTHER_SHARDINGS = (
+    (("zero3", "zero-3", "zero_3", "fsdp2"), "ZeRO-3 is 'fsdp': FSDP2 shards parameters, "
+     "gradients and optimizer states", "", ""),
+    (("hsdp",), "HSDP is 'fsdp' on a 2-D mesh",
+     "sharding='fsdp' with hsdp=(R, S), or mesh={'dp_replicate': R, 'dp_shard': S}",
+     "--sharding fsdp --hsdp R,S, or --mesh dp_replicate=R,dp_shard=S"),
+)  # fmt: skip
+
+
+def check_sharding(label: str, value: Any, *, cli: bool = False) -> str:
+    """``value`` if it is a sharding strategy's name; ZeRO-3 and HSDP are refused with
+    how to ask for them (as the CLI spells it, with ``cli``)."""
+    choices = list(STRATEGIES)
+    word = value.strip().lower() if isinstance(value, str) else None
+    for names, why, python, flags in _OTHER_SHARDINGS:
+        if word in names and value not in choices:
+            hint = flags if cli else python
+            refuse(label, value, f"one of {', '.join(map(repr, choices))}",
+                   why=f"{why}: give {hint}" if hint else why, close=["fsdp"])  # fmt: skip
+    return str(check_choice(label, value, choices))
 
 
 def _float8(value: Any, spec: DeviceSpec) -> bool:
