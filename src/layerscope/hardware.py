@@ -163,6 +163,10 @@ _DTYPE_NAMES = frozenset(
 )
 #: The masks of an attention curve (``analysis.rates``' table).
 _MASKS = ("causal", "full")
+#: The fused attention kernels ``F.scaled_dot_product_attention`` dispatches to, and the
+#: directions a profile's attention table gives rates for (``analysis.rates`` reads them).
+ATTENTION_KINDS = ("flash", "efficient", "cudnn")
+DIRECTIONS = ("forward", "backward")
 
 
 def _usable(value: Any, memory: int | None) -> int | None:
@@ -193,8 +197,6 @@ def _check_attention(label: Label, table: Mapping[str, Any]) -> None:
     [[seq, fraction], ...]) and its sequence lengths: a key misspelled would be a curve
     never read (``analysis.rates`` reads the names it knows); the fractions are checked
     there."""
-    from layerscope.analysis.rates import ATTENTION_KINDS, DIRECTIONS
-
     check_keys(label, table, ATTENTION_KINDS, what="a mapping kind -> direction -> mask -> curve")
     for kind, by_dir in table.items():
         at = label.at(kind)

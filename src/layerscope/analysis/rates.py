@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from layerscope.errors import InvalidInputError
-from layerscope.hardware import ALIASES, DeviceSpec
+from layerscope.hardware import ALIASES, ATTENTION_KINDS, DIRECTIONS, DeviceSpec
 from layerscope.validate import check_keys, check_number
 
 __all__ = [
@@ -49,9 +49,6 @@ __all__ = [
     "rates_of",
 ]
 
-#: The fused attention kernels ``F.scaled_dot_product_attention`` dispatches to.
-ATTENTION_KINDS = ("flash", "efficient", "cudnn")
-DIRECTIONS = ("forward", "backward")
 #: (seq, fraction of the peak) points of one curve.
 Curve = tuple[tuple[int, float], ...]
 #: head dim -> curve
