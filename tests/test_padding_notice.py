@@ -123,22 +123,6 @@ def test_no_padding_no_notice() -> None:
     assert gen.notices == []
 
 
-def test_bart_given_no_mask_attends_to_its_pads() -> None:
-    """BART (pad 1), the second prompt right-padded with 3 pads and no mask: generate()
-    infers no mask for an encoder-decoder and BART's encoder builds none, so the pads are
-    attended as any token (the test's own encoder run: the other tokens' outputs change
-    when the pads are masked), which the notice says unless the model masks them."""
-    model = tiny_bart()
-    ids = padded_ids(1, left=False)
-    gen = ls.profile_generate(model, ids, max_new_tokens=2)
-    assert gen.notices == [unmasked(1)]
-    keep = ids != 1
-    with torch.no_grad():
-        plain = model.get_encoder()(input_ids=ids).last_hidden_state
-        masked = model.get_encoder()(input_ids=ids, attention_mask=keep.long()).last_hidden_state
-    assert not torch.allclose(plain[keep], masked[keep], rtol=1e-4, atol=1e-5)
-
-
 def unmasked(pad: int) -> str:
     """The notice for 3 pad tokens in the second prompt and no mask given."""
     return (
@@ -163,16 +147,21 @@ def test_bart_given_a_padded_mask_keeps_the_pads_cross_attention() -> None:
     assert gen.kv_cache["cross_bytes"] == 2 * 2 * 32 * 4 * 8 * 2 == 8_192
 
 
-def test_a_model_masking_its_own_pads_is_noticed() -> None:
-    """T5Gemma given no mask builds its encoder's from pad_token_id 0 (the test's own
-    encoder run: the other tokens' outputs are those with the pads masked): the same
-    notice as BART's, which says the model may mask them itself."""
-    model = t5gemma()
-    ids = padded_ids(0, left=False)
+@pytest.mark.parametrize(
+    ("build", "pad", "masks_itself"), [(tiny_bart, 1, False), (t5gemma, 0, True)]
+)
+def test_pads_no_mask_covers_are_noticed(build: Any, pad: int, masks_itself: bool) -> None:
+    """An encoder-decoder given no mask, the second prompt right-padded with 3 pads:
+    generate() infers no mask for it. BART's encoder builds none, so the pads are
+    attended as any token; T5Gemma's builds its mask from pad_token_id (the test's own
+    encoder runs: the other tokens' outputs change, or not, when the pads are masked).
+    The notice is the same for both: attended unless the model masks them itself."""
+    model = build()
+    ids = padded_ids(pad, left=False)
     gen = ls.profile_generate(model, ids, max_new_tokens=2)
-    assert gen.notices == [unmasked(0)]
-    keep = ids != 0
+    assert gen.notices == [unmasked(pad)]
+    keep = ids != pad
     with torch.no_grad():
         plain = model.get_encoder()(input_ids=ids).last_hidden_state
         masked = model.get_encoder()(input_ids=ids, attention_mask=keep.long()).last_hidden_state
-    assert torch.equal(plain[keep], masked[keep])
+    assert torch.equal(plain[keep], masked[keep]) is masks_itself
