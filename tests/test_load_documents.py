@@ -1,7 +1,8 @@
 """The loaders of the documents besides a profile (``ls.load_plan``, ``load_generation``,
 ``load_sweep``, ``load_estimate``, ``load_serving``): every error names the file as
 ``ls.load``'s do, seconds, rates and bytes a run cannot make negative are refused, and so
-is a plan whose peak is below its own parts; documents from real runs still load."""
+is a plan whose peak is below its own parts or an estimate's fit whose lines, errors or
+mean length are not what its points give; documents from real runs still load."""
 
 from __future__ import annotations
 
@@ -312,6 +313,80 @@ def test_a_plans_headroom_or_fit_that_its_figures_do_not_give_is_refused(
 
     path = _write(tmp_path, "plan", older)
     assert ls.load_plan(path).headroom_bytes == headroom
+
+
+#: Edits of an estimate's derived fit figures, and what its points give instead.
+FIT_EDITS = [
+    (("mean_length",), 18.0, "18.0", "17.5"),
+    (("lines", "flops", "b"), 681.0, "681.0", "680.0"),
+    (("errors", "bytes"), 0.5, "0.5", "0.0"),
+    (("held",), False, "False", "True"),
+]
+
+
+@pytest.mark.parametrize(("keys", "value", "written", "given"), FIT_EDITS)
+def test_an_estimates_fit_figures_that_its_points_do_not_give_are_refused(
+    keys: tuple[str, ...], value: Any, written: str, given: str, tmp_path: Path
+) -> None:
+    fit = _documents()["estimate"]["fit"][0]
+    assert (fit["first_length"], fit["last_length"], len(fit["points"])) == (16, 19, 3)
+    assert fit["mean_length"] == 17.5 and fit["lines"]["flops"]["b"] == 680.0
+    assert fit["errors"]["bytes"] == 0.0 and fit["held"] is True
+    path = _write(tmp_path, "estimate", _set("fit", 0, *keys)(value))
+    message = (
+        f"{path}: $.fit[0].{'.'.join(keys)} is {written}, but the fit's points give {given}: "
+        "the document was edited or damaged"
+    )
+    with pytest.raises(ls.SchemaError) as e:
+        ls.load_estimate(path)
+    assert str(e.value) == message
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        assert main(["show", str(path)]) == 2
+    assert err.getvalue() == f"layerscope: error: {message}\n" and out.getvalue() == ""
+
+
+def test_an_error_where_a_fit_has_no_middle_point_is_refused(tmp_path: Path) -> None:
+    def ends_only(doc: dict[str, Any]) -> None:
+        fit = doc["fit"][0]
+        del fit["points"][1], fit["held"]
+        fit["errors"] = {"time": 0.0}
+
+    path = _write(tmp_path, "estimate", ends_only)
+    with pytest.raises(ls.SchemaError) as e:
+        ls.load_estimate(path)
+    assert str(e.value) == (
+        f"{path}: $.fit[0].errors.time is 0.0, but the fit's points give no error (no middle "
+        "point to check): the document was edited or damaged"
+    )
+    # without it, the line through the ends is the one written: it loads
+
+    def no_errors(doc: dict[str, Any]) -> None:
+        ends_only(doc)
+        del doc["fit"][0]["errors"]
+
+    fit = ls.load_estimate(_write(tmp_path, "estimate", no_errors)).fit[0]
+    assert fit.held is None and fit.errors() == {}
+    assert fit.to_dict()["lines"] == _documents()["estimate"]["fit"][0]["lines"]
+
+
+def test_a_fit_without_its_derived_figures_loads_and_gets_them(tmp_path: Path) -> None:
+    def bare(doc: dict[str, Any]) -> None:
+        for key in ("mean_length", "lines", "errors", "held"):
+            del doc["fit"][0][key]
+
+    path = _write(tmp_path, "estimate", bare)
+    again = json.loads(json.dumps(ls.load_estimate(path).to_dict()))
+    assert again["fit"] == _documents()["estimate"]["fit"]
+
+
+def test_a_fit_figure_of_the_wrong_type_is_refused(tmp_path: Path) -> None:
+    path = _write(tmp_path, "estimate", _set("fit", 0, "lines", "time", "a")("x"))
+    with pytest.raises(ls.SchemaError) as e:
+        ls.load_estimate(path)
+    assert str(e.value) == (
+        f"{path}: $.fit[0].lines.time.a: expected a finite number, got the string 'x'"
+    )
 
 
 def test_the_json_schema_says_so() -> None:

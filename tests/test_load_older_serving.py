@@ -3,8 +3,8 @@ show``) with what those versions meant, and are written back without losing a ke
 
 - the first plans (before ``plan_serving`` predicted TPOT: no ``mode``, ``lower_bound``,
   rows of roofline bounds) have no mode (``None``: launches were left out); their TTFT and
-  TPOT are their bounds, and their rows have no launch time or kernel count (0, not
-  written back, "-" in the view);
+  TPOT are their bounds (the view's legend says so), and their rows have no launch time
+  or kernel count (0, not written back, "-" in the view);
 - the next ones (``mode``, TPOT predicted, TTFT still its bound) have no ``ttft_bound``:
   it is their TTFT.
 
@@ -129,6 +129,30 @@ def test_its_view_shows_no_launches(tmp_path: Path) -> None:
         "16.00", "KiB", "yes",
     ]  # fmt: skip
     assert lines[header + 3].split()[:8] == ["2", "547", "ns", "128", "ns", "128", "ns", "-"]
+
+
+def _legend(text: str) -> str:
+    return next(line for line in text.splitlines() if line.startswith("Rows: "))
+
+
+def test_its_legend_says_its_times_are_bounds(tmp_path: Path) -> None:
+    """A plan without a mode: TTFT and TPOT are roofline bounds, not predictions."""
+    plan = ls.load_serving(_write(tmp_path / "first.json", FIRST))
+    assert _legend(plan.render(width=400)) == (
+        "Rows: prompts of 16 tokens, 4 new tokens each. TTFT: the prefill of every prompt at "
+        "once, its roofline bound; TPOT: one decode step, its roofline bound (a plan saved "
+        "before they were predicted: Bound TPOT is TPOT; Launch: not priced); Tok/s = Batch "
+        "/ TPOT, Tok/s/seq = 1 / TPOT; KV cache: at the last token; Fits: within the KV "
+        "cache's budget."
+    )
+    # a plan with a mode predicts them
+    predicted = (
+        "Rows: prompts of 16 tokens, 4 new tokens each. TTFT: the prefill of every prompt at "
+        "once, predicted; TPOT: one decode step, predicted (Bound TPOT: its roofline; Launch: "
+        "the host's launches); Tok/s = Batch / TPOT, Tok/s/seq = 1 / TPOT; KV cache: at the "
+        "last token; Fits: within the KV cache's budget."
+    )
+    assert _legend(made("serving").render(width=400)) == predicted
 
 
 def test_it_is_written_back_with_its_bounds_named(tmp_path: Path) -> None:

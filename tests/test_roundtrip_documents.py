@@ -2,11 +2,13 @@
 this version does not know, a newer layerscope's or a user's, stay where they were in
 every document ``layerscope show -o`` writes, in the sections a typed object rebuilds
 (a plan's ``plan``, a generation's ``generation``, a serving plan's ``memory``, ``kv``
-and its layers) as at the top level, whether written to another file or over the one
-shown, and the views show the document as they did without them."""
+and its layers, a sweep's rows, an estimate's rows, fits and their points) as at the top
+level, whether written to another file or over the one shown, and the views show the
+document as they did without them."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -17,10 +19,15 @@ import torch
 
 import layerscope as ls
 from helpers.documents import made, saved, show, small_model
+from layerscope.export.jsonread import document_json
+from layerscope.generation.decodefit import AffineFit, Point
+from layerscope.generation.estimate_result import GenerateEstimate
+from layerscope.generation.estimate_result import SweepRow as EstimateRow
 from layerscope.generation.result import Generation
 from layerscope.generation.serving_result import ServingPlan
 from layerscope.planning import Plan
 from layerscope.planning.fields import keys
+from layerscope.planning.sweep import Sweep, SweepRow
 
 #: What a newer layerscope might write: nested, a null, a non-finite number as the
 #: string ``save`` writes it.
@@ -35,8 +42,9 @@ PLACES: dict[str, list[tuple[Any, ...]]] = {
                    ("generation", "options"), ("generation", "calls", 0)],
     "serving": [(), ("memory",), ("kv",), ("kv", "layers", 0), ("kv", "layers", 1),
                 ("rows", 0)],
-    "sweep": [(), ("setting",)],
-    "estimate": [(), ("device",)],
+    "sweep": [(), ("setting",), ("rows", 0), ("rows", 1)],
+    "estimate": [(), ("device",), ("sweep", 0), ("fit", 0), ("fit", 0, "points", 0),
+                 ("fit", 0, "points", 2)],
 }  # fmt: skip
 
 
@@ -164,12 +172,113 @@ def test_a_serving_plans_memory_and_kv_keep_their_unknown_keys(tmp_path: Path) -
     assert data["kv"]["tokens"] == plan.kv_tokens
 
 
+def _with_two_new_keys(kind: str, folder: Path, places: list[tuple[Any, ...]]) -> Path:
+    """``kind``'s document with ``"zz_new": NEW`` then ``"aa_new": 1`` (not in sorted
+    order) at the end of each of ``places``."""
+    doc = json.loads(_saved(kind, folder).read_text(encoding="utf-8"))
+    for place in places:
+        inner: Any = doc
+        for key in place:
+            inner = inner[key]
+        inner.update({"zz_new": NEW, "aa_new": 1})
+    edited = folder / f"{kind}-two.json"
+    edited.write_text(json.dumps(doc, indent=1), encoding="utf-8")
+    return edited
+
+
+def _same_bytes_again(path: Path, load: Any, folder: Path) -> None:
+    """``path`` loaded and saved, loaded and saved again: the same bytes, and ``show -o``
+    writes them too."""
+    first, second, shown = folder / "first.json", folder / "second.json", folder / "shown.json"
+    load(path).save(first)
+    load(first).save(second)
+    assert first.read_bytes() == second.read_bytes()
+    assert show(str(path), "-o", str(shown)) == (0, "", "")
+    assert shown.read_bytes() == first.read_bytes()
+
+
+def test_a_sweeps_rows_keep_their_unknown_keys_in_order_after_the_known(
+    tmp_path: Path,
+) -> None:
+    path = _with_two_new_keys("sweep", tmp_path, [("rows", 0), ("rows", 1)])
+    sweep = ls.load_sweep(path)
+    row, known = sweep.rows[0], list(made("sweep").rows[0].to_dict())
+    assert list(row.extra) == ["zz_new", "aa_new"] and row.extra["aa_new"] == 1
+    assert _zz(row.extra) == _zz(sweep.rows[1].extra) == ([1, "x", None], 2.5, True)
+    assert list(row.to_dict()) == [*known, "zz_new", "aa_new"]
+    # the typed row is the field table's: its mapping and figures are the same as without
+    assert list(row) == known and "zz_new" not in row
+    assert {k: row[k] for k in row} == made("sweep").rows[0].to_dict()
+    written = json.loads(path.read_text(encoding="utf-8"))
+    assert json.loads(document_json(sweep.to_dict())) == written
+    _same_bytes_again(path, ls.load_sweep, tmp_path)
+    again = json.loads((tmp_path / "first.json").read_text(encoding="utf-8"))
+    assert [list(r)[-2:] for r in again["rows"]] == [["zz_new", "aa_new"]] * 2
+    assert again["rows"][0]["zz_new"] == NEW
+    # a key of the row's own is the row's, not extra's
+    mine = SweepRow.from_dict({**made("sweep").rows[0].to_dict(), "own": 2})
+    assert mine.extra == {"own": 2} and mine != made("sweep").rows[0]
+    assert hash(mine) == hash(made("sweep").rows[0])  # hashed by its fields
+    assert dataclasses.replace(mine).extra == {} and dataclasses.fields(mine)[-1].name != "extra"
+    mine.extra.update({"step_time": -1.0, "tokens_per_s": 9})
+    data = mine.to_dict()
+    assert data["step_time"] == mine.step_time and list(data)[-1] == "own"
+    assert mine.tokens_per_s is None and "tokens_per_s" in data and data["tokens_per_s"] is None
+
+
+def test_an_estimates_rows_fits_and_points_keep_their_unknown_keys(tmp_path: Path) -> None:
+    places: list[tuple[Any, ...]] = [
+        ("sweep", 0), ("fit", 0), ("fit", 0, "points", 0), ("fit", 0, "points", 1),
+    ]  # fmt: skip
+    path = _with_two_new_keys("estimate", tmp_path, places)
+    est, plain = ls.load_estimate(path), made("estimate")
+    assert isinstance(plain, GenerateEstimate)
+    row, fit = est.sweep[0], est.fit[0]
+    for extra in (row.extra, fit.extra, fit.points[0].extra, fit.points[1].extra):
+        assert list(extra) == ["zz_new", "aa_new"] and extra["aa_new"] == 1
+        assert _zz(extra) == ([1, "x", None], 2.5, True)
+    assert fit.points[2].extra == {}
+    data = est.to_dict()
+    assert list(data["sweep"][0]) == [*plain.sweep[0].to_dict(), "zz_new", "aa_new"]
+    assert list(data["fit"][0]) == [*plain.fit[0].to_dict(), "zz_new", "aa_new"]
+    assert list(data["fit"][0]["points"][0]) == [
+        "length", "time", "flops", "macs", "bytes", "zz_new", "aa_new",
+    ]  # fmt: skip
+    assert list(data["fit"][0]["points"][2]) == ["length", "time", "flops", "macs", "bytes"]
+    # what the estimate derives is the same as without them
+    assert fit.to_dict()["lines"] == plain.fit[0].to_dict()["lines"]
+    assert (fit.errors(), fit.held, fit.mean("time")) == (
+        plain.fit[0].errors(), plain.fit[0].held, plain.fit[0].mean("time"),
+    )  # fmt: skip
+    assert row != plain.sweep[0] and dataclasses.replace(row) == plain.sweep[0]
+    _same_bytes_again(path, ls.load_estimate, tmp_path)
+    again = json.loads((tmp_path / "first.json").read_text(encoding="utf-8"))
+    assert again["fit"][0]["points"][1]["zz_new"] == NEW
+    # a key of its own is the object's, not extra's
+    clash = dataclasses.replace(row, experts_per_layer=None)
+    clash.extra.update({"batch": 99, "experts_per_layer": 7, "own": 1})
+    assert clash.to_dict()["batch"] == row.batch and list(clash.to_dict())[-1] == "own"
+    assert "experts_per_layer" not in clash.to_dict()  # a dense model's row
+    point = Point(1, 2.0, 3.0, 4.0, 5.0, extra={"time": -1, "own": 1})
+    assert point.to_dict() == {"length": 1, "time": 2.0, "flops": 3.0, "macs": 4.0,
+                               "bytes": 5.0, "own": 1}  # fmt: skip
+    hash(point)  # hashed by its figures
+    fitted = dataclasses.replace(plain.fit[0], extra={"held": False, "lines": {}, "own": 1})
+    assert fitted.to_dict() == {**plain.fit[0].to_dict(), "own": 1}
+
+
 def test_objects_made_here_have_no_unknown_keys() -> None:
     plan, gen, serving = made("plan"), made("generation"), made("serving")
+    sweep, est = made("sweep"), made("estimate")
     assert isinstance(plan, Plan) and isinstance(gen, Generation)
-    assert isinstance(serving, ServingPlan)
+    assert isinstance(serving, ServingPlan) and isinstance(sweep, Sweep)
+    assert isinstance(est, GenerateEstimate)
     assert plan.extra == gen.extra == serving.memory_extra == serving.kv_extra == {}
     assert all(layer.extra == {} for layer in serving.layers)
+    assert all(row.extra == {} for row in sweep.rows)
+    assert all(isinstance(row, EstimateRow) and row.extra == {} for row in est.sweep)
+    assert all(isinstance(f, AffineFit) and f.extra == {} for f in est.fit)
+    assert all(p.extra == {} for f in est.fit for p in f.points)
     assert all(row.absent == () for row in serving.rows)
     assert set(plan.section()) == set(keys("plan"))  # the field table's, no other
 

@@ -38,9 +38,30 @@ class Point:
     flops: float
     macs: float
     bytes: float
+    #: keys of a point this version does not know (a newer layerscope's), as read:
+    #: written back after the known ones (not hashed: a point is hashed by its figures)
+    extra: dict[str, Any] = field(default_factory=dict, kw_only=True, hash=False)
 
     def value(self, quantity: str) -> float:
         return float(getattr(self, quantity))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The point as an estimate's document writes it: its length and quantities,
+        then ``extra``'s keys."""
+        data: dict[str, Any] = {"length": self.length, **{q: self.value(q) for q in QUANTITIES}}
+        data.update((k, v) for k, v in self.extra.items() if k not in data)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Point:
+        """A point from ``to_dict``'s form; the keys it does not know, in order, in
+        ``extra``."""
+        extra = {k: v for k, v in data.items() if k not in POINT_KEYS}
+        return cls(data["length"], *(data[q] for q in QUANTITIES), extra=extra)
+
+
+#: The keys of a point's object in the document.
+POINT_KEYS = ("length", *QUANTITIES)
 
 
 def decode_lengths(prompt: int, new_tokens: int) -> list[int]:
@@ -63,6 +84,9 @@ class AffineFit:
     tolerance: float = TOLERANCE
     #: a paged cache's block in tokens (0: no blocks): the line is in ``reads(L)``
     block: int = 0
+    #: keys of a fit's object this version does not know (a newer layerscope's), as read:
+    #: written back after the known ones
+    extra: dict[str, Any] = field(default_factory=dict, kw_only=True)
 
     @property
     def mean_length(self) -> float:
@@ -136,34 +160,45 @@ class AffineFit:
         return sum(_interpolate(xs, ys, self.reads(n)) for n in steps) / len(steps)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        """The fit as an estimate's document writes it (``FIT_KEYS``: what it was fitted
+        from, and the figures derived from that), then ``extra``'s keys."""
+        data: dict[str, Any] = {
             "batch": self.batch,
             "first_length": self.first,
             "last_length": self.last,
             "mean_length": self.mean_length,
-            "points": [
-                {"length": p.length, **{q: p.value(q) for q in QUANTITIES}} for p in self.points
-            ],
+            "points": [p.to_dict() for p in self.points],
             "lines": {q: dict(zip(("a", "b"), self.line(q), strict=True)) for q in QUANTITIES},
             "errors": self.errors(),
             "tolerance": self.tolerance,
             "held": self.held,
             **({"block_size": self.block} if self.block else {}),
         }
+        data.update((k, v) for k, v in self.extra.items() if k not in FIT_KEYS)
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> AffineFit:
         """A fit from ``to_dict``'s form: the points and the tolerance (the lines, errors
-        and check follow from them)."""
-        points = [Point(p["length"], *(p[q] for q in QUANTITIES)) for p in data["points"]]
+        and check follow from them); the keys it does not know, in order, in ``extra``."""
         return cls(
             data["batch"],
             data["first_length"],
             data["last_length"],
-            points,
+            [Point.from_dict(p) for p in data["points"]],
             data["tolerance"],
             data.get("block_size", 0),
+            extra={k: v for k, v in data.items() if k not in FIT_KEYS},
         )
+
+
+#: The keys ``AffineFit.to_dict`` writes: what a fit is made from, and what it derives
+#: (``DERIVED``: written, not read; a document's must be what its points give).
+FIT_KEYS = (
+    "batch", "first_length", "last_length", "mean_length", "points", "lines", "errors",
+    "tolerance", "held", "block_size",
+)  # fmt: skip
+DERIVED = ("mean_length", "lines", "errors", "held")
 
 
 def _interpolate(xs: Sequence[float], ys: Sequence[float], x: float) -> float:
@@ -184,4 +219,7 @@ def _broken_line_mean(points: Sequence[Point], quantity: str) -> float:
     return area / span
 
 
-__all__ = ["QUANTITIES", "TOLERANCE", "AffineFit", "Point", "decode_lengths"]
+__all__ = [
+    "DERIVED", "FIT_KEYS", "POINT_KEYS", "QUANTITIES", "TOLERANCE", "AffineFit", "Point",
+    "decode_lengths",
+]  # fmt: skip

@@ -9,10 +9,10 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import IO, TYPE_CHECKING, Any
 
-from layerscope.generation.decodefit import AffineFit, Point
+from layerscope.generation.decodefit import AffineFit
 
 if TYPE_CHECKING:
     from layerscope.profile import Profile
@@ -73,24 +73,49 @@ class SweepRow:
     kernels: int | None = None
 
     @property
+    def extra(self) -> dict[str, Any]:
+        """Keys of the row this version does not know (a newer layerscope's, an
+        extension's), as read: written back after the known ones. Not a field (the row's
+        fields are the sweep's columns, ``generation.fields``; ``dataclasses.replace``
+        leaves it out), but compared."""
+        held: dict[str, Any] = self.__dict__.setdefault("_extra", {})
+        return held
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SweepRow) or other.__class__ is not self.__class__:
+            return NotImplemented
+        return self.to_dict() == other.to_dict()
+
+    @property
     def tokens_per_s_per_seq(self) -> float:
         """Each sequence's new tokens per second (``tokens_per_s_per_sequence``), named as
         ``ls.plan_serving``'s rows name it; ``tokens_per_s`` is all sequences together."""
         return self.tokens_per_s_per_sequence
 
     def to_dict(self) -> dict[str, Any]:
-        """Every field; a dense model's row leaves out the experts' (``MOE_KEYS``)."""
-        return {
+        """Every field; a dense model's row leaves out the experts' (``MOE_KEYS``), an
+        older estimate's the predicted ones (``PREDICTED_KEYS``); then ``extra``'s keys
+        (a field's name is written from the field, not ``extra``)."""
+        data = {
             k: v
-            for k, v in asdict(self).items()
-            if v is not None or k not in (*MOE_KEYS, *PREDICTED_KEYS)
+            for k in ROW_KEYS
+            if (v := getattr(self, k)) is not None or k not in (*MOE_KEYS, *PREDICTED_KEYS)
         }
+        data.update((k, v) for k, v in self.extra.items() if k not in ROW_KEYS)
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SweepRow:
         """A row from ``to_dict``'s form (``estimate_schema`` checked it: the step's work
-        is always there)."""
-        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+        is always there): its fields, and the keys it does not know, in order, in
+        ``extra``."""
+        row = cls(**{k: data[k] for k in ROW_KEYS if k in data})
+        row.extra.update((k, v) for k, v in data.items() if k not in ROW_KEYS)
+        return row
+
+
+#: A row's fields: the keys and order of the document's row.
+ROW_KEYS = tuple(f.name for f in fields(SweepRow))
 
 
 @dataclass
@@ -220,18 +245,20 @@ class GenerateEstimate:
         """An estimate from ``to_dict``'s form, every field checked: ``SchemaError`` naming
         the JSON path (after ``source``, the file, when given)."""
         from layerscope.export.jsonread import check_schema, checked_document, unknown_keys
-        from layerscope.generation.estimate_schema import ESTIMATE, ESTIMATE_KEYS, ESTIMATE_SCHEMA
+        from layerscope.generation import estimate_schema as schema
 
-        check_schema(data, ESTIMATE_SCHEMA, "generation estimate", source)
-        d = checked_document(data, ESTIMATE, source)
-        fits = [_fit(f) for f in d.get("fit", [])]
+        check_schema(data, schema.ESTIMATE_SCHEMA, "generation estimate", source)
+        d = checked_document(data, schema.ESTIMATE, source)
+        fits = [AffineFit.from_dict(f) for f in d.get("fit", [])]
+        schema.check_fits(d.get("fit", []), fits, source)
         return cls(
             d["model"], d["target"], dict(d["device"]), d["dtype"], d["prompt"],
             d["new_tokens"], d["cache"], d["prefill_time"], d["decode_time_per_token"],
             d.get("tokens_per_s_per_seq", d["tokens_per_s"]),
             [SweepRow.from_dict(r) for r in d["sweep"]], fits, list(d["notes"]),
             dict(d.get("kernels", {})), None, d.get("kv_dtype"), d.get("block_size"),
-            d.get("moe"), d.get("mode"), d.get("tp", 1), unknown_keys(d, ESTIMATE_KEYS),
+            d.get("moe"), d.get("mode"), d.get("tp", 1),
+            unknown_keys(d, schema.ESTIMATE_KEYS),
         )  # fmt: skip
 
     def save(self, path: str | os.PathLike[str]) -> None:
@@ -291,14 +318,6 @@ def _deprecated(message: str) -> None:
     if message not in _WARNED:
         _WARNED.add(message)
         warnings.warn(message, DeprecationWarning, stacklevel=3)
-
-
-def _fit(f: Mapping[str, Any]) -> AffineFit:
-    points = [Point(p["length"], p["time"], p["flops"], p["macs"], p["bytes"]) for p in f["points"]]
-    return AffineFit(
-        f["batch"], f["first_length"], f["last_length"], points, f["tolerance"],
-        f.get("block_size", 0),
-    )  # fmt: skip
 
 
 def load_estimate(path: str | os.PathLike[str]) -> GenerateEstimate:

@@ -1,13 +1,19 @@
 """A saved ``GenerateEstimate``'s document (``GenerateEstimate.save``, ``layerscope
 generate --json`` on meta): every field ``from_dict`` reads, checked (its times, rates,
-FLOPs and bytes finite and >= 0), so an estimate that loads always renders. Its
-``"schema"`` (``ESTIMATE_SCHEMA``) is checked before (``jsonread.check_schema``): a
-document without one is older."""
+FLOPs and bytes finite and >= 0), so an estimate that loads always renders; a fit's
+derived figures must be what its points give (``check_fits``). Its ``"schema"``
+(``ESTIMATE_SCHEMA``) is checked before (``jsonread.check_schema``): a document without
+one is older."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from layerscope.errors import SchemaError
 from layerscope.export.jsonamount import AMOUNT
-from layerscope.export.jsoncheck import Arr, Bool, Check, Int, Map, Obj, Opt, Str
+from layerscope.export.jsoncheck import Arr, Bool, Check, Finite, Int, Map, Obj, Opt, Str
+from layerscope.generation.decodefit import DERIVED, QUANTITIES, AffineFit
 
 _ROW: dict[str, Check] = {
     "batch": Int(1), "prefill_time": AMOUNT, "decode_time_per_token": AMOUNT,
@@ -28,6 +34,10 @@ _FIT: dict[str, Check] = {
     "batch": Int(1), "first_length": Int(0), "last_length": Int(0),
     "points": Arr(Obj(_POINT, required=tuple(_POINT))), "tolerance": AMOUNT,
     "block_size": Int(1),
+    # derived from the above: written, and checked against what the points give
+    "mean_length": AMOUNT,
+    "lines": Obj({q: Obj({"a": Finite(), "b": Finite()}) for q in QUANTITIES}),
+    "errors": Obj(dict.fromkeys(QUANTITIES, AMOUNT)), "held": Opt(Bool()),
 }  # fmt: skip
 _DEVICE: dict[str, Check] = {
     "name": Str(), "label": Str(), "bandwidth": AMOUNT, "peak_flops": AMOUNT,
@@ -64,4 +74,50 @@ ESTIMATE = Obj(_TOP, required=tuple(k for k in _TOP if k not in _LATER),
 #: any other is the estimate's ``extra``.
 ESTIMATE_KEYS = frozenset((*_TOP, "lower_bound", "memory_bound", "crossover_batch", "fit_held"))
 
-__all__ = ["ESTIMATE", "ESTIMATE_KEYS", "ESTIMATE_SCHEMA"]
+
+def check_fits(
+    written: Sequence[Mapping[str, Any]], fits: Sequence[AffineFit], source: str | None = None
+) -> None:
+    """``SchemaError`` where a fit's derived figures (``decodefit.DERIVED``: the mean
+    cache length, the lines, the errors, the check) that the document writes are not what
+    its points and tolerance give, as an edited or damaged document's are (one not
+    written is derived: nothing to check)."""
+    for n, (doc, fit) in enumerate(zip(written, fits, strict=True)):
+        derived = fit.to_dict()
+        for path in _derived_paths():
+            value: Any = doc
+            again: Any = derived
+            for key in path:
+                if not isinstance(value, Mapping) or key not in value:
+                    break  # not written: nothing to check
+                value = value[key]
+                again = again.get(key, _NONE) if isinstance(again, Mapping) else _NONE
+            else:
+                if again is not _NONE and value == again:
+                    continue
+                where = f"{source}: " if source else ""
+                gives = "no error (no middle point to check)" if again is _NONE else repr(again)
+                raise SchemaError(
+                    f"{where}$.fit[{n}].{'.'.join(path)} is {value!r}, but the fit's points "
+                    f"give {gives}: the document was edited or damaged"
+                )
+
+
+#: A derived figure the fit does not have (an error without a middle point).
+_NONE = object()
+
+
+def _derived_paths() -> list[tuple[str, ...]]:
+    """Every derived figure of a fit's object, by its keys in it."""
+    paths: list[tuple[str, ...]] = []
+    for key in DERIVED:
+        if key == "lines":
+            paths += [(key, q, c) for q in QUANTITIES for c in ("a", "b")]
+        elif key == "errors":
+            paths += [(key, q) for q in QUANTITIES]
+        else:
+            paths.append((key,))
+    return paths
+
+
+__all__ = ["ESTIMATE", "ESTIMATE_KEYS", "ESTIMATE_SCHEMA", "check_fits"]

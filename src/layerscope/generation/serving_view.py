@@ -82,11 +82,21 @@ def _heading(d: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 def serving_lines(data: Mapping[str, Any], width: int) -> list[Line]:
     """The styled lines of a serving plan at ``width``: heading, rows, notes."""
+    if "mode" in data:
+        times = (
+            "TTFT: the prefill of every prompt at once, predicted; TPOT: one decode step, "
+            "predicted (Bound TPOT: its roofline; Launch: the host's launches)"
+        )
+    else:  # a plan saved before TTFT and TPOT were predicted: its rows are their bounds
+        times = (
+            "TTFT: the prefill of every prompt at once, its roofline bound; TPOT: one decode "
+            "step, its roofline bound (a plan saved before they were predicted: Bound TPOT "
+            "is TPOT; Launch: not priced)"
+        )
     legend = (
         f"Rows: prompts of {units.count(data['prompt'])} tokens, "
-        f"{units.count(data['new_tokens'])} new tokens each. TTFT: the prefill of every "
-        "prompt at once, predicted; TPOT: one decode step, predicted (Bound TPOT: its "
-        "roofline; Launch: the host's launches); Tok/s = Batch / TPOT, Tok/s/seq = 1 / TPOT; "
-        "KV cache: at the last token; Fits: within the KV cache's budget."
+        f"{units.count(data['new_tokens'])} new tokens each. {times}; Tok/s = Batch / TPOT, "
+        "Tok/s/seq = 1 / TPOT; KV cache: at the last token; Fits: within the KV cache's "
+        "budget."
     )
     return sweep_page(_heading(data), SERVING_FIELDS, data, "rows", legend, width)

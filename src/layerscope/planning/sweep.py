@@ -120,7 +120,7 @@ def _tensors(args: Any, kwargs: Any) -> list[torch.Tensor]:
 class SweepRow(Mapping[str, Any]):
     """One plan of a sweep: its options (the field table's ``axis`` group), then its
     figures (``row``). Reads as a mapping too (``row["step_time"]``), with the keys and
-    order of ``to_dict``."""
+    order of ``to_dict``'s known keys (``extra``'s are not the row's fields)."""
 
     micro_batch: int
     world_size: int
@@ -145,6 +145,20 @@ class SweepRow(Mapping[str, Any]):
     tokens_per_s_bound: float | None = None
     mfu_counted: float | None = None
 
+    @property
+    def extra(self) -> dict[str, Any]:
+        """Keys of the row this version does not know (a newer layerscope's, an
+        extension's), as read: written back after the known ones. Not a field (the row's
+        fields are the field table's columns; ``dataclasses.replace`` leaves it out) nor
+        hashed, but compared."""
+        held: dict[str, Any] = self.__dict__.setdefault("_extra", {})
+        return held
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SweepRow) or other.__class__ is not self.__class__:
+            return NotImplemented
+        return self.to_dict() == other.to_dict()
+
     def __getitem__(self, key: str) -> Any:
         if key not in _ROW_KEYS:
             raise KeyError(key)
@@ -161,19 +175,25 @@ class SweepRow(Mapping[str, Any]):
         return len(self._keys())
 
     def to_dict(self) -> dict[str, Any]:
-        """The row as its document writes it."""
-        return {k: getattr(self, k) for k in self._keys()}
+        """The row as its document writes it: its fields, then ``extra``'s keys (a
+        field's name is written from the field, not ``extra``)."""
+        data = {k: getattr(self, k) for k in self._keys()}
+        data.update((k, v) for k, v in self.extra.items() if k not in _ROW_KEYS)
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SweepRow:
-        """A row from ``to_dict``'s form (keys the row does not have are left out; the
-        figures added later may be missing)."""
+        """A row from ``to_dict``'s form (the figures added later may be missing): its
+        fields, and the keys it does not know, in order, in ``extra``."""
         missing = [k for k in _ROW_KEYS if k not in data and k not in _OPTIONAL]
         if missing:
             raise InvalidInputError(f"a sweep row needs {', '.join(missing)}")
-        return cls(**{k: data[k] for k in _ROW_KEYS if k in data})
+        row = cls(**{k: data[k] for k in _ROW_KEYS if k in data})
+        row.extra.update((k, v) for k, v in data.items() if k not in _ROW_KEYS)
+        return row
 
 
+#: A row's fields: the keys and order of the document's row.
 _ROW_KEYS = tuple(f.name for f in fields(SweepRow))
 _OPTIONAL = frozenset(f.name for f in fields(SweepRow) if f.default is not MISSING)
 
