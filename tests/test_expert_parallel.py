@@ -64,6 +64,17 @@ def test_states_are_fsdp2s_and_the_experts_gather_a_half(plans: tuple[Any, Any])
     assert ep.options["mesh"]["ep"] == 2 and "x expert parallel 2" in ep.render(width=100)
 
 
+def test_no_timeline_column_is_negative(plans: tuple[Any, Any]) -> None:
+    """Both plans' timelines, every part and the total at every point, at least 0: layer
+    0's experts' activations read -71,884 B after act_fn's backward while gate_up_proj's
+    gradient (8 x 256 x 64 bf16: 262,144 B), not made until then, was counted from the
+    experts' first backward moment (``tests/test_timeline_signs.py``: 190,260 B now)."""
+    for plan in plans:
+        columns = ["total", *(c for c in plan.timeline if c.endswith("_bytes"))]
+        assert len(columns) == 10
+        assert min(min(plan.timeline[c]) for c in columns) == 0  # the optimizer's activations
+
+
 def test_the_all_to_alls(plans: tuple[Any, Any]) -> None:
     """Dispatch and combine a layer, forward and backward: 2 calls of [64 tokens x 2
     experts, 64] bf16 each way (16,384 B), half of it crossing to the other rank; priced

@@ -25,6 +25,7 @@ from layerscope.planning.checkpointing import (
     resolve,
 )
 from layerscope.planning.compiled import compiled_memory
+from layerscope.planning.expertparallel import late_grads
 from layerscope.planning.facts import CACHE_OFF, Param, check_paths, frozen, input_bytes, trainable
 from layerscope.planning.kernels import Predicted, kernels_of, predict
 from layerscope.planning.loss import loss_timeline
@@ -103,7 +104,8 @@ def _build(
         "other_bytes": held_input + buffers,
     }
     first = next((m.path for m in prof.nodes() if m.path and m.calls), "")
-    setup = tl.Setup(rest, grads=grads_by_module, cast_input=cast_input, first_module=first)
+    setup = tl.Setup(rest, grads=grads_by_module, cast_input=cast_input, first_module=first,
+                     grads_after=late_grads(prof, params))  # fmt: skip
     work = Step(prof, opts, params, setup, strategy.grad_size(opts), kept or ())
     prepared = strategy.prepare(work)
     units, unit_rows, comm = prepared.units, prepared.rows, step_comm(prepared.comm, prof, opts)

@@ -28,7 +28,7 @@ Not modelled: the all-to-alls' own buffers, uneven routing, token dropping.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from math import prod
 from typing import Any
 
@@ -125,6 +125,30 @@ def routed_experts(model: nn.Module) -> dict[str, float]:
     return {name: top_k / n for name, n in counts.items() if n >= top_k}
 
 
+#: A transformers experts module's weights used before its activation (``act_fn``): the
+#: up projection, gated (``gate_up_proj``) or not (``up_proj``), and its bias.
+BEFORE_ACTIVATION = ("gate_up_proj", "up_proj", "gate_up_proj_bias", "up_proj_bias")
+
+
+def late_grads(prof: Profile, params: Sequence[Any]) -> dict[str, tuple[str, int]]:
+    """The gradients each routed experts module (``profile.model["routed"]``) makes only
+    after its ``act_fn``'s backward, as ``timeline.Setup.grads_after`` takes them: its
+    forward runs the up projection, then ``act_fn``, then the down projection, so its
+    backward makes the down projection's gradient, runs ``act_fn``'s backward, then makes
+    the up projection's (``BEFORE_ACTIVATION``). ``params``: ``facts.Param``s."""
+    names = {n.path for n in prof.nodes()}
+    out: dict[str, tuple[str, int]] = {}
+    for path in prof.model.get("routed") or {}:
+        child = f"{path}.act_fn"
+        late = sum(
+            p.nbytes for p in params
+            if p.module == path and p.name.rpartition(".")[2] in BEFORE_ACTIVATION
+        )  # fmt: skip
+        if late and child in names:
+            out[path] = (child, late)
+    return out
+
+
 def a2a_comm(prof: Profile, paths: list[str], ep: int) -> dict[str, Any]:
     """The all-to-alls of each experts module per micro-batch, in ``profile.comm``'s
     form: dispatch and combine in the forward and in the backward (module doc)."""
@@ -157,6 +181,7 @@ def ep_notes(ep: int, dp_shard: int, experts: int) -> list[str]:
 
 
 __all__ = [
+    "BEFORE_ACTIVATION",
     "GROUPED_DTYPE",
     "a2a_comm",
     "check_kernel",
@@ -164,5 +189,6 @@ __all__ = [
     "ep_notes",
     "expert_paths",
     "experts_modules",
+    "late_grads",
     "routed_experts",
 ]

@@ -33,7 +33,7 @@ import torch
 
 from layerscope.analysis.whatif import OUTSIDE
 from layerscope.errors import InvalidInputError
-from layerscope.planning.timeline import Setup, inside
+from layerscope.planning.timeline import Setup, grad_moments, inside
 from layerscope.profile import Profile, TensorSpec
 
 #: ``loss=``'s values
@@ -233,7 +233,7 @@ def fused_timeline(
     for k in range(start, len(events)):
         if events[k] in ("backward", "peak"):
             first.setdefault(paths[k], k)
-    starts = sorted((first[m], g) for m, g in setup.grads.items() if m in first)
+    starts = grad_moments(setup, events, paths, first)
     keys, sums = [f for f, _ in starts], [0, *itertools.accumulate(g for _, g in starts)]
 
     def counted(k: int) -> int:  # the replay's analysed gradients by moment k

@@ -78,6 +78,11 @@ class Setup:
     rest: dict[str, int]
     #: gradient bytes of each module's own trainable parameters, as analysed
     grads: dict[str, int] = field(default_factory=dict)
+    #: of a module's ``grads``, the bytes its backward makes only after one of its
+    #: children's backward (child, bytes): the weights it used before calling the child
+    #: (a transformers experts module's up projection, before ``act_fn``:
+    #: ``expertparallel.late_grads``); the rest at its first backward moment
+    grads_after: dict[str, tuple[str, int]] = field(default_factory=dict)
     #: a 16-bit copy of the float input, held all step (mixed precision, float input)
     cast_input: int = 0
     #: the module whose backward frees ``cast_input`` (the first to run)
@@ -136,6 +141,31 @@ def _first_backward(events: Sequence[str], paths: Sequence[str], start: int) -> 
     return first
 
 
+def grad_moments(
+    setup: Setup, events: Sequence[str], paths: Sequence[str], first: Mapping[str, int]
+) -> list[tuple[int, int]]:
+    """Each module's analysed gradient bytes by the moment its backward makes them,
+    sorted (each counted from the next moment on): at the module's first backward moment
+    (``first``), as autograd's ``AccumulateGrad`` runs after the module's own ops; the
+    part ``Setup.grads_after`` names at the module's first moment after its child's
+    backward started (at the first one if there is none)."""
+    out: list[tuple[int, int]] = []
+    for m, g in setup.grads.items():
+        if m not in first:
+            continue
+        child, late = setup.grads_after.get(m, ("", 0))
+        k = None
+        if late and child in first:
+            later = range(first[child] + 1, len(events))
+            k = next((j for j in later if paths[j] == m and events[j] in ("backward", "peak")),
+                     None)  # fmt: skip
+        if k is None:
+            out.append((first[m], g))
+            continue
+        out += [(first[m], g - late), (k, late)]
+    return sorted(out)
+
+
 class Replay:
     """The walk over the analysed events, forward then backward, and the points it
     emits; ``Events`` act on it through ``alloc``, ``free``, ``emit``."""
@@ -178,13 +208,11 @@ class Replay:
                         self.last_bwd[m] = k
         self.held_inputs: dict[str, int] = {}
         self.held_total = 0  # their sum
-        # gradients by the moment their module's backward starts, summed as they come
-        starts = sorted(
-            (first, setup.grads[m]) for m, first in self.first_bwd.items() if m in setup.grads
-        )
+        # gradients by the moment their module's backward makes them, summed as they come
+        starts = grad_moments(setup, events, paths, self.first_bwd)
         self._starts = [first for first, _ in starts]
         self._prefix = [0, *itertools.accumulate(g for _, g in starts)]
-        #: gradient bytes by the moment their module's backward starts
+        #: gradient bytes by the moment their module's backward makes them
         self._made_at: dict[int, int] = {}
         for first, g in starts:
             self._made_at[first] = self._made_at.get(first, 0) + g
@@ -196,8 +224,8 @@ class Replay:
             self.alloc("accumulated", "grad_bytes", setup.final_grads)
 
     def just_made(self, k: int) -> int:
-        """Analysed gradient bytes of the modules whose backward started at moment
-        ``k - 1``: made, and not yet reduced or added into the accumulated ones."""
+        """Analysed gradient bytes made at moment ``k - 1`` (``grad_moments``): not yet
+        reduced or added into the accumulated ones."""
         return self._made_at.get(k - 1, 0)
 
     # ---- buffers and points ------------------------------------------------------
@@ -326,4 +354,4 @@ def replay(
     return points
 
 
-__all__ = ["PARTS", "Events", "Point", "Replay", "Setup", "inside", "replay"]
+__all__ = ["PARTS", "Events", "Point", "Replay", "Setup", "grad_moments", "inside", "replay"]
