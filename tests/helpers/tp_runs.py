@@ -1,6 +1,6 @@
 """Real tensor-parallel training steps on CPU (gloo) and what each rank holds and sends.
 
-A Llama-shaped ``LlamaForCausalLM`` (``CONFIG``) trained three AdamW steps in float32 on
+A Llama-shaped ``LlamaForCausalLM`` (``CONFIG``) trained five AdamW steps in float32 on
 one seeded batch, parallelized four ways (``CONFIGS``): torch's ``parallelize_module``
 with colwise/rowwise linears (``llama_tp``), the same with sequence parallelism as
 torchtitan's ``apply_tp`` does it (``llama_sp``), transformers' own ``apply_tensor_parallelism``
@@ -18,13 +18,20 @@ tensors): bytes of ``to_local()``; ``comm[module][phase][kind] = {"calls", "byte
 bytes alive before the step; ``peak``, ``trained_peak`` and ``forward_held``: live bytes
 above it at the step's peak (``opt.step()`` included: on the CPU, AdamW's single-tensor
 update allocates its temporaries beside every gradient), at the peak of the forward and
-backward alone, and at the forward's end, with ``peaks``, ``trained_peaks`` and ``held``
-of every observed step; ``losses`` and the plain model's ``reference``.
+backward alone, and at the forward's end; ``unsettled``: collectives gloo's thread
+held on to (none: the step frees every tensor itself, in its own order,
+``StepObserver._settle``); ``late``: each observed step's storages that a thread other
+than the step's freed (bytes, phase, module and op that made them: rarely one, a few
+hundred bytes in ``opt.step()``), ``clean``: the observed steps without, whose facts
+these are; ``unrepeated``: what of them the clean steps disagree in (nothing);
+``losses`` and the plain model's ``reference``.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -49,8 +56,8 @@ CONFIG: dict[str, Any] = {
     "vocab_size": 128,
 }
 BATCH, SEQ = 2, 16
-#: steps run, the last ``MEASURED`` of them observed (the third, and two more whose
-#: peaks show what a collective buffer that gloo's thread frees late adds to one step)
+#: steps run, the last ``MEASURED`` of them observed (the third, and two more that show
+#: it repeats: peaks too, ``StepObserver._settle``)
 STEPS, MEASURED = 5, 3
 CONFIGS = ("llama_tp", "llama_sp", "hf_plan")
 #: collective op names (without namespace) -> kind; layerscope's payload convention
@@ -66,6 +73,11 @@ KINDS = {
 }
 #: ops of the collective namespaces that move no data (waits, autograd wrappers)
 _NO_PAYLOAD = ("wait_tensor", "_wrap_tensor_autograd", "barrier")
+#: the longest ``StepObserver`` waits for gloo's thread to let go of a collective's
+#: tensors (microseconds, unloaded)
+SETTLE_S = 5.0
+#: how long it hands the GIL to gloo's thread after a c10d op's work is done
+GRACE_S = 0.002
 _PAYLOAD = ("input_tensors", "input_tensor", "input", "inputs", "tensors", "tensor")
 
 
@@ -270,6 +282,12 @@ class StepObserver(StorageTracker):  # type: ignore[no-untyped-call]
         self.stack: list[str] = []
         self.comm: dict[str, dict[str, dict[str, dict[str, int]]]] = {}
         self.handles: list[Any] = []
+        #: the storages another thread (gloo's) freed, at a moment the step did not
+        #: choose: bytes, phase, module and op that made them (``made``); collectives
+        #: whose work ``_settle`` did not see let go within ``SETTLE_S``
+        self.late: list[str] = []
+        self.made: dict[int, str] = {}
+        self.unsettled = 0
         for name, module in model.named_modules():
             self.handles.append(module.register_forward_pre_hook(self._push(name), prepend=True))
             self.handles.append(module.register_forward_hook(self._pop(name), always_call=True))
@@ -293,13 +311,16 @@ class StepObserver(StorageTracker):  # type: ignore[no-untyped-call]
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         if _is_dtensor(types):
             return NotImplemented
+        namespace, _, name = func._schema.name.partition("::")
+        issues = "c10d" in namespace and name not in _NO_PAYLOAD
+        inputs = _tensors((args, kwargs)) if issues else []
+        counts = [_references(t) for t in inputs]  # the step's own, before the op
         out = func(*args, **(kwargs or {}))
         if _fake(out):
             return out
-        namespace, _, name = func._schema.name.partition("::")
-        if "c10d" in namespace and name not in _NO_PAYLOAD:
+        if issues:
             kind = next((k for key, k in KINDS.items() if key in name), "other")
-            module = self.stack[-1] if self.stack and self.phase == "forward" else ""
+            module = module_of(self) if self.phase == "forward" else ""
             kinds = self.comm.setdefault(module, {}).setdefault(self.phase, {})
             row = kinds.setdefault(kind, {"calls": 0, "bytes": 0})
             row["calls"] += 1
@@ -308,7 +329,73 @@ class StepObserver(StorageTracker):  # type: ignore[no-untyped-call]
             for t in out if isinstance(out, tuple | list) else (out,):
                 if _holds_bytes(t) and id(t.untyped_storage()) not in self.sizes:
                     self._count(t.untyped_storage(), t.untyped_storage().nbytes())
+                    self.made[id(t.untyped_storage())] = f"{self.phase} {module_of(self)} {func}"
+        if issues:
+            want = {id(t): (t, n) for t, n in zip(inputs, counts, strict=True)}
+            self._settle(out, want, functional=namespace == "_c10d_functional")
         return out
+
+    def _settle(self, out: Any, want: dict[int, Any], functional: bool) -> None:
+        """Wait for the collective just issued, then until gloo's worker thread has let
+        go of its tensors (``want``: the inputs' references as before the op; an output's
+        its own, ``(1, 2)``), while the step still holds them, so that the step frees them
+        itself, in its own order. Otherwise the thread lets go after the step's wait, and
+        a free by that thread needs the GIL, which the step's Python code keeps up to the
+        interpreter's 5-ms switch interval or its next collective: if the step let go of
+        them first, they outlive their op by a varying stretch of the step (the local
+        logits and their all-gather, 8,192 + 16,384 B, through the loss's backward, once
+        in three steps of ``llama_sp`` on 2 ranks; FSDP2's 74,240-B reduce-scatter input
+        of a layer's gradients). Waiting early changes no tensor's life: the step's own
+        wait, later, finds the work done."""
+        from torch.utils._pytree import tree_leaves
+
+        if not functional:  # a c10d op (FSDP2's): its ``Work``, which the caller holds,
+            for item in tree_leaves(out):  # holds its tensors; the thread lets go of
+                if not isinstance(item, torch.Tensor):  # the work within microseconds
+                    item.wait()
+            time.sleep(GRACE_S)
+            return
+        for item in tree_leaves(out):
+            torch.ops._c10d_functional.wait_tensor(item)
+            want.setdefault(id(item), (item, (1, 2)))
+        deadline = time.monotonic() + SETTLE_S
+        while any(_held_elsewhere(t, n) for t, n in want.values()):
+            if time.monotonic() > deadline:
+                self.unsettled += 1
+                return
+            time.sleep(1e-4)
+
+    def _died(self, key: int) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            self.late.append(f"{self.sizes.get(key, 0)} B, {self.made.get(key)}")
+        self.made.pop(key, None)
+        super()._died(key)
+
+
+def _references(t: torch.Tensor) -> tuple[int, int]:
+    """References to ``t`` (its ``TensorImpl``) and to its storage (one per tensor on
+    it, and one for its Python object): the step's own, and any collective work's (an
+    all-gather's work holds views of its output, other tensors on its storage)."""
+    mine: int = t._use_count()  # type: ignore[attr-defined]
+    return mine, int(torch._C._storage_Use_Count(t.untyped_storage()._cdata))
+
+
+def _held_elsewhere(t: torch.Tensor, own: tuple[int, int]) -> bool:
+    mine, its = _references(t)
+    return mine > own[0] or its > own[1]
+
+
+def module_of(seen: StepObserver) -> str:
+    """The innermost module whose forward runs (``""`` outside one)."""
+    return seen.stack[-1] if seen.stack else ""
+
+
+def _tensors(tree: Any) -> list[torch.Tensor]:
+    """The tensors of nested tuples, lists and dicts, each once."""
+    from torch.utils._pytree import tree_leaves
+
+    found = {id(t): t for t in tree_leaves(tree) if isinstance(t, torch.Tensor)}
+    return list(found.values())
 
 
 def _holds_bytes(t: Any) -> bool:
@@ -366,6 +453,7 @@ def measured_step(
     after = issued(groups)
     facts = {**states, "comm": seen.comm, "baseline": baseline, "peak": seen.peak}
     facts["forward_held"], facts["trained_peak"] = held, trained
+    facts["late"], facts["unsettled"] = seen.late, seen.unsettled
     facts["issued"] = {axis: after[axis] - before[axis] for axis in groups}
     return loss.item(), facts
 
@@ -389,9 +477,9 @@ def reference_losses(fsdp: bool, dp: int) -> list[float]:
 
 def run(config: str, world: int) -> dict[str, Any]:
     """``STEPS`` steps of one configuration, the last ``MEASURED`` observed: the facts
-    of the first of those (the third step), with every observed step's peaks and
-    forward-end bytes (``peaks``, ``trained_peaks``, ``held``) and whether the observed
-    steps agree in all else (``repeatable``)."""
+    of the first of those that no other thread freed a tensor in (``clean`` of them:
+    the third step, as a rule), each observed step's ``late`` frees, and what the clean
+    steps disagree in (``unrepeated``: nothing, their peaks included)."""
     model, groups, dp = build(config, world)
     opt = torch.optim.AdamW(model.parameters(), lr=0.01)
     data = batch(dp)
@@ -408,13 +496,15 @@ def run(config: str, world: int) -> dict[str, Any]:
             observed.append(facts)
             losses.append(last)
         opt.zero_grad()
-    varying = ("peak", "forward_held", "trained_peak")
-    facts = observed[0]
-    same = [{k: v for k, v in f.items() if k not in varying} for f in observed]
-    facts["repeatable"] = all(f == same[0] for f in same)
-    facts["peaks"] = [f["peak"] for f in observed]
-    facts["held"] = [f["forward_held"] for f in observed]
-    facts["trained_peaks"] = [f["trained_peak"] for f in observed]
+    late = [f.pop("late") for f in observed]
+    clean = [f for f, freed in zip(observed, late, strict=True) if not freed]
+    facts = clean[0] if clean else observed[0]
+    facts["unrepeated"] = {  # what the clean steps disagree in, step by step
+        key: [f[key] if key != "comm" else sorted(f[key]) for f in clean]
+        for key in facts
+        if any(f[key] != facts[key] for f in clean)
+    }
+    facts["late"], facts["clean"] = late, len(clean)
     facts["losses"] = losses
     facts["reference"] = reference_losses(config == "fsdp_tp", dp)
     return facts

@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from torch import nn
+from torch import Tensor, nn
 
 from layerscope.errors import InvalidInputError
 
@@ -282,7 +282,7 @@ def parallelized(
     _check_heads(model, size)
     entries = expand(model, chosen, given)
     tied = _tied(model)
-    with fake_mesh(size) as mesh, _quiet_cpu_mesh():
+    with fake_mesh(size) as mesh, _quiet_cpu_mesh(), _unwrapped_meta_collectives():
         try:
             parallelize_module(model, mesh, styles(model, entries, sequence))
         except NotImplementedError as e:  # a style torch applies to Linear/Embedding only
@@ -338,6 +338,30 @@ def _check_heads(model: nn.Module, size: int) -> None:
                 f"mesh tp={size}: the model's {heads} {key.removeprefix('num_').replace('_', ' ')} "
                 f"do not split evenly over {size} ranks; pick a tp that divides {heads}"
             )
+
+
+@contextmanager
+def _unwrapped_meta_collectives() -> Iterator[None]:
+    """A functional collective's meta output handed on as it is, not through
+    ``_c10d_functional._wrap_tensor_autograd``. On a GPU (or gloo) that op wraps the
+    output in an ``AsyncCollectiveTensor``, which holds no bytes of its own; its meta
+    kernel is ``torch.empty_like``, a second buffer of the output's size, alive beside
+    the output until the DTensor op that issued the collective returns: a column-wise
+    output head's gathered logits counted twice at its peak (16,384 B more of the
+    [2, 16, 128] float32 logits of ``tests/test_tp_steps.py``'s Llama, with or without
+    sequence parallelism). Real tensors are still wrapped as torch wraps them."""
+    from torch.distributed import _functional_collectives as funcol
+
+    wrap = funcol._maybe_wrap_tensor
+
+    def unwrapped(self: Any) -> Tensor:
+        return self if self.is_meta else wrap(self)
+
+    funcol._maybe_wrap_tensor = unwrapped
+    try:
+        yield
+    finally:
+        funcol._maybe_wrap_tensor = wrap
 
 
 @contextmanager
