@@ -145,3 +145,16 @@ def test_grouped_experts_outside_bfloat16_refused_with_the_fixes(
     model.config._experts_implementation = "batched_mm"
     plan = ls.plan(model, input_shape=(2, 32), world_size=1, precision=precision)
     assert plan.peak_bytes > 0 and model.config._experts_implementation == "batched_mm"
+
+
+def test_grouped_experts_under_ddps_autocast_refused_with_the_fixes() -> None:
+    """DDP's bf16-mixed is autocast over float32 weights, and autocast does not cast
+    _grouped_mm's inputs (not among its lower-precision ops): the kernel would get
+    float32 in the run as in the analysis, which raised the model's error from inside the
+    experts. Refused before the analysis, naming the fixes; FSDP2's bf16-mixed, whose
+    mixed precision casts the weights, plans."""
+    model = mixtral()
+    words = "computes in bfloat16 under autocast, with float32 weights, and autocast does not"
+    with pytest.raises(InvalidInputError, match=words):
+        ls.plan(model, input_shape=(2, 32), world_size=2, sharding="ddp")
+    assert ls.plan(model, input_shape=(2, 32), world_size=2, sharding="fsdp").peak_bytes > 0

@@ -96,18 +96,27 @@ def experts_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
 GROUPED_DTYPE = torch.bfloat16
 
 
-def check_kernel(model: nn.Module, dtype: torch.dtype) -> None:
+def check_kernel(model: nn.Module, dtype: torch.dtype, autocast: bool = False) -> None:
     """Refuse a model whose experts run transformers' ``grouped_mm`` kernel in a dtype it
-    does not take (it would raise in the run as in the analysis), naming the fixes."""
+    does not take (it would raise in the run as in the analysis), naming the fixes. Under
+    ``autocast`` (DDP's mixed precision: float32 weights) the kernel gets float32, since
+    autocast does not cast ``_grouped_mm``'s inputs (not among its lower-precision ops)."""
     found = experts_modules(model)
     impls = {getattr(getattr(m, "config", None), "_experts_implementation", None) for _, m in found}
-    if dtype == GROUPED_DTYPE or "grouped_mm" not in impls:
+    ran = torch.float32 if autocast else dtype
+    if ran == GROUPED_DTYPE or "grouped_mm" not in impls:
         return
-    name = str(dtype).removeprefix("torch.")
+    how = (
+        f"this plan computes in {str(dtype).removeprefix('torch.')} under autocast, with "
+        "float32 weights, and autocast does not cast _grouped_mm's inputs: plan "
+        "precision='bf16', or a sharding whose mixed precision casts the weights (fsdp)"
+        if autocast
+        else f"this plan computes in {str(dtype).removeprefix('torch.')}: plan "
+        "precision='bf16' or 'bf16-mixed'"
+    )
     raise InvalidInputError(
         f"{found[0][0]} runs transformers' grouped_mm experts kernel (torch._grouped_mm), "
-        f"which takes bfloat16 only, on a GPU as on meta, and this plan computes in {name}: "
-        "plan precision='bf16' or 'bf16-mixed', or set the model's "
+        f"which takes bfloat16 only, on a GPU as on meta, and {how}, or set the model's "
         "config._experts_implementation = 'batched_mm' (every dtype; it gathers each routed "
         "token's expert weights) as your run would have to"
     )

@@ -84,7 +84,7 @@ def analyse_stages(
     meta = copied.to(dtype)
     from layerscope.planning.expertparallel import check_kernel, check_split, expert_paths
 
-    check_kernel(meta, opts.compute_dtype)  # before the analysis, which would raise
+    check_kernel(meta, opts.compute_dtype, opts.autocast)  # before the analysis, which would raise
     if opts.ep > 1:  # experts that ep ranks cannot split
         check_split(meta, expert_paths(meta), opts.ep)
     target = spec_target(opts.target)
