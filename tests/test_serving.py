@@ -99,8 +99,9 @@ def test_int4_weights_and_an_fp8_cache() -> None:
 
 
 def test_a_sliding_window_caps_a_sequences_cache() -> None:
-    """Mistral with a 32-token window: each layer stores the last 31 tokens (transformers'
-    sliding layer keeps window - 1 and adds the new one), rounded up to 2 blocks."""
+    """Mistral with a 32-token window: each layer holds its window, a step's token and the
+    31 before it (transformers' dynamic sliding layer keeps those 31 between steps and
+    adds the new one), rounded up to 2 blocks of 16."""
     config = MistralConfig(
         vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, sliding_window=32,
@@ -110,7 +111,7 @@ def test_a_sliding_window_caps_a_sequences_cache() -> None:
         model = MistralForCausalLM(config)
     p = plan_serving(model, target="h100", max_context=128, prompt=16, new_tokens=8, batch=1)
     per_token = 2 * 2 * 32 * 4  # keys and values, 2 KV heads of 32, float32: 512 B a layer
-    assert [(layer.bytes_per_token, layer.cap) for layer in p.layers] == [(per_token, 31)] * 2
+    assert [(layer.bytes_per_token, layer.cap) for layer in p.layers] == [(per_token, 32)] * 2
     assert p.kv_bytes(128) == 2 * per_token * 32 and p.kv_bytes(8) == 2 * per_token * 16
 
 

@@ -151,6 +151,14 @@ def parse_batches(text: str) -> list[int]:
     return [int(p) for p in pieces]
 
 
+def parse_prompt_shape(text: str) -> tuple[int, int]:
+    """``--input-shape BATCH,PROMPT`` (``1,2048``): sequences and prompt tokens each."""
+    shape = parse_shape(text, example="1,2048", what="BATCH,PROMPT")
+    if len(shape) != 2:
+        refuse("--input-shape", text, "BATCH,PROMPT (two positive integers, e.g. 1,2048)")
+    return shape[0], shape[1]
+
+
 def _device(text: str) -> torch.device:
     from layerscope.cli.profile_cmd import parse_device
 
@@ -162,16 +170,18 @@ def _device(text: str) -> torch.device:
 def _shape(args: argparse.Namespace, loaded: Any) -> tuple[int, int]:
     """(batch, prompt) from --input-shape, else from the token ids the spec brought."""
     if args.input_shape:
-        shape = parse_shape(args.input_shape)
-    else:
-        ids = (loaded.args or (None,))[0]
-        if not isinstance(ids, torch.Tensor) or ids.is_floating_point():
-            raise InvalidInputError(
-                "generate needs the prompt's shape: give --input-shape BATCH,PROMPT (e.g. 1,2048)"
-            )
-        shape = tuple(ids.shape)
+        return parse_prompt_shape(args.input_shape)
+    ids = (loaded.args or (None,))[0]
+    if not isinstance(ids, torch.Tensor) or ids.is_floating_point():
+        raise InvalidInputError(
+            "generate needs the prompt's shape: give --input-shape BATCH,PROMPT (e.g. 1,2048)"
+        )
+    shape = tuple(ids.shape)
     if len(shape) != 2:
-        refuse("--input-shape", args.input_shape, "BATCH,PROMPT (two numbers, e.g. 1,2048)")
+        raise InvalidInputError(
+            f"generate needs the prompt's shape: the spec's token ids are of shape {shape}, "
+            "not (batch, prompt); give --input-shape BATCH,PROMPT (e.g. 1,2048)"
+        )
     return shape[0], shape[1]
 
 
@@ -182,9 +192,7 @@ def _target(args: argparse.Namespace) -> str:
 def _check_flags(args: argparse.Namespace) -> torch.device:
     """The flags that need no model, checked before it is built; the device."""
     if args.input_shape:
-        shape = parse_shape(args.input_shape)
-        if len(shape) != 2:
-            refuse("--input-shape", args.input_shape, "BATCH,PROMPT (two numbers, e.g. 1,2048)")
+        parse_prompt_shape(args.input_shape)
     check_int("--max-new-tokens", args.max_new_tokens, 1)
     check_choice("--cache", args.cache, list(CACHES))
     check_int("--block-size", args.block_size, 1)
@@ -236,10 +244,14 @@ def _check_flags(args: argparse.Namespace) -> torch.device:
 
 def _measure(model: nn.Module, args: argparse.Namespace, batch: int, prompt: int) -> int:
     """generate() on a real device, measured per stage and step."""
-    from layerscope.generation.modelcheck import check_generative
-    from layerscope.generation.run import profile_generate
+    from layerscope.generation.modelcheck import check_generative, check_positions
+    from layerscope.generation.run import check_generates, profile_generate
 
-    check_generative(model, prompt + args.max_new_tokens)  # before anything runs
+    # before anything runs, in the flags' words (profile_generate checks the same)
+    tokens = prompt + args.max_new_tokens
+    check_positions(model, tokens, "--input-shape's PROMPT and --max-new-tokens")
+    check_generative(model, tokens)
+    check_generates(model, args.model)
     device = _device(args.device)
     model = model.to(device).eval()
     vocab = getattr(getattr(model, "config", None), "vocab_size", None) or 2

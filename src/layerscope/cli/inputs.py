@@ -25,11 +25,17 @@ from layerscope.validate import (
 TENSOR_KEYS = ("shape", "dtype", "low", "high")
 
 
-def parse_shape(text: str, flag: str = "--input-shape") -> tuple[int, ...]:
-    """``"2,3,32,32"`` (or ``2x3x32x32``) as a shape: every piece a positive integer."""
+def parse_shape(
+    text: str, flag: str = "--input-shape", *, example: str = "2,3,32,32", what: str = ""
+) -> tuple[int, ...]:
+    """``"2,3,32,32"`` (or ``2x3x32x32``) as a shape: every piece a positive integer.
+    ``example`` and ``what`` (``BATCH,PROMPT``) are the form the flag documents, for the
+    refusal."""
     pieces = text.replace("x", ",").split(",")
     if not all(p.strip().isdecimal() and int(p) > 0 for p in pieces):
-        refuse(flag, text, "a shape such as 2,3,32,32 (positive integers)")
+        if what:
+            refuse(flag, text, f"{what} (positive integers, e.g. {example})")
+        refuse(flag, text, f"a shape such as {example} (positive integers)")
     return tuple(int(p) for p in pieces)
 
 

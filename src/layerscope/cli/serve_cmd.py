@@ -19,10 +19,12 @@ import argparse
 from layerscope.cli.common import add_model_arguments, check_outputs, gpu_names, write_outputs
 from layerscope.cli.generate_cmd import parse_batches
 from layerscope.cli.inputs import parse_json_object, parse_model_dtype
+from layerscope.errors import InvalidInputError
+from layerscope.generation.predicted import MODES
 from layerscope.generation.serving import BLOCK_SIZE, KV_WIDTHS, plan_serving
-from layerscope.generation.weights import SCHEMES
+from layerscope.generation.weights import GROUP_SIZE, SCHEMES
 from layerscope.hardware import GPUS
-from layerscope.validate import check_choice, check_int
+from layerscope.validate import check_choice, check_int, check_number
 
 NAME = "serve"
 HELP = "how many sequences a decoder serves on a GPU, at what latency (docs/generate.md)"
@@ -52,11 +54,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     s.add_argument(
         "--weights", metavar="SCHEME",
-        help=f"the linears as deployed, weight-only: {', '.join(SCHEMES)} (default: as built)",
+        help=f"the linears' weights as deployed: {', '.join(SCHEMES)} (default: as built); "
+        "int8 and int4 weight-only (matmuls at the compute dtype), fp8 W8A8 (matmuls at "
+        "the target's FP8 peak where it has one)",
     )  # fmt: skip
     s.add_argument(
-        "--group-size", type=int, default=128, metavar="N", help="int4's group (default 128)"
-    )
+        "--group-size", type=int, default=GROUP_SIZE, metavar="N",
+        help=f"with --weights int4, its scale group (default {GROUP_SIZE})",
+    )  # fmt: skip
     s.add_argument(
         "--kv-dtype", metavar="DTYPE",
         help=f"the KV cache's width: {', '.join(KV_WIDTHS)} (default: the model's)",
@@ -94,8 +99,34 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     out.add_argument("--width", type=int, default=None, help="console width in characters")
 
 
-def run(args: argparse.Namespace) -> int:
+def check_flags(args: argparse.Namespace) -> None:
+    """The server's flags, checked before the model is built, each refusal naming its
+    flag (``plan_serving`` checks them again by their parameters' names)."""
     check_choice("--target", str(args.target).strip().lower(), list(GPUS))
+    if args.max_context is not None:
+        check_int("--max-context", args.max_context, 2)
+    if args.prompt is not None:
+        check_int("--prompt", args.prompt, 1)
+    check_int("--new-tokens", args.new_tokens, 1)
+    if args.weights is not None:
+        check_choice("--weights", args.weights, list(SCHEMES))
+    check_int("--group-size", args.group_size, 1)
+    if args.group_size != GROUP_SIZE and args.weights != "int4":
+        given = "is not given" if args.weights is None else f"is {args.weights}"
+        raise InvalidInputError(
+            f"--group-size {args.group_size} is int4's scale group: give --weights int4 with "
+            f"it (--weights {given})"
+        )
+    if args.kv_dtype is not None:
+        check_choice("--kv-dtype", args.kv_dtype, list(KV_WIDTHS))
+    check_int("--block-size", args.block_size, 1)
+    check_number("--memory-utilization", args.memory_utilization, 0.0, 1.0, positive=True)
+    check_choice("--mode", args.mode, list(MODES))
+    check_int("--tp", args.tp, 1)
+
+
+def run(args: argparse.Namespace) -> int:
+    check_flags(args)
     if args.width is not None:
         check_int("--width", args.width, 1)
     check_outputs(args.html, args.json, text=args.output)

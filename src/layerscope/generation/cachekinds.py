@@ -13,7 +13,8 @@ is stored at (``kv_dtype=``), ``docs/generate.md`` "The cache model".
   full, transformers' static layer rolls and copies its whole window at every step,
   which no paged server does, so before a decode step a full one is set one token short
   of full (``ring``), and the step writes its token in place and attention reads the
-  window once.
+  window once. The cache it holds is the window rounded up to whole blocks
+  (``paged_tokens``, ``paged_facts``: the rule ``ls.plan_serving`` sizes a sequence by).
 
 ``kv_dtype``: the cache held and moved at that width (``KV_WIDTHS``). A call's cache
 traffic per layer, from the cache after the call (``generation.cache``): a dynamic
@@ -28,6 +29,7 @@ way (an assumption, stated in the docs).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -49,6 +51,45 @@ KV_WIDTHS = {"fp8": 1, "int8": 1, "bf16": 2, "fp16": 2, "fp32": 4}
 def rounded(tokens: int, block: int) -> int:
     """``tokens`` rounded up to whole blocks of ``block``."""
     return -(-tokens // block) * block
+
+
+def paged_tokens(length: int, window: int | None, block: int) -> int:
+    """The tokens a paged cache allocates to one sequence's layer that has seen
+    ``length`` tokens: at most its sliding ``window`` (None: none), rounded up to whole
+    blocks of ``block`` (a server allocates blocks, for a window too: vLLM's sliding-window
+    layers free only the blocks wholly out of it). The window counts the step's own token
+    with the ``window - 1`` before it that it attends to: the tokens a step needs held."""
+    return rounded(length if window is None else min(length, window), block)
+
+
+def windows(cache: Any) -> list[int | None]:
+    """Each self-attention layer's sliding window as ``cache`` keeps it (None: a layer
+    without one): a dynamic layer's ``sliding_window`` (it stores ``window - 1`` tokens
+    between steps), a static one's length (``min(window, max_cache_len)``: it stores
+    that many)."""
+    cache = getattr(cache, "self_attention_cache", cache)
+    out: list[int | None] = []
+    for layer in getattr(cache, "layers", None) or ():
+        window = getattr(layer, "sliding_window", None)
+        if window is None:
+            window = getattr(layer, "max_cache_len", None)
+        sliding = getattr(layer, "is_sliding", False) and isinstance(window, int)
+        out.append(window if sliding else None)
+    return out
+
+
+def paged_facts(facts: CacheFacts, cache: Any, length: int, block: int) -> CacheFacts:
+    """A paged cache's ``facts`` after ``length`` tokens: each self-attention layer holding
+    ``paged_tokens`` of them (the same bytes per token), as ``ls.plan_serving`` sizes one
+    sequence's cache; the cross-attention layers as read."""
+    held = replace(facts, self_bytes=[], self_tokens=[])
+    for size, tokens, window in zip(
+        facts.self_bytes, facts.self_tokens, windows(cache), strict=True
+    ):
+        count = paged_tokens(length, window, block) if tokens else 0
+        held.self_bytes.append(size // tokens * count if tokens else size)
+        held.self_tokens.append(count)
+    return held
 
 
 def new_cache(transformers: Any, config: Any, kind: str, total: int, held: int, block: int) -> Any:
@@ -119,6 +160,9 @@ __all__ = [
     "cache_traffic",
     "narrow_kv",
     "new_cache",
+    "paged_facts",
+    "paged_tokens",
     "ring",
     "rounded",
+    "windows",
 ]

@@ -42,6 +42,7 @@ from layerscope.generation.cachekinds import (
     attention_paths,
     narrow_kv,
     new_cache,
+    paged_facts,
     ring,
 )
 from layerscope.generation.decodefit import AffineFit, Point, decode_lengths
@@ -243,7 +244,8 @@ class Driver:
             p: q.saved(scheme) for p, q in self.quantized.items() if scheme and q.kind == "experts"
         }
         self.routing: Routing | None = routing_of(model, _floating_dtype(model), narrowed)
-        #: a mixture of experts: each analysis's time and bytes with every expert read
+        #: a mixture of experts: each analysis's time (its collectives included, as
+        #: ``point``'s) and bytes with every expert read
         self.worst: dict[int, tuple[float, float]] = {}
         #: tensor parallelism's group on the target's node (None: one GPU), and how its
         #: analyses observe ops on DTensors (one GPU's work: ``collect.dtensors``)
@@ -295,9 +297,11 @@ class Driver:
         return prof
 
     def _route(self, prof: Profile, tokens: int, routing: Routing) -> None:
-        """Every expert read (kept as the worst case), then the expected ones (``moe``)."""
+        """Every expert read (kept as the worst case, its collectives priced as the
+        expected case's: routing moves no collective), then the expected ones (``moe``)."""
         route(prof, routing, routing.counted(tokens), routing.experts)
         time = roof_times(prof, self.roof, "forward", self.faster(prof))[id(prof.root)]
+        time += self.comm(prof)
         self.worst[id(prof)] = (time, float(prof.root.metrics.get(ms.BYTES_ACCESSED) or 0))
         route(prof, routing, routing.experts, routing.expected(tokens), stored=True)
 
@@ -349,6 +353,16 @@ class Driver:
             bytes=float(m.get(ms.BYTES_ACCESSED) or 0),
         )
 
+    def held(self, cache: Any) -> CacheFacts:
+        """The cache after the last decode step as stored: a paged one's layers in whole
+        blocks, a sliding window's too (``paged_facts``, the rule ``ls.plan_serving``
+        sizes a sequence by)."""
+        facts = cache_facts(cache)
+        if self.opts.cache != "paged":
+            return facts
+        o = self.opts
+        return paged_facts(facts, cache, o.prompt + o.new_tokens, o.block_size)
+
     def batch(self, batch: int) -> BatchAnalysis:
         """The prefill and the decode steps at every cache length the fit needs."""
         o = self.opts
@@ -378,7 +392,7 @@ class Driver:
         prefill_time = roof_times(prefill, self.roof, "forward", faster)[id(prefill.root)]
         prefill_time += self.comm(prefill)
         analysis = BatchAnalysis(
-            batch, prefill, prefill_time, fit, cache_facts(cache), kernels,
+            batch, prefill, prefill_time, fit, self.held(cache), kernels,
             (prefill_step, decode_step),
         )  # fmt: skip
         if self.routing is not None:

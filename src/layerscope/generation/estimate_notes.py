@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from layerscope.generation.estimate_result import GenerateEstimate
+from layerscope.planning.headless import headless_generation_note
 from layerscope.profile import Profile
 from layerscope.render.units import nbytes, seconds
 
@@ -137,10 +138,14 @@ def notes_for(est: GenerateEstimate, prefills: Sequence[Profile], keeps_one: boo
     for extra in (kv_note(est), kernel_note(est)):
         if extra:
             notes.append(extra)
+    headless = headless_generation_note(prefills[0]) if prefills else None
+    if headless:
+        notes.append(headless)
     if not keeps_one:
+        head = "" if headless else " (an LM head's too)"
         notes.append(
-            "The forward takes no logits_to_keep: the prefill's output (an LM head's too) "
-            "covers every prompt token, not the last one only."
+            f"The forward takes no logits_to_keep: the prefill's output{head} covers every "
+            "prompt token, not the last one only."
         )
     missing = sorted({op for p in prefills for op in p.unsupported_ops})
     if missing:

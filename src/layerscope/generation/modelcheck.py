@@ -58,14 +58,27 @@ def check_generative(model: nn.Module, tokens: int) -> None:
             "not generate token by token on a KV cache; estimate_generate is for decoders "
             "(a causal LM such as LlamaForCausalLM); profile the model with ls.profile"
         )
+    check_positions(model, tokens, "the prompt's length and --max-new-tokens")
+
+
+def check_positions(
+    model: nn.Module, tokens: int, lengths: str = "input_ids' tokens and max_new_tokens"
+) -> None:
+    """``InvalidInputError`` for ``tokens`` (prompt + new tokens) beyond a decoder's
+    positions (``positions``): an absolute position table has no
+    row past them (``generate()`` raises ``IndexError``), a rotary model was built for
+    that length. ``lengths`` names what sets the two (the parameters, or the flags). An
+    encoder-decoder is not judged: its encoder holds the prompt, its decoder the new
+    tokens, each in positions of its own (T5's are relative, unbounded)."""
+    if getattr(getattr(model, "config", None), "is_encoder_decoder", False) is True:
+        return
     limit = positions(model)
     if limit is not None and tokens > limit[0]:
         most, key = limit
         raise InvalidInputError(
-            f"prompt + new_tokens = {tokens:,} is beyond {name}'s {most:,} positions "
-            f"(config.{key}): give prompt + new_tokens <= {most:,} (the prompt's length and "
-            "--max-new-tokens)"
+            f"prompt + new_tokens = {tokens:,} is beyond {type(model).__name__}'s {most:,} "
+            f"positions (config.{key}): give prompt + new_tokens <= {most:,} ({lengths})"
         )
 
 
-__all__ = ["POSITION_KEYS", "check_generative", "positions"]
+__all__ = ["POSITION_KEYS", "check_generative", "check_positions", "positions"]

@@ -25,6 +25,7 @@ its own ``assistant_model``) is refused.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import statistics
 import time
@@ -40,11 +41,12 @@ from layerscope.errors import InvalidInputError, LayerscopeError, ModelError
 from layerscope.generation.cache import cache_facts, kv_summary, seq_length
 from layerscope.generation.calllog import CallLog, cache_state, is_cache, recording
 from layerscope.generation.callrow import CallRow
+from layerscope.generation.modelcheck import check_positions
 from layerscope.generation.padding import padding_notices
 from layerscope.generation.result import Generation
 from layerscope.generation.stages import call_facts
 from layerscope.profile import Profile
-from layerscope.validate import check_int, refuse
+from layerscope.validate import check_int, refuse, shown
 
 
 def _rows(model: nn.Module, kwargs: Mapping[str, Any]) -> int:
@@ -146,6 +148,92 @@ def _drafting(model: nn.Module, kwargs: Mapping[str, Any]) -> list[str]:
 #: The most tokens ``profile_generate`` makes: each is a call it analyses on its own
 #: (a longer run: ``ls.estimate_generate``, or profile it in parts).
 MAX_NEW_TOKENS = 4096
+#: The transformers mappings from a model type to its class that generates, in the
+#: order they are read: a causal LM's head, then an encoder-decoder's.
+_HEAD_MAPPINGS = (
+    "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",
+    "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",
+)
+
+
+def head_class(model: nn.Module) -> tuple[str, str] | None:
+    """The transformers class that generates for ``model``'s architecture (a base model's
+    class with a language-modelling head, ``LlamaModel`` -> ``LlamaForCausalLM``) and
+    where it was found: transformers' auto mappings for the config's ``model_type``, else
+    the config's ``architectures``. None when neither names one."""
+    name = type(model).__name__
+    config = getattr(model, "config", None)
+    kind = getattr(config, "model_type", None)
+    if isinstance(kind, str) and kind:
+        auto: Any = None
+        # a model with a config is a transformers one; without transformers, no mapping
+        with contextlib.suppress(ImportError):
+            from transformers.models.auto import modeling_auto as auto
+        for mapping in _HEAD_MAPPINGS:
+            head = getattr(auto, mapping, {}).get(kind)
+            if isinstance(head, str) and head != name:
+                return head, "the same model with its language-modelling head"
+    architectures = getattr(config, "architectures", None)
+    if isinstance(architectures, list | tuple):
+        named = [a for a in architectures if isinstance(a, str) and a and a != name]
+        if named:
+            return named[0], "the architecture its config names (config.architectures)"
+    return None
+
+
+def check_generates(model: object, spec: str | None = None) -> None:
+    """``InvalidInputError`` for a model without ``generate()``, naming its class and the
+    class to give instead (``head_class``); ``spec``: how the command line named the
+    model (``transformers:llama``), whose fix is then a spec too."""
+    if isinstance(model, nn.Module) and callable(getattr(model, "generate", None)):
+        return
+    name = type(model).__name__
+    if not isinstance(model, nn.Module):
+        raise InvalidInputError(
+            f"profile_generate needs a model with generate() (a transformers model), got a {name}"
+        )
+    given = name if spec is None else f"{name} ({spec})"
+    found = head_class(model)
+    if found is None:
+        fix = "give the model with a language-modelling head (a ...ForCausalLM)"
+    else:
+        fix = f"give {'' if spec is None else 'transformers:'}{found[0]}, {found[1]}"
+    raise InvalidInputError(
+        f"profile_generate needs a model with generate() (transformers): {given} has none "
+        f"(a base model has no head to generate with); {fix}"
+    )
+
+
+def _shape_of(value: object) -> str:
+    """A refused tensor by its shape (its values say nothing of what was wrong)."""
+    if isinstance(value, torch.Tensor):
+        return f"shape {tuple(value.shape)}"
+    return shown(value)
+
+
+def _check_call(
+    model: nn.Module, input_ids: torch.Tensor, max_new_tokens: int, mask: torch.Tensor | None
+) -> int:
+    """``profile_generate``'s model, token ids, mask and length checked before
+    ``generate()`` runs; the new tokens."""
+    check_generates(model)
+    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2:
+        raise InvalidInputError(
+            f"input_ids must be a (batch, tokens) tensor of token ids, got {_shape_of(input_ids)}"
+        )
+    new = check_int("max_new_tokens", max_new_tokens, 1, MAX_NEW_TOKENS)
+    if mask is not None and (not isinstance(mask, torch.Tensor) or mask.shape != input_ids.shape):
+        raise InvalidInputError(
+            f"attention_mask must be a tensor of input_ids' shape {tuple(input_ids.shape)}, "
+            f"got {_shape_of(mask)}"
+        )
+    if input_ids.device.type == "meta":
+        raise InvalidInputError(
+            "generate() reads token values, which meta tensors have not: profile on a real "
+            "device, or estimate on meta with ls.estimate_generate"
+        )
+    check_positions(model, int(input_ids.shape[1]) + new)
+    return new
 
 
 def profile_generate(
@@ -163,30 +251,14 @@ def profile_generate(
     token. ``timing`` (True: 3 repeats, or a number) times every call too, in a pass of
     its own before the call is analysed: each repeat on a copy of the cache as it was
     before the call, after one warm-up; the median goes to its row's ``time``. The model
-    is left as found."""
-    if not isinstance(model, nn.Module) or not callable(getattr(model, "generate", None)):
-        raise InvalidInputError("profile_generate needs a model with generate() (transformers)")
-    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2:
-        raise InvalidInputError("input_ids must be a (batch, tokens) tensor of token ids")
-    new = check_int("max_new_tokens", max_new_tokens, 1, MAX_NEW_TOKENS)
+    is left as found. Refused before anything runs: a model without ``generate()``, and
+    a prompt + new tokens beyond its positions (``check_positions``)."""
+    new = _check_call(model, input_ids, max_new_tokens, attention_mask)
     repeats = (
         (3 if timing else 0)
         if isinstance(timing, bool)
         else check_int("timing", timing, 1, MAX_REPEATS)
     )
-    if attention_mask is not None and (
-        not isinstance(attention_mask, torch.Tensor) or attention_mask.shape != input_ids.shape
-    ):
-        refuse(
-            "attention_mask",
-            attention_mask,
-            f"a tensor of input_ids' shape {tuple(input_ids.shape)}",
-        )
-    if input_ids.device.type == "meta":
-        raise InvalidInputError(
-            "generate() reads token values, which meta tensors have not: profile on a real "
-            "device, or estimate on meta with ls.estimate_generate"
-        )
     notices = _drafting(model, generate_kwargs)
     with recording(model) as log:
         out = _generate(model, input_ids, new, attention_mask, dict(generate_kwargs))
@@ -321,4 +393,4 @@ def _cropped_words(crops: int, tokens: int) -> str:
     )
 
 
-__all__ = ["profile_generate"]
+__all__ = ["check_generates", "check_positions", "head_class", "profile_generate"]

@@ -13,7 +13,8 @@ Memory, as vLLM sizes its cache (``gpu_memory_utilization``):
   itself filled on meta to ``max_context`` tokens (each layer's keys and values, a
   sliding-window layer capped at its window), at ``kv_dtype``'s width when given, every
   layer's tokens rounded up to whole blocks of ``block_size`` (a paged cache allocates
-  blocks, not tokens).
+  blocks, not tokens, for a window too: ``cachekinds.paged_tokens``, the estimate's
+  paged cache's rule).
 
 ``max_concurrency`` is the number of sequences of ``max_context`` tokens that fit;
 ``max_context(batch)`` the longest context ``batch`` sequences can each hold. Latency and
@@ -30,6 +31,8 @@ running, so the step takes the larger of the two) or replays them as one CUDA gr
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -42,7 +45,7 @@ from layerscope.analysis.roofline import roof_of
 from layerscope.collect.hfmeta import meta_values
 from layerscope.errors import InvalidInputError
 from layerscope.generation.cache import cache_facts
-from layerscope.generation.cachekinds import BLOCK_SIZE, KV_WIDTHS
+from layerscope.generation.cachekinds import BLOCK_SIZE, KV_WIDTHS, windows
 from layerscope.generation.estimate import (
     Driver,
     Options,
@@ -65,7 +68,7 @@ from layerscope.generation.weights import (
 )
 from layerscope.hardware import GPUS
 from layerscope.session.run import profile
-from layerscope.validate import check_choice, check_int, check_number, refuse
+from layerscope.validate import check_choice, check_int, is_bool, refuse
 
 #: Bytes kept free below the budget: the CUDA context, cuBLAS/cuDNN workspaces and the
 #: caching allocator's slack. A stated default, not measured (the plan's reserve, too).
@@ -136,7 +139,7 @@ def _options(model: nn.Module, **o: Any) -> ServingOptions:
         batches=batches,
         kv_dtype=kv,
         block_size=check_int("block_size", o["block_size"], 1),
-        utilization=check_number("memory_utilization", o["utilization"], 0.0, 1.0),
+        utilization=_utilization(o["utilization"]),
         prefill_chunk=check_int("prefill_chunk", chunk, 1, most),
         reserve=check_int("reserve_bytes", o["reserve"], 0),
         mode=check_choice("mode", o["mode"], list(MODES)),
@@ -144,17 +147,37 @@ def _options(model: nn.Module, **o: Any) -> ServingOptions:
     )
 
 
+def _utilization(value: object) -> float:
+    """``memory_utilization``: a share of the usable memory above 0 and at most 1, as vLLM
+    takes ``gpu_memory_utilization`` (0 leaves the server no memory at all)."""
+    share = float(value) if isinstance(value, numbers.Real) and not is_bool(value) else math.nan
+    if not 0 < share <= 1:  # NaN too
+        refuse(
+            "memory_utilization (--memory-utilization)", value,
+            "a share of the usable memory above 0 and at most 1 (vLLM's "
+            "gpu_memory_utilization; 0.9 unless given)",
+        )  # fmt: skip
+    return share
+
+
 def kv_layers(driver: Driver, length: int) -> list[KVLayer]:
     """Each layer's KV bytes per token (at the options' ``kv_dtype``: ``Driver.kv_ratio``)
-    and the most tokens it holds (None: every token; a sliding window: its window), read
-    from a cache the model filled to ``length`` tokens of one sequence on meta."""
-    facts = cache_facts(driver.fill(1, length))
+    and the most tokens it holds (None: every token), read from a cache the model filled
+    to ``length`` tokens of one sequence on meta. A sliding-window layer holds its window:
+    a step's token and the ``window - 1`` before it (transformers' dynamic layer keeps
+    those ``window - 1`` between steps; a server's block holds the step's token too:
+    ``cachekinds.paged_tokens``)."""
+    cache = driver.fill(1, length)
+    facts = cache_facts(cache)
     layers = []
-    for size, tokens in zip(facts.self_bytes, facts.self_tokens, strict=True):
+    for size, tokens, window in zip(
+        facts.self_bytes, facts.self_tokens, windows(cache), strict=True
+    ):
         if not tokens:
             continue
         per_token = size / tokens * driver.kv_ratio
-        layers.append(KVLayer(per_token, tokens if tokens < length else None))
+        cap = window if window is not None else tokens
+        layers.append(KVLayer(per_token, cap if cap < length else None))
     if not layers:
         raise InvalidInputError(
             f"{type(driver.model).__name__} filled no KV cache layer that layerscope can "
@@ -242,8 +265,9 @@ def plan_serving(
     most that fit); ``weights``/``group_size``: the linears as deployed
     (``generation.weights``); ``kv_dtype``: the KV cache's width ("fp8", "int8", "bf16",
     "fp16", "fp32"; default the model's); ``block_size``: a paged cache's block in
-    tokens; ``memory_utilization``: the share of usable memory the server may take;
-    ``prefill_chunk``: the largest prefill run at once; ``reserve_bytes``: kept free;
+    tokens; ``memory_utilization``: the share of usable memory the server may take
+    (above 0, at most 1); ``prefill_chunk``: the largest prefill run at once;
+    ``reserve_bytes``: kept free;
     ``mode``: "eager" (a launch per kernel) or "graphs" (CUDA graphs: one per step);
     ``dtype``: the compute dtype (default the model's); ``tp``: GPUs of one node the
     model is split over by its own tensor-parallel plan (every figure one GPU's:

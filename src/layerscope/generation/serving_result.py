@@ -5,12 +5,15 @@ draw it."""
 
 from __future__ import annotations
 
+import numbers
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
+from layerscope.generation.cachekinds import paged_tokens
 from layerscope.generation.fields import SERVING_FIELDS
+from layerscope.validate import is_bool, refuse
 
 if TYPE_CHECKING:
     from layerscope.profile import Profile
@@ -158,11 +161,11 @@ class ServingPlan:
 
     def kv_bytes(self, length: int) -> int:
         """One sequence's KV cache at ``length`` tokens: each layer's tokens (at most its
-        window) rounded up to whole blocks."""
+        window) rounded up to whole blocks; ``InvalidInputError`` for a negative length."""
+        length = _whole("length", length, 0, "a number of tokens >= 0 (an int)")
         total = 0.0
         for layer in self.layers:
-            held = length if layer.cap is None else min(length, layer.cap)
-            total += layer.bytes_per_token * (-(-held // self.block_size) * self.block_size)
+            total += layer.bytes_per_token * paged_tokens(length, layer.cap, self.block_size)
         return int(total)
 
     @property
@@ -172,9 +175,9 @@ class ServingPlan:
 
     def longest_context(self, batch: int) -> int:
         """The longest context (at most ``max_context``) each of ``batch`` sequences can
-        hold at once; 0 when not even one token each fits."""
-        if batch < 1:
-            raise ValueError("batch must be >= 1")
+        hold at once; 0 when not even one token each fits. ``InvalidInputError`` for a
+        batch below 1."""
+        batch = _whole("batch", batch, 1, "a number of sequences >= 1 (an int)")
         lo, hi = 0, self.max_context
         while lo < hi:  # the most L with batch x kv_bytes(L) within the budget
             mid = (lo + hi + 1) // 2
@@ -344,6 +347,14 @@ class ServingPlan:
 
     def __str__(self) -> str:
         return self.render()
+
+
+def _whole(label: str, value: object, low: int, allowed: str) -> int:
+    """``value`` as an int of at least ``low`` (numpy's integers too, bools not), else
+    refused in one line naming what ``allowed`` is."""
+    if isinstance(value, numbers.Integral) and not is_bool(value) and int(value) >= low:
+        return int(value)
+    refuse(label, value, allowed)
 
 
 def _with_extra(known: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:

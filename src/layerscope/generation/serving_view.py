@@ -4,6 +4,7 @@ capacity and the concurrency, a row per batch size, then the notes."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import IO, Any
 
@@ -14,7 +15,7 @@ from layerscope.render.layout import Line, plain_text, terminal_width, too_narro
 from layerscope.render.terminal import check_file, print_lines
 from layerscope.validate import check_int, refuse
 
-__all__ = ["render_serving", "serving_lines", "show_serving"]
+__all__ = ["no_room", "render_serving", "serving_lines", "show_serving"]
 
 
 def render_serving(data: Mapping[str, Any], *, width: int | None = None) -> str:
@@ -72,11 +73,7 @@ def _heading(d: Mapping[str, Any]) -> list[tuple[str, str]]:
         f"{units.plural(d['max_concurrency'], 'sequence')}."
     )
     if not d["max_concurrency"]:
-        most += (
-            " It does not fit: store the weights narrower (weights=int8 or int4), the cache "
-            "narrower (kv_dtype=fp8), serve a shorter context, split the model over more "
-            "GPUs (tp=), or a GPU with more memory."
-        )
+        most += " " + no_room(d)
     return [(title, "layerscope.header"), (memory, ""), (capacity, ""), (most, "layerscope.header")]
 
 
@@ -100,3 +97,36 @@ def serving_lines(data: Mapping[str, Any], width: int) -> list[Line]:
         "budget."
     )
     return sweep_page(_heading(data), SERVING_FIELDS, data, "rows", legend, width)
+
+
+def no_room(d: Mapping[str, Any]) -> str:
+    """Why no sequence of ``max_context`` tokens fits, and what would help: a smaller
+    ``reserve_bytes`` or a larger ``memory_utilization`` when the weights, the workspace
+    and one sequence's KV cache would fit with it, else the model's own needs (narrower
+    weights or cache, a shorter context, more GPUs, more memory)."""
+    m, kv = d["memory"], d["kv"]
+    usable, share, budget = m["usable_bytes"], m["memory_utilization"], m["budget_bytes"]
+    reserve = m["reserve_bytes"]
+    own = m["weight_bytes"] + m["workspace_bytes"] + kv["bytes_per_sequence"]
+    needs = f"the weights, the workspace and one sequence's KV cache take {units.nbytes(own)}"
+    helps = []
+    if share < 1 and own + reserve <= usable:  # a larger share would leave room
+        least = min(math.ceil((own + reserve) / usable * 100) / 100, 1.0)
+        helps.append(f"memory_utilization (--memory-utilization) of at least {least:g}")
+    if own <= budget:  # the reserve leaves no room
+        helps.append(f"reserve_bytes of at most {budget - own:,} B")
+    if not helps and own < usable:  # only both would: the reserve and the whole memory
+        helps.append(f"memory_utilization 1 and reserve_bytes below {usable - own:,} B")
+    if helps:
+        return (
+            f"It does not fit: the budget ({units.nbytes(usable)} usable x "
+            f"memory_utilization {share:g} = {units.nbytes(budget)}) less reserve_bytes "
+            f"({units.nbytes(reserve)}) leaves no room, where {needs}: give "
+            + " or ".join(helps)
+            + "."
+        )
+    return (
+        "It does not fit: store the weights narrower (weights=int8 or int4), the cache "
+        "narrower (kv_dtype=fp8), serve a shorter context, split the model over more "
+        "GPUs (tp=), or a GPU with more memory."
+    )

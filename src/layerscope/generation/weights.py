@@ -30,7 +30,8 @@ compute dtype's. FLOPs are unchanged.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -95,18 +96,36 @@ def check_scheme(weights: object, group_size: object) -> WeightScheme | None:
 def check_groups(weights: Mapping[str, Quantized], scheme: WeightScheme | None) -> None:
     """int4's groups split every quantized weight's input channels evenly (AWQ and GPTQ
     refuse a group size that does not divide them); refused, naming the first that it
-    does not. A weight narrower than one group is one group (a small model's)."""
+    does not and the group sizes that would do (``group_sizes``). A weight narrower than
+    one group is one group (a small model's)."""
     if scheme is None or scheme.name != "int4":
         return
+    channels = [q.matrices(w)[2] for q in weights.values() for w in q.weights]
     for path, q in weights.items():
         for w in q.weights:
             columns = q.matrices(w)[2]
             if columns > scheme.group_size and columns % scheme.group_size:
+                sizes = group_sizes(channels)
+                instead = (
+                    f"e.g. {', '.join(map(str, sizes))}: powers of two that divide every "
+                    "quantized weight's input channels"
+                    if sizes
+                    else "no power of two divides every quantized weight's input channels; "
+                    "weights='int8' scales each output channel instead"
+                )
                 raise InvalidInputError(
                     f"group_size={scheme.group_size} does not divide the {columns:,} input "
                     f"channels of {path}'s weight: int4's groups split them evenly; give a "
-                    f"group size that divides {columns:,} (e.g. 128, 64, 32)"
+                    f"group size that divides {columns:,} ({instead})"
                 )
+
+
+def group_sizes(channels: Sequence[int], most: int = 3) -> list[int]:
+    """Up to ``most`` group sizes for int4, largest first: the powers of two from 2 up that
+    divide every count of input channels in ``channels``."""
+    common = math.gcd(*channels)
+    largest = common & -common  # the largest power of two dividing them all
+    return [s for s in (largest >> i for i in range(most)) if s >= 2]
 
 
 @dataclass(frozen=True)
@@ -213,6 +232,7 @@ __all__ = [
     "WeightScheme",
     "check_groups",
     "check_scheme",
+    "group_sizes",
     "narrow",
     "quantized_weights",
     "stored_bytes",

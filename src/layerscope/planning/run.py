@@ -4,7 +4,6 @@ here, by arithmetic over one analysis on ``meta`` steered to the target
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -14,6 +13,7 @@ from layerscope.busy import ProgressSetting, busy, check_progress
 from layerscope.collect.inputs import normalise_shapes
 from layerscope.collect.signature import iter_tensors
 from layerscope.errors import InvalidInputError
+from layerscope.planning.headless import headless_notes
 from layerscope.planning.options import check_options
 from layerscope.planning.pipelineplan import analysed, build_plan
 from layerscope.planning.result import Plan
@@ -85,23 +85,6 @@ def plan(
         result.source = Source(model_or_profile, args, kwargs, input_shape, profile_options, opts)
         result.notes += headless_notes(model_or_profile)
     return result
-
-
-def headless_notes(model: nn.Module) -> list[str]:
-    """A note for a transformers base model (``LlamaModel``: its ``base_model`` is
-    itself), which has no output head, where a language model's step has logits."""
-    if getattr(model, "base_model", None) is not model or not hasattr(model, "config"):
-        return []
-    name = type(model).__name__
-    module = sys.modules.get("transformers")
-    causal = name[: -len("Model")] + "ForCausalLM" if name.endswith("Model") else ""
-    instead = (
-        f" (transformers:{causal})" if causal and hasattr(module, causal) else " (its *For* class)"
-    )
-    return [
-        f"{name} is a transformers base model, without an output head: the plan holds no "
-        f"logits; plan the model with its head{instead} for a language model's training step"
-    ]
 
 
 def _check_not_empty(args: tuple[Any, ...], kwargs: Any, input_shape: Any) -> None:
