@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import numbers
 from collections.abc import Sequence
 from itertools import chain
@@ -29,11 +30,31 @@ def model_device_dtype(model: nn.Module) -> tuple[torch.device, torch.dtype]:
 
 
 def first_embedding(model: nn.Module) -> nn.Embedding | nn.EmbeddingBag | None:
-    """The first leaf module in definition order, if it is an embedding (token inputs)."""
+    """The embedding that reads the model's token ids: a transformers model's input
+    embeddings when its forward takes ``input_ids`` first (a vision-language model
+    defines its vision tower first), else the first leaf module in definition order, if
+    it is an embedding."""
+    get = getattr(model, "get_input_embeddings", None)
+    if callable(get) and _first_parameter(model) == "input_ids":
+        try:
+            found = get()
+        except (NotImplementedError, AttributeError):  # a model that does not say
+            found = None
+        if isinstance(found, nn.Embedding | nn.EmbeddingBag):
+            return found
     for m in model.modules():
         if not m._modules:
             return m if isinstance(m, nn.Embedding | nn.EmbeddingBag) else None
     return None
+
+
+def _first_parameter(model: nn.Module) -> str | None:
+    """The name of the forward's first parameter (None: no signature to read)."""
+    try:
+        names = list(inspect.signature(model.forward).parameters)
+    except (TypeError, ValueError):
+        return None
+    return names[0] if names else None
 
 
 def _is_dim(d: object) -> bool:

@@ -46,6 +46,8 @@ def _in(x: Tensor) -> int:
         "argmin",
         "all",
         "any",
+        "_is_all_true",
+        "_is_any_true",
         "count_nonzero",
         "kthvalue",
         "median",
