@@ -1,10 +1,13 @@
 """Options and output shared by subcommands: the view flags, ``--format``/``-o`` and
-writing a profile out as a view or a file."""
+writing a profile out as a view or a file; a result command's ``-o``/``--html``/``--json``;
+the close names a refusal suggests."""
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
+import re
 import sys
 from typing import Any
 
@@ -193,11 +196,9 @@ def output_format(args: argparse.Namespace) -> str:
         return str(args.format)
     if args.output is None:
         return "table"
-    if os.fspath(args.output).lower().endswith(_TEXT_EXTENSIONS):
-        return "table"
-    found = matching(args.output)
+    found = extension_format(args.output)
     if found is not None:
-        return found.name
+        return found
     known = ", ".join(ext for f in FORMATS.values() for ext in f.extensions)
     refuse(
         "-o",
@@ -205,6 +206,15 @@ def output_format(args: argparse.Namespace) -> str:
         f"a file name ending in one of {known}, .txt (or give --format)",
         why="its extension names no format",
     )
+
+
+def extension_format(path: str | os.PathLike[str]) -> str | None:
+    """The format ``-o FILE``'s extension names: ``table`` for .txt (a view as plain
+    text), else an export format's name (``export.formats.matching``), or None."""
+    if os.fspath(path).lower().endswith(_TEXT_EXTENSIONS):
+        return "table"
+    found = matching(path)
+    return found.name if found is not None else None
 
 
 def check_view_arguments(args: argparse.Namespace) -> None:
@@ -320,12 +330,70 @@ def check_outputs(html: str | None, *paths: str | None, text: str | None = None)
             check_writable(path)
 
 
+#: The flag that writes what ``-o`` writes for a result command, by the format its
+#: extension names (``extension_format``); a .txt (``table``) is what is printed.
+_RESULT_FLAGS = {"html": ("--html", "the HTML report"), "json": ("--json", "the JSON file")}
+
+
+def route_output(args: argparse.Namespace) -> None:
+    """``-o FILE`` of a command whose files are ``--html``, ``--json`` and the printed
+    text: by its extension, as ``profile -o`` reads it, a .html or .json becomes that
+    flag's path; a .txt stays ``-o`` (``write_outputs``). An extension that names none
+    of them, or a file that ``-o`` and its flag both give, is refused."""
+    path = args.output
+    kind = extension_format(path) if path is not None else "table"
+    if kind == "table":
+        return
+    flag, what = _RESULT_FLAGS.get(kind or "", ("", ""))
+    if not flag:
+        allowed = (
+            "a file name ending in .html (as --html), .json (as --json) or .txt (what is printed)"
+        )
+        refuse("-o", path, allowed, why="its extension names no file this command writes")
+    dest = flag.removeprefix("--")
+    if getattr(args, dest) is not None:
+        raise InvalidInputError(f"-o {path} and {flag} both name {what}: give one")
+    setattr(args, dest, path)
+    args.output = None
+
+
 def write_outputs(args: argparse.Namespace, result: Any, text: str) -> None:
     """The files a result command was asked for: ``--json`` (``result.save``), ``-o``
     (``text``, what was printed) and ``--html`` (``result.to_html``)."""
     if args.json:
         result.save(args.json)
     if args.output:
-        write_text(args.output, text if text.endswith("\n") else text + "\n")
+        write_printed(args.output, text)
     if args.html:
         result.to_html(args.html)
+
+
+def write_printed(path: str, text: str) -> None:
+    """What was printed (``text``) to ``-o``'s .txt, ending in a newline."""
+    write_text(path, text if text.endswith("\n") else text + "\n")
+
+
+#: How alike a suggestion and the name given must be (``difflib``'s ratio, 0 to 1).
+CLOSE_CUTOFF = 0.75
+#: A model class's suffix (``Model``, ``ForCausalLM``): many names share it, so a class
+#: is suggested only when the part before it is close too.
+_CLASS_SUFFIX = re.compile(r"(?:For[A-Z]\w*|[Mm]odel\w*)$")
+
+
+def close_names(name: str, known: list[str], n: int = 4) -> list[str]:
+    """The names of ``known`` close to ``name`` (case aside, the closest first): none
+    that shares only a class suffix with it (``NoSuchModel`` is not ``YoutuModel``)."""
+    by_lower: dict[str, str] = {}
+    for k in known:
+        by_lower.setdefault(k.lower(), k)
+    close = difflib.get_close_matches(
+        name.lower(), list(by_lower), n=len(by_lower), cutoff=CLOSE_CUTOFF
+    )
+    stem = _CLASS_SUFFIX.sub("", name).lower()
+    if stem != name.lower():  # a class name: the part before its suffix must be close too
+        close = [c for c in close if _alike(stem, _CLASS_SUFFIX.sub("", by_lower[c]).lower())]
+    return [by_lower[c] for c in close[:n]]
+
+
+def _alike(a: str, b: str) -> bool:
+    return difflib.SequenceMatcher(None, a, b).ratio() >= CLOSE_CUTOFF

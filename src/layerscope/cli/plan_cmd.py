@@ -30,7 +30,14 @@ from typing import Any
 
 from torch import nn
 
-from layerscope.cli.common import add_model_arguments, check_outputs, gpu_names
+from layerscope.cli.common import (
+    add_model_arguments,
+    check_outputs,
+    gpu_names,
+    route_output,
+    write_outputs,
+    write_printed,
+)
 from layerscope.cli.inputs import (
     InputMaker,
     check_shape_flags,
@@ -215,6 +222,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "step time; with --sweep, the plan of the sweep's best row, named, and the sweep)",
     )  # fmt: skip
     out.add_argument(
+        "-o", "--output", metavar="PATH",
+        help="also write the plan to PATH, as its extension says: .html (as --html), .json "
+        "(as --json) or .txt (what is printed)",
+    )  # fmt: skip
+    out.add_argument(
         "-q", "--quiet", action="store_true",
         help="no status line on stderr (on a terminal one appears when planning takes 2 s)",
     )  # fmt: skip
@@ -320,6 +332,18 @@ def parse_sweep(items: list[str]) -> dict[str, list[Any]]:
     return grid
 
 
+#: The form --hsdp takes, for its refusals.
+HSDP_FORM = {"what": "R,S: R replicas of S-way shards", "example": "2,4"}
+
+
+def parse_hsdp(text: str) -> tuple[int, ...]:
+    """``--hsdp R,S`` (or ``RxS``): two positive integers."""
+    shape = parse_shape(text, "--hsdp", **HSDP_FORM)
+    if len(shape) != 2:
+        refuse("--hsdp", text, "{what} (positive integers, e.g. {example})".format(**HSDP_FORM))
+    return shape
+
+
 def _fsdp_options(args: argparse.Namespace) -> dict[str, Any]:
     """FSDP2's options from their flags (--no-reshard, --units, --hsdp, --reduce-dtype)."""
     opts: dict[str, Any] = {}
@@ -328,7 +352,7 @@ def _fsdp_options(args: argparse.Namespace) -> dict[str, Any]:
     if args.units is not None:
         opts["units"] = [u.strip() for u in args.units.split(",") if u.strip()]
     if args.hsdp is not None:
-        opts["hsdp"] = parse_shape(args.hsdp, "--hsdp")
+        opts["hsdp"] = parse_hsdp(args.hsdp)
     if args.reduce_dtype is not None:
         opts["reduce_dtype"] = check_choice("--reduce-dtype", args.reduce_dtype,
                                             ["fp32", "bf16", "fp16"])  # fmt: skip
@@ -471,7 +495,8 @@ def _check_flags(args: argparse.Namespace) -> dict[str, list[Any]]:
             check_int(flag, value, 1)
     if args.max_rows is not None and args.sweep:
         raise InvalidInputError("--max-rows applies to one plan's module table, not to --sweep")
-    check_outputs(args.html, args.json)
+    route_output(args)  # -o plan.html is --html plan.html
+    check_outputs(args.html, args.json, text=args.output)
     if args.config:
         display_config.load(args.config)
     return parse_sweep(args.sweep) if args.sweep else {}
@@ -500,14 +525,14 @@ def run(args: argparse.Namespace) -> int:
         sweep.show(width=args.width)
         if args.json:
             sweep.save(args.json)
+        if args.output:
+            write_printed(args.output, sweep.render(width=args.width))
         if args.html:
             _best_plan(sweep, model, call, opts).to_html(args.html, sweep=sweep)
         return 0
     result = plan(model, *call["args"], kwargs=call["kwargs"] or None,
                   progress=False if args.quiet else None, **opts)  # fmt: skip
     result.show(width=args.width, max_rows=args.max_rows)
-    if args.json:
-        result.save(args.json)
-    if args.html:
-        result.to_html(args.html)
+    text = result.render(width=args.width, max_rows=args.max_rows) if args.output else ""
+    write_outputs(args, result, text)
     return 0

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from layerscope.cli.attrs import resolve
+from layerscope.cli.common import close_names
 from layerscope.collect.meta import to_meta
 from layerscope.errors import InvalidInputError, MissingDependencyError
 
@@ -392,8 +393,8 @@ def _config_from_name(tf: Any, name: str, model_args: dict[str, Any]) -> tuple[A
         return _make_config(config_class, model_args, name), None, f"{name} config"
     cls = _model_class(tf, name)
     if cls is None:
-        close = difflib.get_close_matches(name, _known_names(tf), n=4)
-        hint = f"did you mean {', '.join(close)}?" if close else "check the spelling"
+        close = close_names(name, _known_names(tf))
+        hint = f"did you mean {', '.join(close)}?" if close else f"none is close: {LIST_HINT}"
         raise InvalidInputError(
             f"unknown transformers model {name!r}: neither a model type (gpt2, bert, t5, "
             f"llama, whisper, ...) nor a model class (GPT2LMHeadModel, ...); {hint}"
@@ -436,8 +437,8 @@ def _config_from_file(tf: Any, path: str, model_args: dict[str, Any]) -> tuple[A
         raise InvalidInputError(f'{short} has no "model_type"; add one, e.g. "model_type": "llama"')
     mapping = tf.CONFIG_MAPPING
     if model_type not in mapping:
-        close = difflib.get_close_matches(model_type, list(mapping.keys()), n=4)
-        hint = f"did you mean {', '.join(close)}?" if close else "check the spelling"
+        close = close_names(model_type, list(mapping.keys()))
+        hint = f"did you mean {', '.join(close)}?" if close else f"none is close: {LIST_HINT}"
         raise InvalidInputError(
             f'{short}: transformers knows no "model_type" {model_type!r}; {hint}'
         )
@@ -472,6 +473,12 @@ def _model_class(tf: Any, name: str) -> Any:
     ):
         return obj
     return None
+
+
+#: How to list the model types transformers knows, for a name none is close to.
+LIST_HINT = (
+    'list the model types with python -c "import transformers; print(*transformers.CONFIG_MAPPING)"'
+)
 
 
 def _known_names(tf: Any) -> list[str]:

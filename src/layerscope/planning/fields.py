@@ -265,9 +265,13 @@ FIELDS: list[PlanField] = [
               "Shard elems", default=False),
     PlanField(_MODULE, "unsharded_bytes", "bytes", "a unit's parameters gathered whole",
               "Unsharded", priority=65, shown_if="unit", legend=True),
-    PlanField(_MODULE, "gather_bytes", "bytes", "all-gathered per micro-batch", "Gather",
-              priority=50, shown_if="unit", legend=True),
-    PlanField(_MODULE, "reduce_bytes", "bytes", "reduce-scattered or all-reduced per micro-batch",
+    PlanField(_MODULE, "gather_bytes", "bytes", "this GPU's shard, in the dtype gathered, "
+              "as the micro-batch's all-gathers send it (their payload): once for the forward, "
+              "again for the backward when resharded", "Gather", priority=50, shown_if="unit",
+              legend=True),
+    PlanField(_MODULE, "reduce_bytes", "bytes", "the whole unsharded gradient, in the reduce "
+              "dtype (fp32 under mixed precision), as the micro-batch's reduce-scatter or DDP's "
+              "all-reduce takes it in (their payload), plus under HSDP the shard all-reduced",
               "Reduce", priority=45, shown_if="reduce_bytes", legend=True),
     # ---- a sweep: the options swept, then each plan's figures ----
     PlanField(_AXIS, "micro_batch", "count", "inputs per micro-batch (dim 0)", "Micro-batch",
