@@ -63,8 +63,9 @@ def test_a_model_with_its_head_gets_no_note() -> None:
 
 def test_one_detection_for_a_module_and_its_analysis() -> None:
     """The module and its prefill's analysis are read alike: LlamaModel is a base model
-    whose class with a head is named; LlamaForCausalLM holds its base model; GPT-2's base
-    model has no ``GPT2ForCausalLM`` to name (its *For* class)."""
+    whose class with a head is named; LlamaForCausalLM holds its base model; GPT-2's head
+    class is named by transformers' auto mapping (``GPT2LMHeadModel``, not a
+    ``GPT2ForCausalLM``)."""
     base, headed = _meta(LlamaModel), _meta(LlamaForCausalLM)
     found = base_model(base)
     assert found is not None and found.headed == "transformers:LlamaForCausalLM"
@@ -75,7 +76,8 @@ def test_one_detection_for_a_module_and_its_analysis() -> None:
         gpt2 = GPT2Model(GPT2Config(n_embd=64, n_layer=1, n_head=4, vocab_size=256))
     assert headless_notes(gpt2) == [
         "GPT2Model is a transformers base model, without an output head: the plan holds no "
-        "logits; plan the model with its head (its *For* class) for a language model's "
+        "logits; plan the model with its head (transformers:GPT2LMHeadModel) for a language "
+        "model's "
         "training step"
     ]
     assert headless_notes(headed) == [] and headless_notes(torch.nn.Linear(2, 2)) == []

@@ -16,7 +16,8 @@ from torch import nn
 import layerscope as ls
 from layerscope.errors import InvalidInputError
 from layerscope.generation.modelcheck import check_positions
-from layerscope.generation.run import check_generates, head_class
+from layerscope.generation.run import check_generates
+from layerscope.planning.headless import head_class
 
 transformers = pytest.importorskip("transformers")
 

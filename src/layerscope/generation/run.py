@@ -25,7 +25,6 @@ its own ``assistant_model``) is refused.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import statistics
 import time
@@ -45,6 +44,7 @@ from layerscope.generation.modelcheck import check_positions
 from layerscope.generation.padding import padding_notices
 from layerscope.generation.result import Generation
 from layerscope.generation.stages import call_facts
+from layerscope.planning.headless import head_class
 from layerscope.profile import Profile
 from layerscope.validate import check_int, refuse, shown
 
@@ -148,43 +148,14 @@ def _drafting(model: nn.Module, kwargs: Mapping[str, Any]) -> list[str]:
 #: The most tokens ``profile_generate`` makes: each is a call it analyses on its own
 #: (a longer run: ``ls.estimate_generate``, or profile it in parts).
 MAX_NEW_TOKENS = 4096
+
+
 #: The transformers mappings from a model type to its class that generates, in the
 #: order they are read: a causal LM's head, then an encoder-decoder's.
-_HEAD_MAPPINGS = (
-    "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",
-    "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",
-)
-
-
-def head_class(model: nn.Module) -> tuple[str, str] | None:
-    """The transformers class that generates for ``model``'s architecture (a base model's
-    class with a language-modelling head, ``LlamaModel`` -> ``LlamaForCausalLM``) and
-    where it was found: transformers' auto mappings for the config's ``model_type``, else
-    the config's ``architectures``. None when neither names one."""
-    name = type(model).__name__
-    config = getattr(model, "config", None)
-    kind = getattr(config, "model_type", None)
-    if isinstance(kind, str) and kind:
-        auto: Any = None
-        # a model with a config is a transformers one; without transformers, no mapping
-        with contextlib.suppress(ImportError):
-            from transformers.models.auto import modeling_auto as auto
-        for mapping in _HEAD_MAPPINGS:
-            head = getattr(auto, mapping, {}).get(kind)
-            if isinstance(head, str) and head != name:
-                return head, "the same model with its language-modelling head"
-    architectures = getattr(config, "architectures", None)
-    if isinstance(architectures, list | tuple):
-        named = [a for a in architectures if isinstance(a, str) and a and a != name]
-        if named:
-            return named[0], "the architecture its config names (config.architectures)"
-    return None
-
-
 def check_generates(model: object, spec: str | None = None) -> None:
     """``InvalidInputError`` for a model without ``generate()``, naming its class and the
-    class to give instead (``head_class``); ``spec``: how the command line named the
-    model (``transformers:llama``), whose fix is then a spec too."""
+    class to give instead (``planning.headless.head_class``); ``spec``: how the command
+    line named the model (``transformers:llama``), whose fix is then a spec too."""
     if isinstance(model, nn.Module) and callable(getattr(model, "generate", None)):
         return
     name = type(model).__name__
@@ -393,4 +364,4 @@ def _cropped_words(crops: int, tokens: int) -> str:
     )
 
 
-__all__ = ["check_generates", "check_positions", "head_class", "profile_generate"]
+__all__ = ["check_generates", "profile_generate"]

@@ -15,9 +15,11 @@ naming the class with the head, from one detection (``base_model``):
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Collection
 from dataclasses import dataclass
+from typing import Any
 
 from torch import nn
 
@@ -29,13 +31,51 @@ class BaseModel:
     """A transformers base model: its class name, and where the class with a head is."""
 
     name: str
-    #: ``"transformers:LlamaForCausalLM"`` when transformers has ``<Name>ForCausalLM``;
-    #: None: the base model's own *For* class, not named here
+    #: ``"transformers:LlamaForCausalLM"``: the class transformers' auto mappings give
+    #: its model type (``head_class``); None: none found, not named here
     headed: str | None
 
     def with_head(self) -> str:
         """The class with the head, in words for a note: ``" (transformers:...)"``."""
         return f" ({self.headed})" if self.headed else " (its *For* class)"
+
+
+#: transformers' auto mappings from a model type to its class with a head that generates
+_HEAD_MAPPINGS = (
+    "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",
+    "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",
+)
+
+
+def _head_of(name: str, kind: object, architectures: object) -> tuple[str, str] | None:
+    """The transformers class with a language-modelling head for a model class ``name``
+    of model type ``kind``, and where it was found: transformers' auto mappings, else the
+    config's ``architectures``. None when neither names one."""
+    if isinstance(kind, str) and kind:
+        auto: Any = None
+        with contextlib.suppress(ImportError):  # without transformers, no mapping
+            from transformers.models.auto import modeling_auto as auto
+        for mapping in _HEAD_MAPPINGS:
+            head = getattr(auto, mapping, {}).get(kind)
+            if isinstance(head, str) and head != name:
+                return head, "the same model with its language-modelling head"
+    if isinstance(architectures, list | tuple):
+        named = [a for a in architectures if isinstance(a, str) and a and a != name]
+        if named:
+            return named[0], "the architecture its config names (config.architectures)"
+    return None
+
+
+def head_class(model: nn.Module) -> tuple[str, str] | None:
+    """The transformers class that generates for ``model``'s architecture (a base model's
+    class with a language-modelling head, ``LlamaModel`` -> ``LlamaForCausalLM``) and
+    where it was found (``_head_of``)."""
+    config = getattr(model, "config", None)
+    kind, architectures = (
+        getattr(config, "model_type", None),
+        getattr(config, "architectures", None),
+    )
+    return _head_of(type(model).__name__, kind, architectures)
 
 
 def _detected(cls: type, children: Collection[str]) -> BaseModel | None:
@@ -46,10 +86,9 @@ def _detected(cls: type, children: Collection[str]) -> BaseModel | None:
         return None
     if prefix in children:
         return None
-    name = cls.__name__
-    causal = name[: -len("Model")] + "ForCausalLM" if name.endswith("Model") else ""
-    found = causal and hasattr(sys.modules.get("transformers"), causal)
-    return BaseModel(name, f"transformers:{causal}" if found else None)
+    kind = getattr(getattr(cls, "config_class", None), "model_type", None)
+    found = _head_of(cls.__name__, kind, None)
+    return BaseModel(cls.__name__, f"transformers:{found[0]}" if found else None)
 
 
 def base_model(model: nn.Module | Profile) -> BaseModel | None:
@@ -95,4 +134,4 @@ def headless_generation_note(prefill: Profile) -> str | None:
     )
 
 
-__all__ = ["BaseModel", "base_model", "headless_generation_note", "headless_notes"]
+__all__ = ["BaseModel", "base_model", "head_class", "headless_generation_note", "headless_notes"]
