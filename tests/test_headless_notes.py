@@ -77,7 +77,6 @@ def test_one_detection_for_a_module_and_its_analysis() -> None:
     assert headless_notes(gpt2) == [
         "GPT2Model is a transformers base model, without an output head: the plan holds no "
         "logits; plan the model with its head (transformers:GPT2LMHeadModel) for a language "
-        "model's "
-        "training step"
+        "model's training step"
     ]
     assert headless_notes(headed) == [] and headless_notes(torch.nn.Linear(2, 2)) == []
