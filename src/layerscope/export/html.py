@@ -188,8 +188,10 @@ def report_data(profile: Profile, roof: Roof | None = None) -> dict[str, Any]:
     values = Values(profile)
     tree = _tree(nodes)
     inner: list[int] = tree["inner"]
+    # numerics as the text view has them (RenderContext._present): a column only where
+    # some module has a non-zero value (NaN/Inf counts all 0 show nothing)
     present = {k for n in nodes for k in n.metrics} | {
-        k for n in nodes for k in n.numerics if isinstance(n.numerics[k], int | float)
+        k for n in nodes for k, x in n.numerics.items() if isinstance(x, int | float) and x
     }
     partial = set(profile.partial_metrics)
     cols, v, s = _table(nodes, values, present, partial, inner)

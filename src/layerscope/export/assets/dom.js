@@ -46,24 +46,28 @@
       tb.replaceChildren.apply(tb, order.map(function (i) { return trs[i]; }));
     }
     t.appendChild(th); t.appendChild(tb); wrap.appendChild(t);
-    sideCue(wrap, tr);
+    sideCue(wrap, th);
     return wrap;
   }
   // Below a table wider than its box: how many columns lie past the right edge, kept
   // true as the box scrolls or resizes (a narrow window hides them with no other sign).
-  function sideCue(wrap, headRow) {
+  // head: the table's <thead>, read afresh each time (its row may be rebuilt); returns
+  // the update, for a caller that changes the columns.
+  function sideCue(wrap, head) {
     var cue = el("div", "sidecue"); cue.hidden = true;
     function update() {
       if (!wrap.parentNode) return;
       if (!cue.parentNode) wrap.parentNode.insertBefore(cue, wrap.nextSibling);
       var edge = wrap.getBoundingClientRect().left + wrap.clientLeft + wrap.clientWidth + 1, n = 0;
-      Array.prototype.forEach.call(headRow.cells, function (h) { if (h.getBoundingClientRect().right > edge) n += 1; });
+      var cells = head.rows[0] ? head.rows[0].cells : [];
+      Array.prototype.forEach.call(cells, function (h) { if (h.getBoundingClientRect().right > edge) n += 1; });
       cue.hidden = !n;
       cue.textContent = n ? n + (n > 1 ? " more columns" : " more column") + " to the right: scroll the table sideways \u2192" : "";
     }
     wrap.addEventListener("scroll", update);
     if (window.ResizeObserver) new ResizeObserver(update).observe(wrap);
     requestAnimationFrame(update);
+    return update;
   }
   function factList(pairs, id) {  // a <dl> of [term, value] pairs
     var dl = el("dl"); dl.id = id;

@@ -27,6 +27,20 @@
   table.id = "ls-table";
   table.appendChild(thead); table.appendChild(tbody); wrap.appendChild(table); ts2.appendChild(wrap);
   body.appendChild(ts2);
+  var cueUpdate = sideCue(wrap, thead);
+
+  // Repainting replaces the rows and the header row, which drops the keyboard focus:
+  // the focused toggle (by its row) or header (by its column key) gets it back.
+  function focusedIn(box, sel, field) {
+    var a = document.activeElement;
+    return a && box.contains(a) && a.matches(sel) ? a.closest("[data-" + field + "]").dataset[field] : null;
+  }
+  function refocus(box, sel, field, value) {
+    if (value === null) return;
+    var t = box.querySelector("[data-" + field + '="' + value + '"]');
+    t = t && (t.matches(sel) ? t : t.querySelector(sel));
+    if (t && document.activeElement !== t) t.focus({ preventScroll: true });
+  }
 
   function visibleCols() { return cols.filter(function (c) { return shown[c.key]; }); }
   function buildHead() {
@@ -49,7 +63,9 @@
       var k = h.dataset.key;
       if (k === sortKey) { h.classList.add(sortDir > 0 ? "asc" : "desc"); h.setAttribute("aria-sort", sortDir > 0 ? "ascending" : "descending"); }
     });
+    var had = focusedIn(thead, "th", "key");
     thead.replaceChildren(tr);
+    refocus(thead, "th", "key", had);
   }
   function sortValue(key) {
     if (key === "name") return names;
@@ -93,8 +109,9 @@
     td.title = (path[i] || "<root>") + " \u2014 " + types[typ[i]] + (notCalled[i] ? " (not called)" : "");
     tr.appendChild(td);
     visibleCols().forEach(function (c) {
-      var x = V[c.key][i], cell = el("td", c.kind === "text" ? "txt" : "", fmt(x, c.kind));
-      if (x !== null && x !== undefined && c.kind !== "text") {
+      var x = V[c.key][i], none = c.key === "calls" && notCalled[i];  // as the text view: "-"
+      var cell = el("td", c.kind === "text" ? "txt" : "", none ? "-" : fmt(x, c.kind));
+      if (!none && x !== null && x !== undefined && c.kind !== "text") {
         var t = String(x), sk = S[c.key];
         if (sk && innerPos[i] >= 0 && sk[innerPos[i]] !== null) t += "\nself: " + sk[innerPos[i]];
         cell.title = t;
@@ -148,8 +165,8 @@
     first = Math.max(0, top - 80); last = Math.min(n, top + vis + 80);
     spTop.style.height = first * rowH + "px";
     spBot.style.height = (n - last) * rowH + "px";
-    var frag = document.createDocumentFragment();
-    frag.appendChild(spTop);
+    var frag = document.createDocumentFragment(), had = focusedIn(tbody, ".tog", "i");
+    frag.appendChild(spTop);  // (moving the rows into it drops the focus already)
     for (var k = first; k < last; k++) {
       var tr = rowOf(list[k]);
       tr.classList.toggle("hit", !!(found && found[list[k]]));
@@ -158,6 +175,7 @@
     }
     frag.appendChild(spBot);
     tbody.replaceChildren(frag);
+    refocus(tbody, ".tog", "i", had);
     if (last > first) {
       var h = rowOf(list[first]).getBoundingClientRect().height;
       if (h > 1 && Math.abs(h - rowH) > 0.25) { rowH = h; paint(true); return; }
@@ -180,6 +198,7 @@
     rowCache = new Array(N); minW = []; buildHead();
     spTop.firstChild.colSpan = spBot.firstChild.colSpan = thead.rows[0].cells.length;
     render();
+    cueUpdate();
   }
   function toggle(i) {
     var p = list.indexOf(i);
