@@ -467,22 +467,15 @@ def _inputs(model: nn.Module, loaded: Any, args: argparse.Namespace) -> dict[str
     return call
 
 
-def _said(value: Any) -> str:
-    """A sweep row's value as the --sweep flag writes it (no checkpointing: none)."""
-    if value is None:
-        return "none"
-    return "+".join(map(str, value)) if isinstance(value, list | tuple) else str(value)
-
-
 def _best_plan(sweep: Sweep, model: nn.Module, call: dict[str, Any], opts: dict[str, Any]) -> Any:
     """The plan of the sweep's best row (``Sweep.best``), which the HTML report leads
     with; the row is named on the terminal."""
+    from layerscope.planning.html import row_said
+
     row = sweep.best()
     chosen = row_options(row, opts)
     here = Source(model, call["args"], call["kwargs"] or None, None).at(row.micro_batch)
-    words = ", ".join(f"{a} {_said(row[a])}" for a in sweep.axes)
-    why = "the most tokens/s that fits" if row.fits is not False else "none fits: the lowest peak"
-    text = f"HTML report: the plan of the row {words} ({why})."
+    text = f"HTML report: {row_said(sweep.axes, row)}."  # the page's words too
     print("\n".join(wrap_words(text, terminal_width(), "  ")))
     return plan(model, *here.args, kwargs=here.kwargs, **chosen)
 

@@ -30,7 +30,7 @@ from layerscope.planning.view import checkpointing_words
 from layerscope.profile import Profile
 from layerscope.render import units
 
-__all__ = ["describe", "plan_data", "to_html", "to_html_text"]
+__all__ = ["describe", "plan_data", "row_said", "to_html", "to_html_text"]
 
 #: Events that name no module when their path is the root.
 _WHOLE_STEP = {"end", "step"}
@@ -130,7 +130,7 @@ def plan_data(section: Mapping[str, Any], sweep: Mapping[str, Any] | None = None
         "comm": _comm(section.get("comm") or {}),
         "comm_columns": [_column(f) for f in fields("comm")],
         "notes": [str(n) for n in section.get("notes") or []],
-        "sweep": None if sweep is None else _sweep(sweep),
+        "sweep": None if sweep is None else _sweep(sweep) | _shown(sweep, section),
         "stages": _stages(section.get("pipeline")),
     }
 
@@ -259,6 +259,48 @@ def _sweep(sweep: Mapping[str, Any]) -> dict[str, Any]:
         for r in rows
     ]
     return {"columns": cols, "rows": cells, "same": same}
+
+
+def row_said(axes: Sequence[str], row: Any, best: bool = True) -> str:
+    """The sweep row a report shows, in the words the terminal and the page both use:
+    ``the plan of the row micro_batch 4 (the most tokens/s that fits)`` (why it was
+    chosen only when it is ``Sweep.best``'s row)."""
+    words = ", ".join(f"{a} {_said(row[a])}" for a in axes)
+    if not best:
+        return f"the plan of the row {words}"
+    why = (
+        "the most tokens/s that fits" if row["fits"] is not False else "none fits: the lowest peak"
+    )
+    return f"the plan of the row {words} ({why})"
+
+
+def _said(value: Any) -> str:
+    """A sweep row's value as the --sweep flag writes it (no checkpointing: none)."""
+    if value is None:
+        return "none"
+    return "+".join(map(str, value)) if isinstance(value, list | tuple) else str(value)
+
+
+def _shown(sweep: Mapping[str, Any], section: Mapping[str, Any]) -> dict[str, Any]:
+    """Which sweep row the plan is (``shown``: its index, None when no row has its peak
+    and step time) and that row in words (``shown_said``)."""
+    from layerscope.errors import InvalidInputError
+    from layerscope.planning.sweep import Sweep, SweepRow
+
+    axes = [str(a) for a in sweep.get("axes") or []]
+    rows = [r for r in sweep.get("rows") or [] if isinstance(r, Mapping)]
+    same = [k for k, r in enumerate(rows)
+            if r.get(F.PEAK_BYTES) == section.get(F.PEAK_BYTES)
+            and r.get(F.STEP_TIME) == section.get(F.STEP_TIME)]  # fmt: skip
+    try:
+        table = Sweep(axes, [SweepRow.from_dict(r) for r in rows])
+        top = table.best()
+        best = next(k for k, r in enumerate(table.rows) if r is top)
+        said = [row_said(axes, r, k == best) for k, r in enumerate(table.rows)]
+    except (InvalidInputError, KeyError, TypeError, ValueError):
+        return {"shown": None, "shown_said": None}
+    shown = best if best in same else same[0] if len(same) == 1 else None
+    return {"shown": shown, "shown_said": None if shown is None else said[shown]}
 
 
 def _settings(options: Mapping[str, Any], device: Mapping[str, Any]) -> list[list[str]]:

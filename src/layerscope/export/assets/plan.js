@@ -30,6 +30,13 @@
   var root = el("div"); root.id = "ls-plan";
   var O = P.options || {}, DV = P.device || {};
   root.appendChild(el("h2", "pl-title", "Training plan"));
+  var shownRow = P.sweep && P.sweep.shown !== null && P.sweep.shown !== undefined ? P.sweep.shown : null;
+  if (shownRow !== null) {  // a sweep's report: which row this plan is, as the terminal says it
+    var named = el("div", "sub pl-shown-row", "Shown: " + P.sweep.shown_said + "; its row is marked \u25c0 in " +
+      "the Sweep table below.");
+    named.id = "ls-plan-row";
+    root.appendChild(named);
+  }
   var said = [
     (DV.label || O.target || "") + (O.world_size ? " \u00d7 " + O.world_size : ""),
     O.sharding, O.mesh && O.mesh.tp > 1 ? "tensor parallel " + O.mesh.tp +
@@ -336,7 +343,14 @@
   if (P.sweep) {
     var sw = section("Sweep", "ls-plan-sweep", P.sweep.rows.length + " plans, one per combination of the options swept." +
       (P.sweep.same.length ? " Every row: " + P.sweep.same.map(function (s) { return s[0] + " " + s[1]; }).join(", ") + "." : ""));
-    sw.appendChild(table(P.sweep.columns, P.sweep.rows, "ls-plan-sweep-table"));
+    var swt = table(P.sweep.columns, P.sweep.rows, "ls-plan-sweep-table");
+    var shownTr = shownRow === null ? null : swt.querySelector("tbody").children[shownRow];
+    if (shownTr) {  // before any sort: the rows in order; a sort moves the row, mark and all
+      shownTr.className = "pl-shown";
+      shownTr.title = "Shown above: " + P.sweep.shown_said;
+      shownTr.firstChild.appendChild(el("span", "pl-shown-mark", "\u25c0 shown above"));
+    }
+    sw.appendChild(swt);
     root.appendChild(sw);
   }
 

@@ -57,6 +57,40 @@
   var svg = sv("svg", { id: "ls-serve-chart", role: "img", "aria-label": "time per output token against tokens per second" });
   svg.style.width = "100%"; svg.style.height = "250px";
   rs.appendChild(svg);
+  // the y axis: log by default when the times span more than 10x (a batch at the maximum
+  // concurrency would squash the small batches onto the 0 line), a toggle as the plan's bar has
+  var tpots = S.rows.map(function (r) { return num(r[col.tpot]); }).filter(function (y) { return y > 0; });
+  var spread = tpots.length ? Math.max.apply(null, tpots) / Math.min.apply(null, tpots) : 1;
+  var yScale = spread > 10 ? "log" : "linear";
+  if (tpots.length === S.rows.length && spread > 1) {  // a log axis needs every time above 0
+    var seg = el("div", "seg"); seg.id = "ls-serve-scale";
+    [["log", "Scale: log"], ["linear", "Scale: linear"]].forEach(function (s) {
+      var b = el("button", s[0] === yScale ? "on" : "", s[1]);
+      b.type = "button"; b.dataset.scale = s[0];
+      b.setAttribute("aria-pressed", s[0] === yScale ? "true" : "false");
+      b.addEventListener("click", function () {
+        yScale = s[0];
+        Array.prototype.forEach.call(seg.children, function (o) {
+          o.className = o === b ? "on" : ""; o.setAttribute("aria-pressed", o === b ? "true" : "false");
+        });
+        draw();
+      });
+      seg.appendChild(b);
+    });
+    rs.firstChild.appendChild(seg);
+  } else yScale = "linear";
+  function yAxis(ys, T, H, B) {  // the y axis: its position function and its ticks
+    if (yScale === "log") {
+      var ly = Math.log10(Math.min.apply(null, ys)), hy = Math.log10(Math.max.apply(null, ys));
+      var padY = 0.08 * (hy - ly || 1); ly -= padY; hy += padY;
+      var ticks = [];
+      for (var e = Math.ceil(ly); e <= hy; e++) ticks.push(Math.pow(10, e));
+      if (ticks.length < 2) ticks = [Math.min.apply(null, ys), Math.max.apply(null, ys)];
+      return { ticks: ticks, py: function (y) { return T + (H - T - B) * (1 - (Math.log10(y) - ly) / (hy - ly)); } };
+    }
+    var top = Math.max.apply(null, ys) * 1.1 || 1;
+    return { ticks: [0, top / 2, top], py: function (y) { return T + (H - T - B) * (1 - y / top); } };
+  }
   function draw() {
     while (svg.firstChild) svg.removeChild(svg.firstChild);
     var W = Math.max(svg.clientWidth || 600, 300), H = 250, L = 70, R = 50, T = 22, B = 40;
@@ -66,16 +100,20 @@
     var lx = Math.log10(Math.min.apply(null, xs)), hx = Math.log10(Math.max.apply(null, xs));
     if (hx - lx < 1e-9) { lx -= 0.5; hx += 0.5; }
     var pad = 0.06 * (hx - lx); lx -= pad; hx += pad;  // the end points' labels clear the axis
-    var hy = Math.max.apply(null, ys) * 1.1 || 1;
+    var axis = yAxis(ys, T, H, B), py = axis.py;
     function px(x) { return L + (W - L - R) * (Math.log10(x) - lx) / (hx - lx); }
-    function py(y) { return T + (H - T - B) * (1 - y / hy); }
     svg.setAttribute("viewBox", "0 0 " + W + " " + H);
-    [0, 0.5, 1].forEach(function (f) {
-      var y = py(hy * f);
+    svg.dataset.scale = yScale;
+    axis.ticks.forEach(function (v) {
+      var y = py(v);
       svg.appendChild(sv("line", { x1: L, x2: W - R, y1: y, y2: y, "class": "sv-grid" }));
       var t = sv("text", { x: L - 6, y: y + 4, "text-anchor": "end", "class": "sv-axis" });
-      t.textContent = fmt(hy * f, "seconds"); svg.appendChild(t);
+      t.textContent = fmt(v, "seconds"); svg.appendChild(t);
     });
+    var yl = sv("text", { x: 12, y: (T + H - B) / 2, "text-anchor": "middle", "class": "sv-axis",
+      transform: "rotate(-90 12 " + (T + H - B) / 2 + ")" });
+    yl.textContent = "per output token" + (yScale === "log" ? " (log scale)" : ""); svg.appendChild(yl);
+    var lastLabel = null;  // a label that would overlap the one before it goes below its point
     var d = xs.map(function (x, i) { return (i ? "L" : "M") + px(x).toFixed(1) + " " + py(ys[i]).toFixed(1); }).join(" ");
     svg.appendChild(sv("path", { d: d, "class": "sv-line" }));
     xs.forEach(function (x, i) {
@@ -84,8 +122,14 @@
         return c2[1] + " " + fmt(S.rows[i][k], c2[2]);
       }).join("\n");
       c.appendChild(tip); svg.appendChild(c);
-      var t = sv("text", { x: px(x), y: py(ys[i]) - 8, "text-anchor": "middle", "class": "sv-label" });
-      t.textContent = "batch " + S.rows[i][col.batch]; svg.appendChild(t);
+      var word = "batch " + S.rows[i][col.batch], wide = 6.5 * word.length + 8;
+      var ty = py(ys[i]) - 8;
+      if (lastLabel && px(x) - lastLabel[0] < (wide + lastLabel[2]) / 2 && Math.abs(ty - lastLabel[1]) < 14) {
+        ty = py(ys[i]) + 17;
+      }
+      lastLabel = [px(x), ty, wide];
+      var t = sv("text", { x: px(x), y: ty, "text-anchor": "middle", "class": "sv-label" });
+      t.textContent = word; svg.appendChild(t);
       var a = sv("text", { x: px(x), y: H - B + 16, "text-anchor": "middle", "class": "sv-axis" });
       a.textContent = fmt(x, "rate"); svg.appendChild(a);
     });
