@@ -258,3 +258,34 @@ def test_a_recomputation_stays_in_the_backward(open_report: Any) -> None:
     bwd = units.nbytes(prof.memory["backward_peak_bytes"])
     assert f"the backward's highest point is {bwd} above it (the Bwd peak" in tl["legend"]
     p.clean()
+
+
+def test_the_hover_says_backward_inside_a_backward_pass(open_report: Any) -> None:
+    """Hovering the timeline: a module's peak inside the backward pass reads "backward:
+    peak in ..." (it read as a forward one); the forward's events and the backward's own
+    keep their words."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+    prof = ls.profile(model, torch.randn(32, 16), backward=True, memory=True)
+    p = open_report(prof)
+    tips: list[str] = p.page.evaluate(
+        """() => {
+          const svg = document.getElementById('ls-timeline');
+          const hit = [...svg.querySelectorAll('rect')]
+            .filter(r => r.getAttribute('fill') === 'transparent').pop();
+          const box = hit.getBoundingClientRect(), seen = [];
+          for (let x = box.left + 1; x < box.right; x += 2) {
+            const at = {clientX: x, clientY: box.top + 5, bubbles: true};
+            hit.dispatchEvent(new MouseEvent('mousemove', at));
+            const tip = [...document.querySelectorAll('.tip, [class*=tip]')].map(t => t.textContent)
+              .find(t => t.includes(' live \\u00b7 op '));
+            if (tip) seen.push(tip.split('\\n')[0]);
+          }
+          return seen;
+        }"""
+    )
+    # the events: enter 0, exit 0, ..., exit, backward <outside>, backward 2, backward 1,
+    # peak 1, backward 0, peak 0, end; every peak is the backward's here
+    assert {"backward: peak in 0 (Linear)", "enter 0 (Linear)", "backward 2 (Linear)"} <= set(tips)
+    assert all(t.startswith("backward: ") for t in tips if "peak in" in t)
+    assert not any(t.startswith(("backward: backward", "backward: enter")) for t in tips)

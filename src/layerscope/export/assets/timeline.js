@@ -176,8 +176,10 @@
       var a = lastAtOrBefore(ops, o), X = sx(ops[a]);
       guide.setAttribute("x1", X); guide.setAttribute("x2", X); guide.setAttribute("visibility", "visible");
       dot.setAttribute("cx", X); dot.setAttribute("cy", sy(by[a])); dot.setAttribute("visibility", "visible");
-      tlTip.textContent = (T.event[a] === "n" ? EVENTS.n : (EVENTS[T.event[a]] || "?") + " " + tlName(a)) + "\n" + nbytes(by[a]) +
-        " live \u00b7 op " + count(ops[a]);
+      // an event inside a backward pass says so ("backward" events say it already)
+      var back = T.event[a] !== "b" && runs.some(function (r) { return a >= r[0] && a < r[1]; });
+      tlTip.textContent = (T.event[a] === "n" ? EVENTS.n : (back ? "backward: " : "") + (EVENTS[T.event[a]] || "?") + " " +
+        tlName(a)) + "\n" + nbytes(by[a]) + " live \u00b7 op " + count(ops[a]);
       tlTip.style.display = "block";
       var left = ev.clientX - box.left + 12;
       tlTip.style.left = Math.min(left, W - 300) + "px";
