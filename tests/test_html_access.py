@@ -10,7 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
+from torch import nn
 
+import layerscope as ls
 from helpers.browser import embedded, report_pages
 from layerscope.export.html import to_html_text
 from layerscope.render.context import ViewContext
@@ -168,3 +171,16 @@ def test_all_zero_nan_inf_columns_hidden_as_in_the_text_view() -> None:
     prof.nodes()[2].numerics["nan"] = 3  # one module with a NaN: the column is back
     keys = [c["key"] for c in embedded(to_html_text(prof))["columns"]]
     assert "nan" in keys and "nan" in ViewContext(prof, view_options(fold=False)).columns
+
+
+def test_without_javascript_every_report_says_what_it_needs(tmp_path: Path) -> None:
+    """A plan's report, not only a profile's, says why it shows nothing without
+    JavaScript (it said "to show the profile" in every report)."""
+    plan = ls.plan(nn.Sequential(nn.Linear(8, 8)), torch.randn(2, 8), world_size=1,
+                   sharding="none", precision="fp32")  # fmt: skip
+    plan.to_html(tmp_path / "plan.html")
+    page = (tmp_path / "plan.html").read_text(encoding="utf-8")
+    assert (
+        "<noscript>This report needs JavaScript to draw its tables and charts.</noscript>" in page
+    )
+    assert "show the profile" not in page

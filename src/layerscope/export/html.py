@@ -580,7 +580,7 @@ script-src 'unsafe-inline'; style-src 'unsafe-inline'">
 {css}</style>
 </head>
 <body>
-<noscript>This report needs JavaScript to show the profile.</noscript>
+<noscript>This report needs JavaScript to draw its tables and charts.</noscript>
 <script type="application/json" id="ls-data">{data}</script>
 <script>
 {js}</script>
