@@ -26,6 +26,7 @@ from layerscope.export.html import page_facts, page_number, section_page
 from layerscope.hardware import DeviceLike
 from layerscope.planning import fields as F
 from layerscope.planning.fields import EVENTS, PlanField, fields
+from layerscope.planning.sweepbest import best_row
 from layerscope.planning.view import checkpointing_words
 from layerscope.profile import Profile
 from layerscope.render import units
@@ -284,20 +285,15 @@ def _said(value: Any) -> str:
 def _shown(sweep: Mapping[str, Any], section: Mapping[str, Any]) -> dict[str, Any]:
     """Which sweep row the plan is (``shown``: its index, None when no row has its peak
     and step time) and that row in words (``shown_said``)."""
-    from layerscope.errors import InvalidInputError
-    from layerscope.planning.sweep import Sweep, SweepRow
-
     axes = [str(a) for a in sweep.get("axes") or []]
     rows = [r for r in sweep.get("rows") or [] if isinstance(r, Mapping)]
     same = [k for k, r in enumerate(rows)
             if r.get(F.PEAK_BYTES) == section.get(F.PEAK_BYTES)
             and r.get(F.STEP_TIME) == section.get(F.STEP_TIME)]  # fmt: skip
     try:
-        table = Sweep(axes, [SweepRow.from_dict(r) for r in rows])
-        top = table.best()
-        best = next(k for k, r in enumerate(table.rows) if r is top)
-        said = [row_said(axes, r, k == best) for k, r in enumerate(table.rows)]
-    except (InvalidInputError, KeyError, TypeError, ValueError):
+        best = best_row(rows)
+        said = [row_said(axes, r, k == best) for k, r in enumerate(rows)]
+    except (KeyError, TypeError, ValueError):
         return {"shown": None, "shown_said": None}
     shown = best if best in same else same[0] if len(same) == 1 else None
     return {"shown": shown, "shown_said": None if shown is None else said[shown]}

@@ -30,6 +30,7 @@ from layerscope.planning.mesh import Mesh, check_mesh
 from layerscope.planning.options import DEFAULTS, Options, check_options
 from layerscope.planning.pipelineplan import analysed, build_plan
 from layerscope.planning.result import Plan
+from layerscope.planning.sweepbest import best_row
 from layerscope.profile import Profile
 from layerscope.validate import check_int
 
@@ -217,11 +218,8 @@ class Sweep:
     def best(self) -> SweepRow:
         """The row a report leads with: of the rows that fit (or whose fit is not known),
         the most tokens per second (the shortest step where tokens are not known); when
-        none fits, the smallest peak."""
-        fitting = [r for r in self.rows if r.fits is not False]
-        if not fitting:
-            return min(self.rows, key=lambda r: r.peak_bytes)
-        return max(fitting, key=lambda r: (r.tokens_per_s or 0.0, -r.step_time))
+        none fits, the smallest peak (``planning.sweepbest``)."""
+        return self.rows[best_row([r.to_dict() for r in self.rows])]
 
     # ---- files ---------------------------------------------------------------------
     @classmethod
