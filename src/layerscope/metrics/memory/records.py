@@ -206,15 +206,32 @@ class StorageRecords:
             s = storage_of(held_part(t))
             if s is None:
                 continue
-            key = id(s)
-            found = self._live.get(key)
-            if found is not None and found[0]() is s:
-                self._op_rows[-1].append(found[1])
-                continue
-            pending = self._op_pending.get(key)
-            if pending is None or pending[0]() is not s:
-                pending = self._op_pending[key] = (weakref.ref(s, self._forget(key)), [])
-            pending[1].append(len(self.ops) - 1)
+            found = self._live_row(s)
+            if found is not None:
+                self._op_rows[-1].append(found)
+            else:
+                self._waiting(self._op_pending, s).append(len(self.ops) - 1)
+
+    def _live_row(self, s: torch.UntypedStorage) -> _Row | None:
+        """The row of ``s`` if it has one (None: none yet, or the id is another's now)."""
+        found = self._live.get(id(s))
+        return found[1] if found is not None and found[0]() is s else None
+
+    def _waiting(self, table: dict[int, Any], s: torch.UntypedStorage) -> list[int]:
+        """What waits in ``table`` (``_pending``'s module calls, ``_op_pending``'s op
+        calls) for ``s`` to get a row: its list, made now if it has none."""
+        key = id(s)
+        pending = table.get(key)
+        if pending is None or pending[0]() is not s:
+            pending = table[key] = (weakref.ref(s, self._forget(key)), [])
+        waiting: list[int] = pending[1]
+        return waiting
+
+    @staticmethod
+    def _claimed(table: dict[int, Any], s: torch.UntypedStorage) -> list[int]:
+        """What waited in ``table`` for ``s``'s row, taken out of it (none: [])."""
+        pending = table.pop(id(s), None)
+        return pending[1] if pending is not None and pending[0]() is s else []
 
     def _index(self, node: Node) -> int:
         i = self._paths.get(node.path)
@@ -240,24 +257,20 @@ class StorageRecords:
 
     def _row(self, s: torch.UntypedStorage) -> _Row | None:
         """The row of a live storage, made now if it has none (None past ``MAX_ROWS``)."""
-        key = id(s)
-        found = self._live.get(key)
+        found = self._live_row(s)
         ref = self._table.get(s)
         param = ref is not None and ref.param
-        if found is not None and found[0]() is s:
-            found[1].param |= param
-            return found[1]
+        if found is not None:
+            found.param |= param
+            return found
         row = self._new(s.nbytes(), param)
         if row is None:
             return None
-        pending = self._pending.pop(key, None)
-        if pending is not None and pending[0]() is s:
-            row.outputs = pending[1]
-        waiting = self._op_pending.pop(key, None)
-        if waiting is not None and waiting[0]() is s:
-            for op in waiting[1]:
-                if row not in self._op_rows[op]:
-                    self._op_rows[op].append(row)
+        row.outputs = self._claimed(self._pending, s)
+        for op in self._claimed(self._op_pending, s):
+            if row not in self._op_rows[op]:
+                self._op_rows[op].append(row)
+        key = id(s)
         self._live[key] = (weakref.ref(s, self._forget(key)), row)
         return row
 
@@ -299,16 +312,8 @@ class StorageRecords:
             if s is None:
                 continue
             i = self._index(node)
-            key = id(s)
-            found = self._live.get(key)
-            if found is not None and found[0]() is s:
-                into = found[1].outputs
-            else:
-                pending = self._pending.get(key)
-                if pending is None or pending[0]() is not s:
-                    pending = (weakref.ref(s, self._forget(key)), [])
-                    self._pending[key] = pending
-                into = pending[1]
+            found = self._live_row(s)
+            into = found.outputs if found is not None else self._waiting(self._pending, s)
             if i not in into:
                 into.append(i)
 
